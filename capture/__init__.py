@@ -1,0 +1,1 @@
+"""Capture Q/K/V from real models into HDF5: model registry and fetch, text sources, the attention hook, the store."""
