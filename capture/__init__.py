@@ -1,1 +1,4 @@
-"""Capture Q/K/V from real models into HDF5: model registry and fetch, text sources, the attention hook, the store."""
+"""Capture Q/K/V from real models into HDF5.
+
+Model registry and fetch, text sources, the attention hook, the store.
+"""
