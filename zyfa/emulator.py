@@ -1,0 +1,434 @@
+"""Tiled emulator of FP8 attention kernels: one code path, every recipe, CPU or CUDA tensors.
+
+It follows a kernel's tile structure: an online softmax over KV tiles of ``recipe.block_n`` columns, the
+running row max, the per-tile (or per-row-per-tile) P scales, the row-sum source, where each descale is
+applied, the accumulator model and the output rounding (:mod:`zyfa.recipes` names each choice and its
+source). FP8×FP8 products are exact in fp32, so the matmuls run as fp32 matmuls on the FP8 values; only the
+order of fp32 sums differs from hardware, far below FP8 error (DESIGN.md, 'Numerics that must be exact').
+
+Exposed: :func:`emulate`, :func:`quantize_inputs`, :class:`Emulation`, :class:`QuantizedInputs`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from zyfa.formats import (
+    decode_fp8,
+    e4m3fn_bits_from_log2,
+    get_format,
+    round_mantissa,
+    round_to_bf16,
+    round_to_fp8,
+)
+from zyfa.quant import quantize
+from zyfa.recipes import Recipe, get_recipe
+
+LN2 = math.log(2.0)
+LOG2E = 1.0 / LN2
+FP8_NAMES = ("e4m3fn", "e4m3fnuz", "e5m2")
+# Hopper's FP8 wgmma consumes k = 32 per instruction; the accumulator model truncates after each step.
+WGMMA_K_FP8 = 32
+# Tile-amax floor of AITER's Triton kernel (amd_peers.md s.2b: max(|P|) >= 1e-9).
+TILE_AMAX_FLOOR = 1e-9
+# Schraudolph constant of CK unified attention / AITER hd256: 127*2^23 - 486411 (amd_peers.md s.1, s.2a).
+SCHRAUDOLPH_BIAS = 127 * 2**23 - 486411
+
+
+@dataclass
+class QuantizedInputs:
+    """Q/K/V as the kernel sees them: element values (FP8/INT8/bf16 values held in fp32) and descales.
+
+    ``*_values * *_descale`` (broadcast) are the dequantized inputs. ``k_mean`` is the per-channel K mean that
+    SageAttention's smoothing removed (zeros otherwise): the kernel attends over ``k - k_mean``.
+    """
+
+    q_values: torch.Tensor
+    k_values: torch.Tensor
+    v_values: torch.Tensor
+    q_descale: torch.Tensor
+    k_descale: torch.Tensor
+    v_descale: torch.Tensor
+    k_mean: torch.Tensor
+
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q, k, v) in float32 as the kernel saw them (K smoothing undone: softmax-invariant)."""
+        return (self.q_values * self.q_descale, self.k_values * self.k_descale + self.k_mean,
+                self.v_values * self.v_descale)
+
+
+@dataclass
+class Emulation:
+    """Result of :func:`emulate`.
+
+    Attributes:
+        out: (b, h, s_q, d_v) float32 holding the recipe's output values (bf16/fp8 values where it rounds).
+        lse: (b, h, s_q) float32 natural-log log-sum-exp (-inf for fully masked rows).
+        q_deq, k_deq, v_deq: float32 dequantized inputs, for the FP64 reference of what the kernel saw.
+        stats: counters, e.g. ``p_flushed_frac``: fraction of unmasked probabilities rounded to 0.
+    """
+
+    out: torch.Tensor
+    lse: torch.Tensor
+    q_deq: torch.Tensor
+    k_deq: torch.Tensor
+    v_deq: torch.Tensor
+    stats: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: int | None = None) -> None:
+    """Clear errors for shapes, dtypes and non-finite values (shared by the emulator and the kernels)."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(x.shape)}")
+        if not x.dtype.is_floating_point:
+            raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    b, h, _, d_qk = q.shape
+    if k.shape[0] != b or v.shape[0] != b:
+        raise ValueError(f"batch mismatch: q {b}, k {k.shape[0]}, v {v.shape[0]}")
+    if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
+        raise ValueError(f"k and v must share heads and seq: k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape[3] != d_qk:
+        raise ValueError(f"q and k head dims differ: {d_qk} vs {k.shape[3]}")
+    if h % k.shape[1]:
+        raise ValueError(f"q heads ({h}) must be a multiple of kv heads ({k.shape[1]})")
+    if window is not None and window < 1:
+        raise ValueError(f"window must be >= 1 or None, got {window}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not torch.isfinite(x).all():
+            raise ValueError(f"{name} contains NaN or Inf")
+
+
+# ---------------------------------------------------------------------------------------------- quantization
+
+def _quantize_int8(x: torch.Tensor, granularity: str, block: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric INT8 (SageAttention's Q/K): descale = amax/127, values RNE, clamped to ±127."""
+    b, h, s, d = x.shape
+    if granularity == "block":
+        nb = -(-s // block)
+        pad = torch.nn.functional.pad(x, (0, 0, 0, nb * block - s))
+        amax = pad.abs().reshape(b, h, nb, block * d).amax(-1, keepdim=True)
+        descale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+        descale = descale.repeat_interleave(block, dim=2)[:, :, :s]
+    elif granularity == "head":
+        amax = x.abs().amax(dim=(2, 3), keepdim=True)
+        descale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    elif granularity == "tensor":
+        amax = x.abs().amax().reshape(1, 1, 1, 1)
+        descale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+    else:
+        raise ValueError(f"int8 quantization does not support granularity {granularity!r}")
+    return torch.round(x / descale).clamp(-127, 127), descale
+
+
+def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, heads_kv: int):
+    """One operand -> (values, descale broadcastable to x)."""
+    x = x.float()
+    if fmt == "fp32":
+        return x, torch.ones((1, 1, 1, 1), dtype=x.dtype, device=x.device)
+    if fmt == "bf16":
+        return round_to_bf16(x), torch.ones((1, 1, 1, 1), dtype=x.dtype, device=x.device)
+    b, h, s, d = x.shape
+    if granularity == "head_kv":
+        # Q grouped by its kv head (FA3's q_descale is (batch, num_heads_k)); heads are group-contiguous.
+        grouped = x.reshape(b, heads_kv, (h // heads_kv) * s, d)
+        values, descale = _quantize_operand(grouped, fmt, "head", block, heads_kv)
+        return values.reshape(b, h, s, d), descale.repeat_interleave(h // heads_kv, dim=1)
+    if fmt == "int8":
+        return _quantize_int8(x, granularity, block)
+    if granularity == "none":
+        return round_to_fp8(x, fmt), torch.ones((1, 1, 1, 1), dtype=x.dtype, device=x.device)
+    if granularity == "channel":
+        amax = x.abs().amax(dim=2, keepdim=True)
+        descale = torch.where(amax > 0, amax / get_format(fmt).max_normal, torch.ones_like(amax))
+        return round_to_fp8(x / descale, fmt), descale
+    values, descale = quantize(x, fmt, granularity, block_size=block)
+    if granularity == "block":
+        descale = descale.repeat_interleave(block, dim=2)[:, :, :s]
+    return values, descale
+
+
+def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
+    """Quantize Q/K/V as ``recipe`` says (formats, descale granularity, K smoothing)."""
+    recipe = get_recipe(recipe)
+    heads_kv = k.shape[1]
+    k = k.float()
+    k_mean = torch.zeros((1, 1, 1, 1), dtype=torch.float32, device=k.device)
+    if recipe.k_smoothing:
+        k_mean = k.mean(dim=2, keepdim=True)
+        k = k - k_mean
+    qv, qd = _quantize_operand(q, recipe.q_format, recipe.q_scale, recipe.scale_block_q, heads_kv)
+    kv_, kd = _quantize_operand(k, recipe.k_format, recipe.k_scale, recipe.scale_block_kv, heads_kv)
+    vv, vd = _quantize_operand(v, recipe.v_format, recipe.v_scale, recipe.scale_block_kv, heads_kv)
+    return QuantizedInputs(qv, kv_, vv, qd, kd, vd, k_mean)
+
+
+# ---------------------------------------------------------------------------------------------- pieces
+
+def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits: int | None) -> torch.Tensor:
+    """acc + a @ b; ``hopper_bits`` models Hopper's FP8 wgmma accumulator (None: true fp32).
+
+    The FP8 wgmma accumulator keeps ~13 mantissa bits (SageAttention2: FP22; DeepSeek-V3: ~14 bits),
+    modelled as truncation of the running sum after each k = 32 step.
+    """
+    if hopper_bits is None:
+        out = a @ b
+        return out if acc is None else acc + out
+    for k0 in range(0, a.shape[-1], WGMMA_K_FP8):
+        part = a[..., k0:k0 + WGMMA_K_FP8] @ b[..., k0:k0 + WGMMA_K_FP8, :]
+        acc = part if acc is None else acc + part
+        acc = round_mantissa(acc, hopper_bits, "trunc")
+    return acc
+
+
+def _round_p(p_scaled: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    """P (already scaled) rounded to the recipe's P format, saturating like the hardware casts."""
+    if recipe.p_format == "fp32":
+        return p_scaled
+    if recipe.p_format == "bf16":
+        return round_to_bf16(p_scaled)
+    return round_to_fp8(p_scaled, recipe.p_format, saturate=True)
+
+
+def _exp2_bittrick(t: torch.Tensor) -> torch.Tensor:
+    """fp32 Schraudolph exp2: bits = u32(2^23·t + 127·2^23 − 486411), truncating, negatives -> 0."""
+    y = t * float(2**23) + float(SCHRAUDOLPH_BIAS)
+    bits = torch.where(torch.isfinite(y), y, torch.zeros_like(y)).clamp(min=0).to(torch.int64)
+    return bits.to(torch.int32).view(torch.float32)
+
+
+def _block_max(x: torch.Tensor, block_m: int) -> torch.Tensor:
+    """Max over rows of each block of ``block_m`` query rows (x: (..., rows, 1) with rows % block_m == 0)."""
+    shape = x.shape
+    blocks = x.reshape(*shape[:-2], shape[-2] // block_m, block_m, 1).amax(dim=-2, keepdim=True)
+    return blocks.expand(*shape[:-2], shape[-2] // block_m, block_m, 1).reshape(shape)
+
+
+# ---------------------------------------------------------------------------------------------- emulate
+
+def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | str, *, causal: bool = False,
+            sm_scale: float | None = None, window: int | None = None, q_chunk: int = 2048,
+            trace: list | None = None) -> Emulation:
+    """Emulate one FP8 attention forward kernel, tile by tile.
+
+    Args:
+        q: (b, h, s_q, d_qk) float tensor (any float dtype; the original, unquantized values).
+        k: (b, h_kv, s_k, d_qk); v: (b, h_kv, s_k, d_v). h % h_kv == 0 (GQA/MQA).
+        recipe: a :class:`Recipe` or its name.
+        causal: bottom-right aligned causal mask; window: HF sliding window (query at p sees p-window < j <= p).
+        sm_scale: softmax scale, default 1/sqrt(d_qk).
+        q_chunk: query rows processed at once (memory bound; rounded to a multiple of block_m).
+        trace: if a list, one dict per (query chunk, KV tile) is appended with the tile's ``t`` (log2
+            probabilities), ``p8`` (rounded, scaled P), ``e`` (P exponent per row), ``row_sum`` (what was added
+            to l), ``allowed`` (mask) and ``rows``/``cols``: for tests and diagnostics; costs memory.
+    Returns:
+        :class:`Emulation` with the output, the LSE, the dequantized inputs and stats.
+    """
+    recipe = get_recipe(recipe)
+    validate_qkv(q, k, v, window=window)
+    b, h, s_q, d_qk = q.shape
+    h_kv, s_k, d_v = k.shape[1], k.shape[2], v.shape[3]
+    group = h // h_kv
+    sm_scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
+    dev = q.device
+
+    qi = quantize_inputs(q, k, v, recipe)
+    q_deq, k_deq, v_deq = qi.dequantized()
+
+    # Expand K/V (and their descales) to the query heads; heads are group-contiguous (HF repeat_kv).
+    def per_q_head(x: torch.Tensor) -> torch.Tensor:
+        return x.repeat_interleave(group, dim=1) if x.shape[1] == h_kv and group > 1 else x
+
+    k8, v8 = per_q_head(qi.k_values), per_q_head(qi.v_values)
+    kd = per_q_head(qi.k_descale).expand(b, h, s_k, 1) if qi.k_descale.shape[2] > 1 else per_q_head(qi.k_descale)
+    vd = per_q_head(qi.v_descale)
+    k8t = k8.transpose(-1, -2)
+    kdt = kd.transpose(-1, -2)  # (b|1, h|1, 1, s_k|1)
+
+    p_fmt = get_format(recipe.p_format) if recipe.p_is_fp8 else None
+    fmax = p_fmt.max_normal if p_fmt is not None else 1.0
+    log2_fmax = math.log2(fmax)
+    folded = recipe.log2e_folded
+    # c = sm_scale·log2(e) folded on the host (CK MakeKargs); Triton-AMD keeps natural-log units.
+    score_scale = torch.tensor(sm_scale * LOG2E if folded else sm_scale, dtype=torch.float32, device=dev)
+    to_log2 = (lambda d: d) if folded else (lambda d: d * LOG2E)
+
+    block_m, block_n = recipe.block_m, recipe.block_n
+    fp8_qk = recipe.q_format in FP8_NAMES and recipe.k_format in FP8_NAMES
+    qk_bits = recipe.accum_mantissa_bits if recipe.accumulator == "hopper_fp8" and fp8_qk else None
+    q_chunk = max(block_m, (q_chunk // block_m) * block_m)
+    s_q_pad = -(-s_q // block_m) * block_m
+    q8 = torch.nn.functional.pad(qi.q_values, (0, 0, 0, s_q_pad - s_q))
+    qd = qi.q_descale
+    if qd.shape[2] > 1:
+        qd = torch.nn.functional.pad(qd, (0, 0, 0, s_q_pad - s_q), value=1.0)
+    k_pos = torch.arange(s_k, device=dev)
+
+    out = torch.empty((b, h, s_q_pad, d_v), dtype=torch.float32, device=dev)
+    lse = torch.empty((b, h, s_q_pad), dtype=torch.float32, device=dev)
+    flushed = torch.zeros((), dtype=torch.float64, device=dev)
+    counted = torch.zeros((), dtype=torch.float64, device=dev)
+
+    for r0 in range(0, s_q_pad, q_chunk):
+        r1 = min(r0 + q_chunk, s_q_pad)
+        rows = r1 - r0
+        q_pos = torch.arange(r0, r1, device=dev) + (s_k - s_q)
+        row_valid = (torch.arange(r0, r1, device=dev) < s_q)[:, None]
+        # KV tiles any row of this chunk can see (fully masked tiles are exact no-ops: skipped, like hardware).
+        last_pos = int(q_pos[min(r1, s_q) - 1 - r0])  # r0 < s_q always (s_q_pad < s_q + block_m)
+        hi = min(s_k, last_pos + 1) if causal or window is not None else s_k
+        lo = 0 if window is None else max(0, int(q_pos[0]) - window + 1)
+        t_first, t_last = lo // block_n, (-(-hi // block_n) if hi > lo else lo // block_n)
+
+        qc = q8[:, :, r0:r1]
+        qdc = qd[:, :, r0:r1] if qd.shape[2] > 1 else qd
+        m = torch.full((b, h, rows, 1), -math.inf, dtype=torch.float32, device=dev)
+        l = torch.zeros((b, h, rows, 1), dtype=torch.float32, device=dev)
+        e_run = torch.zeros((b, h, rows, 1), dtype=torch.float32, device=dev)
+        acc = torch.zeros((b, h, rows, d_v), dtype=torch.float32, device=dev)  # fp32 (second-level) acc
+        acc_tc = None  # Hopper tensor-core accumulator (registers), when it is modelled
+        two_level = recipe.accumulator == "hopper_fp8" and recipe.p_is_fp8
+        pv_bits = recipe.accum_mantissa_bits if two_level else None
+        tile_factor_needed = recipe.p_scale == "tile_amax" or recipe.v_descale == "tile"
+
+        for tile, c0 in enumerate(range(t_first * block_n, t_last * block_n, block_n)):
+            c1 = min(c0 + block_n, s_k)
+            s_raw = _mma(qc, k8t[..., c0:c1], None, qk_bits)  # raw FP8 products, fp32 sums
+            kd_tile = kdt[..., c0:c1] if kdt.shape[-1] > 1 else kdt
+            x = s_raw * ((score_scale * qdc) * kd_tile)
+            kp = k_pos[c0:c1]
+            allowed = row_valid & torch.ones((1, c1 - c0), dtype=torch.bool, device=dev)
+            if causal:
+                allowed = allowed & (kp[None, :] <= q_pos[:, None])
+            if window is not None:
+                allowed = allowed & (kp[None, :] > q_pos[:, None] - window)
+            x = x.masked_fill(~allowed, -math.inf)
+
+            m_new = torch.maximum(m, x.amax(dim=-1, keepdim=True))
+            m_use = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+            alpha = torch.exp2(to_log2(m - m_use))  # m = -inf -> 0
+            t = to_log2(x - m_use)  # log2 probability, <= 0; -inf where masked
+            m = m_new
+
+            # P scale exponent (pow2 modes) and the matching rescale of the running sums.
+            if recipe.p_scale in ("pow2", "pow2_block"):
+                if recipe.p_scale == "pow2":
+                    e_new = torch.full_like(e_run, float(recipe.p_scale_log2))
+                else:
+                    t_max = t.amax(dim=-1, keepdim=True)
+                    if recipe.p_scale_granularity == "tile":
+                        t_max = _block_max(t_max, block_m)
+                    e_new = torch.floor(log2_fmax - t_max).clamp(max=recipe.p_block_max_log2)
+                    e_new = torch.where(torch.isneginf(t_max), e_run, e_new)
+                alpha = alpha * torch.exp2(e_new - e_run)
+                e_run = e_new
+            else:
+                e_new = None
+
+            # Probabilities, scaled, and rounded to the P format.
+            if recipe.exp_method == "mad_fp8":
+                t_s = t + e_run if e_new is not None else t
+                p8 = decode_fp8(e4m3fn_bits_from_log2(t_s, offset=recipe.mad_offset,
+                                                      rounding=recipe.mad_rounding), "e4m3fn")
+                p_sum_src = torch.exp2(t_s) if recipe.rowsum == "fp32" else None
+                unscale = None
+            else:
+                p = torch.exp2(t) if recipe.exp_method == "exp2" else _exp2_bittrick(t)
+                unscale = None
+                if e_new is not None:
+                    p_scaled = p * torch.exp2(e_run)  # exact power of two (exp2(t + e) in FA3)
+                elif recipe.p_scale == "fmax":
+                    p_scaled = p * fmax
+                elif recipe.p_scale == "tile_amax":
+                    amax = _block_max(p.amax(dim=-1, keepdim=True), block_m).clamp(min=TILE_AMAX_FLOOR)
+                    p_scaled = p * (fmax / amax)
+                    unscale = amax / fmax
+                else:
+                    p_scaled = p
+                p8 = _round_p(p_scaled, recipe)
+                # Row sums from unscaled fp32 P (CK: l counts pre-rounding, pre-448 P); pow2: scaled units.
+                p_sum_src = (p_scaled if e_new is not None else p) if recipe.rowsum == "fp32" else None
+
+            if recipe.rowsum == "rounded":
+                row_sum = p8.sum(dim=-1, keepdim=True)
+                if recipe.p_scale == "fmax":
+                    row_sum = row_sum / fmax
+            else:
+                row_sum = p_sum_src.sum(dim=-1, keepdim=True)
+            l = alpha * l + row_sum
+            if trace is not None:
+                trace.append({"rows": (r0, r1), "cols": (c0, c1), "t": t, "p8": p8, "e": e_run.clone(),
+                              "row_sum": row_sum, "allowed": allowed})
+
+            if p_fmt is not None:
+                flushed += ((p8 == 0) & allowed).sum()
+                counted += allowed.sum()
+
+            # P·V: into the tensor-core accumulator, or scaled per tile and added to the fp32 accumulator.
+            v_tile = v8[..., c0:c1, :]
+            acc = acc * alpha
+            if tile_factor_needed:
+                pv = _mma(p8, v_tile, None, pv_bits)
+                if unscale is not None:
+                    pv = pv * unscale
+                if recipe.v_descale == "tile":
+                    pv = pv * (vd[..., c0:c0 + 1, :] if vd.shape[2] > 1 else vd)  # one block per tile
+                acc = acc + pv
+            elif two_level:
+                acc_tc = _mma(p8, v_tile, None if acc_tc is None else acc_tc * alpha, pv_bits)
+                if recipe.accum_flush_tiles and (tile + 1) % recipe.accum_flush_tiles == 0:
+                    acc, acc_tc = acc + acc_tc, None
+            else:
+                acc = acc + p8 @ v_tile
+
+        if acc_tc is not None:
+            acc = acc + acc_tc
+        # Normalize: O = acc / l (or · fp32(1/l)); rows with l == 0 (fully masked) give 0.
+        safe_l = torch.where(l > 0, l, torch.ones_like(l))
+        o = acc / safe_l if recipe.reciprocal == "div" else acc * (1.0 / safe_l)
+        o = torch.where(l > 0, o, torch.zeros_like(o))
+        if recipe.v_descale == "end":
+            end = vd if recipe.p_scale != "fmax" else vd * (1.0 / fmax)
+            o = o * end
+        elif recipe.p_scale == "fmax":
+            o = o * (1.0 / fmax)
+        out[:, :, r0:r1] = o
+        log2_l = torch.log2(l) - e_run
+        lse[:, :, r0:r1] = torch.where(
+            l > 0, (m_use_final(m) * (1.0 if folded else LOG2E) + log2_l) * LN2, torch.full_like(l, -math.inf)
+        ).squeeze(-1)
+
+    out, lse = out[:, :, :s_q], lse[:, :, :s_q]
+    if recipe.k_smoothing:
+        # The kernel's scores lack q·mean(k) (softmax-invariant); its LSE is corrected by that term.
+        lse = lse + sm_scale * (q_deq @ per_q_head(qi.k_mean).transpose(-1, -2)).squeeze(-1)
+    out = _round_out(out, recipe)
+    stats = {"p_flushed_frac": float(flushed / counted) if counted > 0 else 0.0}
+    return Emulation(out=out, lse=lse, q_deq=q_deq, k_deq=k_deq, v_deq=v_deq, stats=stats)
+
+
+def m_use_final(m: torch.Tensor) -> torch.Tensor:
+    """Row max with -inf (fully masked rows) replaced by 0."""
+    return torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+
+
+def _round_out(o: torch.Tensor, recipe: Recipe) -> torch.Tensor:
+    if recipe.out_format == "fp32":
+        return o
+    if recipe.out_format == "bf16_rne":
+        return round_to_bf16(o, "rne")
+    if recipe.out_format == "bf16_trunc":
+        return round_to_bf16(o, "trunc")
+    # e4m3fn output (cuDNN FP8 on Hopper): scaled by the output amax, rounded, descaled.
+    amax = o.abs().amax()
+    scale = torch.where(amax > 0, get_format("e4m3fn").max_normal / amax, torch.ones_like(amax))
+    return round_to_fp8(o * scale, "e4m3fn") / scale

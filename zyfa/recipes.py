@@ -1,0 +1,287 @@
+"""Recipes: every numerics choice of an FP8 attention kernel, named.
+
+A :class:`Recipe` is one frozen dataclass; :data:`RECIPES` holds the named ones. Each named recipe's
+docstring-line (``source``) cites where its numerics come from: ``../shared/research/amd_peers.md`` (AMD peers,
+read in source or disassembly) and ``nvidia_peers.md`` (Hopper peers). The emulator (:mod:`zyfa.emulator`)
+and the Triton kernels read these fields; nothing else decides numerics.
+
+Notation (DESIGN.md): S = Q8·K8ᵀ in fp32; c = sm_scale·q_descale·k_descale·log2(e); t = c·S − c·m ≤ 0 is the
+log2 probability of a score relative to the running row max m.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+QKV_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
+QK_FORMATS = (*QKV_FORMATS, "int8")
+SCALE_GRANULARITIES = ("tensor", "head", "head_kv", "block", "channel", "none")
+EXP_METHODS = ("exp2", "exp2_bittrick", "mad_fp8")
+P_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
+P_SCALES = ("none", "fmax", "pow2", "pow2_block", "tile_amax")
+P_SCALE_GRANULARITIES = ("row", "tile")
+ROWSUMS = ("fp32", "rounded")
+V_DESCALES = ("end", "tile")
+ACCUMULATORS = ("fp32", "hopper_fp8")
+RECIPROCALS = ("div", "rcp")
+OUT_FORMATS = ("bf16_rne", "bf16_trunc", "fp32", "e4m3fn")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Every numerics choice of one FP8 attention forward kernel.
+
+    Attributes:
+        name: registry name, e.g. ``"zyfa"``.
+        source: where these numerics come from (file, disassembly, paper).
+        q_format, k_format, v_format: element format of Q, K, V after quantization (``int8`` for Q/K only:
+            SageAttention2). ``bf16``/``fp32`` mean no FP8 quantization (the input is rounded to that format).
+        q_scale, k_scale, v_scale: descale granularity. ``tensor``: one scalar; ``head``: per (batch, head);
+            ``head_kv``: Q per (batch, kv head), its GQA group shares one (FA3's ``q_descale`` shape);
+            ``block``: per (batch, head, block of ``scale_block_*`` tokens) (CK block-scale); ``channel``:
+            per (batch, head, channel) over the sequence (SageAttention2's V); ``none``: unit descale.
+        scale_block_q, scale_block_kv: tokens per descale block for ``block`` granularity.
+        k_smoothing: subtract K's per-channel mean over the sequence before quantizing (SageAttention;
+            softmax-invariant).
+        block_m, block_n: query rows per program and KV columns per tile: the online softmax runs over
+            KV tiles of ``block_n``; ``tile_amax`` scaling spans a ``block_m × block_n`` tile.
+        log2e_folded: fold log2(e) into the score scale (exp2(c·S − c·m)); False: Triton-on-AMD's
+            natural-log scores with exp2((s − m)·(1/ln 2)).
+        exp_method: ``exp2`` fp32 exp2 then an RNE cast to ``p_format``; ``exp2_bittrick``: fp32
+            Schraudolph bits (u32(2^23·t + 127·2^23 − 486411), CK unified attention / AITER hd256) then the
+            cast; ``mad_fp8``: ZYFA technique 1, e4m3fn bits straight from t by one multiply-add and an
+            integer conversion (offset ``mad_offset`` in code units, rounding ``mad_rounding``).
+        p_format: format P is rounded to before the P·V matmul.
+        p_scale: multiplier applied to P before its cast. ``none``: P in (0, 1]; ``fmax``: ×format max
+            (448, CK); ``pow2``: ×2^``p_scale_log2`` (FA3/FA4, CK block-scale); ``pow2_block``: ×2^e with e
+            chosen per block from the block's max so that the block max lands in (max/2, max] (ZYFA
+            technique 3); ``tile_amax``: ×max/amax(tile) (AITER Triton).
+        p_scale_granularity: for ``pow2_block``: ``row`` (one exponent per query row per KV tile; free on
+            hardware, the row max is already known) or ``tile`` (one per block_m × block_n tile).
+        p_block_max_log2: cap on the per-block exponent (keeps the scaled accumulator inside fp32 range).
+        rowsum: ``fp32`` row sum from the unrounded probabilities (every peer), or ``rounded``: from the
+            same rounded P that feeds P·V (ZYFA technique 3).
+        v_descale: apply V's descale to each tile's P·V product (``tile``) or once to the output (``end``).
+        accumulator: ``fp32`` true fp32 accumulation (MI355X MFMA); ``hopper_fp8``: Hopper's FP8 wgmma
+            accumulator keeps ~``accum_mantissa_bits`` mantissa bits (SageAttention2 measured 13, FP22;
+            DeepSeek-V3 ~14), modelled as truncation after each k=32 MMA step, for both matmuls.
+        accum_flush_tiles: with ``hopper_fp8``, add the tensor-core accumulator into a true fp32
+            accumulator every N KV tiles (two-level accumulation, SageAttention2 / vLLM FA); 0 = never.
+        reciprocal: ``div``: O = acc / l (correctly rounded); ``rcp``: O = acc · fp32(1/l).
+        out_format: output rounding: bf16 nearest-even, bf16 truncation (CK's default conversion), fp32,
+            or e4m3fn scaled by the output amax (cuDNN FP8 on Hopper writes FP8 only).
+    """
+
+    name: str
+    source: str
+    q_format: str = "e4m3fn"
+    k_format: str = "e4m3fn"
+    v_format: str = "e4m3fn"
+    q_scale: str = "tensor"
+    k_scale: str = "tensor"
+    v_scale: str = "tensor"
+    scale_block_q: int = 128
+    scale_block_kv: int = 128
+    k_smoothing: bool = False
+    block_m: int = 128
+    block_n: int = 128
+    log2e_folded: bool = True
+    exp_method: str = "exp2"
+    mad_offset: float = 0.0
+    mad_rounding: str = "nearest"
+    p_format: str = "e4m3fn"
+    p_scale: str = "none"
+    p_scale_log2: int = 8
+    p_scale_granularity: str = "row"
+    p_block_max_log2: int = 64
+    rowsum: str = "fp32"
+    v_descale: str = "end"
+    accumulator: str = "fp32"
+    accum_mantissa_bits: int = 13
+    accum_flush_tiles: int = 0
+    reciprocal: str = "div"
+    out_format: str = "bf16_rne"
+    tags: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        choices = {
+            "q_format": QK_FORMATS, "k_format": QK_FORMATS, "v_format": QKV_FORMATS,
+            "q_scale": SCALE_GRANULARITIES, "k_scale": SCALE_GRANULARITIES,
+            "v_scale": SCALE_GRANULARITIES, "exp_method": EXP_METHODS, "p_format": P_FORMATS,
+            "p_scale": P_SCALES, "p_scale_granularity": P_SCALE_GRANULARITIES, "rowsum": ROWSUMS,
+            "v_descale": V_DESCALES, "accumulator": ACCUMULATORS, "reciprocal": RECIPROCALS,
+            "out_format": OUT_FORMATS, "mad_rounding": ("nearest", "trunc"),
+        }
+        for name, allowed in choices.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"recipe {self.name!r}: {name}={value!r} is not one of {allowed}")
+        if self.exp_method == "mad_fp8" and self.p_format != "e4m3fn":
+            raise ValueError(f"recipe {self.name!r}: exp_method='mad_fp8' produces e4m3fn bits, "
+                             f"p_format must be 'e4m3fn', not {self.p_format!r}")
+        if self.exp_method == "mad_fp8" and self.p_scale not in ("none", "pow2", "pow2_block"):
+            raise ValueError(f"recipe {self.name!r}: exp_method='mad_fp8' folds only power-of-two P scales "
+                             f"into its bias, not p_scale={self.p_scale!r}")
+        if "channel" in (self.q_scale, self.k_scale):
+            raise ValueError(f"recipe {self.name!r}: per-channel descales are supported for V only")
+        if self.v_scale == "block" and (self.v_descale != "tile" or self.scale_block_kv % self.block_n):
+            raise ValueError(f"recipe {self.name!r}: per-block V descales need v_descale='tile' and "
+                             f"scale_block_kv a multiple of block_n")
+        if self.p_scale == "tile_amax" and self.rowsum == "rounded":
+            raise ValueError(f"recipe {self.name!r}: rowsum='rounded' with tile_amax scaling is not modelled")
+        for name in ("block_m", "block_n", "scale_block_q", "scale_block_kv"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"recipe {self.name!r}: {name} must be >= 1")
+        if self.block_n % 32 and self.accumulator == "hopper_fp8":
+            raise ValueError(f"recipe {self.name!r}: hopper_fp8 accumulation needs block_n % 32 == 0")
+
+    @property
+    def p_is_fp8(self) -> bool:
+        return self.p_format in ("e4m3fn", "e4m3fnuz", "e5m2")
+
+    @property
+    def quantizes_inputs(self) -> bool:
+        return any(f not in ("bf16", "fp32") for f in (self.q_format, self.k_format, self.v_format))
+
+    def replace(self, **changes) -> Recipe:
+        """A copy with some fields changed (its name should change too)."""
+        return dataclasses.replace(self, **changes)
+
+    def short_str(self) -> str:
+        """Compact id of the numerics that differ from the defaults, for tables and test ids."""
+        default = Recipe(name="", source="")
+        diffs = [f"{f.name}={getattr(self, f.name)}" for f in dataclasses.fields(self)
+                 if f.name not in ("name", "source", "tags") and getattr(self, f.name) != getattr(default, f.name)]
+        return ",".join(diffs) or "defaults"
+
+
+_ZYFA = Recipe(
+    name="zyfa",
+    source=("ZYFA, arXiv 2611.07496 (DESIGN.md 'The three ZYFA techniques'): per-tensor e4m3fn Q/K/V on "
+            "MI355X (true fp32 MFMA accumulation); P bits from t by one multiply-add + integer conversion "
+            "(technique 1); P scaled per row and KV tile by a power of two chosen from the block max, row "
+            "sum from the rounded P (technique 3). Open choices set here by measurement (docs/numerics.md): "
+            "MAD with no offset and a truncating conversion (best measured, and the cheapest: the plain "
+            "float-to-int cast), per-row exponents, 128x128 tiles."),
+    exp_method="mad_fp8", mad_offset=0.0, mad_rounding="trunc",
+    p_scale="pow2_block", p_scale_granularity="row", rowsum="rounded",
+    tags=("zyfa",),
+)
+
+_NAMED: list[Recipe] = [
+    _ZYFA,
+    _ZYFA.replace(
+        name="zyfa-exp2",
+        source="ZYFA with technique 1 off: fp32 exp2 then an RNE cast to e4m3fn (same block scaling and sum).",
+        exp_method="exp2", tags=("zyfa", "ablation")),
+    _ZYFA.replace(
+        name="zyfa-fp32sum",
+        source="ZYFA with technique 3's normalization off: row sum from fp32 exp2 of the same scores.",
+        rowsum="fp32", tags=("zyfa", "ablation")),
+    _ZYFA.replace(
+        name="zyfa-noscale",
+        source="ZYFA with technique 3's block scaling off: MAD bits of P in (0, 1] (e = 0).",
+        p_scale="none", tags=("zyfa", "ablation")),
+    _ZYFA.replace(
+        name="zyfa-pow2fixed",
+        source="ZYFA with a fixed 2^8 P scale (FA3/FA4's choice) instead of per-block exponents.",
+        p_scale="pow2", p_scale_log2=8, tags=("zyfa", "ablation")),
+    _ZYFA.replace(
+        name="zyfa-tilescale",
+        source="ZYFA with one power-of-two exponent per 128x128 tile instead of per row and tile.",
+        p_scale_granularity="tile", tags=("zyfa", "ablation")),
+    Recipe(
+        name="ck",
+        source=("Composable Kernel fmha fwd fp8bf16, PERTENSOR (amd_peers.md s.1: "
+                "block_fmha_pipeline_qr_ks_vs[_async].hpp, fmha_fwd_kernel.hpp): P*448 before the cast, "
+                "row sum from fp32 P, O = acc/l * (vd/448), bf16 by truncation (CK_TILE_FLOAT_TO_BFLOAT16_"
+                "DEFAULT = TRUNCATE; the gfx950 epilogue is unconfirmed)"),
+        p_scale="fmax", block_m=128, block_n=128, v_descale="end", reciprocal="div",
+        out_format="bf16_trunc", tags=("amd",)),
+    Recipe(
+        name="ck-blockscale",
+        source=("Composable Kernel BLOCKSCALE (amd_peers.md s.1): Q descale per 128 query rows, K/V per "
+                "128 KV tokens; P = exp2(.. + 8) i.e. x2^8; V descale per tile; fp32 row sum; bf16 truncation"),
+        q_scale="block", k_scale="block", v_scale="block", p_scale="pow2", p_scale_log2=8,
+        v_descale="tile", out_format="bf16_trunc", tags=("amd",)),
+    Recipe(
+        name="aiter",
+        source=("AITER gfx950 assembly fmha_v3 fp8 hd128 (amd_peers.md s.2a, fwd_hd128_fp8.co, "
+                "disassembled): ts_qo=256, ts_kv=128; P cast to e4m3fn UNSCALED (P < ~2^-10 -> 0); serial "
+                "fp32 row sum of unrounded P; O = acc * (rcp(l) * vd); bf16 RNE (v_cvt_pk_bf16_f32)"),
+        block_m=256, block_n=128, p_scale="none", reciprocal="rcp", v_descale="end",
+        out_format="bf16_rne", tags=("amd",)),
+    Recipe(
+        name="aiter-triton",
+        source=("AITER Triton mha (amd_peers.md s.2b, _triton_kernels/attention/mha.py): descales per "
+                "(batch, head); P scaled by 448/amax over the BLOCK_M x BLOCK_N tile, the tile's P.V "
+                "product times amax/448*vd; fp32 row sum; 1/l; fp32 output"),
+        q_scale="head", k_scale="head", v_scale="head", block_m=128, block_n=64,
+        p_scale="tile_amax", v_descale="tile", reciprocal="rcp", out_format="fp32", tags=("amd",)),
+    Recipe(
+        name="triton-amd",
+        source=("flash_attn_triton_amd fwd_prefill.py (amd_peers.md s.3; Dao-AILab and aiter copies): "
+                "descales per (batch, kv head); scores in natural-log units, exp2((s - m)*RCP_LN2); "
+                "BLOCK_M=128, BLOCK_N=64; P cast UNSCALED; per-tile dot * vd; 1/l; fp32 output"),
+        q_scale="head_kv", k_scale="head", v_scale="head", block_m=128, block_n=64, log2e_folded=False,
+        p_scale="none", v_descale="tile", reciprocal="rcp", out_format="fp32", tags=("amd",)),
+    Recipe(
+        name="fa3",
+        source=("FlashAttention-3 FP8 forward, hopper/ (nvidia_peers.md s.1: softmax.h Max_offset=8, "
+                "flash_api.cpp descale (batch, num_heads_k)): P = exp2(t + 8) -> e4m3fn, fp32 row sum, "
+                "V descale at the end; Hopper FP8 wgmma accumulator never flushed to fp32 upstream"),
+        q_scale="head_kv", k_scale="head", v_scale="head", block_m=128, block_n=128,
+        p_scale="pow2", p_scale_log2=8, accumulator="hopper_fp8", accum_flush_tiles=0,
+        reciprocal="rcp", out_format="bf16_rne", tags=("nvidia",)),
+    Recipe(
+        name="sage2",
+        source=("SageAttention2 sm90 qk_int8_pv_fp8 (nvidia_peers.md s.5: qk_int_sv_f8_cuda_sm90.cuh): "
+                "INT8 Q/K with K smoothing (per 64-row Q blocks and 128-token K blocks here, a coarser stand-in "
+                "for per-thread scales), V e4m3 per channel, P x448 -> e4m3, fp32 row sum, FP8 accumulator "
+                "flushed into fp32 every KV tile"),
+        q_format="int8", k_format="int8", q_scale="block", k_scale="block", v_scale="channel",
+        scale_block_q=64, scale_block_kv=128, k_smoothing=True, block_m=64, block_n=128,
+        p_scale="fmax", accumulator="hopper_fp8", accum_flush_tiles=1, reciprocal="rcp",
+        out_format="bf16_rne", tags=("nvidia",)),
+    Recipe(
+        name="cudnn-fp8",
+        source=("cuDNN sdpa_fp8 on Hopper (nvidia_peers.md s.3; closed source): per-tensor descales, "
+                "scale_s = 448 on P (docs), FP8 e4m3 output with scale_o from the output amax. The row sum "
+                "source and accumulation are unknown: fp32 and a Hopper accumulator are assumed"),
+        p_scale="fmax", accumulator="hopper_fp8", reciprocal="rcp", out_format="e4m3fn",
+        tags=("nvidia", "assumed")),
+    Recipe(
+        name="bf16",
+        source=("BF16 flash attention (FA2/FA3/cuDNN BF16): bf16 Q/K/V, fp32 softmax, P rounded to bf16 "
+                "for the P.V matmul, fp32 row sum and accumulator, bf16 RNE output"),
+        q_format="bf16", k_format="bf16", v_format="bf16", q_scale="none", k_scale="none",
+        v_scale="none", p_format="bf16", p_scale="none", out_format="bf16_rne", tags=("baseline",)),
+    Recipe(
+        name="fp32",
+        source="Control: no quantization anywhere (fp32 inputs, P and output): the emulator's own fp32 error",
+        q_format="fp32", k_format="fp32", v_format="fp32", q_scale="none", k_scale="none", v_scale="none",
+        p_format="fp32", p_scale="none", out_format="fp32", tags=("baseline",)),
+]
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in _NAMED}
+
+
+def get_recipe(name: str | Recipe) -> Recipe:
+    """The named recipe; a :class:`Recipe` passes through. ValueError lists the known names."""
+    if isinstance(name, Recipe):
+        return name
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(RECIPES)}") from None
+
+
+def parse_recipes(spec: str) -> list[Recipe]:
+    """Comma-separated recipe names (``all`` for every named recipe) -> recipes."""
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    if not names:
+        raise ValueError("no recipe given")
+    if names == ["all"]:
+        return list(RECIPES.values())
+    return [get_recipe(n) for n in names]
