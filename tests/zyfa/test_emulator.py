@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from reference.attention import attention_fp64
-from zyfa.emulator import emulate
-from zyfa.formats import e4m3fn_mad_closed_form, round_to_bf16
+from zyfa.emulator import decode_e4m3fn_fast, emulate, round_to_fp8_fast, truncate_mantissa_fast
+from zyfa.formats import decode_fp8, e4m3fn_mad_closed_form, round_mantissa, round_to_bf16, round_to_fp8
 from zyfa.recipes import RECIPES, Recipe, get_recipe
 
 
@@ -221,3 +221,25 @@ def test_emulator_runs_unchanged_on_cuda():
         ref, _ = attention_fp64(cpu.q_deq, cpu.k_deq, cpu.v_deq, causal=True)
         e_cpu, e_gpu = _rel(cpu.out, ref), _rel(gpu.out.cpu(), ref)
         assert abs(e_cpu - e_gpu) < 0.01 * e_cpu, name
+
+
+@pytest.mark.parametrize("fmt", ["e4m3fn", "e4m3fnuz", "e5m2"])
+def test_fast_p_cast_is_bit_identical_to_ours(fmt):
+    g = torch.Generator().manual_seed(1)
+    x = torch.exp2(torch.empty(200_000).uniform_(-30, 20, generator=g)) * torch.randn(200_000, generator=g).sign()
+    x = torch.cat([x, torch.tensor([0.0, -0.0, 1e30, -1e30])])
+    fast, ours = round_to_fp8_fast(x, fmt), round_to_fp8(x, fmt, saturate=True)
+    assert torch.equal(fast.view(torch.int32), ours.view(torch.int32))
+
+
+def test_fast_decode_and_mantissa_truncation_are_bit_identical_to_ours():
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    fast, ours = decode_e4m3fn_fast(codes), decode_fp8(codes, "e4m3fn")
+    assert torch.equal(torch.isnan(fast), torch.isnan(ours))
+    finite = ~torch.isnan(ours)
+    assert torch.equal(fast[finite].view(torch.int32), ours[finite].view(torch.int32))
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(100_000, generator=g) * torch.exp2(torch.empty(100_000).uniform_(-140, 100, generator=g))
+    for bits in (7, 13, 14, 22):
+        assert torch.equal(truncate_mantissa_fast(x, bits).view(torch.int32),
+                           round_mantissa(x, bits, "trunc").view(torch.int32))
