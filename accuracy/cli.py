@@ -1,0 +1,305 @@
+"""``zyfa accuracy``: each recipe's error against the FP64 oracle, as a table (and optionally a result file).
+
+Examples::
+
+    zyfa accuracy --inputs gaussian --seq 4096 --head-dim 128 \\
+        --recipes zyfa,ck,aiter,aiter-triton,triton-amd,fa3,bf16
+    zyfa accuracy --inputs gaussian --seq 8192 --head-dim 192 --head-dim-v 128 --heads 8 --kv-heads 2 --causal
+    zyfa accuracy --inputs gaussian --outliers 0.001 --outlier-scale 10 --out results.jsonl
+    zyfa accuracy --inputs captures/smollm2.h5 --layers 0,3 --heads 0,1,2 --max-tokens 1024 --out r.csv
+
+Bad input (an unknown recipe, an unsupported head dim, a missing file) exits with status 2 and one line on
+stderr naming the problem. Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from accuracy.metrics import ERROR_METRICS
+
+DEFAULT_RECIPES = "zyfa,ck,aiter,aiter-triton,triton-amd,fa3,bf16"
+# Table columns by default: row keys of accuracy.runner.run_accuracy
+DEFAULT_COLUMNS = ("deq_rel_l2", "orig_rel_l2", "deq_sqnr_db", "deq_max_abs_err", "deq_row_rel_err_p99",
+                   "deq_lse_max_abs_err", "p_flushed_frac", "time_emulate_s")
+# Columns --metrics may name, besides deq_/orig_ + ERROR_METRICS (a bare metric name means both)
+OTHER_COLUMNS = ("has_nan", "nonfinite_frac", "p_flushed_frac", "time_emulate_s", "time_ref_deq_s",
+                 "time_ref_orig_s", "ref_deq_source", "recipe_short", "deq_zero_ref_rows_max_abs_err",
+                 "orig_zero_ref_rows_max_abs_err")
+GAUSSIAN_DEFAULTS = {"seq": 4096, "head_dim": 128, "heads": "4", "batch": 1, "std": 1.0, "outliers": 0.0,
+                     "outlier_scale": 10.0, "outlier_tensors": "qk", "dtype": "bf16"}
+
+
+class UsageError(ValueError):
+    """A bad command line (reported with exit status 2)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``zyfa accuracy`` flags."""
+    parser.epilog = (
+        "deq_* metrics compare with the FP64 oracle on the dequantized inputs the recipe saw (the kernel's own "
+        "arithmetic); orig_* with the FP64 oracle on the original inputs (adds the Q/K/V quantization).")
+    parser.add_argument("--inputs", default="gaussian",
+                        help="'gaussian', or capture file(s) (.h5), comma-separated (default: gaussian)")
+    parser.add_argument("--recipes", default=DEFAULT_RECIPES,
+                        help=f"comma-separated recipe names, or 'all' (default: {DEFAULT_RECIPES})")
+    g = parser.add_argument_group("Gaussian inputs")
+    g.add_argument("--seq", type=int, help="tokens (queries = keys), default 4096")
+    g.add_argument("--head-dim", type=int, help="QK head dim: 64, 128, 256, 192 or 576 (default 128)")
+    g.add_argument("--head-dim-v", type=int, help="V head dim if different (MLA: 192/128, 576/512)")
+    g.add_argument("--heads", help="query heads (default 4); for captures: comma-separated head indices")
+    g.add_argument("--kv-heads", type=int, help="KV heads (default: --heads; fewer for GQA/MQA)")
+    g.add_argument("--batch", type=int, help="batch size (default 1)")
+    g.add_argument("--std", type=float, help="standard deviation of the entries (default 1.0)")
+    g.add_argument("--outliers", type=float, metavar="FRAC",
+                   help="fraction of entries with an outlier added (FA3 paper: 0.001; default 0)")
+    g.add_argument("--outlier-scale", type=float, metavar="S",
+                   help="outlier standard deviation relative to --std (default 10)")
+    g.add_argument("--outlier-tensors", metavar="QKV", help="which tensors get outliers (default qk)")
+    g.add_argument("--dtype", choices=("bf16", "fp32"), help="dtype of the original inputs (default bf16)")
+    m = parser.add_argument_group("masking (Gaussian inputs; captures carry their own)")
+    m.add_argument("--causal", action="store_true", help="causal mask")
+    m.add_argument("--window", type=int, metavar="N", help="sliding window of N keys (HF convention)")
+    c = parser.add_argument_group("capture inputs")
+    c.add_argument("--layers", help="comma-separated layer indices (default: all)")
+    c.add_argument("--max-tokens", type=int, metavar="N", help="keep the first N tokens")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the Gaussian inputs and the run (default 0)")
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
+                        help="where the emulator and the oracle run (default auto: cuda if available)")
+    parser.add_argument("--out", metavar="PATH", help="write result rows to PATH (.jsonl or .csv)")
+    parser.add_argument("--metrics", metavar="LIST",
+                        help="table columns: row keys (deq_rel_l2, p_flushed_frac, ...) or bare metric names "
+                             f"({', '.join(ERROR_METRICS)}) meaning deq_ and orig_; default "
+                             f"{','.join(DEFAULT_COLUMNS)}")
+    parser.add_argument("--per-input", action="store_true",
+                        help="one table row per (input, recipe) instead of per recipe over all inputs")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``zyfa accuracy``; 0 on success, 2 on bad input (message on stderr, no traceback)."""
+    try:
+        recipes = _parse_recipes(args.recipes)
+        columns = _parse_columns(args.metrics)
+        out = _check_out(args.out)
+        inputs = _load_inputs(args)
+    except (ValueError, FileNotFoundError) as e:
+        return _fail(e)
+
+    from accuracy.runner import resolve_device, run_accuracy, write_results
+
+    t0 = time.perf_counter()
+    try:
+        device = resolve_device(args.device)
+        rows = run_accuracy(inputs, recipes, device=device, progress=not args.no_progress, seed=args.seed)
+    except ValueError as e:
+        return _fail(e)
+    wall = time.perf_counter() - t0
+
+    prov = rows.provenance
+    commit = (prov.get("git_commit") or "no git")[:10] + ("+dirty" if prov.get("git_dirty") else "")
+    print(f"zyfa accuracy  run {prov.get('run_id')}  zyfa {prov.get('zyfa_version')} @ {commit}  "
+          f"torch {prov.get('torch')}  device {prov.get('device')} ({prov.get('device_name')})")
+    names = [inp.name for inp in inputs]
+    print("input: " + (names[0] if len(names) == 1 else f"{len(names)} inputs ({names[0]}, ..., {names[-1]})"))
+    print()
+    print(format_table(rows, columns, per_input=args.per_input or len(inputs) == 1))
+    print()
+    print("deq_: vs FP64 on the dequantized inputs the recipe saw (its arithmetic); "
+          "orig_: vs FP64 on the original inputs (adds Q/K/V quantization).")
+    nan_recipes = sorted({r["recipe"] for r in rows if r.get("has_nan")})
+    if nan_recipes:
+        print(f"NaN/Inf in the output of: {', '.join(nan_recipes)}")
+    if out is not None:
+        write_results(rows, out)
+        print(f"wrote {len(rows)} rows to {out}")
+    print(f"wall time {wall:.1f} s;  repro: {repro_command(args)}")
+    return 0
+
+
+def _fail(e: BaseException) -> int:
+    print(f"zyfa accuracy: error: {e}", file=sys.stderr)
+    return 2
+
+
+def _parse_recipes(spec: str):
+    from zyfa.recipes import parse_recipes
+
+    return parse_recipes(spec)
+
+
+def _parse_columns(spec: str | None) -> list[str]:
+    if not spec:
+        return list(DEFAULT_COLUMNS)
+    known = {f"{p}{m}" for p in ("deq_", "orig_") for m in ERROR_METRICS} | set(OTHER_COLUMNS)
+    cols: list[str] = []
+    for name in (s.strip() for s in spec.split(",") if s.strip()):
+        expanded = [f"deq_{name}", f"orig_{name}"] if name in ERROR_METRICS else [name]
+        for col in expanded:
+            if col not in known:
+                raise UsageError(f"unknown metric {name!r}; known: {', '.join(ERROR_METRICS)}, "
+                                 f"or a column such as {', '.join(OTHER_COLUMNS[:5])}")
+            if col not in cols:
+                cols.append(col)
+    if not cols:
+        raise UsageError("--metrics names no metric")
+    return cols
+
+
+def _check_out(out: str | None) -> Path | None:
+    if out is None:
+        return None
+    path = Path(out)
+    if path.suffix.lower() not in (".jsonl", ".csv"):
+        raise UsageError(f"--out must end in .jsonl or .csv, got {out!r}")
+    if path.parent != Path("") and not path.parent.exists():
+        raise FileNotFoundError(f"--out: directory {path.parent} does not exist")
+    return path
+
+
+def _int_list(spec: str, flag: str) -> list[int]:
+    try:
+        return [int(s) for s in spec.split(",") if s.strip()]
+    except ValueError:
+        raise UsageError(f"{flag} takes comma-separated integers, got {spec!r}") from None
+
+
+def _load_inputs(args: argparse.Namespace) -> list:
+    from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+
+    items = [s.strip() for s in args.inputs.split(",") if s.strip()]
+    if not items:
+        raise UsageError("--inputs is empty")
+    files = [s for s in items if s != "gaussian"]
+    gaussian = len(files) < len(items)
+    if not gaussian:
+        gaussian_only = [k for k in GAUSSIAN_DEFAULTS if k != "heads"] + ["kv_heads", "head_dim_v", "window"]
+        given = [f"--{k.replace('_', '-')}" for k in gaussian_only if getattr(args, k) is not None]
+        if args.causal:
+            given.append("--causal")
+        if given:
+            raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to Gaussian inputs; "
+                             "captures carry their own shape and mask (use --max-tokens, --layers, --heads)")
+    elif not files and (args.layers is not None or args.max_tokens is not None):
+        raise UsageError("--layers and --max-tokens apply to capture inputs (--inputs path/to/capture.h5)")
+    if files and gaussian and args.heads is not None:
+        raise UsageError("--heads means a head count for Gaussian inputs and head indices for captures; "
+                         "run them separately")
+    for f in files:
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"no such input file: {f} (--inputs takes 'gaussian' or capture .h5 files)")
+
+    inputs = []
+    if gaussian:
+        opts = {k: (getattr(args, k) if getattr(args, k) is not None else d) for k, d in GAUSSIAN_DEFAULTS.items()}
+        try:
+            heads = int(opts["heads"])
+        except ValueError:
+            raise UsageError(f"for Gaussian inputs --heads is the number of query heads, got {opts['heads']!r}") \
+                from None
+        spec = GaussianSpec(
+            batch=opts["batch"], heads_q=heads, heads_kv=args.kv_heads if args.kv_heads is not None else heads,
+            seq=opts["seq"], head_dim=opts["head_dim"], head_dim_v=args.head_dim_v, causal=args.causal,
+            window=args.window, std=opts["std"], outlier_frac=opts["outliers"],
+            outlier_scale=opts["outlier_scale"], outlier_tensors=opts["outlier_tensors"], seed=args.seed,
+            dtype=opts["dtype"])
+        inputs.append(make_gaussian(spec))
+    layers = _int_list(args.layers, "--layers") if args.layers is not None else None
+    heads = _int_list(args.heads, "--heads") if (files and args.heads is not None) else None
+    for f in files:
+        inputs.extend(capture_inputs(f, layers=layers, heads=heads, max_tokens=args.max_tokens))
+    return inputs
+
+
+# ---------------------------------------------------------------------------------------------- table
+
+def _fmt(col: str, v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, str):
+        return v
+    if isinstance(v, float) and math.isnan(v):
+        return "nan"
+    if isinstance(v, float) and math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if col.endswith("_db"):
+        return f"{v:.2f}"
+    if col.endswith("cosine"):
+        return f"{v:.6f}"
+    if col.endswith("_s"):
+        return f"{v:.2f}"
+    if col.endswith("_frac"):
+        return f"{v:.3g}"
+    if isinstance(v, int):
+        return str(v)
+    return f"{v:.3e}"
+
+
+def _aggregate(rows: list[dict], col: str):
+    vals = [r.get(col) for r in rows if r.get(col) is not None]
+    if not vals:
+        return None
+    if all(isinstance(v, bool) for v in vals):
+        return any(vals)
+    if any(isinstance(v, str) for v in vals):
+        return vals[0] if len(set(vals)) == 1 else "mixed"
+    if col.endswith("_max") or "max_abs" in col:
+        return max(vals)
+    if col.startswith("time_"):
+        return sum(vals)
+    return sum(vals) / len(vals)
+
+
+def format_table(rows: Sequence[dict], columns: Sequence[str], *, per_input: bool = True) -> str:
+    """A Markdown (GitHub) table, recipes in the order run: one line per row, or per recipe aggregated over
+    the inputs (mean; max for maxima; sum for times)."""
+    if per_input:
+        lead = ["recipe"] + (["input"] if len({r["input"] for r in rows}) > 1 else [])
+        body = [[r["recipe"]] + ([r["input"]] if len(lead) > 1 else []) + [_fmt(c, r.get(c)) for c in columns]
+                for r in rows]
+    else:
+        lead = ["recipe", "inputs"]
+        order = list(dict.fromkeys(r["recipe"] for r in rows))
+        body = []
+        for name in order:
+            group = [r for r in rows if r["recipe"] == name]
+            body.append([name, str(len(group))] + [_fmt(c, _aggregate(group, c)) for c in columns])
+    header = lead + list(columns)
+    widths = [max(len(header[i]), *(len(b[i]) for b in body)) for i in range(len(header))]
+    n_lead = len(lead)
+
+    def line(cells):
+        return "| " + " | ".join(c.ljust(w) if i < n_lead else c.rjust(w)
+                                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))) + " |"
+
+    sep = "|" + "|".join(("-" * (w + 2)) if i < n_lead else ("-" * (w + 1) + ":")
+                         for i, w in enumerate(widths)) + "|"
+    out = [line(header), sep, *(line(b) for b in body)]
+    if not per_input:
+        out.append("(per recipe: mean over inputs; max for maxima; sum for times)")
+    return "\n".join(out)
+
+
+def repro_command(args: argparse.Namespace) -> str:
+    """The command line that reproduces this run (flags at their defaults left out)."""
+    parts = ["zyfa", "accuracy", "--inputs", args.inputs, "--recipes", args.recipes]
+    for flag in ("seq", "head_dim", "head_dim_v", "heads", "kv_heads", "batch", "std", "outliers",
+                 "outlier_scale", "outlier_tensors", "dtype", "window", "layers", "max_tokens"):
+        v = getattr(args, flag)
+        if v is not None:
+            parts += [f"--{flag.replace('_', '-')}", str(v)]
+    if args.causal:
+        parts.append("--causal")
+    if args.seed:
+        parts += ["--seed", str(args.seed)]
+    if args.device != "auto":
+        parts += ["--device", args.device]
+    return shlex.join(parts)

@@ -1,0 +1,285 @@
+"""Attention inputs for the accuracy runner: seeded Gaussian specs and captured model activations.
+
+Exposed:
+    AttentionInput           one (q, k, v) problem with its mask, scale and metadata (incl. content hash)
+    GaussianSpec             frozen, validated description of a Gaussian input (FA3-style outliers optional)
+    make_gaussian(spec)      -> AttentionInput, deterministic in ``spec.seed``
+    capture_inputs(path, layers=None, heads=None, max_tokens=None) -> list[AttentionInput]
+    content_hash(*tensors)   sha256 of dtypes, shapes and bytes, first 16 hex digits
+
+Tensors are (batch, heads, seq, head_dim); K/V keep their own ``heads_kv`` (GQA/MQA not expanded).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import numbers
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = [
+    "SUPPORTED_HEAD_DIMS",
+    "AttentionInput",
+    "GaussianSpec",
+    "capture_inputs",
+    "content_hash",
+    "file_sha256",
+    "make_gaussian",
+]
+
+# (d_qk, d_v) pairs: the standard head dims, MLA (192/128) and absorbed MLA (576/512)
+SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128), (576, 512))
+_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass
+class AttentionInput:
+    """One attention problem.
+
+    Attributes:
+        name: readable id, used in tables and result rows.
+        q: (b, h_q, s_q, d_qk); k: (b, h_kv, s_k, d_qk); v: (b, h_kv, s_k, d_v); h_q % h_kv == 0.
+        causal, window, sm_scale: as in ``reference.attention_fp64`` (sm_scale None = 1/sqrt(d_qk)).
+        meta: provenance of the data: ``source`` ("gaussian" or "capture"), ``content_hash`` of q/k/v, and
+            the spec or the capture file's sha256, model, layer and heads.
+    """
+
+    name: str
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    causal: bool = False
+    window: int | None = None
+    sm_scale: float | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for t, x in (("q", self.q), ("k", self.k), ("v", self.v)):
+            if not isinstance(x, torch.Tensor) or x.dim() != 4:
+                raise ValueError(f"input {self.name!r}: {t} must be a 4-D tensor (batch, heads, seq, head_dim)")
+        b, h_q, s_q, d_qk = self.q.shape
+        if self.k.shape[:2] != self.v.shape[:2] or self.k.shape[2] != self.v.shape[2]:
+            raise ValueError(f"input {self.name!r}: k {tuple(self.k.shape)} and v {tuple(self.v.shape)} differ")
+        if self.k.shape[0] != b or self.k.shape[3] != d_qk:
+            raise ValueError(f"input {self.name!r}: q {tuple(self.q.shape)} and k {tuple(self.k.shape)} differ")
+        if self.k.shape[1] < 1 or h_q % self.k.shape[1]:
+            raise ValueError(f"input {self.name!r}: {h_q} query heads not a multiple of {self.k.shape[1]} kv heads")
+        if self.window is not None and not (_is_int(self.window) and self.window >= 1):
+            raise ValueError(f"input {self.name!r}: window must be an int >= 1 or None, got {self.window!r}")
+
+    @property
+    def shape(self) -> dict[str, int]:
+        """batch, heads_q, heads_kv, seq_q, seq_k, head_dim, head_dim_v."""
+        b, h_q, s_q, d_qk = self.q.shape
+        return {"batch": b, "heads_q": h_q, "heads_kv": self.k.shape[1], "seq_q": s_q, "seq_k": self.k.shape[2],
+                "head_dim": d_qk, "head_dim_v": self.v.shape[3]}
+
+    def to(self, device: torch.device | str) -> AttentionInput:
+        """A copy with q, k, v on ``device`` (same object if already there)."""
+        if self.q.device == torch.device(device):
+            return self
+        return dataclasses.replace(self, q=self.q.to(device), k=self.k.to(device), v=self.v.to(device))
+
+
+@dataclass(frozen=True)
+class GaussianSpec:
+    """A seeded Gaussian attention input.
+
+    Entries are std·N(0, 1); with ``outlier_frac`` > 0, each entry of the tensors named in
+    ``outlier_tensors`` (Q and K by default) gets an extra std·outlier_scale·N(0, 1) with probability
+    ``outlier_frac``: at std 1 this is the FA3 paper's N(0,1) + N(0, outlier_scale²)·Bernoulli(outlier_frac)
+    (outlier_scale 10, outlier_frac 0.001 there). The bulk draws come first from one ``torch.Generator``,
+    so specs that differ only in their outliers share the same bulk values.
+
+    Attributes:
+        head_dim, head_dim_v: one of :data:`SUPPORTED_HEAD_DIMS`; head_dim_v None means head_dim.
+        dtype: "bf16" or "fp32": values are drawn in fp32 and rounded to this dtype.
+    """
+
+    batch: int = 1
+    heads_q: int = 4
+    heads_kv: int = 4
+    seq: int = 4096
+    head_dim: int = 128
+    head_dim_v: int | None = None
+    causal: bool = False
+    window: int | None = None
+    std: float = 1.0
+    outlier_frac: float = 0.0
+    outlier_scale: float = 10.0
+    outlier_tensors: str = "qk"
+    seed: int = 0
+    dtype: str = "bf16"
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "heads_q", "heads_kv", "seq", "seed"):
+            value = getattr(self, name)
+            if not _is_int(value):
+                raise ValueError(f"{name} must be an int, got {value!r}")
+        for name in ("batch", "heads_q", "heads_kv", "seq"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.heads_q % self.heads_kv:
+            raise ValueError(f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})")
+        if (self.head_dim, self.d_v) not in SUPPORTED_HEAD_DIMS:
+            pairs = ", ".join(f"{a}" if a == b else f"{a}/{b}" for a, b in SUPPORTED_HEAD_DIMS)
+            raise ValueError(f"unsupported head dim {self.head_dim}/{self.d_v} (qk/v); supported: {pairs}")
+        if self.window is not None and not (_is_int(self.window) and self.window >= 1):
+            raise ValueError(f"window must be an int >= 1 or None, got {self.window!r}")
+        if not (math.isfinite(self.std) and self.std > 0):
+            raise ValueError(f"std must be finite and > 0, got {self.std}")
+        if not 0.0 <= self.outlier_frac <= 1.0:
+            raise ValueError(f"outlier_frac must be in [0, 1], got {self.outlier_frac}")
+        if not (math.isfinite(self.outlier_scale) and self.outlier_scale >= 0):
+            raise ValueError(f"outlier_scale must be finite and >= 0, got {self.outlier_scale}")
+        if not self.outlier_tensors or set(self.outlier_tensors) - set("qkv"):
+            raise ValueError(f"outlier_tensors must be letters of 'qkv', got {self.outlier_tensors!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+
+    @property
+    def d_v(self) -> int:
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
+
+    @property
+    def name(self) -> str:
+        hd = f"{self.head_dim}" if self.d_v == self.head_dim else f"{self.head_dim}-{self.d_v}"
+        parts = [f"gaussian-b{self.batch}-h{self.heads_q}x{self.heads_kv}-s{self.seq}-d{hd}"]
+        if self.causal:
+            parts.append("causal")
+        if self.window is not None:
+            parts.append(f"w{self.window}")
+        if self.std != 1.0:
+            parts.append(f"std{self.std:g}")
+        if self.outlier_frac > 0:
+            parts.append(f"out{self.outlier_frac:g}x{self.outlier_scale:g}{self.outlier_tensors}")
+        if self.dtype != "bf16":
+            parts.append(self.dtype)
+        parts.append(f"seed{self.seed}")
+        return "-".join(parts)
+
+
+def make_gaussian(spec: GaussianSpec) -> AttentionInput:
+    """Draw the input described by ``spec`` (bit-identical for the same spec, on CPU)."""
+    gen = torch.Generator(device="cpu").manual_seed(spec.seed)
+    shapes = {
+        "q": (spec.batch, spec.heads_q, spec.seq, spec.head_dim),
+        "k": (spec.batch, spec.heads_kv, spec.seq, spec.head_dim),
+        "v": (spec.batch, spec.heads_kv, spec.seq, spec.d_v),
+    }
+    x = {t: torch.randn(s, generator=gen, dtype=torch.float32).mul_(spec.std) for t, s in shapes.items()}
+    n_outliers = {}
+    if spec.outlier_frac > 0:
+        for t in "qkv":  # fixed order, so which tensors get outliers does not change the others' draws
+            hit = torch.rand(shapes[t], generator=gen) < spec.outlier_frac
+            big = torch.randn(shapes[t], generator=gen).mul_(spec.std * spec.outlier_scale)
+            if t in spec.outlier_tensors:
+                x[t].add_(torch.where(hit, big, 0.0))
+                n_outliers[t] = int(hit.sum())
+    dtype = _DTYPES[spec.dtype]
+    q, k, v = (x[t].to(dtype) for t in "qkv")
+    meta = {
+        "source": "gaussian",
+        "spec": dataclasses.asdict(spec),
+        "content_hash": content_hash(q, k, v),
+    }
+    if n_outliers:
+        meta["outlier_counts"] = n_outliers
+    return AttentionInput(name=spec.name, q=q, k=k, v=v, causal=spec.causal, window=spec.window,
+                          sm_scale=None, meta=meta)
+
+
+def content_hash(*tensors: torch.Tensor) -> str:
+    """sha256 over each tensor's dtype, shape and raw bytes; the first 16 hex digits."""
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def file_sha256(path: str | Path, *, chunk: int = 1 << 20) -> str:
+    """sha256 of a file's bytes (full hex digest)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def capture_inputs(
+    path: str | Path,
+    layers: list[int] | None = None,
+    heads: list[int] | None = None,
+    max_tokens: int | None = None,
+) -> list[AttentionInput]:
+    """One input per captured layer of an HDF5 capture (:func:`capture.store.read_capture`).
+
+    Args:
+        path: capture file written by ``zyfa capture``.
+        layers: layer indices to keep (None: every complete layer); an absent layer is an error.
+        heads: the model's query-head indices to keep (None: all captured). The KV heads they use come along,
+            so GQA structure is kept; a selection that does not form equal groups gets one KV head per query
+            head (``capture.store``'s rule).
+        max_tokens: keep the first N tokens of the sequence (a prefix, so causal masks stay valid).
+
+    Per-tensor FP8 scales are then computed over the selected heads and tokens only.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"capture file not found: {path}")
+    if max_tokens is not None and not (_is_int(max_tokens) and max_tokens >= 1):
+        raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
+    from capture.store import read_capture
+
+    file_hash = file_sha256(path)
+    inputs = [_from_record(rec, path, file_hash, max_tokens)
+              for rec in read_capture(path, layers=layers, heads=heads)]
+    if not inputs:
+        raise ValueError(f"{path}: the capture holds no complete layers")
+    return inputs
+
+
+# root attributes of a capture copied into each input's meta (capture.store.REQUIRED_ROOT and friends)
+_CAPTURE_META = ("model", "model_source", "model_package", "model_sha256", "text_source", "text_sha256",
+                 "seq_len", "dtype", "transformers_version", "git_commit", "created")
+
+
+def _from_record(rec, path: Path, file_hash: str, max_tokens: int | None) -> AttentionInput:
+    q, k, v = rec.q, rec.k, rec.v
+    if max_tokens is not None:
+        q, k, v = q[:, :, :max_tokens], k[:, :, :max_tokens], v[:, :, :max_tokens]
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    model_tag = str(rec.model).rstrip("/").split("/")[-1] or path.stem
+    name = f"{model_tag}-L{rec.layer}"
+    if rec.layer_type:
+        name += f"-{rec.layer_type}"
+    root = rec.meta or {}
+    all_heads = root.get("num_q_heads")
+    if all_heads is None or list(rec.q_heads) != list(range(int(all_heads))):
+        name += "-h" + ".".join(map(str, rec.q_heads))
+    name += f"-s{q.shape[2]}"
+    meta = {
+        "source": "capture",
+        "file": path.name,
+        "file_sha256": file_hash,
+        **{key: root[key] for key in _CAPTURE_META if key in root},
+        "layer": int(rec.layer),
+        "layer_type": str(rec.layer_type),
+        "q_heads": list(rec.q_heads),
+        "kv_heads": list(rec.kv_heads),
+        "max_tokens": max_tokens,
+        "content_hash": content_hash(q, k, v),
+    }
+    return AttentionInput(name=name, q=q, k=k, v=v, causal=bool(rec.causal), window=rec.window,
+                          sm_scale=float(rec.sm_scale), meta=meta)
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
