@@ -65,7 +65,9 @@ class Recipe:
         v_descale: apply V's descale to each tile's P·V product (``tile``) or once to the output (``end``).
         accumulator: ``fp32`` true fp32 accumulation (MI355X MFMA); ``hopper_fp8``: Hopper's FP8 wgmma
             accumulator keeps ~``accum_mantissa_bits`` mantissa bits (SageAttention2 measured 13, FP22;
-            DeepSeek-V3 ~14), modelled as truncation after each k=32 MMA step, for both matmuls.
+            DeepSeek-V3 ~14): at each k=32 MMA step the products and the accumulator are aligned to the
+            largest and truncated to that many bits below it (fitted on the H200; zyfa.emulator._mma);
+            modelled on P·V, whose chain crosses KV tiles (Q·K's short chain from zero is taken as fp32).
         accum_flush_tiles: with ``hopper_fp8``, add the tensor-core accumulator into a true fp32
             accumulator every N KV tiles (two-level accumulation, SageAttention2 / vLLM FA); 0 = never.
         reciprocal: ``div``: O = acc / l (correctly rounded); ``rcp``: O = acc · fp32(1/l).
@@ -162,9 +164,10 @@ _ZYFA = Recipe(
             "MI355X (true fp32 MFMA accumulation); P bits from t by one multiply-add + integer conversion "
             "(technique 1); P scaled per row and KV tile by a power of two chosen from the block max, row "
             "sum from the rounded P (technique 3). Open choices set here by measurement (docs/numerics.md): "
-            "MAD with no offset and a truncating conversion (best measured, and the cheapest: the plain "
-            "float-to-int cast), per-row exponents, 128x128 tiles."),
-    exp_method="mad_fp8", mad_offset=0.0, mad_rounding="trunc",
+            "MAD with a truncating conversion (the plain float-to-int cast) and an offset of 1/16 code, "
+            "which keeps each row max off the conversion's rounding boundary so a fused multiply-add is "
+            "exact there (as accurate as the best measured), per-row exponents, 128x128 tiles."),
+    exp_method="mad_fp8", mad_offset=0.0625, mad_rounding="trunc",
     p_scale="pow2_block", p_scale_granularity="row", rowsum="rounded",
     tags=("zyfa",),
 )
@@ -191,6 +194,12 @@ _NAMED: list[Recipe] = [
         name="zyfa-tilescale",
         source="ZYFA with one power-of-two exponent per 128x128 tile instead of per row and tile.",
         p_scale_granularity="tile", tags=("zyfa", "ablation")),
+    _ZYFA.replace(
+        name="zyfa-hopper",
+        source=("ZYFA's numerics as our Triton kernel runs them fast on the H200: Hopper's FP8 wgmma "
+                "accumulator flushed into fp32 after every KV tile (the MI355X's MFMA accumulates in true "
+                "fp32, which Hopper can only approach by flushing every k=32 step at half the speed)"),
+        accumulator="hopper_fp8", accum_flush_tiles=1, tags=("zyfa", "hopper")),
     Recipe(
         name="ck",
         source=("Composable Kernel fmha fwd fp8bf16, PERTENSOR (amd_peers.md s.1: "

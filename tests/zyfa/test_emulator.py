@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from reference.attention import attention_fp64
-from zyfa.emulator import decode_e4m3fn_fast, emulate, round_to_fp8_fast, truncate_mantissa_fast
-from zyfa.formats import decode_fp8, e4m3fn_mad_closed_form, round_mantissa, round_to_bf16, round_to_fp8
+from zyfa.emulator import _mma, decode_e4m3fn_fast, emulate, round_to_fp8_fast
+from zyfa.formats import decode_fp8, e4m3fn_mad_closed_form, round_to_bf16, round_to_fp8
 from zyfa.recipes import RECIPES, Recipe, get_recipe
 
 
@@ -138,17 +138,23 @@ def test_per_block_exponent_puts_each_block_max_in_the_top_octave():
 
 
 def test_hopper_accumulator_model_and_flush():
-    q, k, v = _qkv(h=2, s_q=128, s_k=2048, d=128, std=0.5)
+    # Positive V over 4096 keys: the never-flushed FP8 accumulator (FA3 upstream) loses mass at every
+    # aligned step (measured on the H200: -6.9% at K=4096 on positive data); a flush every tile restores it.
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 128, 128, generator=g) * 0.5
+    k = torch.randn(1, 2, 4096, 128, generator=g) * 0.5
+    v = torch.rand(1, 2, 4096, 128, generator=g) + 0.5
     base = get_recipe("fa3")
-    true_fp32 = base.replace(name="fa3-fp32acc", accumulator="fp32")
-    wide = base.replace(name="fa3-23bits", accum_mantissa_bits=23)
-    flushed = base.replace(name="fa3-flush1", accum_flush_tiles=1)
-    out = {r.name: emulate(q, k, v, r).out for r in (base, true_fp32, wide, flushed)}
-    ref, _ = attention_fp64(*[x for x in emulate(q, k, v, base).__dict__.values()][2:5])
-    err = {n: _rel(o, ref) for n, o in out.items()}
-    assert not torch.equal(out["fa3"], out["fa3-fp32acc"])
-    assert err["fa3"] > err["fa3-flush1"] >= err["fa3-fp32acc"] * 0.99
-    assert _rel(out["fa3-23bits"], out["fa3-fp32acc"].double()) < 1e-3
+    recipes = (base, base.replace(name="fa3-flush1", accum_flush_tiles=1),
+               base.replace(name="fa3-fp32", accumulator="fp32"))
+    err, bias = {}, {}
+    for r in recipes:
+        emu = emulate(q, k, v, r)
+        ref, _ = attention_fp64(emu.q_deq, emu.k_deq, emu.v_deq)
+        err[r.name], bias[r.name] = _rel(emu.out, ref), ((emu.out.double() - ref).mean() / ref.mean()).item()
+    assert err["fa3"] > 10 * err["fa3-flush1"]
+    assert bias["fa3"] < -0.03  # systematic loss, not noise
+    assert err["fa3-flush1"] < 1.5 * err["fa3-fp32"]
 
 
 def test_output_rounding_modes():
@@ -232,14 +238,28 @@ def test_fast_p_cast_is_bit_identical_to_ours(fmt):
     assert torch.equal(fast.view(torch.int32), ours.view(torch.int32))
 
 
-def test_fast_decode_and_mantissa_truncation_are_bit_identical_to_ours():
+def test_fast_decode_is_bit_identical_to_ours():
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     fast, ours = decode_e4m3fn_fast(codes), decode_fp8(codes, "e4m3fn")
     assert torch.equal(torch.isnan(fast), torch.isnan(ours))
     finite = ~torch.isnan(ours)
     assert torch.equal(fast[finite].view(torch.int32), ours[finite].view(torch.int32))
-    g = torch.Generator().manual_seed(2)
-    x = torch.randn(100_000, generator=g) * torch.exp2(torch.empty(100_000).uniform_(-140, 100, generator=g))
-    for bits in (7, 13, 14, 22):
-        assert torch.equal(truncate_mantissa_fast(x, bits).view(torch.int32),
-                           round_mantissa(x, bits, "trunc").view(torch.int32))
+
+
+def test_hopper_accumulator_aligns_each_step_to_its_largest_term():
+    # One k=32 step: a product of 2^20 next to ones keeps 13 bits below 2^20, so the ones (2^0 < 2^7) vanish.
+    a = torch.ones(1, 32)
+    b = torch.ones(32, 1)
+    a[0, 0] = 2.0**10
+    b[0, 0] = 2.0**10
+    assert _mma(a, b, None, 13).item() == 2.0**20
+    assert _mma(a, b, None, None).item() == 2.0**20 + 31
+    # the incoming accumulator is aligned too: 2^20 + 2^6 loses its 2^6 against a 2^20 step
+    acc = torch.tensor([[2.0**6]])
+    assert _mma(a, b, acc, 13).item() == 2.0**20
+    assert _mma(a, b, acc, 14).item() == 2.0**20 + 64
+    # small integer operands with no large term are exact
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-8, 8, (4, 32), generator=g).float()
+    y = torch.randint(-8, 8, (32, 3), generator=g).float()
+    assert torch.equal(_mma(x, y, None, 13), x @ y)

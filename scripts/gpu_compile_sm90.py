@@ -1,0 +1,103 @@
+"""Compile the FP8 attention kernel for sm_90a without a GPU (Triton's bundled ptxas) and count SASS ops.
+
+Usage: python scripts/gpu_compile_sm90.py [--recipe zyfa] [--dqk 128 --dv 128] [--causal] [--ws] [--no-tma]
+Prints registers, spills, shared memory and an instruction histogram (QGMMA, MUFU.EX2, F2I, F2FP, I2F ...).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+
+def compile_variant(recipe="zyfa", dqk=128, dv=128, causal=False, window=False, ws=False, tma=True,
+                    block_m=128, num_warps=8, num_stages=2, mad_cvt=0, overrides=None, maxnreg=None):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from zyfa.kernels import _triton_fp8 as K
+    from zyfa.kernels.attention_fp8 import kernel_plan
+
+    plan = kernel_plan(recipe)
+    d1, d2 = (128, 64) if dqk == 192 else (dqk, 0)
+    out_ty = "*fp32" if plan.out_mode == 2 else "*bf16"
+    sig = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "O": out_ty, "LSE": "*fp32", "QD": "*fp32",
+           "KD": "*fp32", "VD": "*fp32", "seq_q": "i32", "seq_k": "i32", "seq_k_pad": "i32", "heads_q": "i32",
+           "heads_kv": "i32", "window": "i32", "sm_scale_log2e": "fp32", "mad_bias": "fp32"}
+    const = dict(CAUSAL=causal or window, WINDOW=window, BLOCK_M=block_m, BLOCK_N=plan.block_n, D1=d1, D2=d2,
+                 DV=dv, EXP_MAD=plan.exp_mad, MAD_CVT=mad_cvt, P_SCALE=plan.p_scale, E_FIXED=plan.e_fixed,
+                 TILE_GRAN=plan.tile_gran, E_CAP=plan.e_cap, ROWSUM_ROUNDED=plan.rowsum_rounded,
+                 QK_K32=plan.qk_k32, PV_MODE=plan.pv_mode, FLUSH=max(plan.flush, 1), RCP=plan.rcp,
+                 OUT_MODE=plan.out_mode, TMA=tma, WS=ws, DEBUG=0, MAD_T=1)
+    if overrides:
+        const.update(overrides)
+    for k_ in const:
+        sig[k_] = "constexpr"
+    src = ASTSource(fn=K.attn_fwd_fp8, signature=sig, constexprs={(K.attn_fwd_fp8.arg_names.index(k_),): v_
+                                                                 for k_, v_ in const.items()})
+    t0 = time.time()
+    ck = triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                        options={"num_warps": num_warps, "num_stages": num_stages,
+                                 **({"maxnreg": maxnreg} if maxnreg else {})})
+    return ck, time.time() - t0
+
+
+def sass_histogram(cubin: bytes):
+    import triton
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+        path = f.name
+    sass = subprocess.run([cuobjdump, "--dump-sass", path], capture_output=True, text=True).stdout
+    res = subprocess.run([cuobjdump, "--dump-resource-usage", path], capture_output=True, text=True).stdout
+    sass = res + sass
+    ops = collections.Counter()
+    for line in sass.splitlines():
+        m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", line)
+        if m:
+            ops[m.group(1).split(".")[0]] += 1
+    return sass, ops
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--recipe", default="zyfa")
+    ap.add_argument("--dqk", type=int, default=128)
+    ap.add_argument("--dv", type=int, default=128)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--window", action="store_true")
+    ap.add_argument("--ws", action="store_true")
+    ap.add_argument("--no-tma", action="store_true")
+    ap.add_argument("--block-m", type=int, default=128)
+    ap.add_argument("--warps", type=int, default=8)
+    ap.add_argument("--stages", type=int, default=2)
+    ap.add_argument("--mad-cvt", type=int, default=0)
+    ap.add_argument("--dump", default=None, help="write the SASS here")
+    a = ap.parse_args()
+    ck, dt = compile_variant(a.recipe, a.dqk, a.dv, a.causal, a.window, a.ws, not a.no_tma, a.block_m, a.warps,
+                             a.stages, a.mad_cvt)
+    sass, ops = sass_histogram(ck.asm["cubin"])
+    if a.dump:
+        with open(a.dump, "w") as f:
+            f.write(sass)
+    md = ck.metadata
+    res = re.search(r"REG:(\d+).*?STACK:(\d+).*?SHARED:(\d+).*?LOCAL:(\d+)", sass)
+    print(f"compiled in {dt:.1f}s  {a.recipe} dqk={a.dqk} causal={a.causal} ws={a.ws} BM={a.block_m} "
+          f"w={a.warps} st={a.stages} cvt={a.mad_cvt}  REG/STACK/SHARED/LOCAL={res.groups() if res else '?'} "
+          f"shared={md.shared}")
+    keys = ["QGMMA", "HGMMA", "WARPGROUP", "MUFU", "F2I", "I2F", "F2F", "F2FP", "FFMA", "FMUL", "FADD", "FMNMX",
+            "PRMT", "SHF", "LOP3", "IMAD", "SHFL", "LDL", "STL", "SYNCS", "UTMALDG", "LDGSTS", "BAR", "STS", "LDS",
+            "LDSM", "STSM"]
+    print("  ".join(f"{k}={ops.get(k, 0)}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()

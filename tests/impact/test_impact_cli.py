@@ -1,0 +1,93 @@
+"""`zyfa impact` end to end on SmolLM2 (32-token windows, two recipes, a two-layer sweep): rows, resume, report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def run(smollm2, tmp_path_factory, monkeypatch_module):
+    import capture.models
+    from accuracy import impact
+
+    monkeypatch_module.setattr(capture.models, "load_model", lambda name, **kw: smollm2)
+    out = tmp_path_factory.mktemp("impact") / "results.jsonl"
+    argv = ["--models", "smollm2", "--recipes", "fp32,aiter", "--tokens", "32", "--windows", "2",
+            "--per-layer", "smollm2", "--layer-recipes", "aiter", "--layers", "28,29", "--out", str(out),
+            "--no-progress"]
+    parser = argparse.ArgumentParser()
+    impact.add_arguments(parser)
+    assert impact.main(parser.parse_args(argv)) == 0
+    return out, parser, argv
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+def test_rows_and_provenance(run):
+    out, _, _ = run
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    win = [r for r in rows if r["kind"] == "impact_window"]
+    lay = [r for r in rows if r["kind"] == "impact_layer"]
+    assert sorted((r["recipe"], r["window"]) for r in win) == [("aiter", 0), ("aiter", 1), ("fp32", 0), ("fp32", 1)]
+    assert sorted(r["layer"] for r in lay) == [28, 29]
+    for r in win:
+        assert r["split"] == "heldout" and r["n_tokens"] == 32 and r["n_scored"] == 31
+        p = r["provenance"]
+        for key in ("git_commit", "date_utc", "torch", "model_sha256", "model_package", "text_sha256",
+                    "token_ids_sha256"):
+            assert key in p, key
+        assert r["ppl_ratio"] == pytest.approx(r["ppl_recipe"] / r["ppl_stock"])
+    fp32 = [r for r in win if r["recipe"] == "fp32"]
+    aiter = [r for r in win if r["recipe"] == "aiter"]
+    assert max(r["kl_mean"] for r in fp32) < 1e-6 < min(r["kl_mean"] for r in aiter)
+    assert fp32[0]["provenance"]["token_ids_sha256"] != fp32[1]["provenance"]["token_ids_sha256"]
+    for r in lay:
+        assert 0 < r["op_rel_l2"] < 1 and 0 < r["op_rel_l2_deq"] <= r["op_rel_l2"] * 10
+        assert r["kl_mean"] > 0
+
+
+def test_resume_adds_nothing(run):
+    from accuracy import impact
+
+    out, parser, argv = run
+    before = out.read_text()
+    assert impact.main(parser.parse_args([*argv, "--resume"])) == 0
+    assert out.read_text() == before
+
+
+def test_markdown_section(run):
+    out, _, _ = run
+    md = (out.parent / "impact.md").read_text()
+    assert md.startswith("## Model impact")
+    assert "### smollm2" in md and "`aiter`" in md and "`fp32`" in md
+    assert "Per-layer sensitivity" in md and "| 28 |" in md and "| 29 |" in md
+
+
+def test_render_markdown_spearman():
+    from accuracy.impact import render_markdown
+
+    rows = []
+    for i in range(6):
+        rows.append({"kind": "impact_layer", "model": "m", "window": 0, "recipe": "zyfa", "layer": i,
+                     "text": "lee", "n_tokens": 64, "kl_mean": 0.001 * (i + 1), "op_rel_l2": 0.01 * (i + 1),
+                     "op_rel_l2_deq": 0.02 * (6 - i), "k_amax": 3.0})
+    md = render_markdown(rows)
+    assert "+1.00" in md and "-1.00" in md  # rho against op error and against the (reversed) kernel-only error
+    assert "5 (29%)" in md  # the top layer's share of the summed KL: 6/21
+
+
+def test_unknown_recipe_is_a_usage_error(capsys):
+    from accuracy import impact
+
+    parser = argparse.ArgumentParser()
+    impact.add_arguments(parser)
+    assert impact.main(parser.parse_args(["--recipes", "nope", "--models", "smollm2"])) == 2
+    assert "unknown recipe" in capsys.readouterr().err

@@ -1,0 +1,175 @@
+"""CPU tests of the FP8 attention wrapper's validation: every bad input gets a clear error before Triton loads.
+
+No GPU and no Triton needed: the wrapper checks types, shapes, head dims, strides, descales and recipe fields
+before the device check, so these run on the CPU CI machine with CPU tensors.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from zyfa.kernels.attention_fp8 import (
+    attention_fp8,
+    attention_fp8_quantized,
+    kernel_plan,
+    prepare_vt,
+    recipe_from_spec,
+)
+from zyfa.recipes import RECIPES
+
+FP8 = torch.float8_e4m3fn
+
+
+def qkv(b=1, h=2, h_kv=2, s_q=16, s_k=16, d_qk=64, d_v=64, dtype=FP8):
+    q = torch.randn(b, h, s_q, d_qk).to(dtype)
+    k = torch.randn(b, h_kv, s_k, d_qk).to(dtype)
+    v = torch.randn(b, h_kv, s_k, d_v).to(dtype)
+    return q, k, v
+
+
+def test_package_import_does_not_import_triton():
+    import importlib
+
+    for name in [m for m in sys.modules if m == "zyfa.kernels" or m.startswith("zyfa.kernels.")]:
+        del sys.modules[name]
+    had_triton = "triton" in sys.modules
+    importlib.import_module("zyfa.kernels.attention_fp8")
+    assert had_triton or "triton" not in sys.modules
+
+
+def test_cpu_tensors_refused_after_all_other_checks():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="CUDA GPU"):
+        attention_fp8(q, k, v, q_descale=1.0, k_descale=1.0, v_descale=1.0)
+
+
+def test_float_inputs_need_quantizing():
+    q, k, v = qkv(dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        attention_fp8(q, k, v)
+    with pytest.raises(TypeError, match="quantize the inputs"):
+        attention_fp8(q, k, v, q_descale=0.1, k_descale=0.1, v_descale=0.1)
+
+
+def test_e5m2_refused():
+    q, k, v = qkv(dtype=torch.float8_e5m2)
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        attention_fp8(q, k, v, q_descale=1.0, k_descale=1.0, v_descale=1.0)
+
+
+@pytest.mark.parametrize("d_qk,d_v", [(32, 32), (96, 96), (128, 192), (512, 512), (80, 64)])
+def test_unsupported_head_dims(d_qk, d_v):
+    q, k, v = qkv(d_qk=d_qk, d_v=d_v)
+    with pytest.raises(ValueError, match="unsupported head dims"):
+        attention_fp8(q, k, v)
+
+
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_non_contiguous_last_dim(which):
+    q, k, v = qkv()
+    t = {"q": q, "k": k, "v": v}
+    x = t[which]
+    t[which] = torch.empty(x.shape[0], x.shape[1], x.shape[3], x.shape[2], dtype=FP8).transpose(-1, -2)
+    with pytest.raises(ValueError, match="contiguous last dim"):
+        attention_fp8(t["q"], t["k"], t["v"])
+
+
+def test_mismatched_shapes():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="batch mismatch"):
+        attention_fp8(q, torch.cat([k, k]), torch.cat([v, v]))
+    with pytest.raises(ValueError, match="share batch, heads and seq"):
+        attention_fp8(q, k, v[:, :, :8])
+    q3, k3, v3 = qkv(h=3, h_kv=2)
+    with pytest.raises(ValueError, match="multiple of kv heads"):
+        attention_fp8(q3, k3, v3)
+    with pytest.raises(ValueError, match="4-D"):
+        attention_fp8(q[0], k, v)
+    qa, ka, va = qkv()
+    with pytest.raises(ValueError, match="head dims differ"):
+        attention_fp8(qa, torch.randn(1, 2, 16, 128).to(FP8), torch.randn(1, 2, 16, 64).to(FP8))
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        attention_fp8([1, 2], k, v)
+
+
+def test_bad_descales():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="positive"):
+        attention_fp8(q, k, v, q_descale=0.0)
+    with pytest.raises(ValueError, match="positive"):
+        attention_fp8(q, k, v, k_descale=torch.tensor([-1.0]))
+    with pytest.raises(ValueError, match="shape"):
+        attention_fp8(q, k, v, v_descale=torch.ones(3, 3))
+    with pytest.raises(TypeError, match="floating-point"):
+        attention_fp8(q, k, v, q_descale=torch.ones(1, 2, dtype=torch.int32))
+    with pytest.raises(TypeError):
+        attention_fp8(q, k, v, q_descale="1")
+
+
+def test_bad_scalars():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="window"):
+        attention_fp8(q, k, v, window=0)
+    with pytest.raises(ValueError, match="sm_scale"):
+        attention_fp8(q, k, v, sm_scale=-1.0)
+    with pytest.raises(TypeError, match="causal"):
+        attention_fp8(q, k, v, causal="yes")
+
+
+@pytest.mark.parametrize("spec,field", [
+    ("sage2", "q_format"), ("ck-blockscale", "q_scale"), ("aiter-triton", "p_scale"),
+    ("triton-amd", "log2e_folded"), ("cudnn-fp8", "out_format"), ("bf16", "q_format"), ("fp32", "q_format"),
+    ("zyfa:exp_method=exp2_bittrick", "exp_method"), ("zyfa:v_descale=tile", "v_descale"),
+    ("ck:exp_method=mad_fp8", "p_scale"), ("zyfa:block_n=256", "block_n"), ("zyfa:k_smoothing=true", "k_smoothing"),
+    ("zyfa:log2e_folded=false", "log2e_folded"), ("zyfa-tilescale:block_m=256", "block_m"),
+])
+def test_unsupported_recipe_fields_are_named(spec, field):
+    with pytest.raises(ValueError, match=field):
+        kernel_plan(spec)
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=field):
+        attention_fp8(q, k, v, recipe=spec)
+
+
+@pytest.mark.parametrize("name", ["zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed",
+                                  "zyfa-tilescale", "ck", "aiter", "fa3"])
+def test_supported_recipes_map(name):
+    plan = kernel_plan(name)
+    r = RECIPES[name]
+    assert plan.block_n == r.block_n
+    assert plan.exp_mad == (r.exp_method == "mad_fp8")
+    assert plan.rowsum_rounded == (r.rowsum == "rounded")
+    if r.accumulator == "hopper_fp8":
+        assert not plan.qk_k32 and plan.flush == r.accum_flush_tiles
+    else:
+        assert plan.qk_k32 and plan.pv_mode == 1
+
+
+def test_recipe_spec_overrides():
+    r = recipe_from_spec("zyfa:accumulator=hopper_fp8,accum_flush_tiles=4")
+    assert r.accumulator == "hopper_fp8" and r.accum_flush_tiles == 4 and r.name.startswith("zyfa:")
+    assert kernel_plan(r).pv_mode == 3
+    with pytest.raises(ValueError, match="bad recipe override"):
+        recipe_from_spec("zyfa:nonsense=1")
+    with pytest.raises(ValueError, match="unknown recipe"):
+        recipe_from_spec("nope")
+
+
+def test_quantized_helper_validates_first():
+    q, k, v = qkv(dtype=torch.float32, d_qk=96, d_v=96)
+    with pytest.raises(ValueError, match="unsupported head dims"):
+        attention_fp8_quantized(q, k, v)
+    q, k, v = qkv(dtype=torch.float32)
+    with pytest.raises(ValueError, match="CUDA GPU"):
+        attention_fp8_quantized(q, k, v)
+
+
+def test_prepare_vt_pads_and_transposes():
+    v = torch.randn(1, 2, 37, 64).to(FP8)
+    vt = prepare_vt(v)
+    assert vt.shape == (1, 2, 64, 48) and vt.is_contiguous()
+    assert torch.equal(vt[..., :37].float(), v.transpose(-1, -2).float())
+    assert torch.all(vt[..., 37:].float() == 0)

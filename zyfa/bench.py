@@ -1,0 +1,494 @@
+"""``zyfa bench``: TFLOP/s of the Triton FP8 kernel (recipes and ablations) against cuDNN and SDPA (GPU only).
+
+Every case runs in one process on one GPU, so ratios between implementations come from the same run:
+our kernel per recipe (kernel time; V's one-off transpose timed separately), PyTorch SDPA in bf16 with the
+cuDNN and flash backends, and cuDNN's FP8 attention (``nvidia-cudnn-frontend`` graph ``sdpa_fp8``; FP8
+output on Hopper). Shapes: batch 1, ``--hidden`` / d_v heads (MLA: 16 heads, QK 192 / V 128), sequence
+lengths 8K, 16K, 32K (s_q = s_k). FLOPs = 4·b·h·s_q·s_k·d (2·(d_qk + d_v) for MLA), halved for causal.
+
+Method (DESIGN.md 'Measuring speed'): inputs never zeros (Gaussian, or a captured HDF5 slice tiled to the
+length), each output checked against an SDPA bf16 reference before timing, ``triton.testing.do_bench``
+medians, SM clock and power sampled by NVML (nvidia-ml-py) in a background thread during each timed run.
+Writes ``reports/bench_<date>.json`` and ``.md`` with the command, date, versions, device and git commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import threading
+import time
+
+DEFAULT_RECIPES = (
+    "zyfa",
+    "zyfa-hopper",
+    "zyfa:accumulator=hopper_fp8",
+    "zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1",
+    "zyfa-fp32sum:accumulator=hopper_fp8,accum_flush_tiles=1",
+    "ck:accumulator=hopper_fp8,accum_flush_tiles=1",
+    "aiter:accumulator=hopper_fp8,accum_flush_tiles=1",
+    "fa3",
+    "fa3:accum_flush_tiles=1",
+)
+OTHER_RECIPES = (
+    "zyfa",
+    "zyfa-hopper",
+    "zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1",
+    "ck:accumulator=hopper_fp8,accum_flush_tiles=1",
+    "fa3",
+)
+SHAPES = {"hd64": (64, 64), "hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128)}
+PEERS = ("sdpa-cudnn", "sdpa-flash", "cudnn-fp8")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seqlens", default="8192,16384,32768", help="comma-separated tokens (batch 1)")
+    p.add_argument("--shapes", default="hd64,hd128,hd256,mla", help=f"subset of {','.join(SHAPES)}")
+    p.add_argument("--causal", default="both", choices=("both", "true", "false"))
+    p.add_argument("--recipes", default=";".join(DEFAULT_RECIPES),
+                   help="';'-separated recipe specs (name or name:field=value,...)")
+    p.add_argument("--recipes-other", default=";".join(OTHER_RECIPES),
+                   help="';'-separated recipe specs for the shapes other than hd128 ('same' = --recipes)")
+    p.add_argument("--peers", default=",".join(PEERS), help=f"subset of {','.join(PEERS)} (or 'none')")
+    p.add_argument("--hidden", type=int, default=2048, help="heads = hidden // d_v (MLA: 16 heads)")
+    p.add_argument("--captured", default="auto",
+                   help="HDF5 capture to time on (tiled to the length); 'auto' = first datasets/*.h5; 'none'")
+    p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetitions, ms")
+    p.add_argument("--out", default="reports", help="folder for bench_<date>.{json,md}")
+    p.add_argument("--tag", default="", help="suffix for the output file names")
+    p.add_argument("--config", default="", help="launch overrides for our kernel, JSON")
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+def flops(b, h, s_q, s_k, d_qk, d_v, causal):
+    f = 2.0 * b * h * s_q * s_k * (d_qk + d_v)
+    return f / 2 if causal else f
+
+
+class ClockSampler:
+    """SM clock (MHz) and power (W) sampled by NVML every ``period`` s while active."""
+
+    def __init__(self, device_index=0, period=0.01):
+        self.period = period
+        self.samples = []
+        self._stop = threading.Event()
+        self._thread = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+            self._h = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        except Exception:  # noqa: BLE001 - NVML missing: no samples, stated in the report
+            self._nvml = None
+
+    def _run(self):
+        nv = self._nvml
+        while not self._stop.is_set():
+            try:
+                clk = nv.nvmlDeviceGetClockInfo(self._h, nv.NVML_CLOCK_SM)
+                pw = nv.nvmlDeviceGetPowerUsage(self._h) / 1000.0
+                self.samples.append((clk, pw))
+            except Exception:  # noqa: BLE001
+                pass
+            time.sleep(self.period)
+
+    def __enter__(self):
+        self.samples = []
+        if self._nvml is not None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+
+    def summary(self):
+        if not self.samples:
+            return {"sm_clock_mhz": None, "power_w": None, "n_samples": 0}
+        clk = [c for c, _ in self.samples]
+        pw = [p for _, p in self.samples]
+        return {"sm_clock_mhz": sum(clk) / len(clk), "sm_clock_min_mhz": min(clk),
+                "power_w": sum(pw) / len(pw), "power_max_w": max(pw), "n_samples": len(clk)}
+
+
+def timed(fn, warmup, rep, sampler):
+    import triton
+
+    fn()  # compile / warm
+    import torch
+
+    torch.cuda.synchronize()
+    with sampler:
+        ms = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    return ms, sampler.summary()
+
+
+def rel_l2(a, b):
+    a = a.float()
+    b = b.float()
+    return float((a - b).norm() / b.norm().clamp(min=1e-30))
+
+
+def gaussian_qkv(b, h, h_kv, s, d_qk, d_v, seed=0, device="cuda"):
+    import torch
+
+    g = torch.Generator(device=device).manual_seed(seed)
+    q = torch.randn((b, h, s, d_qk), generator=g, device=device, dtype=torch.float32).to(torch.bfloat16)
+    k = torch.randn((b, h_kv, s, d_qk), generator=g, device=device, dtype=torch.float32).to(torch.bfloat16)
+    v = torch.randn((b, h_kv, s, d_v), generator=g, device=device, dtype=torch.float32).to(torch.bfloat16)
+    return q, k, v
+
+
+def captured_qkv(path, s, device="cuda"):
+    """First layer of a capture, tiled along the sequence to s tokens (bf16)."""
+    from capture.store import read_capture
+
+    rec = next(iter(read_capture(path, allow_incomplete=True)))
+    out = []
+    for x in (rec.q, rec.k, rec.v):
+        reps = -(-s // x.shape[2])
+        out.append(x.to(device=device, dtype=torch_bf16()).repeat(1, 1, reps, 1)[:, :, :s].contiguous())
+    return (*out, rec)
+
+
+def torch_bf16():
+    import torch
+
+    return torch.bfloat16
+
+
+def sdpa_reference(q, k, v, causal, sm_scale):
+    """bf16 SDPA (flash, else math) on the given tensors, GQA expanded: the sanity reference."""
+    import torch
+    import torch.nn.functional as F
+
+    g = q.shape[1] // k.shape[1]
+    if g > 1:
+        k = k.repeat_interleave(g, dim=1)
+        v = v.repeat_interleave(g, dim=1)
+    q, k, v = (x.to(torch.bfloat16) for x in (q, k, v))
+    if causal and q.shape[2] != k.shape[2]:
+        raise ValueError("reference: bottom-right causal needs s_q == s_k here")
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+
+# ---------------------------------------------------------------------------------------------- peers
+
+def make_sdpa(q, k, v, causal, sm_scale, backend):
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    be = {"sdpa-cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa-flash": SDPBackend.FLASH_ATTENTION}[backend]
+
+    def fn():
+        with sdpa_kernel([be]):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+    return fn
+
+
+def make_cudnn_fp8(q8, k8, v8, qd, kd, vd, causal, sm_scale):
+    """cuDNN FP8 SDPA (frontend graph); per-tensor descales; FP8 e4m3 output scaled by scale_o."""
+    import cudnn
+    import torch
+
+    dt = cudnn.data_type
+    g = cudnn.pygraph(io_data_type=dt.FP8_E4M3, intermediate_data_type=dt.FLOAT, compute_data_type=dt.FLOAT)
+
+    def t(name, x):
+        return g.tensor(name=name, dim=list(x.shape), stride=list(x.stride()), data_type=dt.FP8_E4M3)
+
+    def sc(name):
+        return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=dt.FLOAT)
+
+    Q, K, V = t("Q", q8), t("K", k8), t("V", v8)
+    names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+    S = {n: sc(n) for n in names}
+    O, _stats, amax_s, amax_o = g.sdpa_fp8(Q, K, V, S["descale_q"], S["descale_k"], S["descale_v"],
+                                           S["descale_s"], S["scale_s"], S["scale_o"], generate_stats=False,
+                                           attn_scale=sm_scale, use_causal_mask=causal, name="sdpa_fp8")
+    b, h, s_q, _ = q8.shape
+    d_v = v8.shape[3]
+    O.set_output(True).set_dim([b, h, s_q, d_v]).set_stride([h * s_q * d_v, s_q * d_v, d_v, 1]).set_data_type(
+        dt.FP8_E4M3)
+    amax_o.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
+    amax_s.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
+    dev = q8.device
+    o = torch.empty((b, h, s_q, d_v), dtype=torch.float8_e4m3fn, device=dev)
+    one = torch.ones((1, 1, 1, 1), dtype=torch.float32, device=dev)
+    scale_o = torch.full((1, 1, 1, 1), 1.0, dtype=torch.float32, device=dev)
+    pack = {Q: q8, K: k8, V: v8, S["descale_q"]: qd.reshape(1, 1, 1, 1), S["descale_k"]: kd.reshape(1, 1, 1, 1),
+            S["descale_v"]: vd.reshape(1, 1, 1, 1), S["descale_s"]: one / 448.0,
+            S["scale_s"]: one * 448.0, S["scale_o"]: scale_o, O: o,
+            amax_o: torch.empty_like(one), amax_s: torch.empty_like(one)}
+
+    def fn():
+        g.execute(pack, ws)
+        return o
+
+    # scale_o so the FP8 output uses its range: O values are about |v|max; 448 / amax(O) after one run
+    fn()
+    torch.cuda.synchronize()
+    amax = float(pack[amax_o].reshape(-1)[0]) if torch.isfinite(pack[amax_o]).all() else 0.0
+    if amax > 0:
+        scale_o.fill_(448.0 / amax)
+
+    def out_deq():
+        fn()
+        return o.float() / scale_o.reshape(1, 1, 1, 1)
+
+    return fn, out_deq
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+def _versions():
+    v = {"python": platform.python_version()}
+    for mod in ("torch", "triton", "cudnn"):
+        try:
+            m = __import__(mod)
+            v[mod] = getattr(m, "__version__", "?")
+        except Exception as e:  # noqa: BLE001
+            v[mod] = f"unavailable ({type(e).__name__})"
+    try:
+        import torch
+
+        v["cuda"] = torch.version.cuda
+        v["cudnn_backend"] = torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001
+        pass
+    return v
+
+
+def _git_commit():
+    """HEAD's hash (+ '-dirty' with local changes); ZYFA_GIT_COMMIT overrides (copies without .git)."""
+    if os.environ.get("ZYFA_GIT_COMMIT"):
+        return os.environ["ZYFA_GIT_COMMIT"]
+    cwd = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd).stdout.strip()
+        if len(head) != 40:
+            return "unknown (no git repository here)"
+        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=cwd).stdout
+        return head + ("-dirty" if dirty.strip() else "")
+    except Exception:  # noqa: BLE001
+        return "unknown"
+
+
+def _find_capture(spec):
+    import glob
+
+    if spec == "none":
+        return None
+    if spec != "auto":
+        return spec
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "datasets")
+    files = sorted(glob.glob(os.path.join(root, "*.h5")))
+    return files[0] if files else None
+
+
+def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sampler, config, log):
+    """Time every implementation on one input (q, k, v bf16); append result rows."""
+    import torch
+
+    from zyfa.kernels.attention_fp8 import kernel_plan, launch, prepare_vt, quantize_for_kernel, recipe_from_spec
+
+    q, k, v = inputs
+    b, h, s_q, d_qk = q.shape
+    h_kv, s_k, d_v = k.shape[1], k.shape[2], v.shape[3]
+    sm_scale = 1.0 / math.sqrt(d_qk)
+    fl = flops(b, h, s_q, s_k, d_qk, d_v, causal)
+    base = {"input": label, "b": b, "h": h, "h_kv": h_kv, "s": s_q, "d_qk": d_qk, "d_v": d_v, "causal": causal}
+    ref = None
+    quant_cache = {}
+    for spec in recipes:
+        row = dict(base, impl="triton-fp8", recipe=spec)
+        try:
+            r = recipe_from_spec(spec)
+            plan = kernel_plan(r)
+            key = (r.q_scale, r.k_scale, r.v_scale)
+            if key not in quant_cache:
+                quant_cache[key] = quantize_for_kernel(q, k, v, r)
+            q8, k8, v8, qd, kd, vd = quant_cache[key]
+            vt = prepare_vt(v8)
+            if ref is None:
+                ref = sdpa_reference(q, k, v, causal, sm_scale).float()
+
+            def fn(q8=q8, k8=k8, vt=vt, qd=qd, kd=kd, vd=vd, plan=plan):
+                return launch(q8, k8, vt, qd, kd, vd, plan=plan, seq_k=s_k, causal=causal, sm_scale=sm_scale,
+                              window=None, config=config)
+
+            out, lse = fn()
+            torch.cuda.synchronize()
+            err = rel_l2(out, ref)
+            row["rel_l2_vs_sdpa_bf16"] = err
+            if not math.isfinite(err) or err > 0.25:
+                row["error"] = f"correctness check failed: rel L2 vs SDPA bf16 = {err:.3g}"
+                rows.append(row)
+                log(row)
+                continue
+            ms, clk = timed(fn, warmup, rep, sampler)
+            t_ms, _ = timed(lambda v8=v8: prepare_vt(v8), 5, 20, sampler)
+            row.update(ms=ms, tflops=fl / ms / 1e9, v_transpose_ms=t_ms,
+                       tflops_incl_transpose=fl / (ms + t_ms) / 1e9, **clk)
+        except Exception as e:  # noqa: BLE001 - one failing case must not end the run
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(row)
+        log(row)
+    g = h // h_kv
+    qb, kb, vb = q, (k.repeat_interleave(g, 1) if g > 1 else k), (v.repeat_interleave(g, 1) if g > 1 else v)
+    for peer in peers:
+        row = dict(base, impl=peer, recipe="bf16" if peer.startswith("sdpa") else "cudnn-fp8")
+        try:
+            if peer.startswith("sdpa"):
+                fn = make_sdpa(qb, kb, vb, causal, sm_scale, peer)
+                out = fn()
+                torch.cuda.synchronize()
+                if ref is None:
+                    ref = sdpa_reference(q, k, v, causal, sm_scale).float()
+                row["rel_l2_vs_sdpa_bf16"] = rel_l2(out, ref)
+            else:
+                if h_kv != h:
+                    raise ValueError("cuDNN FP8 peer run with expanded K/V only for MHA shapes")
+                q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, "ck")  # per-tensor descales
+                fn, out_deq = make_cudnn_fp8(q8, k8, v8, qd[0, 0], kd[0, 0], vd[0, 0], causal, sm_scale)
+                if ref is None:
+                    ref = sdpa_reference(q, k, v, causal, sm_scale).float()
+                row["rel_l2_vs_sdpa_bf16"] = rel_l2(out_deq(), ref)
+            ms, clk = timed(fn, warmup, rep, sampler)
+            row.update(ms=ms, tflops=fl / ms / 1e9, **clk)
+        except Exception as e:  # noqa: BLE001
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(row)
+        log(row)
+    return rows
+
+
+def to_markdown(meta, rows):
+    lines = [f"# Benchmark: FP8 attention on {meta['device']}", "",
+             f"- command: `{meta['command']}`", f"- date: {meta['date']}", f"- git commit: {meta['git_commit']}",
+             f"- versions: {json.dumps(meta['versions'])}",
+             f"- inputs: {meta['inputs_note']}",
+             "- TFLOP/s = FLOPs / median kernel time (triton.testing.do_bench); FLOPs = 4·b·h·s²·d "
+             "(2·(d_qk+d_v) for MLA), halved for causal. Our kernel's time excludes V's one-off transpose "
+             "(column 'V^T ms'; 'incl.' includes it). SM clock / power: NVML means during the timed run.",
+             "- err = relative L2 of the output vs PyTorch SDPA bf16 on the same (bf16) inputs: a sanity check, "
+             "not the accuracy study (cuDNN FP8's includes its FP8 output rounding).", ""]
+    hdr = ("| input | shape | s | causal | impl | recipe | TFLOP/s | ms | V^T ms | incl. | err | SM MHz | W |")
+    lines += [hdr, "|" + "---|" * 13]
+    for r in rows:
+        shape = f"h{r['h']}/{r['h_kv']} d{r['d_qk']}/{r['d_v']}"
+        if "error" in r:
+            lines.append(f"| {r['input']} | {shape} | {r['s']} | {r['causal']} | {r['impl']} | {r['recipe']} | "
+                         f"failed: {r['error'][:120]} |  |  |  |  |  |  |")
+            continue
+
+        def f(x, fmt):
+            return format(x, fmt) if isinstance(x, (int, float)) and x is not None else "-"
+
+        lines.append(
+            f"| {r['input']} | {shape} | {r['s']} | {r['causal']} | {r['impl']} | {r['recipe']} | "
+            f"{f(r.get('tflops'), '.0f')} | {f(r.get('ms'), '.3f')} | {f(r.get('v_transpose_ms'), '.3f')} | "
+            f"{f(r.get('tflops_incl_transpose'), '.0f')} | {f(r.get('rel_l2_vs_sdpa_bf16'), '.4f')} | "
+            f"{f(r.get('sm_clock_mhz'), '.0f')} | {f(r.get('power_w'), '.0f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(args) -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        print("zyfa bench needs a CUDA GPU (Hopper); none found", file=sys.stderr)
+        return 2
+    recipes = [r for r in args.recipes.split(";") if r.strip()]
+    other = recipes if args.recipes_other == "same" else [r for r in args.recipes_other.split(";") if r.strip()]
+    peers = [] if args.peers == "none" else [p for p in args.peers.split(",") if p]
+    shapes = [s for s in args.shapes.split(",") if s]
+    seqlens = [int(s) for s in args.seqlens.split(",") if s]
+    causals = {"both": [False, True], "true": [True], "false": [False]}[args.causal]
+    config = json.loads(args.config) if args.config else None
+    sampler = ClockSampler()
+    rows = []
+
+    def log(row):
+        keys = ("input", "s", "d_qk", "causal", "impl", "recipe", "tflops", "rel_l2_vs_sdpa_bf16", "sm_clock_mhz",
+                "error")
+        print(" ".join(f"{k}={row[k]:.4g}" if isinstance(row.get(k), float) else f"{k}={row.get(k)}"
+                       for k in keys if k in row), flush=True)
+
+    date = _dt.datetime.now(_dt.timezone.utc)
+    os.makedirs(args.out, exist_ok=True)
+    stem = os.path.join(args.out, f"bench_{date.strftime('%Y-%m-%d')}{args.tag}")
+    meta = {"command": "zyfa bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+            "date": date.isoformat(timespec="seconds"), "git_commit": _git_commit(), "versions": _versions(),
+            "device": torch.cuda.get_device_name(), "inputs_note": "Gaussian N(0,1) bf16 q, k, v (batch 1)",
+            "nvml": sampler._nvml is not None}
+
+    def write():
+        with open(stem + ".json", "w") as f:
+            json.dump({"meta": meta, "rows": rows}, f, indent=1)
+        with open(stem + ".md", "w") as f:
+            f.write(to_markdown(meta, rows))
+
+    for shape in shapes:
+        d_qk, d_v = SHAPES[shape]
+        h = 16 if shape == "mla" else args.hidden // d_v
+        for s in seqlens:
+            inputs = gaussian_qkv(1, h, h, s, d_qk, d_v)
+            for causal in causals:
+                run_case(rows, label="gaussian", inputs=inputs, causal=causal,
+                         recipes=recipes if shape == "hd128" else other, peers=peers,
+                         warmup=args.warmup, rep=args.rep, sampler=sampler, config=config, log=log)
+            del inputs
+            torch.cuda.empty_cache()
+            write()
+    cap = _find_capture(args.captured)
+    inputs_note = "Gaussian N(0,1) bf16 q, k, v (batch 1)"
+    if cap:
+        try:
+            for s in seqlens:
+                q, k, v, rec = captured_qkv(cap, s)
+                for causal in causals:
+                    recs = ["zyfa-hopper", "fa3"]
+                    run_case(rows, label=f"captured:{os.path.basename(cap)}", inputs=(q, k, v), causal=causal,
+                             recipes=recs, peers=[], warmup=args.warmup, rep=args.rep, sampler=sampler,
+                             config=config, log=log)
+                    gq, gk, gv = gaussian_qkv(*q.shape[:2], k.shape[1], s, q.shape[3], v.shape[3], seed=1)
+                    run_case(rows, label="gaussian-like-capture", inputs=(gq, gk, gv), causal=causal,
+                             recipes=recs, peers=[], warmup=args.warmup, rep=args.rep, sampler=sampler,
+                             config=config, log=log)
+                    write()
+            inputs_note += (f"; captured: first layer of {os.path.basename(cap)} ({rec.name}) tiled along the "
+                            "sequence to each length, against Gaussian inputs of the same shape")
+        except Exception as e:  # noqa: BLE001
+            inputs_note += f"; captured inputs not timed ({type(e).__name__}: {str(e)[:200]})"
+    else:
+        inputs_note += "; no captured HDF5 slice under datasets/*.h5, so no captured-input timing"
+    meta["inputs_note"] = inputs_note
+    write()
+    print(f"wrote {stem}.json and {stem}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(prog="zyfa bench")
+    add_arguments(ap)
+    sys.exit(main(ap.parse_args()))

@@ -1,0 +1,381 @@
+"""Triton FP8 (e4m3fn) attention forward for Hopper: the kernel itself. Imported lazily (needs triton).
+
+One kernel, every supported recipe: the numerics switches are ``tl.constexpr`` so each recipe compiles to
+its own specialised binary. See :mod:`zyfa.kernels.attention_fp8` for the wrapper, the recipe mapping and
+the validation, and docs/kernel_notes.md for versions, measurements and the SASS checks.
+
+Layouts (all contiguous): Q (b, h, s_q, d_qk), K (b, h_kv, s_k, d_qk), Vt (b, h_kv, d_v, s_k_pad): V is
+transposed once before the kernel so the P·V wgmma reads V K-major (Hopper's FP8 wgmma takes K-major
+operands only), O (b, h, s_q, d_v) bf16 or fp32, LSE (b, h, s_q) fp32 natural log.
+
+Notation as in DESIGN.md: S = Q8·K8ᵀ (raw FP8 products), c = sm_scale·qd·kd·log2(e), m = running row max of
+c·S, t = c·S − m (log2 probability), e = the power-of-two P exponent.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# P-scale modes (P_SCALE constexpr)
+PS_NONE, PS_FMAX, PS_POW2, PS_POW2_BLOCK = 0, 1, 2, 3
+# MAD integer conversions (MAD_CVT constexpr)
+CVT_MAGIC, CVT_RNI, CVT_RZI = 0, 1, 2
+# P·V accumulation (PV_MODE constexpr): hardware chain never flushed; Triton partial accumulator flushed every
+# k=32 (max_num_imprecise_acc=32); flushed every tile (max_num_imprecise_acc=BLOCK_N); manual every FLUSH tiles;
+# flushed every tile by a fresh product added in fp32 (same numerics as PV_TILE, other code).
+PV_CHAIN, PV_K32, PV_TILE, PV_EVERY_N, PV_TILE_ADD = 0, 1, 2, 3, 4
+# Output formats (OUT_MODE constexpr)
+OUT_BF16_RNE, OUT_BF16_TRUNC, OUT_FP32 = 0, 1, 2
+
+LOG2_448 = tl.constexpr(8.807354922057604)
+MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2^23: x + MAGIC leaves RNE(x) in the low mantissa bits for |x| < 2^22
+# 2^120: (code << 20) read as fp32 is value(code) * 2^-120, subnormal codes included
+TWO_POW_120 = tl.constexpr(1.329227995784916e36)
+
+
+@triton.jit
+def _rni(x):
+    """Round to nearest even, to int32: one cvt.rni.s32.f32 (F2I)."""
+    return tl.inline_asm_elementwise("cvt.rni.s32.f32 $0, $1;", "=r,r", [x], dtype=tl.int32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _round_e4m3_value(p):
+    """RNE of p >= 0 to an e4m3fn value (saturating at 448), in fp32 integer arithmetic: the value the
+    hardware cast gives, without reading the FP8 tensor back (see the window workaround below)."""
+    b = p.to(tl.int32, bitcast=True)
+    lsb = (b >> 20) & 1
+    normal = ((b + 0x7FFFF + lsb) & -1048576).to(tl.float32, bitcast=True)  # keep 3 mantissa bits, RNE
+    sub = (p + 24576.0) - 24576.0  # subnormal range: multiples of 2^-9 (ulp of 1.5 * 2^14), RNE
+    return tl.minimum(tl.where(p < 0.015625, sub, normal), 448.0)
+
+
+@triton.jit
+def _pow2i(k):
+    """2^k for an integer-valued fp32 k in [-126, 127], exact, built from the exponent bits."""
+    return ((k.to(tl.int32) + 127) << 23).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _load_kv(desc_or_ptr, row0, col0, n_rows, ROWS: tl.constexpr, COLS: tl.constexpr, stride_row,
+             TMA: tl.constexpr):
+    """A (ROWS, COLS) tile at (row0, col0); rows >= n_rows read as 0 (TMA zero-fills out of bounds)."""
+    if TMA:
+        return desc_or_ptr.load([row0, col0])
+    else:
+        r = row0 + tl.arange(0, ROWS)
+        c = col0 + tl.arange(0, COLS)
+        ptrs = desc_or_ptr + r[:, None].to(tl.int64) * stride_row + c[None, :]
+        return tl.load(ptrs, mask=r[:, None] < n_rows, other=0.0)
+
+
+@triton.jit
+def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
+                q1, q2, k1_src, k2_src, vt_src,
+                lo, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                D1: tl.constexpr, D2: tl.constexpr, DQK: tl.constexpr, DV: tl.constexpr,
+                EXP_MAD: tl.constexpr, MAD_CVT: tl.constexpr, P_SCALE: tl.constexpr, E_FIXED: tl.constexpr,
+                TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
+                QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
+                TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        # ---- S = Q8 · K8ᵀ (raw FP8 products, fp32 / Hopper accumulator)
+        k1 = _load_kv(k1_src, start_n, 0, seq_k, BLOCK_N, D1, DQK, TMA)
+        if QK_K32:
+            s = tl.dot(q1, k1.T, max_num_imprecise_acc=32)
+        else:
+            s = tl.dot(q1, k1.T)
+        if D2 > 0:
+            if TMA:
+                k2 = k2_src.load([start_n, 0])
+            else:
+                k2 = _load_kv(k2_src, start_n, D1, seq_k, BLOCK_N, D2, DQK, TMA)
+            if QK_K32:
+                s = tl.dot(q2, k2.T, s, max_num_imprecise_acc=32)
+            else:
+                s = tl.dot(q2, k2.T, s)
+        if MASKED:
+            kpos = start_n + offs_n
+            valid = kpos[None, :] < seq_k
+            if CAUSAL or WINDOW:
+                valid = valid & (kpos[None, :] <= pos_m[:, None])
+            if WINDOW:
+                valid = valid & (kpos[None, :] > pos_m[:, None] - window)
+            s = tl.where(valid, s, float("-inf"))
+        # ---- online max (c > 0, so max(c·S) = c·max(S))
+        m_tile = tl.max(s, 1) * c
+        m_new = tl.maximum(m_i, m_tile)
+        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_i - m_use)  # m_i = -inf -> 0
+        # ---- P exponent e (log2 of the P scale)
+        if P_SCALE == 3:
+            t_max = m_tile - m_use
+            e_row = tl.minimum(tl.floor(LOG2_448 - t_max), E_CAP)
+            if TILE_GRAN:
+                e_row = tl.where((t_max == float("-inf")) | (~row_ok), float("inf"), e_row)
+                e_min = tl.min(e_row, 0)
+                e_row = tl.zeros_like(e_row) + e_min
+                e_new = tl.where(e_row == float("inf"), e_i, e_row)
+            else:
+                e_new = tl.where(t_max == float("-inf"), e_i, e_row)
+            alpha = alpha * _pow2i(e_new - e_i)
+        else:
+            e_new = e_i
+        # ---- P in e4m3fn, and the row sum
+        if EXP_MAD:
+            # bits = clamp(R(8·(t + e) + 56 + offset), 0, 126)
+            if MAD_T == 0:
+                # one FFMA with a per-row bias: fastest, but t is not exactly 0 at the row max (the product
+                # s·c is not rounded before m is subtracted), which moves the max across a rounding boundary
+                row_bias = mad_bias + 8.0 * (e_new - m_use)
+                x = s * c8 + row_bias[:, None]
+            else:
+                # t exactly as the emulator: y = fl(s·c) (mul.rn: never fused), t = y − m (exact 0 at the max)
+                y = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r",
+                                              [s, tl.full(s.shape, 1.0, tl.float32) * c],
+                                              dtype=tl.float32, is_pure=True, pack=1)
+                t = y - m_use[:, None]
+                x = t * 8.0 + (mad_bias + 8.0 * e_new)[:, None]
+            x = tl.minimum(tl.maximum(x, 0.0), 126.0)
+            if MAD_CVT == 0:
+                bits = (x + MAGIC).to(tl.int32, bitcast=True)  # low byte = RNE(x)
+            elif MAD_CVT == 1:
+                bits = _rni(x)
+            else:
+                bits = x.to(tl.int32)  # cvt.rzi: toward zero (x >= 0: floor)
+            if DEBUG % 2 == 1:
+                # diagnostic route: decode the code to its fp32 value, then the (exact) hardware cast
+                p8 = ((bits << 20).to(tl.float32, bitcast=True) * TWO_POW_120).to(tl.float8e4nv)
+            else:
+                p8 = bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+            if ROWSUM_ROUNDED and DEBUG // 2 == 1:
+                l_tile = tl.sum(p8.to(tl.float32), 1)
+            elif ROWSUM_ROUNDED:
+                # value(code) = fp32 with bits (code << 20), times 2^120 (exact, subnormal codes too)
+                vals = (bits << 20).to(tl.float32, bitcast=True)
+                l_tile = tl.sum(vals, 1) * TWO_POW_120
+            else:
+                p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
+                l_tile = tl.sum(p, 1)
+        else:
+            if P_SCALE == 1:
+                p = tl.math.exp2(s * c - m_use[:, None]) * 448.0
+            else:
+                p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
+            p8 = p.to(tl.float8e4nv)
+            if ROWSUM_ROUNDED and WINDOW:
+                # With a window (three loops) the sum read back from p8 came out wrong on the H200 (an FP8
+                # tensor feeding both the P·V dot and a reduction); round p again in fp32 arithmetic instead.
+                l_tile = tl.sum(_round_e4m3_value(p), 1)
+            elif ROWSUM_ROUNDED:
+                # sum of the rounded values, decoded from the code bits (no fp8->fp32 conversions)
+                codes = p8.to(tl.uint8, bitcast=True).to(tl.int32)
+                l_tile = tl.sum((codes << 20).to(tl.float32, bitcast=True), 1) * TWO_POW_120
+            else:
+                l_tile = tl.sum(p, 1)
+        # ---- O += P8 · V8 (V read K-major from Vt)
+        if TMA:
+            vt = vt_src.load([0, start_n])
+        else:
+            vt = _load_vt(vt_src, start_n, seq_k_pad, DV, BLOCK_N)
+        v = vt.T
+        if PV_MODE == 0:
+            acc = acc * alpha[:, None]
+            acc = tl.dot(p8, v, acc)
+        elif PV_MODE == 1:
+            acc = acc * alpha[:, None]
+            acc = tl.dot(p8, v, acc, max_num_imprecise_acc=32)
+        elif PV_MODE == 2:
+            acc = acc * alpha[:, None]
+            acc = tl.dot(p8, v, acc, max_num_imprecise_acc=BLOCK_N)
+        elif PV_MODE == 4:
+            # flush every tile, written out: a fresh tensor-core product added into the fp32 accumulator
+            pv = tl.dot(p8, v)
+            acc = acc * alpha[:, None] + pv
+        else:
+            acc_tc = acc_tc * alpha[:, None]
+            a_prod = a_prod * alpha
+            acc_tc = tl.dot(p8, v, acc_tc)
+            if (start_n // BLOCK_N) % FLUSH == FLUSH - 1:
+                acc = acc * a_prod[:, None] + acc_tc
+                acc_tc = tl.zeros_like(acc_tc)
+                a_prod = tl.full(a_prod.shape, 1.0, tl.float32)
+        l_i = l_i * alpha + l_tile
+        m_i = m_new
+        e_i = e_new
+    return acc, acc_tc, a_prod, l_i, m_i, e_i
+
+
+@triton.jit
+def _load_vt(vt_ptr, start_n, seq_k_pad, DV: tl.constexpr, BLOCK_N: tl.constexpr):
+    r = tl.arange(0, DV)
+    cols = start_n + tl.arange(0, BLOCK_N)
+    ptrs = vt_ptr + r[:, None].to(tl.int64) * seq_k_pad + cols[None, :]
+    return tl.load(ptrs, mask=cols[None, :] < seq_k_pad, other=0.0)
+
+
+@triton.jit
+def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
+                 seq_q, seq_k, seq_k_pad, heads_q, heads_kv, window, sm_scale_log2e, mad_bias,
+                 CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 D1: tl.constexpr, D2: tl.constexpr, DV: tl.constexpr,
+                 EXP_MAD: tl.constexpr, MAD_CVT: tl.constexpr, P_SCALE: tl.constexpr, E_FIXED: tl.constexpr,
+                 TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
+                 QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
+                 RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
+                 DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1):
+    DQK: tl.constexpr = D1 + D2
+    num_m = tl.cdiv(seq_q, BLOCK_M)
+    start_m = num_m - 1 - tl.program_id(0)  # heavy (late, causal) row blocks first
+    bh = tl.program_id(1)
+    b = bh // heads_q
+    h = bh % heads_q
+    hk = h // (heads_q // heads_kv)
+    bhk = b * heads_kv + hk
+
+    q_base = Q + bh.to(tl.int64) * seq_q * DQK
+    k_base = K + bhk.to(tl.int64) * seq_k * DQK
+    vt_base = VT + bhk.to(tl.int64) * DV * seq_k_pad
+
+    qd = tl.load(QD + bh)
+    kd = tl.load(KD + bhk)
+    vd = tl.load(VD + bhk)
+    c = sm_scale_log2e * qd * kd
+    c8 = c * 8.0
+
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    off = seq_k - seq_q  # bottom-right alignment: query i sits at key position i + off
+    pos_m = offs_m + off
+    row_ok = offs_m < seq_q
+
+    # ---- Q tile(s): loaded once
+    offs_d1 = tl.arange(0, D1)
+    q1 = tl.load(q_base + offs_m[:, None].to(tl.int64) * DQK + offs_d1[None, :],
+                 mask=offs_m[:, None] < seq_q, other=0.0)
+    if D2 > 0:
+        offs_d2 = D1 + tl.arange(0, D2)
+        q2 = tl.load(q_base + offs_m[:, None].to(tl.int64) * DQK + offs_d2[None, :],
+                     mask=offs_m[:, None] < seq_q, other=0.0)
+    else:
+        q2 = q1
+
+    if TMA:
+        k1_src = tl.make_tensor_descriptor(k_base, shape=[seq_k, DQK], strides=[DQK, 1],
+                                           block_shape=[BLOCK_N, D1])
+        if D2 > 0:
+            k2_src = tl.make_tensor_descriptor(k_base + D1, shape=[seq_k, D2], strides=[DQK, 1],
+                                               block_shape=[BLOCK_N, D2])
+        else:
+            k2_src = k1_src
+        vt_src = tl.make_tensor_descriptor(vt_base, shape=[DV, seq_k_pad], strides=[seq_k_pad, 1],
+                                           block_shape=[DV, BLOCK_N])
+    else:
+        k1_src = k_base
+        k2_src = k_base
+        vt_src = vt_base
+
+    # ---- KV range this row block can see; three segments: window edge (masked), full tiles, diagonal/tail
+    p0 = start_m * BLOCK_M + off
+    p1 = p0 + BLOCK_M - 1
+    if CAUSAL or WINDOW:
+        hi = tl.minimum(seq_k, p1 + 1)
+    else:
+        hi = seq_k
+    hi = tl.maximum(hi, 0)
+    if WINDOW:
+        lo = tl.maximum(0, p0 - window + 1)
+        lo = (lo // BLOCK_N) * BLOCK_N
+        full_lo = tl.maximum(p1 - window + 1, 0)
+        full_lo = tl.cdiv(full_lo, BLOCK_N) * BLOCK_N
+    else:
+        lo = 0
+        full_lo = 0
+    lo = tl.minimum(lo, hi)
+    full_lo = tl.minimum(tl.maximum(full_lo, lo), hi)
+    if CAUSAL or WINDOW:
+        full_hi = ((p0 + 1) // BLOCK_N) * BLOCK_N
+        full_hi = tl.minimum(full_hi, (seq_k // BLOCK_N) * BLOCK_N)
+    else:
+        full_hi = (seq_k // BLOCK_N) * BLOCK_N
+    full_hi = tl.minimum(tl.maximum(full_hi, full_lo), hi)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    if P_SCALE == 3:
+        e_i = tl.zeros([BLOCK_M], tl.float32)
+    else:
+        e_i = tl.full([BLOCK_M], E_FIXED, tl.float32)
+    acc = tl.zeros([BLOCK_M, DV], tl.float32)
+    if PV_MODE == 3:
+        acc_tc = tl.zeros([BLOCK_M, DV], tl.float32)
+    else:
+        acc_tc = tl.zeros([1, 1], tl.float32)
+    a_prod = tl.full([BLOCK_M], 1.0, tl.float32)
+
+    if WINDOW:
+        acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
+            acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
+            lo, full_lo, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+            True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
+            EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
+            QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T)
+    acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
+        acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
+        full_lo, full_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+        False, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
+        EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
+        QK_K32, PV_MODE, FLUSH, TMA, WS, DEBUG, MAD_T)
+    acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
+        acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
+        full_hi, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+        True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
+        EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
+        QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T)
+    if PV_MODE == 3:
+        acc = acc * a_prod[:, None] + acc_tc
+
+    # ---- epilogue: O = acc / l · vd (l in the same P scale as acc), LSE = ln2·(m + log2 l − e)
+    has = l_i > 0.0
+    l_safe = tl.where(has, l_i, 1.0)
+    if RCP:
+        o = acc * (tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe) * vd)[:, None]
+    else:
+        o = tl.math.div_rn(acc, l_safe[:, None]) * vd
+    o = tl.where(has[:, None], o, 0.0)
+    m_fin = tl.where(m_i == float("-inf"), 0.0, m_i)
+    lse = tl.where(has, (m_fin + tl.math.log2(l_safe) - e_i) * 0.6931471805599453, float("-inf"))
+
+    offs_dv = tl.arange(0, DV)
+    o_ptrs = O + bh.to(tl.int64) * seq_q * DV + offs_m[:, None].to(tl.int64) * DV + offs_dv[None, :]
+    if OUT_MODE == 0:
+        tl.store(o_ptrs, o.to(tl.bfloat16), mask=row_ok[:, None])
+    elif OUT_MODE == 1:
+        ob = (o.to(tl.int32, bitcast=True) >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        tl.store(o_ptrs, ob, mask=row_ok[:, None])
+    else:
+        tl.store(o_ptrs, o, mask=row_ok[:, None])
+    tl.store(LSE + bh.to(tl.int64) * seq_q + offs_m, lse, mask=offs_m < seq_q)
+
+
+_ALLOCATOR_SET = False
+
+
+def ensure_allocator() -> None:
+    """Device-side tensor descriptors need a global scratch allocator (Triton >= 3.4)."""
+    global _ALLOCATOR_SET
+    if _ALLOCATOR_SET:
+        return
+    import torch
+
+    def _alloc(size: int, alignment: int, stream):
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+
+    triton.set_allocator(_alloc)
+    _ALLOCATOR_SET = True

@@ -1,0 +1,411 @@
+"""FP8 (e4m3fn) attention forward on Hopper through Triton: wrapper, recipe mapping and input validation.
+
+:func:`attention_fp8` takes FP8 Q/K/V with fp32 descales (per tensor or per (batch, head)) and returns a
+bf16 output (fp32 for ``out_format="fp32"`` recipes) and the fp32 natural-log LSE. :func:`attention_fp8_quantized`
+quantizes float inputs exactly as the emulator does (:func:`zyfa.emulator.quantize_inputs`) and calls it.
+
+Everything here runs before Triton is imported, so bad input gets a clear error on any machine (CPU CI has
+no Triton): the order is types and dtypes, shapes, head dims, strides, descales, recipe fields, and last the
+device. The kernel lives in :mod:`zyfa.kernels._triton_fp8`.
+
+Recipe fields the kernel honours (others are refused with ``ValueError`` naming field and value):
+``q/k/v_format`` e4m3fn; ``q_scale/k_scale/v_scale`` tensor, head, head_kv; ``block_n`` 64 or 128
+(``block_m`` too when the P exponent is per tile); ``log2e_folded`` True; ``exp_method`` exp2 or mad_fp8
+(``mad_offset``, ``mad_rounding``); ``p_format`` e4m3fn; ``p_scale`` none, fmax (exp2 only), pow2, pow2_block
+(``p_scale_granularity`` row/tile, ``p_block_max_log2``); ``rowsum`` fp32/rounded; ``v_descale`` end;
+``accumulator`` fp32 (Triton's partial accumulator flushed into fp32 every k=32 step: the closest Triton
+gets to true fp32 on Hopper) or hopper_fp8 with ``accum_flush_tiles`` 0 (never), 1 or N; ``reciprocal``
+div/rcp; ``out_format`` bf16_rne, bf16_trunc, fp32. ``accum_mantissa_bits`` describes the hardware and is
+not a kernel choice.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from zyfa.recipes import Recipe, get_recipe
+
+__all__ = [
+    "KernelPlan",
+    "SUPPORTED_HEAD_DIMS",
+    "attention_fp8",
+    "attention_fp8_quantized",
+    "default_config",
+    "kernel_plan",
+    "launch",
+    "prepare_vt",
+    "quantize_for_kernel",
+]
+
+LOG2E = 1.4426950408889634
+LOG2_448 = math.log2(448.0)
+SUPPORTED_QK_DIMS = (64, 128, 192, 256)
+SUPPORTED_V_DIMS = (64, 128, 256)
+SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
+_FP8 = torch.float8_e4m3fn
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """The kernel's constexpr switches for one recipe (see :func:`kernel_plan`)."""
+
+    recipe: str
+    block_n: int
+    block_m: int | None  # fixed by the recipe (tile-granular P exponent), else chosen by the config
+    exp_mad: bool
+    mad_bias: float
+    mad_rounding: str
+    p_scale: int  # 0 none, 1 fmax, 2 pow2, 3 pow2_block
+    e_fixed: float
+    tile_gran: bool
+    e_cap: float
+    rowsum_rounded: bool
+    qk_k32: bool
+    pv_mode: int  # 0 chain, 1 k32 flush, 2/4 per-tile flush (Triton partial acc / explicit add), 3 every N
+    flush: int
+    rcp: bool
+    out_mode: int  # 0 bf16 rne, 1 bf16 trunc, 2 fp32
+    notes: tuple[str, ...] = field(default=())
+
+
+def _refuse(recipe: Recipe, fld: str, value, allowed) -> ValueError:
+    return ValueError(f"recipe {recipe.name!r}: the Triton FP8 kernel does not support {fld}={value!r} "
+                      f"(supported: {allowed})")
+
+
+def kernel_plan(recipe: Recipe | str) -> KernelPlan:
+    """Map a recipe onto the kernel's switches; ValueError names any field the kernel cannot honour."""
+    r = recipe_from_spec(recipe)
+    for fld in ("q_format", "k_format", "v_format", "p_format"):
+        if getattr(r, fld) != "e4m3fn":
+            raise _refuse(r, fld, getattr(r, fld), "'e4m3fn'")
+    for fld in ("q_scale", "k_scale", "v_scale"):
+        if getattr(r, fld) not in ("tensor", "head", "head_kv"):
+            raise _refuse(r, fld, getattr(r, fld), "'tensor', 'head', 'head_kv'")
+    if r.k_smoothing:
+        raise _refuse(r, "k_smoothing", r.k_smoothing, "False")
+    if r.block_n not in (64, 128):
+        raise _refuse(r, "block_n", r.block_n, "64, 128")
+    if not r.log2e_folded:
+        raise _refuse(r, "log2e_folded", r.log2e_folded, "True")
+    if r.exp_method not in ("exp2", "mad_fp8"):
+        raise _refuse(r, "exp_method", r.exp_method, "'exp2', 'mad_fp8'")
+    p_scales = {"none": 0, "fmax": 1, "pow2": 2, "pow2_block": 3}
+    if r.p_scale not in p_scales:
+        raise _refuse(r, "p_scale", r.p_scale, ", ".join(map(repr, p_scales)))
+    if r.exp_method == "mad_fp8" and r.p_scale == "fmax":
+        raise _refuse(r, "p_scale", r.p_scale, "'none', 'pow2', 'pow2_block' with exp_method='mad_fp8'")
+    tile_gran = r.p_scale == "pow2_block" and r.p_scale_granularity == "tile"
+    if tile_gran and r.block_m not in (64, 128):
+        raise _refuse(r, "block_m", r.block_m, "64, 128 with a per-tile P exponent")
+    if r.v_descale != "end":
+        raise _refuse(r, "v_descale", r.v_descale, "'end'")
+    if r.reciprocal not in ("div", "rcp"):
+        raise _refuse(r, "reciprocal", r.reciprocal, "'div', 'rcp'")
+    out_modes = {"bf16_rne": 0, "bf16_trunc": 1, "fp32": 2}
+    if r.out_format not in out_modes:
+        raise _refuse(r, "out_format", r.out_format, ", ".join(map(repr, out_modes)))
+    if r.accumulator == "fp32":
+        qk_k32, pv_mode, flush = True, 1, 0
+    elif r.accumulator == "hopper_fp8":
+        n = int(r.accum_flush_tiles)
+        if n < 0:
+            raise _refuse(r, "accum_flush_tiles", n, ">= 0")
+        qk_k32, pv_mode, flush = False, (0 if n == 0 else 4 if n == 1 else 3), n
+    else:
+        raise _refuse(r, "accumulator", r.accumulator, "'fp32', 'hopper_fp8'")
+    mad_bias = 56.0 + float(r.mad_offset)
+    if r.exp_method == "mad_fp8" and r.mad_rounding == "trunc":
+        mad_bias -= 0.5  # magic-number path: floor(x) = RNE(x - 0.5) except at exact odd integers (ties)
+    e_fixed = {"none": 0.0, "fmax": LOG2_448, "pow2": float(r.p_scale_log2), "pow2_block": 0.0}[r.p_scale]
+    return KernelPlan(
+        recipe=r.name, block_n=r.block_n, block_m=r.block_m if tile_gran else None,
+        exp_mad=r.exp_method == "mad_fp8", mad_bias=mad_bias, mad_rounding=r.mad_rounding,
+        p_scale=p_scales[r.p_scale], e_fixed=e_fixed, tile_gran=tile_gran,
+        e_cap=float(r.p_block_max_log2), rowsum_rounded=r.rowsum == "rounded", qk_k32=qk_k32,
+        pv_mode=pv_mode, flush=flush, rcp=r.reciprocal == "rcp", out_mode=out_modes[r.out_format])
+
+
+def recipe_from_spec(spec: Recipe | str) -> Recipe:
+    """A recipe name, optionally with field overrides: ``"zyfa:accumulator=hopper_fp8,accum_flush_tiles=1"``.
+
+    The result is named by the whole spec, so tables and test ids say exactly what ran.
+    """
+    if isinstance(spec, Recipe):
+        return spec
+    base, _, rest = spec.partition(":")
+    r = get_recipe(base.strip())
+    if not rest.strip():
+        return r
+    changes = {}
+    for item in rest.split(","):
+        key, eq, val = item.partition("=")
+        key, val = key.strip(), val.strip()
+        if not eq or not hasattr(r, key) or key in ("name", "source", "tags"):
+            raise ValueError(f"bad recipe override {item!r} in {spec!r}: expected field=value with a Recipe field")
+        cur = getattr(r, key)
+        if isinstance(cur, bool):
+            if val.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"recipe override {key}={val!r}: expected a bool")
+            changes[key] = val.lower() in ("true", "1")
+        elif isinstance(cur, int):
+            changes[key] = int(val)
+        elif isinstance(cur, float):
+            changes[key] = float(val)
+        else:
+            changes[key] = val
+    return r.replace(name=spec, **changes)
+
+
+# ---------------------------------------------------------------------------------------------- configs
+
+def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
+    """Tile sizes and launch options (set from the H200 sweeps in docs/kernel_notes.md)."""
+    # H200 sweeps (docs/kernel_notes.md): 64-row tiles, one warpgroup, two programs per SM (their softmax
+    # and matmuls interleave) beat 128-row tiles on two warpgroups for d <= 192; d = 256 needs 128 rows.
+    cfg = {"BLOCK_M": 64, "num_warps": 4, "num_stages": 2, "TMA": True, "WS": False, "MAD_CVT": 0, "MAD_T": 1}
+    if d_v >= 256 or d_qk >= 256:
+        cfg.update(BLOCK_M=128, num_warps=8, num_stages=3)
+    elif d_qk <= 64 and not plan.qk_k32:
+        cfg["maxnreg"] = 168  # no spills at d 64: three programs per SM
+    if plan.block_m is not None:
+        cfg["BLOCK_M"] = plan.block_m
+        cfg["num_warps"] = 8 if plan.block_m >= 128 else 4
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------- validation
+
+def _descale_to_bh(d, name: str, b: int, h: int, h_kv: int, device) -> torch.Tensor:
+    """A descale (float, one-element tensor, (b, h) / (b, h, 1, 1), or for q (b, h_kv)) -> (b, h) fp32."""
+    if isinstance(d, bool):
+        raise TypeError(f"{name} must be a float or a tensor, got bool")
+    if isinstance(d, (int, float)):
+        if not math.isfinite(d) or d <= 0:
+            raise ValueError(f"{name} must be a positive finite number, got {d}")
+        return torch.full((b, h), float(d), dtype=torch.float32, device=device)
+    if not isinstance(d, torch.Tensor):
+        raise TypeError(f"{name} must be a float or a torch.Tensor, got {type(d).__name__}")
+    if not d.dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point tensor, got {d.dtype}")
+    if d.device != torch.device(device) and not (d.device.type == torch.device(device).type == "cuda"):
+        raise ValueError(f"{name} is on {d.device}, the inputs on {device}")
+    x = d.detach().to(device=device, dtype=torch.float32)
+    if x.numel() == 1:
+        x = x.reshape(1, 1).expand(b, h)
+    else:
+        shape = tuple(x.shape)
+        if len(shape) == 4 and shape[2:] == (1, 1):
+            x = x.reshape(shape[0], shape[1])
+        if x.dim() != 2 or x.shape[0] != b or x.shape[1] not in (h, h_kv):
+            raise ValueError(f"{name} must be one scalar or of shape ({b}, {h}) or ({b}, {h}, 1, 1), "
+                             f"got {shape}")
+        if x.shape[1] != h:  # q descale per (batch, kv head): its GQA group shares one (FA3's shape)
+            x = x.repeat_interleave(h // h_kv, dim=1)
+    x = x.contiguous()
+    if not bool(torch.all(torch.isfinite(x) & (x > 0))):
+        raise ValueError(f"{name} must be positive and finite")
+    return x
+
+
+def _validate(q, k, v, causal, sm_scale, window):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (batch, heads, seq, head_dim), got shape {tuple(x.shape)}")
+    b, h, s_q, d_qk = q.shape
+    _, h_kv, s_k, _ = k.shape
+    d_v = v.shape[3]
+    if k.shape[0] != b or v.shape[0] != b:
+        raise ValueError(f"batch mismatch: q {b}, k {k.shape[0]}, v {v.shape[0]}")
+    if tuple(v.shape[:3]) != tuple(k.shape[:3]):
+        raise ValueError(f"k and v must share batch, heads and seq: k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape[3] != d_qk:
+        raise ValueError(f"q and k head dims differ: {d_qk} vs {k.shape[3]}")
+    if h_kv < 1 or h % h_kv:
+        raise ValueError(f"q heads ({h}) must be a multiple of kv heads ({h_kv})")
+    if s_q < 1 or s_k < 1 or b < 1:
+        raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if d_qk not in SUPPORTED_QK_DIMS or d_v not in SUPPORTED_V_DIMS:
+        raise ValueError(f"unsupported head dims (d_qk={d_qk}, d_v={d_v}): the kernel takes d_qk in "
+                         f"{SUPPORTED_QK_DIMS} and d_v in {SUPPORTED_V_DIMS} (tested: {SUPPORTED_HEAD_DIMS})")
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.stride(-1) != 1:
+            raise ValueError(f"{name} must have a contiguous last dim (stride 1), got strides {x.stride()}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(f"window must be a positive int or None, got {window!r}")
+    if sm_scale is not None and (not isinstance(sm_scale, (int, float)) or isinstance(sm_scale, bool)
+                                 or not math.isfinite(sm_scale) or sm_scale <= 0):
+        raise ValueError(f"sm_scale must be a positive finite number or None, got {sm_scale!r}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    return b, h, h_kv, s_q, s_k, d_qk, d_v
+
+
+def _check_fp8(q, k, v, descales):
+    bad = [n for n, x in (("q", q), ("k", k), ("v", v)) if x.dtype != _FP8]
+    if bad:
+        dtypes = ", ".join(f"{n}={x.dtype}" for n, x in (("q", q), ("k", k), ("v", v)))
+        hint = ("; descales were given, so quantize the inputs to float8_e4m3fn first" if any(
+            d is not None for d in descales) else "")
+        raise TypeError(f"attention_fp8 takes torch.float8_e4m3fn q, k, v with descales (got {dtypes}){hint}; "
+                        "for float inputs use attention_fp8_quantized(q, k, v, recipe=...), which quantizes "
+                        "them as the recipe says")
+
+
+def _check_device(q):
+    if q.device.type != "cuda":
+        raise ValueError(f"attention_fp8 runs on a CUDA GPU (Hopper, sm_90); the inputs are on {q.device}. "
+                         "For CPU results use zyfa.emulator.emulate")
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if major != 9:
+        raise ValueError(f"attention_fp8 needs a Hopper GPU (compute capability 9.x) for FP8 wgmma; "
+                         f"{torch.cuda.get_device_name(q.device)} is {major}.{minor}")
+
+
+# ---------------------------------------------------------------------------------------------- launch
+
+def prepare_vt(v: torch.Tensor) -> torch.Tensor:
+    """V (b, h_kv, s_k, d_v) -> Vt (b, h_kv, d_v, s_k_pad) contiguous, zero-padded to s_k_pad % 16 == 0.
+
+    Hopper's FP8 wgmma reads both operands K-major; for P·V the K dim is the sequence, so V is transposed
+    once here (TMA also needs 16-byte row strides, hence the padding).
+    """
+    b, h_kv, s_k, d_v = v.shape
+    s_pad = -(-s_k // 16) * 16
+    if s_pad == s_k:
+        return v.transpose(-1, -2).contiguous()
+    vt = torch.zeros((b, h_kv, d_v, s_pad), dtype=v.dtype, device=v.device)
+    vt[..., :s_k].copy_(v.transpose(-1, -2))
+    return vt
+
+
+def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool, sm_scale: float,
+           window: int | None, config: dict | None = None, out=None, lse=None):
+    """Launch the kernel on prepared operands (no checks: :func:`attention_fp8` does them).
+
+    q8 (b, h, s_q, d_qk), k8 (b, h_kv, s_k, d_qk) contiguous FP8; vt from :func:`prepare_vt`; qd (b, h),
+    kd/vd (b, h_kv) fp32 contiguous. Returns (out, lse).
+    """
+    import triton
+
+    from zyfa.kernels import _triton_fp8 as K
+
+    b, h, s_q, d_qk = q8.shape
+    h_kv = k8.shape[1]
+    d_v, s_k_pad = vt.shape[2], vt.shape[3]
+    cfg = default_config(d_qk, d_v, causal, plan)
+    if config:
+        cfg.update(config)
+    if plan.block_m is not None and cfg["BLOCK_M"] != plan.block_m:
+        raise ValueError(f"recipe {plan.recipe!r} fixes BLOCK_M={plan.block_m} (per-tile P exponent)")
+    block_n = cfg.get("BLOCK_N", plan.block_n)
+    if cfg["TMA"]:
+        K.ensure_allocator()
+    d1, d2 = (128, 64) if d_qk == 192 else (d_qk, 0)
+    out_dtype = torch.float32 if plan.out_mode == 2 else torch.bfloat16
+    if out is None:
+        out = torch.empty((b, h, s_q, d_v), dtype=out_dtype, device=q8.device)
+    if lse is None:
+        lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q8.device)
+    mad_cvt = cfg.get("MAD_CVT", 0)
+    mad_bias = plan.mad_bias
+    if plan.exp_mad and plan.mad_rounding == "trunc" and mad_cvt != 0:
+        mad_bias += 0.5  # cvt.rzi truncates by itself
+    if plan.exp_mad and plan.mad_rounding == "trunc" and mad_cvt == 1:
+        mad_cvt = 2
+    if plan.exp_mad and plan.mad_rounding == "nearest" and mad_cvt == 2:
+        raise ValueError("MAD_CVT=2 (cvt.rzi) truncates; the recipe asks for nearest rounding")
+    grid = (triton.cdiv(s_q, cfg["BLOCK_M"]), b * h)
+    K.attn_fwd_fp8[grid](
+        q8, k8, vt, out, lse, qd, kd, vd,
+        s_q, seq_k, s_k_pad, h, h_kv, int(window or 0), float(sm_scale) * LOG2E, float(mad_bias),
+        CAUSAL=bool(causal or window is not None), WINDOW=window is not None,
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=block_n, D1=d1, D2=d2, DV=d_v,
+        EXP_MAD=plan.exp_mad, MAD_CVT=mad_cvt, P_SCALE=plan.p_scale, E_FIXED=plan.e_fixed,
+        TILE_GRAN=plan.tile_gran, E_CAP=plan.e_cap, ROWSUM_ROUNDED=plan.rowsum_rounded,
+        QK_K32=cfg.get("QK_K32", plan.qk_k32), PV_MODE=cfg.get("PV_MODE", plan.pv_mode),
+        FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
+        DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg.get("MAD_T", 1), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
+    )
+    return out, lse
+
+
+def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = False, sm_scale: float | None = None,
+                  window: int | None = None, q_descale=None, k_descale=None, v_descale=None,
+                  config: dict | None = None):
+    """FP8 attention forward (prefill) on Hopper.
+
+    Args:
+        q: (b, h, s_q, d_qk) torch.float8_e4m3fn; k: (b, h_kv, s_k, d_qk); v: (b, h_kv, s_k, d_v), h % h_kv == 0
+            (GQA/MQA: query head i uses kv head i // (h // h_kv)). Last dim contiguous; other strides are
+            copied to contiguous. (d_qk, d_v) in (64, 64), (128, 128), (256, 256), (192, 128) (MLA).
+        recipe: a :class:`zyfa.recipes.Recipe` or its name; see the module docstring for what is honoured.
+        causal: bottom-right aligned when s_q != s_k. window: HF sliding window (query at position p sees
+            keys p - window < j <= p; implies the causal bound).
+        sm_scale: default 1/sqrt(d_qk).
+        q_descale: float, one-element tensor, (b, h) or (b, h_kv) (per kv-head group); k_descale,
+            v_descale: float, one-element tensor or (b, h_kv). Default 1.0. Must be positive.
+        config: launch overrides for tuning and ablations: BLOCK_M, num_warps, num_stages, maxnreg, TMA (device
+            tensor descriptors, else pointer loads), WS (Triton's warp_specialize: no effect on sm_90 in Triton
+            3.6), MAD_CVT (0 magic-number add, 1 cvt.rni/rzi), MAD_T (1 exact t as the emulator; 0 one fused
+            FFMA, 6% faster, see docs/kernel_notes.md), QK_K32 / PV_MODE (accumulation code, see the kernel).
+    Returns:
+        (out, lse): out (b, h, s_q, d_v) bf16 (fp32 when the recipe's out_format is fp32), lse (b, h, s_q)
+        fp32 natural log; a row that sees no key gets out 0 and lse -inf.
+    """
+    b, h, h_kv, s_q, s_k, d_qk, d_v = _validate(q, k, v, causal, sm_scale, window)
+    _check_fp8(q, k, v, (q_descale, k_descale, v_descale))
+    dev = q.device
+    qd = _descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
+    kd = _descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
+    vd = _descale_to_bh(1.0 if v_descale is None else v_descale, "v_descale", b, h_kv, h_kv, dev)
+    plan = kernel_plan(recipe)
+    _check_device(q)
+    sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
+    vt = prepare_vt(v)
+    return launch(q.contiguous(), k.contiguous(), vt, qd, kd, vd, plan=plan, seq_k=s_k, causal=causal,
+                  sm_scale=sm, window=window, config=config)
+
+
+def quantize_for_kernel(q, k, v, recipe: Recipe | str = "zyfa"):
+    """Quantize float q, k, v as ``recipe`` says (the emulator's own quantizer, so both see the same FP8 values).
+
+    Returns (q8, k8, v8, q_descale (b, h), k_descale (b, h_kv), v_descale (b, h_kv)); FP8 tensors are
+    float8_e4m3fn on the inputs' device.
+    """
+    from zyfa.emulator import quantize_inputs
+
+    r = recipe_from_spec(recipe)
+    kernel_plan(r)  # refuse unsupported recipes before doing any work
+    qi = quantize_inputs(q, k, v, r)
+    b, h = q.shape[:2]
+    h_kv = k.shape[1]
+
+    def bh(d, heads):
+        return d.float().reshape(d.shape[0], d.shape[1]).expand(b, heads).contiguous()
+
+    q8 = qi.q_values.to(_FP8)
+    k8 = qi.k_values.to(_FP8)
+    v8 = qi.v_values.to(_FP8)
+    return q8, k8, v8, bh(qi.q_descale, h), bh(qi.k_descale, h_kv), bh(qi.v_descale, h_kv)
+
+
+def attention_fp8_quantized(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = False,
+                            sm_scale: float | None = None, window: int | None = None, config: dict | None = None):
+    """Quantize float (bf16/fp16/fp32) q, k, v per ``recipe`` and run :func:`attention_fp8`."""
+    _validate(q, k, v, causal, sm_scale, window)
+    recipe = recipe_from_spec(recipe)
+    kernel_plan(recipe)
+    _check_device(q)
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, recipe)
+    return attention_fp8(q8, k8, v8, recipe=recipe, causal=causal, sm_scale=sm_scale, window=window,
+                         q_descale=qd, k_descale=kd, v_descale=vd, config=config)
