@@ -399,7 +399,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
 
             if p_fmt is not None:
                 flushed += ((p8 == 0) & allowed).sum()
-                counted += allowed.sum()
+                counted += allowed.sum() * (b * h)  # allowed is (rows, cols), p8 is (b, h, rows, cols)
 
             # P·V: into the tensor-core accumulator, or scaled per tile and added to the fp32 accumulator.
             v_tile = v8[..., c0:c1, :]

@@ -263,3 +263,12 @@ def test_hopper_accumulator_aligns_each_step_to_its_largest_term():
     x = torch.randint(-8, 8, (4, 32), generator=g).float()
     y = torch.randint(-8, 8, (32, 3), generator=g).float()
     assert torch.equal(_mma(x, y, None, 13), x @ y)
+
+
+def test_flushed_fraction_is_a_fraction_on_multi_head_inputs():
+    q, k, v = _qkv(b=2, h=4, h_kv=2, s_q=256, s_k=1024, std=2.0)
+    frac = emulate(q, k, v, "aiter").stats["p_flushed_frac"]
+    per_head = [emulate(q[i:i + 1, j:j + 1], k[i:i + 1, j // 2:j // 2 + 1], v[i:i + 1, j // 2:j // 2 + 1],
+                        "aiter").stats["p_flushed_frac"] for i in range(2) for j in range(4)]
+    assert 0 < frac < 1
+    assert abs(frac - sum(per_head) / len(per_head)) < 2e-3  # per-head runs quantize with their own amax
