@@ -132,7 +132,7 @@ def fmt_ci(ci, kind: str) -> str:
 @dataclass
 class Doc:
     """Blocks rendered alike to Markdown and HTML: ("h", level, text), ("p", text), ("code", text),
-    ("table", key, header, rows), ("img", path, caption)."""
+    ("table", key, header, rows, text), ("img", path, caption)."""
 
     title: str
     blocks: list = field(default_factory=list)
@@ -147,8 +147,9 @@ class Doc:
     def code(self, text: str) -> None:
         self.blocks.append(("code", text))
 
-    def table(self, key: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-        self.blocks.append(("table", key, list(header), [list(r) for r in rows]))
+    def table(self, key: str, header: Sequence[str], rows: Sequence[Sequence[str]], *, text: bool = False) -> None:
+        """text: cells hold prose (left-aligned, wrapped in HTML); else numbers (right-aligned, one line)."""
+        self.blocks.append(("table", key, list(header), [list(r) for r in rows], text))
 
     def img(self, name: str, png: bytes, caption: str) -> None:
         self.images[name] = png
@@ -169,7 +170,7 @@ def render_markdown(doc: Doc) -> str:
         elif b[0] == "code":
             out += ["```", b[1], "```", ""]
         elif b[0] == "table":
-            _, key, header, rows = b
+            _, key, header, rows, _text = b
             out.append(f'<a id="{key}"></a>')
             out.append("")
             out.append("| " + " | ".join(_md_cell(c) for c in header) + " |")
@@ -198,6 +199,7 @@ th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
 .tw{overflow-x:auto}pre{background:#f6f6f6;padding:.7em;overflow-x:auto;white-space:pre-wrap}
 code{background:#f2f2f2;padding:0 .2em}figure{margin:1em 0}img{max-width:100%}
 figcaption{font-size:.85em;color:#555}
+table.text td{text-align:left;white-space:normal;max-width:48em;overflow-wrap:anywhere}
 """
 
 
@@ -212,10 +214,11 @@ def render_html(doc: Doc) -> str:
         elif b[0] == "code":
             body.append(f"<pre><code>{html.escape(b[1], quote=False)}</code></pre>")
         elif b[0] == "table":
-            _, key, header, rows = b
+            _, key, header, rows, text = b
+            cls = ' class="text"' if text else ""
             th = "".join(f"<th>{_inline_html(c)}</th>" for c in header)
             trs = "".join("<tr>" + "".join(f"<td>{_inline_html(c)}</td>" for c in r) + "</tr>" for r in rows)
-            body.append(f'<div class="tw"><table id="{html.escape(key)}"><thead><tr>{th}</tr></thead>'
+            body.append(f'<div class="tw"><table id="{html.escape(key)}"{cls}><thead><tr>{th}</tr></thead>'
                         f"<tbody>{trs}</tbody></table></div>")
         elif b[0] == "img":
             data = base64.b64encode(doc.images[b[1]]).decode("ascii")
@@ -261,15 +264,17 @@ def _read_one(path: Path) -> tuple[list[dict], dict]:
 def load_results(paths: Sequence[str | Path]) -> Results:
     """Rows of every result file (JSONL or CSV), each tagged with ``_file``; recipes in run order."""
     rows, provs, order = [], [], []
+    names = [Path(p).name for p in paths]
     for p in paths:
         path = Path(p)
         if not path.is_file():
             raise FileNotFoundError(f"result file not found: {path}")
+        label = path.name if names.count(path.name) == 1 else str(path)
         r, prov = _read_one(path)
         for row in r:
-            row["_file"] = path.name
+            row["_file"] = label
         rows += r
-        provs.append((path.name, prov))
+        provs.append((label, prov))
         order += [x for x in prov.get("recipes", []) if x not in order]
     if not rows:
         raise ValueError(f"no result rows in {', '.join(map(str, paths))}")
@@ -320,7 +325,8 @@ def _hd(row: dict) -> str:
 
 
 def _input_key(row: dict):
-    return (row.get("_file"), row["input"])
+    """The same inputs pair across result files: name and content hash (the file when there is no hash)."""
+    return (row["input"], row.get("input_content_hash") or row.get("_file"))
 
 
 def _by_recipe(rows) -> dict[str, list[dict]]:
@@ -350,6 +356,13 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def _style(name: str, recipes: list) -> dict:
+    """One color per recipe (tab20, in report order) and a dashed line for ZYFA's ablations."""
+    cmap = _plt().get_cmap("tab20" if len(recipes) > 10 else "tab10")
+    i = recipes.index(name) if name in recipes else 0
+    return {"color": cmap(i % cmap.N), "ls": "--" if name in ABLATIONS else "-"}
+
+
 def _slug(s: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", s.lower()).strip("-")
 
@@ -361,8 +374,10 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
     by = _by_recipe(rows)
     n_inputs = len({_input_key(r) for r in rows})
     doc.h(3, f"{gname}: error by recipe")
+    few = (" With so few inputs the intervals only show the spread; the per-head table below has more samples."
+           if n_inputs < 5 else "")
     doc.p(f"Mean over {n_inputs} input(s) with its bootstrap 95% confidence interval over the inputs "
-          f"(each capture input is one layer, all its captured heads). {METRIC_NOTE}")
+          f"(each capture input is one layer, all its captured heads).{few} {METRIC_NOTE}")
     header = ["recipe", "inputs", *MAIN_METRICS.values()]
     body, cis = [], {}
     for name in recipes:
@@ -411,7 +426,7 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
         ax.set_xticks(np.arange(len(names)), names, rotation=45, ha="right")
         ax.set_ylabel("relative L2 error")
         ax.set_title(f"{gname}: mean error, 95% CI")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.grid(axis="y", alpha=0.3)
         doc.img(f"fig_{slug}_recipes.png", _png(fig), f"{gname}: relative L2 error by recipe (mean, 95% CI)")
 
@@ -444,6 +459,27 @@ def _section_ratios(doc: Doc, gname: str, rows: list, recipes: list) -> None:
                                            "zyfa/peer rel L2 (orig)", "zyfa lower"], body)
 
 
+def _section_summary(doc: Doc, groups: list, rows: list, recipes: list) -> None:
+    if "zyfa" not in recipes:
+        return
+    peers = [r for r in recipes if r != "zyfa" and r not in ABLATIONS]
+    doc.h(2, "Summary")
+    doc.p("Per model and for the Gaussian inputs: zyfa's mean relative L2 error (deq), and the geometric mean "
+          "over the same inputs of zyfa's error divided by each peer's (deq; below 1: zyfa is more accurate). "
+          "Intervals are in the sections below.")
+    body = []
+    for g in groups:
+        grows = [r for r in rows if group_of(r) == g]
+        z = [_val(r, "deq_rel_l2") for r in grows if r["recipe"] == "zyfa"]
+        cells = [g, fmt(len(z), "int"), fmt(float(np.mean(z)) if z else None, "err")]
+        for p in peers:
+            ratios = _paired(grows, "zyfa", p, "deq_rel_l2")
+            ok = ratios and all(x > 0 and math.isfinite(x) for x in ratios)
+            cells.append(fmt(math.exp(float(np.mean(np.log(ratios)))), "ratio") if ok else "-")
+        body.append(cells)
+    doc.table("t-summary", ["inputs", "n", "zyfa rel L2 (deq)", *(f"zyfa/{p}" for p in peers)], body)
+
+
 def _section_ablation(doc: Doc, gname: str, rows: list, recipes: list) -> None:
     abl = [r for r in recipes if r in ABLATIONS]
     if "zyfa" not in recipes or not abl:
@@ -470,7 +506,8 @@ def _section_ablation(doc: Doc, gname: str, rows: list, recipes: list) -> None:
         flushed = fmt(float(np.mean([_val(r, "p_flushed_frac") for r in rs])), "err")
         body.append([name, tech, what, mean, ratio_d, ratio_o, flushed])
     doc.table(f"t-{_slug(gname)}-ablation", ["recipe", "technique", "change", "rel L2 (deq)",
-                                             "variant/zyfa (deq)", "variant/zyfa (orig)", "P flushed to 0"], body)
+                                             "variant/zyfa (deq)", "variant/zyfa (orig)", "P flushed to 0"], body,
+              text=True)
 
 
 def _heads_of(row: dict) -> list:
@@ -598,7 +635,7 @@ def _section_seq(doc: Doc, gname: str, rows: list, recipes: list, plots: bool) -
             for n in names:
                 xs = [s for s in seqs if (s, n) in cell]
                 ax.plot(xs, [np.mean(cell[(s, n)]) for s in xs], marker="o", ms=3, label=n,
-                        lw=2.2 if n == "zyfa" else 1.0)
+                        lw=2.2 if n == "zyfa" else 1.0, **_style(n, recipes))
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_xlabel("sequence length")
@@ -633,76 +670,102 @@ def _section_causes(doc: Doc, rows: list, recipes: list, plots: bool) -> None:
     doc.h(2, "Error against its causes")
     present = [c for c in CAUSES if any(r.get(c) is not None for r in rows)]
     missing = [c for c in CAUSES if c not in present]
-    doc.p("Over all inputs (captures and Gaussian): Spearman's rank correlation between each recipe's "
-          "relative L2 error (deq) and a property of the input: the outlier ratio max|x| / rms(x) of K and Q "
-          "(a per-tensor FP8 scale maps max|x| to 448, so large ratios leave typical values few codes), the "
-          "mean attention entropy of the exact softmax (low: peaked attention, many tiny probabilities), and "
-          "the fraction of probabilities the recipe rounds to zero.")
+    doc.p("Spearman's rank correlation between each recipe's relative L2 error and a property of the input: "
+          "the outlier ratio max|x| / rms(x) of K and Q (a per-tensor FP8 scale maps max|x| to 448, so large "
+          "ratios leave typical values few codes: this acts on the quantization of Q and K, so it is shown "
+          "against the `orig` error too), the mean attention entropy of the exact softmax (low: peaked "
+          "attention, many tiny probabilities), and the fraction of probabilities the recipe rounds to zero. "
+          "Over all inputs the correlations also carry the differences between sources (captures against "
+          "Gaussian inputs), hence the tables per source.")
     if missing:
         doc.p(f"Not in the results: {', '.join(f'`{c}`' for c in missing)} (`zyfa study` adds the input "
               "features; the runner's rows alone carry `p_flushed_frac`).")
     if not present:
         return
     by = _by_recipe(rows)
-    body = []
-    for n in recipes:
-        rs = [r for r in by.get(n, []) if math.isfinite(_val(r, "deq_rel_l2"))]
-        cells = [n, fmt(len(rs), "int")]
-        for c in present:
-            pairs = [(_val(r, c), _val(r, "deq_rel_l2")) for r in rs if r.get(c) is not None]
-            pairs = [(a, b) for a, b in pairs if math.isfinite(a)]
-            if len(pairs) < 3 or len({a for a, _ in pairs}) < 2:
-                cells.append("-")
-                continue
-            rho = stats.spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic
-            cells.append(fmt(float(rho), "corr"))
-        body.append(cells)
-    doc.table("t-causes", ["recipe", "inputs", *(CAUSES[c] for c in present)], body)
+    columns = [(c, "deq_rel_l2", CAUSES[c]) for c in present]
+    columns += [(c, "orig_rel_l2", f"{CAUSES[c]} (orig)") for c in ("feat_k_outlier", "feat_q_outlier")
+                if c in present]
+    captures = [r for r in rows if r.get("input_source") == "capture"]
+    gaussian = [r for r in rows if r.get("input_source") != "capture"]
+    populations = [("all inputs", rows, "t-causes")]
+    if captures and gaussian:
+        populations += [("captures", captures, "t-causes-captures"), (GAUSSIAN, gaussian, "t-causes-gaussian")]
+    for label, prow, key in populations:
+        pby = _by_recipe(prow)
+        body = []
+        for n in recipes:
+            rs = pby.get(n, [])
+            cells = [n, fmt(len(rs), "int")]
+            for c, err, _ in columns:
+                pairs = [(_val(r, c), _val(r, err)) for r in rs if r.get(c) is not None]
+                pairs = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]
+                if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+                    cells.append("-")
+                    continue
+                rho = stats.spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic
+                cells.append(fmt(float(rho), "corr"))
+            body.append(cells)
+        doc.p(f"**{label}** (error: deq unless marked orig):")
+        doc.table(key, ["recipe", "inputs", *(h for _, _, h in columns)], body)
     if plots:
         plt = _plt()
         shown = [n for n in recipes if n not in ABLATIONS][:8]
-        fig, axes = plt.subplots(1, len(present), figsize=(3.3 * len(present), 3.0), squeeze=False)
+        from matplotlib.ticker import NullFormatter
+
+        fig, axes = plt.subplots(1, len(present), figsize=(3.4 * len(present), 3.0), squeeze=False, sharey=True)
         for ax, c in zip(axes[0], present, strict=True):
             for n in shown:
                 pts = [(_val(r, c), _val(r, "deq_rel_l2")) for r in by.get(n, []) if r.get(c) is not None]
                 if c == "p_flushed_frac":
                     pts = [(a, b) for a, b in pts if a > 0]
                 if pts:
-                    ax.scatter([a for a, _ in pts], [b for _, b in pts], s=9, label=n, alpha=0.75)
+                    ax.scatter([a for a, _ in pts], [b for _, b in pts], s=9, label=n, alpha=0.75,
+                               color=_style(n, recipes)["color"])
             ax.set_yscale("log")
             if c != "feat_entropy_nats":
                 ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.tick_params(labelsize=7)
             ax.set_xlabel(CAUSES[c], fontsize=8)
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("rel L2 (deq)")
-        axes[0][-1].legend(fontsize=6, loc="center left", bbox_to_anchor=(1.0, 0.5))
+        handles = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
+        fig.tight_layout()
+        if handles:
+            fig.legend(list(handles.values()), list(handles), fontsize=7, loc="center left",
+                       bbox_to_anchor=(1.0, 0.5))
         doc.img("fig_causes.png", _png(fig), "Error against its causes, one point per input (inputs with no "
                 "flushed probability are left out of the last panel)")
 
 
 # ---------------------------------------------------------------------------------------------- speed
 
-_BENCH_PREFERRED = ("kernel", "recipe", "impl", "backend", "provider", "name", "batch", "heads", "heads_q",
-                    "heads_kv", "seq", "seq_q", "seq_k", "head_dim", "head_dim_v", "causal", "dtype", "inputs",
-                    "time_ms", "ms", "tflops", "tflops_per_s", "speedup", "sm_clock_mhz", "power_w")
+_BENCH_PREFERRED = ("input", "impl", "recipe", "kernel", "backend", "b", "batch", "h", "heads", "heads_q", "h_kv",
+                    "heads_kv", "s", "seq", "seq_q", "seq_k", "d_qk", "head_dim", "d_v", "head_dim_v", "causal",
+                    "tflops", "ms", "time_ms", "v_transpose_ms", "tflops_incl_transpose", "rel_l2_vs_sdpa_bf16",
+                    "sm_clock_mhz", "power_w", "error")
 
 
 def load_bench(paths: Sequence[str | Path]) -> list[tuple[str, dict, list[dict]]]:
-    """(file name, metadata, rows) of each benchmark JSON: a list of rows, or a dict holding one."""
+    """(file name, metadata, rows) of each benchmark JSON (``zyfa bench``: ``{"meta": {...}, "rows": [...]}``;
+    a bare list of rows is accepted too)."""
     out = []
     for p in paths:
         path = Path(p)
-        data = json.loads(path.read_text())
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not JSON ({e.msg})") from None
         meta: dict = {}
         if isinstance(data, dict):
-            rows = next((data[k] for k in ("rows", "results", "benchmarks", "data") if isinstance(data.get(k), list)),
-                        None)
-            meta = {k: v for k, v in data.items() if not isinstance(v, list)}
-            meta.update({k: v for k, v in (data.get("provenance") or {}).items()} if isinstance(
-                data.get("provenance"), dict) else {})
-            meta.pop("provenance", None)
+            rows = next((data[k] for k in ("rows", "results") if isinstance(data.get(k), list)), None)
+            for k in ("meta", "provenance"):
+                if isinstance(data.get(k), dict):
+                    meta.update(data[k])
             if rows is None:
-                rows = [data]
+                raise ValueError(f"{path}: no 'rows' list in the benchmark JSON")
         elif isinstance(data, list):
             rows = data
         else:
@@ -711,23 +774,44 @@ def load_bench(paths: Sequence[str | Path]) -> list[tuple[str, dict, list[dict]]
     return out
 
 
+def _bench_label(r: dict) -> str:
+    impl, rec = r.get("impl") or r.get("kernel") or "", r.get("recipe") or ""
+    return f"{impl} {rec}".strip() if rec and rec != impl else str(impl or rec)
+
+
 def _section_speed(doc: Doc, bench: list) -> None:
     doc.h(2, "Speed")
     if not bench:
         doc.p("No benchmark results given (`zyfa bench` on a GPU writes `reports/bench_<date>.json`; pass it "
               "with `--bench`). Technique 2 of ZYFA (ping-pong) acts on speed only and is measured there.")
         return
-    doc.p("From the benchmark files as written by `zyfa bench` (values as recorded; TFLOP/s count "
-          "4·b·h·s_q·s_k·d, halved for causal). Technique 2 of ZYFA (ping-pong) acts on speed only.")
+    doc.p("From the benchmark files as written by `zyfa bench` (values as recorded: TFLOP/s = FLOPs / median "
+          "kernel time, FLOPs = 4·b·h·s²·d, 2·(d_qk+d_v) for MLA, halved for causal; SM clock and power: means "
+          "during the timed run). Technique 2 of ZYFA (ping-pong) acts on speed only.")
     for i, (name, meta, rows) in enumerate(bench):
-        doc.p(f"**{name}**" + "".join(f"; {k} {v}" for k, v in meta.items()
-                                       if k in ("device", "device_name", "cuda_device", "git_commit", "date_utc",
-                                                "torch", "triton")))
+        info = []
+        for k in ("device", "date", "git_commit", "command", "inputs_note"):
+            if meta.get(k):
+                info.append(f"{k}: `{meta[k]}`" if k == "command" else f"{k}: {meta[k]}")
+        if isinstance(meta.get("versions"), dict):
+            info.append("versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
+        doc.p(f"**{name}**" + ("; " + "; ".join(info) if info else ""))
+        ok = [r for r in rows if "error" not in r and r.get("tflops") is not None]
+        shape_keys = [k for k in ("input", "h", "h_kv", "d_qk", "d_v", "s", "causal") if any(k in r for r in ok)]
+        if ok and shape_keys and any(("impl" in r or "kernel" in r) for r in ok):
+            labels = list(dict.fromkeys(_bench_label(r) for r in ok))
+            cases = list(dict.fromkeys(tuple(r.get(k) for k in shape_keys) for r in ok))
+            val = {(tuple(r.get(k) for k in shape_keys), _bench_label(r)): r["tflops"] for r in ok}
+            doc.p("TFLOP/s by implementation, one row per input shape (same run):")
+            body = [[*(fmt(v, "num") for v in case), *(fmt(val.get((case, lab)), "num") for lab in labels)]
+                    for case in cases]
+            doc.table(f"t-bench-{i}-tflops", [*shape_keys, *labels], body)
         cols = [c for c in _BENCH_PREFERRED if any(c in r for r in rows)]
         extra = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in cols
                  and all(isinstance(r.get(c), (int, float, str, bool, type(None))) for r in rows)]
-        cols += extra[: max(0, 16 - len(cols))]
-        body = [[fmt(r.get(c), "num") for c in cols] for r in rows]
+        cols += extra[: max(0, 18 - len(cols))]
+        body = [[fmt(r.get(c), "num") if c != "error" else str(r.get(c, ""))[:80] for c in cols] for r in rows]
+        doc.p("Every benchmark row:")
         doc.table(f"t-bench-{i}", cols, body)
 
 
@@ -752,7 +836,7 @@ def _section_provenance(doc: Doc, res: Results) -> None:
                 v = shlex.join(str(x) for x in v)
             vals.append("-" if v is None else (fmt(v, "num") if isinstance(v, float) else str(v)))
         body.append([k, *vals])
-    doc.table("t-provenance", ["", *(name for name, _ in res.provenances)], body)
+    doc.table("t-provenance", ["", *(name for name, _ in res.provenances)], body, text=True)
 
 
 def _section_inputs(doc: Doc, rows: list) -> None:
@@ -800,6 +884,13 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     """The report document for the result rows (and benchmark rows)."""
     doc = Doc(title=title)
     rows, recipes = res.rows, res.recipes
+    if plots:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            plots = False
+            notes = [*notes, "matplotlib is not installed, so this report has no plots "
+                     "(`pip install -e '.[plots]'`)."]
     study_cmds = [p["study_command"] for _, p in res.provenances if p.get("study_command")]
     cmds = list(dict.fromkeys([*extra_commands, *study_cmds, *([command] if command else [])]))
     doc.p("Regenerate this report with" + (" (the study, then the report alone from its results):"
@@ -810,8 +901,11 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     n_inputs = len({_input_key(r) for r in rows})
     doc.p(f"{len(rows)} result rows: {n_inputs} inputs ({', '.join(groups)}) x {len(recipes)} recipes "
           f"({', '.join(recipes)}), from {', '.join(f'`{n}`' for n, _ in res.provenances)}.")
-    for n in [*notes, *(x for _, p in res.provenances for x in (p.get("study_notes") or []))]:
+    many = len(res.provenances) > 1
+    for n in [*notes, *((f"`{name}`: " if many else "") + x for name, p in res.provenances
+                        for x in (p.get("study_notes") or []))]:
         doc.p(n)
+    _section_summary(doc, groups, rows, recipes)
     _section_provenance(doc, res)
     for g in groups:
         grows = [r for r in rows if group_of(r) == g]
@@ -850,6 +944,38 @@ def write_report(doc: Doc, out_dir: str | Path) -> dict[str, Path]:
     return {"markdown": md, "html": page}
 
 
+# ---------------------------------------------------------------------------------------------- screenshot
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--enable-logging=stderr", "--v=0")
+
+
+def screenshot(page: str | Path, png: str | Path, *, width: int = 1280, height: int = 3000,
+               timeout: float = 120) -> list[str]:
+    """Open ``page`` in headless Chromium (fresh profile, no network) and save a screenshot of its top.
+
+    Returns the console lines Chromium logged (errors, uncaught exceptions): empty for a clean page.
+    Raises FileNotFoundError without chromium, RuntimeError if no screenshot was written.
+    """
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if exe is None:
+        raise FileNotFoundError("chromium not found (Debian: apt-get install chromium)")
+    png = Path(png).resolve()
+    with tempfile.TemporaryDirectory() as prof:
+        res = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={prof}", f"--window-size={width},{height}",
+                              f"--screenshot={png}", Path(page).resolve().as_uri()],
+                             capture_output=True, text=True, timeout=timeout, env={**os.environ, "HOME": prof})
+    if not png.is_file():
+        raise RuntimeError(f"chromium wrote no screenshot (exit {res.returncode}): {res.stderr[-500:]}")
+    return [line for line in res.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
+
+
 # ---------------------------------------------------------------------------------------------- CLI
 
 def _split(values: Sequence[str] | None) -> list[str]:
@@ -871,16 +997,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="benchmark JSON files (zyfa bench), comma-separated, repeated or a glob")
     parser.add_argument("--out", required=True, help="output folder, e.g. reports/mine/")
     parser.add_argument("--title", default="FP8 attention accuracy report", help="report title")
+    parser.add_argument("--recipes", default=None,
+                        help="comma-separated recipes to report (default: every recipe in the results)")
     parser.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
+    parser.add_argument("--screenshot", action="store_true",
+                        help="open report.html in headless Chromium, save report_screenshot.png, fail on console "
+                        "errors")
 
 
-def report_command(results: Sequence[str], out: str, bench: Sequence[str] = (), title: str | None = None) -> str:
+def report_command(results: Sequence[str], out: str, bench: Sequence[str] = (), title: str | None = None,
+                   shot: bool = False, recipes: str | None = None) -> str:
     parts = ["zyfa", "report", "--results", ",".join(map(str, results))]
+    if recipes:
+        parts += ["--recipes", recipes]
     if bench:
         parts += ["--bench", ",".join(map(str, bench))]
     parts += ["--out", str(out)]
     if title and title != "FP8 attention accuracy report":
         parts += ["--title", title]
+    if shot:
+        parts.append("--screenshot")
     return shlex.join(parts)
 
 
@@ -892,12 +1028,35 @@ def main(args: argparse.Namespace) -> int:
         if not results:
             raise ValueError("--results names no file")
         res = load_results(results)
+        if args.recipes:
+            keep = [x.strip() for x in args.recipes.split(",") if x.strip()]
+            unknown = [x for x in keep if x not in res.recipes]
+            if unknown:
+                raise ValueError(f"--recipes: not in the results: {', '.join(unknown)} (have {', '.join(res.recipes)})")
+            res = Results([r for r in res.rows if r["recipe"] in keep], res.provenances,
+                          [x for x in res.recipes if x in keep])
         bench = load_bench(bench_paths)
     except (ValueError, FileNotFoundError, OSError) as e:
         print(f"zyfa report: error: {e}", file=sys.stderr)
         return 2
-    cmd = report_command(results, args.out, bench_paths, args.title)
+    cmd = report_command(results, args.out, bench_paths, args.title, args.screenshot, args.recipes)
     doc = build_report(res, bench=bench, command=cmd, title=args.title, plots=not args.no_plots)
     paths = write_report(doc, args.out)
     print(f"wrote {paths['markdown']} and {paths['html']} ({len(doc.images)} plots)")
+    if args.screenshot:
+        return _screenshot(paths["html"])
+    return 0
+
+
+def _screenshot(page: Path) -> int:
+    png = page.with_name("report_screenshot.png")
+    try:
+        console = screenshot(page, png)
+    except (FileNotFoundError, RuntimeError, OSError) as e:
+        print(f"zyfa report: no screenshot: {e}", file=sys.stderr)
+        return 1
+    if console:
+        print("zyfa report: console errors in report.html:\n" + "\n".join(console), file=sys.stderr)
+        return 1
+    print(f"wrote {png} (headless Chromium, no console errors)")
     return 0

@@ -5,18 +5,26 @@
     zyfa study --long --captures smollm2-8k.h5,gemma3-8k.h5,qwen-8k.h5 --out reports/study-long
 
 Default (the embedded study): every shipped sample capture (``datasets/*.h5``, all their layers and heads)
-and Gaussian inputs: head dim 128 at 1K, 2K and 4K tokens; head dims 64, 128, 256 and MLA 192/128 at 2K
-tokens, plain, causal and with FA3-style outliers in Q/K; one head each. Every named FP8 recipe runs (ZYFA,
-its five ablations, the AMD and NVIDIA peers) plus bf16. Sized for at most 10 minutes on 2 CPU cores; on a
-GPU (``--device auto`` picks CUDA when present) it takes well under a minute.
+and Gaussian inputs: head dim 128 at 1K, 2K and 4K tokens; head dims 64, 128, 256 and MLA 192/128 at 1K
+tokens, plain, causal and with FA3-style outliers in Q/K; one head each (22 inputs with the three samples).
+Every named FP8 recipe runs (ZYFA, its five ablations, the AMD and NVIDIA peers) plus bf16 (330 runs); on a
+CPU the recipes that emulate Hopper's FP8 accumulator product by product (fa3, sage2, cudnn-fp8: minutes per
+input on a CPU) are left out unless named with ``--recipes``.
+Measured on 2 CPU cores (AMD EPYC, shared with other jobs): 3.4 min wall, 171 s of CPU time (83% of the two
+cores); 14.5 min when other jobs kept the load at 7-9. On a GPU
+(``--device auto`` picks CUDA when present) it takes well under a minute.
 
 ``--long``: the committed configuration: the captures given by ``--captures`` (the three models at 8K tokens
-or more, made locally with ``zyfa capture``) and Gaussian inputs up to 32K tokens at head dims 64, 128, 256
-and MLA 192/128. On a GPU it takes minutes; on 2 CPU cores each 32K input costs about 3 minutes per recipe
-(hours in all), so ``--max-seq`` caps the Gaussian lengths and ``--recipes`` narrows the recipes.
+or more, made locally with ``zyfa capture``) and Gaussian inputs up to 32K tokens: head dim 128 causal at
+4K, 8K, 16K and 32K; head dims 64, 256 and MLA 192/128 causal at 32K; head dim 128 at 32K non-causal and
+causal with outliers. On a GPU it takes minutes. On 2 CPU cores a 32K causal input costs about 2-4 minutes
+per recipe (a non-causal one twice that): the whole configuration takes hours, so ``--recipes``,
+``--max-seq`` and ``--gaussian-filter REGEX`` (on the input names) narrow it; reports/study-long/ was made
+that way (its command is at the top of its report).
 
 Writes ``<out>/results.jsonl`` (the runner's rows plus per-input features and per-head errors, with a
-provenance header) and the report (``report.md``, ``fig_*.png``, ``report.html``). Progress goes to stderr.
+provenance header) and the report (``report.md``, ``fig_*.png``, ``report.html``, and with Chromium installed
+``report_screenshot.png``, checked for console errors). Progress goes to stderr.
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``study_inputs(...)``, ``run_study(...)``.
 """
 
@@ -24,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import glob
+import re
 import shlex
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -33,7 +43,7 @@ STUDY_RECIPES = ("zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2
                  "ck-blockscale", "aiter", "aiter-triton", "triton-amd", "fa3", "sage2", "cudnn-fp8", "bf16")
 QUICK_RECIPES = ("zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "ck", "aiter", "fa3", "bf16")
 # recipes whose error per head is computed for the captures' heatmaps (the emulator runs again for these)
-HEAD_RECIPES = ("zyfa", "ck", "aiter", "aiter-triton", "fa3", "bf16")
+HEAD_RECIPES = ("zyfa", "ck", "aiter", "fa3")
 HEAD_DIMS = ((64, None), (128, None), (256, None), (192, 128))
 OUTLIERS = {"outlier_frac": 0.001, "outlier_scale": 10.0}  # FA3 paper's N(0,1) + N(0,100)·Bernoulli(0.001)
 
@@ -42,8 +52,9 @@ def _log(msg: str) -> None:
     print(f"[zyfa study {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def gaussian_specs(mode: str, max_seq: int | None = None) -> list:
-    """The Gaussian inputs of a study mode ("default", "quick" or "long"), lengths capped at ``max_seq``."""
+def gaussian_specs(mode: str, max_seq: int | None = None, name_filter: str | None = None) -> list:
+    """The Gaussian inputs of a study mode ("default", "quick" or "long"), lengths capped at ``max_seq``, only
+    those whose name matches the regular expression ``name_filter`` (e.g. ``d128-causal``)."""
     from accuracy.inputs import GaussianSpec
 
     def spec(seq, hd=128, hdv=None, **kw):
@@ -52,20 +63,20 @@ def gaussian_specs(mode: str, max_seq: int | None = None) -> list:
     if mode == "quick":
         specs = [spec(s) for s in (256, 512, 1024)]
         specs += [spec(512, hd, hdv, **kw) for hd, hdv in HEAD_DIMS for kw in ({}, {"causal": True}, OUTLIERS)]
-    elif mode == "long":
-        specs = [spec(s) for s in (4096, 8192, 16384, 32768)]
+    elif mode == "long":  # causal like decoder prefill; one non-causal and one outlier input at 32K
+        specs = [spec(s, causal=True) for s in (4096, 8192, 16384, 32768)]
         specs += [spec(32768, hd, hdv, causal=True) for hd, hdv in HEAD_DIMS]
-        specs += [spec(32768, 128, None, **OUTLIERS)]
+        specs += [spec(32768), spec(32768, causal=True, **OUTLIERS)]
     else:
         specs = [spec(s) for s in (1024, 2048, 4096)]
-        specs += [spec(2048, hd, hdv, **kw) for hd, hdv in HEAD_DIMS for kw in ({}, {"causal": True}, OUTLIERS)]
+        specs += [spec(1024, hd, hdv, **kw) for hd, hdv in HEAD_DIMS for kw in ({}, {"causal": True}, OUTLIERS)]
     if max_seq is not None:
         import dataclasses
 
         specs = [dataclasses.replace(s, seq=min(s.seq, max_seq)) for s in specs]
     out, seen = [], set()
     for s in specs:
-        if s.name not in seen:
+        if s.name not in seen and (name_filter is None or re.search(name_filter, s.name)):
             seen.add(s.name)
             out.append(s)
     return out
@@ -81,7 +92,7 @@ def default_captures() -> list[Path]:
 
 
 def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
-                 max_tokens: int | None = None) -> list:
+                 max_tokens: int | None = None, name_filter: str | None = None) -> list:
     """Capture inputs (one per layer, all captured heads) then Gaussian inputs."""
     from accuracy.inputs import capture_inputs, make_gaussian
 
@@ -91,7 +102,7 @@ def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
         _log(f"capture {path}: {len(got)} layers, {got[0].shape['heads_q']} query heads, "
              f"{got[0].shape['seq_q']} tokens")
         inputs += got
-    inputs += [make_gaussian(s) for s in gaussian_specs(mode, max_seq)]
+    inputs += [make_gaussian(s) for s in gaussian_specs(mode, max_seq, name_filter)]
     return inputs
 
 
@@ -113,8 +124,13 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     for i, inp in enumerate(inputs, 1):
         extra = dict(input_features(inp, device=dev))
         heads: dict = {}
-        if inp.meta.get("source") == "capture" and per_head and not any(
-                "deq_rel_l2_heads" in r for r in rows if r["input"] == inp.name):
+        mine = [r for r in rows if r["input"] == inp.name]
+        if inp.meta.get("source") != "capture" or not per_head or any("deq_rel_l2_heads" in r for r in mine):
+            pass
+        elif inp.shape["heads_q"] == 1:  # one head: its error is the input's
+            heads = {r["recipe"]: {"deq_rel_l2_heads": [r["deq_rel_l2"]], "orig_rel_l2_heads": [r["orig_rel_l2"]]}
+                     for r in mine if r["recipe"] in per_head}
+        else:
             heads = head_errors(inp, per_head, device=dev)
         by_input[inp.name] = (extra, heads)
         if progress:
@@ -165,11 +181,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "Gaussian inputs only)")
     parser.add_argument("--recipes", default=None, help="comma-separated recipes (default: every FP8 recipe + bf16)")
     parser.add_argument("--max-seq", type=int, default=None, help="cap the Gaussian sequence lengths")
+    parser.add_argument("--gaussian-filter", default=None, metavar="REGEX",
+                        help="keep only the Gaussian inputs whose name matches, e.g. 'd128-causal' or '^$' for none")
     parser.add_argument("--max-tokens", type=int, default=None, help="use the first N tokens of each capture")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
     parser.add_argument("--bench", default=None, help="benchmark JSON files for the speed tables "
                         "(default: reports/bench_*.json when present)")
     parser.add_argument("--no-progress", action="store_true", help="no progress output")
+
+
+def _on_gpu(device: str) -> bool:
+    import torch
+
+    return device != "cpu" and torch.cuda.is_available()
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -178,7 +202,7 @@ def _command(args: argparse.Namespace) -> str:
         parts.append("--quick")
     if args.long:
         parts.append("--long")
-    for flag in ("captures", "recipes", "max_seq", "max_tokens", "bench"):
+    for flag in ("captures", "recipes", "max_seq", "gaussian_filter", "max_tokens", "bench"):
         v = getattr(args, flag)
         if v is not None:
             parts += [f"--{flag.replace('_', '-')}", str(v)]
@@ -225,11 +249,34 @@ def main(args: argparse.Namespace) -> int:
 
         base = QUICK_RECIPES if args.quick else STUDY_RECIPES
         recipes = [r.name for r in parse_recipes(args.recipes or ",".join(base))]
+        if args.recipes is None and not _on_gpu(args.device):
+            slow = [r.name for r in parse_recipes(",".join(recipes)) if r.accumulator == "hopper_fp8"]
+            if slow:
+                recipes = [r for r in recipes if r not in slow]
+                base = tuple(recipes)
+                notes.append(f"Left out on CPU: {', '.join(slow)}. They model Hopper's FP8 tensor-core accumulator "
+                             "product by product (zyfa.emulator._mma), which is far too slow on a CPU for this "
+                             "study; they run when a GPU is present, or when named with `--recipes`.")
+                _log(f"CPU: leaving out {', '.join(slow)} (Hopper accumulator emulation; name them in --recipes "
+                     "to run them)")
         max_tokens = args.max_tokens if args.max_tokens is not None else (512 if args.quick else None)
-        inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens)
+        if args.gaussian_filter is not None:
+            re.compile(args.gaussian_filter)
+        inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
+                              name_filter=args.gaussian_filter)
+        if not inputs:
+            raise ValueError("no inputs: no captures and --gaussian-filter keeps no Gaussian input")
+        full = [g.name for g in gaussian_specs(mode)]
+        ran = {i.name for i in inputs}
+        left = [n for n in full if n not in ran]
+        if left or set(recipes) != set(base):
+            notes.append(f"This run narrows the {mode} configuration of `zyfa study`: "
+                         + (f"Gaussian inputs left out: {', '.join(left)}. " if left else "")
+                         + (f"Recipes: {', '.join(recipes)} (of {', '.join(base)})." if set(recipes) != set(base)
+                            else ""))
         bench = report._split([args.bench]) if args.bench else sorted(glob.glob("reports/bench_*.json"))
         bench_rows = report.load_bench(bench)
-    except (ValueError, FileNotFoundError, OSError) as e:
+    except (ValueError, FileNotFoundError, OSError, re.error) as e:
         print(f"zyfa study: error: {e}", file=sys.stderr)
         return 2
 
@@ -251,8 +298,12 @@ def main(args: argparse.Namespace) -> int:
     title = ("ZYFA long-context study: FP8 attention error at 8K-32K tokens" if args.long else
              "ZYFA study: FP8 attention error on model captures and Gaussian inputs")
     res = report.load_results([results])
-    rep_cmd = report.report_command([results], str(out), bench, title)
+    rep_cmd = report.report_command([results], str(out), bench, title, shot=bool(shutil.which("chromium")))
     doc = report.build_report(res, bench=bench_rows, command=rep_cmd, title=title)
     paths = report.write_report(doc, out)
     _log(f"wrote {paths['markdown']} and {paths['html']}; total {time.perf_counter() - t0:.0f} s")
+    if shutil.which("chromium"):
+        rc = report._screenshot(paths["html"])
+        if rc:
+            return rc
     return 0
