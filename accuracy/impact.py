@@ -410,20 +410,21 @@ def _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, todo, n_layers, 
     from reference.attention import attention_fp64
 
     todo = set(todo)
-    for lay in sweep_layers:
-        ref_orig: dict[str, Any] = {}
-        for r in layer_recipes:
+    ref_orig: dict[int, torch.Tensor] = {}  # layer -> fp64 reference of its stock q/k/v (same for every recipe)
+    # recipe-outer: a stopped sweep leaves every layer of the first recipes (what the correlation needs)
+    for r in layer_recipes:
+        for lay in sweep_layers:
             if (lay, r) not in todo:
                 bar.update(n_layers)
                 continue
             op: dict[str, Any] = {}
 
-            def on_emulation(layer, q, k, v, emu, sm_scale, window, op=op, ref_orig=ref_orig):
-                if "out" not in ref_orig:  # the layer's stock q/k/v: the same for every recipe
-                    ref_orig["out"] = attention_fp64(q, k, v, causal=True, sm_scale=sm_scale, window=window)[0]
+            def on_emulation(layer, q, k, v, emu, sm_scale, window, op=op):
+                if layer not in ref_orig:
+                    ref_orig[layer] = attention_fp64(q, k, v, causal=True, sm_scale=sm_scale, window=window)[0]
                 ref_deq = attention_fp64(emu.q_deq, emu.k_deq, emu.v_deq, causal=True, sm_scale=sm_scale,
                                          window=window)[0]
-                op.update(op_rel_l2=_rel_l2(emu.out, ref_orig["out"]), op_rel_l2_deq=_rel_l2(emu.out, ref_deq),
+                op.update(op_rel_l2=_rel_l2(emu.out, ref_orig[layer]), op_rel_l2_deq=_rel_l2(emu.out, ref_deq),
                           q_amax=float(q.abs().max()), k_amax=float(k.abs().max()), v_amax=float(v.abs().max()),
                           window_size=window)
 
@@ -476,6 +477,7 @@ def render_markdown(rows: list[dict[str, Any]], *, command: str | None = None) -
     """The report section (Markdown): per-model impact tables with CIs, per-layer sensitivity, correlation."""
     from scipy import stats
 
+    rows = list({_row_key(r): r for r in rows}.values())  # a repeated measurement counts once (the last)
     win = [r for r in rows if r.get("kind") == "impact_window"]
     lay = [r for r in rows if r.get("kind") == "impact_layer"]
     lines = ["## Model impact: perplexity and next-token KL with each recipe swapped in", ""]
@@ -496,8 +498,17 @@ def render_markdown(rows: list[dict[str, Any]], *, command: str | None = None) -
         "quantization) is the control: its KL shows the emulator's own summation-order noise.",
         "",
     ]
-    if command:
-        lines += [f"Command: `{command}`", ""]
+    commands = []
+    for r in rows:
+        argv = r.get("provenance", {}).get("argv") or []
+        cmd = _command_of(argv)
+        if cmd and cmd not in commands:
+            commands.append(cmd)
+    if command and command not in commands:
+        commands.append(command)
+    if commands:
+        lines += ["Commands (in order; later ones `--resume` and add rows):", ""]
+        lines += [f"    {c}" for c in commands] + [""]
     lines += [f"Provenance: commit `{prov.get('git_commit')}`{' (dirty tree)' if prov.get('git_dirty') else ''}, "
               f"{prov.get('date_utc')}, torch {prov.get('torch')}, transformers {prov.get('transformers')}, "
               f"{prov.get('cpu')}.", ""]
@@ -513,9 +524,9 @@ def render_markdown(rows: list[dict[str, Any]], *, command: str | None = None) -
                   f"{p.get('model_description', model)}; model file sha256 `{str(p.get('model_sha256', ''))[:16]}…`. "
                   f"Stock perplexity per window: "
                   + ", ".join(f"w{w}: {v:.3f}" for w, v in sorted(stock.items())) + ".", "",
-                  "| recipe | windows | ppl ratio | Δppl | KL (nats/token) | KL p99 | top-1 agree | P flushed "
+                  "| recipe | windows | ppl ratio | Δppl | KL (nats/token) | KL p99 | top-1 agree "
                   "| KL, block CI |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|"]
         order = sorted(per_recipe, key=lambda rc: float(np.mean([r["kl_mean"] for r in per_recipe[rc]])))
         for rc in order:
             rs = sorted(per_recipe[rc], key=lambda r: r["window"])
@@ -526,7 +537,6 @@ def render_markdown(rows: list[dict[str, Any]], *, command: str | None = None) -
                 f"| {_fmt_ci(_ci([r['kl_mean'] for r in rs]), '.2e')} "
                 f"| {_fmt(float(np.mean([r['kl_p99'] for r in rs])), '.2e')} "
                 f"| {_fmt(float(np.mean([r['top1_agree'] for r in rs])), '.4f')} "
-                f"| {_fmt(float(np.mean([r.get('p_flushed_mean', 0.0) for r in rs])), '.3f')} "
                 f"| {_fmt_ci(_ci(blocks), '.2e') if blocks else 'nan'} |")
         lines.append("")
 
@@ -587,6 +597,13 @@ def _render_layers(lay, win, stats) -> list[str]:
     return lines
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """``zyfa impact ...`` from a recorded argv (python -m zyfa.cli impact ..., or the zyfa script)."""
+    if "impact" not in argv:
+        return None
+    return "zyfa impact " + " ".join(argv[argv.index("impact") + 1:])
+
+
 def _spearman(stats, x: np.ndarray, y: np.ndarray) -> str:
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() < 3 or np.all(x[ok] == x[ok][0]) or np.all(y[ok] == y[ok][0]):
@@ -629,9 +646,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     md = Path(args.markdown) if args.markdown else out.with_name("impact.md")
-    command = "zyfa impact " + " ".join(sys.argv[2:]) if len(sys.argv) > 2 and sys.argv[1] == "impact" else None
+    command = _command_of(list(sys.argv))
     if args.render_only:
-        write_markdown(out, md, command=command)
+        write_markdown(out, md)
         print(f"wrote {md}")
         return 0
     if args.threads:
