@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from accuracy.results_io import read_jsonl
+
 __all__ = ["Doc", "add_arguments", "build_report", "fmt", "load_results", "main", "render_html",
            "render_markdown", "write_report"]
 
@@ -240,21 +242,8 @@ class Results:
 
 
 def _read_one(path: Path) -> tuple[list[dict], dict]:
-    if path.suffix.lower() == ".jsonl":  # read here: no torch import needed for JSONL
-        rows, prov = [], {}
-        with open(path) as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-                if obj.get("record") == "provenance":
-                    prov = prov or {k: v for k, v in obj.items() if k != "record"}
-                else:
-                    rows.append(obj)
-        return rows, prov
+    if path.suffix.lower() == ".jsonl":  # no torch import needed for JSONL
+        return read_jsonl(path)
     from accuracy.runner import read_results
 
     rows = read_results(path)

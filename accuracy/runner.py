@@ -37,6 +37,7 @@ import torch
 from accuracy.inputs import AttentionInput
 from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name, provenance
+from accuracy.results_io import read_jsonl
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate
 from zyfa.recipes import Recipe, get_recipe
@@ -332,21 +333,7 @@ def read_results(path: str | Path) -> ResultRows:
         raise FileNotFoundError(f"result file not found: {path}")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        rows, prov = [], {}
-        with open(path) as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-                if obj.get("record") == "provenance":
-                    if not prov:
-                        prov = {k: v for k, v in obj.items() if k != "record"}
-                else:
-                    rows.append(obj)
-        return ResultRows(rows, prov)
+        return ResultRows(*read_jsonl(path))
     if suffix == ".csv":
         side = _sidecar(path)
         meta = json.loads(side.read_text()) if side.is_file() else {}

@@ -22,7 +22,6 @@ from zyfa.recipes import Recipe, get_recipe
 
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
-FP8_NAMES = ("e4m3fn", "e4m3fnuz", "e5m2")
 # Hopper's FP8 wgmma consumes k = 32 per instruction; the accumulator model truncates after each step.
 WGMMA_K_FP8 = 32
 # Tile-amax floor of AITER's Triton kernel (amd_peers.md s.2b: max(|P|) >= 1e-9).
@@ -342,7 +341,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             x = x.masked_fill(~allowed, -math.inf)
 
             m_new = torch.maximum(m, x.amax(dim=-1, keepdim=True))
-            m_use = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
+            m_use = _zero_if_neginf(m_new)
             alpha = torch.exp2(to_log2(m - m_use))  # m = -inf -> 0
             t = to_log2(x - m_use)  # log2 probability, <= 0; -inf where masked
             m = m_new
@@ -432,7 +431,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         out[:, :, r0:r1] = o
         log2_l = torch.log2(l) - e_run
         lse[:, :, r0:r1] = torch.where(
-            l > 0, (m_use_final(m) * (1.0 if folded else LOG2E) + log2_l) * LN2, torch.full_like(l, -math.inf)
+            l > 0, (_zero_if_neginf(m) * (1.0 if folded else LOG2E) + log2_l) * LN2, torch.full_like(l, -math.inf)
         ).squeeze(-1)
 
     out, lse = out[:, :, :s_q], lse[:, :, :s_q]
@@ -444,8 +443,8 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
     return Emulation(out=out, lse=lse, q_deq=q_deq, k_deq=k_deq, v_deq=v_deq, stats=stats)
 
 
-def m_use_final(m: torch.Tensor) -> torch.Tensor:
-    """Row max with -inf (fully masked rows) replaced by 0."""
+def _zero_if_neginf(m: torch.Tensor) -> torch.Tensor:
+    """Row max with -inf (rows with nothing unmasked yet) replaced by 0, as kernels do before exp2."""
     return torch.where(torch.isneginf(m), torch.zeros_like(m), m)
 
 
