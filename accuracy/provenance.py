@@ -29,9 +29,10 @@ _REPO = Path(__file__).resolve().parents[1]
 def git_state(root: str | Path | None = None) -> tuple[str | None, bool | None]:
     """(HEAD commit, whether tracked files differ from it), or (None, None) outside a git checkout.
 
-    A copy without ``.git`` (the GPU machine's) takes the commit from ``ZYFA_GIT_COMMIT`` (dirty unknown)."""
+    ``ZYFA_GIT_COMMIT``, when set, names the commit instead (dirty unknown): for copies of a checkout whose
+    ``.git`` is missing or stale, such as the GPU machine's."""
     root = Path(root) if root is not None else _REPO
-    if not (root / ".git").exists() and os.environ.get("ZYFA_GIT_COMMIT"):
+    if os.environ.get("ZYFA_GIT_COMMIT"):
         return os.environ["ZYFA_GIT_COMMIT"], None
 
     def git(*args: str) -> str | None:

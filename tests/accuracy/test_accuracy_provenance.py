@@ -32,3 +32,11 @@ def test_git_state_inside_and_outside_a_checkout(tmp_path):
 
 def test_device_name():
     assert device_name("cpu") and isinstance(device_name("cpu"), str)
+
+
+def test_git_commit_from_environment(monkeypatch, tmp_path):
+    # The GPU machine's copy has no usable .git: ZYFA_GIT_COMMIT names the commit the copy was made from.
+    monkeypatch.setenv("ZYFA_GIT_COMMIT", "0123abc")
+    assert git_state(tmp_path) == ("0123abc", None)
+    monkeypatch.delenv("ZYFA_GIT_COMMIT")
+    assert git_state(tmp_path) == (None, None)
