@@ -1,6 +1,7 @@
 """Compile the FP8 attention kernel for sm_90a without a GPU (Triton's bundled ptxas) and count SASS ops.
 
 Usage: python scripts/gpu_compile_sm90.py [--recipe zyfa] [--dqk 128 --dv 128] [--causal] [--ws] [--no-tma]
+       [--mad-t 0|1] [--pipeline-qk 0|1] [--maxnreg N] [--block-m 64 --warps 4] [--dump file.sass]
 Prints registers, spills, shared memory and an instruction histogram (QGMMA, MUFU.EX2, F2I, F2FP, I2F ...).
 """
 from __future__ import annotations
@@ -80,10 +81,13 @@ def main():
     ap.add_argument("--warps", type=int, default=8)
     ap.add_argument("--stages", type=int, default=2)
     ap.add_argument("--mad-cvt", type=int, default=0)
+    ap.add_argument("--mad-t", type=int, default=1, help="1 exact t (emulator form), 0 one fused FFMA")
+    ap.add_argument("--pipeline-qk", type=int, default=0, help="1: S of the next tile issued before the softmax")
+    ap.add_argument("--maxnreg", type=int, default=None)
     ap.add_argument("--dump", default=None, help="write the SASS here")
     a = ap.parse_args()
     ck, dt = compile_variant(a.recipe, a.dqk, a.dv, a.causal, a.window, a.ws, not a.no_tma, a.block_m, a.warps,
-                             a.stages, a.mad_cvt)
+                             a.stages, a.mad_cvt, {"MAD_T": a.mad_t, "PIPELINE_QK": a.pipeline_qk}, a.maxnreg)
     sass, ops = sass_histogram(ck.asm["cubin"])
     if a.dump:
         with open(a.dump, "w") as f:
@@ -91,8 +95,8 @@ def main():
     md = ck.metadata
     res = re.search(r"REG:(\d+).*?STACK:(\d+).*?SHARED:(\d+).*?LOCAL:(\d+)", sass)
     print(f"compiled in {dt:.1f}s  {a.recipe} dqk={a.dqk} causal={a.causal} ws={a.ws} BM={a.block_m} "
-          f"w={a.warps} st={a.stages} cvt={a.mad_cvt}  REG/STACK/SHARED/LOCAL={res.groups() if res else '?'} "
-          f"shared={md.shared}")
+          f"w={a.warps} st={a.stages} cvt={a.mad_cvt} mad_t={a.mad_t} pipe={a.pipeline_qk} maxnreg={a.maxnreg}  "
+          f"REG/STACK/SHARED/LOCAL={res.groups() if res else '?'} shared={md.shared}")
     keys = ["QGMMA", "HGMMA", "WARPGROUP", "MUFU", "F2I", "I2F", "F2F", "F2FP", "FFMA", "FMUL", "FADD", "FMNMX",
             "PRMT", "SHF", "LOP3", "IMAD", "SHFL", "LDL", "STL", "SYNCS", "UTMALDG", "LDGSTS", "BAR", "STS", "LDS",
             "LDSM", "STSM"]

@@ -14,6 +14,8 @@ import torch
 from zyfa.kernels.attention_fp8 import (
     attention_fp8,
     attention_fp8_quantized,
+    default_config,
+    fused_mad_is_exact,
     kernel_plan,
     prepare_vt,
     recipe_from_spec,
@@ -173,3 +175,21 @@ def test_prepare_vt_pads_and_transposes():
     assert vt.shape == (1, 2, 64, 48) and vt.is_contiguous()
     assert torch.equal(vt[..., :37].float(), v.transpose(-1, -2).float())
     assert torch.all(vt[..., 37:].float() == 0)
+
+
+def test_default_config_mad_form_and_register_caps():
+    """The zyfa family runs the fused MAD (MAD_T=0); a MAD whose row max sits on a rounding tie keeps the exact
+    t (MAD_T=1); the hand-pipelined QK loop stays off; hd128 causal and d 64 get the register cap."""
+    hop = kernel_plan("zyfa-hopper")
+    assert fused_mad_is_exact(hop) and fused_mad_is_exact(kernel_plan("zyfa"))
+    assert default_config(128, 128, False, hop)["MAD_T"] == 0
+    on_tie = kernel_plan("zyfa-hopper:mad_offset=0")  # trunc, offset 0: the max's code is a magic-number tie
+    assert not fused_mad_is_exact(on_tie) and default_config(128, 128, False, on_tie)["MAD_T"] == 1
+    assert not fused_mad_is_exact(kernel_plan("zyfa-exp2"))
+    for d_qk, d_v in ((64, 64), (128, 128), (192, 128), (256, 256)):
+        for causal in (False, True):
+            cfg = default_config(d_qk, d_v, causal, hop)
+            assert cfg["PIPELINE_QK"] == 0
+            capped = d_qk == 64 or (d_qk == 128 and causal)
+            assert (cfg.get("maxnreg") is not None) == capped, (d_qk, causal, cfg)
+    assert "maxnreg" not in default_config(128, 128, True, kernel_plan("zyfa"))  # k=32 flush: no cap

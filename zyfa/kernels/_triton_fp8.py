@@ -72,6 +72,151 @@ def _load_kv(desc_or_ptr, row0, col0, n_rows, ROWS: tl.constexpr, COLS: tl.const
 
 
 @triton.jit
+def _qk_tile(q1, q2, k1_src, k2_src, start_n, seq_k,
+             BLOCK_N: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr, DQK: tl.constexpr,
+             QK_K32: tl.constexpr, TMA: tl.constexpr):
+    """S = Q8 · K8ᵀ for the KV tile at start_n (raw FP8 products, fp32 / Hopper accumulator)."""
+    k1 = _load_kv(k1_src, start_n, 0, seq_k, BLOCK_N, D1, DQK, TMA)
+    if QK_K32:
+        s = tl.dot(q1, k1.T, max_num_imprecise_acc=32)
+    else:
+        s = tl.dot(q1, k1.T)
+    if D2 > 0:
+        if TMA:
+            k2 = k2_src.load([start_n, 0])
+        else:
+            k2 = _load_kv(k2_src, start_n, D1, seq_k, BLOCK_N, D2, DQK, TMA)
+        if QK_K32:
+            s = tl.dot(q2, k2.T, s, max_num_imprecise_acc=32)
+        else:
+            s = tl.dot(q2, k2.T, s)
+    return s
+
+
+@triton.jit
+def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
+                     pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                     MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DV: tl.constexpr,
+                     EXP_MAD: tl.constexpr, MAD_CVT: tl.constexpr, P_SCALE: tl.constexpr,
+                     TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
+                     PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
+                     TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr):
+    """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s."""
+    offs_n = tl.arange(0, BLOCK_N)
+    if MASKED:
+        kpos = start_n + offs_n
+        valid = kpos[None, :] < seq_k
+        if CAUSAL or WINDOW:
+            valid = valid & (kpos[None, :] <= pos_m[:, None])
+        if WINDOW:
+            valid = valid & (kpos[None, :] > pos_m[:, None] - window)
+        s = tl.where(valid, s, float("-inf"))
+    # ---- online max (c > 0, so max(c·S) = c·max(S))
+    m_tile = tl.max(s, 1) * c
+    m_new = tl.maximum(m_i, m_tile)
+    m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.math.exp2(m_i - m_use)  # m_i = -inf -> 0
+    # ---- P exponent e (log2 of the P scale)
+    if P_SCALE == 3:
+        t_max = m_tile - m_use
+        e_row = tl.minimum(tl.floor(LOG2_448 - t_max), E_CAP)
+        if TILE_GRAN:
+            e_row = tl.where((t_max == float("-inf")) | (~row_ok), float("inf"), e_row)
+            e_min = tl.min(e_row, 0)
+            e_row = tl.zeros_like(e_row) + e_min
+            e_new = tl.where(e_row == float("inf"), e_i, e_row)
+        else:
+            e_new = tl.where(t_max == float("-inf"), e_i, e_row)
+        alpha = alpha * _pow2i(e_new - e_i)
+    else:
+        e_new = e_i
+    # ---- P in e4m3fn, and the row sum
+    if EXP_MAD:
+        # bits = clamp(R(8·(t + e) + 56 + offset), 0, 126)
+        if MAD_T == 0:
+            # one FFMA with a per-row bias: fastest, but t is not exactly 0 at the row max (the product
+            # s·c is not rounded before m is subtracted), which moves the max across a rounding boundary
+            row_bias = mad_bias + 8.0 * (e_new - m_use)
+            x = s * c8 + row_bias[:, None]
+        else:
+            # t exactly as the emulator: y = fl(s·c) (mul.rn: never fused), t = y − m (exact 0 at the max)
+            y = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r",
+                                          [s, tl.full(s.shape, 1.0, tl.float32) * c],
+                                          dtype=tl.float32, is_pure=True, pack=1)
+            t = y - m_use[:, None]
+            x = t * 8.0 + (mad_bias + 8.0 * e_new)[:, None]
+        x = tl.minimum(tl.maximum(x, 0.0), 126.0)
+        if MAD_CVT == 0:
+            bits = (x + MAGIC).to(tl.int32, bitcast=True)  # low byte = RNE(x)
+        elif MAD_CVT == 1:
+            bits = _rni(x)
+        else:
+            bits = x.to(tl.int32)  # cvt.rzi: toward zero (x >= 0: floor)
+        if DEBUG % 2 == 1:
+            # diagnostic route: decode the code to its fp32 value, then the (exact) hardware cast
+            p8 = ((bits << 20).to(tl.float32, bitcast=True) * TWO_POW_120).to(tl.float8e4nv)
+        else:
+            p8 = bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+        if ROWSUM_ROUNDED and DEBUG // 2 == 1:
+            l_tile = tl.sum(p8.to(tl.float32), 1)
+        elif ROWSUM_ROUNDED:
+            # value(code) = fp32 with bits (code << 20), times 2^120 (exact, subnormal codes too)
+            vals = (bits << 20).to(tl.float32, bitcast=True)
+            l_tile = tl.sum(vals, 1) * TWO_POW_120
+        else:
+            p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
+            l_tile = tl.sum(p, 1)
+    else:
+        if P_SCALE == 1:
+            p = tl.math.exp2(s * c - m_use[:, None]) * 448.0
+        else:
+            p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
+        p8 = p.to(tl.float8e4nv)
+        if ROWSUM_ROUNDED and WINDOW:
+            # With a window (three loops) the sum read back from p8 came out wrong on the H200 (an FP8
+            # tensor feeding both the P·V dot and a reduction); round p again in fp32 arithmetic instead.
+            l_tile = tl.sum(_round_e4m3_value(p), 1)
+        elif ROWSUM_ROUNDED:
+            # sum of the rounded values, decoded from the code bits (no fp8->fp32 conversions)
+            codes = p8.to(tl.uint8, bitcast=True).to(tl.int32)
+            l_tile = tl.sum((codes << 20).to(tl.float32, bitcast=True), 1) * TWO_POW_120
+        else:
+            l_tile = tl.sum(p, 1)
+    # ---- O += P8 · V8 (V read K-major from Vt)
+    if TMA:
+        vt = vt_src.load([0, start_n])
+    else:
+        vt = _load_vt(vt_src, start_n, seq_k_pad, DV, BLOCK_N)
+    v = vt.T
+    if PV_MODE == 0:
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p8, v, acc)
+    elif PV_MODE == 1:
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p8, v, acc, max_num_imprecise_acc=32)
+    elif PV_MODE == 2:
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p8, v, acc, max_num_imprecise_acc=BLOCK_N)
+    elif PV_MODE == 4:
+        # flush every tile, written out: a fresh tensor-core product added into the fp32 accumulator
+        pv = tl.dot(p8, v)
+        acc = acc * alpha[:, None] + pv
+    else:
+        acc_tc = acc_tc * alpha[:, None]
+        a_prod = a_prod * alpha
+        acc_tc = tl.dot(p8, v, acc_tc)
+        if (start_n // BLOCK_N) % FLUSH == FLUSH - 1:
+            acc = acc * a_prod[:, None] + acc_tc
+            acc_tc = tl.zeros_like(acc_tc)
+            a_prod = tl.full(a_prod.shape, 1.0, tl.float32)
+    l_i = l_i * alpha + l_tile
+    m_i = m_new
+    e_i = e_new
+    return acc, acc_tc, a_prod, l_i, m_i, e_i
+
+
+@triton.jit
 def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 q1, q2, k1_src, k2_src, vt_src,
                 lo, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
@@ -81,134 +226,44 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 EXP_MAD: tl.constexpr, MAD_CVT: tl.constexpr, P_SCALE: tl.constexpr, E_FIXED: tl.constexpr,
                 TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                 QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
-                TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr):
-    offs_n = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        # ---- S = Q8 · K8ᵀ (raw FP8 products, fp32 / Hopper accumulator)
-        k1 = _load_kv(k1_src, start_n, 0, seq_k, BLOCK_N, D1, DQK, TMA)
-        if QK_K32:
-            s = tl.dot(q1, k1.T, max_num_imprecise_acc=32)
-        else:
-            s = tl.dot(q1, k1.T)
-        if D2 > 0:
-            if TMA:
-                k2 = k2_src.load([start_n, 0])
-            else:
-                k2 = _load_kv(k2_src, start_n, D1, seq_k, BLOCK_N, D2, DQK, TMA)
-            if QK_K32:
-                s = tl.dot(q2, k2.T, s, max_num_imprecise_acc=32)
-            else:
-                s = tl.dot(q2, k2.T, s)
-        if MASKED:
-            kpos = start_n + offs_n
-            valid = kpos[None, :] < seq_k
-            if CAUSAL or WINDOW:
-                valid = valid & (kpos[None, :] <= pos_m[:, None])
-            if WINDOW:
-                valid = valid & (kpos[None, :] > pos_m[:, None] - window)
-            s = tl.where(valid, s, float("-inf"))
-        # ---- online max (c > 0, so max(c·S) = c·max(S))
-        m_tile = tl.max(s, 1) * c
-        m_new = tl.maximum(m_i, m_tile)
-        m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.math.exp2(m_i - m_use)  # m_i = -inf -> 0
-        # ---- P exponent e (log2 of the P scale)
-        if P_SCALE == 3:
-            t_max = m_tile - m_use
-            e_row = tl.minimum(tl.floor(LOG2_448 - t_max), E_CAP)
-            if TILE_GRAN:
-                e_row = tl.where((t_max == float("-inf")) | (~row_ok), float("inf"), e_row)
-                e_min = tl.min(e_row, 0)
-                e_row = tl.zeros_like(e_row) + e_min
-                e_new = tl.where(e_row == float("inf"), e_i, e_row)
-            else:
-                e_new = tl.where(t_max == float("-inf"), e_i, e_row)
-            alpha = alpha * _pow2i(e_new - e_i)
-        else:
-            e_new = e_i
-        # ---- P in e4m3fn, and the row sum
-        if EXP_MAD:
-            # bits = clamp(R(8·(t + e) + 56 + offset), 0, 126)
-            if MAD_T == 0:
-                # one FFMA with a per-row bias: fastest, but t is not exactly 0 at the row max (the product
-                # s·c is not rounded before m is subtracted), which moves the max across a rounding boundary
-                row_bias = mad_bias + 8.0 * (e_new - m_use)
-                x = s * c8 + row_bias[:, None]
-            else:
-                # t exactly as the emulator: y = fl(s·c) (mul.rn: never fused), t = y − m (exact 0 at the max)
-                y = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r",
-                                              [s, tl.full(s.shape, 1.0, tl.float32) * c],
-                                              dtype=tl.float32, is_pure=True, pack=1)
-                t = y - m_use[:, None]
-                x = t * 8.0 + (mad_bias + 8.0 * e_new)[:, None]
-            x = tl.minimum(tl.maximum(x, 0.0), 126.0)
-            if MAD_CVT == 0:
-                bits = (x + MAGIC).to(tl.int32, bitcast=True)  # low byte = RNE(x)
-            elif MAD_CVT == 1:
-                bits = _rni(x)
-            else:
-                bits = x.to(tl.int32)  # cvt.rzi: toward zero (x >= 0: floor)
-            if DEBUG % 2 == 1:
-                # diagnostic route: decode the code to its fp32 value, then the (exact) hardware cast
-                p8 = ((bits << 20).to(tl.float32, bitcast=True) * TWO_POW_120).to(tl.float8e4nv)
-            else:
-                p8 = bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
-            if ROWSUM_ROUNDED and DEBUG // 2 == 1:
-                l_tile = tl.sum(p8.to(tl.float32), 1)
-            elif ROWSUM_ROUNDED:
-                # value(code) = fp32 with bits (code << 20), times 2^120 (exact, subnormal codes too)
-                vals = (bits << 20).to(tl.float32, bitcast=True)
-                l_tile = tl.sum(vals, 1) * TWO_POW_120
-            else:
-                p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
-                l_tile = tl.sum(p, 1)
-        else:
-            if P_SCALE == 1:
-                p = tl.math.exp2(s * c - m_use[:, None]) * 448.0
-            else:
-                p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
-            p8 = p.to(tl.float8e4nv)
-            if ROWSUM_ROUNDED and WINDOW:
-                # With a window (three loops) the sum read back from p8 came out wrong on the H200 (an FP8
-                # tensor feeding both the P·V dot and a reduction); round p again in fp32 arithmetic instead.
-                l_tile = tl.sum(_round_e4m3_value(p), 1)
-            elif ROWSUM_ROUNDED:
-                # sum of the rounded values, decoded from the code bits (no fp8->fp32 conversions)
-                codes = p8.to(tl.uint8, bitcast=True).to(tl.int32)
-                l_tile = tl.sum((codes << 20).to(tl.float32, bitcast=True), 1) * TWO_POW_120
-            else:
-                l_tile = tl.sum(p, 1)
-        # ---- O += P8 · V8 (V read K-major from Vt)
-        if TMA:
-            vt = vt_src.load([0, start_n])
-        else:
-            vt = _load_vt(vt_src, start_n, seq_k_pad, DV, BLOCK_N)
-        v = vt.T
-        if PV_MODE == 0:
-            acc = acc * alpha[:, None]
-            acc = tl.dot(p8, v, acc)
-        elif PV_MODE == 1:
-            acc = acc * alpha[:, None]
-            acc = tl.dot(p8, v, acc, max_num_imprecise_acc=32)
-        elif PV_MODE == 2:
-            acc = acc * alpha[:, None]
-            acc = tl.dot(p8, v, acc, max_num_imprecise_acc=BLOCK_N)
-        elif PV_MODE == 4:
-            # flush every tile, written out: a fresh tensor-core product added into the fp32 accumulator
-            pv = tl.dot(p8, v)
-            acc = acc * alpha[:, None] + pv
-        else:
-            acc_tc = acc_tc * alpha[:, None]
-            a_prod = a_prod * alpha
-            acc_tc = tl.dot(p8, v, acc_tc)
-            if (start_n // BLOCK_N) % FLUSH == FLUSH - 1:
-                acc = acc * a_prod[:, None] + acc_tc
-                acc_tc = tl.zeros_like(acc_tc)
-                a_prod = tl.full(a_prod.shape, 1.0, tl.float32)
-        l_i = l_i * alpha + l_tile
-        m_i = m_new
-        e_i = e_new
+                TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr,
+                PIPELINE_QK: tl.constexpr):
+    """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N).
+
+    PIPELINE_QK (technique 2, FA3's intra-warpgroup overlap written by hand): S for tile j+1 is computed
+    before the softmax and P·V of tile j, and carried into the next iteration, so its wgmma can run on the
+    tensor cores while the warpgroup does tile j's vector work. The prologue computes S for the first tile;
+    the last tile is finished after the loop. Applied to the unmasked segment only (the masked window edge
+    and diagonal/tail segments are one or two tiles).
+    """
+    if PIPELINE_QK and not MASKED:
+        # [lo, hi) holds whole tiles here (the unmasked segment's bounds are multiples of BLOCK_N)
+        s = _qk_tile(q1, q2, k1_src, k2_src, lo, seq_k, BLOCK_N, D1, D2, DQK, QK_K32, TMA)
+        for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            s_next = _qk_tile(q1, q2, k1_src, k2_src, start_n + BLOCK_N, seq_k, BLOCK_N, D1, D2, DQK, QK_K32,
+                              TMA)
+            acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
+                s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
+                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
+                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T)
+            s = s_next
+        if hi > lo:
+            acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
+                s, tl.multiple_of(hi - BLOCK_N, BLOCK_N), acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
+                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
+                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T)
+    else:
+        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+            start_n = tl.multiple_of(start_n, BLOCK_N)
+            s = _qk_tile(q1, q2, k1_src, k2_src, start_n, seq_k, BLOCK_N, D1, D2, DQK, QK_K32, TMA)
+            acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
+                s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
+                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
+                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T)
     return acc, acc_tc, a_prod, l_i, m_i, e_i
 
 
@@ -230,7 +285,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
                  TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                  QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                  RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
-                 DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1):
+                 DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1, PIPELINE_QK: tl.constexpr = 0):
     DQK: tl.constexpr = D1 + D2
     num_m = tl.cdiv(seq_q, BLOCK_M)
     start_m = num_m - 1 - tl.program_id(0)  # heavy (late, causal) row blocks first
@@ -325,19 +380,19 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
             lo, full_lo, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
             True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
             EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-            QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T)
+            QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T, PIPELINE_QK)
     acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
         acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
         full_lo, full_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
         False, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
         EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-        QK_K32, PV_MODE, FLUSH, TMA, WS, DEBUG, MAD_T)
+        QK_K32, PV_MODE, FLUSH, TMA, WS, DEBUG, MAD_T, PIPELINE_QK)
     acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
         acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
         full_hi, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
         True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
         EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-        QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T)
+        QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T, PIPELINE_QK)
     if PV_MODE == 3:
         acc = acc * a_prod[:, None] + acc_tc
 

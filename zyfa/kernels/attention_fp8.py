@@ -34,6 +34,7 @@ __all__ = [
     "attention_fp8",
     "attention_fp8_quantized",
     "default_config",
+    "fused_mad_is_exact",
     "kernel_plan",
     "launch",
     "prepare_vt",
@@ -46,6 +47,8 @@ SUPPORTED_QK_DIMS = (64, 128, 192, 256)
 SUPPORTED_V_DIMS = (64, 128, 256)
 SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 _FP8 = torch.float8_e4m3fn
+LAST_LAUNCH: dict = {}  # "kernel": the compiled kernel of the last launch (n_regs, n_spills for ablations)
+HD128_CAUSAL_MAXNREG = 168  # register cap for hd128 causal (scripts/gpu_session2.sh times 128/168/200/none)
 
 
 @dataclass(frozen=True)
@@ -162,15 +165,37 @@ def recipe_from_spec(spec: Recipe | str) -> Recipe:
 
 # ---------------------------------------------------------------------------------------------- configs
 
+def fused_mad_is_exact(plan: KernelPlan) -> bool:
+    """Whether the one-FFMA MAD (MAD_T=0) gives the emulator's codes at each row max.
+
+    At the row max t = 0, so the code is bias + 8e; the fused multiply-add leaves t off zero by an ulp of the
+    product, which only matters when bias + 8e sits on the conversion's rounding boundary (a tie of the
+    magic-number RNE: fractional part 1/2). The zyfa family's +1/16 code offset keeps it 1/16 away.
+    """
+    if not plan.exp_mad:
+        return False
+    frac = plan.mad_bias - math.floor(plan.mad_bias)
+    return abs(frac - 0.5) >= 1.0 / 64
+
+
 def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
-    """Tile sizes and launch options (set from the H200 sweeps in docs/kernel_notes.md)."""
+    """Tile sizes and launch options (set from the H200 sweeps in docs/kernel_notes.md).
+
+    MAD_T: 0 (one fused FFMA per score, +6-8% on the H200) for MAD recipes whose row maxima are off the
+    rounding boundary (:func:`fused_mad_is_exact`: the zyfa family), else 1 (t exactly as the emulator).
+    PIPELINE_QK: 0 (the hand-pipelined loop is serialised by Triton 3.6 on sm_90: docs/kernel_notes.md).
+    maxnreg 168 (three programs per SM) at d 64 and for hd128 causal (+15% measured in session 1).
+    """
     # H200 sweeps (docs/kernel_notes.md): 64-row tiles, one warpgroup, two programs per SM (their softmax
     # and matmuls interleave) beat 128-row tiles on two warpgroups for d <= 192; d = 256 needs 128 rows.
-    cfg = {"BLOCK_M": 64, "num_warps": 4, "num_stages": 2, "TMA": True, "WS": False, "MAD_CVT": 0, "MAD_T": 1}
+    cfg = {"BLOCK_M": 64, "num_warps": 4, "num_stages": 2, "TMA": True, "WS": False, "MAD_CVT": 0,
+           "MAD_T": 0 if fused_mad_is_exact(plan) else 1, "PIPELINE_QK": 0}
     if d_v >= 256 or d_qk >= 256:
         cfg.update(BLOCK_M=128, num_warps=8, num_stages=3)
     elif d_qk <= 64 and not plan.qk_k32:
         cfg["maxnreg"] = 168  # no spills at d 64: three programs per SM
+    elif d_qk == 128 and d_v == 128 and causal and not plan.qk_k32:
+        cfg["maxnreg"] = HD128_CAUSAL_MAXNREG  # small spills, but three programs per SM
     if plan.block_m is not None:
         cfg["BLOCK_M"] = plan.block_m
         cfg["num_warps"] = 8 if plan.block_m >= 128 else 4
@@ -324,7 +349,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
     if plan.exp_mad and plan.mad_rounding == "nearest" and mad_cvt == 2:
         raise ValueError("MAD_CVT=2 (cvt.rzi) truncates; the recipe asks for nearest rounding")
     grid = (triton.cdiv(s_q, cfg["BLOCK_M"]), b * h)
-    K.attn_fwd_fp8[grid](
+    LAST_LAUNCH["kernel"] = K.attn_fwd_fp8[grid](
         q8, k8, vt, out, lse, qd, kd, vd,
         s_q, seq_k, s_k_pad, h, h_kv, int(window or 0), float(sm_scale) * LOG2E, float(mad_bias),
         CAUSAL=bool(causal or window is not None), WINDOW=window is not None,
@@ -333,7 +358,8 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         TILE_GRAN=plan.tile_gran, E_CAP=plan.e_cap, ROWSUM_ROUNDED=plan.rowsum_rounded,
         QK_K32=cfg.get("QK_K32", plan.qk_k32), PV_MODE=cfg.get("PV_MODE", plan.pv_mode),
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
-        DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg.get("MAD_T", 1), num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"], PIPELINE_QK=cfg.get("PIPELINE_QK", 0),
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
     return out, lse
@@ -357,7 +383,10 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
         config: launch overrides for tuning and ablations: BLOCK_M, num_warps, num_stages, maxnreg, TMA (device
             tensor descriptors, else pointer loads), WS (Triton's warp_specialize: no effect on sm_90 in Triton
             3.6), MAD_CVT (0 magic-number add, 1 cvt.rni/rzi), MAD_T (1 exact t as the emulator; 0 one fused
-            FFMA, 6% faster, see docs/kernel_notes.md), QK_K32 / PV_MODE (accumulation code, see the kernel).
+            FFMA, 6-8% faster, the default where :func:`fused_mad_is_exact`; see docs/kernel_notes.md),
+            PIPELINE_QK (1: S of the next KV tile computed before this tile's softmax, FA3's intra-warpgroup
+            overlap written by hand; Triton 3.6 serialises it on sm_90), maxnreg None/0 = no cap,
+            QK_K32 / PV_MODE (accumulation code, see the kernel).
     Returns:
         (out, lse): out (b, h, s_q, d_v) bf16 (fp32 when the recipe's out_format is fp32), lse (b, h, s_q)
         fp32 natural log; a row that sees no key gets out 0 and lse -inf.

@@ -1,0 +1,112 @@
+"""H200 A/B timings for session 2 (scripts/gpu_session2.sh): zyfa-hopper at 32K tokens, batch 1.
+
+hd128 (16 heads), causal and not: PIPELINE_QK {0, 1} x MAD_T {0, 1} x maxnreg {none, 168}; then hd64 (32 heads),
+hd256 (8 heads) and MLA 192/128 (16 heads) with the default launch config, its MAD_T=1 ablation, and (MLA) the
+register cap. Every variant is wrapped: a compile or launch failure is printed and the run goes on. Each row
+is printed as it completes (Markdown) and appended to <out>/ab.jsonl with registers and spills.
+
+PYTHONPATH=. python3 scripts/gpu_session2_ab.py --out $OUT [--rep 60] [--only hd128]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from zyfa.bench import ClockSampler, flops, gaussian_qkv, timed  # noqa: E402
+from zyfa.kernels import attention_fp8 as A  # noqa: E402
+
+RECIPE = "zyfa-hopper"
+S = 32768
+NOCAP = 0  # maxnreg 0: no register cap (overrides the default cap)
+
+
+def hd128_variants():
+    for causal in (False, True):
+        for pipe in (0, 1):
+            for mad_t in (0, 1):
+                for cap in (NOCAP, 168):
+                    yield "hd128", causal, {"PIPELINE_QK": pipe, "MAD_T": mad_t, "maxnreg": cap}
+
+
+def other_variants():
+    for shape in ("mla", "hd256", "hd64"):
+        for causal in (False, True):
+            yield shape, causal, {}  # the default config
+            yield shape, causal, {"MAD_T": 1}
+            if shape == "mla":
+                yield shape, causal, {"maxnreg": 168}
+            if shape == "hd256":
+                yield shape, causal, {"PIPELINE_QK": 1}
+
+
+SHAPES = {"hd64": (64, 64, 32), "hd128": (128, 128, 16), "hd256": (256, 256, 8), "mla": (192, 128, 16)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--rep", type=int, default=60)
+    ap.add_argument("--only", default="", help="hd128 = only the hd128 matrix")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    jl = open(os.path.join(a.out, "ab.jsonl"), "a")  # noqa: SIM115 - appended row by row, closed at exit
+    sampler = ClockSampler()
+    plan = A.kernel_plan(RECIPE)
+    print(f"# A/B {RECIPE}, {S} tokens, batch 1 (TFLOP/s, do_bench median, warmup {a.warmup} rep {a.rep} ms)")
+    print("| shape | causal | config (over the default) | launch config | TFLOP/s | ms | regs | spills | SM MHz |")
+    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    variants = list(hd128_variants()) + ([] if a.only == "hd128" else list(other_variants()))
+    cur_shape, ops = None, None
+    t_start = time.time()
+    for shape, causal, over in variants:
+        d_qk, d_v, h = SHAPES[shape]
+        row = {"shape": shape, "causal": causal, "override": over, "recipe": RECIPE, "s": S, "h": h}
+        try:
+            if shape != cur_shape:
+                ops = None
+                import torch
+
+                torch.cuda.empty_cache()
+                q, k, v = gaussian_qkv(1, h, h, S, d_qk, d_v)
+                q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, RECIPE)
+                del q, k, v
+                ops = (q8, k8, A.prepare_vt(v8), qd, kd, vd)
+                cur_shape = shape
+            cfg = A.default_config(d_qk, d_v, causal, plan)
+            cfg.update(over)
+            row["launch_config"] = {k_: v_ for k_, v_ in cfg.items() if k_ not in ("TMA", "WS", "MAD_CVT")}
+
+            def fn(over=over, causal=causal, d_qk=d_qk, ops=ops):
+                return A.launch(*ops, plan=plan, seq_k=S, causal=causal, sm_scale=1 / math.sqrt(d_qk),
+                                window=None, config=over)
+
+            ms, clk = timed(fn, a.warmup, a.rep, sampler)
+            kern = A.LAST_LAUNCH.get("kernel")
+            row.update(ms=ms, tflops=flops(1, h, S, S, d_qk, d_v, causal) / ms / 1e9,
+                       n_regs=getattr(kern, "n_regs", None), n_spills=getattr(kern, "n_spills", None),
+                       sm_clock_mhz=clk.get("sm_clock_mhz"))
+            lc = ",".join(f"{k_}={v_}" for k_, v_ in row["launch_config"].items())
+            print(f"| {shape} | {causal} | {json.dumps(over)} | {lc} | {row['tflops']:.1f} | {ms:.3f} | "
+                  f"{row['n_regs']} | {row['n_spills']} | {row['sm_clock_mhz'] or 0:.0f} |", flush=True)
+        except Exception as e:  # noqa: BLE001 - one failing variant must not stop the run
+            row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
+            print(f"| {shape} | {causal} | {json.dumps(over)} | - | FAILED: {row['error'][:200]} | | | | |",
+                  flush=True)
+            traceback.print_exc(limit=2, file=sys.stderr)
+        jl.write(json.dumps(row) + "\n")
+        jl.flush()
+    print(f"# A/B done in {time.time() - t_start:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
