@@ -24,8 +24,17 @@ the model's dtype. It expresses only causal and causal+sliding-window attention:
 exactly that pattern (padding or packed-sequence masks raise :class:`UnsupportedMaskError`); the expected
 pattern is built once per (s_q, s_k, window) and each mask costs one ``torch.equal``.
 
+Results files: one JSONL row per measurement, appended and flushed (``--resume`` skips the rows already in
+``--out``), so concurrent runs write one file each and the report merges them (:func:`load_rows`, then
+:func:`prepare_rows`: a measurement found twice counts once, the latest by date; the ``p_flushed_mean`` of
+rows written before the emulator fix of commit 2f53d66 is corrected at load time, with a note, see
+:func:`correct_p_flushed`). :func:`drop_rows` (``zyfa impact --drop-rows model:recipe:window``) removes
+rows, keeping them in ``<file>.dropped``, so that a ``--resume`` run measures them again.
+
 Exposed: ``RecipeAttention``, ``UnsupportedMaskError``, ``final_hidden``, ``logits_from_hidden``,
-``compare_logits``, ``run_impact``, ``render_markdown``, ``add_arguments``, ``main``.
+``compare_logits``, ``run_impact``, ``load_rows``, ``prepare_rows``, ``correct_p_flushed``, ``drop_rows``,
+``parse_drop_spec``, ``summarize``, ``section_blocks``, ``render_markdown``, ``write_markdown``,
+``add_arguments``, ``main``.
 """
 
 from __future__ import annotations
@@ -52,11 +61,19 @@ __all__ = [
     "UnsupportedMaskError",
     "add_arguments",
     "compare_logits",
+    "correct_p_flushed",
+    "drop_rows",
     "final_hidden",
+    "load_rows",
     "logits_from_hidden",
     "main",
+    "parse_drop_spec",
+    "prepare_rows",
     "render_markdown",
     "run_impact",
+    "section_blocks",
+    "summarize",
+    "write_markdown",
 ]
 
 DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
@@ -330,6 +347,13 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     out = Path(out)
     sink = _JsonlSink(out, resume=resume)
     text_sha = load_text(text).sha256
+    import datetime as dt
+
+    from accuracy.study import _flush_count_factor
+
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # the emulator's p_flushed_frac is a fraction (commit 2f53d66): checked once, recorded in every row
+    checked = {"p_flushed_checked": True} if _flush_count_factor() == 1.0 else {}
 
     for model_name in models:
         t_load = time.perf_counter()
@@ -358,7 +382,7 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
             base = {"model": model_name, "window": w, "split": "heldout", "text": text, "n_tokens": n_tokens,
                     "token_offset": tw.offset}
             prov = {**loaded.provenance, "text_sha256": text_sha, "token_ids_sha256": ids_hash(tw.ids),
-                    "transformers": _version("transformers")}
+                    "transformers": _version("transformers"), "run_started_utc": started}
             todo = [r for r in recipes if ("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done]
             sweep_here = do_sweep and w < layer_windows
             sweep_todo = [(lay, r) for lay in sweep_layers for r in layer_recipes
@@ -385,7 +409,8 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
                 cmp = compare_logits(model, ref_logits, h, ids[0])
                 row = {"kind": "impact_window", **base, "recipe": r, "layer": None, **_window_row(cmp),
                        "p_flushed_mean": float(np.mean(list(fn.p_flushed.values()))) if fn.p_flushed else 0.0,
-                       "seconds": time.perf_counter() - t0, "seconds_stock": t_stock, "provenance": _provenance(prov)}
+                       **checked, "seconds": time.perf_counter() - t0, "seconds_stock": t_stock,
+                       "provenance": _provenance(prov)}
                 sink.write(row)
                 tqdm.write(f"[impact] {model_name} w{w} {r:10s} ppl {row['ppl_stock']:.4f} -> {row['ppl_recipe']:.4f} "
                            f"(x{row['ppl_ratio']:.5f})  KL {row['kl_mean']:.3e} nats/token  "
@@ -393,8 +418,8 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
 
             if sweep_here:
                 bar.update(n_layers)  # the stock pass the sweep shares
-                _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, sweep_todo, n_layers, base, prov,
-                       sink, bar, swap_attention)
+                _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, sweep_todo, n_layers,
+                       {**base, **checked}, prov, sink, bar, swap_attention)
         bar.close()
         if on_model_done is not None:
             on_model_done()
@@ -455,6 +480,295 @@ def _version(pkg: str) -> str | None:
         return None
 
 
+# ------------------------------------------------------------------------------------------------- rows
+
+# The emulator's ``p_flushed_frac`` counted the unmasked probabilities once per tile instead of once per
+# (batch, head) until commit 2f53d66 ("Emulator: p_flushed_frac counts the mask once per batch-head",
+# 2026-11-29T23:54:38Z), so rows written by a process started before it carry ``p_flushed_mean`` inflated by
+# batch x query heads (batch is 1 here). A process keeps the code it started with, so what counts is when the
+# writing process started, not the commit recorded in a row (HEAD when the row was written): rows carry
+# ``run_started_utc`` since this was added; for older rows the start is bounded from above by the earliest
+# (row date - its seconds - seconds_stock) of the rows of the same file and command line. The last rows of
+# such processes were committed in 6df17ed (2026-11-30T00:10:00Z); later rows are never corrected (a guard
+# against a later process with the same command line). Rows written by this module since then carry
+# ``p_flushed_checked``. Checked against re-measurements after the fix: old value / heads equals the new one
+# (window 0 of SmolLM2 and Qwen: ck, aiter and zyfa-exp2 agree to 6 digits, e.g. SmolLM2 aiter 0.797723).
+P_FLUSHED_FIX = ("2f53d66", "2026-11-29T23:54:38Z")
+P_FLUSHED_LAST_INFLATED_UTC = "2026-11-30T00:10:00Z"
+# Changes to the numerics of named recipes since the first impact rows: (commit, UTC, what, which recipes).
+# Rows of those recipes written by a process started before the change measure the recipe as it was then:
+# the report flags them (numbers unchanged) until they are measured again (the later row wins) or dropped.
+RECIPE_CHANGES: tuple[tuple[str, str, str, Callable[[Recipe], bool]], ...] = (
+    ("fdfa291", "2026-11-29T23:28:48Z", "ZYFA's MAD offset 0 -> 1/16 code, in every mad_fp8 recipe",
+     lambda r: r.exp_method == "mad_fp8"),
+    ("fdfa291", "2026-11-29T23:28:48Z", "the Hopper FP8 accumulator model fitted on the H200",
+     lambda r: r.accumulator == "hopper_fp8"),
+    ("435c315", "2026-11-30T00:21:18Z", "the Hopper accumulator model: row blocks skip the KV tiles they "
+     "cannot see, one truncation fewer", lambda r: r.accumulator == "hopper_fp8"),
+)
+
+
+def _date(row: dict[str, Any]) -> str:
+    return str((row.get("provenance") or {}).get("date_utc") or "")
+
+
+def _process_key(row: dict[str, Any]) -> tuple:
+    """Rows of one writing process: same file, and the run's start time or else the same command line."""
+    p = row.get("provenance") or {}
+    return (row.get("_file"), p.get("run_started_utc") or tuple(p.get("argv") or ()))
+
+
+def _process_starts(rows: list[dict[str, Any]]) -> dict[tuple, str]:
+    """Process key -> its start: ``run_started_utc``, else an upper bound (the earliest row date less the
+    row's own seconds and the stock pass's)."""
+    import datetime as dt
+
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    starts: dict[tuple, str] = {}
+    for r in rows:
+        p = r.get("provenance") or {}
+        d = p.get("run_started_utc")
+        if not d and _date(r):
+            try:
+                t = dt.datetime.strptime(_date(r), fmt)
+                back = float(r.get("seconds") or 0) + float(r.get("seconds_stock") or 0)
+                d = (t - dt.timedelta(seconds=back)).strftime(fmt)
+            except (ValueError, TypeError):
+                d = _date(r)
+        k = _process_key(r)
+        if d and (k not in starts or d < starts[k]):
+            starts[k] = d
+    return starts
+
+
+def correct_p_flushed(rows: list[dict[str, Any]]) -> list[str]:
+    """Divide the inflated ``p_flushed_mean`` of pre-fix rows by batch x query heads, in place; returns notes.
+
+    Each corrected row keeps ``p_flushed_mean_raw`` and says why in ``p_flushed_mean_note``; a value that is
+    still not a fraction afterwards becomes NaN (raw value kept). Rows already corrected are left alone.
+    """
+    starts = _process_starts(rows)
+    fixed: dict[str, list] = defaultdict(list)
+    bad = []
+    for r in rows:
+        v = r.get("p_flushed_mean")
+        if not isinstance(v, (int, float)) or "p_flushed_mean_raw" in r:
+            continue
+        p = r.get("provenance") or {}
+        pre = (not r.get("p_flushed_checked") and starts.get(_process_key(r), "9") < P_FLUSHED_FIX[1]
+               and _date(r) < P_FLUSHED_LAST_INFLATED_UTC)
+        if pre and v > 0:
+            heads = p.get("num_q_heads")
+            r["p_flushed_mean_raw"] = v
+            if isinstance(heads, int) and heads > 0:
+                r["p_flushed_mean"] = v / heads
+                r["p_flushed_mean_note"] = (f"divided by batch x query heads = 1 x {heads}: written by a process "
+                                            f"started before commit {P_FLUSHED_FIX[0]}")
+                fixed[r.get("model")].append((heads, _date(r)))
+            else:
+                r["p_flushed_mean"] = math.nan
+                r["p_flushed_mean_note"] = "pre-fix row without num_q_heads in its provenance: not a fraction"
+                bad.append(r)
+        if isinstance(r.get("p_flushed_mean"), (int, float)) and r["p_flushed_mean"] > 1:
+            r.setdefault("p_flushed_mean_raw", r["p_flushed_mean"])
+            r["p_flushed_mean"] = math.nan
+            r["p_flushed_mean_note"] = "not a fraction (> 1): shown as nan"
+            bad.append(r)
+    notes = []
+    if fixed:
+        n = sum(len(v) for v in fixed.values())
+        dates = sorted(d for v in fixed.values() for _, d in v)
+        per = ", ".join(f"{m} ÷{v[0][0]}" for m, v in sorted(fixed.items(), key=lambda kv: str(kv[0])))
+        notes.append(
+            f"P flushed: {n} rows (written {dates[0]} to {dates[-1]} by processes started before commit "
+            f"{P_FLUSHED_FIX[0]}, which made the emulator count the unmasked probabilities once per batch-head) "
+            f"recorded `p_flushed_mean` inflated by batch x query heads; it is divided here at load time ({per}; "
+            "each row keeps `p_flushed_mean_raw` and a `p_flushed_mean_note`; the result files are unchanged).")
+    if bad:
+        notes.append(f"P flushed: {len(bad)} rows hold a value that is not a fraction; shown as nan "
+                     f"({', '.join(sorted({_label(r) for r in bad})[:12])}).")
+    return notes
+
+
+def _label(row: dict[str, Any]) -> str:
+    s = f"{row.get('model')}/{row.get('recipe')}/w{row.get('window')}"
+    return s if row.get("layer") is None else f"{s}/layer {row['layer']}"
+
+
+def stale_rows(rows: list[dict[str, Any]]) -> list[tuple[tuple, list[dict[str, Any]]]]:
+    """[(change, rows)]: rows of recipes whose numerics changed (:data:`RECIPE_CHANGES`) after their process
+    started (a row appears under each change it predates)."""
+    starts = _process_starts(rows)
+    found: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        try:
+            recipe = get_recipe(r.get("recipe"))
+        except ValueError:
+            continue
+        start = starts.get(_process_key(r), "9")
+        for c in RECIPE_CHANGES:
+            if c[3](recipe) and start < c[1]:
+                found[c].append(r)
+    return [(c, found[c]) for c in RECIPE_CHANGES if c in found]
+
+
+def _labels(rows: list[dict[str, Any]]) -> str:
+    """``model/recipe/wN`` of window rows; one ``model/recipe/wN per-layer sweep (k layers)`` per sweep."""
+    win = sorted({_label(r) for r in rows if r.get("layer") is None})
+    sweeps: dict[str, int] = defaultdict(int)
+    for r in rows:
+        if r.get("layer") is not None:
+            sweeps[f"{r.get('model')}/{r.get('recipe')}/w{r.get('window')}"] += 1
+    return ", ".join([*win, *(f"{k} per-layer sweep ({n} layers)" for k, n in sorted(sweeps.items()))])
+
+
+def dedup_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(kept, superseded): one row per measurement key, the latest by date (then the later one in ``rows``)."""
+    best: dict[tuple, tuple] = {}
+    for i, r in enumerate(rows):
+        k = _row_key(r)
+        cand = (_date(r), i)
+        if k not in best or cand >= best[k][0]:
+            best[k] = (cand, r)
+    keep_ids = {id(v[1]) for v in best.values()}
+    return [r for r in rows if id(r) in keep_ids], [r for r in rows if id(r) not in keep_ids]
+
+
+def prepare_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows a report shows and the notes it must carry: p_flushed corrected, repeated measurements merged
+    (the latest kept), rows measured before a change to their recipe flagged."""
+    rows = [r for r in rows if r.get("kind") in ("impact_window", "impact_layer")]
+    notes = correct_p_flushed(rows)
+    rows, old = dedup_rows(rows)
+    if old:
+        files = sorted({str(r.get("_file")) for r in old if r.get("_file")})
+        notes.append(f"{len(old)} rows were measured again later (same model, recipe, window, layer, tokens and "
+                     "text): the latest by date is shown"
+                     + (f" (superseded rows from {', '.join(files)})" if files else "") + ".")
+    for (commit, _when, what, _), stale in stale_rows(rows):
+        notes.append(f"Measured before a recipe change: {_labels(stale)} were written by a process started before "
+                     f"commit {commit} ({what}), so they measure the recipe as it was then (numbers shown as "
+                     "recorded); measure them again (the later row is used) and drop these (`zyfa impact "
+                     "--drop-rows`).")
+    return rows, notes
+
+
+def file_sha256(path: str | Path) -> str:
+    return _sha256(Path(path).read_bytes())
+
+
+def load_rows(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows, files) of several results files, e.g. one per concurrent process; each row tagged with ``_file``.
+
+    ``files``: one dict per file (``label``, ``path``, ``sha256``, ``rows``). Pass the rows to
+    :func:`section_blocks` or :func:`render_markdown`, which correct and merge them (:func:`prepare_rows`).
+    """
+    paths = [Path(p) for p in paths]
+    names = [p.name for p in paths]
+    rows, files = [], []
+    for p in paths:
+        if not p.is_file():
+            raise FileNotFoundError(f"impact results not found: {p}")
+        label = p.name if names.count(p.name) == 1 else str(p)
+        got = read_rows(p)
+        for r in got:
+            r["_file"] = label
+        rows += got
+        files.append({"label": label, "path": str(p), "sha256": file_sha256(p), "rows": len(got)})
+    return rows, files
+
+
+# ------------------------------------------------------------------------------------------------- drop rows
+
+def parse_drop_spec(spec: str) -> list[tuple[str, str, str, str]]:
+    """``model:recipe:window[:layer],...`` -> patterns; ``*`` matches anything; layer: a number, ``none`` (the
+    all-layer rows only) or ``*`` (the default: all-layer and per-layer rows)."""
+    out = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        parts = item.split(":")
+        if len(parts) not in (3, 4) or not all(parts):
+            raise ValueError(f"--drop-rows: {item!r} is not model:recipe:window[:layer]")
+        model, recipe, window = parts[:3]
+        layer = parts[3] if len(parts) == 4 else "*"
+        if window != "*" and not window.isdigit():
+            raise ValueError(f"--drop-rows: window {window!r} in {item!r} is not a number or *")
+        if layer not in ("*", "none") and not layer.isdigit():
+            raise ValueError(f"--drop-rows: layer {layer!r} in {item!r} is not a number, none or *")
+        if recipe != "*":
+            recipe = get_recipe(recipe).name
+        out.append((model, recipe, window, layer))
+    if not out:
+        raise ValueError("--drop-rows names no row")
+    return out
+
+
+def _drop_match(row: dict[str, Any], pat: tuple[str, str, str, str]) -> bool:
+    model, recipe, window, layer = pat
+    if row.get("kind") not in ("impact_window", "impact_layer"):
+        return False
+    lay = row.get("layer")
+    return ((model == "*" or row.get("model") == model) and (recipe == "*" or row.get("recipe") == recipe)
+            and (window == "*" or str(row.get("window")) == window)
+            and (layer == "*" or (layer == "none" and lay is None) or (lay is not None and str(lay) == layer)))
+
+
+def drop_rows(path: str | Path, patterns: list[tuple[str, str, str, str]] | str, *,
+              reason: str | None = None) -> tuple[int, Path]:
+    """Remove the rows matching ``patterns`` from a results JSONL file; returns (count, sidecar).
+
+    The removed rows are appended, each with a ``dropped`` record (when, which spec, why, which commit), to
+    ``<file>.dropped`` next to it (not a ``*.jsonl``, so globs over results files do not pick it up); every
+    other line stays byte for byte. A later ``zyfa impact --resume`` with the same file measures exactly the
+    dropped rows again. Do not drop from a file that a running ``zyfa impact`` appends to: the file is
+    replaced atomically, and a change during the drop is detected and refused.
+    """
+    import datetime as dt
+    import os
+
+    path = Path(path)
+    spec = patterns if isinstance(patterns, str) else ",".join(":".join(p) for p in patterns)
+    if isinstance(patterns, str):
+        patterns = parse_drop_spec(patterns)
+    before = path.stat()
+    data = path.read_bytes()
+    keep, dropped = [], []
+    for line in data.decode("utf-8").splitlines(keepends=True):
+        try:
+            row = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict) and any(_drop_match(row, p) for p in patterns):
+            dropped.append(row)
+        else:
+            keep.append(line if line.endswith("\n") else line + "\n")
+    sidecar = path.with_name(path.name + ".dropped")
+    if not dropped:
+        return 0, sidecar
+    try:
+        from accuracy.provenance import git_state
+
+        commit = git_state()[0]
+    except Exception:  # noqa: BLE001
+        commit = None
+    record = {"utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "spec": spec, "from": path.name, "git_commit": commit,
+              "reason": reason}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(keep), encoding="utf-8")
+    now = path.stat()
+    if (now.st_size, now.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+        tmp.unlink()
+        raise RuntimeError(f"{path} changed while dropping rows (is a zyfa impact run writing to it?); nothing "
+                           "was dropped")
+    with sidecar.open("a", encoding="utf-8") as f:
+        for row in dropped:
+            f.write(json.dumps({**row, "dropped": record}, default=_json_default) + "\n")
+    os.replace(tmp, path)
+    return len(dropped), sidecar
+
+
 # ------------------------------------------------------------------------------------------------- report
 
 def _ci(values, *, seed: int = 0):
@@ -468,119 +782,190 @@ def _fmt(x: float, spec: str) -> str:
 
 
 def _fmt_ci(ci, spec: str) -> str:
-    if ci.low == ci.high:
+    if ci.low == ci.high or math.isnan(ci.low) or math.isnan(ci.high):
         return _fmt(ci.estimate, spec)
     return f"{_fmt(ci.estimate, spec)} [{_fmt(ci.low, spec)}, {_fmt(ci.high, spec)}]"
 
 
-def render_markdown(rows: list[dict[str, Any]], *, command: str | None = None) -> str:
-    """The report section (Markdown): per-model impact tables with CIs, per-layer sensitivity, correlation."""
+def _slug(s: str) -> str:
+    import re
+
+    return re.sub(r"[^a-z0-9]+", "-", str(s).lower()).strip("-")
+
+
+def summarize(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """All-layer rows aggregated per (model, n_tokens, text) and recipe, recipes by mean KL (prepared rows).
+
+    Each entry: recipe, windows (sorted window indices), rows, and the CIs over windows (``accuracy.metrics.CI``)
+    ``ppl_ratio``, ``delta_ppl``, ``kl``; ``kl_blocks`` (pooled 256-token blocks, or None); means ``kl_p99``,
+    ``top1``, ``p_flushed`` (NaN where a row has none).
+    """
+    groups: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r.get("kind") == "impact_window":
+            groups[(r["model"], r.get("n_tokens"), r.get("text"))][r["recipe"]].append(r)
+    out = {}
+    for g, per_recipe in groups.items():
+        entries = []
+        for rc, rs in per_recipe.items():
+            rs = sorted(rs, key=lambda r: r["window"])
+            blocks = [b for r in rs for b in r.get("kl_blocks") or []]
+            pf = [float(r["p_flushed_mean"]) if isinstance(r.get("p_flushed_mean"), (int, float)) else math.nan
+                  for r in rs]
+            entries.append({
+                "recipe": rc, "windows": [r["window"] for r in rs], "rows": rs,
+                "ppl_ratio": _ci([r["ppl_ratio"] for r in rs]), "delta_ppl": _ci([r["delta_ppl"] for r in rs]),
+                "kl": _ci([r["kl_mean"] for r in rs]), "kl_blocks": _ci(blocks) if blocks else None,
+                "kl_p99": float(np.mean([r["kl_p99"] for r in rs])),
+                "top1": float(np.mean([r["top1_agree"] for r in rs])), "p_flushed": float(np.mean(pf)),
+            })
+        entries.sort(key=lambda e: (e["kl"].estimate if math.isfinite(e["kl"].estimate) else math.inf, e["recipe"]))
+        out[g] = entries
+    return dict(sorted(out.items(), key=lambda kv: tuple(str(x) for x in kv[0])))
+
+
+def group_title(key: tuple, keys: Iterable[tuple]) -> str:
+    """The model's name, plus its tokens and text when the model was measured in several configurations."""
+    model, n_tokens, text = key
+    several = sum(1 for k in keys if k[0] == model) > 1
+    return f"{model}, {n_tokens} tokens of {text}" if several else str(model)
+
+
+INTRO = (
+    "Every attention layer of each model runs a recipe's tiled emulator (CPU, `zyfa.emulator.emulate`) "
+    "instead of the model's own attention (transformers `sdpa`, fp32), on held-out windows of the {texts} text "
+    "({tokens} tokens each; the odd slices of the token stream, disjoint from the capture windows). "
+    "Δppl = ppl(recipe) − ppl(stock) over each window's own next tokens; KL = mean over positions of "
+    "KL(stock ‖ recipe) of the next-token distributions, in nats/token (float64 from fp32 logits); top-1 = "
+    "fraction of positions whose argmax is unchanged; P flushed = fraction of the unmasked probabilities the "
+    "recipe rounds to 0, mean over layers. Brackets: 95% bootstrap CI over windows (scipy; with 2–3 windows this "
+    "is rough; none with 1 window); the last column pools {block}-token blocks of all windows (correlated, so "
+    "optimistic). Recipes are sorted by mean KL. `fp32` (no quantization) is the control: its KL shows the "
+    "emulator's own summation-order noise.")
+
+IMPACT_HEADER = ["recipe", "windows", "ppl ratio", "Δppl", "KL (nats/token)", "KL p99", "top-1 agree",
+                 "P flushed", "KL, block CI"]
+
+
+def section_blocks(rows: list[dict[str, Any]], *, command: str | None = None, files: list[dict] | None = None,
+                   level: int = 2, key_prefix: str = "t-impact") -> list[tuple]:
+    """The impact section as blocks, rendered by :func:`render_markdown` here and by ``accuracy.report``:
+    ("h", level, text), ("p", text), ("code", text), ("table", key, header, rows, prose?)."""
     from scipy import stats
 
-    rows = list({_row_key(r): r for r in rows}.values())  # a repeated measurement counts once (the last)
+    rows, notes = prepare_rows(rows)
     win = [r for r in rows if r.get("kind") == "impact_window"]
     lay = [r for r in rows if r.get("kind") == "impact_layer"]
-    lines = ["## Model impact: perplexity and next-token KL with each recipe swapped in", ""]
+    blocks: list[tuple] = [("h", level, "Model impact: perplexity and next-token KL with each recipe swapped in")]
     if not rows:
-        return "\n".join(lines + ["No results yet.", ""])
-    prov = rows[0].get("provenance", {})
-    texts = sorted({r["text"] for r in rows})
-    tokens = sorted({r["n_tokens"] for r in rows})
-    lines += [
-        "Every attention layer of each model runs a recipe's tiled emulator (CPU, `zyfa.emulator.emulate`) "
-        "instead of the model's own attention (transformers `sdpa`, fp32), on held-out windows of the "
-        f"{', '.join(texts)} text ({', '.join(map(str, tokens))} tokens each; the odd slices of the token stream, "
-        "disjoint from the capture windows). Δppl = ppl(recipe) − ppl(stock) over each window's own next "
-        "tokens; KL = mean over positions of KL(stock ‖ recipe) of the next-token distributions, in "
-        "nats/token (float64 from fp32 logits); top-1 = fraction of positions whose argmax is unchanged. "
-        "Brackets: 95% bootstrap CI over windows (scipy; with 2–3 windows this is rough); the last column "
-        f"pools {BLOCK_TOKENS}-token blocks of all windows (correlated, so optimistic). `fp32` (no "
-        "quantization) is the control: its KL shows the emulator's own summation-order noise.",
-        "",
-    ]
+        return blocks + [("p", "No results yet.")]
+    texts = sorted({str(r.get("text")) for r in rows})
+    tokens = sorted({int(r.get("n_tokens") or 0) for r in rows})
+    blocks.append(("p", INTRO.format(texts=", ".join(texts), tokens=", ".join(map(str, tokens)),
+                                     block=BLOCK_TOKENS)))
+    blocks += [("p", n) for n in notes]
     commands = []
-    for r in rows:
-        argv = r.get("provenance", {}).get("argv") or []
-        cmd = _command_of(argv)
+    for r in sorted(rows, key=_date):
+        cmd = _command_of((r.get("provenance") or {}).get("argv") or [])
         if cmd and cmd not in commands:
             commands.append(cmd)
     if command and command not in commands:
         commands.append(command)
     if commands:
-        lines += ["Commands (in order; later ones `--resume` and add rows):", ""]
-        lines += [f"    {c}" for c in commands] + [""]
-    lines += [f"Provenance: commit `{prov.get('git_commit')}`{' (dirty tree)' if prov.get('git_dirty') else ''}, "
-              f"{prov.get('date_utc')}, torch {prov.get('torch')}, transformers {prov.get('transformers')}, "
-              f"{prov.get('cpu')}.", ""]
+        blocks += [("p", "Commands (by start; `--resume` runs add rows to their file):"),
+                   ("code", "\n".join(commands))]
+    blocks += _provenance_blocks(rows, files, key_prefix)
 
-    by_model: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for r in win:
-        by_model[r["model"]][r["recipe"]].append(r)
-    for model, per_recipe in by_model.items():
-        any_row = next(iter(per_recipe.values()))[0]
-        p = any_row.get("provenance", {})
-        stock = {r["window"]: r["ppl_stock"] for rs in per_recipe.values() for r in rs}
-        lines += [f"### {model}", "",
-                  f"{p.get('model_description', model)}; model file sha256 `{str(p.get('model_sha256', ''))[:16]}…`. "
-                  f"Stock perplexity per window: "
-                  + ", ".join(f"w{w}: {v:.3f}" for w, v in sorted(stock.items())) + ".", "",
-                  "| recipe | windows | ppl ratio | Δppl | KL (nats/token) | KL p99 | top-1 agree "
-                  "| KL, block CI |",
-                  "|---|---|---|---|---|---|---|---|"]
-        order = sorted(per_recipe, key=lambda rc: float(np.mean([r["kl_mean"] for r in per_recipe[rc]])))
-        for rc in order:
-            rs = sorted(per_recipe[rc], key=lambda r: r["window"])
-            blocks = [b for r in rs for b in r.get("kl_blocks", [])]
-            lines.append(
-                f"| `{rc}` | {len(rs)} | {_fmt_ci(_ci([r['ppl_ratio'] for r in rs]), '.5f')} "
-                f"| {_fmt_ci(_ci([r['delta_ppl'] for r in rs]), '+.4f')} "
-                f"| {_fmt_ci(_ci([r['kl_mean'] for r in rs]), '.2e')} "
-                f"| {_fmt(float(np.mean([r['kl_p99'] for r in rs])), '.2e')} "
-                f"| {_fmt(float(np.mean([r['top1_agree'] for r in rs])), '.4f')} "
-                f"| {_fmt_ci(_ci(blocks), '.2e') if blocks else 'nan'} |")
-        lines.append("")
-
+    summary = summarize(win)
+    for g, entries in summary.items():
+        model = g[0]
+        p = entries[0]["rows"][0].get("provenance") or {}
+        stock = {r["window"]: r["ppl_stock"] for e in entries for r in e["rows"]}
+        n_win = sorted({len(e["windows"]) for e in entries})
+        blocks += [
+            ("h", level + 1, group_title(g, summary)),
+            ("p", f"{p.get('model_description', model)}; model file sha256 "
+                  f"`{str(p.get('model_sha256', ''))[:16]}…`; {g[1]} tokens of {g[2]}. Stock perplexity per "
+                  "window: " + ", ".join(f"w{w}: {v:.3f}" for w, v in sorted(stock.items())) + ". "
+                  f"{len(entries)} recipes, "
+                  f"{n_win[0] if len(n_win) == 1 else f'{n_win[0]}-{n_win[-1]}'} window(s) each."),
+        ]
+        body = []
+        for e in entries:
+            body.append([e["recipe"], str(len(e["windows"])), _fmt_ci(e["ppl_ratio"], ".5f"),
+                         _fmt_ci(e["delta_ppl"], "+.4f"), _fmt_ci(e["kl"], ".2e"), _fmt(e["kl_p99"], ".2e"),
+                         _fmt(e["top1"], ".4f"), _fmt(e["p_flushed"], ".3f"),
+                         _fmt_ci(e["kl_blocks"], ".2e") if e["kl_blocks"] is not None else "nan"])
+        blocks.append(("table", f"{key_prefix}-{_slug('-'.join(map(str, g)))}", IMPACT_HEADER, body, False))
     if lay:
-        lines += _render_layers(lay, win, stats)
-    return "\n".join(lines) + "\n"
+        blocks += _layer_blocks(lay, win, stats, level, key_prefix)
+    return blocks
 
 
-def _render_layers(lay, win, stats) -> list[str]:
-    lines = ["### Per-layer sensitivity (one layer swapped at a time)", "",
-             "Each row swaps only that layer; the layer then sees exactly the stock q/k/v, so the recipe's "
-             "operator error there (rel-L2 of its output against `reference.attention_fp64` of the original "
-             "q/k/v, which includes input quantization) comes from the same forward pass. Share = the layer's "
-             "KL over the sum of all layers' KLs. ρ: Spearman correlation over layers between operator error "
-             "and KL (p-value in parentheses). Σ layers / all: the sum of one-layer KLs over the KL with all "
-             "layers swapped (same window): 1 means the damage adds up.", ""]
+def _provenance_blocks(rows, files, key_prefix) -> list[tuple]:
+    by_file: dict[str, list] = defaultdict(list)
+    for r in rows:
+        by_file[str(r.get("_file") or "rows")].append(r)
+    info = {f["label"]: f for f in files or []}
+    body = []
+    for label in list(info) + [x for x in by_file if x not in info]:
+        rs = by_file.get(label, [])
+        ps = [r.get("provenance") or {} for r in rs]
+        dates = sorted(_date(r) for r in rs if _date(r))
+        commits = list(dict.fromkeys(str(p.get("git_commit") or "-")[:7] for p in ps))
+        dirty = " (dirty)" if any(p.get("git_dirty") for p in ps) else ""
+        sha = info.get(label, {}).get("sha256")
+        body.append([label, sha[:16] if sha else "-", str(info.get(label, {}).get("rows", len(rs))), str(len(rs)),
+                     f"{dates[0]} to {dates[-1]}" if dates else "-",
+                     ", ".join(commits[:4]) + (f" (+{len(commits) - 4})" if len(commits) > 4 else "") + dirty,
+                     *(_uniq(ps, k) for k in ("torch", "transformers", "cpu"))])
+    return [("p", "Result files (rows: in the file / shown after merging; commits: HEAD when each row was written; "
+                  "sha256: first 16 hex digits):"),
+            ("table", f"{key_prefix}-files", ["file", "sha256", "rows", "shown", "written (UTC)", "commits", "torch",
+                                              "transformers", "cpu"], body, True)]
+
+
+def _uniq(provs: list[dict], key: str) -> str:
+    return ", ".join(dict.fromkeys(str(p.get(key)) for p in provs if p.get(key))) or "-"
+
+
+def _layer_blocks(lay, win, stats, level, key_prefix) -> list[tuple]:
+    blocks: list[tuple] = [
+        ("h", level + 1, "Per-layer sensitivity (one layer swapped at a time)"),
+        ("p", "Each row swaps only that layer; the layer then sees exactly the stock q/k/v, so the recipe's "
+              "operator error there (rel-L2 of its output against `reference.attention_fp64` of the original "
+              "q/k/v, which includes input quantization) comes from the same forward pass. Share = the layer's "
+              "KL over the sum of all layers' KLs. ρ: Spearman correlation over layers between operator error "
+              "and KL (p-value in parentheses). Σ layers / all: the sum of one-layer KLs over the KL with all "
+              "layers swapped (same window): 1 means the damage adds up.")]
     groups: dict[tuple, dict[str, dict[int, dict]]] = defaultdict(lambda: defaultdict(dict))
     for r in lay:
-        groups[(r["model"], r["window"])][r["recipe"]][r["layer"]] = r
-    for (model, w), per_recipe in groups.items():
+        groups[(r["model"], r["window"], r.get("n_tokens"), r.get("text"))][r["recipe"]][r["layer"]] = r
+    for (model, w, n_tokens, text), per_recipe in groups.items():
         recipes = list(per_recipe)
         layers = sorted({lyr for d in per_recipe.values() for lyr in d})
-        lines += [f"#### {model}, window {w}", ""]
-        # summary per recipe
-        lines += ["| recipe | layers | ρ(op rel-L2, KL) | ρ(kernel-only rel-L2, KL) | top layers by KL (share) "
-                  "| Σ layers / all |", "|---|---|---|---|---|---|"]
+        slug = f"{key_prefix}-layers-{_slug(f'{model}-w{w}-{n_tokens}-{text}')}"
+        blocks.append(("h", level + 2, f"{model}, window {w}"))
+        body = []
         for rc in recipes:
             d = per_recipe[rc]
             ls = sorted(d)
             kl = np.array([d[i]["kl_mean"] for i in ls])
-            op = np.array([d[i].get("op_rel_l2", math.nan) for i in ls])
-            opk = np.array([d[i].get("op_rel_l2_deq", math.nan) for i in ls])
-            rho = _spearman(stats, op, kl)
-            rhok = _spearman(stats, opk, kl)
+            op = np.array([d[i].get("op_rel_l2", math.nan) for i in ls], dtype=np.float64)
+            opk = np.array([d[i].get("op_rel_l2_deq", math.nan) for i in ls], dtype=np.float64)
             total = kl.sum()
             top = np.argsort(-kl)[:5]
             tops = ", ".join(f"{ls[i]} ({kl[i] / total:.0%})" for i in top) if total > 0 else "-"
-            all_kl = [r["kl_mean"] for r in win if r["model"] == model and r["recipe"] == rc and r["window"] == w]
+            all_kl = [r["kl_mean"] for r in win if r["model"] == model and r["recipe"] == rc and r["window"] == w
+                      and r.get("n_tokens") == n_tokens and r.get("text") == text]
             ratio = f"{total / all_kl[0]:.2f}" if all_kl and all_kl[0] > 0 else "-"
-            lines.append(f"| `{rc}` | {len(ls)} | {rho} | {rhok} | {tops} | {ratio} |")
-        lines.append("")
-        head = "| layer | " + " | ".join(f"KL `{rc}` | share | op rel-L2 `{rc}`" for rc in recipes) + " | max\\|k\\| |"
-        lines += [head, "|" + "---|" * (2 + 3 * len(recipes))]
+            body.append([rc, str(len(ls)), _spearman(stats, op, kl), _spearman(stats, opk, kl), tops, ratio])
+        blocks.append(("table", f"{slug}-summary", ["recipe", "layers", "ρ(op rel-L2, KL)",
+                                                    "ρ(kernel-only rel-L2, KL)", "top layers by KL (share)",
+                                                    "Σ layers / all"], body, False))
+        head = ["layer", *(c for rc in recipes for c in (f"KL {rc}", "share", f"op rel-L2 {rc}")), "max|k|"]
         totals = {rc: sum(x["kl_mean"] for x in per_recipe[rc].values()) for rc in recipes}
+        body = []
         for i in layers:
             cells = []
             kamax = math.nan
@@ -592,9 +977,35 @@ def _render_layers(lay, win, stats) -> list[str]:
                 kamax = x.get("k_amax", kamax)
                 share = x["kl_mean"] / totals[rc] if totals[rc] > 0 else math.nan
                 cells += [_fmt(x["kl_mean"], ".2e"), _fmt(share, ".1%"), _fmt(x.get("op_rel_l2", math.nan), ".2e")]
-            lines.append(f"| {i} | " + " | ".join(cells) + f" | {_fmt(kamax, '.1f')} |")
-        lines.append("")
-    return lines
+            body.append([str(i), *cells, _fmt(kamax, ".1f")])
+        blocks.append(("table", f"{slug}", head, body, False))
+    return blocks
+
+
+def blocks_markdown(blocks: list[tuple]) -> str:
+    """Markdown of :func:`section_blocks` (the section alone; ``accuracy.report`` renders it in the report)."""
+    out: list[str] = []
+    for b in blocks:
+        if b[0] == "h":
+            out += ["#" * b[1] + " " + b[2], ""]
+        elif b[0] == "p":
+            out += [b[1], ""]
+        elif b[0] == "code":
+            out += ["```", b[1], "```", ""]
+        elif b[0] == "table":
+            _, _key, header, body, _prose = b
+            cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+            out.append("| " + " | ".join(cell(c) for c in header) + " |")
+            out.append("|" + "|".join("---" for _ in header) + "|")
+            out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in body]
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_markdown(rows: list[dict[str, Any]], *, command: str | None = None,
+                    files: list[dict] | None = None) -> str:
+    """The report section (Markdown): per-model impact tables with CIs, per-layer sensitivity, correlation."""
+    return blocks_markdown(section_blocks(rows, command=command, files=files))
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -612,11 +1023,29 @@ def _spearman(stats, x: np.ndarray, y: np.ndarray) -> str:
     return f"{res.statistic:+.2f} (p={res.pvalue:.2g})"
 
 
-def write_markdown(rows_path: str | Path, md_path: str | Path, *, command: str | None = None) -> Path:
+def results_paths(spec: str | Iterable[str]) -> list[Path]:
+    """Files of a comma-separated list (or several), globs expanded in sorted order, duplicates dropped."""
+    import glob
+
+    items = [spec] if isinstance(spec, str) else list(spec)
+    out: list[Path] = []
+    for item in items:
+        for s in (x.strip() for x in str(item).split(",")):
+            if not s:
+                continue
+            hits = sorted(glob.glob(s)) if any(c in s for c in "*?[") else [s]
+            out += [Path(h) for h in hits if Path(h) not in out]
+    return out
+
+
+def write_markdown(rows_path: str | Path | Iterable[str | Path], md_path: str | Path, *,
+                   command: str | None = None) -> Path:
+    """Render the section of one or several results files (missing files are skipped) to ``md_path``."""
     md_path = Path(md_path)
     md_path.parent.mkdir(parents=True, exist_ok=True)
-    rows = read_rows(rows_path) if Path(rows_path).exists() else []
-    md_path.write_text(render_markdown(rows, command=command), encoding="utf-8")
+    paths = [rows_path] if isinstance(rows_path, (str, Path)) else list(rows_path)
+    rows, files = load_rows([p for p in paths if Path(p).exists()])
+    md_path.write_text(render_markdown(rows, command=command, files=files), encoding="utf-8")
     return md_path
 
 
@@ -634,22 +1063,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"recipes of the per-layer sweep (default {DEFAULT_LAYER_RECIPES})")
     parser.add_argument("--layer-windows", type=int, default=1, help="windows of the per-layer sweep (default 1)")
     parser.add_argument("--layers", default=None, help="restrict the per-layer sweep to these layers (e.g. 0,5,29)")
-    parser.add_argument("--out", default="reports/impact/results.jsonl", help="results JSONL (rows appended)")
+    parser.add_argument("--out", default="reports/impact/results.jsonl",
+                        help="results JSONL (rows appended); with --render-only: one or several files, "
+                        "comma-separated or a quoted glob (e.g. 'reports/impact/results*.jsonl')")
     parser.add_argument("--markdown", default=None,
                         help="Markdown section to write (default: impact.md next to --out)")
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --out and skip them")
-    parser.add_argument("--render-only", action="store_true", help="only re-render the Markdown from --out")
+    parser.add_argument("--render-only", action="store_true",
+                        help="only re-render the Markdown from --out (several files are merged)")
+    parser.add_argument("--drop-rows", default=None, metavar="MODEL:RECIPE:WINDOW[:LAYER],...",
+                        help="remove these rows from --out (moved to <out>.dropped with a note); "
+                        "'*' matches anything, e.g. '*:fa3:0'; a later --resume run measures them again")
+    parser.add_argument("--reason", default=None, help="with --drop-rows: why, recorded with the dropped rows")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
 def main(args: argparse.Namespace) -> int:
-    out = Path(args.out)
+    outs = results_paths(args.out)
+    if not outs:
+        print(f"zyfa impact: --out {args.out!r} names no file", file=sys.stderr)
+        return 2
+    out = outs[0]
     md = Path(args.markdown) if args.markdown else out.with_name("impact.md")
     command = _command_of(list(sys.argv))
     if args.render_only:
-        write_markdown(out, md)
-        print(f"wrote {md}")
+        write_markdown(outs, md)
+        print(f"wrote {md} from {len(outs)} file(s)")
+        return 0
+    if len(outs) > 1 or any(c in args.out for c in ",*?["):
+        print("zyfa impact: --out must be one file (several only with --render-only)", file=sys.stderr)
+        return 2
+    if args.drop_rows is not None:
+        try:
+            parse_drop_spec(args.drop_rows)
+            if not out.is_file():
+                raise FileNotFoundError(f"no such file: {out}")
+            n, sidecar = drop_rows(out, args.drop_rows, reason=args.reason)
+        except (ValueError, FileNotFoundError, RuntimeError) as e:
+            print(f"zyfa impact: {e}", file=sys.stderr)
+            return 2
+        print(f"dropped {n} row(s) from {out}" + (f" (kept in {sidecar}); re-render with --render-only" if n else ""))
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -2,6 +2,7 @@
 
     zyfa report --results reports/study/results.jsonl --out reports/study
     zyfa report --results a.jsonl,b.jsonl --bench reports/bench_2026-11-29.json --out reports/mine
+    zyfa report --results reports/study/results.jsonl --impact 'reports/impact/results*.jsonl' --out reports/mine
 
 Writes ``report.md`` (with ``fig_*.png`` next to it) and ``report.html`` (self-contained: the same content,
 plots inlined as base64 data URIs, inline CSS, no script, no external resource). It reads result files
@@ -14,6 +15,9 @@ confidence intervals over the inputs; ``zyfa``'s paired error ratio against each
 per-head heatmaps (captures); error against sequence length (Gaussian); then, over all inputs, the error
 against its causes (Q/K outliers, attention entropy, flushed probabilities), the benchmark tables, every
 (input, recipe) error, and the inputs with their hashes. Provenance and the regenerating command come first.
+With ``--impact`` (``zyfa impact`` result files, merged), the model-impact section of :mod:`accuracy.impact`
+(perplexity and next-token KL per model and recipe with CIs over windows, the per-layer sweep) comes after
+the model and Gaussian sections, with a figure of the KL per recipe.
 
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``load_results(paths)``, ``build_report(...)``,
 ``render_markdown(doc)``, ``render_html(doc)``, ``fmt(value, kind)``.
@@ -39,7 +43,7 @@ import numpy as np
 
 from accuracy.results_io import read_jsonl
 
-__all__ = ["Doc", "add_arguments", "build_report", "fmt", "load_results", "main", "render_html",
+__all__ = ["Doc", "add_arguments", "build_report", "fmt", "load_impact", "load_results", "main", "render_html",
            "render_markdown", "write_report"]
 
 # ZYFA's ablation recipes: name -> what is switched off (DESIGN.md "The three ZYFA techniques")
@@ -729,6 +733,71 @@ def _section_causes(doc: Doc, rows: list, recipes: list, plots: bool) -> None:
                 "flushed probability are left out of the last panel)")
 
 
+# ---------------------------------------------------------------------------------------------- impact
+
+def load_impact(paths: Sequence[str | Path]) -> tuple[list[dict], list[dict]]:
+    """(rows, files) of ``zyfa impact`` result files (several are merged by :mod:`accuracy.impact`)."""
+    from accuracy import impact
+
+    return impact.load_rows(paths)
+
+
+def _section_impact(doc: Doc, rows: list, files: list, plots: bool) -> None:
+    """The model-impact section: :func:`accuracy.impact.section_blocks` (its tables, notes, per-layer sweep),
+    plus a figure of the KL per recipe and model."""
+    from accuracy import impact
+
+    blocks = impact.section_blocks(rows, files=files, level=2, key_prefix="t-impact")
+    model_tables = [i for i, b in enumerate(blocks) if b[0] == "table" and b[1] != "t-impact-files"
+                    and not b[1].startswith("t-impact-layers-")]
+    for i, b in enumerate(blocks):
+        if b[0] == "h":
+            doc.h(b[1], b[2])
+        elif b[0] == "p":
+            doc.p(b[1])
+        elif b[0] == "code":
+            doc.code(b[1])
+        elif b[0] == "table":
+            doc.table(b[1], b[2], b[3], text=b[4])
+        if plots and model_tables and i == model_tables[-1]:
+            _impact_figure(doc, impact, rows)
+
+
+def _impact_figure(doc: Doc, impact, rows: list) -> None:
+    controls = ("fp32", "bf16")  # orders of magnitude below the FP8 recipes: in the tables, not on this axis
+    summary = {g: [e for e in es if e["recipe"] not in controls] for g, es in
+               impact.summarize(impact.prepare_rows(rows)[0]).items()}
+    summary = {g: es for g, es in summary.items() if es}
+    if not summary:
+        return
+    plt = _plt()
+    n = max(len(v) for v in summary.values())
+    fig, axes = plt.subplots(1, len(summary), figsize=(3.3 * len(summary) + 1.0, 0.9 + 0.24 * n), squeeze=False)
+    for ax, (g, entries) in zip(axes[0], summary.items(), strict=True):
+        names = [e["recipe"] for e in entries]
+        est = np.array([e["kl"].estimate for e in entries])
+        lo = np.array([e["kl"].low for e in entries])
+        hi = np.array([e["kl"].high for e in entries])
+        y = np.arange(len(names))
+        ok = np.isfinite(lo) & np.isfinite(hi) & (hi > lo)
+        ax.errorbar(est[ok], y[ok], xerr=[est[ok] - lo[ok], hi[ok] - est[ok]], fmt="none", ecolor="k", lw=0.8,
+                    capsize=2)
+        ax.scatter(est, y, s=14, c=["#d62728" if x == "zyfa" else "#1f77b4" for x in names], zorder=3)
+        ax.set_yticks(y, names, fontsize=7)
+        ax.invert_yaxis()
+        top = np.nanmax(np.concatenate([est, hi[ok]]))
+        if np.isfinite(top) and top > 0:
+            ax.set_xlim(0, top * 1.08)
+        ax.set_xlabel("KL(stock ‖ recipe), nats/token", fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_title(impact.group_title(g, summary), fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    doc.img("fig_impact_kl.png", _png(fig), "Model impact: mean next-token KL against the stock model per FP8 recipe "
+            "(all layers swapped; zyfa in red), with its 95% CI over windows where there are several; the fp32 "
+            "and bf16 controls are in the tables")
+
+
 # ---------------------------------------------------------------------------------------------- speed
 
 _BENCH_PREFERRED = ("input", "impl", "recipe", "kernel", "backend", "b", "batch", "h", "heads", "heads_q", "h_kv",
@@ -869,8 +938,10 @@ def _section_all(doc: Doc, rows: list, recipes: list) -> None:
 # ---------------------------------------------------------------------------------------------- build
 
 def build_report(res: Results, *, bench=(), command: str = "", extra_commands: Sequence[str] = (),
-                 title: str = "FP8 attention accuracy report", notes: Sequence[str] = (), plots: bool = True) -> Doc:
-    """The report document for the result rows (and benchmark rows)."""
+                 title: str = "FP8 attention accuracy report", notes: Sequence[str] = (), plots: bool = True,
+                 impact: tuple[list, list] | None = None) -> Doc:
+    """The report document for the result rows (and benchmark rows, and ``impact``: (rows, files) of
+    :func:`load_impact`, the model-impact section)."""
     doc = Doc(title=title)
     rows, recipes = res.rows, res.recipes
     if plots:
@@ -910,6 +981,8 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     if GAUSSIAN not in groups:
         doc.h(2, GAUSSIAN)
         doc.p("No Gaussian inputs in these results.")
+    if impact is not None:
+        _section_impact(doc, impact[0], impact[1], plots)
     _section_causes(doc, rows, recipes, plots)
     _section_speed(doc, list(bench))
     _section_all(doc, rows, recipes)
@@ -927,9 +1000,9 @@ def write_report(doc: Doc, out_dir: str | Path) -> dict[str, Path]:
     for name, png in doc.images.items():
         (out / name).write_bytes(png)
     md = out / "report.md"
-    md.write_text(render_markdown(doc))
+    md.write_text(render_markdown(doc), encoding="utf-8")
     page = out / "report.html"
-    page.write_text(render_html(doc))
+    page.write_text(render_html(doc), encoding="utf-8")
     return {"markdown": md, "html": page}
 
 
@@ -984,6 +1057,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="result files (.jsonl or .csv from zyfa accuracy/study), comma-separated or repeated")
     parser.add_argument("--bench", action="append", default=None,
                         help="benchmark JSON files (zyfa bench), comma-separated, repeated or a glob")
+    parser.add_argument("--impact", action="append", default=None,
+                        help="zyfa impact result files (JSONL) for the model-impact section: comma-separated, "
+                        "repeated or a quoted glob (e.g. 'reports/impact/results*.jsonl'); several files are "
+                        "merged (one per concurrent run)")
     parser.add_argument("--out", required=True, help="output folder, e.g. reports/mine/")
     parser.add_argument("--title", default="FP8 attention accuracy report", help="report title")
     parser.add_argument("--recipes", default=None,
@@ -995,12 +1072,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def report_command(results: Sequence[str], out: str, bench: Sequence[str] = (), title: str | None = None,
-                   shot: bool = False, recipes: str | None = None) -> str:
+                   shot: bool = False, recipes: str | None = None, impact: Sequence[str] = ()) -> str:
     parts = ["zyfa", "report", "--results", ",".join(map(str, results))]
     if recipes:
         parts += ["--recipes", recipes]
     if bench:
         parts += ["--bench", ",".join(map(str, bench))]
+    if impact:
+        parts += ["--impact", ",".join(map(str, impact))]
     parts += ["--out", str(out)]
     if title and title != "FP8 attention accuracy report":
         parts += ["--title", title]
@@ -1013,6 +1092,7 @@ def main(args: argparse.Namespace) -> int:
     """Render the report; 0 on success, 2 on bad input (one line on stderr)."""
     results = _split(args.results)
     bench_paths = _split(args.bench)
+    impact_paths = _split(args.impact)
     try:
         if not results:
             raise ValueError("--results names no file")
@@ -1025,11 +1105,14 @@ def main(args: argparse.Namespace) -> int:
             res = Results([r for r in res.rows if r["recipe"] in keep], res.provenances,
                           [x for x in res.recipes if x in keep])
         bench = load_bench(bench_paths)
+        if args.impact is not None and not impact_paths:
+            raise FileNotFoundError(f"--impact: no such file: {', '.join(args.impact)}")
+        impact = load_impact(impact_paths) if impact_paths else None
     except (ValueError, FileNotFoundError, OSError) as e:
         print(f"zyfa report: error: {e}", file=sys.stderr)
         return 2
-    cmd = report_command(results, args.out, bench_paths, args.title, args.screenshot, args.recipes)
-    doc = build_report(res, bench=bench, command=cmd, title=args.title, plots=not args.no_plots)
+    cmd = report_command(results, args.out, bench_paths, args.title, args.screenshot, args.recipes, impact_paths)
+    doc = build_report(res, bench=bench, command=cmd, title=args.title, plots=not args.no_plots, impact=impact)
     paths = write_report(doc, args.out)
     print(f"wrote {paths['markdown']} and {paths['html']} ({len(doc.images)} plots)")
     if args.screenshot:

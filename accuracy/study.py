@@ -22,6 +22,10 @@ per recipe (a non-causal one twice that): the whole configuration takes hours, s
 ``--max-seq`` and ``--gaussian-filter REGEX`` (on the input names) narrow it; reports/study-long/ was made
 that way (its command is at the top of its report).
 
+The report gets the model-impact section of ``zyfa impact`` from ``reports/impact/results*.jsonl`` when present
+(``--impact FILES`` names others, ``--impact none`` leaves it out); their paths and sha256 go into the
+provenance (``study_impact``) and the regenerating command.
+
 Writes ``<out>/results.jsonl`` (the runner's rows plus per-input features and per-head errors, with a
 provenance header) and the report (``report.md``, ``fig_*.png``, ``report.html``, and with Chromium installed
 ``report_screenshot.png``, checked for console errors). Progress goes to stderr.
@@ -46,6 +50,8 @@ QUICK_RECIPES = ("zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "ck", "ait
 HEAD_RECIPES = ("zyfa", "ck", "aiter", "fa3")
 HEAD_DIMS = ((64, None), (128, None), (256, None), (192, 128))
 OUTLIERS = {"outlier_frac": 0.001, "outlier_scale": 10.0}  # FA3 paper's N(0,1) + N(0,100)·Bernoulli(0.001)
+# the committed model-impact results (zyfa impact; one file per concurrent run), rendered into the report
+DEFAULT_IMPACT = "reports/impact/results*.jsonl"
 
 
 def _log(msg: str) -> None:
@@ -186,7 +192,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="use the first N tokens of each capture")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
     parser.add_argument("--bench", default=None, help="benchmark JSON files for the speed tables "
-                        "(default: reports/bench_*.json when present)")
+                        "(default: the latest reports/bench_*.json when present)")
+    parser.add_argument("--impact", default=None,
+                        help="zyfa impact result files for the report's model-impact section, comma-separated or "
+                        f"a glob (default: {DEFAULT_IMPACT} when present; 'none': no impact section)")
     parser.add_argument("--no-progress", action="store_true", help="no progress output")
 
 
@@ -202,7 +211,7 @@ def _command(args: argparse.Namespace) -> str:
         parts.append("--quick")
     if args.long:
         parts.append("--long")
-    for flag in ("captures", "recipes", "max_seq", "gaussian_filter", "max_tokens", "bench"):
+    for flag in ("captures", "recipes", "max_seq", "gaussian_filter", "max_tokens", "bench", "impact"):
         v = getattr(args, flag)
         if v is not None:
             parts += [f"--{flag.replace('_', '-')}", str(v)]
@@ -219,6 +228,21 @@ def _paths(spec: str) -> list[Path]:
         if s:
             out += [Path(p) for p in sorted(glob.glob(s))] if any(c in s for c in "*?[") else [Path(s)]
     return out
+
+
+def impact_files(spec: str | None) -> list[Path]:
+    """The impact result files of ``--impact``: ``none`` -> none; unset -> :data:`DEFAULT_IMPACT` (those present,
+    ``results.jsonl`` first); else the named files (globs expanded), which must exist."""
+    if spec is not None and spec.strip().lower() == "none":
+        return []
+    if spec is None:
+        found = [Path(p) for p in sorted(glob.glob(DEFAULT_IMPACT))]
+        return sorted(found, key=lambda p: (p.name != "results.jsonl", p.name))
+    paths = _paths(spec)
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing or not paths:
+        raise FileNotFoundError(f"--impact: no such file: {', '.join(missing) or spec}")
+    return paths
 
 
 def main(args: argparse.Namespace) -> int:
@@ -274,8 +298,10 @@ def main(args: argparse.Namespace) -> int:
                          + (f"Gaussian inputs left out: {', '.join(left)}. " if left else "")
                          + (f"Recipes: {', '.join(recipes)} (of {', '.join(base)})." if set(recipes) != set(base)
                             else ""))
-        bench = report._split([args.bench]) if args.bench else sorted(glob.glob("reports/bench_*.json"))
+        bench = report._split([args.bench]) if args.bench else sorted(glob.glob("reports/bench_*.json"))[-1:]
         bench_rows = report.load_bench(bench)
+        impact_paths = impact_files(args.impact)
+        impact = report.load_impact(impact_paths) if impact_paths else None
     except (ValueError, FileNotFoundError, OSError, re.error) as e:
         print(f"zyfa study: error: {e}", file=sys.stderr)
         return 2
@@ -285,7 +311,9 @@ def main(args: argparse.Namespace) -> int:
 
     command = _command(args)
     prov = {"study_command": command, "study_mode": mode, "study_notes": notes,
-            "study_captures": ", ".join(f"{p.name} (sha256 {file_sha256(p)[:16]})" for p in captures) or "none"}
+            "study_captures": ", ".join(f"{p.name} (sha256 {file_sha256(p)[:16]})" for p in captures) or "none",
+            "study_impact": "; ".join(f"{f['path']} (sha256 {f['sha256']}, {f['rows']} rows)"
+                                      for f in (impact[1] if impact else [])) or "none"}
     rows = run_study(inputs, recipes, device=args.device, progress=not args.no_progress, extra_provenance=prov)
     rows.provenance["study_notes"].append(
         f"Accuracy ran on `{rows.provenance.get('device')}` ({rows.provenance.get('device_name')}): "
@@ -298,8 +326,9 @@ def main(args: argparse.Namespace) -> int:
     title = ("ZYFA long-context study: FP8 attention error at 8K-32K tokens" if args.long else
              "ZYFA study: FP8 attention error on model captures and Gaussian inputs")
     res = report.load_results([results])
-    rep_cmd = report.report_command([results], str(out), bench, title, shot=bool(shutil.which("chromium")))
-    doc = report.build_report(res, bench=bench_rows, command=rep_cmd, title=title)
+    rep_cmd = report.report_command([results], str(out), bench, title, shot=bool(shutil.which("chromium")),
+                                    impact=[str(p) for p in impact_paths])
+    doc = report.build_report(res, bench=bench_rows, command=rep_cmd, title=title, impact=impact)
     paths = report.write_report(doc, out)
     _log(f"wrote {paths['markdown']} and {paths['html']}; total {time.perf_counter() - t0:.0f} s")
     if shutil.which("chromium"):

@@ -67,8 +67,36 @@ def test_markdown_section(run):
     out, _, _ = run
     md = (out.parent / "impact.md").read_text()
     assert md.startswith("## Model impact")
-    assert "### smollm2" in md and "`aiter`" in md and "`fp32`" in md
+    assert "### smollm2" in md and "| aiter | 2 |" in md and "| fp32 | 2 |" in md
     assert "Per-layer sensitivity" in md and "| 28 |" in md and "| 29 |" in md
+
+
+def test_rows_are_checked_and_timed(run):
+    out, _, _ = run
+    for r in (json.loads(x) for x in out.read_text().splitlines()):
+        assert r["p_flushed_checked"] is True and 0.0 <= r["p_flushed_mean"] <= 1.0
+        assert r["provenance"]["run_started_utc"] <= r["provenance"]["date_utc"]
+
+
+def test_drop_then_resume_measures_the_row_again(run, tmp_path):
+    """Drop one window row from a copy of the results; --resume adds back exactly that row (same numbers)."""
+    from accuracy import impact
+
+    out, parser, argv = run
+    copy = tmp_path / "results.jsonl"
+    copy.write_text(out.read_text())
+    before = {impact._row_key(r): r for r in impact.read_rows(copy)}
+    n, _ = impact.drop_rows(copy, "smollm2:aiter:1:none")
+    assert n == 1
+    args = [*argv, "--resume"]
+    args[args.index("--out") + 1] = str(copy)
+    assert impact.main(parser.parse_args(args)) == 0
+    after = impact.read_rows(copy)
+    assert len(after) == len(before)
+    new = after[-1]
+    key = impact._row_key(new)
+    assert key == ("impact_window", "smollm2", "aiter", 1, None, 32, "lee")
+    assert new["kl_mean"] == before[key]["kl_mean"] and new["ppl_recipe"] == before[key]["ppl_recipe"]
 
 
 def test_render_markdown_spearman():

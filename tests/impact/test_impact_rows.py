@@ -1,0 +1,138 @@
+"""Impact result files without a model: dropping rows (resume semantics kept), the load-time correction of the
+pre-fix p_flushed_mean (on the committed results), merging several files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from accuracy import impact
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "reports" / "impact" / "results.jsonl"
+
+
+def _row(model, recipe, window, layer=None, date="2026-11-30T01:00:00Z", **kw):
+    return {"kind": "impact_window" if layer is None else "impact_layer", "model": model, "recipe": recipe,
+            "window": window, "layer": layer, "n_tokens": 64, "text": "lee", "kl_mean": 1e-3, "ppl_ratio": 1.01,
+            "delta_ppl": 0.2, "ppl_stock": 20.0, "kl_p99": 1e-2, "top1_agree": 0.95, "p_flushed_mean": 0.1,
+            "provenance": {"date_utc": date, "argv": ["cli.py", "impact"], "num_q_heads": 9}, **kw}
+
+
+@pytest.fixture
+def results(tmp_path):
+    rows = [_row(m, r, w) for m in ("smollm2", "gemma3") for r in ("zyfa", "fa3") for w in (0, 1)]
+    rows += [_row("smollm2", "zyfa", 0, layer=i) for i in range(3)]
+    path = tmp_path / "results.jsonl"
+    lines = [json.dumps(r) + "\n" for r in rows]
+    path.write_text("".join(lines))
+    return path, rows, lines
+
+
+def _main(argv):
+    parser = argparse.ArgumentParser()
+    impact.add_arguments(parser)
+    return impact.main(parser.parse_args(argv))
+
+
+def test_drop_rows_keeps_everything_else_and_resume_redoes_them(results, capsys):
+    path, rows, lines = results
+    assert _main(["--drop-rows", "*:fa3:0", "--out", str(path), "--reason", "earlier accumulator model"]) == 0
+    assert "dropped 2 row(s)" in capsys.readouterr().out
+    kept = [ln for ln, r in zip(lines, rows, strict=True) if not (r["recipe"] == "fa3" and r["window"] == 0)]
+    assert path.read_text() == "".join(kept)  # every other line byte for byte
+    side = [json.loads(x) for x in (path.parent / "results.jsonl.dropped").read_text().splitlines()]
+    assert sorted((r["model"], r["recipe"], r["window"]) for r in side) == [("gemma3", "fa3", 0), ("smollm2", "fa3", 0)]
+    assert all(r["dropped"]["spec"] == "*:fa3:0" and r["dropped"]["reason"] == "earlier accumulator model"
+               for r in side)
+    # --resume semantics: the sink skips exactly what is still in the file, so it measures the dropped rows again
+    done = impact._JsonlSink(path, resume=True).done
+    assert ("impact_window", "smollm2", "fa3", 0, None, 64, "lee") not in done
+    assert ("impact_window", "smollm2", "fa3", 1, None, 64, "lee") in done
+    assert len(done) == len(rows) - 2
+
+
+def test_drop_rows_spec_layers(results):
+    path, _, _ = results
+    n, _ = impact.drop_rows(path, "smollm2:zyfa:0:none")  # the all-layer row only
+    assert n == 1
+    n, _ = impact.drop_rows(path, "smollm2:zyfa:0:1")  # one layer of the sweep
+    assert n == 1
+    left = impact.read_rows(path)
+    assert sorted(r["layer"] for r in left if r["model"] == "smollm2" and r["recipe"] == "zyfa"
+                  and r["window"] == 0) == [0, 2]
+    assert impact.drop_rows(path, "qwen25coder:zyfa:0")[0] == 0  # nothing matches: file untouched
+    n, side = impact.drop_rows(path, "smollm2:*:*")
+    assert n == 5 and len(side.read_text().splitlines()) == 7
+
+
+@pytest.mark.parametrize("spec", ["smollm2:fa3", "smollm2:fa3:x", "smollm2:nope:0", "a:b:0:1:2", ":fa3:0"])
+def test_bad_drop_spec(spec, results, capsys):
+    path, _, lines = results
+    assert _main(["--drop-rows", spec, "--out", str(path)]) == 2
+    assert path.read_text() == "".join(lines)
+
+
+def test_drop_refuses_a_file_that_changes_underneath(results, monkeypatch):
+    path, _, lines = results
+    real = Path.write_text
+
+    def write_and_append(self, text, *a, **kw):  # a run appends a row while the drop writes its copy
+        out = real(self, text, *a, **kw)
+        with path.open("a") as f:
+            f.write(json.dumps(_row("gemma3", "ck", 0)) + "\n")
+        return out
+
+    monkeypatch.setattr(Path, "write_text", write_and_append)
+    with pytest.raises(RuntimeError, match="changed while dropping"):
+        impact.drop_rows(path, "*:fa3:0")
+    monkeypatch.undo()
+    assert path.read_text().startswith("".join(lines)) and not (path.parent / "results.jsonl.dropped").exists()
+
+
+def test_render_only_merges_several_files(results, tmp_path):
+    path, _, _ = results
+    other = tmp_path / "results_s2_x.jsonl"
+    other.write_text(json.dumps(_row("smollm2", "zyfa", 0, date="2026-11-30T02:00:00Z", kl_mean=0.25)) + "\n")
+    md = tmp_path / "impact.md"
+    assert _main(["--render-only", "--out", str(tmp_path / "results*.jsonl"), "--markdown", str(md)]) == 0
+    text = md.read_text()
+    assert "| zyfa | 2 |" in text and "| 1.26e-01 [" in text  # smollm2/zyfa: (0.25 + 0.001) / 2, the later w0
+    assert "1 rows were measured again later" in text and "results_s2_x.jsonl" in text
+    assert _main(["--out", f"{path},{other}", "--models", "smollm2"]) == 2  # a run writes one file
+
+
+@pytest.mark.skipif(not COMMITTED.is_file(), reason="committed impact results absent")
+def test_committed_pre_fix_rows_are_corrected():
+    rows, files = impact.load_rows([COMMITTED])
+    raw = {id(r): r["p_flushed_mean"] for r in rows}
+    assert max(raw.values()) > 1  # the committed file holds the inflated values
+    kept, notes = impact.prepare_rows(rows)
+    for r in rows:  # every row of the committed file predates the fix (all four processes started before it)
+        heads = r["provenance"]["num_q_heads"]
+        assert r["p_flushed_mean"] == pytest.approx(raw[id(r)] / heads)
+        assert 0.0 <= r["p_flushed_mean"] <= 1.0
+        if raw[id(r)] > 0:
+            assert r["p_flushed_mean_raw"] == raw[id(r)] and "2f53d66" in r["p_flushed_mean_note"]
+    assert any("divided here at load time" in n for n in notes)
+    assert files[0]["sha256"] == impact.file_sha256(COMMITTED)
+
+
+def test_correction_rules():
+    pre = "2026-11-29T22:00:00Z"
+    a = _row("m", "zyfa", 0, date=pre, p_flushed_mean=4.5)  # pre-fix process: divided by the 9 heads
+    b = _row("m", "ck", 0, date="2026-11-30T03:00:00Z", p_flushed_mean=0.3)  # a later process: untouched
+    c = _row("m", "aiter", 0, date=pre, p_flushed_mean=0.5, p_flushed_checked=True)  # checked at run time
+    d = _row("m", "aiter", 1, date="2026-11-30T03:00:00Z", p_flushed_mean=3.0)  # not a fraction: nan
+    b["provenance"]["argv"] = d["provenance"]["argv"] = ["cli.py", "impact", "--later"]
+    rows = [a, b, c, d]
+    notes = impact.correct_p_flushed(rows)
+    assert a["p_flushed_mean"] == pytest.approx(0.5) and a["p_flushed_mean_raw"] == 4.5
+    assert b["p_flushed_mean"] == 0.3 and "p_flushed_mean_raw" not in b
+    assert c["p_flushed_mean"] == 0.5
+    assert d["p_flushed_mean"] != d["p_flushed_mean"] and d["p_flushed_mean_raw"] == 3.0
+    assert len(notes) == 2 and "m/aiter/w1" in notes[1]
+    assert impact.correct_p_flushed(rows) == [] and a["p_flushed_mean"] == pytest.approx(0.5)  # idempotent
