@@ -88,10 +88,23 @@ def gaussian_specs(mode: str, max_seq: int | None = None, name_filter: str | Non
     return out
 
 
-def default_captures() -> list[Path]:
-    """The shipped sample captures: ``datasets/*.h5`` in the current folder, else next to the package."""
+# The long study's captures (not shipped: 32 MB; made locally, about 3-5 minutes each on 2 CPU cores). Gemma 3:
+# its global layer 5 only, so that the three files fit the GPU machine's 64 MiB transfer with the repository.
+LONG_CAPTURE_COMMANDS = (
+    "zyfa capture --model smollm2 --text lee --tokens 8192 --layers 14 --heads 0 "
+    "--out datasets/long/smollm2-lee-8192.h5",
+    "zyfa capture --model qwen25coder --text pydoc --tokens 8192 --layers 8 --heads 0 "
+    "--out datasets/long/qwen25coder-pydoc-8192.h5",
+    "zyfa capture --model gemma3 --text shakespeare --tokens 8192 --layers 5 --heads 0 "
+    "--out datasets/long/gemma3-shakespeare-8192-L5.h5",
+)
+
+
+def default_captures(folder: str = "datasets") -> list[Path]:
+    """The captures in ``<folder>/*.h5`` (default: the shipped samples; ``datasets/long`` for ``--long``), in the
+    current folder, else next to the package."""
     for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
-        found = sorted(Path(p) for p in glob.glob(str(root / "datasets" / "*.h5")))
+        found = sorted(Path(p) for p in glob.glob(str(root / folder / "*.h5")))
         if found:
             return found
     return []
@@ -181,10 +194,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "with --long)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="a smaller study (shorter inputs, fewer recipes)")
-    mode.add_argument("--long", action="store_true", help="the committed long-context study (needs --captures)")
+    mode.add_argument("--long", action="store_true",
+                      help="the committed long-context study (captures: datasets/long/*.h5 unless --captures)")
     parser.add_argument("--captures", default=None,
-                        help="capture .h5 files, comma-separated or a glob (default: datasets/*.h5; 'none': "
-                        "Gaussian inputs only)")
+                        help="capture .h5 files, comma-separated or a glob (default: datasets/*.h5, with --long "
+                        "datasets/long/*.h5; 'none': Gaussian inputs only)")
     parser.add_argument("--recipes", default=None, help="comma-separated recipes (default: every FP8 recipe + bf16)")
     parser.add_argument("--max-seq", type=int, default=None, help="cap the Gaussian sequence lengths")
     parser.add_argument("--gaussian-filter", default=None, metavar="REGEX",
@@ -262,7 +276,10 @@ def main(args: argparse.Namespace) -> int:
             if missing or not captures:
                 raise FileNotFoundError(f"--captures: no such file: {', '.join(missing) or args.captures}")
         elif args.long:
-            raise ValueError("--long needs --captures (long-context captures made with zyfa capture --tokens 8192)")
+            captures = default_captures("datasets/long")
+            if not captures:
+                raise FileNotFoundError("--long: no captures in datasets/long/ and no --captures; make them with:\n  "
+                                        + "\n  ".join(LONG_CAPTURE_COMMANDS))
         else:
             captures = default_captures()
         if not captures:

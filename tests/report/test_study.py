@@ -90,13 +90,16 @@ def test_capture_sections(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["study", "--long"], "--long needs --captures"),
+    (["study", "--long"], "no captures in datasets/long/ and no --captures; make them with:\n  zyfa capture"),
     (["study", "--captures", "none", "--gaussian-filter", "["], "unterminated"),
     (["study", "--captures", "missing.h5"], "no such file: missing.h5"),
     (["study", "--captures", "none", "--gaussian-filter", "^$"], "no inputs"),
 ])
-def test_study_bad_input_exits_2(argv, message, capsys):
+def test_study_bad_input_exits_2(argv, message, capsys, monkeypatch):
+    from accuracy import study
     from zyfa.cli import main
+
+    monkeypatch.setattr(study, "default_captures", lambda folder="datasets": [])  # as on a fresh checkout
 
     assert main(argv) == 2
     assert message in capsys.readouterr().err
