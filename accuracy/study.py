@@ -23,8 +23,8 @@ per recipe (a non-causal one twice that): the whole configuration takes hours, s
 that way (its command is at the top of its report).
 
 The report gets the model-impact section of ``zyfa impact`` from ``reports/impact/results*.jsonl`` when present
-(``--impact FILES`` names others, ``--impact none`` leaves it out); their paths and sha256 go into the
-provenance (``study_impact``) and the regenerating command.
+(``--impact FILES`` names others, ``--impact none`` leaves it out; ``--long`` leaves it out unless named); their
+paths and sha256 go into the provenance (``study_impact``) and the regenerating command.
 
 Writes ``<out>/results.jsonl`` (the runner's rows plus per-input features and per-head errors, with a
 provenance header) and the report (``report.md``, ``fig_*.png``, ``report.html``, and with Chromium installed
@@ -209,7 +209,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: the latest reports/bench_*.json when present)")
     parser.add_argument("--impact", default=None,
                         help="zyfa impact result files for the report's model-impact section, comma-separated or "
-                        f"a glob (default: {DEFAULT_IMPACT} when present; 'none': no impact section)")
+                        f"a glob (default: {DEFAULT_IMPACT} when present, none with --long; 'none': no impact section)")
     parser.add_argument("--no-progress", action="store_true", help="no progress output")
 
 
@@ -317,7 +317,7 @@ def main(args: argparse.Namespace) -> int:
                             else ""))
         bench = report._split([args.bench]) if args.bench else sorted(glob.glob("reports/bench_*.json"))[-1:]
         bench_rows = report.load_bench(bench)
-        impact_paths = impact_files(args.impact)
+        impact_paths = impact_files("none" if args.long and args.impact is None else args.impact)
         impact = report.load_impact(impact_paths) if impact_paths else None
     except (ValueError, FileNotFoundError, OSError, re.error) as e:
         print(f"zyfa study: error: {e}", file=sys.stderr)
