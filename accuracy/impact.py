@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from accuracy.blocks import blocks_markdown as _blocks_markdown
 from zyfa.emulator import emulate
 from zyfa.recipes import Recipe, get_recipe
 
@@ -984,22 +985,7 @@ def _layer_blocks(lay, win, stats, level, key_prefix) -> list[tuple]:
 
 def blocks_markdown(blocks: list[tuple]) -> str:
     """Markdown of :func:`section_blocks` (the section alone; ``accuracy.report`` renders it in the report)."""
-    out: list[str] = []
-    for b in blocks:
-        if b[0] == "h":
-            out += ["#" * b[1] + " " + b[2], ""]
-        elif b[0] == "p":
-            out += [b[1], ""]
-        elif b[0] == "code":
-            out += ["```", b[1], "```", ""]
-        elif b[0] == "table":
-            _, _key, header, body, _prose = b
-            cell = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-            out.append("| " + " | ".join(cell(c) for c in header) + " |")
-            out.append("|" + "|".join("---" for _ in header) + "|")
-            out += ["| " + " | ".join(cell(c) for c in r) + " |" for r in body]
-            out.append("")
-    return "\n".join(out).rstrip() + "\n"
+    return "\n".join(_blocks_markdown(blocks)).rstrip() + "\n"
 
 
 def render_markdown(rows: list[dict[str, Any]], *, command: str | None = None,

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from accuracy.blocks import blocks_markdown
 from accuracy.results_io import read_jsonl
 
 __all__ = ["Doc", "add_arguments", "build_report", "fmt", "load_impact", "load_results", "main", "render_html",
@@ -162,30 +163,8 @@ class Doc:
         self.blocks.append(("img", name, caption))
 
 
-def _md_cell(s: str) -> str:
-    return str(s).replace("|", "\\|").replace("\n", " ")
-
-
 def render_markdown(doc: Doc) -> str:
-    out = [f"# {doc.title}", ""]
-    for b in doc.blocks:
-        if b[0] == "h":
-            out += ["#" * b[1] + " " + b[2], ""]
-        elif b[0] == "p":
-            out += [b[1], ""]
-        elif b[0] == "code":
-            out += ["```", b[1], "```", ""]
-        elif b[0] == "table":
-            _, key, header, rows, _text = b
-            out.append(f'<a id="{key}"></a>')
-            out.append("")
-            out.append("| " + " | ".join(_md_cell(c) for c in header) + " |")
-            out.append("|" + "|".join("---" for _ in header) + "|")
-            out += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in rows]
-            out.append("")
-        elif b[0] == "img":
-            out += [f"![{b[2]}]({b[1]})", "", f"*{b[2]}*", ""]
-    return "\n".join(out).rstrip() + "\n"
+    return "\n".join([f"# {doc.title}", "", *blocks_markdown(doc.blocks, anchors=True)]).rstrip() + "\n"
 
 
 def _inline_html(text: str) -> str:
