@@ -38,16 +38,26 @@ python -m zyfa.cli impact --models qwen25coder --recipes $R17 --tokens 2048 --wi
   --out reports/impact/results_s2_b.jsonl --resume --threads 1 &
 wait
 
-# ---- after session 2: drop the session-1 fa3 rows of window 0 (earlier accumulator model; session 2 has
-# measured them again, and the later row would be used anyway). Never while a run appends to results.jsonl.
+# per-layer sweeps with the current zyfa (MAD offset 1/16), concurrently with the runs above, one file each
+# (SmolLM2: zyfa; its aiter sweep rows of session 1 are still current. Gemma 3: zyfa and aiter)
+python -m zyfa.cli impact --models smollm2 --recipes zyfa --tokens 2048 --windows 1 --text lee \
+  --per-layer smollm2 --layer-recipes zyfa --out reports/impact/results_s2_sweep.jsonl --resume --threads 1
+python -m zyfa.cli impact --models gemma3 --recipes zyfa --tokens 2048 --windows 1 --text lee \
+  --per-layer gemma3 --layer-recipes zyfa,aiter --out reports/impact/results_s2_sweep_gemma.jsonl --resume --threads 1
+# a third window for every model and recipe (each started when its 2-window run above had finished)
+python -m zyfa.cli impact --models smollm2,gemma3 --recipes $R17 --tokens 2048 --windows 3 --text lee \
+  --out reports/impact/results_s2_a.jsonl --resume --threads 1 &
+python -m zyfa.cli impact --models qwen25coder --recipes $R17 --tokens 2048 --windows 3 --text lee \
+  --out reports/impact/results_s2_b.jsonl --resume --threads 1 &
+wait
+
+# ---- drop the session-1 fa3 rows of window 0 (earlier accumulator model; session 2 measured them again and the
+# later row would be used anyway; done 2026-11-30 01:10). Never while a run appends to results.jsonl.
 python -m zyfa.cli impact --drop-rows 'smollm2:fa3:0,qwen25coder:fa3:0,gemma3:fa3:0' --out $OUT \
   --reason "window 0 used the Hopper accumulator model before fdfa291; measured again in results_s2_*.jsonl"
-# not run yet: the per-layer sweep again with the current zyfa (MAD offset 1/16), into its own file, e.g.
-#   python -m zyfa.cli impact --models smollm2 --recipes zyfa --tokens 2048 --windows 1 --text lee \
-#     --per-layer smollm2 --layer-recipes zyfa,aiter --out reports/impact/results_s2_sweep.jsonl --resume --threads 1
 
 # ---- render: impact.md from every results file, then the study report with its model-impact section
 python -m zyfa.cli impact --render-only --out 'reports/impact/results*.jsonl'
-python -m zyfa.cli report --results reports/study/results.jsonl --bench reports/bench_2026-11-29.json \
+python -m zyfa.cli report --results reports/study/results.jsonl --bench reports/bench_2026-11-30.json \
   --impact 'reports/impact/results*.jsonl' --out reports/study \
   --title 'ZYFA study: FP8 attention error on model captures and Gaussian inputs' --screenshot
