@@ -7,16 +7,14 @@ import sys
 import pytest
 import torch
 
+from tests.kernels.test_wrapper_validation import FP8
+from tests.kernels.test_wrapper_validation import qkv as _qkv
 from zyfa.kernels.attention_gluon import attention_fp8_gluon
-
-FP8 = torch.float8_e4m3fn
 
 
 def qkv(b=1, h=2, h_kv=2, s_q=128, s_k=128, d=128, dtype=FP8):
-    q = torch.randn(b, h, s_q, d).to(dtype)
-    k = torch.randn(b, h_kv, s_k, d).to(dtype)
-    v = torch.randn(b, h_kv, s_k, d).to(dtype)
-    return q, k, v
+    """The wrapper tests' inputs at the Gluon kernel's shape (whole 128-token tiles, one head dim)."""
+    return _qkv(b, h, h_kv, s_q, s_k, d, d, dtype)
 
 
 def test_import_does_not_import_gluon():
