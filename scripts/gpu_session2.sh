@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 2 on the H200, one call under a hard 10-minute cap. From the repo root on the device:
 #   ZYFA_GIT_COMMIT=<sha> bash scripts/gpu_session2.sh      (carry .whl for cuDNN FP8; writes under $OUT)
+# Session 3: AB_SET=session3 GLUON=0 (the MAD-conversion A/B matrix; no Gluon prototype).
 # Stages, each under its own `timeout` and tee'd under $OUT (a failing stage never stops the next):
 #   0 cuDNN frontend wheel -> /tmp/site                               (~10 s)
 #   1 Triton cache warm-up of every A/B and bench variant, in parallel worker processes, in the background
@@ -30,7 +31,7 @@ HD128_RECIPES="zyfa-hopper;zyfa;zyfa:accumulator=hopper_fp8;zyfa-exp2:accumulato
 OTHER_RECIPES="zyfa-hopper;zyfa;zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1;ck:accumulator=hopper_fp8,accum_flush_tiles=1;fa3"
 
 stage "1 cache warm-up (background)"
-timeout 200 python3 scripts/gpu_session2_warm.py --workers 12 --recipes "$HD128_RECIPES" \
+timeout 200 python3 scripts/gpu_session2_warm.py --set "${AB_SET:-session2}" --workers 12 --recipes "$HD128_RECIPES" \
   --recipes-other "$OTHER_RECIPES" >"$OUT/warm.txt" 2>&1 &
 WARM=$!
 
@@ -46,16 +47,18 @@ grep -c "^FAIL" "$OUT/warm.txt" | sed 's/^/warm-up failures: /' | tee -a "$OUT/s
 
 stage "3 A/B timings"
 AB=$(left 330); [ "$AB" -gt 110 ] && AB=110; [ "$AB" -lt 20 ] && AB=20
-timeout "$AB" python3 scripts/gpu_session2_ab.py --out "$OUT" --rep 60 2>"$OUT/ab_err.txt" | tee "$OUT/ab.md"
+timeout "$AB" python3 scripts/gpu_session2_ab.py --set "${AB_SET:-session2}" --out "$OUT" --rep 60 2>"$OUT/ab_err.txt" | tee "$OUT/ab.md"
 
 stage "4 zyfa bench"
-BT=$(left 505); [ "$BT" -lt 30 ] && BT=30
+BT=$(left "${BENCH_END:-505}"); [ "$BT" -lt 30 ] && BT=30
 timeout "$BT" python3 -m zyfa.cli bench --warmup 10 --rep 50 --shapes hd128,mla,hd256,hd64 \
   --recipes "$HD128_RECIPES" --recipes-other "$OTHER_RECIPES" --out "$OUT" 2>&1 \
   | grep -v Warning | grep -v "return F.scaled" | tee "$OUT/bench_log.txt" | tail -5
 stage "5 Gluon prototype"
 GT=$(left 555)
-if [ "$GT" -ge 15 ]; then
+if [ "${GLUON:-1}" != 1 ]; then
+  echo "skipped: GLUON=${GLUON:-1}" | tee "$OUT/gluon.txt"
+elif [ "$GT" -ge 15 ]; then
   timeout "$GT" python3 scripts/gluon_fa_sm90.py --run 2>&1 | grep -v Warning | tee "$OUT/gluon.txt" | tail -20
 else
   echo "skipped: $GT s left" | tee "$OUT/gluon.txt"

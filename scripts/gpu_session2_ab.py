@@ -5,7 +5,11 @@ hd256 (8 heads) and MLA 192/128 (16 heads) with the default launch config, its M
 register cap. Every variant is wrapped: a compile or launch failure is printed and the run goes on. Each row
 is printed as it completes (Markdown) and appended to <out>/ab.jsonl with registers and spills.
 
-PYTHONPATH=. python3 scripts/gpu_session2_ab.py --out $OUT [--rep 60] [--only hd128]
+Session 3 (``--set session3``): the MAD conversion, MAD_CVT 0 (fp32 clamps) / 3 (fma.rn.sat + fp32 clamp at 126)
+/ 5 (fma.rn.sat + packed u16x2 clamp, the new default) with the fused MAD, 0 / 4 (no clamp at 126) with exact t,
+and the register cap, at hd128; the default against MAD_CVT 0 at MLA, hd256 and hd64.
+
+PYTHONPATH=. python3 scripts/gpu_session2_ab.py --out $OUT [--rep 60] [--only hd128] [--set session3]
 """
 
 from __future__ import annotations
@@ -47,6 +51,25 @@ def other_variants():
                 yield shape, causal, {"PIPELINE_QK": 1}
 
 
+def session3_variants():
+    for causal in (False, True):
+        for cvt in (0, 3, 5):
+            yield "hd128", causal, {"MAD_T": 0, "MAD_CVT": cvt}
+        for cvt in (0, 4):
+            yield "hd128", causal, {"MAD_T": 1, "MAD_CVT": cvt}
+        yield "hd128", causal, {"MAD_CVT": 5, "maxnreg": 0 if causal else 168}
+    for shape in ("mla", "hd256", "hd64"):
+        for causal in (False, True):
+            yield shape, causal, {}
+            yield shape, causal, {"MAD_CVT": 0}
+
+
+def variants(set_name: str, only: str = ""):
+    if set_name == "session3":
+        return list(session3_variants())
+    return list(hd128_variants()) + ([] if only == "hd128" else list(other_variants()))
+
+
 SHAPES = {"hd64": (64, 64, 32), "hd128": (128, 128, 16), "hd256": (256, 256, 8), "mla": (192, 128, 16)}
 
 
@@ -56,6 +79,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--only", default="", help="hd128 = only the hd128 matrix")
+    ap.add_argument("--set", default="session2", choices=("session2", "session3"), help="which variant matrix")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     jl = open(os.path.join(a.out, "ab.jsonl"), "a")  # noqa: SIM115 - appended row by row, closed at exit
@@ -64,10 +88,10 @@ def main() -> int:
     print(f"# A/B {RECIPE}, {S} tokens, batch 1 (TFLOP/s, do_bench median, warmup {a.warmup} rep {a.rep} ms)")
     print("| shape | causal | config (over the default) | launch config | TFLOP/s | ms | regs | spills | SM MHz |")
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
-    variants = list(hd128_variants()) + ([] if a.only == "hd128" else list(other_variants()))
+    todo = variants(a.set, a.only)
     cur_shape, ops = None, None
     t_start = time.time()
-    for shape, causal, over in variants:
+    for shape, causal, over in todo:
         d_qk, d_v, h = SHAPES[shape]
         row = {"shape": shape, "causal": causal, "override": over, "recipe": RECIPE, "s": S, "h": h}
         try:
@@ -81,9 +105,9 @@ def main() -> int:
                 del q, k, v
                 ops = (q8, k8, A.prepare_vt(v8), qd, kd, vd)
                 cur_shape = shape
-            cfg = A.default_config(d_qk, d_v, causal, plan)
-            cfg.update(over)
-            row["launch_config"] = {k_: v_ for k_, v_ in cfg.items() if k_ not in ("TMA", "WS", "MAD_CVT")}
+            cfg, mad_cvt, _ = A.resolve_config(d_qk, d_v, causal, plan, over)
+            row["launch_config"] = {k_: v_ for k_, v_ in cfg.items() if k_ not in ("TMA", "WS")}
+            row["launch_config"]["MAD_CVT"] = mad_cvt
 
             def fn(over=over, causal=causal, d_qk=d_qk, ops=ops):
                 return A.launch(*ops, plan=plan, seq_k=S, causal=causal, sm_scale=1 / math.sqrt(d_qk),

@@ -5,7 +5,8 @@ lengths that are multiples of 16 give the same Triton specialization (the same c
 timed runs later load the compiled kernels instead of compiling them one after another. Runs in worker
 processes (one CUDA context each) while the GPU tests run; failures are printed, never raised.
 
-PYTHONPATH=. python3 scripts/gpu_session2_warm.py [--workers 12] [--recipes 'a;b'] [--recipes-other 'a;b']
+PYTHONPATH=. python3 scripts/gpu_session2_warm.py [--set session3] [--workers 12] [--recipes 'a;b']
+    [--recipes-other 'a;b']
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--recipes", default="", help="bench recipes for hd128 (';'-separated)")
     ap.add_argument("--recipes-other", default="", help="bench recipes for the other shapes")
+    ap.add_argument("--set", default="session2", choices=("session2", "session3"), help="A/B variant matrix")
     a = ap.parse_args()
-    from gpu_session2_ab import RECIPE, hd128_variants, other_variants
+    from gpu_session2_ab import RECIPE, variants
 
-    tasks = [(shape, causal, RECIPE, over) for shape, causal, over in list(hd128_variants()) + list(other_variants())]
+    tasks = [(shape, causal, RECIPE, over) for shape, causal, over in variants(a.set)]
     for shape in SHAPES:
         recs = a.recipes if shape == "hd128" else a.recipes_other
         for r in [x for x in recs.split(";") if x.strip()]:

@@ -101,6 +101,42 @@ def test_pipelined_qk_loop_agrees(shape_name):
     assert d.max().item() <= 2 * 2**-7 * out0.float().abs().max().item()
 
 
+@pytest.mark.parametrize("shape_name", ["hd128-causal-gqa", "hd64-window", "mla-causal", "hd256-b2", "hd128-b2-odd"])
+@pytest.mark.parametrize("spec", ["zyfa", H1, "zyfa-noscale", "zyfa-tilescale"])
+def test_saturating_mad_conversion_is_bit_identical(spec, shape_name):
+    """The default MAD conversion (fma.rn.sat of x/128, magic add, packed clamp at 126) and the bound-proven
+    one without that clamp (MAD_CVT=4, exact t) give the same bits as the fp32-clamp form (MAD_CVT=0)."""
+    shape = SHAPES[shape_name]
+    seed = hash(shape_name) % 1000
+    for mad_t, fast in ((0, 5), (0, 3), (1, 4)):
+        out0, lse0, *_ = _run(spec, shape, seed=seed, config={"MAD_T": mad_t, "MAD_CVT": 0})
+        out1, lse1, *_ = _run(spec, shape, seed=seed, config={"MAD_T": mad_t, "MAD_CVT": fast})
+        assert torch.equal(out0, out1) and torch.equal(lse0, lse1), (mad_t, fast)
+
+
+def test_huge_logits_stay_finite_and_exact_t_agrees():
+    """Logits of ~1e6 (log2 units): the fused MAD's row bias is off by many codes there, but the packed clamp
+    keeps every P code finite; the exact-t form without a clamp at 126 (bound proven) matches the emulator."""
+    shape = (1, 2, 2, 192, 192, 128, 128, True, None)
+    q, k, v = _inputs(shape, 21)
+    q, k = q * 300.0, k * 300.0
+    from reference.attention import attention_fp64
+    from zyfa.emulator import emulate
+    from zyfa.kernels.attention_fp8 import attention_fp8, quantize_for_kernel
+
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, H1)
+    em = emulate(q, k, v, H1, causal=True)
+    ref, _ = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=True)
+    for config in (None, {"MAD_T": 1}):
+        out, lse = attention_fp8(q8, k8, v8, recipe=H1, causal=True, q_descale=qd, k_descale=kd, v_descale=vd,
+                                 config=config)
+        assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all(), config
+        e_k, e_e = _rel(out, ref), _rel(em.out, ref)
+        print(f"huge logits {config}: kernel {e_k:.5f} emulator {e_e:.5f}")
+        if config:
+            assert e_k <= 1.03 * e_e + 1e-3
+
+
 @pytest.mark.parametrize("spec", ["zyfa-exp2", "zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1",
                                   "ck:rowsum=rounded"])
 def test_exp2_rounded_sum_with_window(spec):

@@ -15,10 +15,14 @@ from zyfa.kernels.attention_fp8 import (
     attention_fp8,
     attention_fp8_quantized,
     default_config,
+    default_mad_cvt,
     fused_mad_is_exact,
     kernel_plan,
+    mad_code_bound,
+    mad_codes_bounded,
     prepare_vt,
     recipe_from_spec,
+    resolve_config,
 )
 from zyfa.recipes import RECIPES
 
@@ -193,3 +197,43 @@ def test_default_config_mad_form_and_register_caps():
             capped = d_qk == 64 or (d_qk == 128 and causal)
             assert (cfg.get("maxnreg") is not None) == capped, (d_qk, causal, cfg)
     assert "maxnreg" not in default_config(128, 128, True, kernel_plan("zyfa"))  # k=32 flush: no cap
+
+
+def test_mad_conversion_defaults_and_refusals():
+    """The fused MAD gets the packed clamp at 126 (5); exact t on a bounded recipe drops it (4); a recipe whose
+    codes can pass 126.5 keeps it; MAD_CVT=4 is refused wherever the bound is not rigorous."""
+    hop = kernel_plan("zyfa-hopper")
+    assert mad_codes_bounded(hop) and abs(mad_code_bound(hop) - 126.021) < 1e-3
+    assert default_config(128, 128, False, hop)["MAD_CVT"] == 5
+    assert resolve_config(128, 128, False, hop, {"MAD_T": 1})[1] == 4
+    assert default_config(128, 128, False, kernel_plan("fa3"))["MAD_CVT"] == 0  # exp2: unused
+    high = kernel_plan("zyfa-hopper:mad_rounding=nearest,mad_offset=0.5")  # x reaches 126.96
+    assert not mad_codes_bounded(high) and default_mad_cvt(high, 1) == 5
+    with pytest.raises(ValueError, match="MAD_CVT=4.*MAD_T=1"):
+        resolve_config(128, 128, False, hop, {"MAD_CVT": 4})  # fused t: bound not rigorous
+    with pytest.raises(ValueError, match="MAD_CVT=4.*126.959"):
+        resolve_config(128, 128, False, high, {"MAD_T": 1, "MAD_CVT": 4})
+    with pytest.raises(ValueError, match="MAD_CVT=7"):
+        resolve_config(128, 128, False, hop, {"MAD_CVT": 7})
+    with pytest.raises(ValueError, match="DEBUG"):
+        resolve_config(128, 128, False, hop, {"DEBUG": 1})
+    cfg, cvt, bias = resolve_config(128, 128, False, hop, {"MAD_CVT": 1})
+    assert cvt == 2 and bias == hop.mad_bias + 0.5  # truncating recipe: cvt.rzi, bias back to 56 + offset
+
+
+@pytest.mark.parametrize("spec", ["zyfa", "zyfa-tilescale", "zyfa-pow2fixed", "zyfa-noscale"])
+def test_mad_code_bound_holds_for_the_emulators_exponents(spec):
+    """Over a dense grid of tile maxima t_max <= 0 and scores t <= t_max, the exponent the emulator picks keeps
+    x = 8·(t + e) + bias below the bound, so RNE(x) never passes 126 (what MAD_CVT=4 relies on)."""
+    import math
+
+    r = recipe_from_spec(spec)
+    plan = kernel_plan(r)
+    t_max = -torch.linspace(0, 80, 200001, dtype=torch.float32)
+    if r.p_scale == "pow2_block":
+        e = torch.floor(torch.tensor(math.log2(448.0), dtype=torch.float32) - t_max).clamp(max=r.p_block_max_log2)
+    else:
+        e = torch.full_like(t_max, plan.e_fixed)
+    x = torch.addcmul(torch.tensor(plan.mad_bias), t_max + e, torch.tensor(8.0))  # t = t_max: the largest x
+    assert x.max().item() <= mad_code_bound(plan) + 1e-4
+    assert torch.round(x).max().item() <= 126

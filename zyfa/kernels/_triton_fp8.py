@@ -19,8 +19,13 @@ import triton.language as tl
 
 # P-scale modes (P_SCALE constexpr)
 PS_NONE, PS_FMAX, PS_POW2, PS_POW2_BLOCK = 0, 1, 2, 3
-# MAD integer conversions (MAD_CVT constexpr)
+# MAD integer conversions (MAD_CVT constexpr): magic-number add after two fp32 clamps; cvt.rni / cvt.rzi (F2I);
+# fma.rn.sat of x/128 (the FFMA clamps at 0 itself), then the magic add, with the clamp at 126 as an fp32 min (3),
+# left out where it provably cannot bind (4: attention_fp8.mad_codes_bounded), or on packed u16x2 pairs (5).
 CVT_MAGIC, CVT_RNI, CVT_RZI = 0, 1, 2
+CVT_SAT_MAGIC = tl.constexpr(3)
+CVT_SAT_MAGIC_NOHI = tl.constexpr(4)
+CVT_SAT_MAGIC_U16 = tl.constexpr(5)
 # P·V accumulation (PV_MODE constexpr): hardware chain never flushed; Triton partial accumulator flushed every
 # k=32 (max_num_imprecise_acc=32); flushed every tile (max_num_imprecise_acc=BLOCK_N); manual every FLUSH tiles;
 # flushed every tile by a fresh product added in fp32 (same numerics as PV_TILE, other code).
@@ -30,6 +35,7 @@ OUT_BF16_RNE, OUT_BF16_TRUNC, OUT_FP32 = 0, 1, 2
 
 LOG2_448 = tl.constexpr(8.807354922057604)
 MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2^23: x + MAGIC leaves RNE(x) in the low mantissa bits for |x| < 2^22
+MAGIC_SAT = tl.constexpr(98304.0)  # 1.5 * 2^16: y + MAGIC_SAT leaves RNE(128·y) in the low byte for y in [0, 1]
 # 2^120: (code << 20) read as fp32 is value(code) * 2^-120, subnormal codes included
 TWO_POW_120 = tl.constexpr(1.329227995784916e36)
 
@@ -39,6 +45,23 @@ def _rni(x):
     """Round to nearest even, to int32: one cvt.rni.s32.f32 (F2I)."""
     return tl.inline_asm_elementwise("cvt.rni.s32.f32 $0, $1;", "=r,r", [x], dtype=tl.int32,
                                      is_pure=True, pack=1)
+
+
+@triton.jit
+def _fma_sat(a, b, c):
+    """fma.rn.sat.f32 (one FFMA.SAT): a·b + c rounded once, then clamped to [0, 1] (NaN -> 0)."""
+    return tl.inline_asm_elementwise("fma.rn.sat.f32 $0, $1, $2, $3;", "=r,r,r,r", [a, b, c], dtype=tl.float32,
+                                     is_pure=True, pack=1)
+
+
+@triton.jit
+def _codes_min126_u8(bits):
+    """The low bytes of four int32 (codes <= 255) as four e4m3fn codes clamped to 126: two PRMT into u16x2
+    pairs, two min.u16x2, one PRMT into bytes."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b32 lo, hi, cap; mov.b32 cap, 0x007E007E; prmt.b32 lo, $1, $2, 0x5410; "
+        "prmt.b32 hi, $3, $4, 0x5410; min.u16x2 lo, lo, cap; min.u16x2 hi, hi, cap; prmt.b32 $0, lo, hi, 0x6420; }",
+        "=r,r,r,r,r", [bits], dtype=tl.uint8, is_pure=True, pack=4)
 
 
 @triton.jit
@@ -132,7 +155,36 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
     else:
         e_new = e_i
     # ---- P in e4m3fn, and the row sum
-    if EXP_MAD:
+    if EXP_MAD and MAD_CVT >= CVT_SAT_MAGIC:
+        # bits = clamp(R(8·(t + e) + 56 + offset), 0, 126), with y = x/128 from one fma.rn.sat: scaling by 2^-7
+        # commutes with the rounding, so RNE(128·y) = RNE(x) bit for bit, and the FFMA's saturation is the clamp
+        # at 0. The clamp at 126: packed (min.u16x2, half an op per score), or none where it provably cannot
+        # bind (MAD_T=1 and attention_fp8.mad_codes_bounded). Two to 2.5 FMNMX per score fewer (kernel_notes.md).
+        if MAD_T == 0:
+            row_bias = mad_bias + 8.0 * (e_new - m_use)
+            y = _fma_sat(s, tl.full(s.shape, 1.0, tl.float32) * (c8 * 0.0078125),
+                         tl.broadcast_to((row_bias * 0.0078125)[:, None], s.shape))
+        else:
+            y8 = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r",
+                                           [s, tl.full(s.shape, 1.0, tl.float32) * c],
+                                           dtype=tl.float32, is_pure=True, pack=1)
+            t = y8 - m_use[:, None]
+            y = _fma_sat(t, tl.full(s.shape, 0.0625, tl.float32),
+                         tl.broadcast_to(((mad_bias + 8.0 * e_new) * 0.0078125)[:, None], s.shape))
+        if MAD_CVT == CVT_SAT_MAGIC:
+            y = tl.minimum(y, 0.984375)  # 126/128
+        bits = (y + MAGIC_SAT).to(tl.int32, bitcast=True)  # low byte = RNE(128·y); bits 8-19 are zero
+        if MAD_CVT == CVT_SAT_MAGIC_U16:
+            p8 = _codes_min126_u8(bits).to(tl.float8e4nv, bitcast=True)
+        else:
+            p8 = bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+        if ROWSUM_ROUNDED:
+            # from the unclamped code: the same as P's except where a fused MAD (MAD_T=0) overshoots 126, which
+            # needs |m| > 2^18 (its rounding of the row bias, ~2^-19·|m| codes), far outside real logits
+            l_tile = tl.sum((bits << 20).to(tl.float32, bitcast=True), 1) * TWO_POW_120
+        else:
+            l_tile = tl.sum(tl.math.exp2(s * c + (e_new - m_use)[:, None]), 1)
+    elif EXP_MAD:
         # bits = clamp(R(8·(t + e) + 56 + offset), 0, 126)
         if MAD_T == 0:
             # one FFMA with a per-row bias: fastest, but t is not exactly 0 at the row max (the product

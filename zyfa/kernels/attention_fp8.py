@@ -34,10 +34,14 @@ __all__ = [
     "attention_fp8",
     "attention_fp8_quantized",
     "default_config",
+    "default_mad_cvt",
     "fused_mad_is_exact",
     "kernel_plan",
     "launch",
+    "mad_code_bound",
+    "mad_codes_bounded",
     "prepare_vt",
+    "resolve_config",
     "quantize_for_kernel",
 ]
 
@@ -178,18 +182,47 @@ def fused_mad_is_exact(plan: KernelPlan) -> bool:
     return abs(frac - 0.5) >= 1.0 / 64
 
 
+def mad_code_bound(plan: KernelPlan) -> float:
+    """The largest MAD value x = 8·(t + e) + bias a recipe can reach in exact arithmetic (t <= 0 is the score
+    minus the row max; the magic-number code is RNE(x)).
+
+    With a per-block P exponent e = floor(log2(448) - t_max) (capped lower by ``p_block_max_log2``), so
+    t + e <= log2(448); with a fixed exponent, t + e <= e. zyfa: 8·8.807 + 55.5625 = 126.02.
+    """
+    top = LOG2_448 if plan.p_scale == 3 else plan.e_fixed
+    return 8.0 * top + plan.mad_bias
+
+
+def mad_codes_bounded(plan: KernelPlan) -> bool:
+    """Whether the recipe's codes stay <= 126 (the largest finite e4m3fn code) without a clamp when t is exact
+    (MAD_T=1): RNE(x) <= 126 needs x < 126.5 (0.125 codes of margin kept)."""
+    return plan.exp_mad and mad_code_bound(plan) <= 126.375
+
+
+def default_mad_cvt(plan: KernelPlan, mad_t: int) -> int:
+    """How MAD values become codes: fma.rn.sat of x/128 (the clamp at 0 for free) and the magic-number add,
+    with no clamp at 126 where it provably cannot bind (4: exact t and :func:`mad_codes_bounded`), else the
+    clamp on packed u16x2 pairs (5: the fused MAD's t is off by ~2^-19·|m| codes, so its bound is not rigorous);
+    0 for exp2 recipes (unused)."""
+    if not plan.exp_mad:
+        return 0
+    return 4 if mad_t == 1 and mad_codes_bounded(plan) else 5
+
+
 def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
     """Tile sizes and launch options (set from the H200 sweeps in docs/kernel_notes.md).
 
     MAD_T: 0 (one fused FFMA per score, +6-8% on the H200) for MAD recipes whose row maxima are off the
     rounding boundary (:func:`fused_mad_is_exact`: the zyfa family), else 1 (t exactly as the emulator).
+    MAD_CVT: :func:`default_mad_cvt` (the FFMA's saturation clamps at 0: 2-2.5 FMNMX per score fewer).
     PIPELINE_QK: 0 (the hand-pipelined loop is serialised by Triton 3.6 on sm_90: docs/kernel_notes.md).
     maxnreg 168 (three programs per SM) at d 64 and for hd128 causal (+15% measured in session 1).
     """
     # H200 sweeps (docs/kernel_notes.md): 64-row tiles, one warpgroup, two programs per SM (their softmax
     # and matmuls interleave) beat 128-row tiles on two warpgroups for d <= 192; d = 256 needs 128 rows.
-    cfg = {"BLOCK_M": 64, "num_warps": 4, "num_stages": 2, "TMA": True, "WS": False, "MAD_CVT": 0,
-           "MAD_T": 0 if fused_mad_is_exact(plan) else 1, "PIPELINE_QK": 0}
+    mad_t = 0 if fused_mad_is_exact(plan) else 1
+    cfg = {"BLOCK_M": 64, "num_warps": 4, "num_stages": 2, "TMA": True, "WS": False,
+           "MAD_CVT": default_mad_cvt(plan, mad_t), "MAD_T": mad_t, "PIPELINE_QK": 0}
     if d_v >= 256 or d_qk >= 256:
         cfg.update(BLOCK_M=128, num_warps=8, num_stages=3)
     elif d_qk <= 64 and not plan.qk_k32:
@@ -312,6 +345,38 @@ def prepare_vt(v: torch.Tensor) -> torch.Tensor:
     return vt
 
 
+def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: dict | None = None):
+    """:func:`default_config` with the caller's overrides, checked; returns (config, MAD_CVT, MAD bias).
+
+    The bias is the plan's (magic-number form) or, for the cvt conversions, +0.5 back (cvt.rzi truncates).
+    """
+    cfg = default_config(d_qk, d_v, causal, plan)
+    if config:
+        if "MAD_T" in config and "MAD_CVT" not in config:
+            cfg["MAD_CVT"] = default_mad_cvt(plan, config["MAD_T"])
+        cfg.update(config)
+    if plan.block_m is not None and cfg["BLOCK_M"] != plan.block_m:
+        raise ValueError(f"recipe {plan.recipe!r} fixes BLOCK_M={plan.block_m} (per-tile P exponent)")
+    mad_cvt = cfg["MAD_CVT"]
+    if mad_cvt not in (0, 1, 2, 3, 4, 5):
+        raise ValueError(f"MAD_CVT={mad_cvt!r}: expected 0 (magic add), 1 (cvt.rni/rzi), 3/4/5 (fma.rn.sat, "
+                         "with an fp32 clamp at 126 / none / a packed u16x2 clamp)")
+    if mad_cvt == 4 and not (cfg["MAD_T"] == 1 and mad_codes_bounded(plan)):
+        raise ValueError(f"MAD_CVT=4 leaves out the clamp at code 126, which is safe only with MAD_T=1 and a "
+                         f"recipe whose codes stay below 126.5 (recipe {plan.recipe!r}: x <= "
+                         f"{mad_code_bound(plan):.3f}, MAD_T={cfg['MAD_T']}): use MAD_CVT=5")
+    if cfg.get("DEBUG", 0) and mad_cvt >= 3:
+        raise ValueError("DEBUG routes exist only for MAD_CVT 0-2")
+    mad_bias = plan.mad_bias
+    if plan.exp_mad and plan.mad_rounding == "trunc" and mad_cvt in (1, 2):
+        mad_bias += 0.5  # cvt.rzi truncates by itself
+    if plan.exp_mad and plan.mad_rounding == "trunc" and mad_cvt == 1:
+        mad_cvt = 2
+    if plan.exp_mad and plan.mad_rounding == "nearest" and mad_cvt == 2:
+        raise ValueError("MAD_CVT=2 (cvt.rzi) truncates; the recipe asks for nearest rounding")
+    return cfg, mad_cvt, mad_bias
+
+
 def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool, sm_scale: float,
            window: int | None, config: dict | None = None, out=None, lse=None):
     """Launch the kernel on prepared operands (no checks: :func:`attention_fp8` does them).
@@ -326,11 +391,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
     b, h, s_q, d_qk = q8.shape
     h_kv = k8.shape[1]
     d_v, s_k_pad = vt.shape[2], vt.shape[3]
-    cfg = default_config(d_qk, d_v, causal, plan)
-    if config:
-        cfg.update(config)
-    if plan.block_m is not None and cfg["BLOCK_M"] != plan.block_m:
-        raise ValueError(f"recipe {plan.recipe!r} fixes BLOCK_M={plan.block_m} (per-tile P exponent)")
+    cfg, mad_cvt, mad_bias = resolve_config(d_qk, d_v, causal, plan, config)
     block_n = cfg.get("BLOCK_N", plan.block_n)
     if cfg["TMA"]:
         K.ensure_allocator()
@@ -340,14 +401,6 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         out = torch.empty((b, h, s_q, d_v), dtype=out_dtype, device=q8.device)
     if lse is None:
         lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q8.device)
-    mad_cvt = cfg.get("MAD_CVT", 0)
-    mad_bias = plan.mad_bias
-    if plan.exp_mad and plan.mad_rounding == "trunc" and mad_cvt != 0:
-        mad_bias += 0.5  # cvt.rzi truncates by itself
-    if plan.exp_mad and plan.mad_rounding == "trunc" and mad_cvt == 1:
-        mad_cvt = 2
-    if plan.exp_mad and plan.mad_rounding == "nearest" and mad_cvt == 2:
-        raise ValueError("MAD_CVT=2 (cvt.rzi) truncates; the recipe asks for nearest rounding")
     grid = (triton.cdiv(s_q, cfg["BLOCK_M"]), b * h)
     LAST_LAUNCH["kernel"] = K.attn_fwd_fp8[grid](
         q8, k8, vt, out, lse, qd, kd, vd,
@@ -382,8 +435,10 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
             v_descale: float, one-element tensor or (b, h_kv). Default 1.0. Must be positive.
         config: launch overrides for tuning and ablations: BLOCK_M, num_warps, num_stages, maxnreg, TMA (device
             tensor descriptors, else pointer loads), WS (Triton's warp_specialize: no effect on sm_90 in Triton
-            3.6), MAD_CVT (0 magic-number add, 1 cvt.rni/rzi), MAD_T (1 exact t as the emulator; 0 one fused
-            FFMA, 6-8% faster, the default where :func:`fused_mad_is_exact`; see docs/kernel_notes.md),
+            3.6), MAD_CVT (0 magic-number add after two fp32 clamps, 1 cvt.rni/rzi, 3/4/5 fma.rn.sat of x/128
+            then the magic add, with an fp32 clamp at 126 / none / a packed one: :func:`default_mad_cvt`),
+            MAD_T (1 exact t as the emulator; 0 one fused FFMA, 6-8% faster, the default where
+            :func:`fused_mad_is_exact`; see docs/kernel_notes.md),
             PIPELINE_QK (1: S of the next KV tile computed before this tile's softmax, FA3's intra-warpgroup
             overlap written by hand; Triton 3.6 serialises it on sm_90), maxnreg None/0 = no cap,
             QK_K32 / PV_MODE (accumulation code, see the kernel).
