@@ -1,7 +1,7 @@
 """Compile the FP8 attention kernel for sm_90a without a GPU (Triton's bundled ptxas) and count SASS ops.
 
 Usage: python scripts/gpu_compile_sm90.py [--recipe zyfa] [--dqk 128 --dv 128] [--causal] [--ws] [--no-tma]
-       [--mad-t 0|1] [--pipeline-qk 0|1] [--maxnreg N] [--block-m 64 --warps 4] [--dump file.sass]
+       [--mad-t 0|1] [--pipeline-qk 0|1] [--p-perm 0|1] [--maxnreg N] [--block-m 64 --warps 4] [--dump file.sass]
 Prints registers, spills, shared memory and an instruction histogram (QGMMA, MUFU.EX2, F2I, F2FP, I2F ...).
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ def compile_variant(recipe="zyfa", dqk=128, dv=128, causal=False, window=False, 
                  DV=dv, EXP_MAD=plan.exp_mad, MAD_CVT=mad_cvt, P_SCALE=plan.p_scale, E_FIXED=plan.e_fixed,
                  TILE_GRAN=plan.tile_gran, E_CAP=plan.e_cap, ROWSUM_ROUNDED=plan.rowsum_rounded,
                  QK_K32=plan.qk_k32, PV_MODE=plan.pv_mode, FLUSH=max(plan.flush, 1), RCP=plan.rcp,
-                 OUT_MODE=plan.out_mode, TMA=tma, WS=ws, DEBUG=0, MAD_T=1)
+                 OUT_MODE=plan.out_mode, TMA=tma, WS=ws, DEBUG=0, MAD_T=1, P_PERM=1)
     if overrides:
         const.update(overrides)
     for k_ in const:
@@ -84,10 +84,12 @@ def main():
     ap.add_argument("--mad-t", type=int, default=1, help="1 exact t (emulator form), 0 one fused FFMA")
     ap.add_argument("--pipeline-qk", type=int, default=0, help="1: S of the next tile issued before the softmax")
     ap.add_argument("--maxnreg", type=int, default=None)
+    ap.add_argument("--p-perm", type=int, default=1, help="1: P columns / V keys reordered per 32-key step")
     ap.add_argument("--dump", default=None, help="write the SASS here")
     a = ap.parse_args()
     ck, dt = compile_variant(a.recipe, a.dqk, a.dv, a.causal, a.window, a.ws, not a.no_tma, a.block_m, a.warps,
-                             a.stages, a.mad_cvt, {"MAD_T": a.mad_t, "PIPELINE_QK": a.pipeline_qk}, a.maxnreg)
+                             a.stages, a.mad_cvt, {"MAD_T": a.mad_t, "PIPELINE_QK": a.pipeline_qk, "P_PERM": a.p_perm},
+                             a.maxnreg)
     sass, ops = sass_histogram(ck.asm["cubin"])
     if a.dump:
         with open(a.dump, "w") as f:
@@ -95,7 +97,8 @@ def main():
     md = ck.metadata
     res = re.search(r"REG:(\d+).*?STACK:(\d+).*?SHARED:(\d+).*?LOCAL:(\d+)", sass)
     print(f"compiled in {dt:.1f}s  {a.recipe} dqk={a.dqk} causal={a.causal} ws={a.ws} BM={a.block_m} "
-          f"w={a.warps} st={a.stages} cvt={a.mad_cvt} mad_t={a.mad_t} pipe={a.pipeline_qk} maxnreg={a.maxnreg}  "
+          f"w={a.warps} st={a.stages} cvt={a.mad_cvt} mad_t={a.mad_t} pipe={a.pipeline_qk} maxnreg={a.maxnreg} "
+          f"p_perm={a.p_perm}  "
           f"REG/STACK/SHARED/LOCAL={res.groups() if res else '?'} shared={md.shared}")
     keys = ["QGMMA", "HGMMA", "WARPGROUP", "MUFU", "F2I", "I2F", "F2F", "F2FP", "FFMA", "FMUL", "FADD", "FMNMX",
             "PRMT", "SHF", "LOP3", "IMAD", "SHFL", "LDL", "STL", "SYNCS", "UTMALDG", "LDGSTS", "BAR", "STS", "LDS",

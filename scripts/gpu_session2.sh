@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 2 on the H200, one call under a hard 10-minute cap. From the repo root on the device:
 #   ZYFA_GIT_COMMIT=<sha> bash scripts/gpu_session2.sh      (carry .whl for cuDNN FP8; writes under $OUT)
-# Session 3: AB_SET=session3 GLUON=0 (the MAD-conversion A/B matrix; no Gluon prototype).
+# Session 3: AB_SET=session3 GLUON=0 (the MAD-conversion / P_PERM A/B matrix; no Gluon prototype), TEST_SHARDS
+# ('k1;k2;k3': parallel pytest processes, one per -k expression), TEST_TIMEOUT (s), BENCH_END (s after start).
 # Stages, each under its own `timeout` and tee'd under $OUT (a failing stage never stops the next):
 #   0 cuDNN frontend wheel -> /tmp/site                               (~10 s)
 #   1 Triton cache warm-up of every A/B and bench variant, in parallel worker processes, in the background
@@ -36,9 +37,26 @@ timeout 200 python3 scripts/gpu_session2_warm.py --set "${AB_SET:-session2}" --w
 WARM=$!
 
 stage "2 GPU tests"
-timeout 230 python3 -m pytest -m gpu tests/kernels -q -rA -p no:cacheprovider 2>&1 \
-  | tee "$OUT/gpu_tests_$D.txt" | tail -15
-grep -E "passed|failed|error" "$OUT/gpu_tests_$D.txt" | tail -3 | tee -a "$OUT/stages.txt"
+if [ -n "${TEST_SHARDS:-}" ]; then
+  # TEST_SHARDS='k-expr;k-expr;...': one pytest process per -k expression, in parallel (compiles are CPU-bound)
+  IFS=';' read -ra SH <<< "$TEST_SHARDS"
+  PIDS=()
+  for i in "${!SH[@]}"; do
+    timeout "${TEST_TIMEOUT:-230}" python3 -m pytest -m gpu tests/kernels -q -rA -p no:cacheprovider -k "${SH[$i]}" \
+      >"$OUT/gpu_tests_shard$i.txt" 2>&1 &
+    PIDS+=($!)
+  done
+  wait "${PIDS[@]}"
+  for i in "${!SH[@]}"; do echo "### shard $i: -k '${SH[$i]}'"; cat "$OUT/gpu_tests_shard$i.txt"; done \
+    >"$OUT/gpu_tests_$D.txt"
+  rm -f "$OUT"/gpu_tests_shard*.txt
+else
+  timeout "${TEST_TIMEOUT:-230}" python3 -m pytest -m gpu tests/kernels -q -rA -p no:cacheprovider 2>&1 \
+    | tee "$OUT/gpu_tests_$D.txt" | tail -15
+fi
+grep -E "^(=+ )?[0-9]+ (passed|failed)|passed|failed|error" "$OUT/gpu_tests_$D.txt" | grep -v "^PASSED\|^FAILED" \
+  | tail -6 | tee -a "$OUT/stages.txt"
+grep -E "^FAILED" "$OUT/gpu_tests_$D.txt" | head -20 | tee -a "$OUT/stages.txt"
 
 stage "wait for the warm-up"
 wait $WARM 2>/dev/null

@@ -7,7 +7,8 @@ is printed as it completes (Markdown) and appended to <out>/ab.jsonl with regist
 
 Session 3 (``--set session3``): the MAD conversion, MAD_CVT 0 (fp32 clamps) / 3 (fma.rn.sat + fp32 clamp at 126)
 / 5 (fma.rn.sat + packed u16x2 clamp, the new default) with the fused MAD, 0 / 4 (no clamp at 126) with exact t,
-and the register cap, at hd128; the default against MAD_CVT 0 at MLA, hd256 and hd64.
+the register cap, and P_PERM 0 (P shuffled into the wgmma operand layout) at hd128; the default against P_PERM 0
+and against the session-2 kernel (MAD_CVT 0, P_PERM 0) at MLA, hd256 (and PV_MODE 2 there) and hd64.
 
 PYTHONPATH=. python3 scripts/gpu_session2_ab.py --out $OUT [--rep 60] [--only hd128] [--set session3]
 """
@@ -57,11 +58,16 @@ def session3_variants():
             yield "hd128", causal, {"MAD_T": 0, "MAD_CVT": cvt}
         for cvt in (0, 4):
             yield "hd128", causal, {"MAD_T": 1, "MAD_CVT": cvt}
-        yield "hd128", causal, {"MAD_CVT": 5, "maxnreg": 0 if causal else 168}
+        yield "hd128", causal, {"maxnreg": 0 if causal else 168}
+        yield "hd128", causal, {"P_PERM": 0}
+        yield "hd128", causal, {"MAD_CVT": 0, "P_PERM": 0}  # the session-2 kernel
     for shape in ("mla", "hd256", "hd64"):
         for causal in (False, True):
             yield shape, causal, {}
-            yield shape, causal, {"MAD_CVT": 0}
+            yield shape, causal, {"P_PERM": 0}
+            yield shape, causal, {"MAD_CVT": 0, "P_PERM": 0}
+            if shape == "hd256":
+                yield shape, causal, {"PV_MODE": 2}
 
 
 def variants(set_name: str, only: str = ""):
@@ -104,12 +110,15 @@ def main() -> int:
                 q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, RECIPE)
                 del q, k, v
                 ops = (q8, k8, A.prepare_vt(v8), qd, kd, vd)
+                vt_plain = A.prepare_vt(v8, permute_k32=False)
                 cur_shape = shape
             cfg, mad_cvt, _ = A.resolve_config(d_qk, d_v, causal, plan, over)
             row["launch_config"] = {k_: v_ for k_, v_ in cfg.items() if k_ not in ("TMA", "WS")}
             row["launch_config"]["MAD_CVT"] = mad_cvt
 
-            def fn(over=over, causal=causal, d_qk=d_qk, ops=ops):
+            run_ops = ops if cfg["P_PERM"] else (ops[0], ops[1], vt_plain, *ops[3:])
+
+            def fn(over=over, causal=causal, d_qk=d_qk, ops=run_ops):
                 return A.launch(*ops, plan=plan, seq_k=S, causal=causal, sm_scale=1 / math.sqrt(d_qk),
                                 window=None, config=over)
 

@@ -328,7 +328,8 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
             if key not in quant_cache:
                 quant_cache[key] = quantize_for_kernel(q, k, v, r)
             q8, k8, v8, qd, kd, vd = quant_cache[key]
-            vt = prepare_vt(v8)
+            perm = bool((config or {}).get("P_PERM", 1))
+            vt = prepare_vt(v8, permute_k32=perm)
             if ref is None:
                 ref = sdpa_reference(q, k, v, causal, sm_scale).float()
 
@@ -346,7 +347,7 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
                 log(row)
                 continue
             ms, clk = timed(fn, warmup, rep, sampler)
-            t_ms, _ = timed(lambda v8=v8: prepare_vt(v8), 5, 20, sampler)
+            t_ms, _ = timed(lambda v8=v8, perm=perm: prepare_vt(v8, permute_k32=perm), 5, 20, sampler)
             row.update(ms=ms, tflops=fl / ms / 1e9, v_transpose_ms=t_ms,
                        tflops_incl_transpose=fl / (ms + t_ms) / 1e9, **clk)
         except Exception as e:  # noqa: BLE001 - one failing case must not end the run

@@ -17,6 +17,7 @@ from zyfa.kernels.attention_fp8 import (
     default_config,
     default_mad_cvt,
     fused_mad_is_exact,
+    k32_key_order,
     kernel_plan,
     mad_code_bound,
     mad_codes_bounded,
@@ -175,10 +176,43 @@ def test_quantized_helper_validates_first():
 
 def test_prepare_vt_pads_and_transposes():
     v = torch.randn(1, 2, 37, 64).to(FP8)
-    vt = prepare_vt(v)
-    assert vt.shape == (1, 2, 64, 48) and vt.is_contiguous()
+    vt = prepare_vt(v, permute_k32=False)
+    assert vt.shape == (1, 2, 64, 48) and vt.is_contiguous() and vt.zyfa_k32_permuted is False
     assert torch.equal(vt[..., :37].float(), v.transpose(-1, -2).float())
     assert torch.all(vt[..., 37:].float() == 0)
+
+
+def test_prepare_vt_reorders_keys_within_each_32_key_step():
+    """The default Vt (P_PERM=1) pads to 32 keys and reorders them inside each 32-key block only, so every
+    wgmma k-step sums the same products; P·V is unchanged when P's columns take the same order."""
+    v = torch.randn(2, 3, 70, 64)
+    vt = prepare_vt(v.to(FP8))
+    assert vt.shape == (2, 3, 64, 96) and vt.zyfa_k32_permuted is True
+    order = k32_key_order(96)
+    assert sorted(order.tolist()) == list(range(96))
+    assert torch.equal(order // 32, torch.arange(96) // 32)  # never leaves its 32-key block
+    assert order[:8].tolist() == [0, 1, 8, 9, 2, 3, 10, 11]  # thread 0's accumulator pairs, packed as 4 bytes
+    plain = prepare_vt(v.to(FP8), permute_k32=False)
+    assert torch.equal(vt[..., : plain.shape[-1]].float(), torch.cat(
+        [plain, torch.zeros(2, 3, 64, 96 - plain.shape[-1]).to(FP8)], -1)[..., order].float()[..., : plain.shape[-1]])
+    p = torch.rand(5, 96, dtype=torch.float64)
+    vd = torch.randn(96, 4, dtype=torch.float64)
+    assert torch.allclose(p[:, order] @ vd[order], p @ vd)
+
+
+def test_launch_refuses_a_vt_in_the_other_key_order():
+    """A Vt made for the other P_PERM would pair P with the wrong keys: refused before anything runs."""
+    from zyfa.kernels.attention_fp8 import launch
+
+    q, k, v = qkv(d_qk=128, d_v=128)
+    plan = kernel_plan("zyfa-hopper")
+    d = torch.ones(1, 2)
+    with pytest.raises(ValueError, match="permute_k32=True"):
+        launch(q, k, prepare_vt(v, permute_k32=False), d, d, d, plan=plan, seq_k=16, causal=False,
+               sm_scale=0.1, window=None)
+    with pytest.raises(ValueError, match="permute_k32=False"):
+        launch(q, k, prepare_vt(v), d, d, d, plan=plan, seq_k=16, causal=False, sm_scale=0.1, window=None,
+               config={"P_PERM": 0})
 
 
 def test_default_config_mad_form_and_register_caps():
@@ -193,7 +227,7 @@ def test_default_config_mad_form_and_register_caps():
     for d_qk, d_v in ((64, 64), (128, 128), (192, 128), (256, 256)):
         for causal in (False, True):
             cfg = default_config(d_qk, d_v, causal, hop)
-            assert cfg["PIPELINE_QK"] == 0
+            assert cfg["PIPELINE_QK"] == 0 and cfg["P_PERM"] == 1
             capped = d_qk == 64 or (d_qk == 128 and causal)
             assert (cfg.get("maxnreg") is not None) == capped, (d_qk, causal, cfg)
     assert "maxnreg" not in default_config(128, 128, True, kernel_plan("zyfa"))  # k=32 flush: no cap

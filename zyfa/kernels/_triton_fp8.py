@@ -124,7 +124,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
                      EXP_MAD: tl.constexpr, MAD_CVT: tl.constexpr, P_SCALE: tl.constexpr,
                      TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                      PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
-                     TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr):
+                     TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0):
     """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s."""
     offs_n = tl.arange(0, BLOCK_N)
     if MASKED:
@@ -241,6 +241,13 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
     else:
         vt = _load_vt(vt_src, start_n, seq_k_pad, DV, BLOCK_N)
     v = vt.T
+    if P_PERM:
+        # P·V sums over keys, so it may take them in any order that V's rows share. Within each 32-key wgmma
+        # step, reorder P's columns so that its accumulator registers already sit where the FP8 A operand wants
+        # them (key 32s+16h+4t+2a+b <- column 32s+16h+8a+2t+b): the layout change before the P·V wgmma costs
+        # no shuffles; prepare_vt(permute_k32=True) reorders V's keys the same way (FA3 permutes V likewise).
+        p8 = tl.reshape(tl.permute(tl.reshape(p8, (BLOCK_M, BLOCK_N // 32, 2, 2, 4, 2)), (0, 1, 2, 4, 3, 5)),
+                        (BLOCK_M, BLOCK_N))
     if PV_MODE == 0:
         acc = acc * alpha[:, None]
         acc = tl.dot(p8, v, acc)
@@ -279,7 +286,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                 QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                 TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr,
-                PIPELINE_QK: tl.constexpr):
+                PIPELINE_QK: tl.constexpr, P_PERM: tl.constexpr = 0):
     """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N).
 
     PIPELINE_QK (technique 2, FA3's intra-warpgroup overlap written by hand): S for tile j+1 is computed
@@ -299,14 +306,14 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
-                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T)
+                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM)
             s = s_next
         if hi > lo:
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
                 s, tl.multiple_of(hi - BLOCK_N, BLOCK_N), acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
-                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T)
+                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM)
     else:
         for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
             start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -315,7 +322,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
-                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T)
+                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM)
     return acc, acc_tc, a_prod, l_i, m_i, e_i
 
 
@@ -337,7 +344,8 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
                  TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                  QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                  RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
-                 DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1, PIPELINE_QK: tl.constexpr = 0):
+                 DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1, PIPELINE_QK: tl.constexpr = 0,
+                 P_PERM: tl.constexpr = 0):
     DQK: tl.constexpr = D1 + D2
     num_m = tl.cdiv(seq_q, BLOCK_M)
     start_m = num_m - 1 - tl.program_id(0)  # heavy (late, causal) row blocks first
@@ -432,19 +440,19 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
             lo, full_lo, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
             True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
             EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-            QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T, PIPELINE_QK)
+            QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
     acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
         acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
         full_lo, full_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
         False, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
         EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-        QK_K32, PV_MODE, FLUSH, TMA, WS, DEBUG, MAD_T, PIPELINE_QK)
+        QK_K32, PV_MODE, FLUSH, TMA, WS, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
     acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
         acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
         full_hi, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
         True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
         EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-        QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T, PIPELINE_QK)
+        QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
     if PV_MODE == 3:
         acc = acc * a_prod[:, None] + acc_tc
 

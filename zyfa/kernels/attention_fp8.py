@@ -40,6 +40,7 @@ __all__ = [
     "launch",
     "mad_code_bound",
     "mad_codes_bounded",
+    "k32_key_order",
     "prepare_vt",
     "resolve_config",
     "quantize_for_kernel",
@@ -216,13 +217,14 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
     rounding boundary (:func:`fused_mad_is_exact`: the zyfa family), else 1 (t exactly as the emulator).
     MAD_CVT: :func:`default_mad_cvt` (the FFMA's saturation clamps at 0: 2-2.5 FMNMX per score fewer).
     PIPELINE_QK: 0 (the hand-pipelined loop is serialised by Triton 3.6 on sm_90: docs/kernel_notes.md).
+    P_PERM: 1 (P's columns and V's keys reordered within each 32-key step: no shuffles before the P·V wgmma).
     maxnreg 168 (three programs per SM) at d 64 and for hd128 causal (+15% measured in session 1).
     """
     # H200 sweeps (docs/kernel_notes.md): 64-row tiles, one warpgroup, two programs per SM (their softmax
     # and matmuls interleave) beat 128-row tiles on two warpgroups for d <= 192; d = 256 needs 128 rows.
     mad_t = 0 if fused_mad_is_exact(plan) else 1
     cfg = {"BLOCK_M": 64, "num_warps": 4, "num_stages": 2, "TMA": True, "WS": False,
-           "MAD_CVT": default_mad_cvt(plan, mad_t), "MAD_T": mad_t, "PIPELINE_QK": 0}
+           "MAD_CVT": default_mad_cvt(plan, mad_t), "MAD_T": mad_t, "PIPELINE_QK": 0, "P_PERM": 1}
     if d_v >= 256 or d_qk >= 256:
         cfg.update(BLOCK_M=128, num_warps=8, num_stages=3)
     elif d_qk <= 64 and not plan.qk_k32:
@@ -330,18 +332,34 @@ def _check_device(q):
 
 # ---------------------------------------------------------------------------------------------- launch
 
-def prepare_vt(v: torch.Tensor) -> torch.Tensor:
-    """V (b, h_kv, s_k, d_v) -> Vt (b, h_kv, d_v, s_k_pad) contiguous, zero-padded to s_k_pad % 16 == 0.
+def k32_key_order(n: int, device=None) -> torch.Tensor:
+    """The key order the kernel's P operand uses when P_PERM=1: position 32s+16h+4t+2a+b holds key
+    32s+16h+8a+2t+b (n a multiple of 32). A permutation within each 32-key wgmma step."""
+    k = torch.arange(n, device=device)
+    s, h, t, a, b = k // 32, (k // 16) % 2, (k // 4) % 4, (k // 2) % 2, k % 2
+    return 32 * s + 16 * h + 8 * a + 2 * t + b
+
+
+def prepare_vt(v: torch.Tensor, permute_k32: bool = True) -> torch.Tensor:
+    """V (b, h_kv, s_k, d_v) -> Vt (b, h_kv, d_v, s_k_pad) contiguous, zero-padded.
 
     Hopper's FP8 wgmma reads both operands K-major; for P·V the K dim is the sequence, so V is transposed
-    once here (TMA also needs 16-byte row strides, hence the padding).
+    once here (TMA also needs 16-byte row strides, hence the padding to 16 keys). With ``permute_k32`` (what
+    the Triton kernel's default P_PERM=1 expects) the keys are also reordered within each 32-key block by
+    :func:`k32_key_order` (padding to 32), so P needs no register shuffle before its wgmma. The result records
+    which order it holds; :func:`launch` refuses a mismatch with its P_PERM.
     """
     b, h_kv, s_k, d_v = v.shape
-    s_pad = -(-s_k // 16) * 16
-    if s_pad == s_k:
-        return v.transpose(-1, -2).contiguous()
-    vt = torch.zeros((b, h_kv, d_v, s_pad), dtype=v.dtype, device=v.device)
-    vt[..., :s_k].copy_(v.transpose(-1, -2))
+    mult = 32 if permute_k32 else 16
+    s_pad = -(-s_k // mult) * mult
+    if s_pad == s_k and not permute_k32:
+        vt = v.transpose(-1, -2).contiguous()
+    else:
+        vt = torch.zeros((b, h_kv, d_v, s_pad), dtype=v.dtype, device=v.device)
+        vt[..., :s_k].copy_(v.transpose(-1, -2))
+        if permute_k32:
+            vt = vt[..., k32_key_order(s_pad, v.device)].contiguous()
+    vt.zyfa_k32_permuted = bool(permute_k32)
     return vt
 
 
@@ -384,14 +402,18 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
     q8 (b, h, s_q, d_qk), k8 (b, h_kv, s_k, d_qk) contiguous FP8; vt from :func:`prepare_vt`; qd (b, h),
     kd/vd (b, h_kv) fp32 contiguous. Returns (out, lse).
     """
-    import triton
-
-    from zyfa.kernels import _triton_fp8 as K
-
     b, h, s_q, d_qk = q8.shape
     h_kv = k8.shape[1]
     d_v, s_k_pad = vt.shape[2], vt.shape[3]
     cfg, mad_cvt, mad_bias = resolve_config(d_qk, d_v, causal, plan, config)
+    if getattr(vt, "zyfa_k32_permuted", None) != bool(cfg["P_PERM"]):
+        raise ValueError(f"vt must come from prepare_vt(v, permute_k32={bool(cfg['P_PERM'])}) for P_PERM="
+                         f"{cfg['P_PERM']} (got a Vt with zyfa_k32_permuted="
+                         f"{getattr(vt, 'zyfa_k32_permuted', None)})")
+    import triton
+
+    from zyfa.kernels import _triton_fp8 as K
+
     block_n = cfg.get("BLOCK_N", plan.block_n)
     if cfg["TMA"]:
         K.ensure_allocator()
@@ -412,6 +434,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         QK_K32=cfg.get("QK_K32", plan.qk_k32), PV_MODE=cfg.get("PV_MODE", plan.pv_mode),
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
         DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"], PIPELINE_QK=cfg.get("PIPELINE_QK", 0),
+        P_PERM=int(bool(cfg["P_PERM"])),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
@@ -455,7 +478,7 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
     plan = kernel_plan(recipe)
     _check_device(q)
     sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
-    vt = prepare_vt(v)
+    vt = prepare_vt(v, permute_k32=bool((config or {}).get("P_PERM", 1)))
     return launch(q.contiguous(), k.contiguous(), vt, qd, kd, vd, plan=plan, seq_k=s_k, causal=causal,
                   sm_scale=sm, window=window, config=config)
 

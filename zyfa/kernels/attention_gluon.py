@@ -89,7 +89,7 @@ def attention_fp8_gluon(q8, k8, v8, q_descale, k_descale, v_descale, *, pingpong
     fn, const, rows = G.kernel_and_constexprs(pingpong, s_k, cfg)
     q = q8.contiguous()
     k = k8.contiguous()
-    vt = prepare_vt(v8)  # (b, h_kv, 128, s_k): s_k % 128 == 0, so no padding
+    vt = prepare_vt(v8, permute_k32=False)  # (b, h_kv, 128, s_k): s_k % 128 == 0, so no padding
     out = torch.empty((b, h, s_q, 128), dtype=torch.bfloat16, device=dev)
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=dev)
     extra = {"ptx_options": cfg["ptx_options"]} if cfg.get("ptx_options") else {}
