@@ -52,6 +52,21 @@ def other_variants():
                 yield shape, causal, {"PIPELINE_QK": 1}
 
 
+def session3b_variants():
+    """The same-run repeat: MAD_CVT 3 against 5 interleaved, PV_MODE 4 against 2 at hd256."""
+    for causal in (False, True):
+        for _ in range(3):
+            for cvt in (3, 5):
+                yield "hd128", causal, {"MAD_CVT": cvt}
+    for shape in ("mla", "hd64"):
+        for causal in (False, True):
+            for cvt in (3, 5):
+                yield shape, causal, {"MAD_CVT": cvt}
+    for causal in (False, True):
+        for pv in (2, 4):
+            yield "hd256", causal, {"PV_MODE": pv}
+
+
 def session3_variants():
     for causal in (False, True):
         for cvt in (0, 3, 5):
@@ -73,6 +88,8 @@ def session3_variants():
 def variants(set_name: str, only: str = ""):
     if set_name == "session3":
         return list(session3_variants())
+    if set_name == "session3b":
+        return list(session3b_variants())
     return list(hd128_variants()) + ([] if only == "hd128" else list(other_variants()))
 
 
@@ -85,7 +102,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--only", default="", help="hd128 = only the hd128 matrix")
-    ap.add_argument("--set", default="session2", choices=("session2", "session3"), help="which variant matrix")
+    ap.add_argument("--set", default="session2", choices=("session2", "session3", "session3b"),
+                    help="which variant matrix")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     jl = open(os.path.join(a.out, "ab.jsonl"), "a")  # noqa: SIM115 - appended row by row, closed at exit

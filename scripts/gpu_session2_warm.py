@@ -51,7 +51,8 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--recipes", default="", help="bench recipes for hd128 (';'-separated)")
     ap.add_argument("--recipes-other", default="", help="bench recipes for the other shapes")
-    ap.add_argument("--set", default="session2", choices=("session2", "session3"), help="A/B variant matrix")
+    ap.add_argument("--set", default="session2", choices=("session2", "session3", "session3b"),
+                    help="A/B variant matrix")
     a = ap.parse_args()
     from gpu_session2_ab import RECIPE, variants
 

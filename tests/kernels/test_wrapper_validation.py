@@ -228,21 +228,22 @@ def test_default_config_mad_form_and_register_caps():
         for causal in (False, True):
             cfg = default_config(d_qk, d_v, causal, hop)
             assert cfg["PIPELINE_QK"] == 0 and cfg["P_PERM"] == 1
+            assert cfg.get("PV_MODE", hop.pv_mode) == (2 if d_qk == 256 else 4)  # same per-tile flush
             capped = d_qk == 64 or (d_qk == 128 and causal)
             assert (cfg.get("maxnreg") is not None) == capped, (d_qk, causal, cfg)
     assert "maxnreg" not in default_config(128, 128, True, kernel_plan("zyfa"))  # k=32 flush: no cap
 
 
 def test_mad_conversion_defaults_and_refusals():
-    """The fused MAD gets the packed clamp at 126 (5); exact t on a bounded recipe drops it (4); a recipe whose
+    """The fused MAD keeps one fp32 clamp at 126 (3); exact t on a bounded recipe drops it (4); a recipe whose
     codes can pass 126.5 keeps it; MAD_CVT=4 is refused wherever the bound is not rigorous."""
     hop = kernel_plan("zyfa-hopper")
     assert mad_codes_bounded(hop) and abs(mad_code_bound(hop) - 126.021) < 1e-3
-    assert default_config(128, 128, False, hop)["MAD_CVT"] == 5
+    assert default_config(128, 128, False, hop)["MAD_CVT"] == 3
     assert resolve_config(128, 128, False, hop, {"MAD_T": 1})[1] == 4
     assert default_config(128, 128, False, kernel_plan("fa3"))["MAD_CVT"] == 0  # exp2: unused
     high = kernel_plan("zyfa-hopper:mad_rounding=nearest,mad_offset=0.5")  # x reaches 126.96
-    assert not mad_codes_bounded(high) and default_mad_cvt(high, 1) == 5
+    assert not mad_codes_bounded(high) and default_mad_cvt(high, 1) == 3
     with pytest.raises(ValueError, match="MAD_CVT=4.*MAD_T=1"):
         resolve_config(128, 128, False, hop, {"MAD_CVT": 4})  # fused t: bound not rigorous
     with pytest.raises(ValueError, match="MAD_CVT=4.*126.959"):

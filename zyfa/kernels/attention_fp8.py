@@ -202,12 +202,13 @@ def mad_codes_bounded(plan: KernelPlan) -> bool:
 
 def default_mad_cvt(plan: KernelPlan, mad_t: int) -> int:
     """How MAD values become codes: fma.rn.sat of x/128 (the clamp at 0 for free) and the magic-number add,
-    with no clamp at 126 where it provably cannot bind (4: exact t and :func:`mad_codes_bounded`), else the
-    clamp on packed u16x2 pairs (5: the fused MAD's t is off by ~2^-19·|m| codes, so its bound is not rigorous);
+    with no clamp at 126 where it provably cannot bind (4: exact t and :func:`mad_codes_bounded`), else one fp32
+    min (3: the fused MAD's t is off by ~2^-19·|m| codes, so no bound is rigorous there). The packed u16x2 clamp
+    (5) has fewer instructions but measured the same as 3 on the H200 (docs/kernel_notes.md, session 3).
     0 for exp2 recipes (unused)."""
     if not plan.exp_mad:
         return 0
-    return 4 if mad_t == 1 and mad_codes_bounded(plan) else 5
+    return 4 if mad_t == 1 and mad_codes_bounded(plan) else 3
 
 
 def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
@@ -218,6 +219,7 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
     MAD_CVT: :func:`default_mad_cvt` (the FFMA's saturation clamps at 0: 2-2.5 FMNMX per score fewer).
     PIPELINE_QK: 0 (the hand-pipelined loop is serialised by Triton 3.6 on sm_90: docs/kernel_notes.md).
     P_PERM: 1 (P's columns and V's keys reordered within each 32-key step: no shuffles before the P·V wgmma).
+    PV_MODE 2 instead of the plan's 4 at d 256 (the same per-tile flush, through Triton's partial accumulator).
     maxnreg 168 (three programs per SM) at d 64 and for hd128 causal (+15% measured in session 1).
     """
     # H200 sweeps (docs/kernel_notes.md): 64-row tiles, one warpgroup, two programs per SM (their softmax
@@ -227,6 +229,8 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
            "MAD_CVT": default_mad_cvt(plan, mad_t), "MAD_T": mad_t, "PIPELINE_QK": 0, "P_PERM": 1}
     if d_v >= 256 or d_qk >= 256:
         cfg.update(BLOCK_M=128, num_warps=8, num_stages=3)
+        if plan.pv_mode == 4:
+            cfg["PV_MODE"] = 2  # per-tile flush through Triton's partial accumulator: fewer spills, +12% at hd256
     elif d_qk <= 64 and not plan.qk_k32:
         cfg["maxnreg"] = 168  # no spills at d 64: three programs per SM
     elif d_qk == 128 and d_v == 128 and causal and not plan.qk_k32:
