@@ -65,6 +65,8 @@ def session3b_variants():
     for causal in (False, True):
         for pv in (2, 4):
             yield "hd256", causal, {"PV_MODE": pv}
+        yield "mla", causal, {"maxnreg": 168}
+        yield "hd64", causal, {"maxnreg": 0}
 
 
 def session3_variants():
