@@ -252,6 +252,9 @@ def test_mad_conversion_defaults_and_refusals():
         resolve_config(128, 128, False, hop, {"MAD_CVT": 7})
     with pytest.raises(ValueError, match="DEBUG"):
         resolve_config(128, 128, False, hop, {"DEBUG": 1})
+    assert resolve_config(256, 256, False, hop)[0]["PV_MODE"] == 2
+    assert resolve_config(256, 256, False, hop, {"PIPELINE_QK": 1})[0]["PV_MODE"] == 4  # 262 KB of smem with 2
+    assert resolve_config(256, 256, False, hop, {"PIPELINE_QK": 1, "PV_MODE": 2})[0]["PV_MODE"] == 2
     cfg, cvt, bias = resolve_config(128, 128, False, hop, {"MAD_CVT": 1})
     assert cvt == 2 and bias == hop.mad_bias + 0.5  # truncating recipe: cvt.rzi, bias back to 56 + offset
 

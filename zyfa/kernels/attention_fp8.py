@@ -379,6 +379,8 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
         cfg.update(config)
     if plan.block_m is not None and cfg["BLOCK_M"] != plan.block_m:
         raise ValueError(f"recipe {plan.recipe!r} fixes BLOCK_M={plan.block_m} (per-tile P exponent)")
+    if cfg.get("PIPELINE_QK") and cfg.get("PV_MODE") == 2 and "PV_MODE" not in (config or {}):
+        cfg["PV_MODE"] = plan.pv_mode  # the hand-pipelined loop with PV_MODE 2 at d 256 needs 262 KB of shared memory
     mad_cvt = cfg["MAD_CVT"]
     if mad_cvt not in (0, 1, 2, 3, 4, 5):
         raise ValueError(f"MAD_CVT={mad_cvt!r}: expected 0 (magic add), 1 (cvt.rni/rzi), 3/4/5 (fma.rn.sat, "
