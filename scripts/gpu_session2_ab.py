@@ -69,6 +69,14 @@ def session3b_variants():
         yield "hd64", causal, {"maxnreg": 0}
 
 
+def session3c_variants():
+    """hd64: the register cap (default 168) against none, interleaved, three times."""
+    for causal in (False, True):
+        for _ in range(3):
+            for cap in (168, NOCAP):
+                yield "hd64", causal, {"maxnreg": cap}
+
+
 def session3_variants():
     for causal in (False, True):
         for cvt in (0, 3, 5):
@@ -92,6 +100,8 @@ def variants(set_name: str, only: str = ""):
         return list(session3_variants())
     if set_name == "session3b":
         return list(session3b_variants())
+    if set_name == "session3c":
+        return list(session3c_variants())
     return list(hd128_variants()) + ([] if only == "hd128" else list(other_variants()))
 
 
@@ -104,7 +114,7 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--only", default="", help="hd128 = only the hd128 matrix")
-    ap.add_argument("--set", default="session2", choices=("session2", "session3", "session3b"),
+    ap.add_argument("--set", default="session2", choices=("session2", "session3", "session3b", "session3c"),
                     help="which variant matrix")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
