@@ -64,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="reports", help="folder for bench_<date>.{json,md}")
     p.add_argument("--tag", default="", help="suffix for the output file names")
     p.add_argument("--config", default="", help="launch overrides for our kernel, JSON")
+    p.add_argument("--render", default="", metavar="JSON",
+                   help="no GPU: rewrite the Markdown next to a bench_*.json from its rows (e.g. after a change here)")
+    p.add_argument("--ours", default="zyfa-hopper", help="the recipe the summary compares with the peers")
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -383,7 +386,7 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
     return rows
 
 
-def to_markdown(meta, rows):
+def to_markdown(meta, rows, ours="zyfa-hopper"):
     lines = [f"# Benchmark: FP8 attention on {meta['device']}", "",
              f"- command: `{meta['command']}`", f"- date: {meta['date']}", f"- git commit: {meta['git_commit']}",
              f"- versions: {json.dumps(meta['versions'])}",
@@ -393,6 +396,7 @@ def to_markdown(meta, rows):
              "(column 'V^T ms'; 'incl.' includes it). SM clock / power: NVML means during the timed run.",
              "- err = relative L2 of the output vs PyTorch SDPA bf16 on the same (bf16) inputs: a sanity check, "
              "not the accuracy study (cuDNN FP8's includes its FP8 output rounding).", ""]
+    lines += summary_lines(rows, ours)
     hdr = ("| input | shape | s | causal | impl | recipe | TFLOP/s | ms | V^T ms | incl. | err | SM MHz | W |")
     lines += [hdr, "|" + "---|" * 13]
     for r in rows:
@@ -413,7 +417,72 @@ def to_markdown(meta, rows):
     return "\n".join(lines) + "\n"
 
 
+def summary_lines(rows, ours="zyfa-hopper"):
+    """'Where we land': at each shape's longest Gaussian sequence, ``ours`` against the peers of the same run,
+    and its captured/Gaussian throughput ratio (the capture tiled to that length against Gaussian inputs of the
+    capture's shape) where both were timed."""
+    ok = [r for r in rows if "error" not in r and r.get("tflops")]
+    by = {}
+    for r in ok:
+        by.setdefault((r["d_qk"], r["d_v"], r["causal"]), []).append(r)
+    out = []
+    for (d_qk, d_v, causal), rs in sorted(by.items(), key=lambda kv: (kv[0][0] == 192, kv[0][0], kv[0][2])):
+        gs = [r for r in rs if r["input"] == "gaussian"]
+        if not gs:
+            continue
+        s = max(r["s"] for r in gs)
+        at = [r for r in gs if r["s"] == s]
+
+        def best(pred, at=at):
+            c = [r for r in at if pred(r)]
+            return max(c, key=lambda r: r["tflops"]) if c else None
+
+        mine = best(lambda r: r["impl"] == "triton-fp8" and r["recipe"] == ours)
+        if mine is None:
+            continue
+        top = best(lambda r: r["impl"] == "triton-fp8")
+        cudnn = best(lambda r: r["impl"] == "sdpa-cudnn")
+        bf16 = best(lambda r: r["impl"].startswith("sdpa-"))
+        fp8 = best(lambda r: r["impl"] == "cudnn-fp8")
+        same = [r for r in rs if r["s"] == s and r["impl"] == "triton-fp8" and r["recipe"] == ours]
+        cap = [r for r in same if r["input"].startswith("captured")]
+        like = [r for r in same if r["input"] == "gaussian-like-capture"]
+
+        def t(r):
+            return f"{r['tflops']:.0f}" if r else "-"
+
+        ratios = [f"{mine['tflops'] / p['tflops']:.2f}" if p else "-" for p in (cudnn, bf16, fp8)]
+        ratios.append(f"{cap[0]['tflops'] / like[0]['tflops']:.2f}" if cap and like else "-")
+        shape = "MLA 192/128" if d_qk != d_v else f"hd{d_qk}"
+        out.append(f"| {shape} | {s} | {'causal' if causal else 'non-causal'} | {t(mine)} | "
+                   f"{t(top)} ({top['recipe']}) | {t(cudnn)} | {t(bf16)} ({bf16['impl'][5:] if bf16 else '-'}) | "
+                   f"{t(fp8)} | " + " | ".join(ratios) + " |")
+    if not out:
+        return []
+    return ["## Where we land (TFLOP/s at each shape's longest Gaussian sequence, same run)", "",
+            f"| shape | s | mask | {ours} | fastest of our recipes | cuDNN BF16 | best BF16 SDPA | cuDNN FP8 | "
+            "× cuDNN BF16 | × best BF16 | × cuDNN FP8 | captured / Gaussian |",
+            "|" + "---|" * 12, *out, "", "## Every row", ""]
+
+
+def render(path: str, ours: str = "zyfa-hopper") -> str:
+    """Rewrite ``<stem>.md`` from ``<stem>.json`` (no GPU); returns the Markdown path."""
+    if not path.endswith(".json") or not os.path.isfile(path):
+        raise FileNotFoundError(f"--render takes a bench_*.json written by zyfa bench; {path!r} is not one")
+    with open(path) as f:
+        data = json.load(f)
+    if not isinstance(data, dict) or "meta" not in data or "rows" not in data:
+        raise ValueError(f"{path}: not a zyfa bench file (expected 'meta' and 'rows')")
+    md = path[: -len(".json")] + ".md"
+    with open(md, "w") as f:
+        f.write(to_markdown(data["meta"], data["rows"], ours))
+    return md
+
+
 def main(args) -> int:
+    if args.render:
+        print("wrote", render(args.render, args.ours))
+        return 0
     import torch
 
     if not torch.cuda.is_available():
@@ -447,7 +516,7 @@ def main(args) -> int:
         with open(stem + ".json", "w") as f:
             json.dump({"meta": meta, "rows": rows}, f, indent=1)
         with open(stem + ".md", "w") as f:
-            f.write(to_markdown(meta, rows))
+            f.write(to_markdown(meta, rows, args.ours))
 
     for shape in shapes:
         d_qk, d_v = SHAPES[shape]

@@ -275,3 +275,36 @@ def test_mad_code_bound_holds_for_the_emulators_exponents(spec):
     x = torch.addcmul(torch.tensor(plan.mad_bias), t_max + e, torch.tensor(8.0))  # t = t_max: the largest x
     assert x.max().item() <= mad_code_bound(plan) + 1e-4
     assert torch.round(x).max().item() <= 126
+
+
+def test_bench_render_summarises_the_committed_h200_run(tmp_path):
+    """`zyfa bench --render` rewrites the Markdown from a bench JSON without a GPU; its summary row for hd128
+    non-causal is zyfa-hopper against the same run's cuDNN BF16 and FP8 rows."""
+    import json
+    import shutil
+
+    from zyfa.bench import render
+
+    src = "reports/bench_2026-11-30_s3.json"
+    dst = tmp_path / "bench_x.json"
+    shutil.copy(src, dst)
+    from pathlib import Path
+
+    md = Path(render(str(dst))).read_text()
+    rows = json.loads(Path(src).read_text())["rows"]
+
+    def tf(impl, recipe, causal=False):
+        return next(r["tflops"] for r in rows if r["input"] == "gaussian" and r["s"] == 32768 and r["d_qk"] == 128
+                    and r["causal"] == causal and r["impl"] == impl and r["recipe"] == recipe)
+
+    ours, bf16, fp8 = tf("triton-fp8", "zyfa-hopper"), tf("sdpa-cudnn", "bf16"), tf("cudnn-fp8", "cudnn-fp8")
+    line = next(x for x in md.splitlines() if x.startswith("| hd128 | 32768 | non-causal |"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[3] == f"{ours:.0f}" and cells[8] == f"{ours / bf16:.2f}" and cells[10] == f"{ours / fp8:.2f}"
+    assert md.index("## Where we land") < md.index("## Every row")
+    bad = tmp_path / "x.json"
+    bad.write_text("[]")
+    with pytest.raises(ValueError, match="not a zyfa bench file"):
+        render(str(bad))
+    with pytest.raises(FileNotFoundError, match="bench_"):
+        render(str(tmp_path / "missing.json"))

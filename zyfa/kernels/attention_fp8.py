@@ -356,13 +356,19 @@ def prepare_vt(v: torch.Tensor, permute_k32: bool = True) -> torch.Tensor:
     b, h_kv, s_k, d_v = v.shape
     mult = 32 if permute_k32 else 16
     s_pad = -(-s_k // mult) * mult
-    if s_pad == s_k and not permute_k32:
+    if permute_k32:
+        if s_pad != s_k:
+            vp = torch.zeros((b, h_kv, s_pad, d_v), dtype=v.dtype, device=v.device)
+            vp[:, :, :s_k].copy_(v)
+            v = vp
+        # key 32s+16h+8a+2t+b goes to position 32s+16h+4t+2a+b (k32_key_order), transposed in the same copy
+        vt = v.reshape(b, h_kv, s_pad // 32, 2, 2, 4, 2, d_v).permute(0, 1, 7, 2, 3, 5, 4, 6)
+        vt = vt.reshape(b, h_kv, d_v, s_pad)
+    elif s_pad == s_k:
         vt = v.transpose(-1, -2).contiguous()
     else:
         vt = torch.zeros((b, h_kv, d_v, s_pad), dtype=v.dtype, device=v.device)
         vt[..., :s_k].copy_(v.transpose(-1, -2))
-        if permute_k32:
-            vt = vt[..., k32_key_order(s_pad, v.device)].contiguous()
     vt.zyfa_k32_permuted = bool(permute_k32)
     return vt
 
