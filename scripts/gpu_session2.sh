@@ -2,7 +2,8 @@
 # Session 2 on the H200, one call under a hard 10-minute cap. From the repo root on the device:
 #   ZYFA_GIT_COMMIT=<sha> bash scripts/gpu_session2.sh      (carry .whl for cuDNN FP8; writes under $OUT)
 # Session 3: AB_SET=session3 GLUON=0 (the MAD-conversion / P_PERM A/B matrix; no Gluon prototype), TEST_SHARDS
-# ('k1;k2;k3': parallel pytest processes, one per -k expression), TEST_TIMEOUT (s), BENCH_END (s after start).
+# ('k1;k2;k3': parallel pytest processes, one per -k expression), TEST_TIMEOUT (s), BENCH_END (s after start),
+# EXTRA_RECIPES (';'-separated, appended to both bench recipe lists).
 # Stages, each under its own `timeout` and tee'd under $OUT (a failing stage never stops the next):
 #   0 cuDNN frontend wheel -> /tmp/site                               (~10 s)
 #   1 Triton cache warm-up of every A/B and bench variant, in parallel worker processes, in the background
@@ -30,6 +31,7 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 
 HD128_RECIPES="zyfa-hopper;zyfa;zyfa:accumulator=hopper_fp8;zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1;zyfa-fp32sum:accumulator=hopper_fp8,accum_flush_tiles=1;ck:accumulator=hopper_fp8,accum_flush_tiles=1;aiter:accumulator=hopper_fp8,accum_flush_tiles=1;fa3;fa3:accum_flush_tiles=1"
 OTHER_RECIPES="zyfa-hopper;zyfa;zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1;ck:accumulator=hopper_fp8,accum_flush_tiles=1;fa3"
+if [ -n "${EXTRA_RECIPES:-}" ]; then HD128_RECIPES="$HD128_RECIPES;$EXTRA_RECIPES"; OTHER_RECIPES="$OTHER_RECIPES;$EXTRA_RECIPES"; fi
 
 stage "1 cache warm-up (background)"
 timeout 200 python3 scripts/gpu_session2_warm.py --set "${AB_SET:-session2}" --workers 12 --recipes "$HD128_RECIPES" \

@@ -29,6 +29,7 @@ from zyfa.bench import ClockSampler, flops, gaussian_qkv, timed  # noqa: E402
 from zyfa.kernels import attention_fp8 as A  # noqa: E402
 
 RECIPE = "zyfa-hopper"
+MMA = "zyfa-hopper:rowsum=rounded_mma"
 S = 32768
 NOCAP = 0  # maxnreg 0: no register cap (overrides the default cap)
 
@@ -77,6 +78,19 @@ def session3c_variants():
                 yield "hd64", causal, {"maxnreg": cap}
 
 
+def session3d_variants():
+    """Technique 3's rounded row sum on the tensor core (recipe override rowsum=rounded_mma) against the
+    shift-and-add sum, every shape, interleaved, plus its register cap at hd128 causal and MAD_T=1 (exact t)."""
+    for shape in ("hd128", "mla", "hd256", "hd64"):
+        for causal in (False, True):
+            for _ in range(2 if shape == "hd128" else 1):
+                yield shape, causal, {}
+                yield shape, causal, {"recipe": MMA}
+    for causal in (False, True):
+        yield "hd128", causal, {"recipe": MMA, "maxnreg": 0 if causal else 168}
+        yield "hd128", causal, {"recipe": MMA, "MAD_T": 1}
+
+
 def session3_variants():
     for causal in (False, True):
         for cvt in (0, 3, 5):
@@ -102,6 +116,8 @@ def variants(set_name: str, only: str = ""):
         return list(session3b_variants())
     if set_name == "session3c":
         return list(session3c_variants())
+    if set_name == "session3d":
+        return list(session3d_variants())
     return list(hd128_variants()) + ([] if only == "hd128" else list(other_variants()))
 
 
@@ -114,22 +130,26 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--rep", type=int, default=60)
     ap.add_argument("--only", default="", help="hd128 = only the hd128 matrix")
-    ap.add_argument("--set", default="session2", choices=("session2", "session3", "session3b", "session3c"),
-                    help="which variant matrix")
+    ap.add_argument("--set", default="session2", help="which variant matrix",
+                    choices=("session2", "session3", "session3b", "session3c", "session3d"))
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     jl = open(os.path.join(a.out, "ab.jsonl"), "a")  # noqa: SIM115 - appended row by row, closed at exit
     sampler = ClockSampler()
-    plan = A.kernel_plan(RECIPE)
-    print(f"# A/B {RECIPE}, {S} tokens, batch 1 (TFLOP/s, do_bench median, warmup {a.warmup} rep {a.rep} ms)")
-    print("| shape | causal | config (over the default) | launch config | TFLOP/s | ms | regs | spills | SM MHz |")
-    print("|---|---|---|---|---|---|---|---|---|", flush=True)
+    print(f"# A/B {RECIPE} (or the row's recipe), {S} tokens, batch 1 (TFLOP/s, do_bench median, warmup "
+          f"{a.warmup} rep {a.rep} ms)")
+    print("| shape | causal | recipe | config (over the default) | launch config | TFLOP/s | ms | regs | spills "
+          "| SM MHz |")
+    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
     todo = variants(a.set, a.only)
     cur_shape, ops = None, None
     t_start = time.time()
     for shape, causal, over in todo:
         d_qk, d_v, h = SHAPES[shape]
-        row = {"shape": shape, "causal": causal, "override": over, "recipe": RECIPE, "s": S, "h": h}
+        recipe = over.get("recipe", RECIPE)  # same quantization: both recipes are per-tensor zyfa-hopper variants
+        plan = A.kernel_plan(recipe)
+        over = {k_: v_ for k_, v_ in over.items() if k_ != "recipe"}
+        row = {"shape": shape, "causal": causal, "override": over, "recipe": recipe, "s": S, "h": h}
         try:
             if shape != cur_shape:
                 ops = None
@@ -148,7 +168,7 @@ def main() -> int:
 
             run_ops = ops if cfg["P_PERM"] else (ops[0], ops[1], vt_plain, *ops[3:])
 
-            def fn(over=over, causal=causal, d_qk=d_qk, ops=run_ops):
+            def fn(over=over, causal=causal, d_qk=d_qk, ops=run_ops, plan=plan):
                 return A.launch(*ops, plan=plan, seq_k=S, causal=causal, sm_scale=1 / math.sqrt(d_qk),
                                 window=None, config=over)
 
@@ -158,11 +178,11 @@ def main() -> int:
                        n_regs=getattr(kern, "n_regs", None), n_spills=getattr(kern, "n_spills", None),
                        sm_clock_mhz=clk.get("sm_clock_mhz"))
             lc = ",".join(f"{k_}={v_}" for k_, v_ in row["launch_config"].items())
-            print(f"| {shape} | {causal} | {json.dumps(over)} | {lc} | {row['tflops']:.1f} | {ms:.3f} | "
+            print(f"| {shape} | {causal} | {recipe} | {json.dumps(over)} | {lc} | {row['tflops']:.1f} | {ms:.3f} | "
                   f"{row['n_regs']} | {row['n_spills']} | {row['sm_clock_mhz'] or 0:.0f} |", flush=True)
         except Exception as e:  # noqa: BLE001 - one failing variant must not stop the run
             row["error"] = f"{type(e).__name__}: {str(e)[:400]}"
-            print(f"| {shape} | {causal} | {json.dumps(over)} | - | FAILED: {row['error'][:200]} | | | | |",
+            print(f"| {shape} | {causal} | {recipe} | {json.dumps(over)} | - | FAILED: {row['error'][:200]} | | | | |",
                   flush=True)
             traceback.print_exc(limit=2, file=sys.stderr)
         jl.write(json.dumps(row) + "\n")

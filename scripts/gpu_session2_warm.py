@@ -51,12 +51,13 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--recipes", default="", help="bench recipes for hd128 (';'-separated)")
     ap.add_argument("--recipes-other", default="", help="bench recipes for the other shapes")
-    ap.add_argument("--set", default="session2", choices=("session2", "session3", "session3b"),
-                    help="A/B variant matrix")
+    ap.add_argument("--set", default="session2", help="A/B variant matrix",
+                    choices=("session2", "session3", "session3b", "session3c", "session3d"))
     a = ap.parse_args()
     from gpu_session2_ab import RECIPE, variants
 
-    tasks = [(shape, causal, RECIPE, over) for shape, causal, over in variants(a.set)]
+    tasks = [(shape, causal, over.get("recipe", RECIPE), {k_: v_ for k_, v_ in over.items() if k_ != "recipe"})
+             for shape, causal, over in variants(a.set)]
     for shape in SHAPES:
         recs = a.recipes if shape == "hd128" else a.recipes_other
         for r in [x for x in recs.split(";") if x.strip()]:

@@ -405,8 +405,12 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
                 # Row sums from unscaled fp32 P (CK: l counts pre-rounding, pre-448 P); pow2: scaled units.
                 p_sum_src = (p_scaled if e_new is not None else p) if recipe.rowsum == "fp32" else None
 
-            if recipe.rowsum == "rounded":
-                row_sum = p8.sum(dim=-1, keepdim=True)
+            if recipe.rowsum in ("rounded", "rounded_mma"):
+                if recipe.rowsum == "rounded_mma":  # P8 · ones on the matrix unit, fresh every tile
+                    ones = torch.ones((p8.shape[-1], 1), dtype=torch.float32, device=dev)
+                    row_sum = _mma(p8, ones, None, pv_bits)
+                else:
+                    row_sum = p8.sum(dim=-1, keepdim=True)
                 if recipe.p_scale == "fmax":
                     row_sum = row_sum / fmax
             else:

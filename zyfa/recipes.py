@@ -21,7 +21,7 @@ EXP_METHODS = ("exp2", "exp2_bittrick", "mad_fp8")
 P_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
 P_SCALES = ("none", "fmax", "pow2", "pow2_block", "tile_amax")
 P_SCALE_GRANULARITIES = ("row", "tile")
-ROWSUMS = ("fp32", "rounded")
+ROWSUMS = ("fp32", "rounded", "rounded_mma")
 V_DESCALES = ("end", "tile")
 ACCUMULATORS = ("fp32", "hopper_fp8")
 RECIPROCALS = ("div", "rcp")
@@ -61,7 +61,9 @@ class Recipe:
             hardware, the row max is already known) or ``tile`` (one per block_m × block_n tile).
         p_block_max_log2: cap on the per-block exponent (keeps the scaled accumulator inside fp32 range).
         rowsum: ``fp32`` row sum from the unrounded probabilities (every peer), or ``rounded``: from the
-            same rounded P that feeds P·V (ZYFA technique 3).
+            same rounded P that feeds P·V (ZYFA technique 3), summed in fp32; ``rounded_mma``: the same sum
+            taken on the matrix unit as P8 · ones, a fresh accumulator every KV tile (with ``hopper_fp8`` it
+            truncates like P·V; our Hopper kernel's cheap form of technique 3, docs/kernel_notes.md).
         v_descale: apply V's descale to each tile's P·V product (``tile``) or once to the output (``end``).
         accumulator: ``fp32`` true fp32 accumulation (MI355X MFMA); ``hopper_fp8``: Hopper's FP8 wgmma
             accumulator keeps ~``accum_mantissa_bits`` mantissa bits (SageAttention2 measured 13, FP22;
@@ -130,8 +132,8 @@ class Recipe:
         if self.v_scale == "block" and (self.v_descale != "tile" or self.scale_block_kv % self.block_n):
             raise ValueError(f"recipe {self.name!r}: per-block V descales need v_descale='tile' and "
                              f"scale_block_kv a multiple of block_n")
-        if self.p_scale == "tile_amax" and self.rowsum == "rounded":
-            raise ValueError(f"recipe {self.name!r}: rowsum='rounded' with tile_amax scaling is not modelled")
+        if self.p_scale == "tile_amax" and self.rowsum in ("rounded", "rounded_mma"):
+            raise ValueError(f"recipe {self.name!r}: rowsum={self.rowsum!r} with tile_amax scaling is not modelled")
         for name in ("block_m", "block_n", "scale_block_q", "scale_block_kv"):
             if getattr(self, name) < 1:
                 raise ValueError(f"recipe {self.name!r}: {name} must be >= 1")

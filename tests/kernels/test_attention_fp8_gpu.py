@@ -15,7 +15,8 @@ import torch
 pytestmark = pytest.mark.gpu
 
 H1 = "zyfa-hopper"  # zyfa with the Hopper accumulator flushed every KV tile
-RECIPES = ["zyfa", "zyfa-exp2", "zyfa-fp32sum", "ck", "aiter", "fa3", H1]
+H1_MMA = "zyfa-hopper:rowsum=rounded_mma"  # technique 3's rounded sum taken on the tensor core
+RECIPES = ["zyfa", "zyfa-exp2", "zyfa-fp32sum", "ck", "aiter", "fa3", H1, H1_MMA]
 # b, h, h_kv, s_q, s_k, d_qk, d_v, causal, window
 SHAPES = {
     "hd64-gqa-odd": (1, 4, 2, 333, 333, 64, 64, False, None),
@@ -141,6 +142,17 @@ def test_key_permuted_p_operand_agrees(spec, shape_name):
     assert torch.equal(torch.isneginf(lse1), torch.isneginf(lse0))
     d = (out1.float() - out0.float()).abs()
     assert d.max().item() <= 2 * 2**-7 * out0.float().abs().max().item()
+
+
+@pytest.mark.parametrize("config", [{"TMA": False}, {"P_PERM": 0}, {"MAD_T": 1}, {"PIPELINE_QK": 1}])
+def test_tensor_core_row_sum_variants_agree(config):
+    """rowsum='rounded_mma' (P8 · ones by TMA-loaded ones, or pointer loads) in the launch variants."""
+    for shape_name in ("hd128-causal-gqa", "hd64-window", "mla-causal"):
+        shape = SHAPES[shape_name]
+        out, _, em, ref, _ = _run(H1_MMA, shape, seed=hash(shape_name) % 1000, config=config)
+        e_k, e_e = _rel(out, ref), _rel(em.out, ref)
+        print(f"{H1_MMA} {shape_name} {config}: kernel {e_k:.5f} emulator {e_e:.5f} ratio {e_k / e_e:.4f}")
+        assert abs(e_k / e_e - 1) <= 0.03
 
 
 def test_huge_logits_stay_finite_and_exact_t_agrees():

@@ -253,6 +253,9 @@ def test_mad_conversion_defaults_and_refusals():
     with pytest.raises(ValueError, match="DEBUG"):
         resolve_config(128, 128, False, hop, {"DEBUG": 1})
     assert resolve_config(256, 256, False, hop)[0]["PV_MODE"] == 2
+    mma = kernel_plan("zyfa-hopper:rowsum=rounded_mma")
+    assert default_config(256, 256, False, mma)["num_stages"] == 2  # the ones tile: 3 stages exceed 227 KB
+    assert default_config(256, 256, False, hop)["num_stages"] == 3
     assert resolve_config(256, 256, False, hop, {"PIPELINE_QK": 1})[0]["PV_MODE"] == 4  # 262 KB of smem with 2
     assert resolve_config(256, 256, False, hop, {"PIPELINE_QK": 1, "PV_MODE": 2})[0]["PV_MODE"] == 2
     cfg, cvt, bias = resolve_config(128, 128, False, hop, {"MAD_CVT": 1})

@@ -288,3 +288,40 @@ def test_masked_row_blocks_skip_tiles_like_the_kernel(recipe, mask):
     assert torch.equal(one_block.out, whole.out)
     assert torch.equal(one_block.lse, whole.lse)
     assert one_block.stats == whole.stats
+
+
+def test_rowsum_on_the_matrix_unit_is_the_rounded_sum_with_the_accumulators_truncation():
+    """rowsum='rounded_mma' (P8 · ones, fresh every tile): with a true fp32 accumulator it is exactly the
+    rounded sum; with the Hopper accumulator each tile's sum is truncated like P·V, so it can only be smaller,
+    by at most 2^-13 of the largest term per term; peaked rows (P terms below 2^-13 of their step's largest)
+    show it."""
+    from zyfa.kernels.attention_fp8 import recipe_from_spec
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 256, 64, generator=g) for _ in range(3))
+    k = k * 2.0  # peaked rows: P spans e4m3's whole range, so the smallest terms fall below the kept bits
+    base = emulate(q, k, v, get_recipe("zyfa"))
+    mma = emulate(q, k, v, recipe_from_spec("zyfa:rowsum=rounded_mma"))
+    assert torch.equal(base.out, mma.out) and torch.equal(base.lse, mma.lse)
+
+    trace_r, trace_m = [], []
+    hop_r = emulate(q, k, v, get_recipe("zyfa-hopper"), trace=trace_r)
+    hop_m = emulate(q, k, v, recipe_from_spec("zyfa-hopper:rowsum=rounded_mma"), trace=trace_m)
+    for tr, tm in zip(trace_r, trace_m, strict=True):
+        assert torch.equal(tr["p8"], tm["p8"])
+        exact, trunc = tr["row_sum"], tm["row_sum"]
+        assert torch.all(trunc <= exact)
+        bound = tr["p8"].shape[-1] * 2.0**-13 * tr["p8"].amax(-1, keepdim=True)
+        assert torch.all(exact - trunc <= bound)
+    assert not torch.equal(hop_r.lse, hop_m.lse)
+    ref, _ = attention_fp64(hop_r.q_deq, hop_r.k_deq, hop_r.v_deq)
+    e_r, e_m = (((o.double() - ref).norm() / ref.norm()).item() for o in (hop_r.out, hop_m.out))
+    assert abs(e_m / e_r - 1) < 0.03, (e_r, e_m)
+
+
+def test_rowsum_on_the_matrix_unit_is_a_valid_recipe_field():
+    from zyfa.kernels.attention_fp8 import kernel_plan, recipe_from_spec
+
+    assert kernel_plan("zyfa-hopper:rowsum=rounded_mma").rowsum_rounded == 2
+    with pytest.raises(ValueError, match="rounded_mma.*tile_amax"):
+        recipe_from_spec("aiter-triton:rowsum=rounded_mma")

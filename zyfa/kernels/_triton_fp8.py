@@ -117,7 +117,7 @@ def _qk_tile(q1, q2, k1_src, k2_src, start_n, seq_k,
 
 
 @triton.jit
-def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
+def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
                      pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                      MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DV: tl.constexpr,
@@ -178,11 +178,11 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
             p8 = _codes_min126_u8(bits).to(tl.float8e4nv, bitcast=True)
         else:
             p8 = bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
-        if ROWSUM_ROUNDED:
-            # from the unclamped code: the same as P's except where a fused MAD (MAD_T=0) overshoots 126, which
-            # needs |m| > 2^18 (its rounding of the row bias, ~2^-19·|m| codes), far outside real logits
+        if ROWSUM_ROUNDED == 1:
+            # value(code) = fp32 with bits (code << 20), times 2^120 (bits 8-19 are zero). MAD_CVT 5 clamps only
+            # P's copy of the code: they differ only where a fused MAD overshoots 126, which needs |m| > 2^18
             l_tile = tl.sum((bits << 20).to(tl.float32, bitcast=True), 1) * TWO_POW_120
-        else:
+        elif ROWSUM_ROUNDED == 0:
             l_tile = tl.sum(tl.math.exp2(s * c + (e_new - m_use)[:, None]), 1)
     elif EXP_MAD:
         # bits = clamp(R(8·(t + e) + 56 + offset), 0, 126)
@@ -210,13 +210,13 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
             p8 = ((bits << 20).to(tl.float32, bitcast=True) * TWO_POW_120).to(tl.float8e4nv)
         else:
             p8 = bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
-        if ROWSUM_ROUNDED and DEBUG // 2 == 1:
+        if ROWSUM_ROUNDED == 1 and DEBUG // 2 == 1:
             l_tile = tl.sum(p8.to(tl.float32), 1)
-        elif ROWSUM_ROUNDED:
+        elif ROWSUM_ROUNDED == 1:
             # value(code) = fp32 with bits (code << 20), times 2^120 (exact, subnormal codes too)
             vals = (bits << 20).to(tl.float32, bitcast=True)
             l_tile = tl.sum(vals, 1) * TWO_POW_120
-        else:
+        elif ROWSUM_ROUNDED == 0:
             p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
             l_tile = tl.sum(p, 1)
     else:
@@ -225,15 +225,15 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
         else:
             p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
         p8 = p.to(tl.float8e4nv)
-        if ROWSUM_ROUNDED and WINDOW:
+        if ROWSUM_ROUNDED == 1 and WINDOW:
             # With a window (three loops) the sum read back from p8 came out wrong on the H200 (an FP8
             # tensor feeding both the P·V dot and a reduction); round p again in fp32 arithmetic instead.
             l_tile = tl.sum(_round_e4m3_value(p), 1)
-        elif ROWSUM_ROUNDED:
+        elif ROWSUM_ROUNDED == 1:
             # sum of the rounded values, decoded from the code bits (no fp8->fp32 conversions)
             codes = p8.to(tl.uint8, bitcast=True).to(tl.int32)
             l_tile = tl.sum((codes << 20).to(tl.float32, bitcast=True), 1) * TWO_POW_120
-        else:
+        elif ROWSUM_ROUNDED == 0:
             l_tile = tl.sum(p, 1)
     # ---- O += P8 · V8 (V read K-major from Vt)
     if TMA:
@@ -248,6 +248,15 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
         # no shuffles; prepare_vt(permute_k32=True) reorders V's keys the same way (FA3 permutes V likewise).
         p8 = tl.reshape(tl.permute(tl.reshape(p8, (BLOCK_M, BLOCK_N // 32, 2, 2, 4, 2)), (0, 1, 2, 4, 3, 5)),
                         (BLOCK_M, BLOCK_N))
+    if ROWSUM_ROUNDED == 2:
+        # technique 3's sum of the rounded P on the tensor core: P8 · ones (16 columns, each the row sum), a
+        # fresh accumulator every tile; 4 small wgmma instead of a shift and an add per score. The ones come by
+        # TMA (a register constant would be stored to shared memory every iteration)
+        if TMA:
+            ones = ones_src.load([0, 0])
+        else:
+            ones = tl.load(ones_src + tl.arange(0, 16)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
+        l_tile = tl.dot(p8, ones.T)
     if PV_MODE == 0:
         acc = acc * alpha[:, None]
         acc = tl.dot(p8, v, acc)
@@ -269,7 +278,10 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
             acc = acc * a_prod[:, None] + acc_tc
             acc_tc = tl.zeros_like(acc_tc)
             a_prod = tl.full(a_prod.shape, 1.0, tl.float32)
-    l_i = l_i * alpha + l_tile
+    if ROWSUM_ROUNDED == 2:
+        l_i = l_i * alpha[:, None] + l_tile  # (BLOCK_M, 16), equal columns; reduced once in the epilogue
+    else:
+        l_i = l_i * alpha + l_tile
     m_i = m_new
     e_i = e_new
     return acc, acc_tc, a_prod, l_i, m_i, e_i
@@ -277,7 +289,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
 
 @triton.jit
 def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
-                q1, q2, k1_src, k2_src, vt_src,
+                q1, q2, k1_src, k2_src, vt_src, ones_src,
                 lo, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -303,7 +315,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
             s_next = _qk_tile(q1, q2, k1_src, k2_src, start_n + BLOCK_N, seq_k, BLOCK_N, D1, D2, DQK, QK_K32,
                               TMA)
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
-                s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
+                s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM)
@@ -311,6 +323,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
         if hi > lo:
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
                 s, tl.multiple_of(hi - BLOCK_N, BLOCK_N), acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
+                ones_src,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM)
@@ -319,7 +332,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
             start_n = tl.multiple_of(start_n, BLOCK_N)
             s = _qk_tile(q1, q2, k1_src, k2_src, start_n, seq_k, BLOCK_N, D1, D2, DQK, QK_K32, TMA)
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
-                s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
+                s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM)
@@ -335,7 +348,7 @@ def _load_vt(vt_ptr, start_n, seq_k_pad, DV: tl.constexpr, BLOCK_N: tl.constexpr
 
 
 @triton.jit
-def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
+def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                  seq_q, seq_k, seq_k_pad, heads_q, heads_kv, window, sm_scale_log2e, mad_bias,
                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -391,10 +404,13 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
             k2_src = k1_src
         vt_src = tl.make_tensor_descriptor(vt_base, shape=[DV, seq_k_pad], strides=[seq_k_pad, 1],
                                            block_shape=[DV, BLOCK_N])
+        ones_src = tl.make_tensor_descriptor(ONES, shape=[16, BLOCK_N], strides=[BLOCK_N, 1],
+                                             block_shape=[16, BLOCK_N])
     else:
         k1_src = k_base
         k2_src = k_base
         vt_src = vt_base
+        ones_src = ONES
 
     # ---- KV range this row block can see; three segments: window edge (masked), full tiles, diagonal/tail
     p0 = start_m * BLOCK_M + off
@@ -422,7 +438,10 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
     full_hi = tl.minimum(tl.maximum(full_hi, full_lo), hi)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
+    if ROWSUM_ROUNDED == 2:
+        l_i = tl.zeros([BLOCK_M, 16], tl.float32)
+    else:
+        l_i = tl.zeros([BLOCK_M], tl.float32)
     if P_SCALE == 3:
         e_i = tl.zeros([BLOCK_M], tl.float32)
     else:
@@ -436,19 +455,19 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
 
     if WINDOW:
         acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
-            acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
+            acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
             lo, full_lo, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
             True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
             EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
             QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
     acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
-        acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
+        acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
         full_lo, full_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
         False, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
         EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
         QK_K32, PV_MODE, FLUSH, TMA, WS, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
     acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
-        acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src,
+        acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
         full_hi, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
         True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
         EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
@@ -457,6 +476,8 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD,
         acc = acc * a_prod[:, None] + acc_tc
 
     # ---- epilogue: O = acc / l · vd (l in the same P scale as acc), LSE = ln2·(m + log2 l − e)
+    if ROWSUM_ROUNDED == 2:
+        l_i = tl.max(l_i, 1)
     has = l_i > 0.0
     l_safe = tl.where(has, l_i, 1.0)
     if RCP:

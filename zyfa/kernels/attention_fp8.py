@@ -70,7 +70,7 @@ class KernelPlan:
     e_fixed: float
     tile_gran: bool
     e_cap: float
-    rowsum_rounded: bool
+    rowsum_rounded: int  # 0 fp32 sum of unrounded P, 1 fp32 sum of the rounded P, 2 rounded P summed as P8·1
     qk_k32: bool
     pv_mode: int  # 0 chain, 1 k32 flush, 2/4 per-tile flush (Triton partial acc / explicit add), 3 every N
     flush: int
@@ -133,7 +133,8 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
         recipe=r.name, block_n=r.block_n, block_m=r.block_m if tile_gran else None,
         exp_mad=r.exp_method == "mad_fp8", mad_bias=mad_bias, mad_rounding=r.mad_rounding,
         p_scale=p_scales[r.p_scale], e_fixed=e_fixed, tile_gran=tile_gran,
-        e_cap=float(r.p_block_max_log2), rowsum_rounded=r.rowsum == "rounded", qk_k32=qk_k32,
+        e_cap=float(r.p_block_max_log2), rowsum_rounded={"fp32": 0, "rounded": 1, "rounded_mma": 2}[r.rowsum],
+        qk_k32=qk_k32,
         pv_mode=pv_mode, flush=flush, rcp=r.reciprocal == "rcp", out_mode=out_modes[r.out_format])
 
 
@@ -231,6 +232,8 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
         cfg.update(BLOCK_M=128, num_warps=8, num_stages=3)
         if plan.pv_mode == 4:
             cfg["PV_MODE"] = 2  # per-tile flush through Triton's partial accumulator: fewer spills, +12% at hd256
+        if plan.rowsum_rounded == 2:
+            cfg["num_stages"] = 2  # the ones tile of the tensor-core row sum: 3 stages need 236.5 KB > 227 KB
     elif d_qk <= 64 and not plan.qk_k32:
         cfg["maxnreg"] = 168  # no spills at d 64: three programs per SM
     elif d_qk == 128 and d_v == 128 and causal and not plan.qk_k32:
@@ -407,6 +410,17 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
     return cfg, mad_cvt, mad_bias
 
 
+_ONES: dict = {}
+
+
+def _ones_tile(device, block_n: int) -> torch.Tensor:
+    """(16, block_n) e4m3fn ones, one per device: the B operand of the tensor-core row sum (rowsum='rounded_mma')."""
+    key = (str(device), block_n)
+    if key not in _ONES:
+        _ONES[key] = torch.ones((16, block_n), device=device).to(torch.float8_e4m3fn)
+    return _ONES[key]
+
+
 def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool, sm_scale: float,
            window: int | None, config: dict | None = None, out=None, lse=None):
     """Launch the kernel on prepared operands (no checks: :func:`attention_fp8` does them).
@@ -437,7 +451,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         lse = torch.empty((b, h, s_q), dtype=torch.float32, device=q8.device)
     grid = (triton.cdiv(s_q, cfg["BLOCK_M"]), b * h)
     LAST_LAUNCH["kernel"] = K.attn_fwd_fp8[grid](
-        q8, k8, vt, out, lse, qd, kd, vd,
+        q8, k8, vt, out, lse, qd, kd, vd, _ones_tile(q8.device, block_n),
         s_q, seq_k, s_k_pad, h, h_kv, int(window or 0), float(sm_scale) * LOG2E, float(mad_bias),
         CAUSAL=bool(causal or window is not None), WINDOW=window is not None,
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=block_n, D1=d1, D2=d2, DV=d_v,
