@@ -285,13 +285,13 @@ def test_bench_render_summarises_the_committed_h200_run(tmp_path):
     non-causal is zyfa-hopper against the same run's cuDNN BF16 and FP8 rows."""
     import json
     import shutil
+    from pathlib import Path
 
     from zyfa.bench import render
 
-    src = "reports/bench_2026-11-30_s3.json"
+    src = Path(__file__).resolve().parents[2] / "reports" / "bench_2026-11-30_s3b.json"
     dst = tmp_path / "bench_x.json"
     shutil.copy(src, dst)
-    from pathlib import Path
 
     md = Path(render(str(dst))).read_text()
     rows = json.loads(Path(src).read_text())["rows"]
