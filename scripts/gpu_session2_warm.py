@@ -36,7 +36,7 @@ def _task(args):
         s = 256
         q, k, v = gaussian_qkv(1, h, h, s, d_qk, d_v)
         q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, recipe)
-        vt = A.prepare_vt(v8, permute_k32=bool((over or {}).get("P_PERM", 1)))
+        vt = A.prepare_vt(v8, permute_k32=A.vt_key_order_for(over))
         A.launch(q8, k8, vt, qd, kd, vd, plan=A.kernel_plan(recipe), seq_k=s, causal=causal,
                  sm_scale=1 / math.sqrt(d_qk), window=None, config=over or None)
         torch.cuda.synchronize()

@@ -312,7 +312,14 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
     """Time every implementation on one input (q, k, v bf16); append result rows."""
     import torch
 
-    from zyfa.kernels.attention_fp8 import kernel_plan, launch, prepare_vt, quantize_for_kernel, recipe_from_spec
+    from zyfa.kernels.attention_fp8 import (
+        kernel_plan,
+        launch,
+        prepare_vt,
+        quantize_for_kernel,
+        recipe_from_spec,
+        vt_key_order_for,
+    )
 
     q, k, v = inputs
     b, h, s_q, d_qk = q.shape
@@ -331,7 +338,7 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
             if key not in quant_cache:
                 quant_cache[key] = quantize_for_kernel(q, k, v, r)
             q8, k8, v8, qd, kd, vd = quant_cache[key]
-            perm = bool((config or {}).get("P_PERM", 1))
+            perm = vt_key_order_for(config)
             vt = prepare_vt(v8, permute_k32=perm)
             if ref is None:
                 ref = sdpa_reference(q, k, v, causal, sm_scale).float()

@@ -23,8 +23,7 @@ PS_NONE, PS_FMAX, PS_POW2, PS_POW2_BLOCK = 0, 1, 2, 3
 # fma.rn.sat of x/128 (the FFMA clamps at 0 itself), then the magic add, with the clamp at 126 as an fp32 min (3),
 # left out where it provably cannot bind (4: attention_fp8.mad_codes_bounded), or on packed u16x2 pairs (5).
 CVT_MAGIC, CVT_RNI, CVT_RZI = 0, 1, 2
-CVT_SAT_MAGIC = tl.constexpr(3)
-CVT_SAT_MAGIC_NOHI = tl.constexpr(4)
+CVT_SAT_MAGIC = tl.constexpr(3)  # 4 (no clamp at 126) is the remaining sat case
 CVT_SAT_MAGIC_U16 = tl.constexpr(5)
 # P·V accumulation (PV_MODE constexpr): hardware chain never flushed; Triton partial accumulator flushed every
 # k=32 (max_num_imprecise_acc=32); flushed every tile (max_num_imprecise_acc=BLOCK_N); manual every FLUSH tiles;
@@ -45,6 +44,20 @@ def _rni(x):
     """Round to nearest even, to int32: one cvt.rni.s32.f32 (F2I)."""
     return tl.inline_asm_elementwise("cvt.rni.s32.f32 $0, $1;", "=r,r", [x], dtype=tl.int32,
                                      is_pure=True, pack=1)
+
+
+@triton.jit
+def _mul_rn(a, b):
+    """mul.rn.f32: a·b rounded on its own (never fused into a following add), as the emulator's fl(s·c)."""
+    return tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r", [a, b], dtype=tl.float32, is_pure=True,
+                                     pack=1)
+
+
+@triton.jit
+def _code_value_sum(codes):
+    """Row sums of the e4m3fn values of int32 codes (bits 8-19 zero): (code << 20) read as fp32 is
+    value(code)·2^-120, subnormal codes included."""
+    return tl.sum((codes << 20).to(tl.float32, bitcast=True), 1) * TWO_POW_120
 
 
 @triton.jit
@@ -165,10 +178,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             y = _fma_sat(s, tl.full(s.shape, 1.0, tl.float32) * (c8 * 0.0078125),
                          tl.broadcast_to((row_bias * 0.0078125)[:, None], s.shape))
         else:
-            y8 = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r",
-                                           [s, tl.full(s.shape, 1.0, tl.float32) * c],
-                                           dtype=tl.float32, is_pure=True, pack=1)
-            t = y8 - m_use[:, None]
+            t = _mul_rn(s, tl.full(s.shape, 1.0, tl.float32) * c) - m_use[:, None]
             y = _fma_sat(t, tl.full(s.shape, 0.0625, tl.float32),
                          tl.broadcast_to(((mad_bias + 8.0 * e_new) * 0.0078125)[:, None], s.shape))
         if MAD_CVT == CVT_SAT_MAGIC:
@@ -179,9 +189,9 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         else:
             p8 = bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
         if ROWSUM_ROUNDED == 1:
-            # value(code) = fp32 with bits (code << 20), times 2^120 (bits 8-19 are zero). MAD_CVT 5 clamps only
-            # P's copy of the code: they differ only where a fused MAD overshoots 126, which needs |m| > 2^18
-            l_tile = tl.sum((bits << 20).to(tl.float32, bitcast=True), 1) * TWO_POW_120
+            # MAD_CVT 5 clamps only P's copy of the code: they differ only where a fused MAD overshoots 126,
+            # which needs |m| > 2^18
+            l_tile = _code_value_sum(bits)
         elif ROWSUM_ROUNDED == 0:
             l_tile = tl.sum(tl.math.exp2(s * c + (e_new - m_use)[:, None]), 1)
     elif EXP_MAD:
@@ -193,10 +203,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             x = s * c8 + row_bias[:, None]
         else:
             # t exactly as the emulator: y = fl(s·c) (mul.rn: never fused), t = y − m (exact 0 at the max)
-            y = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=r,r,r",
-                                          [s, tl.full(s.shape, 1.0, tl.float32) * c],
-                                          dtype=tl.float32, is_pure=True, pack=1)
-            t = y - m_use[:, None]
+            t = _mul_rn(s, tl.full(s.shape, 1.0, tl.float32) * c) - m_use[:, None]
             x = t * 8.0 + (mad_bias + 8.0 * e_new)[:, None]
         x = tl.minimum(tl.maximum(x, 0.0), 126.0)
         if MAD_CVT == 0:
@@ -213,9 +220,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         if ROWSUM_ROUNDED == 1 and DEBUG // 2 == 1:
             l_tile = tl.sum(p8.to(tl.float32), 1)
         elif ROWSUM_ROUNDED == 1:
-            # value(code) = fp32 with bits (code << 20), times 2^120 (exact, subnormal codes too)
-            vals = (bits << 20).to(tl.float32, bitcast=True)
-            l_tile = tl.sum(vals, 1) * TWO_POW_120
+            l_tile = _code_value_sum(bits)
         elif ROWSUM_ROUNDED == 0:
             p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
             l_tile = tl.sum(p, 1)
@@ -231,8 +236,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             l_tile = tl.sum(_round_e4m3_value(p), 1)
         elif ROWSUM_ROUNDED == 1:
             # sum of the rounded values, decoded from the code bits (no fp8->fp32 conversions)
-            codes = p8.to(tl.uint8, bitcast=True).to(tl.int32)
-            l_tile = tl.sum((codes << 20).to(tl.float32, bitcast=True), 1) * TWO_POW_120
+            l_tile = _code_value_sum(p8.to(tl.uint8, bitcast=True).to(tl.int32))
         elif ROWSUM_ROUNDED == 0:
             l_tile = tl.sum(p, 1)
     # ---- O += P8 · V8 (V read K-major from Vt)

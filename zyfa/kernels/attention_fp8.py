@@ -43,6 +43,7 @@ __all__ = [
     "k32_key_order",
     "prepare_vt",
     "resolve_config",
+    "vt_key_order_for",
     "quantize_for_kernel",
 ]
 
@@ -54,6 +55,7 @@ SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 _FP8 = torch.float8_e4m3fn
 LAST_LAUNCH: dict = {}  # "kernel": the compiled kernel of the last launch (n_regs, n_spills for ablations)
 HD128_CAUSAL_MAXNREG = 168  # register cap for hd128 causal (scripts/gpu_session2.sh times 128/168/200/none)
+P_PERM_DEFAULT = 1  # P's columns and V's keys in k32_key_order (see prepare_vt)
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,7 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
     # and matmuls interleave) beat 128-row tiles on two warpgroups for d <= 192; d = 256 needs 128 rows.
     mad_t = 0 if fused_mad_is_exact(plan) else 1
     cfg = {"BLOCK_M": 64, "num_warps": 4, "num_stages": 2, "TMA": True, "WS": False,
-           "MAD_CVT": default_mad_cvt(plan, mad_t), "MAD_T": mad_t, "PIPELINE_QK": 0, "P_PERM": 1}
+           "MAD_CVT": default_mad_cvt(plan, mad_t), "MAD_T": mad_t, "PIPELINE_QK": 0, "P_PERM": P_PERM_DEFAULT}
     if d_v >= 256 or d_qk >= 256:
         cfg.update(BLOCK_M=128, num_warps=8, num_stages=3)
         if plan.pv_mode == 4:
@@ -347,6 +349,11 @@ def k32_key_order(n: int, device=None) -> torch.Tensor:
     return 32 * s + 16 * h + 8 * a + 2 * t + b
 
 
+def vt_key_order_for(config: dict | None) -> bool:
+    """Whether a launch with these overrides expects Vt in :func:`k32_key_order` (its P_PERM)."""
+    return bool((config or {}).get("P_PERM", P_PERM_DEFAULT))
+
+
 def prepare_vt(v: torch.Tensor, permute_k32: bool = True) -> torch.Tensor:
     """V (b, h_kv, s_k, d_v) -> Vt (b, h_kv, d_v, s_k_pad) contiguous, zero-padded.
 
@@ -397,7 +404,7 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
     if mad_cvt == 4 and not (cfg["MAD_T"] == 1 and mad_codes_bounded(plan)):
         raise ValueError(f"MAD_CVT=4 leaves out the clamp at code 126, which is safe only with MAD_T=1 and a "
                          f"recipe whose codes stay below 126.5 (recipe {plan.recipe!r}: x <= "
-                         f"{mad_code_bound(plan):.3f}, MAD_T={cfg['MAD_T']}): use MAD_CVT=5")
+                         f"{mad_code_bound(plan):.3f}, MAD_T={cfg['MAD_T']}): use MAD_CVT=3 or 5")
     if cfg.get("DEBUG", 0) and mad_cvt >= 3:
         raise ValueError("DEBUG routes exist only for MAD_CVT 0-2")
     mad_bias = plan.mad_bias
@@ -504,7 +511,7 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
     plan = kernel_plan(recipe)
     _check_device(q)
     sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
-    vt = prepare_vt(v, permute_k32=bool((config or {}).get("P_PERM", 1)))
+    vt = prepare_vt(v, permute_k32=vt_key_order_for(config))
     return launch(q.contiguous(), k.contiguous(), vt, qd, kd, vd, plan=plan, seq_k=s_k, causal=causal,
                   sm_scale=sm, window=window, config=config)
 
