@@ -25,16 +25,18 @@ For example, an FP8 emulator in every layer (perplexity with a recipe swapped in
         logits = lm.model(input_ids=ids, use_cache=False).logits
 
 Exposed: ``swap_attention`` (context manager, any callable, all or selected layers), ``attention_modules``,
-``layer_type_of``, ``QKVRecorder``, ``AttentionCall``, ``StopForward``, ``SWAP_NAME``.
+``layer_type_of``, ``QKVRecorder``, ``StopForward``, ``SWAP_NAME`` (the records are
+``capture.record.LayerRecord``).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 
 import torch
+
+from capture.record import LayerRecord
 
 SWAP_NAME = "zyfa_swap"
 _ATTR = "_zyfa_attention_fn"
@@ -132,29 +134,6 @@ def swap_attention(model, fn: Callable, layers: Iterable[int] | None = None) -> 
             model.set_attn_implementation(prev_impl)
 
 
-@dataclass
-class AttentionCall:
-    """What one attention layer saw, for the selected heads.
-
-    q: (b, len(q_heads), s_q, d); k, v: (b, len(kv_heads), s_k, d) in the model's dtype.
-    kv_head_of_q[i] is the position in k/v of the KV head that q head ``q_heads[i]`` attends with.
-    """
-
-    layer: int
-    layer_type: str
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    sm_scale: float
-    causal: bool
-    window: int | None
-    q_heads: tuple[int, ...]
-    kv_heads: tuple[int, ...]
-    kv_head_of_q: tuple[int, ...]
-    num_q_heads: int
-    num_kv_heads: int
-
-
 def select_heads(num_q_heads: int, num_kv_heads: int, heads: Iterable[int] | None):
     """(q_heads, kv_heads, kv_head_of_q) for a selection of query heads (None: all)."""
     q_heads = tuple(range(num_q_heads)) if heads is None else tuple(sorted(set(int(h) for h in heads)))
@@ -183,7 +162,7 @@ class QKVRecorder:
 
     Args:
         model: the model (for layer types).
-        on_call: called with an ``AttentionCall`` per recorded layer, as soon as the layer runs (so a writer
+        on_call: called with a ``LayerRecord`` per recorded layer, as soon as the layer runs (so a writer
             can store it and memory holds one layer at a time).
         layers: layers to record (None: all).
         heads: query heads to record (None: all); the KV heads they use are recorded with them.
@@ -193,7 +172,7 @@ class QKVRecorder:
             causal/window pattern (a padded or packed batch would not be described by those attributes).
     """
 
-    def __init__(self, model, on_call: Callable[[AttentionCall], None], *, layers: Iterable[int] | None = None,
+    def __init__(self, model, on_call: Callable[[LayerRecord], None], *, layers: Iterable[int] | None = None,
                  heads: Iterable[int] | None = None, stop_after_last: bool = False,
                  on_layer: Callable[[int], None] | None = None, check_mask_up_to: int = 4096):
         self.model = model
@@ -214,7 +193,7 @@ class QKVRecorder:
             raise StopForward(idx)
         return _sdpa()(module, query, key, value, attention_mask, **kwargs)
 
-    def _record(self, module, query, key, value, attention_mask, kwargs) -> AttentionCall:
+    def _record(self, module, query, key, value, attention_mask, kwargs) -> LayerRecord:
         window = kwargs.get("sliding_window")
         window = int(window) if window else None
         causal = kwargs.get("is_causal")
@@ -236,7 +215,7 @@ class QKVRecorder:
                 t = t[:, list(idx)]
             return t.to("cpu").contiguous().clone()
 
-        return AttentionCall(
+        return LayerRecord(
             layer=int(module.layer_idx),
             layer_type=layer_type_of(self.model, module, window),
             q=take(query, q_heads), k=take(key, kv_heads), v=take(value, kv_heads),

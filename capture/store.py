@@ -22,12 +22,14 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
 import numpy as np
 import torch
+
+from capture.record import LayerRecord
 
 SCHEMA = "zyfa-capture"
 SCHEMA_VERSION = 1
@@ -206,35 +208,6 @@ def open_capture(path: str | os.PathLike) -> CaptureInfo:
     return CaptureInfo(path=path, attrs=root, layers=layers, complete=bool(root["complete"]))
 
 
-@dataclass
-class LayerRecord:
-    """One layer of a capture, as the accuracy runner reads it (see docs/CONTRACTS.md).
-
-    q: (b, h_q, s, d); k, v: (b, h_kv, s, d) with h_q a multiple of h_kv and query head i attending with
-    KV head i // (h_q // h_kv), exact dtype (float32 or bfloat16). ``q_heads``/``kv_heads`` are the model's
-    head indices of the rows.
-    """
-
-    layer: int
-    layer_type: str
-    q: torch.Tensor
-    k: torch.Tensor
-    v: torch.Tensor
-    sm_scale: float
-    causal: bool
-    window: int | None
-    q_heads: tuple[int, ...]
-    kv_heads: tuple[int, ...]
-    model: str
-    path: str
-    meta: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def name(self) -> str:
-        heads = ",".join(map(str, self.q_heads))
-        return f"{self.meta.get('model', self.model)}:L{self.layer}:h{heads}"
-
-
 def read_capture(
     path: str | os.PathLike,
     layers: Iterable[int] | None = None,
@@ -251,7 +224,8 @@ def read_capture(
             K/V are expanded to one head per query head so that the GQA convention holds.
         allow_incomplete: read the complete layers of an interrupted capture instead of raising.
 
-    Raises: CaptureFormatError (truncated, foreign, wrong version, inconsistent, incomplete), FileNotFoundError.
+    Raises: CaptureFormatError (truncated, foreign, wrong version, inconsistent, incomplete, or a NaN/Inf
+        value in a tensor read: the message names the file, layer, tensor, head and token), FileNotFoundError.
     """
     info = open_capture(path)
     path = info.path
@@ -285,17 +259,34 @@ def read_capture(
                 kv_heads = tuple(kv_heads[u] for u in used)
                 kv_of_q = [used.index(kv_of_q[r]) for r in rows]
                 q_heads = tuple(sel)
+            for name, t, rows_of in (("q", q, q_heads), ("k", k, kv_heads), ("v", v, kv_heads)):
+                _check_finite(t, path, i, name, rows_of)
             group = len(q_heads) // len(kv_heads)
             if len(q_heads) % len(kv_heads) or kv_of_q != [r // group for r in range(len(q_heads))]:
                 # not equal consecutive groups: one KV head per query head
                 k, v = k[:, kv_of_q], v[:, kv_of_q]
                 kv_heads = tuple(kv_heads[j] for j in kv_of_q)
+                kv_of_q = list(range(len(q_heads)))
             yield LayerRecord(
                 layer=i, layer_type=a["layer_type"], q=q, k=k, v=v, sm_scale=float(a["sm_scale"]),
                 causal=bool(a["causal"]), window=None if a["window"] < 0 else int(a["window"]),
-                q_heads=q_heads, kv_heads=kv_heads, model=info.attrs["model"], path=str(path),
-                meta=info.attrs,
+                q_heads=q_heads, kv_heads=kv_heads, kv_head_of_q=tuple(kv_of_q),
+                num_q_heads=int(a["num_q_heads"]), num_kv_heads=int(a["num_kv_heads"]),
+                model=info.attrs["model"], path=str(path), meta=info.attrs,
             )
+
+
+def _check_finite(t: torch.Tensor, path: Path, layer: int, name: str, heads: Sequence[int]) -> None:
+    """Raise CaptureFormatError naming file, layer, tensor and the first bad value's head and token."""
+    bad = ~torch.isfinite(t)
+    if not bool(bad.any()):
+        return
+    n_nan, n_inf = int(torch.isnan(t).sum()), int(bad.sum()) - int(torch.isnan(t).sum())
+    b, h, s, _ = (int(x) for x in bad.nonzero()[0])
+    raise CaptureFormatError(
+        f"{path}: layer {layer} tensor {name} holds {n_nan} NaN and {n_inf} Inf values (first at batch {b}, head "
+        f"{heads[h]}, token {s}); the model overflowed in this dtype or the file was altered: recapture "
+        "(e.g. with --dtype fp32)")
 
 
 def read_token_ids(path: str | os.PathLike) -> torch.Tensor:
@@ -418,7 +409,7 @@ class CaptureWriter:
         return [i for i in self.layers if i not in done]
 
     def write_layer(self, call) -> None:
-        """Store one ``capture.hook.AttentionCall``; the group is marked complete only at the end."""
+        """Store one ``LayerRecord`` (from the hook); the group is marked complete only after its data."""
         if call.layer not in self.layers:
             raise ValueError(f"layer {call.layer} was not requested for {self.path} ({self.layers})")
         self._check_space(call)

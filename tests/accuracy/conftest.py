@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from capture.hook import AttentionCall
+from capture.record import LayerRecord
 from capture.store import CaptureWriter
 
 N_Q, N_KV, SEQ, D = 6, 2, 96, 64
@@ -26,7 +26,7 @@ def write_tiny_capture(path: Path, layers=(0, 1, 2)) -> Path:
     with CaptureWriter(path, meta, torch.arange(SEQ)[None]) as w:
         for layer in layers:
             q, k, v = (torch.randn(1, n, SEQ, D, generator=gen).to(torch.bfloat16) for n in (N_Q, N_KV, N_KV))
-            w.write_layer(AttentionCall(
+            w.write_layer(LayerRecord(
                 layer=layer, layer_type="sliding" if layer == 1 else "full", q=q, k=k, v=v, sm_scale=D**-0.5,
                 causal=True, window=32 if layer == 1 else None, q_heads=tuple(range(N_Q)),
                 kv_heads=tuple(range(N_KV)), kv_head_of_q=tuple(h // (N_Q // N_KV) for h in range(N_Q)),

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from capture.hook import AttentionCall, select_heads
+from capture.hook import select_heads
+from capture.record import LayerRecord
 from capture.store import (
     CaptureFormatError,
     CaptureMismatchError,
@@ -41,7 +42,7 @@ def _call(layer, q_heads=(0, 1, 4), dtype=torch.float32, seed=0):
     q[0, 0, 0, :4] = torch.tensor([3.0e38, 1.0e-40, -0.0, 448.0])
     k = torch.randn(1, len(kvh), S, D, generator=g)
     v = torch.randn(1, len(kvh), S, D, generator=g)
-    return AttentionCall(layer=layer, layer_type="sliding_attention" if layer == 1 else "full_attention",
+    return LayerRecord(layer=layer, layer_type="sliding_attention" if layer == 1 else "full_attention",
                          q=q.to(dtype), k=k.to(dtype), v=v.to(dtype), sm_scale=D**-0.5, causal=True,
                          window=8 if layer == 1 else None, q_heads=qh, kv_heads=kvh, kv_head_of_q=kv_of_q,
                          num_q_heads=N_Q, num_kv_heads=N_KV)
