@@ -10,7 +10,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
+import subprocess
 import sys
+from pathlib import Path
+
+DESCRIPTION = "zyfa: speed and numerical error of FP8 FlashAttention, one subcommand per capability."
 
 # name -> (module, one-line help). The module provides add_arguments(parser) and main(args) -> int.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -18,9 +23,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "recipes": ("zyfa.recipes_cli", "list the named recipes and their numerics"),
     "capture": ("capture.cli", "capture Q/K/V from a real model into HDF5"),
     "bench": ("zyfa.bench", "benchmark the Triton FP8 kernels against cuDNN and SDPA (GPU)"),
-    "report": ("accuracy.report", "render result files into Markdown, PNG and HTML reports"),
-    "study": ("accuracy.study", "the one-command study: captures + Gaussian inputs -> accuracy -> report"),
-    "impact": ("accuracy.impact", "perplexity and next-token KL with each recipe swapped into a model"),
+    "report": ("accuracy.study.report_cli", "render result files into Markdown, PNG and HTML reports"),
+    "study": ("accuracy.study.cli", "the one-command study: captures + Gaussian inputs -> accuracy -> report"),
+    "impact": ("accuracy.impact.cli", "perplexity and next-token KL with each recipe swapped into a model"),
 }
 
 
@@ -33,8 +38,35 @@ def _available() -> dict[str, tuple[str, str]]:
     return found
 
 
+def git_commit() -> str | None:
+    """The checkout's commit (12 hex digits, '-dirty' with local changes) when zyfa runs from a git checkout of
+    this project; None for an installed copy or without git."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, cwd=root,
+                             timeout=10)
+        if top.returncode or Path(top.stdout.strip()).resolve() != root:
+            return None  # not a checkout, or zyfa installed inside someone else's repository
+        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                              cwd=root, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=root, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (head + ("-dirty" if dirty else "")) if head else None
+
+
+def version_string() -> str:
+    """'zyfa 0.1.0 (git 0123456789ab)', the commit only where there is one."""
+    from zyfa import __version__
+
+    commit = git_commit()
+    return f"zyfa {__version__}" + (f" (git {commit})" if commit else "")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zyfa", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="zyfa", description=DESCRIPTION)
+    parser.add_argument("--version", action="store_true", help="print the version (and git commit) and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_) in _available().items():
         p = sub.add_parser(name, help=help_, description=help_)
@@ -43,6 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one subcommand. A closed stdout (``zyfa recipes | head``) ends it quietly with status 141."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader went away: send what is still buffered nowhere, so the interpreter's exit flush cannot
+        # raise again, and exit as a process killed by SIGPIPE would (128 + 13).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     available = _available()
     if argv and argv[0] in available:
@@ -54,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(module.main(args) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.version:
+        print(version_string())
+        return 0
     if args.command is None:
         parser.print_help()
         return 2
