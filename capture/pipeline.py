@@ -92,6 +92,9 @@ def run_capture(
         raise UnknownTextError(f"unknown text {text!r}; known texts: {', '.join(sorted(TEXTS))}")
     if loaded is None and model in MODELS:
         check_context(n_tokens, MODELS[model].max_context, model)
+    from capture.store import check_writable
+
+    check_writable(out)  # a read-only or missing output folder fails now, not after the model has loaded
 
     import torch
     import transformers

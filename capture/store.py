@@ -5,13 +5,16 @@ hold the provenance, ``/token_ids`` the input, and one group per layer, ``/layer
 ``v`` as exact values (float32, float16, or bfloat16 kept as its uint16 bits; the ``dtype`` attribute of each
 dataset says which), chunked and gzip-compressed, with the attention's attributes.
 
-Crash safety: a layer group gets ``complete = True`` only after its three datasets are written, and the file
-is flushed after that; the root gets ``complete = True`` only after every requested layer is complete. A
-rerun of the same capture skips complete layers and rewrites incomplete ones. A write error (full disk)
-becomes a ``CaptureWriteError`` naming the file; layers already complete stay readable.
+Crash safety: the file is built under a temporary name (root attributes and token ids, no layer) and renamed
+into place, so the final name never holds a half-made root. A layer group gets ``complete = True`` only after
+its three datasets are written and flushed, and the file is flushed again after that; the root gets
+``complete = True`` only after every requested layer is complete. A rerun of the same capture skips complete
+layers and rewrites incomplete ones. A write error (full disk) becomes a ``CaptureWriteError`` naming the file;
+layers already complete stay readable. ``read_capture`` refuses NaN/Inf values, naming file, layer and tensor.
 
 Exposed: ``CaptureWriter``, ``read_capture``, ``open_capture``, ``CaptureInfo``, ``LayerRecord``,
-``SCHEMA``, ``SCHEMA_VERSION``, ``CaptureFormatError``, ``CaptureMismatchError``, ``CaptureWriteError``.
+``check_writable``, ``SCHEMA``, ``SCHEMA_VERSION``, ``CaptureFormatError``, ``CaptureMismatchError``,
+``CaptureWriteError``, ``KILL_AT_ENV`` (the crash tests' fault injection).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,6 +305,47 @@ def _chunks(shape: Sequence[int], itemsize: int) -> tuple[int, ...]:
     return (1, 1, rows, d)
 
 
+# Fault injection for the crash tests: when this variable names a write boundary (see the _boundary calls:
+# "create:opened", "create:written", "create:renamed", "layer:N:group", "layer:N:q:half", ..., "layer:N:data",
+# "layer:N:flag", "finish:layers", "finish:flag"), the writing process kills itself there with SIGKILL.
+KILL_AT_ENV = "ZYFA_CAPTURE_KILL_AT"
+
+
+def _boundary(name: str) -> None:
+    if os.environ.get(KILL_AT_ENV) == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def check_writable(path: str | os.PathLike) -> Path:
+    """Refuse an output path that cannot be written, before any work: one line naming the problem.
+
+    Creates missing parent folders, then really tries: a probe file in the folder (created and removed), and
+    an existing file opened for update (not changed). Raises CaptureWriteError.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise CaptureWriteError(f"cannot write the capture to {path}: it is a folder; give a file name")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise CaptureWriteError(
+            f"cannot write the capture to {path}: the folder {parent} is not writable ({e.strerror or e})") from None
+    if path.exists():
+        try:
+            with open(path, "r+b"):
+                pass
+        except OSError as e:
+            raise CaptureWriteError(
+                f"cannot write the capture to {path}: the file is not writable ({e.strerror or e})") from None
+    return path
+
+
 class CaptureWriter:
     """Write (or resume) one capture file, layer by layer.
 
@@ -309,7 +354,7 @@ class CaptureWriter:
         meta: root attributes (provenance); must include the IDENTITY keys and REQUIRED_ROOT ones except
             schema, schema_version, complete, created and git_commit, which the writer sets.
         token_ids: (batch, seq) integer array.
-        overwrite: replace an existing file instead of resuming it.
+        overwrite: replace an existing file (resumable or not) instead of resuming it.
         fail_after_layers: test hook: raise RuntimeError after writing this many layers (simulated crash).
 
     Use as a context manager, or call ``close()``; ``finish()`` marks the file complete.
@@ -331,10 +376,14 @@ class CaptureWriter:
         meta["q_heads"] = np.asarray(sorted(int(i) for i in meta["q_heads"]), dtype=np.int64)
         self.layers = [int(i) for i in meta["layers"]]
         self.resumed = False
-        if self.path.exists() and overwrite:
-            self.path.unlink()
-        if self.path.exists():
-            info = open_capture(self.path)
+        check_writable(self.path)
+        if self.path.exists() and not overwrite:
+            try:
+                info = open_capture(self.path)
+            except CaptureFormatError as e:
+                raise CaptureMismatchError(
+                    f"{e}. It is not a capture this command can resume: pass --overwrite to replace it, or "
+                    "choose another output file") from None
             diff = [k for k in IDENTITY if _norm(info.attrs.get(k)) != _norm(meta.get(k))]
             with _open_h5(self.path, "r") as f:
                 if not diff and not np.array_equal(f["token_ids"][()], ids):
@@ -347,9 +396,7 @@ class CaptureWriter:
             self._f = self._guard(lambda: h5py.File(self.path, "a"))
             self._guard(self._drop_incomplete)
         else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = self._guard(lambda: h5py.File(self.path, "w"))
-            self._guard(lambda: self._create(meta, ids))
+            self._create_file(meta, ids)
 
     # -- internals ----------------------------------------------------------------------------------------
 
@@ -368,6 +415,22 @@ class CaptureWriter:
             with contextlib.suppress(Exception):
                 f.close()
             self._f = None
+
+    def _create_file(self, meta: dict, ids: np.ndarray) -> None:
+        """Build the root (provenance, token ids, no layer) under a temporary name, then rename it into place.
+
+        So the final name only ever holds a valid capture: a kill before the rename leaves the old file (or
+        none) and a hidden ``.NAME.creating`` that the next run replaces.
+        """
+        tmp = self.path.with_name(f".{self.path.name}.creating")
+        self._f = self._guard(lambda: h5py.File(tmp, "w"))
+        _boundary("create:opened")
+        self._guard(lambda: self._create(meta, ids))
+        self.close()
+        _boundary("create:written")
+        self._guard(lambda: os.replace(tmp, self.path))
+        _boundary("create:renamed")
+        self._f = self._guard(lambda: h5py.File(self.path, "a"))
 
     def _create(self, meta: dict, ids: np.ndarray) -> None:
         f = self._f
@@ -458,15 +521,24 @@ class CaptureWriter:
         g.attrs["kv_head_of_q"] = np.asarray(call.kv_head_of_q, dtype=np.int64)
         g.attrs["num_q_heads"] = int(call.num_q_heads)
         g.attrs["num_kv_heads"] = int(call.num_kv_heads)
+        _boundary(f"layer:{call.layer}:group")
         for name in ("q", "k", "v"):
             arr, dtype = _to_numpy(getattr(call, name))
-            ds = g.create_dataset(name, data=arr, chunks=_chunks(arr.shape, arr.itemsize),
+            ds = g.create_dataset(name, shape=arr.shape, dtype=arr.dtype, chunks=_chunks(arr.shape, arr.itemsize),
                                   compression=self.compression, shuffle=True)
             ds.attrs["dtype"] = dtype
             ds.attrs["amax"] = float(np.abs(_to_torch(arr, dtype).float().numpy()).max()) if arr.size else 0.0
+            half = arr.shape[2] // 2  # written in two halves along the sequence: a named point mid-dataset
+            if half:
+                ds[:, :, :half] = arr[:, :, :half]
+                self._f.flush()
+            _boundary(f"layer:{call.layer}:{name}:half")
+            ds[:, :, half:] = arr[:, :, half:]
         self._f.flush()  # data first ...
+        _boundary(f"layer:{call.layer}:data")
         g.attrs["complete"] = True  # ... then the flag, so no half-written layer ever looks complete
         self._f.flush()
+        _boundary(f"layer:{call.layer}:flag")
 
     def finish(self) -> None:
         """Mark the file complete if every requested layer is; close it."""
@@ -475,7 +547,9 @@ class CaptureWriter:
         pending = self.pending_layers
         if pending:
             raise RuntimeError(f"{self.path}: layers {pending} were not written")
+        _boundary("finish:layers")
         self._guard(lambda: (self._f.attrs.__setitem__("complete", True), self._f.flush()))
+        _boundary("finish:flag")
         self.close()
 
     def close(self) -> None:

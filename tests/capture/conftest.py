@@ -33,3 +33,18 @@ def capture_file(smollm2, tmp_path_factory):
     path = tmp_path_factory.mktemp("capture") / "smollm2.h5"
     run_capture("smollm2", "lee", N_TOKENS, path, layers=LAYERS, heads=HEADS, loaded=smollm2, progress=False)
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3_dir(tmp_path_factory):
+    """A tiny random Gemma-3 (sliding-window layer 0, full layer 1) as a Hugging Face directory."""
+    from tests.capture.tiny_model import build_tiny_gemma3
+
+    return build_tiny_gemma3(tmp_path_factory.mktemp("tiny") / "tiny-gemma3")
+
+
+@pytest.fixture(scope="session")
+def tiny_gemma3(tiny_gemma3_dir):
+    from capture.models import load_model
+
+    return load_model(str(tiny_gemma3_dir))
