@@ -1,0 +1,627 @@
+"""Real attention implementations beside the recipes' emulations: a registry, built-in adapters, user plug-ins.
+
+An :class:`Implementation` is a named callable that runs one attention forward over an
+:class:`~accuracy.inputs.AttentionInput` and returns the output (and the natural-log LSE where it has one).
+It carries the recipe whose numerics it claims (so it can be paired with that recipe's emulation), what it
+needs (a device, a package: :meth:`Implementation.available` says whether they are here, and why not), and how
+it quantizes: ``"recipe"`` (it takes the FP8 values the recipe's quantizer, :func:`zyfa.emulator.quantize_inputs`,
+produces: the emulation sees bit-identical inputs), ``"self"`` (it quantizes for itself: scored against FP64
+on the original inputs) or ``"none"`` (a BF16 kernel).
+
+Built-ins (:func:`builtin_names`):
+
+- ``triton:<recipe>``: our Triton FP8 kernel (:mod:`zyfa.kernels.attention_fp8`), one per recipe it honours.
+- ``cudnn-fp8``: cuDNN's FP8 SDPA through nvidia-cudnn-frontend's graph API (``sdpa_fp8``). On Hopper it
+  writes FP8 output, so ``scale_o`` must be chosen: ``cudnn-fp8`` takes 448 / amax(O) from a first pass,
+  ``cudnn-fp8:oracle-scale`` from the FP64 oracle's output amax. The choice is in the row (``scale_o_choice``).
+- ``sdpa-bf16:cudnn``, ``sdpa-bf16:flash``: PyTorch SDPA in BF16 on one backend, paired with ``bf16``.
+- ``flash-attn-triton-amd``: AMD's Triton FP8 forward from the ``flash-attn`` package
+  (``flash_attn.flash_attn_triton_amd.fwd_prefill``), installed as a package; the adapter sets its launch
+  config (the AMD-only ``waves_per_eu`` hint left out) and its Triton-AMD switch. docs/real_kernels.md says
+  which numerics the released package has and why it is paired with ``triton-amd:p_scale=tile_amax``.
+
+Plug-ins (:func:`load_plugin`): ``"module:function"`` or ``"path/to/file.py:function"`` with the contract in
+docs/CONTRACTS.md, ``fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse)``. Every failure (bad path,
+wrong signature, wrong output shape, NaN, an exception) raises :class:`ImplementationError`, whose message
+names the kernel, so the runner can mark that row failed and go on.
+
+Exposed:
+    Implementation, ImplResult, ImplementationError
+    builtin_names() -> list[str];  get_implementation(name) -> Implementation
+    parse_implementations(spec) -> list[Implementation]   ("all", "available", or comma-separated names)
+    load_plugin(spec, *, recipe=None) -> Implementation
+    call_implementation(impl, x, context=None) -> ImplResult   (runs, validates; ImplementationError on failure)
+    unsupported_reason(impl, x) -> str | None
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accuracy.inputs import AttentionInput
+
+__all__ = [
+    "FLASH_ATTN_AMD_RECIPE",
+    "ImplResult",
+    "Implementation",
+    "ImplementationError",
+    "builtin_names",
+    "call_implementation",
+    "get_implementation",
+    "load_plugin",
+    "parse_implementations",
+    "resolve_recipe",
+    "unsupported_reason",
+]
+
+QUANTIZES = ("recipe", "self", "none")
+# What flash-attn 2.8.3's Triton-AMD FP8 forward does (docs/real_kernels.md): triton-amd's numerics with P
+# scaled by 448/amax over each BLOCK_M x BLOCK_N tile (the released code; later sources cast P unscaled).
+FLASH_ATTN_AMD_RECIPE = "triton-amd:p_scale=tile_amax"
+FLASH_ATTN_AMD_VERSIONS = ("2.8.3",)  # released versions whose forward was read (prefix match)
+FLASH_ATTN_AMD_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "PRE_LOAD_V": False, "num_stages": 1, "num_warps": 4}
+
+
+class ImplementationError(RuntimeError):
+    """An implementation (built-in or plug-in) could not be loaded, failed, or returned a bad output."""
+
+
+@dataclass
+class ImplResult:
+    """What one implementation returned: out (b, h, s_q, d_v), lse (b, h, s_q) natural log or None, and
+    details for the row (e.g. ``scale_o_choice``)."""
+
+    out: torch.Tensor
+    lse: torch.Tensor | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Implementation:
+    """One real attention forward.
+
+    Attributes:
+        name: registry name (``triton:zyfa``, ``cudnn-fp8``, ``plugin:module:function``, ...).
+        fn: ``fn(x: AttentionInput, context: dict) -> ImplResult``; ``x`` is already on the run's device;
+            ``context`` may hold ``oracle_out_amax`` (the FP64 oracle's max |out| on the original inputs).
+        recipe: the recipe (name or ``name:field=value`` spec) whose numerics it claims, or None.
+        quantizes: ``"recipe"``, ``"self"`` or ``"none"`` (see the module docstring).
+        device: what it runs on, in words (``"CUDA, Hopper (sm_90)"``, ``"any"``).
+        package: the distribution it needs (``"nvidia-cudnn-frontend"``), or None.
+        check: ``() -> (ok, reason)``: whether the device and package are here.
+        limits: ``(x: AttentionInput) -> reason | None``: inputs it cannot take (a mask, a head dim); such
+            rows are recorded as unsupported, not failed.
+        description: one line for listings and reports.
+        plugin: True for a user's kernel loaded by :func:`load_plugin`.
+    """
+
+    name: str
+    fn: Callable[[AttentionInput, dict], ImplResult]
+    recipe: str | None = None
+    quantizes: str = "self"
+    device: str = "any"
+    package: str | None = None
+    check: Callable[[], tuple[bool, str]] | None = None
+    limits: Callable[[AttentionInput], str | None] | None = None
+    description: str = ""
+    plugin: bool = False
+
+    def __post_init__(self) -> None:
+        if self.quantizes not in QUANTIZES:
+            raise ValueError(f"implementation {self.name!r}: quantizes must be one of {QUANTIZES}")
+
+    def available(self) -> tuple[bool, str]:
+        """(True, "") when its device and package are here, else (False, the reason in one line)."""
+        if self.check is None:
+            return True, ""
+        try:
+            return self.check()
+        except Exception as e:  # noqa: BLE001 - a broken probe is a reason, not a crash
+            return False, f"availability check failed: {type(e).__name__}: {e}"
+
+    def paired_recipe(self):
+        """The :class:`~zyfa.recipes.Recipe` it claims (overrides applied), or None."""
+        return None if self.recipe is None else resolve_recipe(self.recipe)
+
+
+def resolve_recipe(spec):
+    """A recipe name or ``name:field=value,...`` spec -> Recipe (the kernel wrapper's spec syntax)."""
+    from zyfa.kernels.attention_fp8 import recipe_from_spec
+
+    return recipe_from_spec(spec)
+
+
+# ---------------------------------------------------------------------------------------------- availability
+
+def _cuda(min_major: int = 0, exact_major: int | None = None) -> tuple[bool, str]:
+    if not torch.cuda.is_available():
+        return False, "no CUDA device"
+    major, minor = torch.cuda.get_device_capability()
+    name = torch.cuda.get_device_name()
+    if exact_major is not None and major != exact_major:
+        return False, f"needs compute capability {exact_major}.x, {name} is {major}.{minor}"
+    if major < min_major:
+        return False, f"needs compute capability >= {min_major}.0, {name} is {major}.{minor}"
+    return True, ""
+
+
+def _package(module: str, dist: str) -> tuple[bool, str]:
+    if importlib.util.find_spec(module) is None:
+        return False, f"package {dist} is not installed (import {module} not found)"
+    return True, ""
+
+
+def _all(*checks: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
+    def check() -> tuple[bool, str]:
+        for c in checks:
+            ok, why = c()
+            if not ok:
+                return ok, why
+        return True, ""
+
+    return check
+
+
+def _dist_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------- input limits
+
+def _sm(x: AttentionInput) -> float:
+    return float(x.sm_scale) if x.sm_scale is not None else 1.0 / math.sqrt(x.q.shape[-1])
+
+
+def _effective_window(x: AttentionInput) -> int | None:
+    """The window, or None where it cannot bind (causal, s_q == s_k, window >= s_k: it equals the causal mask)."""
+    if x.window is None:
+        return None
+    if x.causal and x.q.shape[2] == x.k.shape[2] and x.window >= x.k.shape[2]:
+        return None
+    return x.window
+
+
+def _no_window_limits(*, same_dims: bool = False, equal_seq_causal: bool = True, dims=None):
+    def limits(x: AttentionInput) -> str | None:
+        if _effective_window(x) is not None:
+            return f"sliding window ({x.window} keys) not supported"
+        if (x.causal or x.window is not None) and equal_seq_causal and x.q.shape[2] != x.k.shape[2]:
+            return "causal with s_q != s_k not supported (top-left vs bottom-right alignment)"
+        d_qk, d_v = x.q.shape[-1], x.v.shape[-1]
+        if same_dims and d_qk != d_v:
+            return f"d_qk {d_qk} != d_v {d_v} not supported"
+        if dims is not None and (d_qk, d_v) not in dims:
+            return f"head dims {d_qk}/{d_v} not supported (takes {', '.join(f'{a}/{b}' for a, b in dims)})"
+        return None
+
+    return limits
+
+
+def unsupported_reason(impl: Implementation, x: AttentionInput) -> str | None:
+    """Why ``impl`` cannot take input ``x`` (a mask, a shape), or None."""
+    return impl.limits(x) if impl.limits is not None else None
+
+
+def _expand_kv(t: torch.Tensor, h: int) -> torch.Tensor:
+    g = h // t.shape[1]
+    return t if g == 1 else t.repeat_interleave(g, dim=1)
+
+
+# ---------------------------------------------------------------------------------------------- triton:<recipe>
+
+def _triton_recipes() -> list[str]:
+    from zyfa.kernels.attention_fp8 import kernel_plan
+    from zyfa.recipes import RECIPES
+
+    names = []
+    for name, r in RECIPES.items():
+        try:
+            kernel_plan(r)
+        except ValueError:
+            continue
+        names.append(name)
+    return names
+
+
+def _triton_impl(recipe: str) -> Implementation:
+    from zyfa.kernels.attention_fp8 import SUPPORTED_HEAD_DIMS
+
+    def fn(x: AttentionInput, context: dict) -> ImplResult:
+        from zyfa.kernels.attention_fp8 import attention_fp8_quantized
+
+        out, lse = attention_fp8_quantized(x.q, x.k, x.v, recipe=recipe, causal=bool(x.causal),
+                                           sm_scale=x.sm_scale, window=x.window)
+        return ImplResult(out, lse)
+
+    def limits(x: AttentionInput) -> str | None:
+        dims = (x.q.shape[-1], x.v.shape[-1])
+        if dims not in SUPPORTED_HEAD_DIMS:
+            return f"head dims {dims[0]}/{dims[1]} not supported by the Triton kernel"
+        return None
+
+    return Implementation(
+        name=f"triton:{recipe}", fn=fn, recipe=recipe, quantizes="recipe", device="CUDA, Hopper (sm_90)",
+        package="triton", check=_all(lambda: _cuda(exact_major=9), lambda: _package("triton", "triton")),
+        limits=limits, description=f"our Triton FP8 kernel under recipe {recipe}")
+
+
+# ---------------------------------------------------------------------------------------------- cuDNN FP8
+
+def _cudnn_fp8_run(x: AttentionInput, context: dict, scale_o_choice: str) -> ImplResult:
+    import cudnn
+
+    from zyfa.emulator import quantize_inputs
+
+    qi = quantize_inputs(x.q, x.k, x.v, "cudnn-fp8")
+    h = x.q.shape[1]
+    q8 = qi.q_values.to(torch.float8_e4m3fn).contiguous()
+    # GQA: K/V heads repeated (same FP8 values, per-tensor descales), so no reliance on the graph's GQA support
+    k8 = _expand_kv(qi.k_values, h).to(torch.float8_e4m3fn).contiguous()
+    v8 = _expand_kv(qi.v_values, h).to(torch.float8_e4m3fn).contiguous()
+    b, _, s_q, _ = q8.shape
+    d_v = v8.shape[3]
+    dt = cudnn.data_type
+    g = cudnn.pygraph(io_data_type=dt.FP8_E4M3, intermediate_data_type=dt.FLOAT, compute_data_type=dt.FLOAT)
+
+    def tensor(name, t):
+        return g.tensor(name=name, dim=list(t.shape), stride=list(t.stride()), data_type=dt.FP8_E4M3)
+
+    def scalar(name):
+        return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=dt.FLOAT)
+
+    Q, K, V = tensor("Q", q8), tensor("K", k8), tensor("V", v8)
+    names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+    S = {n: scalar(n) for n in names}
+    O, stats, amax_s, amax_o = g.sdpa_fp8(
+        Q, K, V, S["descale_q"], S["descale_k"], S["descale_v"], S["descale_s"], S["scale_s"], S["scale_o"],
+        generate_stats=True, attn_scale=_sm(x), use_causal_mask=bool(x.causal), name="sdpa_fp8")
+    O.set_output(True).set_dim([b, h, s_q, d_v]).set_stride([h * s_q * d_v, s_q * d_v, d_v, 1]).set_data_type(
+        dt.FP8_E4M3)
+    stats.set_output(True).set_data_type(dt.FLOAT)
+    for a in (amax_o, amax_s):
+        a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    dev = q8.device
+    ws = torch.empty(g.get_workspace_size(), device=dev, dtype=torch.uint8)
+    one = torch.ones((1, 1, 1, 1), dtype=torch.float32, device=dev)
+    scale_o = one.clone()
+    o = torch.empty((b, h, s_q, d_v), dtype=torch.float8_e4m3fn, device=dev)
+    lse = torch.empty((b, h, s_q, 1), dtype=torch.float32, device=dev)
+
+    def d(t):
+        return t.float().reshape(1, 1, 1, 1).contiguous()
+
+    pack = {Q: q8, K: k8, V: v8, S["descale_q"]: d(qi.q_descale), S["descale_k"]: d(qi.k_descale),
+            S["descale_v"]: d(qi.v_descale), S["descale_s"]: one / 448.0, S["scale_s"]: one * 448.0,
+            S["scale_o"]: scale_o, O: o, stats: lse, amax_o: torch.empty_like(one), amax_s: torch.empty_like(one)}
+    if scale_o_choice == "oracle":
+        amax = context.get("oracle_out_amax")
+        if amax is None:
+            raise ImplementationError("cudnn-fp8:oracle-scale needs the oracle's output amax (runner context)")
+        choice = "oracle amax: 448 / max|O_fp64|"
+    else:
+        g.execute(pack, ws)  # first pass at scale_o = 1: its amax(O) (taken before the FP8 cast) sets the scale
+        torch.cuda.synchronize(dev)
+        amax = float(pack[amax_o].reshape(-1)[0])
+        choice = "first-pass amax: 448 / amax(O) of a run at scale_o=1"
+    amax = float(amax)
+    if not (math.isfinite(amax) and amax > 0):
+        amax = 448.0  # all-zero output: keep scale_o = 1
+    scale_o.fill_(448.0 / amax)
+    g.execute(pack, ws)
+    torch.cuda.synchronize(dev)
+    out = o.float() / scale_o
+    return ImplResult(out, lse.reshape(b, h, s_q), {"scale_o_choice": choice, "scale_o": 448.0 / amax,
+                                                   "cudnn_frontend": _dist_version("nvidia-cudnn-frontend"),
+                                                   "cudnn_backend": torch.backends.cudnn.version()})
+
+
+def _cudnn_impl(name: str, scale_o_choice: str) -> Implementation:
+    return Implementation(
+        name=name, fn=lambda x, c: _cudnn_fp8_run(x, c, scale_o_choice), recipe="cudnn-fp8", quantizes="recipe",
+        device="CUDA, Hopper (sm_90)", package="nvidia-cudnn-frontend",
+        check=_all(lambda: _cuda(exact_major=9), lambda: _package("cudnn", "nvidia-cudnn-frontend")),
+        limits=_no_window_limits(same_dims=False),
+        description=f"cuDNN FP8 SDPA (graph sdpa_fp8), FP8 output, scale_o from the {scale_o_choice} amax")
+
+
+# ---------------------------------------------------------------------------------------------- SDPA BF16
+
+def _sdpa_impl(backend: str) -> Implementation:
+    def fn(x: AttentionInput, context: dict) -> ImplResult:
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
+        h = x.q.shape[1]
+        q = x.q.to(torch.bfloat16)
+        k = _expand_kv(x.k.to(torch.bfloat16), h)
+        v = _expand_kv(x.v.to(torch.bfloat16), h)
+        with sdpa_kernel([be]):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=bool(x.causal), scale=_sm(x))
+        return ImplResult(out, None, {"sdpa_backend": backend})
+
+    return Implementation(
+        name=f"sdpa-bf16:{backend}", fn=fn, recipe="bf16", quantizes="none", device="CUDA (sm_80+)",
+        package=None, check=lambda: _cuda(min_major=8), limits=_no_window_limits(),
+        description=f"PyTorch scaled_dot_product_attention in BF16, {backend} backend")
+
+
+# ---------------------------------------------------------------------------------------------- flash-attn Triton AMD
+
+def _flash_attn_amd_check() -> tuple[bool, str]:
+    ok, why = _cuda(min_major=9)
+    if not ok:
+        return ok, why
+    for mod, dist in (("triton", "triton"), ("flash_attn", "flash-attn"), ("einops", "einops")):
+        ok, why = _package(mod, dist)
+        if not ok:
+            return ok, why
+    version = _dist_version("flash-attn") or "?"
+    if not version.startswith(FLASH_ATTN_AMD_VERSIONS):
+        return False, (f"flash-attn {version}: the FP8 forward's numerics were read for "
+                       f"{', '.join(FLASH_ATTN_AMD_VERSIONS)} only (docs/real_kernels.md)")
+    return True, ""
+
+
+def _flash_attn_amd_module():
+    """Import its forward module through the Triton-AMD switch and give it our launch config."""
+    if "flash_attn" not in sys.modules:
+        # the package __init__ imports the CUDA extension unless this switch routes it to the Triton backend
+        os.environ.setdefault("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
+    fwd = importlib.import_module("flash_attn.flash_attn_triton_amd.fwd_prefill")
+    import triton
+
+    cfg = dict(FLASH_ATTN_AMD_CONFIG)
+    stages, warps = cfg.pop("num_stages"), cfg.pop("num_warps")
+    # its default config carries the AMD-only launch hint waves_per_eu, which Triton's CUDA launcher rejects
+    fwd.attn_fwd.configs = [triton.Config(cfg, num_stages=stages, num_warps=warps)]
+    return fwd
+
+
+def _flash_attn_amd_run(x: AttentionInput, context: dict) -> ImplResult:
+    from zyfa.emulator import quantize_inputs
+
+    fwd = _flash_attn_amd_module()
+    r = resolve_recipe(FLASH_ATTN_AMD_RECIPE)
+    qi = quantize_inputs(x.q, x.k, x.v, r)
+    b, h, s_q, _ = x.q.shape
+    h_kv, s_k = x.k.shape[1], x.k.shape[2]
+    q8 = qi.q_values.to(torch.float8_e4m3fn).contiguous()
+    k8 = qi.k_values.to(torch.float8_e4m3fn).contiguous()
+    v8 = qi.v_values.to(torch.float8_e4m3fn).contiguous()
+
+    def bh(dsc, heads):
+        dsc = dsc.float().reshape(dsc.shape[0], dsc.shape[1])
+        if dsc.shape[1] != heads:  # this release indexes Q's descale by query head: expand the GQA groups
+            dsc = dsc.repeat_interleave(heads // dsc.shape[1], dim=1)
+        return dsc.expand(b, heads).contiguous()
+
+    o = torch.zeros((b, h, s_q, x.v.shape[3]), dtype=torch.float32, device=x.q.device)
+    lse, _ = fwd.attention_prefill_forward_triton_impl(
+        q8, k8, v8, o, _sm(x), None, bool(x.causal), None, "bhsd", None, None, s_q, s_k, None, None, 0.0, None,
+        None, False, True, bh(qi.q_descale, h), bh(qi.k_descale, h_kv), bh(qi.v_descale, h_kv), None)
+    return ImplResult(o, lse, {"flash_attn": _dist_version("flash-attn"), "config": dict(FLASH_ATTN_AMD_CONFIG)})
+
+
+def _flash_attn_amd_impl() -> Implementation:
+    return Implementation(
+        name="flash-attn-triton-amd", fn=_flash_attn_amd_run, recipe=FLASH_ATTN_AMD_RECIPE, quantizes="recipe",
+        device="CUDA, sm_90 (portable Triton)", package="flash-attn", check=_flash_attn_amd_check,
+        limits=_no_window_limits(same_dims=True, equal_seq_causal=False),
+        description="AMD's Triton FP8 forward from flash-attn (flash_attn_triton_amd), run on Hopper")
+
+
+# ---------------------------------------------------------------------------------------------- registry
+
+def _builtins() -> dict[str, Callable[[], Implementation]]:
+    reg: dict[str, Callable[[], Implementation]] = {}
+    for recipe in _triton_recipes():
+        reg[f"triton:{recipe}"] = (lambda r=recipe: _triton_impl(r))
+    reg["cudnn-fp8"] = lambda: _cudnn_impl("cudnn-fp8", "first-pass")
+    reg["cudnn-fp8:oracle-scale"] = lambda: _cudnn_impl("cudnn-fp8:oracle-scale", "oracle")
+    reg["sdpa-bf16:cudnn"] = lambda: _sdpa_impl("cudnn")
+    reg["sdpa-bf16:flash"] = lambda: _sdpa_impl("flash")
+    reg["flash-attn-triton-amd"] = _flash_attn_amd_impl
+    return reg
+
+
+def builtin_names() -> list[str]:
+    """Every built-in implementation's name, in a fixed order."""
+    return list(_builtins())
+
+
+def get_implementation(name: str) -> Implementation:
+    """A built-in by name; ValueError listing the names for an unknown one."""
+    reg = _builtins()
+    if name not in reg:
+        raise ValueError(f"unknown implementation {name!r}; built-ins: {', '.join(reg)} "
+                         "(a kernel of your own: --kernel module:function)")
+    return reg[name]()
+
+
+def parse_implementations(spec: str | None) -> list[Implementation]:
+    """``"all"`` (every built-in), ``"available"`` (those whose device and package are here), ``"none"``/empty,
+    or comma-separated names; ValueError names an unknown one."""
+    if spec is None or not spec.strip() or spec.strip() == "none":
+        return []
+    items = [s.strip() for s in spec.split(",") if s.strip()]
+    if items == ["all"]:
+        return [get_implementation(n) for n in builtin_names()]
+    if items == ["available"]:
+        return [impl for impl in (get_implementation(n) for n in builtin_names()) if impl.available()[0]]
+    out: list[Implementation] = []
+    for name in dict.fromkeys(items):
+        out.append(get_implementation(name))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- plug-ins
+
+_CONTRACT = "fn(q, k, v, *, causal: bool, sm_scale: float, window: int | None) -> out | (out, lse)"
+
+
+def _load_callable(spec: str) -> tuple[Callable, str]:
+    """``module:function`` or ``path/to/file.py:function`` -> (callable, where it came from)."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise ImplementationError(f"kernel {spec!r}: expected module:function or path/to/file.py:function")
+    mod_part, _, fn_name = spec.rpartition(":")
+    if not mod_part or not fn_name.isidentifier():
+        raise ImplementationError(f"kernel {spec!r}: expected module:function or path/to/file.py:function")
+    if mod_part.endswith(".py") or os.sep in mod_part or "/" in mod_part:
+        path = Path(mod_part)
+        if not path.is_file():
+            raise ImplementationError(f"kernel {spec!r}: no such file {mod_part}")
+        mod_name = "zyfa_plugin_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
+        try:
+            loader_spec = importlib.util.spec_from_file_location(mod_name, path)
+            if loader_spec is None or loader_spec.loader is None:
+                raise ImportError(f"cannot load {path} as a Python module")
+            module = importlib.util.module_from_spec(loader_spec)
+            sys.modules[mod_name] = module
+            loader_spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - any import-time failure of the user's file
+            sys.modules.pop(mod_name, None)
+            raise ImplementationError(f"kernel {spec!r}: importing {mod_part} failed: {type(e).__name__}: {e}") \
+                from None
+        where = str(path)
+    else:
+        try:
+            module = importlib.import_module(mod_part)
+        except Exception as e:  # noqa: BLE001
+            raise ImplementationError(f"kernel {spec!r}: cannot import module {mod_part!r}: "
+                                      f"{type(e).__name__}: {e}") from None
+        where = getattr(module, "__file__", None) or mod_part
+    fn = getattr(module, fn_name, None)
+    if fn is None:
+        raise ImplementationError(f"kernel {spec!r}: module {mod_part!r} has no attribute {fn_name!r}")
+    if not callable(fn):
+        raise ImplementationError(f"kernel {spec!r}: {fn_name!r} is not callable")
+    return fn, where
+
+
+def _check_signature(spec: str, fn: Callable) -> None:
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # builtins / C functions: checked by the call itself
+    params = list(sig.parameters.values())
+    var_pos = any(p.kind is p.VAR_POSITIONAL for p in params)
+    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    problems = []
+    if len(positional) < 3 and not var_pos:
+        problems.append(f"takes {len(positional)} positional argument(s), needs q, k, v")
+    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    missing = [n for n in ("causal", "sm_scale", "window") if n not in names]
+    if missing and not var_kw:
+        problems.append(f"has no keyword argument(s) {', '.join(missing)}")
+    required_extra = [p.name for p in params[3:] if p.default is p.empty
+                      and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                      and p.name not in ("causal", "sm_scale", "window")]
+    if required_extra:
+        problems.append(f"requires argument(s) the contract does not pass: {', '.join(required_extra)}")
+    if problems:
+        raise ImplementationError(f"kernel {spec!r}: wrong signature {sig}: {'; '.join(problems)}. "
+                                  f"Contract: {_CONTRACT}")
+
+
+def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
+    """A user's kernel as an :class:`Implementation` named ``plugin:<spec>``.
+
+    Args:
+        spec: ``module:function`` (importable) or ``path/to/file.py:function``.
+        recipe: with ``--kernel-recipe``: the recipe it is paired with (scored on that recipe's dequantized
+            inputs too, and compared with its emulation); the kernel still gets the original inputs.
+
+    Raises:
+        ImplementationError: naming the kernel, for a bad path or a signature that breaks the contract.
+    """
+    if recipe is not None:
+        try:
+            resolve_recipe(recipe)
+        except ValueError as e:
+            raise ImplementationError(f"kernel {spec!r}: --kernel-recipe: {e}") from None
+    fn, where = _load_callable(spec)
+    _check_signature(spec, fn)
+
+    def run(x: AttentionInput, context: dict) -> ImplResult:
+        res = fn(x.q, x.k, x.v, causal=bool(x.causal), sm_scale=_sm(x), window=x.window)
+        if isinstance(res, (tuple, list)):
+            if len(res) != 2:
+                raise ImplementationError(f"kernel {spec!r} returned a {type(res).__name__} of {len(res)} "
+                                          "items; expected out or (out, lse)")
+            out, lse = res
+        else:
+            out, lse = res, None
+        return ImplResult(out, lse, {"plugin_source": where})
+
+    return Implementation(name=f"plugin:{spec}", fn=run, recipe=recipe, quantizes="self", device="the run's",
+                          package=None, check=None, limits=None, description=f"user kernel {spec} ({where})",
+                          plugin=True)
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+def call_implementation(impl: Implementation, x: AttentionInput, context: dict | None = None) -> ImplResult:
+    """Run ``impl`` on ``x`` (already on the run's device) and check what came back.
+
+    Raises:
+        ImplementationError: naming the implementation, for an exception inside it, an output that is not a
+            floating-point tensor of shape (b, h, s_q, d_v), a NaN/Inf in it, or a bad LSE.
+    """
+    b, h, s_q, _ = x.q.shape
+    d_v = x.v.shape[3]
+    label = f"kernel {impl.name!r}" if not impl.plugin else f"kernel {impl.name[len('plugin:'):]!r}"
+    try:
+        res = impl.fn(x, dict(context or {}))
+    except ImplementationError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the kernel's own failure becomes a failed row
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ImplementationError(f"{label} raised {type(e).__name__}: {msg}"[:500]) from e
+    out = res.out
+    if not isinstance(out, torch.Tensor):
+        raise ImplementationError(f"{label} returned {type(out).__name__}, expected a torch.Tensor "
+                                  f"of shape {(b, h, s_q, d_v)}")
+    if not out.dtype.is_floating_point:
+        raise ImplementationError(f"{label} returned a {out.dtype} output; expected a float dtype")
+    if tuple(out.shape) != (b, h, s_q, d_v):
+        raise ImplementationError(f"{label} returned shape {tuple(out.shape)}, expected (b, h, s_q, d_v) = "
+                                  f"{(b, h, s_q, d_v)}")
+    n_bad = int((~torch.isfinite(out.float())).sum())
+    if n_bad:
+        n_nan = int(torch.isnan(out.float()).sum())
+        raise ImplementationError(f"{label} returned {n_bad} non-finite output value(s) ({n_nan} NaN) "
+                                  f"of {out.numel()}")
+    lse = res.lse
+    if lse is not None:
+        if not isinstance(lse, torch.Tensor) or not lse.dtype.is_floating_point:
+            raise ImplementationError(f"{label} returned an lse that is not a float tensor")
+        if lse.dim() == 4 and lse.shape[-1] == 1:
+            lse = lse.squeeze(-1)
+        if tuple(lse.shape) != (b, h, s_q):
+            raise ImplementationError(f"{label} returned lse of shape {tuple(lse.shape)}, expected {(b, h, s_q)}")
+        if bool(torch.isnan(lse.float()).any()):
+            raise ImplementationError(f"{label} returned NaN in its lse")
+    res.out, res.lse = out, lse
+    return res

@@ -1,0 +1,217 @@
+"""CPU tests of the implementation registry, the plug-in loader (every failure case) and the example plug-in."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from accuracy.implementations import (
+    ImplementationError,
+    builtin_names,
+    call_implementation,
+    get_implementation,
+    load_plugin,
+    parse_implementations,
+    resolve_recipe,
+)
+from accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
+from reference.attention import attention_fp64
+from zyfa.recipes import Recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"
+# the recipes the Triton wrapper's docstring says it honours (zyfa/kernels/attention_fp8.py)
+TRITON_RECIPES = {"zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed", "zyfa-tilescale",
+                  "zyfa-hopper", "ck", "aiter", "fa3"}
+
+
+def _input(seq=96, heads=4, heads_kv=2, d=64, causal=True, window=None, seed=0) -> AttentionInput:
+    return make_gaussian(GaussianSpec(seq=seq, heads_q=heads, heads_kv=heads_kv, head_dim=d, causal=causal,
+                                      window=window, seed=seed))
+
+
+# ---------------------------------------------------------------------------------------------- registry
+
+def test_builtins_cover_every_kind():
+    names = builtin_names()
+    assert {n.split(":", 1)[1] for n in names if n.startswith("triton:")} == TRITON_RECIPES
+    for n in ("cudnn-fp8", "cudnn-fp8:oracle-scale", "sdpa-bf16:cudnn", "sdpa-bf16:flash", "flash-attn-triton-amd"):
+        assert n in names
+    assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("name", builtin_names())
+def test_builtin_fields(name):
+    impl = get_implementation(name)
+    assert impl.name == name and not impl.plugin
+    assert impl.quantizes in ("recipe", "none")
+    r = impl.paired_recipe()
+    assert isinstance(r, Recipe)
+    if name.startswith("triton:"):
+        assert r.name == name.split(":", 1)[1] and impl.quantizes == "recipe"
+    if name.startswith("sdpa-bf16"):
+        assert r.name == "bf16" and impl.quantizes == "none"
+    if name.startswith("cudnn-fp8"):
+        assert r.name == "cudnn-fp8" and r.out_format == "e4m3fn"
+    if name == "flash-attn-triton-amd":
+        # the released flash-attn 2.8.3 scales P per tile (docs/real_kernels.md); the rest is triton-amd's
+        base = resolve_recipe("triton-amd")
+        assert r.p_scale == "tile_amax" and r.log2e_folded is False and r.v_descale == base.v_descale
+        assert (r.block_m, r.block_n) == (128, 64)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reasons given on a machine without a GPU")
+@pytest.mark.parametrize("name", builtin_names())
+def test_unavailable_on_cpu_with_a_reason(name):
+    ok, why = get_implementation(name).available()
+    assert ok is False
+    assert why == "no CUDA device"
+
+
+def test_unknown_implementation_lists_builtins():
+    with pytest.raises(ValueError, match="unknown implementation 'cudnn-fp9'.*triton:zyfa.*--kernel"):
+        get_implementation("cudnn-fp9")
+
+
+def test_parse_implementations():
+    assert parse_implementations(None) == [] and parse_implementations("none") == []
+    assert [i.name for i in parse_implementations("all")] == builtin_names()
+    got = parse_implementations("triton:zyfa-hopper, cudnn-fp8,triton:zyfa-hopper")
+    assert [i.name for i in got] == ["triton:zyfa-hopper", "cudnn-fp8"]
+    if not torch.cuda.is_available():
+        assert parse_implementations("available") == []
+    with pytest.raises(ValueError, match="unknown implementation 'triton:bf16'"):
+        parse_implementations("triton:zyfa,triton:bf16")
+
+
+def test_limits_of_builtins():
+    sdpa = get_implementation("sdpa-bf16:flash")
+    fa = get_implementation("flash-attn-triton-amd")
+    tri = get_implementation("triton:zyfa")
+    windowed = _input(seq=64, window=16)
+    assert "sliding window" in sdpa.limits(windowed)
+    assert sdpa.limits(_input(seq=64, window=64)) is None  # window covering the sequence = causal: allowed
+    mla = make_gaussian(GaussianSpec(seq=32, head_dim=192, head_dim_v=128, heads_q=2, heads_kv=2))
+    assert "192 != d_v 128" in fa.limits(mla)
+    assert tri.limits(mla) is None
+    absorbed = make_gaussian(GaussianSpec(seq=32, head_dim=576, head_dim_v=512, heads_q=1, heads_kv=1))
+    assert "576/512 not supported" in tri.limits(absorbed)
+
+
+# ---------------------------------------------------------------------------------------------- plug-in loader
+
+def _write(tmp_path: Path, body: str, name="kern.py") -> Path:
+    p = tmp_path / name
+    p.write_text("import torch\n\n" + body)
+    return p
+
+
+def test_loader_bad_module_path():
+    with pytest.raises(ImplementationError, match="kernel 'no_such_module_zz:attn': cannot import module"):
+        load_plugin("no_such_module_zz:attn")
+    with pytest.raises(ImplementationError, match="kernel 'missing/file.py:attn': no such file"):
+        load_plugin("missing/file.py:attn")
+    with pytest.raises(ImplementationError, match="expected module:function"):
+        load_plugin("examples.fp8_torch_attention")
+    with pytest.raises(ImplementationError, match="has no attribute 'nope'"):
+        load_plugin(f"{EXAMPLE}:nope")
+
+
+def test_loader_import_error_in_file(tmp_path):
+    p = _write(tmp_path, "raise RuntimeError('broken at import')\n")
+    with pytest.raises(ImplementationError, match=r"importing .*kern.py failed: RuntimeError: broken at import"):
+        load_plugin(f"{p}:attn")
+
+
+@pytest.mark.parametrize("sig, why", [
+    ("def attn(q, k, *, causal, sm_scale, window):", "needs q, k, v"),
+    ("def attn(q, k, v, *, causal, sm_scale):", "no keyword argument.* window"),
+    ("def attn(q, k, v, *, causal, sm_scale, window, block):", "requires argument.* block"),
+])
+def test_loader_wrong_signature(tmp_path, sig, why):
+    p = _write(tmp_path, f"{sig}\n    return q\n")
+    with pytest.raises(ImplementationError, match=f"kernel '.*kern.py:attn': wrong signature.*{why}"):
+        load_plugin(f"{p}:attn")
+
+
+def test_loader_accepts_kwargs_catchall(tmp_path):
+    p = _write(tmp_path, "def attn(q, k, v, **kw):\n    return torch.zeros_like(q)\n")
+    impl = load_plugin(f"{p}:attn")
+    res = call_implementation(impl, _input(heads_kv=4))
+    assert res.out.shape == (1, 4, 96, 64) and res.lse is None
+
+
+@pytest.mark.parametrize("body, why", [
+    ("return q[:, :, :-1]", r"returned shape \(1, 4, 95, 64\), expected \(b, h, s_q, d_v\) = \(1, 4, 96, 64\)"),
+    ("return q * float('nan')", r"returned 24576 non-finite output value\(s\) \(24576 NaN\)"),
+    ("raise ValueError('tile too large')", "raised ValueError: tile too large"),
+    ("return 3.0", "returned float, expected a torch.Tensor"),
+    ("return q, q, q", "returned a tuple of 3 items"),
+    ("return q.to(torch.int32)", "returned a torch.int32 output"),
+    ("return q, q[..., 0, 0]", r"returned lse of shape \(1, 4\)"),
+])
+def test_failing_kernels_name_the_kernel(tmp_path, body, why):
+    p = _write(tmp_path, f"def attn(q, k, v, *, causal, sm_scale, window):\n    {body}\n")
+    impl = load_plugin(f"{p}:attn")
+    with pytest.raises(ImplementationError, match=f"kernel '{p}:attn' {why}"):
+        call_implementation(impl, _input(heads_kv=4))
+
+
+def test_plugin_gets_the_contract_arguments(tmp_path):
+    p = _write(tmp_path, (
+        "SEEN = {}\n"
+        "def attn(q, k, v, *, causal, sm_scale, window):\n"
+        "    SEEN.update(shapes=(tuple(q.shape), tuple(k.shape), tuple(v.shape)), dtype=q.dtype, causal=causal,\n"
+        "                sm_scale=sm_scale, window=window)\n"
+        "    return torch.zeros(q.shape[:3] + (v.shape[3],), dtype=torch.float16)\n"))
+    impl = load_plugin(f"{p}:attn", recipe="zyfa")
+    assert impl.recipe == "zyfa" and impl.quantizes == "self" and impl.plugin
+    x = make_gaussian(GaussianSpec(seq=40, heads_q=4, heads_kv=1, head_dim=192, head_dim_v=128, causal=True,
+                                   window=8))
+    call_implementation(impl, x)
+    import sys
+
+    seen = next(m.SEEN for n, m in sys.modules.items() if n.startswith("zyfa_plugin_") and hasattr(m, "SEEN")
+                and m.SEEN)
+    assert seen["shapes"] == ((1, 4, 40, 192), (1, 1, 40, 192), (1, 1, 40, 128))
+    assert seen["dtype"] == torch.bfloat16 and seen["causal"] is True and seen["window"] == 8
+    assert math.isclose(seen["sm_scale"], 1 / math.sqrt(192))
+
+
+def test_kernel_recipe_must_exist():
+    with pytest.raises(ImplementationError, match="--kernel-recipe: .*nope"):
+        load_plugin(f"{EXAMPLE}:attention", recipe="nope")
+
+
+# ---------------------------------------------------------------------------------------------- example plug-in
+
+def _expected_example(x: AttentionInput):
+    """The example's maths computed independently: FP8 values by the project's bit-level format code
+    (not PyTorch's float8 cast), FP64 attention by the oracle."""
+    from zyfa.formats import E4M3FN, round_to_fp8
+
+    def fq(t):
+        t = t.double()
+        scale = 448.0 / t.abs().max()
+        return round_to_fp8((t * scale).float(), E4M3FN).double() / scale
+
+    return attention_fp64(fq(x.q), fq(x.k), fq(x.v), causal=x.causal, window=x.window, sm_scale=x.sm_scale)
+
+
+@pytest.mark.parametrize("kw", [dict(causal=False), dict(causal=True), dict(causal=True, window=20),
+                                dict(heads=4, heads_kv=1, causal=True)])
+def test_example_plugin_matches_independent_reference(kw):
+    x = _input(**kw)
+    for spec in (f"{EXAMPLE}:attention", "examples.fp8_torch_attention:attention"):
+        res = call_implementation(load_plugin(spec), x)
+        ref_out, ref_lse = _expected_example(x)
+        err_vs_expected = float((res.out.double() - ref_out).norm() / ref_out.norm())
+        assert err_vs_expected < 2e-6, err_vs_expected  # the same maths in fp32
+        assert float((res.lse.double() - ref_lse).abs().max()) < 1e-4
+        # and a sensible FP8 error against FP64 on the original inputs: per-tensor e4m3 costs a few percent
+        orig = attention_fp64(x.q, x.k, x.v, causal=x.causal, window=x.window)[0]
+        err = float((res.out.double() - orig).norm() / orig.norm())
+        assert 0.005 < err < 0.08, err
