@@ -6,10 +6,13 @@ cuDNN and flash backends, and cuDNN's FP8 attention (``nvidia-cudnn-frontend`` g
 output on Hopper). Shapes: batch 1, ``--hidden`` / d_v heads (MLA: 16 heads, QK 192 / V 128), sequence
 lengths 8K, 16K, 32K (s_q = s_k). FLOPs = 4·b·h·s_q·s_k·d (2·(d_qk + d_v) for MLA), halved for causal.
 
-Method (DESIGN.md 'Measuring speed'): inputs never zeros (Gaussian, or a captured HDF5 slice tiled to the
+Method (docs/DESIGN.md 'Measuring speed'): inputs never zeros (Gaussian, or a captured HDF5 slice tiled to the
 length), each output checked against an SDPA bf16 reference before timing, ``triton.testing.do_bench``
 medians, SM clock and power sampled by NVML (nvidia-ml-py) in a background thread during each timed run.
-Writes ``reports/bench_<date>.json`` and ``.md`` with the command, date, versions, device and git commit.
+Writes ``--out`` (default ``bench.json`` in the current directory; never over an existing file unless
+``--overwrite``) and the Markdown next to it (``bench.md``), with the command, date, versions, device and git
+commit inside; both are rewritten atomically after every shape, so an interrupted run keeps what it measured.
+The committed run is ``reports/bench.json`` / ``.md``, written by ``scripts/gpu_check.sh``.
 """
 
 from __future__ import annotations
@@ -61,11 +64,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="HDF5 capture to time on (tiled to the length); 'auto' = first datasets/*.h5; 'none'")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetitions, ms")
-    p.add_argument("--out", default="reports", help="folder for bench_<date>.{json,md}")
-    p.add_argument("--tag", default="", help="suffix for the output file names")
+    p.add_argument("--out", default="bench.json",
+                   help="result file (default ./bench.json); the Markdown goes next to it with .md; a folder "
+                        "means FOLDER/bench.json")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file (and its .md)")
     p.add_argument("--config", default="", help="launch overrides for our kernel, JSON")
     p.add_argument("--render", default="", metavar="JSON",
-                   help="no GPU: rewrite the Markdown next to a bench_*.json from its rows (e.g. after a change here)")
+                   help="no GPU: rewrite the Markdown next to a bench JSON from its rows (e.g. after a change here)")
     p.add_argument("--ours", default="zyfa-hopper", help="the recipe the summary compares with the peers")
 
 
@@ -475,21 +480,49 @@ def summary_lines(rows, ours="zyfa-hopper"):
 def render(path: str, ours: str = "zyfa-hopper") -> str:
     """Rewrite ``<stem>.md`` from ``<stem>.json`` (no GPU); returns the Markdown path."""
     if not path.endswith(".json") or not os.path.isfile(path):
-        raise FileNotFoundError(f"--render takes a bench_*.json written by zyfa bench; {path!r} is not one")
+        raise FileNotFoundError(f"--render takes a .json written by zyfa bench; {path!r} is not one")
     with open(path) as f:
         data = json.load(f)
     if not isinstance(data, dict) or "meta" not in data or "rows" not in data:
         raise ValueError(f"{path}: not a zyfa bench file (expected 'meta' and 'rows')")
     md = path[: -len(".json")] + ".md"
-    with open(md, "w") as f:
-        f.write(to_markdown(data["meta"], data["rows"], ours))
+    _write_atomic(md, to_markdown(data["meta"], data["rows"], ours))
     return md
+
+
+def output_stem(out: str) -> str:
+    """``--out`` -> the path without ``.json`` (a folder, existing or ending in '/', means FOLDER/bench.json)."""
+    if out.endswith(("/", os.sep)) or os.path.isdir(out):
+        out = os.path.join(out, "bench.json")
+    if not out.endswith(".json"):
+        raise ValueError(f"--out {out!r}: give a .json file (or a folder)")
+    return out[: -len(".json")]
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 def main(args) -> int:
     if args.render:
-        print("wrote", render(args.render, args.ours))
+        try:
+            print("wrote", render(args.render, args.ours))
+        except (OSError, ValueError) as err:
+            print(f"zyfa bench --render: {err}", file=sys.stderr)
+            return 2
         return 0
+    try:
+        stem = output_stem(args.out)
+    except ValueError as err:
+        print(f"zyfa bench: {err}", file=sys.stderr)
+        return 2
+    existing = [p for p in (stem + ".json", stem + ".md") if os.path.exists(p)]
+    if existing and not args.overwrite:
+        print(f"zyfa bench: {existing[0]} exists; choose another --out or pass --overwrite", file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available():
@@ -512,18 +545,15 @@ def main(args) -> int:
                        for k in keys if k in row), flush=True)
 
     date = _dt.datetime.now(_dt.timezone.utc)
-    os.makedirs(args.out, exist_ok=True)
-    stem = os.path.join(args.out, f"bench_{date.strftime('%Y-%m-%d')}{args.tag}")
+    os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
     meta = {"command": "zyfa bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
             "date": date.isoformat(timespec="seconds"), "git_commit": _git_commit(), "versions": _versions(),
             "device": torch.cuda.get_device_name(), "inputs_note": "Gaussian N(0,1) bf16 q, k, v (batch 1)",
             "nvml": sampler._nvml is not None}
 
     def write():
-        with open(stem + ".json", "w") as f:
-            json.dump({"meta": meta, "rows": rows}, f, indent=1)
-        with open(stem + ".md", "w") as f:
-            f.write(to_markdown(meta, rows, args.ours))
+        _write_atomic(stem + ".json", json.dumps({"meta": meta, "rows": rows}, indent=1))
+        _write_atomic(stem + ".md", to_markdown(meta, rows, args.ours))
 
     for shape in shapes:
         d_qk, d_v = SHAPES[shape]
