@@ -10,7 +10,9 @@ into place, so the final name never holds a half-made root. A layer group gets `
 its three datasets are written and flushed, and the file is flushed again after that; the root gets
 ``complete = True`` only after every requested layer is complete. A rerun of the same capture skips complete
 layers and rewrites incomplete ones. A write error (full disk) becomes a ``CaptureWriteError`` naming the file;
-layers already complete stay readable. ``read_capture`` refuses NaN/Inf values, naming file, layer and tensor.
+layers already complete stay readable. Each dataset records the sha256 of its values, and ``read_capture``
+checks it (files written before this attribute existed are read without it) and refuses NaN/Inf values, naming
+file, layer and tensor.
 
 Exposed: ``CaptureWriter``, ``read_capture``, ``open_capture``, ``CaptureInfo``, ``LayerRecord``,
 ``check_writable``, ``SCHEMA``, ``SCHEMA_VERSION``, ``CaptureFormatError``, ``CaptureMismatchError``,
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
@@ -79,6 +82,11 @@ def _to_numpy(t: torch.Tensor) -> tuple[np.ndarray, str]:
     if t.dtype in (torch.float32, torch.float16):
         return t.numpy(), str(t.dtype).removeprefix("torch.")
     raise TypeError(f"cannot store {t.dtype} exactly; capture in fp32 or bf16")
+
+
+def _digest(a: np.ndarray) -> str:
+    """sha256 of an array's values (C order, stored dtype): written with each dataset, checked as it loads."""
+    return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
 def _to_torch(a: np.ndarray, dtype: str) -> torch.Tensor:
@@ -246,10 +254,17 @@ def read_capture(
             a = info.layers[i]
             g = f["layers"][layer_key(i)]
             try:
-                q, k, v = (_to_torch(g[n][()], _attr(g[n].attrs["dtype"])) for n in ("q", "k", "v"))
+                arrays = {n: g[n][()] for n in ("q", "k", "v")}
             except OSError as e:
                 raise CaptureFormatError(f"{path}: layer {i} data unreadable (truncated or corrupted?): {e}") \
                     from None
+            for n, arr in arrays.items():
+                want = _attr(g[n].attrs.get("sha256"))
+                if want is not None and _digest(arr) != want:
+                    raise CaptureFormatError(
+                        f"{path}: layer {i} tensor {n} does not match the sha256 recorded when it was written "
+                        "(half-written or altered); recapture it (--overwrite)")
+            q, k, v = (_to_torch(arrays[n], _attr(g[n].attrs["dtype"])) for n in ("q", "k", "v"))
             q_heads, kv_heads, kv_of_q = tuple(a["q_heads"]), tuple(a["kv_heads"]), list(a["kv_head_of_q"])
             if heads is not None:
                 sel = sorted(set(int(h) for h in heads))
@@ -528,6 +543,7 @@ class CaptureWriter:
                                   compression=self.compression, shuffle=True)
             ds.attrs["dtype"] = dtype
             ds.attrs["amax"] = float(np.abs(_to_torch(arr, dtype).float().numpy()).max()) if arr.size else 0.0
+            ds.attrs["sha256"] = _digest(arr)
             half = arr.shape[2] // 2  # written in two halves along the sequence: a named point mid-dataset
             if half:
                 ds[:, :, :half] = arr[:, :, :half]
