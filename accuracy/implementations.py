@@ -17,7 +17,7 @@ Built-ins (:func:`builtin_names`):
 - ``sdpa-bf16:cudnn``, ``sdpa-bf16:flash``: PyTorch SDPA in BF16 on one backend, paired with ``bf16``.
 - ``flash-attn-triton-amd``: AMD's Triton FP8 forward from the ``flash-attn`` package
   (``flash_attn.flash_attn_triton_amd.fwd_prefill``), installed as a package; the adapter sets its launch
-  config (the AMD-only ``waves_per_eu`` hint left out) and its Triton-AMD switch. docs/real_kernels.md says
+  config (the AMD-only ``waves_per_eu`` hint left out) and imports its forward alone. docs/real_kernels.md says
   which numerics the released package has and why it is paired with ``triton-amd:p_scale=tile_amax``.
 
 Plug-ins (:func:`load_plugin`): ``"module:function"`` or ``"path/to/file.py:function"`` with the contract in
@@ -383,12 +383,31 @@ def _flash_attn_amd_check() -> tuple[bool, str]:
     return True, ""
 
 
+_FA_FWD = "flash_attn.flash_attn_triton_amd.fwd_prefill"
+
+
 def _flash_attn_amd_module():
-    """Import its forward module through the Triton-AMD switch and give it our launch config."""
-    if "flash_attn" not in sys.modules:
-        # the package __init__ imports the CUDA extension unless this switch routes it to the Triton backend
-        os.environ.setdefault("FLASH_ATTENTION_TRITON_AMD_ENABLE", "TRUE")
-    fwd = importlib.import_module("flash_attn.flash_attn_triton_amd.fwd_prefill")
+    """Import its forward module (and its utils) alone, and give it our launch config.
+
+    The package ``__init__`` imports the CUDA extension ``flash_attn_2_cuda``, or with the Triton-AMD switch
+    (``FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE``) the whole Triton interface with its backward kernels. Neither
+    is needed for the forward, so unless the package is already imported, the package module is created from
+    its spec without running its ``__init__`` while the forward module is imported, then removed again (a later
+    ``import flash_attn`` runs the real ``__init__``).
+    """
+    if _FA_FWD in sys.modules:
+        fwd = sys.modules[_FA_FWD]
+    elif "flash_attn" in sys.modules:
+        fwd = importlib.import_module(_FA_FWD)
+    else:
+        spec = importlib.util.find_spec("flash_attn")
+        if spec is None:
+            raise ImplementationError("flash-attn is not installed")
+        sys.modules["flash_attn"] = importlib.util.module_from_spec(spec)  # __init__ not run
+        try:
+            fwd = importlib.import_module(_FA_FWD)
+        finally:
+            sys.modules.pop("flash_attn", None)
     import triton
 
     cfg = dict(FLASH_ATTN_AMD_CONFIG)

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Real kernels beside their emulations, on the H200. Run from the repo root on the GPU machine with the wheels
+# of .wheels/ carried (flash-attn built without its CUDA extension, nvidia-cudnn-frontend; docs/real_kernels.md):
+#   bash scripts/gpu_real_kernels.sh        (writes under $OUT)
+# 1. which built-in implementations are available there, and why not;
+# 2. the GPU tests tests/kernels/test_real_implementations_gpu.py (each real kernel within 3% of its emulation
+#    on the shipped captures and Gaussian inputs), one JSON line per measurement in $OUT/real_kernels.jsonl;
+# 3. where `zyfa accuracy` has --implementations: result rows of every available implementation beside its
+#    recipe on a capture and a Gaussian input ($OUT/accuracy_real_*.jsonl), the raw material of the report.
+set -u
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .wheels/*.whl \
+  2>&1 | tail -3
+export PYTHONPATH=.:/tmp/site
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu_env.txt"
+python3 - <<'EOF' 2>&1 | tee "$OUT/real_kernels_available.txt"
+import importlib.metadata as md, torch
+from accuracy.implementations import builtin_names, get_implementation
+for dist in ("torch", "triton", "flash-attn", "nvidia-cudnn-frontend"):
+    try:
+        print(f"{dist} {md.version(dist)}")
+    except md.PackageNotFoundError:
+        print(f"{dist} not installed")
+print("cudnn backend", torch.backends.cudnn.version(), "| device", torch.cuda.get_device_name())
+for name in builtin_names():
+    ok, why = get_implementation(name).available()
+    print(f"{name:28s} {'available' if ok else 'NOT available: ' + why}")
+EOF
+rm -f "$OUT/real_kernels.jsonl"
+set -o pipefail
+ZYFA_REAL_KERNELS_LOG="$OUT/real_kernels.jsonl" timeout ${TEST_TIMEOUT:-420} \
+  python3 -m pytest -m gpu tests/kernels/test_real_implementations_gpu.py -q -rA -p no:cacheprovider -n ${WORKERS:-4} \
+  ${TEST_ARGS:-} 2>&1 | tee "$OUT/real_kernels_tests.txt" | grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" \
+  | tail -${TEST_TAIL:-60}
+set +o pipefail
+if python3 -m zyfa.cli accuracy --help 2>/dev/null | grep -q -- "--implementations"; then
+  timeout ${ACC_TIMEOUT:-120} python3 -m zyfa.cli accuracy --inputs datasets/smollm2-lee-2048.h5 --layers 0,14 \
+    --max-tokens 1024 --recipes zyfa-hopper,triton-amd,cudnn-fp8,bf16 --implementations available \
+    --kernel examples/fp8_torch_attention.py:attention --kernel-recipe zyfa-hopper --device cuda --no-progress \
+    --out "$OUT/accuracy_real_smollm2.jsonl" 2>&1 | tail -30
+  timeout ${ACC_TIMEOUT:-120} python3 -m zyfa.cli accuracy --inputs gaussian --seq 2048 --heads 8 --kv-heads 2 \
+    --causal --recipes zyfa-hopper,triton-amd,cudnn-fp8,bf16 --implementations available --device cuda \
+    --no-progress --out "$OUT/accuracy_real_gaussian.jsonl" 2>&1 | tail -30
+fi
+ls -la "$OUT"

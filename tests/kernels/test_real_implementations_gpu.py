@@ -1,0 +1,159 @@
+"""GPU tests: every built-in real implementation against its recipe's emulation (H200).
+
+Inputs: the shipped captures (datasets/*.h5; two layers each, first 1024 tokens, two or three query heads)
+and Gaussian inputs. For each (implementation, input) the real kernel's rel-L2 error against the FP64 oracle
+(on the dequantized inputs its recipe's quantizer produces; BF16-rounded inputs for SDPA) must be within 3%
+of the emulation's error on the same reference. Where it is not, the test fails, unless a named alternative
+recipe (a single field changed, the cause) brings the ratio within 3%: then it xfails naming that cause.
+
+Each measurement is appended to the JSON lines file named by ``ZYFA_REAL_KERNELS_LOG`` (if set), the raw
+material of the committed report. Skipped without a Hopper GPU (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).resolve().parents[2]
+TOL = 0.03
+MAX_TOKENS = 1024
+CAPTURE_LAYERS = {  # file -> (layers, query heads): a full-attention and a later layer; Gemma 3: sliding + full
+    "smollm2-lee-2048.h5": ([0, 14], [0, 1, 2]),
+    "qwen25coder-pydoc-2048.h5": ([0, 23], [0, 1]),
+    "gemma3-shakespeare-2048.h5": ([1, 5], [0]),
+}
+GAUSSIAN = [
+    dict(seq=1024, heads_q=4, heads_kv=2, head_dim=128, causal=True),
+    dict(seq=1024, heads_q=4, heads_kv=4, head_dim=64, causal=False),
+    dict(seq=777, heads_q=2, heads_kv=1, head_dim=256, causal=True),
+    dict(seq=1024, heads_q=4, heads_kv=4, head_dim=128, outlier_frac=0.001, outlier_scale=10.0),
+]
+# A cause we can name: the recipe with one field changed. If the claimed recipe misses 3% and this one meets
+# it, the test xfails with the cause and both ratios.
+ALTERNATIVES = {
+    "flash-attn-triton-amd": [
+        ("triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1",
+         "Hopper's FP8 tl.dot accumulation (the recipe models MI355X's fp32 MFMA accumulator)"),
+    ],
+    "cudnn-fp8": [("cudnn-fp8:accumulator=fp32", "cuDNN's P·V accumulation is fp32, the recipe assumes Hopper's")],
+    "cudnn-fp8:oracle-scale": [("cudnn-fp8:accumulator=fp32",
+                                "cuDNN's P·V accumulation is fp32, the recipe assumes Hopper's")],
+}
+
+
+def _input_keys():
+    """Cheap parametrization ids (nothing loaded at collection): Gaussian specs by index, captures by layer."""
+    keys = [f"gaussian{i}" for i in range(len(GAUSSIAN))]
+    for fname, (layers, _) in CAPTURE_LAYERS.items():
+        keys += [f"{fname}:L{layer}" for layer in layers]
+    return keys
+
+
+@cache
+def _load(key: str):
+    from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+
+    if key.startswith("gaussian"):
+        x = make_gaussian(GaussianSpec(**GAUSSIAN[int(key[len("gaussian"):])]))
+    else:
+        fname, _, layer = key.partition(":L")
+        path = ROOT / "datasets" / fname
+        if not path.is_file():
+            pytest.skip(f"capture {fname} not shipped in this checkout")
+        x = capture_inputs(path, layers=[int(layer)], heads=CAPTURE_LAYERS[fname][1], max_tokens=MAX_TOKENS)[0]
+    return x.to("cuda")
+
+
+def _impl_names():
+    from accuracy.implementations import builtin_names
+
+    return builtin_names()
+
+
+@cache
+def _oracle(key: str):
+    from reference.attention import attention_fp64
+
+    x = _load(key)
+    return attention_fp64(x.q, x.k, x.v, causal=x.causal, window=x.window, sm_scale=x.sm_scale)
+
+
+@cache
+def _emulation(key: str, spec: str):
+    from accuracy.implementations import resolve_recipe
+    from reference.attention import attention_fp64
+    from zyfa.emulator import emulate
+
+    x = _load(key)
+    em = emulate(x.q, x.k, x.v, resolve_recipe(spec), causal=x.causal, window=x.window, sm_scale=x.sm_scale)
+    ref = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=x.causal, window=x.window, sm_scale=x.sm_scale)
+    return em, ref
+
+
+def _rel(a, ref):
+    return float((a.double() - ref.double()).norm() / ref.double().norm())
+
+
+def _log(record: dict) -> None:
+    path = os.environ.get("ZYFA_REAL_KERNELS_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+@pytest.mark.parametrize("key", _input_keys())
+@pytest.mark.parametrize("impl_name", _impl_names())
+def test_real_within_3pct_of_emulation(impl_name, key):
+    from accuracy.implementations import ImplementationError, call_implementation, get_implementation
+
+    impl = get_implementation(impl_name)
+    ok, why = impl.available()
+    assert ok, f"{impl_name} is not available on this GPU machine: {why}"
+    x = _load(key)
+    input_name = x.name
+    reason = impl.limits(x) if impl.limits else None
+    base = {"implementation": impl_name, "recipe": impl.recipe, "input": input_name,
+            "device_name": torch.cuda.get_device_name()}
+    if reason:
+        _log({**base, "status": "unsupported", "reason": reason})
+        pytest.skip(f"{impl_name} on {input_name}: {reason}")
+    ref_orig = _oracle(key)
+    try:
+        res = call_implementation(impl, x, {"oracle_out_amax": float(ref_orig[0].abs().max())})
+    except ImplementationError as e:
+        _log({**base, "status": "failed", "error": str(e)})
+        raise
+    em, ref = _emulation(key, impl.recipe)
+    e_real, e_emu = _rel(res.out, ref[0]), _rel(em.out, ref[0])
+    ratio = e_real / e_emu
+    rec = {**base, "status": "ok", "real_deq_rel_l2": e_real, "emu_deq_rel_l2": e_emu, "ratio": ratio,
+           "real_orig_rel_l2": _rel(res.out, ref_orig[0]), "emu_orig_rel_l2": _rel(em.out, ref_orig[0]),
+           "real_vs_emu_rel_l2": _rel(res.out, em.out.double()),
+           **{k: v for k, v in res.info.items() if isinstance(v, (str, int, float, type(None)))}}
+    if res.lse is not None:
+        finite = torch.isfinite(ref[1])
+        rec["real_lse_max_abs_err"] = float((res.lse.double() - ref[1])[finite].abs().max())
+    print(f"{impl_name} {input_name}: real {e_real:.5f} emulation {e_emu:.5f} ratio {ratio:.4f}")
+    if abs(ratio - 1) <= TOL:
+        _log(rec)
+        return
+    for spec, cause in ALTERNATIVES.get(impl_name, []):
+        em2, ref2 = _emulation(key, spec)
+        r2 = _rel(res.out, ref2[0]) / _rel(em2.out, ref2[0])
+        rec.setdefault("alternatives", []).append({"recipe": spec, "ratio": r2, "cause": cause})
+        if abs(r2 - 1) <= TOL:
+            rec["xfail_cause"] = cause
+            _log(rec)
+            pytest.xfail(f"{impl_name} on {input_name}: ratio {ratio:.4f} to {impl.recipe}; {cause}: "
+                         f"ratio {r2:.4f} to {spec}")
+    _log(rec)
+    pytest.fail(f"{impl_name} on {input_name}: real error {e_real:.5f} vs emulation {e_emu:.5f} "
+                f"(ratio {ratio:.4f}, outside 1 ± {TOL})")
