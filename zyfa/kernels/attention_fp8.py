@@ -54,7 +54,7 @@ SUPPORTED_V_DIMS = (64, 128, 256)
 SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 _FP8 = torch.float8_e4m3fn
 LAST_LAUNCH: dict = {}  # "kernel": the compiled kernel of the last launch (n_regs, n_spills for ablations)
-HD128_CAUSAL_MAXNREG = 168  # register cap for hd128 causal (scripts/gpu_session2.sh times 128/168/200/none)
+HD128_CAUSAL_MAXNREG = 168  # register cap for hd128 causal (timed 128/168/200/none on the H200, docs/kernel_notes.md)
 P_PERM_DEFAULT = 1  # P's columns and V's keys in k32_key_order (see prepare_vt)
 
 
