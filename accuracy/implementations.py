@@ -59,6 +59,8 @@ __all__ = [
     "ImplementationError",
     "builtin_names",
     "call_implementation",
+    "flash_attn_amd_descales",
+    "flash_attn_amd_forward",
     "get_implementation",
     "load_plugin",
     "parse_implementations",
@@ -417,29 +419,45 @@ def _flash_attn_amd_module():
     return fwd
 
 
-def _flash_attn_amd_run(x: AttentionInput, context: dict) -> ImplResult:
-    from zyfa.emulator import quantize_inputs
-
+def flash_attn_amd_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool, sm_scale: float,
+                           out: torch.Tensor | None = None):
+    """One call of flash-attn's Triton-AMD FP8 forward: q8 (b, h, s_q, d), k8/v8 (b, h_kv, s_k, d) e4m3fn;
+    descales (b, h) for Q (this release indexes Q's by query head) and (b, h_kv) for K and V.
+    Returns (out fp32 (b, h, s_q, d), lse fp32 natural log (b, h, s_q)). Used by the adapter and ``zyfa bench``."""
     fwd = _flash_attn_amd_module()
-    r = resolve_recipe(FLASH_ATTN_AMD_RECIPE)
-    qi = quantize_inputs(x.q, x.k, x.v, r)
-    b, h, s_q, _ = x.q.shape
-    h_kv, s_k = x.k.shape[1], x.k.shape[2]
-    q8 = qi.q_values.to(torch.float8_e4m3fn).contiguous()
-    k8 = qi.k_values.to(torch.float8_e4m3fn).contiguous()
-    v8 = qi.v_values.to(torch.float8_e4m3fn).contiguous()
+    b, h, s_q, _ = q8.shape
+    s_k = k8.shape[2]
+    if out is None:
+        out = torch.zeros((b, h, s_q, v8.shape[3]), dtype=torch.float32, device=q8.device)
+    lse, _ = fwd.attention_prefill_forward_triton_impl(
+        q8, k8, v8, out, float(sm_scale), None, bool(causal), None, "bhsd", None, None, s_q, s_k, None, None, 0.0,
+        None, None, False, True, q_descale, k_descale, v_descale, None)
+    return out, lse
+
+
+def flash_attn_amd_descales(qi, b: int, h: int, h_kv: int):
+    """The recipe quantizer's descales as the forward takes them: (b, h) for Q (a per-KV-head Q descale
+    repeated over its GQA group), (b, h_kv) for K and V, contiguous fp32."""
 
     def bh(dsc, heads):
         dsc = dsc.float().reshape(dsc.shape[0], dsc.shape[1])
-        if dsc.shape[1] != heads:  # this release indexes Q's descale by query head: expand the GQA groups
+        if dsc.shape[1] != heads:
             dsc = dsc.repeat_interleave(heads // dsc.shape[1], dim=1)
         return dsc.expand(b, heads).contiguous()
 
-    o = torch.zeros((b, h, s_q, x.v.shape[3]), dtype=torch.float32, device=x.q.device)
-    lse, _ = fwd.attention_prefill_forward_triton_impl(
-        q8, k8, v8, o, _sm(x), None, bool(x.causal), None, "bhsd", None, None, s_q, s_k, None, None, 0.0, None,
-        None, False, True, bh(qi.q_descale, h), bh(qi.k_descale, h_kv), bh(qi.v_descale, h_kv), None)
-    return ImplResult(o, lse, {"flash_attn": _dist_version("flash-attn"), "config": dict(FLASH_ATTN_AMD_CONFIG)})
+    return bh(qi.q_descale, h), bh(qi.k_descale, h_kv), bh(qi.v_descale, h_kv)
+
+
+def _flash_attn_amd_run(x: AttentionInput, context: dict) -> ImplResult:
+    from zyfa.emulator import quantize_inputs
+
+    qi = quantize_inputs(x.q, x.k, x.v, resolve_recipe(FLASH_ATTN_AMD_RECIPE))
+    b, h = x.q.shape[:2]
+    q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
+    out, lse = flash_attn_amd_forward(q8, k8, v8, *flash_attn_amd_descales(qi, b, h, x.k.shape[1]),
+                                      causal=bool(x.causal), sm_scale=_sm(x))
+    return ImplResult(out, lse, {"flash_attn": _dist_version("flash-attn"),
+                                  "launch_config": ",".join(f"{k}={v}" for k, v in FLASH_ATTN_AMD_CONFIG.items())})
 
 
 def _flash_attn_amd_impl() -> Implementation:
