@@ -30,6 +30,7 @@ Exposed:
     builtin_names() -> list[str];  get_implementation(name) -> Implementation
     parse_implementations(spec) -> list[Implementation]   ("all", "available", or comma-separated names)
     load_plugin(spec, *, recipe=None) -> Implementation
+    load_plugins(specs, recipes=None) -> list[Implementation]   (a kernel that does not load fails its rows)
     call_implementation(impl, x, context=None) -> ImplResult   (runs, validates; ImplementationError on failure)
     unsupported_reason(impl, x) -> str | None
 """
@@ -59,10 +60,12 @@ __all__ = [
     "ImplementationError",
     "builtin_names",
     "call_implementation",
+    "failed_implementation",
     "flash_attn_amd_descales",
     "flash_attn_amd_forward",
     "get_implementation",
     "load_plugin",
+    "load_plugins",
     "parse_implementations",
     "resolve_recipe",
     "unsupported_reason",
@@ -615,6 +618,39 @@ def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
     return Implementation(name=f"plugin:{spec}", fn=run, recipe=recipe, quantizes="self", device="the run's",
                           package=None, check=None, limits=None, description=f"user kernel {spec} ({where})",
                           plugin=True)
+
+
+def load_plugins(specs, recipes=None) -> list[Implementation]:
+    """Plug-ins for ``--kernel`` (repeatable) and ``--kernel-recipe`` (none, one for all kernels, or one per
+    kernel in order). A kernel that does not load becomes an implementation whose every call fails with the
+    load error, so its rows are marked failed and the run goes on.
+
+    Raises:
+        ValueError: more than one ``--kernel-recipe`` but not one per ``--kernel``.
+    """
+    specs = list(specs or [])
+    recipes = list(recipes or [])
+    if len(recipes) > 1 and len(recipes) != len(specs):
+        raise ValueError(f"--kernel-recipe given {len(recipes)} times for {len(specs)} --kernel; give it once "
+                         "(for every kernel) or once per kernel, in the same order")
+    paired = recipes * len(specs) if len(recipes) == 1 else (recipes or [None] * len(specs))
+    out = []
+    for spec, recipe in zip(specs, paired, strict=True):
+        try:
+            out.append(load_plugin(spec, recipe=recipe))
+        except ImplementationError as e:
+            out.append(failed_implementation(f"plugin:{spec}", str(e), recipe=None))
+    return out
+
+
+def failed_implementation(name: str, error: str, *, recipe: str | None = None) -> Implementation:
+    """An implementation that could not be loaded: each call raises ``error``, so each row says why."""
+
+    def fn(x: AttentionInput, context: dict) -> ImplResult:
+        raise ImplementationError(error)
+
+    return Implementation(name=name, fn=fn, recipe=recipe, quantizes="self", device="the run's",
+                          description=f"failed to load: {error}", plugin=name.startswith("plugin:"))
 
 
 # ---------------------------------------------------------------------------------------------- running

@@ -14,6 +14,7 @@ from accuracy.implementations import (
     call_implementation,
     get_implementation,
     load_plugin,
+    load_plugins,
     parse_implementations,
     resolve_recipe,
 )
@@ -215,3 +216,15 @@ def test_example_plugin_matches_independent_reference(kw):
         orig = attention_fp64(x.q, x.k, x.v, causal=x.causal, window=x.window)[0]
         err = float((res.out.double() - orig).norm() / orig.norm())
         assert 0.005 < err < 0.08, err
+
+
+def test_load_plugins_pairs_recipes_and_keeps_going():
+    impls = load_plugins([f"{EXAMPLE}:attention", "no_such_module_zz:attn"], ["zyfa"])
+    assert [i.recipe for i in impls] == ["zyfa", None]
+    assert impls[1].name == "plugin:no_such_module_zz:attn"
+    with pytest.raises(ImplementationError, match="kernel 'no_such_module_zz:attn': cannot import module"):
+        call_implementation(impls[1], _input(heads_kv=4))
+    assert [i.recipe for i in load_plugins([f"{EXAMPLE}:attention"] * 2, ["zyfa", "ck"])] == ["zyfa", "ck"]
+    assert [i.recipe for i in load_plugins([f"{EXAMPLE}:attention"])] == [None]
+    with pytest.raises(ValueError, match="--kernel-recipe given 2 times for 3 --kernel"):
+        load_plugins([f"{EXAMPLE}:attention"] * 3, ["zyfa", "ck"])
