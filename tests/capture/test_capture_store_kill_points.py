@@ -79,7 +79,7 @@ def _content(path: Path) -> dict:
 
     def visit(name, obj):
         for k, v in obj.attrs.items():
-            if name == "" or k not in ("created", "git_commit"):
+            if k not in ("created", "git_commit"):
                 out[f"{name}@{k}"] = np.asarray(v).tolist()
         if isinstance(obj, h5py.Dataset):
             out[name] = (str(obj.dtype), obj.shape, obj[()].tobytes())
@@ -113,6 +113,8 @@ def test_kill_at_boundary_leaves_exact_state_and_resumes(boundary, killed, unint
     assert codes[boundary] == -signal.SIGKILL, f"the writer never reached {boundary}"
     exists, complete_layers, root_complete = BOUNDARIES[boundary]
     assert path.exists() == exists
+    creating = path.with_name(f".{path.name}.creating")
+    assert creating.exists() == (not exists)  # a kill before the rename leaves only the temporary file
     if exists:
         info = open_capture(path)  # always a readable capture under the final name
         assert info.complete_layers == complete_layers and info.complete == root_complete
