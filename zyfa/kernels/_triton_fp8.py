@@ -8,7 +8,7 @@ Layouts (all contiguous): Q (b, h, s_q, d_qk), K (b, h_kv, s_k, d_qk), Vt (b, h_
 transposed once before the kernel so the P·V wgmma reads V K-major (Hopper's FP8 wgmma takes K-major
 operands only), O (b, h, s_q, d_v) bf16 or fp32, LSE (b, h, s_q) fp32 natural log.
 
-Notation as in DESIGN.md: S = Q8·K8ᵀ (raw FP8 products), c = sm_scale·qd·kd·log2(e), m = running row max of
+Notation as in docs/DESIGN.md: S = Q8·K8ᵀ (raw FP8 products), c = sm_scale·qd·kd·log2(e), m = running row max of
 c·S, t = c·S − m (log2 probability), e = the power-of-two P exponent.
 """
 
@@ -457,25 +457,27 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         acc_tc = tl.zeros([1, 1], tl.float32)
     a_prod = tl.full([BLOCK_M], 1.0, tl.float32)
 
-    if WINDOW:
-        acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
-            acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
-            lo, full_lo, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
-            True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
-            EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-            QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
-    acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
-        acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
-        full_lo, full_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
-        False, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
-        EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-        QK_K32, PV_MODE, FLUSH, TMA, WS, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
-    acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
-        acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
-        full_hi, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
-        True, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
-        EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-        QK_K32, PV_MODE, FLUSH, TMA, False, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
+    # The three segments in order: the window's masked left edge (sliding window only), the full tiles (unmasked;
+    # the only segment that may be warp-specialized), the masked diagonal/tail. tl.static_range unrolls the loop
+    # when the kernel is compiled, so each segment keeps its own constexpr MASKED and WS: the same code as three
+    # written-out calls (SASS identical, docs/kernel_notes.md).
+    for seg in tl.static_range(3):
+        if seg == 0:
+            seg_lo = lo
+            seg_hi = full_lo
+        elif seg == 1:
+            seg_lo = full_lo
+            seg_hi = full_hi
+        else:
+            seg_lo = full_hi
+            seg_hi = hi
+        if seg != 0 or WINDOW:
+            acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
+                acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
+                seg_lo, seg_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                seg != 1, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
+                EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
+                QK_K32, PV_MODE, FLUSH, TMA, WS and seg == 1, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
     if PV_MODE == 3:
         acc = acc * a_prod[:, None] + acc_tc
 
