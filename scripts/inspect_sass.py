@@ -1,8 +1,11 @@
 """Compile the FP8 attention kernel for sm_90a without a GPU (Triton's bundled ptxas) and count SASS ops.
 
-Usage: python scripts/gpu_compile_sm90.py [--recipe zyfa] [--dqk 128 --dv 128] [--causal] [--ws] [--no-tma]
+Needs triton (3.6.x, as on the H200: `pip install triton==3.6.0`); no GPU, no CUDA toolkit.
+Usage: python scripts/inspect_sass.py [--recipe zyfa] [--dqk 128 --dv 128] [--causal] [--ws] [--no-tma]
        [--mad-t 0|1] [--pipeline-qk 0|1] [--p-perm 0|1] [--maxnreg N] [--block-m 64 --warps 4] [--dump file.sass]
 Prints registers, spills, shared memory and an instruction histogram (QGMMA, MUFU.EX2, F2I, F2FP, I2F ...).
+``--dump FILE`` writes the SASS: compiling before and after a change and comparing the dumps shows whether a
+refactor changed the binary (docs/kernel_notes.md, 'Reproduce').
 """
 from __future__ import annotations
 

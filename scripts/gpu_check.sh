@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# The GPU check: every GPU test, then the benchmark, in one call on an H200. From the repository root:
+#
+#   bash scripts/gpu_check.sh [--out DIR] [--no-tests] [--no-bench] [--shards 'K1;K2;...'] [--pytest-args '...']
+#                             [--bench-args '...'] [--test-timeout S] [--bench-timeout S] [--wheels DIR]
+#
+# Writes DIR/gpu_tests.txt (the pytest log) and DIR/bench.json + DIR/bench.md (zyfa bench), DIR = reports by
+# default, i.e. the committed reports/gpu_tests.txt and reports/bench.{json,md} are replaced; on a machine whose
+# results come back through a folder, pass --out that folder and copy the three files into reports/ after.
+#   --no-tests / --no-bench   skip a stage
+#   --shards 'K1;K2;...'      run the GPU tests as parallel pytest processes, one per -k expression (compiling
+#                             kernels is CPU-bound; default: the four shards below). --shards '' = one process
+#   --pytest-args '...'       extra pytest arguments, e.g. '-x', or '-n 8' where pytest-xdist is installed
+#                             (then pass --shards '' too)
+#   --bench-args '...'        extra zyfa bench arguments, e.g. '--shapes hd128 --seqlens 32768'
+#   --test-timeout S          wall-clock cap of the test stage (default 330 s)
+#   --bench-timeout S         wall-clock cap of the bench stage (default 420 s)
+#   --wheels DIR              wheels to install with --no-deps into /tmp/site first (default .whl: the cuDNN
+#                             frontend wheel, for the cuDNN FP8 peer; without it that peer is left out)
+# While the tests run, scripts/warm_triton_cache.py compiles the bench's kernel variants in the background.
+# Every stage runs under its own timeout and a failing stage never stops the next; the exit status is the
+# test stage's.
+set -u
+cd "$(dirname "$0")/.."
+
+OUT=reports
+TESTS=1
+BENCH=1
+SHARDS='agrees_with_emulator;key_permuted or saturating;tensor_core_row_sum or pipelined or exact_t;not (agrees_with_emulator or key_permuted or saturating or tensor_core_row_sum or pipelined or exact_t)'
+PYTEST_ARGS=''
+BENCH_ARGS=''
+TEST_TIMEOUT=330
+BENCH_TIMEOUT=420
+WHEELS=.whl
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) OUT=$2; shift 2 ;;
+    --no-tests) TESTS=0; shift ;;
+    --no-bench) BENCH=0; shift ;;
+    --shards) SHARDS=$2; shift 2 ;;
+    --pytest-args) PYTEST_ARGS=$2; shift 2 ;;
+    --bench-args) BENCH_ARGS=$2; shift 2 ;;
+    --test-timeout) TEST_TIMEOUT=$2; shift 2 ;;
+    --bench-timeout) BENCH_TIMEOUT=$2; shift 2 ;;
+    --wheels) WHEELS=$2; shift 2 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+T0=$(date +%s)
+stage() { echo "=== $(date -u +%H:%M:%S) (+$(( $(date +%s) - T0 )) s) $*"; }
+
+stage "environment"
+if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl >/dev/null 2>&1 || echo "wheel install from $WHEELS failed: the cuDNN FP8 peer may be missing"
+fi
+export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+export ZYFA_GIT_COMMIT=${ZYFA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+echo "commit $ZYFA_GIT_COMMIT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv 2>&1
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" 2>&1
+
+WARM=
+if [ "$BENCH" = 1 ]; then
+  stage "Triton cache warm-up of the bench variants (background)"
+  timeout 300 python3 scripts/warm_triton_cache.py >/tmp/gpu_check_warm.txt 2>&1 &
+  WARM=$!
+fi
+
+STATUS=0
+if [ "$TESTS" = 1 ]; then
+  stage "GPU tests -> $OUT/gpu_tests.txt"
+  LOG="$OUT/gpu_tests.txt"
+  {
+    echo "# GPU tests on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+    echo
+    echo "Commit $ZYFA_GIT_COMMIT, $(date -u +%Y-%m-%dT%H:%M:%SZ): bash scripts/gpu_check.sh (pytest -m gpu tests)"
+    echo
+  } >"$LOG.tmp"
+  if [ -n "$SHARDS" ]; then
+    IFS=';' read -ra SH <<< "$SHARDS"
+    PIDS=()
+    for i in "${!SH[@]}"; do
+      # shellcheck disable=SC2086
+      timeout "$TEST_TIMEOUT" python3 -m pytest -m gpu tests -q -rA -p no:cacheprovider -k "${SH[$i]}" \
+        $PYTEST_ARGS >"/tmp/gpu_check_shard$i.txt" 2>&1 &
+      PIDS+=($!)
+    done
+    for i in "${!SH[@]}"; do
+      wait "${PIDS[$i]}" || STATUS=1
+      { echo "## shard $i: -k '${SH[$i]}'"; cat "/tmp/gpu_check_shard$i.txt"; echo; } >>"$LOG.tmp"
+      rm -f "/tmp/gpu_check_shard$i.txt"
+    done
+  else
+    # shellcheck disable=SC2086
+    timeout "$TEST_TIMEOUT" python3 -m pytest -m gpu tests -q -rA -p no:cacheprovider $PYTEST_ARGS \
+      >>"$LOG.tmp" 2>&1 || STATUS=1
+  fi
+  mv "$LOG.tmp" "$LOG"
+  grep -E "(passed|failed|skipped|error).* in [0-9.]+s" "$LOG" | tail -8
+  grep -E "^FAILED|^ERROR" "$LOG" | head -20
+fi
+
+if [ "$BENCH" = 1 ]; then
+  stage "waiting for the warm-up"
+  wait "$WARM" 2>/dev/null
+  tail -1 /tmp/gpu_check_warm.txt
+  grep -c "^FAIL" /tmp/gpu_check_warm.txt | sed 's/^/warm-up failures: /'
+  stage "zyfa bench -> $OUT/bench.json, $OUT/bench.md"
+  # shellcheck disable=SC2086
+  timeout "$BENCH_TIMEOUT" python3 -m zyfa.cli bench --warmup 10 --rep 50 --out "$OUT/bench.json" --overwrite \
+    $BENCH_ARGS 2>&1 | grep -v Warning | grep -v "return F.scaled" | tail -5
+fi
+stage "done"
+exit $STATUS
