@@ -1,4 +1,4 @@
-"""The dependency arrows of DESIGN.md point one way; this parses imports and fails on a wrong one."""
+"""The dependency arrows of docs/DESIGN.md point one way; this parses imports and fails on a wrong one."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_imports_point_one_way(package):
         wrong = (_imports(path) & OURS) - ALLOWED[package] - {package}
         if wrong:
             bad.append(f"{path.relative_to(ROOT)} imports {sorted(wrong)}")
-    assert not bad, "imports against DESIGN.md's direction:\n" + "\n".join(bad)
+    assert not bad, "imports against docs/DESIGN.md's direction:\n" + "\n".join(bad)
 
 
 def test_reference_imports_no_triton():
