@@ -8,8 +8,16 @@ Examples::
     zyfa accuracy --inputs gaussian --outliers 0.001 --outlier-scale 10 --out results.jsonl
     zyfa accuracy --inputs captures/smollm2.h5 --layers 0,3 --heads 0,1,2 --max-tokens 1024 --out r.csv
 
-Bad input (an unknown recipe, an unsupported head dim, a missing file) exits with status 2 and one line on
-stderr naming the problem. Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
+Bad input (an unknown recipe, an unsupported head dim, a missing file, an input too large for the device's
+memory) exits with status 2 and one line on stderr naming the problem.
+
+``--out``: checked before any work (its folder must exist and be writable, with free space for the rows). An
+existing file is refused unless ``--force`` (start over; the old file is replaced only when the new run
+finishes) or ``--resume`` (keep its rows, run only the (input, recipe) pairs not done). Rows are appended to
+``<out>.partial`` as they finish, so a killed run keeps them and ``--resume`` continues it; the finished file
+is written atomically and equals an uninterrupted run's rows (provenance and wall times aside).
+
+Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
 
 from __future__ import annotations
@@ -72,7 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the Gaussian inputs and the run (default 0)")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto",
                         help="where the emulator and the oracle run (default auto: cuda if available)")
-    parser.add_argument("--out", metavar="PATH", help="write result rows to PATH (.jsonl or .csv)")
+    parser.add_argument("--out", metavar="PATH",
+                        help="write result rows to PATH (.jsonl or .csv); rows are kept in PATH.partial as they "
+                             "finish")
+    parser.add_argument("--force", action="store_true", help="replace an existing --out (when the run finishes)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted or finished --out: keep its rows, run the missing ones")
     parser.add_argument("--metrics", metavar="LIST",
                         help="table columns: row keys (deq_rel_l2, p_flushed_frac, ...) or bare metric names "
                              f"({', '.join(ERROR_METRICS)}) meaning deq_ and orig_; default "
@@ -84,25 +97,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``zyfa accuracy``; 0 on success, 2 on bad input (message on stderr, no traceback)."""
+    from accuracy.results_io import ROW_BYTES_ESTIMATE, ResultsFile
+    from zyfa.outputs import check_writable
+
     try:
         recipes = _parse_recipes(args.recipes)
         columns = _parse_columns(args.metrics)
         out = _check_out(args.out)
-        inputs = _load_inputs(args)
+        if out is None and (args.force or args.resume):
+            raise UsageError("--force and --resume apply to --out")
+        results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=_read_finished) \
+            if out is not None else None
+        from accuracy.runner import input_key, resolve_device, run_accuracy, write_results
+
+        device = resolve_device(args.device)
+        inputs = _load_inputs(args, device)
+        keys = [input_key(inp, r.name) for inp in inputs for r in recipes]
+        if results is not None:
+            check_writable(out, need_bytes=len(keys) * ROW_BYTES_ESTIMATE)
+            results.check_plan(keys)
     except (ValueError, FileNotFoundError) as e:
         return _fail(e)
 
-    from accuracy.runner import resolve_device, run_accuracy, write_results
-
+    first_prov = results.provenance if results is not None and results.resumed_from else {}
+    if results is not None and results.resumed_from is not None:
+        print(f"resuming {results.resumed_from}: {len(results.done)} of {len(keys)} rows done")
     t0 = time.perf_counter()
     try:
-        device = resolve_device(args.device)
-        rows = run_accuracy(inputs, recipes, device=device, progress=not args.no_progress, seed=args.seed)
+        rows = run_accuracy(inputs, recipes, device=device, progress=not args.no_progress, seed=args.seed,
+                            skip=results.done if results is not None else (),
+                            on_start=results.start if results is not None else None,
+                            on_row=results.add if results is not None else None,
+                            run_id=first_prov.get("run_id"))
     except ValueError as e:
-        return _fail(e)
+        return _fail(e, results)
+    except KeyboardInterrupt:
+        return _fail("interrupted", results, status=130)
     wall = time.perf_counter() - t0
 
     prov = rows.provenance
+    if first_prov:  # a resumed run: its first provenance, and this run's
+        prov = {**first_prov, "resumed": [*first_prov.get("resumed", []), {
+            k: rows.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
+                                                "device", "device_name")}]}
+    if results is not None:
+        rows = results.rows_in_order(keys)
     commit = (prov.get("git_commit") or "no git")[:10] + ("+dirty" if prov.get("git_dirty") else "")
     print(f"zyfa accuracy  run {prov.get('run_id')}  zyfa {prov.get('zyfa_version')} @ {commit}  "
           f"torch {prov.get('torch')}  device {prov.get('device')} ({prov.get('device_name')})")
@@ -116,16 +155,31 @@ def main(args: argparse.Namespace) -> int:
     nan_recipes = sorted({r["recipe"] for r in rows if r.get("has_nan")})
     if nan_recipes:
         print(f"NaN/Inf in the output of: {', '.join(nan_recipes)}")
-    if out is not None:
-        write_results(rows, out)
+    if results is not None:
+        try:
+            results.finish(rows, prov, write_results)
+        except ValueError as e:
+            return _fail(e, results)
         print(f"wrote {len(rows)} rows to {out}")
     print(f"wall time {wall:.1f} s;  repro: {repro_command(args)}")
     return 0
 
 
-def _fail(e: BaseException) -> int:
-    print(f"zyfa accuracy: error: {e}", file=sys.stderr)
-    return 2
+def _read_finished(path: Path):
+    from accuracy.runner import read_results
+
+    rows = read_results(path)
+    return list(rows), rows.provenance
+
+
+def _fail(e: BaseException | str, results=None, status: int = 2) -> int:
+    kept = ""
+    if results is not None:
+        results.close()
+        if results.partial.is_file():
+            kept = f"; the rows finished so far are in {results.partial} (rerun with --resume to continue)"
+    print(f"zyfa accuracy: error: {e}{kept}", file=sys.stderr)
+    return status
 
 
 def _parse_recipes(spec: str):
@@ -160,6 +214,8 @@ def _check_out(out: str | None) -> Path | None:
         raise UsageError(f"--out must end in .jsonl or .csv, got {out!r}")
     if path.parent != Path("") and not path.parent.exists():
         raise FileNotFoundError(f"--out: directory {path.parent} does not exist")
+    if path.is_dir():
+        raise UsageError(f"--out {out} is a directory; give a file name ending in .jsonl or .csv")
     return path
 
 
@@ -170,8 +226,9 @@ def _int_list(spec: str, flag: str) -> list[int]:
         raise UsageError(f"{flag} takes comma-separated integers, got {spec!r}") from None
 
 
-def _load_inputs(args: argparse.Namespace) -> list:
+def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
     from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+    from accuracy.runner import check_memory
 
     items = [s.strip() for s in args.inputs.split(",") if s.strip()]
     if not items:
@@ -209,6 +266,10 @@ def _load_inputs(args: argparse.Namespace) -> list:
             window=args.window, std=opts["std"], outlier_frac=opts["outliers"],
             outlier_scale=opts["outlier_scale"], outlier_tensors=opts["outlier_tensors"], seed=args.seed,
             dtype=opts["dtype"])
+        d_v = spec.head_dim_v or spec.head_dim
+        check_memory({"batch": spec.batch, "heads_q": spec.heads_q, "heads_kv": spec.heads_kv, "seq_q": spec.seq,
+                      "seq_k": spec.seq, "head_dim": spec.head_dim, "head_dim_v": d_v}, device,
+                     what="the Gaussian input")
         inputs.append(make_gaussian(spec))
     layers = _int_list(args.layers, "--layers") if args.layers is not None else None
     heads = _int_list(args.heads, "--heads") if (files and args.heads is not None) else None

@@ -25,6 +25,9 @@ Metrics (``compute_metrics``):
     has_nan, nonfinite_frac
                         flags of the output under test: a recipe that produces NaN/Inf is a finding, not a
                         crash, so its error metrics are reported as nan and ``has_nan`` is True
+    n_zero_out_rows     query rows whose output is all zeros while the reference row is not: what a fully
+                        masked row looks like, so a kernel that loses rows (e.g. to an overflow shown as a
+                        masked row) is visible even without an LSE to compare
 """
 
 from __future__ import annotations
@@ -75,8 +78,8 @@ def compute_metrics(out, out_ref, *, lse=None, lse_ref=None) -> dict[str, float]
 
     Returns:
         A flat dict: the float metrics named in :data:`ERROR_METRICS` (the two ``lse_*`` only when LSEs are
-        given), ``has_nan`` (bool), ``nonfinite_frac``, ``n_rows`` and ``n_zero_ref_rows``, and
-        ``zero_ref_rows_max_abs_err``.
+        given), ``has_nan`` (bool), ``nonfinite_frac``, ``n_rows``, ``n_zero_ref_rows``, ``n_zero_out_rows``
+        and ``zero_ref_rows_max_abs_err``.
 
     Raises:
         ValueError: shapes differ, the reference holds NaN/Inf, only one LSE is given, or the -inf rows of
@@ -102,6 +105,8 @@ def compute_metrics(out, out_ref, *, lse=None, lse_ref=None) -> dict[str, float]
     res["has_nan"] = n_nonfinite > 0
     res["nonfinite_frac"] = n_nonfinite / o.numel()
     res.update(_output_metrics(o, r) if n_nonfinite == 0 else _nan_output_metrics(o, r))
+    ref_rows_zero = (r == 0).all(dim=-1)
+    res["n_zero_out_rows"] = int(((o == 0).all(dim=-1) & ~ref_rows_zero).sum())
     if lse is not None:
         lse_metrics = _lse_metrics(_as_float64(lse, "lse"), _as_float64(lse_ref, "lse_ref"))
         if any(math.isnan(v) for v in lse_metrics.values()):

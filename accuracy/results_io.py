@@ -1,24 +1,202 @@
-"""Reading JSONL result files without torch (the report generator reads results, never runs kernels)."""
+"""Result files without torch: reading and checking JSONL rows, and the resumable, row-by-row writer.
+
+The report generator reads results and never runs kernels, so nothing here imports torch.
+
+Exposed:
+    read_jsonl(path) -> (rows, provenance)        rows checked: a foreign file fails with path:line
+    check_row(row, where)                         the same check for one row (CSV readers use it)
+    row_key(row) -> (input, input hash, recipe)   what a resumed run skips
+    jsonl_text(rows, provenance) -> str           a JSONL result file's text
+    ResultsFile                                   ``--out`` of a run: refuse / force / resume, rows
+                                                  appended to ``<out>.partial`` as they finish, the
+                                                  finished file written atomically
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+
+from zyfa.outputs import AppendLog, OutputError, check_writable, partial_path, read_complete_lines
+
+__all__ = ["ResultsFile", "check_row", "jsonl_text", "read_jsonl", "row_key"]
+
+# Row keys of numbers (or null) in an operator result row: error metrics are prefixed with these.
+_METRIC_PREFIXES = ("deq_", "orig_")
+# Bytes per result row (about 1.5 KB in practice) used to estimate the free space a run needs.
+ROW_BYTES_ESTIMATE = 4096
+
+
+def check_row(row, where: str) -> dict:
+    """ValueError naming ``where`` (``path:line``) unless ``row`` looks like a result row of ``zyfa accuracy``:
+    a JSON object with a string ``recipe`` and ``input``, and numbers (or null) for every ``deq_*``/``orig_*``
+    metric."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: expected a JSON object (a result row), got a {type(row).__name__}")
+    for key in ("recipe", "input"):
+        if key not in row:
+            raise ValueError(f"{where}: not a zyfa accuracy result row (no {key!r} key)")
+        if not isinstance(row[key], str):
+            raise ValueError(f"{where}: {key!r} must be a string, got {type(row[key]).__name__}")
+    for k, v in row.items():
+        if not isinstance(k, str):
+            raise ValueError(f"{where}: more cells than columns")
+        if k.startswith(_METRIC_PREFIXES) and v is not None and (isinstance(v, bool)
+                                                                 or not isinstance(v, (int, float))):
+            raise ValueError(f"{where}: metric {k!r} must be a number, got {v!r}")
+    if "has_nan" in row and not isinstance(row["has_nan"], bool):
+        raise ValueError(f"{where}: 'has_nan' must be true or false, got {row['has_nan']!r}")
+    return row
+
+
+def _parse_lines(lines: Iterable[str], path) -> tuple[list[dict], dict]:
+    rows, prov = [], {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        if isinstance(obj, dict) and obj.get("record") == "provenance":
+            prov = prov or {k: v for k, v in obj.items() if k != "record"}
+        else:
+            rows.append(check_row(obj, f"{path}:{n}"))
+    return rows, prov
 
 
 def read_jsonl(path: str | Path) -> tuple[list[dict], dict]:
-    """(rows, provenance) of a JSONL result file: its first ``{"record": "provenance"}`` line is the provenance."""
-    rows, prov = [], {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-            if obj.get("record") == "provenance":
-                prov = prov or {k: v for k, v in obj.items() if k != "record"}
+    """(rows, provenance) of a JSONL result file: its first ``{"record": "provenance"}`` line is the provenance.
+
+    Raises ValueError ``path:line: ...`` for a line that is not JSON or not a result row."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return _parse_lines(f, path)
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file (not UTF-8)") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a directory, not a result file") from None
+
+
+def row_key(row: dict) -> tuple:
+    """The identity of a result row: (input name, input content hash, recipe)."""
+    return (row.get("input"), row.get("input_content_hash"), row.get("recipe"))
+
+
+class ResultsFile:
+    """The ``--out`` file of a run: checked before the run, rows kept as they finish, finished atomically.
+
+    Rows go, one fsync'd line each, into ``<out>.partial`` (first line: the provenance record); :meth:`finish`
+    writes ``<out>`` (JSONL, or CSV through ``write``) by a temporary file and a rename, then removes the
+    partial file. So a killed run leaves the rows it finished in ``<out>.partial`` and the previous ``<out>``,
+    if any, untouched.
+
+    Policy, decided by :meth:`open` before any work:
+        - ``<out>`` or ``<out>.partial`` exists, neither ``force`` nor ``resume``: refused (OutputError);
+        - ``force``: start over (the old ``<out>`` is replaced only when the new run finishes);
+        - ``resume``: rows of ``<out>.partial`` (else of ``<out>``) are kept; :attr:`done` holds their
+          :func:`row_key`, which the run skips.
+    """
+
+    def __init__(self, path: Path, *, kept: list[dict], provenance: dict, resumed_from: Path | None,
+                 reader: Callable[[Path], tuple[list[dict], dict]]):
+        self.path = path
+        self.partial = partial_path(path)
+        self.kept = kept
+        self.provenance = provenance
+        self.resumed_from = resumed_from
+        self.done = {row_key(r) for r in kept}
+        self._new: list[dict] = []
+        self._log: AppendLog | None = None
+        self._reader = reader
+
+    @classmethod
+    def open(cls, path: str | Path, *, force: bool = False, resume: bool = False, n_rows: int = 0,
+             reader: Callable[[Path], tuple[list[dict], dict]] | None = None, flag: str = "--out") -> ResultsFile:
+        """Check ``path`` (writable, free space for ``n_rows``, the refuse/force/resume policy) and load the
+        rows a resumed run keeps. ``reader`` reads a finished ``path`` (default: :func:`read_jsonl`)."""
+        path = Path(path)
+        if force and resume:
+            raise OutputError("--force and --resume exclude each other")
+        reader = reader or read_jsonl
+        partial = partial_path(path)
+        check_writable(path, need_bytes=n_rows * ROW_BYTES_ESTIMATE)
+        if partial.is_dir():
+            raise OutputError(f"{partial} is a directory; remove it or choose another {flag}")
+        exists = [p for p in (path, partial) if p.is_file()]
+        if exists and not (force or resume):
+            what = ("an interrupted run's rows are in " + str(partial)) if partial.is_file() \
+                else f"{path} exists"
+            raise OutputError(f"{what}: add --resume to continue it, --force to start over, "
+                              f"or choose another {flag}")
+        kept, prov, source = [], {}, None
+        if resume and exists:
+            source = partial if partial.is_file() else path
+            if source == partial:
+                lines, _ = read_complete_lines(partial)
+                kept, prov = _parse_lines(lines, partial)
             else:
-                rows.append(obj)
-    return rows, prov
+                kept, prov = reader(path)
+            if not prov:
+                raise OutputError(f"{source} has no provenance record, so it is not a run to resume; "
+                                  f"use --force to replace it or choose another {flag}")
+        return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader)
+
+    def check_plan(self, keys: Sequence[tuple]) -> None:
+        """Refuse to resume a file that holds rows the planned run would not make (another run's rows)."""
+        planned = set(keys)
+        foreign = [k for k in (row_key(r) for r in self.kept) if k not in planned]
+        if foreign:
+            name, _, recipe = foreign[0]
+            raise OutputError(f"{self.resumed_from} holds rows this run would not make ({len(foreign)}, e.g. "
+                              f"input {name!r} recipe {recipe!r}): resume it with the same arguments, or use "
+                              "--force or another --out")
+
+    def start(self, provenance: dict) -> None:
+        """Open ``<out>.partial`` for appending (with ``provenance`` as its first line when it starts fresh)."""
+        if self.resumed_from == self.partial:
+            self._log = AppendLog(self.partial, fresh=False)
+            return
+        self._log = AppendLog(self.partial, fresh=True)
+        self._log.write_line(json.dumps({"record": "provenance", **provenance}))
+        for row in self.kept:  # resuming a finished file: its rows first
+            self._log.write_line(json.dumps(row))
+
+    def add(self, row: dict) -> None:
+        """Append one finished row (fsync'd before returning)."""
+        if self._log is None:
+            raise RuntimeError("ResultsFile.start() first")
+        self._log.write_line(json.dumps(row))
+        self._new.append(row)
+
+    def rows_in_order(self, keys: Sequence[tuple]) -> list[dict]:
+        """Kept and new rows in the planned order (``keys``: row keys in the order an uninterrupted run makes
+        them), so a resumed file equals an uninterrupted one."""
+        by = {row_key(r): r for r in self.kept}
+        by.update({row_key(r): r for r in self._new})
+        missing = [k for k in keys if k not in by]
+        if missing:
+            raise RuntimeError(f"{len(missing)} planned rows were not made, e.g. {missing[0]}")
+        return [by[k] for k in keys]
+
+    def finish(self, rows: Sequence[dict], provenance: dict,
+               write: Callable[[Sequence[dict], Path, dict], object]) -> Path:
+        """Write the finished file atomically (``write(rows, path, provenance)``), then drop the partial."""
+        self.close()
+        write(rows, self.path, provenance)
+        with contextlib.suppress(FileNotFoundError):
+            self.partial.unlink()
+        return self.path
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+def jsonl_text(rows: Sequence[dict], provenance: dict) -> str:
+    """A JSONL result file's text: the provenance record, then one row per line."""
+    lines = [json.dumps({"record": "provenance", **provenance})] + [json.dumps(r) for r in rows]
+    return "\n".join(lines) + "\n"

@@ -13,22 +13,32 @@ the inputs (recipes that quantize Q/K/V alike share it; a shared reference is ch
 bit-identical dequantized inputs before reuse, and one whose inputs equal the originals reuses the
 original reference).
 
+A run can skip (input, recipe) pairs already done (``skip``: keys of :func:`accuracy.results_io.row_key`) and
+hand each row to ``on_row`` as it finishes (``zyfa accuracy --out`` appends it to disk there), so a killed run
+keeps its rows and a resumed one makes the same rows as an uninterrupted one. Before an input runs, its
+memory need is estimated (:func:`memory_estimate_bytes`) and a run that cannot fit is refused with one line.
+
 Exposed:
-    run_accuracy(inputs, recipes, *, device="cpu", progress=True, seed=0) -> ResultRows
-    write_results(rows, path, provenance=None)   .jsonl (provenance header record) or .csv (+ sidecar)
-    read_results(path) -> ResultRows
+    run_accuracy(inputs, recipes, *, device="cpu", progress=True, seed=0, skip=(), on_start=None, on_row=None,
+                 run_id=None) -> ResultRows
+    input_key(inp, recipe) -> the row key of (inp, recipe)
+    write_results(rows, path, provenance=None)   .jsonl (provenance header record) or .csv (+ sidecar), atomic
+    read_results(path) -> ResultRows             rows checked (a foreign file fails naming path and line)
+    memory_estimate_bytes(shape, device), check_memory(shape, device, what)
     ResultRows: a list of flat dict rows with ``.provenance`` (dict) and ``.run_id``
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,18 +47,22 @@ import torch
 from accuracy.inputs import AttentionInput
 from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name, provenance
-from accuracy.results_io import read_jsonl
+from accuracy.results_io import check_row, jsonl_text, read_jsonl, row_key
 from reference.attention import attention_fp64
-from zyfa.emulator import emulate
+from zyfa.emulator import emulate, quantize_inputs
+from zyfa.outputs import atomic_write_text
 from zyfa.recipes import Recipe, get_recipe
 
-__all__ = ["QUANT_FIELDS", "ResultRows", "read_results", "resolve_device", "run_accuracy", "write_results"]
+__all__ = ["QUANT_FIELDS", "ResultRows", "check_memory", "input_key", "memory_estimate_bytes", "read_results",
+           "resolve_device", "run_accuracy", "write_results"]
 
 # Recipe fields that decide the dequantized inputs a kernel sees: recipes equal on these share a reference.
 QUANT_FIELDS = ("q_format", "k_format", "v_format", "q_scale", "k_scale", "v_scale", "scale_block_q",
                 "scale_block_kv", "k_smoothing")
 # Per-metric keys of compute_metrics that describe the output, not the reference: kept once, unprefixed.
 _UNPREFIXED = ("has_nan", "nonfinite_frac", "n_rows", "n_zero_ref_rows")
+# Query rows per block of the FP64 oracle (run_accuracy's chunk_size default).
+ORACLE_CHUNK = 1024
 
 
 class ResultRows(list):
@@ -80,7 +94,11 @@ def run_accuracy(
     device: str | torch.device = "cpu",
     progress: bool = True,
     seed: int = 0,
-    chunk_size: int = 1024,
+    chunk_size: int = ORACLE_CHUNK,
+    skip: Collection[tuple] = (),
+    on_start: Callable[[dict], None] | None = None,
+    on_row: Callable[[dict], None] | None = None,
+    run_id: str | None = None,
 ) -> ResultRows:
     """Run every recipe on every input; one flat row per (input, recipe), in that order.
 
@@ -91,11 +109,20 @@ def run_accuracy(
         progress: a tqdm bar over (input × recipe) on stderr.
         seed: seeds torch's global generator before the run (the emulator is deterministic; recorded).
         chunk_size: query rows per block of the FP64 oracle.
+        skip: row keys (:func:`accuracy.results_io.row_key`: input name, content hash, recipe) not to run
+            again (a resumed run); the rows made are those an uninterrupted run makes for the other pairs.
+        on_start: called with the run's provenance before the first input runs.
+        on_row: called with each row as soon as it is made (e.g. to append it to a file).
+        run_id: the run's id (a resumed run keeps its first id); default a new random one.
 
     Returns:
-        :class:`ResultRows`; each row holds ``run_id``, the input's name, shape and metadata (``input_*``),
-        the recipe's name and ``recipe_short``, ``has_nan``, the ``deq_*`` and ``orig_*`` metrics, the
-        emulator's stats (e.g. ``p_flushed_frac``) and wall times in seconds.
+        :class:`ResultRows` of the rows made (not the skipped ones); each row holds ``run_id``, the input's
+        name, shape and metadata (``input_*``), the recipe's name and ``recipe_short``, ``has_nan``, the
+        ``deq_*`` and ``orig_*`` metrics, the emulator's stats (e.g. ``p_flushed_frac``) and wall times in
+        seconds.
+
+    Raises:
+        ValueError: no inputs or recipes, or an input that would not fit in the device's memory.
     """
     inputs = [inputs] if isinstance(inputs, AttentionInput) else list(inputs)
     recipes = [get_recipe(recipes)] if isinstance(recipes, (str, Recipe)) else [get_recipe(r) for r in recipes]
@@ -104,8 +131,10 @@ def run_accuracy(
     if not recipes:
         raise ValueError("no recipes given")
     dev = resolve_device(device)
+    for inp in inputs:
+        check_memory(inp.shape, dev, what=f"input {inp.name}")
     torch.manual_seed(seed)
-    run_id = uuid.uuid4().hex[:12]
+    run_id = run_id or uuid.uuid4().hex[:12]
     prov = provenance({
         "run_id": run_id,
         "device": str(dev),
@@ -115,28 +144,100 @@ def run_accuracy(
         "inputs": [inp.name for inp in inputs],
     })
     rows = ResultRows(provenance=prov)
-    bar = _progress(len(inputs) * len(recipes), enabled=progress)
+    if on_start is not None:
+        on_start(prov)
+    skip = set(skip)
+    todo = [(inp, [r for r in recipes if input_key(inp, r.name) not in skip]) for inp in inputs]
+    bar = _progress(sum(len(rs) for _, rs in todo), enabled=progress)
     try:
-        for inp in inputs:
-            rows.extend(_run_input(inp, recipes, dev, run_id, chunk_size, bar))
+        for inp, _ in todo:
+            rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row))
     finally:
         bar.close()
     return rows
 
 
-def _run_input(inp: AttentionInput, recipes: list[Recipe], dev: torch.device, run_id: str, chunk_size: int,
-               bar) -> list[dict]:
+def input_key(inp: AttentionInput, recipe: str) -> tuple:
+    """The :func:`accuracy.results_io.row_key` of the row (inp, recipe) will make."""
+    return row_key({"input": inp.name, "input_content_hash": inp.meta.get("content_hash"), "recipe": recipe})
+
+
+def memory_estimate_bytes(shape: dict, device: str | torch.device = "cpu", *, chunk_size: int = ORACLE_CHUNK,
+                          block_n: int = 128) -> int:
+    """Peak bytes one input of ``shape`` (``AttentionInput.shape``) needs in :func:`run_accuracy`, roughly.
+
+    Terms (from the code paths, and checked against measured peaks on CPU): about 30 float32 copies of the
+    largest of Q/K/V (inputs, dequantized copies, K/V expanded to the query heads, the accumulator), a few
+    float64 score blocks of the FP64 oracle (one GQA group × ``chunk_size`` rows × all keys) and the
+    emulator's score tiles (all heads × a query chunk × ``block_n`` keys, about 12 live copies).
+    """
+    b, h, h_kv = shape["batch"], shape["heads_q"], shape["heads_kv"]
+    s_q, s_k = shape["seq_q"], shape["seq_k"]
+    d = max(shape["head_dim"], shape["head_dim_v"])
+    tensors = 30 * 4 * b * h * max(s_q, s_k) * d
+    group = h // max(1, h_kv)
+    oracle = 4 * 8 * group * min(chunk_size, s_q) * s_k
+    q_chunk = 2048 if torch.device(device).type == "cpu" else max(2048, (1 << 24) // max(1, b * h * block_n))
+    tiles = 12 * 4 * b * h * min(q_chunk, s_q) * block_n
+    return int(tensors + oracle + tiles)
+
+
+def _available_bytes(dev: torch.device) -> int | None:
+    if dev.type == "cuda":
+        try:
+            return int(torch.cuda.mem_get_info(dev)[0])
+        except (RuntimeError, AssertionError):
+            return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_memory(shape: dict, device: str | torch.device = "cpu", what: str = "input") -> int:
+    """ValueError (one line) when ``shape`` needs more memory than ``device`` has free; returns the estimate."""
+    dev = torch.device(device)
+    need = memory_estimate_bytes(shape, dev)
+    have = _available_bytes(dev)
+    if have is not None and need > have:
+        dims = (f"batch {shape['batch']}, heads {shape['heads_q']}/{shape['heads_kv']}, "
+                f"seq {shape['seq_q']}/{shape['seq_k']}, head dim {shape['head_dim']}/{shape['head_dim_v']}")
+        raise ValueError(f"{what} ({dims}) needs about {need / 2**30:.1f} GiB, but {dev.type} has "
+                         f"{have / 2**30:.1f} GiB free: use fewer heads, tokens or a smaller batch")
+    return need
+
+
+def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch.device, run_id: str,
+               chunk_size: int, bar, on_row) -> list[dict]:
+    todo = [r for r in recipes if input_key(inp, r.name) not in skip]
+    if not todo:
+        return []
     x = inp.to(dev)
     kw = {"causal": x.causal, "sm_scale": x.sm_scale, "window": x.window}
     t0 = time.perf_counter()
     ref_orig = attention_fp64(x.q, x.k, x.v, chunk_size=chunk_size, **kw)
     time_ref_orig = time.perf_counter() - t0
     orig32 = tuple(t.float() for t in (x.q, x.k, x.v))
-    # quantization key -> (q_deq, k_deq, v_deq, (out, lse)); cleared per input
-    cache: dict[tuple, tuple] = {}
+    # quantization key -> [q_deq, k_deq, v_deq, (out, lse) or None]; cleared per input. Skipped recipes still
+    # enter their dequantized inputs (cheap), so each row's ref_deq_source is what an uninterrupted run gives.
+    cache: dict[tuple, list] = {}
     base = _input_fields(inp)
     rows = []
     for recipe in recipes:
+        key = tuple(getattr(recipe, f) for f in QUANT_FIELDS)
+        if recipe not in todo:
+            if key not in cache:
+                deq = quantize_inputs(x.q, x.k, x.v, recipe).dequantized()
+                if not all(torch.equal(a, b) for a, b in zip(deq, orig32, strict=True)):
+                    cache[key] = [*deq, None]
+            continue
         bar.set_postfix_str(f"{inp.name} {recipe.name}")
         t0 = time.perf_counter()
         em = emulate(x.q, x.k, x.v, recipe, **kw)
@@ -144,15 +245,16 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], dev: torch.device, ru
         time_emulate = time.perf_counter() - t0
 
         deq = (em.q_deq, em.k_deq, em.v_deq)
-        key = tuple(getattr(recipe, f) for f in QUANT_FIELDS)
         t0 = time.perf_counter()
         if all(torch.equal(a, b) for a, b in zip(deq, orig32, strict=True)):
             ref_deq, ref_deq_source = ref_orig, "orig"  # no quantization: the same FP64 problem
         elif key in cache and all(torch.equal(a, b) for a, b in zip(deq, cache[key][:3], strict=True)):
+            if cache[key][3] is None:  # entered by a skipped recipe
+                cache[key][3] = attention_fp64(*deq, chunk_size=chunk_size, **kw)
             ref_deq, ref_deq_source = cache[key][3], "shared"
         else:
             ref_deq = attention_fp64(*deq, chunk_size=chunk_size, **kw)
-            cache[key] = (*deq, ref_deq)
+            cache[key] = [*deq, ref_deq]
             ref_deq_source = "computed"
         time_ref_deq = time.perf_counter() - t0
 
@@ -174,6 +276,8 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], dev: torch.device, ru
             "device": str(dev),
         })
         rows.append(row)
+        if on_row is not None:
+            on_row(row)
         bar.update(1)
     return rows
 
@@ -243,7 +347,8 @@ def _sidecar(path: Path) -> Path:
 def write_results(rows: Sequence[dict], path: str | Path, provenance: dict | None = None) -> Path:
     """Write rows as JSONL (first line: ``{"record": "provenance", ...}``) or CSV (+ ``.provenance.json``).
 
-    Floats are written as numbers (JSON: non-finite ones as ``NaN``/``Infinity``, which Python's json and
+    Each file is written atomically (a temporary file, then a rename): an interrupted write leaves the previous
+    file. Floats are written as numbers (JSON: non-finite ones as ``NaN``/``Infinity``, which Python's json and
     pandas read; CSV: ``nan``/``inf``). The CSV sidecar also records each column's type so that
     :func:`read_results` restores them exactly.
     """
@@ -254,21 +359,19 @@ def write_results(rows: Sequence[dict], path: str | Path, provenance: dict | Non
         raise ValueError(f"result file must end in .jsonl or .csv, got {path.name!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".jsonl":
-        with open(path, "w") as f:
-            f.write(json.dumps({"record": "provenance", **prov}) + "\n")
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
+        atomic_write_text(path, jsonl_text(rows, prov))
         return path
     columns: list[str] = []
     for row in rows:
         columns.extend(k for k in row if k not in columns)
     types = {c: _column_type([row.get(c) for row in rows]) for c in columns}
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(columns)
-        for row in rows:
-            w.writerow([_cell(row.get(c)) for c in columns])
-    _sidecar(path).write_text(json.dumps({"provenance": prov, "columns": types}, indent=1) + "\n")
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(columns)
+    for row in rows:
+        w.writerow([_cell(row.get(c)) for c in columns])
+    atomic_write_text(_sidecar(path), json.dumps({"provenance": prov, "columns": types}, indent=1) + "\n")
+    atomic_write_text(path, buf.getvalue())
     return path
 
 
@@ -336,10 +439,19 @@ def read_results(path: str | Path) -> ResultRows:
         return ResultRows(*read_jsonl(path))
     if suffix == ".csv":
         side = _sidecar(path)
-        meta = json.loads(side.read_text()) if side.is_file() else {}
+        try:
+            meta = json.loads(side.read_text()) if side.is_file() else {}
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ValueError(f"{side}: not JSON (the sidecar of {path.name})") from None
+        if not isinstance(meta, dict):
+            raise ValueError(f"{side}: not a provenance sidecar (expected a JSON object)")
         types = meta.get("columns", {})
-        with open(path, newline="") as f:
-            reader = csv.DictReader(f)
-            rows = [{k: _parse(v, types.get(k)) for k, v in r.items()} for r in reader]
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                rows = [check_row({k: _parse(v, types.get(k)) for k, v in r.items()}, f"{path}:{n}")
+                        for n, r in enumerate(reader, 2)]
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise ValueError(f"{path}: not a result CSV ({e})") from None
         return ResultRows(rows, meta.get("provenance", {}))
     raise ValueError(f"result file must end in .jsonl or .csv, got {path.name!r}")

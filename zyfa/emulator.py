@@ -12,6 +12,8 @@ Exposed: :func:`emulate`, :func:`quantize_inputs`, :class:`Emulation`, :class:`Q
 from __future__ import annotations
 
 import math
+import numbers
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -30,6 +32,13 @@ TILE_AMAX_FLOOR = 1e-9
 # Schraudolph constant of CK unified attention / AITER hd256: 127*2^23 - 486411 (ROCm/composable_kernel
 # include/ck_tile/ops/unified_attention/, UA_FA4_EXP2_APPROX; ROCm/aiter hsa/gfx950/fmha_v3_fwd/fwd_hd256_fp8.co).
 SCHRAUDOLPH_BIAS = 127 * 2**23 - 486411
+# (d_qk, d_v) pairs the modelled kernels run (MHA 64/128/256, MLA 192/128 and absorbed 576/512); others are
+# emulated with a warning (the arithmetic does not depend on d, but no kernel was read for them).
+KERNEL_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128), (576, 512))
+
+
+class UnsupportedHeadDimWarning(UserWarning):
+    """Head dims no modelled kernel runs: the emulation is of a hypothetical kernel."""
 
 
 @dataclass
@@ -75,8 +84,10 @@ class Emulation:
 
 # ---------------------------------------------------------------------------------------------- validation
 
-def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: int | None = None) -> None:
-    """Clear errors for shapes, dtypes and non-finite values (shared by the emulator and the kernels)."""
+def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: int | None = None,
+                 sm_scale: float | None = None) -> None:
+    """Clear errors for shapes, dtypes, the mask, the scale and non-finite values (shared by the emulator and
+    the kernels): ValueError (TypeError for non-tensors) naming the first problem."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -87,6 +98,10 @@ def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: i
     if not (q.device == k.device == v.device):
         raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     b, h, _, d_qk = q.shape
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if 0 in x.shape:
+            raise ValueError(f"{name} has an empty dimension: shape {tuple(x.shape)} (batch, heads, seq and "
+                             "head_dim must be >= 1)")
     if k.shape[0] != b or v.shape[0] != b:
         raise ValueError(f"batch mismatch: q {b}, k {k.shape[0]}, v {v.shape[0]}")
     if k.shape[1] != v.shape[1] or k.shape[2] != v.shape[2]:
@@ -95,8 +110,14 @@ def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: i
         raise ValueError(f"q and k head dims differ: {d_qk} vs {k.shape[3]}")
     if h % k.shape[1]:
         raise ValueError(f"q heads ({h}) must be a multiple of kv heads ({k.shape[1]})")
-    if window is not None and window < 1:
-        raise ValueError(f"window must be >= 1 or None, got {window}")
+    if window is not None and not (isinstance(window, numbers.Integral) and not isinstance(window, bool)
+                                   and window >= 1):
+        raise ValueError(f"window must be an int >= 1 or None, got {window!r}")
+    if sm_scale is not None:
+        if isinstance(sm_scale, bool) or not isinstance(sm_scale, numbers.Real):
+            raise ValueError(f"sm_scale must be a number, got {sm_scale!r}")
+        if not (math.isfinite(float(sm_scale)) and float(sm_scale) > 0):
+            raise ValueError(f"sm_scale must be finite and > 0, got {sm_scale!r}")
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not torch.isfinite(x).all():
             raise ValueError(f"{name} contains NaN or Inf")
@@ -268,9 +289,13 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         :class:`Emulation` with the output, the LSE, the dequantized inputs and stats.
     """
     recipe = get_recipe(recipe)
-    validate_qkv(q, k, v, window=window)
+    validate_qkv(q, k, v, window=window, sm_scale=sm_scale)
     b, h, s_q, d_qk = q.shape
     h_kv, s_k, d_v = k.shape[1], k.shape[2], v.shape[3]
+    if (d_qk, d_v) not in KERNEL_HEAD_DIMS:
+        warnings.warn(f"head dims {d_qk}/{d_v} (qk/v) match no kernel this emulator models (they run "
+                      f"{', '.join(f'{a}/{b_}' for a, b_ in KERNEL_HEAD_DIMS)}): emulated as the same tiling "
+                      "would compute them", UnsupportedHeadDimWarning, stacklevel=2)
     group = h // h_kv
     sm_scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
     dev = q.device
@@ -447,10 +472,16 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
 
         if acc_tc is not None:
             acc = acc + acc_tc
-        # Normalize: O = acc / l (or · fp32(1/l)); rows with l == 0 (fully masked) give 0.
-        safe_l = torch.where(l > 0, l, torch.ones_like(l))
+        # Normalize: O = acc / l (or · fp32(1/l)); rows that see no key (fully masked) give 0 and lse -inf. A
+        # row that sees keys but whose l is not a positive number (scores overflowed to ±inf, or NaN) gives
+        # NaN: an overflow is a finding, never shown as a masked row.
+        sees = (q_pos >= 0) if (causal or window is not None) else torch.ones_like(q_pos, dtype=torch.bool)
+        sees = (sees & row_valid[:, 0] & (s_k > 0))[:, None]
+        ok = (l > 0) & torch.isfinite(l)
+        bad = sees & ~ok
+        safe_l = torch.where(ok, l, torch.ones_like(l))
         o = acc / safe_l if recipe.reciprocal == "div" else acc * (1.0 / safe_l)
-        o = torch.where(l > 0, o, torch.zeros_like(o))
+        o = torch.where(ok, o, torch.where(bad, torch.full_like(o, math.nan), torch.zeros_like(o)))
         if recipe.v_descale == "end":
             end = vd if recipe.p_scale != "fmax" else vd * (1.0 / fmax)
             o = o * end
@@ -458,8 +489,9 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             o = o * (1.0 / fmax)
         out[:, :, r0:r1] = o
         log2_l = torch.log2(l) - e_run
+        masked_lse = torch.where(bad, torch.full_like(l, math.nan), torch.full_like(l, -math.inf))
         lse[:, :, r0:r1] = torch.where(
-            l > 0, (_zero_if_neginf(m) * (1.0 if folded else LOG2E) + log2_l) * LN2, torch.full_like(l, -math.inf)
+            ok, (_zero_if_neginf(m) * (1.0 if folded else LOG2E) + log2_l) * LN2, masked_lse
         ).squeeze(-1)
 
     out, lse = out[:, :, :s_q], lse[:, :, :s_q]

@@ -15,6 +15,7 @@ log2 probability of a score relative to the running row max m.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 QKV_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
@@ -150,11 +151,32 @@ class Recipe:
                              f"scale_block_kv a multiple of block_n")
         if self.p_scale == "tile_amax" and self.rowsum in ("rounded", "rounded_mma"):
             raise ValueError(f"recipe {self.name!r}: rowsum={self.rowsum!r} with tile_amax scaling is not modelled")
+        self._check_numbers()
         for name in ("block_m", "block_n", "scale_block_q", "scale_block_kv"):
             if getattr(self, name) < 1:
                 raise ValueError(f"recipe {self.name!r}: {name} must be >= 1")
         if self.block_n % 32 and self.accumulator == "hopper_fp8":
             raise ValueError(f"recipe {self.name!r}: hopper_fp8 accumulation needs block_n % 32 == 0")
+
+    def _check_numbers(self) -> None:
+        """Every numeric field a number of the right kind and in range (overrides such as
+        ``zyfa:mad_offset=nan`` are refused here, not turned into silent zeros by the emulator)."""
+        v = self.mad_offset
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"recipe {self.name!r}: mad_offset must be a finite number, got {v!r}")
+        ranges = {"block_m": (1, None), "block_n": (1, None), "scale_block_q": (1, None),
+                  "scale_block_kv": (1, None), "p_scale_log2": (-126, 127), "p_block_max_log2": (-126, 127),
+                  "accum_mantissa_bits": (1, 23), "accum_flush_tiles": (0, None)}
+        for name, (lo, hi) in ranges.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"recipe {self.name!r}: {name} must be an int, got {v!r}")
+            if v < lo or (hi is not None and v > hi):
+                bound = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+                raise ValueError(f"recipe {self.name!r}: {name} must be {bound}, got {v}")
+        for name in ("k_smoothing", "log2e_folded"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"recipe {self.name!r}: {name} must be True or False, got {getattr(self, name)!r}")
 
     @property
     def p_is_fp8(self) -> bool:

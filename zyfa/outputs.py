@@ -1,0 +1,222 @@
+"""Output files that lose nothing: checked before any work, appended row by row, replaced atomically.
+
+Every command that writes results uses these primitives (standard library only, so any package may):
+
+- :func:`check_writable` / :func:`check_dir_writable`: before a run starts, prove that the output can be
+  written (a real probe file in the target folder, so read-only mounts, ``/proc`` and missing folders fail
+  here, not after an hour of work) and that the file system has the free space the caller estimates.
+- :func:`atomic_write_text` / :func:`atomic_write_bytes`: write a temporary file in the same folder, fsync it
+  and rename it over the target: a reader sees the old file or the new one, never a truncated one.
+- :class:`AppendLog`: a line-oriented log appended and fsync'd one line at a time (a killed run keeps every
+  line it finished; :func:`read_complete_lines` drops a torn last line).
+
+Failures raise :class:`OutputError` (a ``ValueError``) whose message is one line naming the path and the cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["OutputError", "AppendLog", "atomic_write_bytes", "atomic_write_text", "check_dir_writable",
+           "check_writable", "partial_path", "read_complete_lines"]
+
+# Free space a run keeps in hand beyond its own estimate (other writers share the disk).
+MIN_FREE_BYTES = 1 << 20
+
+
+class OutputError(ValueError):
+    """An output that cannot be written (the message is one line naming the path and why)."""
+
+
+def _reason(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "no space left on device"
+    if e.errno == errno.EROFS:
+        return "read-only file system"
+    return e.strerror or str(e)
+
+
+def partial_path(path: str | Path) -> Path:
+    """Where an unfinished run keeps its rows: ``<name>.partial`` next to ``path``."""
+    path = Path(path)
+    return path.with_name(path.name + ".partial")
+
+
+def _probe(folder: Path) -> None:
+    """Create, write, fsync and remove a probe file in ``folder`` (OutputError on any failure)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".zyfa-probe-", dir=folder)
+    except OSError as e:
+        raise OutputError(f"cannot write in {folder}: {_reason(e)}") from None
+    try:
+        os.write(fd, b"x")
+        os.fsync(fd)
+    except OSError as e:
+        raise OutputError(f"cannot write in {folder}: {_reason(e)}") from None
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+def _check_space(folder: Path, need_bytes: int, what: str) -> None:
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError as e:
+        raise OutputError(f"cannot check free space of {folder}: {_reason(e)}") from None
+    need = int(need_bytes) + MIN_FREE_BYTES
+    if free < need:
+        raise OutputError(f"not enough free space for {what} in {folder}: {free / 1e6:.1f} MB free, "
+                          f"about {need / 1e6:.1f} MB needed")
+
+
+def check_writable(path: str | Path, *, need_bytes: int = 0) -> Path:
+    """Check that the file ``path`` can be created or replaced, with ``need_bytes`` free (plus a margin).
+
+    The folder must exist (it is not created); ``path`` must not be a directory. Returns ``path``.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{path} is a directory; give a file name")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.exists():
+        raise OutputError(f"folder {folder} does not exist (create it first)")
+    if not folder.is_dir():
+        raise OutputError(f"{folder} is not a folder")
+    _probe(folder)
+    _check_space(folder, need_bytes, path.name)
+    return path
+
+
+def check_dir_writable(folder: str | Path, *, need_bytes: int = 0) -> Path:
+    """Check that files can be written in ``folder`` (created later if missing: its nearest existing
+    ancestor is probed instead), with ``need_bytes`` free. Returns ``folder``."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{folder} exists and is not a folder")
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputError(f"cannot create folder {folder}: {probe} is not a folder")
+    _probe(probe)
+    _check_space(probe, need_bytes, str(folder))
+    return folder
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _mode_for(path: Path) -> int:
+    """The replaced file's permissions, else those a plain open() would give (0o666 less the umask)."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Replace ``path`` by ``data`` atomically (temporary file in the same folder, fsync, rename).
+
+    On failure the temporary file is removed, ``path`` is untouched, and OutputError names the cause."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise OutputError(f"cannot write {path}: {_reason(e)}") from None
+    try:
+        try:
+            os.fchmod(fd, _mode_for(path))
+            _write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise OutputError(f"cannot write {path}: {_reason(e)} (the previous file, if any, is unchanged)") from None
+    _fsync_dir(folder)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """:func:`atomic_write_bytes` of UTF-8 text."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def read_complete_lines(path: str | Path) -> tuple[list[str], int]:
+    """(lines, byte length of the complete part) of a line log: a last line without its newline (a write cut
+    short by a kill) is left out."""
+    data = Path(path).read_bytes()
+    end = data.rfind(b"\n") + 1
+    return data[:end].decode("utf-8").splitlines(), end
+
+
+class AppendLog:
+    """Append lines to ``path``, each written whole and fsync'd before :meth:`write_line` returns.
+
+    ``fresh=True`` starts the file empty; otherwise it is continued after its last complete line (a torn
+    last line is cut off first).
+    """
+
+    def __init__(self, path: str | Path, *, fresh: bool):
+        self.path = Path(path)
+        try:
+            if fresh:
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            else:
+                _, end = read_complete_lines(self.path)
+                self._fd = os.open(self.path, os.O_WRONLY)
+                os.ftruncate(self._fd, end)
+                os.lseek(self._fd, end, os.SEEK_SET)
+        except OSError as e:
+            raise OutputError(f"cannot write {self.path}: {_reason(e)}") from None
+
+    def write_line(self, line: str) -> None:
+        if "\n" in line:
+            raise ValueError("a log line must not contain a newline")
+        try:
+            _write_all(self._fd, (line + "\n").encode("utf-8"))
+            os.fsync(self._fd)
+        except OSError as e:
+            raise OutputError(f"cannot write {self.path}: {_reason(e)} "
+                              "(the lines written before are kept)") from None
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> AppendLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
