@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Mutation testing of the numerics core and the capture store, one module at a time (mutmut 3).
+
+For each module named in ``[tool.zyfa.mutation]`` of pyproject.toml, this script copies the source and test
+folders into ``<work>/<module>/`` (never touching the working tree), writes there a pyproject.toml whose
+``[tool.mutmut]`` table is the repository's one with ``source_paths`` and the test selection narrowed to that
+module, runs ``python -m mutmut run``, and reads back every mutant's verdict. mutmut runs, for each mutant,
+only the tests that executed the mutated function in its first (statistics) pass.
+
+It writes a Markdown summary (kill rate per module, every survivor with its diff) and a JSON file with the same
+data. Nothing runs in the default CI selection: this is a maintainer's tool, minutes to hours depending on cores.
+
+    python3 scripts/mutation_test.py                          # every configured module, report in ./
+    python3 scripts/mutation_test.py zyfa/quant.py            # one module
+    python3 scripts/mutation_test.py --max-children 16 --out /tmp/mutation.md
+
+Needs ``pip install -e '.[dev]'`` (mutmut is in the dev extra). The verdicts are mutmut's: "killed" means some
+test failed with the mutant in place, "survived" that every selected test passed, "timeout" that the tests ran
+longer than mutmut's limit (counted as detected, listed apart), "no tests" that no selected test executed it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+ROOT = Path(__file__).resolve().parent.parent
+# What the copy needs to import the packages and run their tests (pytest's pythonpath is ".").
+COPIED = ["zyfa", "reference", "accuracy", "capture", "tests", "datasets", "pyproject.toml"]
+SKIP_NAMES = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
+DETECTED = ("killed", "timeout", "caught by type check", "segfault")
+
+
+def _fail(msg: str) -> None:
+    print(f"mutation_test: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def load_settings(pyproject: Path) -> tuple[dict, dict[str, list[str]]]:
+    """The repository's [tool.mutmut] table and the per-module test selection of [tool.zyfa.mutation]."""
+    data = tomllib.loads(pyproject.read_text("utf-8"))
+    tool = data.get("tool", {})
+    base = tool.get("mutmut")
+    modules = tool.get("zyfa", {}).get("mutation", {}).get("tests")
+    if not base or not modules:
+        _fail(f"{pyproject} has no [tool.mutmut] table or no [tool.zyfa.mutation] tests table")
+    return dict(base), {str(k): list(v) for k, v in modules.items()}
+
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} to TOML")
+
+
+def module_pyproject(text: str, base: dict, module: str, tests: list[str]) -> str:
+    """pyproject.toml text with the [tool.mutmut] table replaced by one narrowed to ``module`` and ``tests``."""
+    table = dict(base)
+    table["source_paths"] = [module]
+    table["pytest_add_cli_args_test_selection"] = list(tests)
+    table.pop("paths_to_mutate", None)
+    table.pop("tests_dir", None)
+    # Drop the existing [tool.mutmut] table: from its header to the next table header.
+    stripped = re.sub(r"(?ms)^\[tool\.mutmut\]\s*$.*?(?=^\[|\Z)", "", text)
+    lines = ["", "[tool.mutmut]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    return stripped.rstrip("\n") + "\n" + "\n".join(lines) + "\n"
+
+
+def _slug(module: str) -> str:
+    return module.replace("/", "_").removesuffix(".py")
+
+
+def prepare(work: Path, module: str, base: dict, tests: list[str]) -> Path:
+    """A fresh copy of the sources and tests under ``work`` with the module's own mutmut table."""
+    dest = work / _slug(module)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=SKIP_NAMES)
+        elif src.is_file():
+            shutil.copy2(src, dest / name)
+    text = (ROOT / "pyproject.toml").read_text("utf-8")
+    (dest / "pyproject.toml").write_text(module_pyproject(text, base, module, tests), "utf-8")
+    return dest
+
+
+def _mutmut(dest: Path, env: dict, *args: str, capture: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "mutmut", *args], cwd=dest, env=env, text=True, capture_output=capture, check=False
+    )
+
+
+def _source_line(module_text: list[str], diff: str) -> int | None:
+    """1-based line of the module where the mutated line of ``diff`` stands (first removed line found)."""
+    removed = [ln[1:] for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    for old in removed:
+        hits = [i + 1 for i, src in enumerate(module_text) if src.rstrip() == old.rstrip()]
+        if len(hits) >= 1:
+            return hits[0]
+    return None
+
+
+def collect(dest: Path, env: dict, module: str) -> dict:
+    """Every mutant's verdict, and the diff of each one not detected."""
+    res = _mutmut(dest, env, "results", "--all", "true")
+    if res.returncode != 0:
+        _fail(f"mutmut results failed in {dest}:\n{res.stdout}\n{res.stderr}")
+    verdicts: dict[str, str] = {}
+    for line in res.stdout.splitlines():
+        m = re.match(r"^\s+(\S+): (.+)$", line)
+        if m:
+            verdicts[m.group(1)] = m.group(2).strip()
+    source = (dest / module).read_text("utf-8").splitlines() if (dest / module).is_file() else []
+    undetected = []
+    for name, verdict in sorted(verdicts.items()):
+        if verdict in DETECTED:
+            continue
+        diff = _mutmut(dest, env, "show", name).stdout
+        body = "\n".join(ln for ln in diff.splitlines() if not ln.startswith("# "))
+        undetected.append({"name": name, "verdict": verdict, "line": _source_line(source, body), "diff": body})
+    counts: dict[str, int] = {}
+    for verdict in verdicts.values():
+        counts[verdict] = counts.get(verdict, 0) + 1
+    return {"counts": counts, "total": len(verdicts), "undetected": undetected}
+
+
+def run_module(work: Path, module: str, base: dict, tests: list[str], max_children: int | None, env: dict) -> dict:
+    dest = prepare(work, module, base, tests)
+    args = ["run"] + (["--max-children", str(max_children)] if max_children else [])
+    print(f"== {module}: mutmut {' '.join(args)} in {dest} (tests: {' '.join(tests)})", flush=True)
+    t0 = time.monotonic()
+    log = dest / "mutmut-run.log"
+    with log.open("w") as fh:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mutmut", *args], cwd=dest, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False
+        )
+    seconds = time.monotonic() - t0
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        _fail(f"mutmut run for {module} exited {proc.returncode} (log {log}):\n{tail}")
+    result = collect(dest, env, module)
+    result.update(module=module, tests=tests, seconds=round(seconds, 1))
+    c = result["counts"]
+    killed = c.get("killed", 0)
+    print(
+        f"   {module}: {killed}/{result['total']} killed, {c.get('timeout', 0)} timeouts, "
+        f"{c.get('survived', 0)} survived, {len(result['undetected'])} undetected, {seconds:.0f} s",
+        flush=True,
+    )
+    return result
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, text=True, capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git here)"
+
+
+def render(results: list[dict], header: dict) -> str:
+    out = [
+        "# Mutation testing results (generated by scripts/mutation_test.py)",
+        "",
+        f"- tool: mutmut {header['mutmut']}, Python {header['python']}, torch {header['torch']}",
+        f"- command: `{header['command']}`",
+        f"- date: {header['date']}",
+        f"- git commit: {header['commit']}{' (with uncommitted changes)' if header['dirty'] else ''}",
+        f"- max children: {header['max_children']}, cores: {os.cpu_count()}",
+        "",
+        "| module | tests | mutants | killed | timeout | survived | other undetected | detected % | time (s) |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        c, total = r["counts"], r["total"]
+        killed, timeouts, survived = c.get("killed", 0), c.get("timeout", 0), c.get("survived", 0)
+        detected = sum(c.get(v, 0) for v in DETECTED)
+        other = total - detected - survived
+        pct = 100.0 * detected / total if total else 0.0
+        out.append(
+            f"| `{r['module']}` | {' '.join(r['tests'])} | {total} | {killed} | {timeouts} | {survived} | {other} "
+            f"| {pct:.1f} | {r['seconds']:.0f} |"
+        )
+    for r in results:
+        if not r["undetected"]:
+            continue
+        out += ["", f"## Undetected in `{r['module']}`", ""]
+        for u in r["undetected"]:
+            where = f"{r['module']}:{u['line']}" if u["line"] else r["module"]
+            out += [f"### {where} — `{u['name']}` ({u['verdict']})", "", "```diff", u["diff"].strip(), "```", ""]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("modules", nargs="*", help="modules to mutate (default: every one in [tool.zyfa.mutation])")
+    ap.add_argument("--work", type=Path, default=ROOT / ".mutation", help="scratch folder (default .mutation/)")
+    ap.add_argument("--out", type=Path, default=Path("mutation_results.md"), help="Markdown summary to write")
+    ap.add_argument("--max-children", type=int, default=None, help="parallel mutant workers (default: mutmut's)")
+    args = ap.parse_args(argv)
+
+    try:
+        import mutmut
+    except ImportError:
+        _fail("mutmut is not installed: pip install -e '.[dev]' (or the wheel in .wheels/mutation/)")
+    import torch
+
+    base, table = load_settings(ROOT / "pyproject.toml")
+    modules = args.modules or list(table)
+    unknown = [m for m in modules if m not in table]
+    if unknown:
+        _fail(f"not configured in [tool.zyfa.mutation.tests]: {', '.join(unknown)} (known: {', '.join(table)})")
+    out = args.out.resolve()
+    if out.exists() and out.is_relative_to(ROOT) and _git("ls-files", str(out.relative_to(ROOT))):
+        _fail(f"{args.out} is a committed file: write the results elsewhere and merge by hand")
+
+    env = dict(os.environ)
+    # One thread per mutant worker: mutmut forks its workers, and torch's thread pool does not survive a fork.
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+    header = {
+        "mutmut": getattr(mutmut, "__version__", None) or _pkg_version("mutmut"),
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "command": "python3 scripts/mutation_test.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "dirty": bool(_git("status", "--porcelain", "--", *COPIED).strip()) if (ROOT / ".git").exists() else False,
+        "max_children": args.max_children or "mutmut default (cores)",
+    }
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = []
+    for module in modules:
+        results.append(run_module(args.work, module, base, table[module], args.max_children, env))
+        # Rewrite after every module so an interrupted run keeps what finished.
+        tmp = out.with_name(out.name + ".partial")
+        tmp.write_text(render(results, header), "utf-8")
+        os.replace(tmp, out)
+        js = out.with_suffix(".json")
+        tmp = js.with_name(js.name + ".partial")
+        tmp.write_text(json.dumps({"header": header, "results": results}, indent=1), "utf-8")
+        os.replace(tmp, js)
+    print(f"wrote {out} and {out.with_suffix('.json')}")
+    return 0
+
+
+def _pkg_version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
