@@ -1,0 +1,116 @@
+"""One result row for one real implementation on one input: its error beside its paired emulation's.
+
+:func:`accuracy.runner.run_accuracy` calls :func:`implementation_row` for each (input, implementation) after
+the input's recipe rows, with the input's FP64 oracle on the original inputs and a function giving the paired
+recipe's emulation and its FP64 reference on the recipe's dequantized inputs (shared with the recipe rows).
+
+Row fields (besides the input's fields and ``run_id``):
+
+- ``implementation``, ``real: true``, ``recipe`` (the paired recipe or None), ``recipe_short``,
+  ``quantizes`` (``recipe`` / ``self`` / ``none``), ``device``, ``device_name``;
+- ``status``: ``ok``, ``failed`` (``error``: one line naming the kernel) or ``unsupported`` (``reason``);
+- ``orig_*`` metrics against FP64 on the original inputs; with a paired recipe also ``deq_*`` against FP64
+  on the recipe's dequantized inputs, the emulation's ``emu_deq_rel_l2`` and ``emu_orig_rel_l2``,
+  ``ratio_basis`` (``deq``, or ``orig`` for kernels that quantize for themselves), ``real_emu_ratio`` (real
+  error / emulation error on that basis) and ``real_vs_emu_rel_l2`` (between the two outputs);
+- what the implementation reported (``scale_o_choice``, ``scale_o``, package versions, ...), ``time_real_s``.
+
+Exposed: ``implementation_row(impl, x, *, base, ref_orig, paired, device) -> dict``, ``row_label(row)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from accuracy.implementations import (
+    Implementation,
+    ImplementationError,
+    call_implementation,
+    resolve_recipe,
+    unsupported_reason,
+)
+from accuracy.inputs import AttentionInput
+from accuracy.metrics import compute_metrics
+from accuracy.provenance import device_name
+
+__all__ = ["implementation_row", "row_label"]
+
+_UNPREFIXED = ("has_nan", "nonfinite_frac", "n_rows", "n_zero_ref_rows")
+
+
+def row_label(row: dict) -> str:
+    """What a table calls the row: the implementation's name for real rows, else the recipe's."""
+    return row.get("implementation") or row.get("recipe") or "?"
+
+
+def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double(), b.double().to(a.device)
+    n = b.norm()
+    return float((a - b).norm() / n) if float(n) > 0 else float((a - b).norm())
+
+
+def _metrics(out, ref: tuple, lse, row: dict) -> dict:
+    """compute_metrics with the LSE where it can be compared (a kernel's LSE whose -inf rows disagree with the
+    oracle's is left out, with the reason in ``lse_error``)."""
+    if lse is not None:
+        try:
+            return compute_metrics(out, ref[0], lse=lse, lse_ref=ref[1])
+        except ValueError as e:
+            row["lse_error"] = str(e)
+    return compute_metrics(out, ref[0])
+
+
+def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, ref_orig: tuple,
+                       paired: Callable[[str], tuple], device: torch.device) -> dict:
+    """Run ``impl`` on ``x`` (already on ``device``) and make its row; never raises for the kernel's faults.
+
+    Args:
+        base: the input's row fields (``run_id``, name, shape, metadata).
+        ref_orig: (out, lse) of the FP64 oracle on the original inputs.
+        paired: ``paired(recipe_spec) -> (emulation out, emulation lse, (ref_out, ref_lse) on its dequantized
+            inputs)``.
+    """
+    row: dict[str, Any] = {**base, "recipe": impl.recipe, "implementation": impl.name, "real": True,
+                           "quantizes": impl.quantizes, "device": str(device), "device_name": device_name(device)}
+    if impl.recipe is not None:
+        row["recipe_short"] = resolve_recipe(impl.recipe).short_str()
+    reason = unsupported_reason(impl, x)
+    if reason is not None:
+        row.update(status="unsupported", reason=reason)
+        return row
+    t0 = time.perf_counter()
+    try:
+        res = call_implementation(impl, x, {"oracle_out_amax": float(ref_orig[0].abs().max())})
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    except ImplementationError as e:
+        row.update(status="failed", error=str(e))
+        return row
+    row["time_real_s"] = time.perf_counter() - t0
+    out = res.out.to(device)
+    lse = res.lse.to(device) if res.lse is not None else None
+    m_orig = _metrics(out, ref_orig, lse, row)
+    for k in _UNPREFIXED:
+        row[k] = m_orig[k]
+    row.update({"orig_" + k: v for k, v in m_orig.items() if k not in _UNPREFIXED})
+    row["status"] = "ok"
+    if impl.recipe is not None:
+        em_out, _em_lse, ref_deq = paired(impl.recipe)
+        m_deq = _metrics(out, ref_deq, lse, row)
+        row["has_nan"] = bool(row["has_nan"] or m_deq["has_nan"])
+        row.update({"deq_" + k: v for k, v in m_deq.items() if k not in _UNPREFIXED})
+        row["emu_deq_rel_l2"] = _rel_l2(em_out, ref_deq[0])
+        row["emu_orig_rel_l2"] = _rel_l2(em_out, ref_orig[0])
+        basis = "orig" if impl.quantizes == "self" else "deq"
+        emu = row[f"emu_{basis}_rel_l2"]
+        row["ratio_basis"] = basis
+        row["real_emu_ratio"] = row[f"{basis}_rel_l2"] / emu if emu > 0 else None
+        row["real_vs_emu_rel_l2"] = _rel_l2(out, em_out)
+    for k, v in res.info.items():
+        if isinstance(v, (str, int, float, bool)) or v is None:
+            row.setdefault(k, v)
+    return row

@@ -1,0 +1,78 @@
+"""CPU tests of one real implementation's row (accuracy/real_rows.py): metrics against the oracle and the
+paired emulation, failures and unsupported inputs recorded, not raised."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from accuracy.implementations import get_implementation, load_plugin
+from accuracy.inputs import GaussianSpec, make_gaussian
+from accuracy.real_rows import implementation_row, row_label
+from reference.attention import attention_fp64
+from zyfa.emulator import emulate
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fp8_torch_attention.py"
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def x():
+    return make_gaussian(GaussianSpec(seq=80, heads_q=4, heads_kv=2, head_dim=64, causal=True, seed=3))
+
+
+def _paired(x):
+    def paired(spec):
+        em = emulate(x.q, x.k, x.v, spec, causal=x.causal, window=x.window)
+        ref = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=x.causal, window=x.window)
+        return em.out, em.lse, ref
+
+    return paired
+
+
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+def test_plugin_row_paired_with_a_recipe(x):
+    ref_orig = attention_fp64(x.q, x.k, x.v, causal=True)
+    row = implementation_row(load_plugin(f"{EXAMPLE}:attention", recipe="zyfa"), x, base={"input": x.name},
+                             ref_orig=ref_orig, paired=_paired(x), device=CPU)
+    assert row["status"] == "ok" and row["real"] is True and row["implementation"] == f"plugin:{EXAMPLE}:attention"
+    assert row["recipe"] == "zyfa" and row["quantizes"] == "self" and row["ratio_basis"] == "orig"
+    assert row_label(row) == row["implementation"]
+    # independent numbers: the example's output recomputed here, the emulation run here
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ex_copy", EXAMPLE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out, _ = mod.attention(x.q, x.k, x.v, causal=True, sm_scale=64 ** -0.5, window=None)
+    em = emulate(x.q, x.k, x.v, "zyfa", causal=True)
+    assert row["orig_rel_l2"] == pytest.approx(_rel(out, ref_orig[0]), rel=1e-9)
+    assert row["emu_orig_rel_l2"] == pytest.approx(_rel(em.out, ref_orig[0]), rel=1e-9)
+    assert row["real_emu_ratio"] == pytest.approx(row["orig_rel_l2"] / row["emu_orig_rel_l2"], rel=1e-12)
+    assert row["real_vs_emu_rel_l2"] == pytest.approx(_rel(out, em.out), rel=1e-9)
+    assert "deq_rel_l2" in row and "orig_lse_max_abs_err" in row
+    # per-tensor FP8 like zyfa's quantizer: total errors of the same order
+    assert 0.5 < row["real_emu_ratio"] < 2.0
+
+
+def test_failing_kernel_row_names_it(tmp_path, x):
+    p = tmp_path / "bad.py"
+    p.write_text("def attn(q, k, v, *, causal, sm_scale, window):\n    raise RuntimeError('out of shared memory')\n")
+    row = implementation_row(load_plugin(f"{p}:attn"), x, base={}, ref_orig=attention_fp64(x.q, x.k, x.v),
+                             paired=_paired(x), device=CPU)
+    assert row["status"] == "failed"
+    assert row["error"] == f"kernel '{p}:attn' raised RuntimeError: out of shared memory"
+    assert "orig_rel_l2" not in row
+
+
+def test_unsupported_input_is_recorded():
+    xw = make_gaussian(GaussianSpec(seq=64, heads_q=2, heads_kv=2, head_dim=64, causal=True, window=8))
+    row = implementation_row(get_implementation("sdpa-bf16:flash"), xw, base={}, ref_orig=(None, None),
+                             paired=None, device=CPU)
+    assert row["status"] == "unsupported" and "sliding window (8 keys)" in row["reason"]
+    assert row["recipe"] == "bf16" and row["quantizes"] == "none"
