@@ -53,3 +53,137 @@ def test_cli_lists_subcommands(capsys):
     assert main([]) == 2
     out = capsys.readouterr().out
     assert "accuracy" in out
+
+
+# ---------------------------------------------------------------------------------------------- accuracy roles
+
+ROLES = ("report", "impact", "study")
+# role -> what it may import inside accuracy ("core", a role, or "role.module")
+ROLE_ALLOWED = {
+    "core": {"core"},
+    "report": {"core", "report"},
+    "impact": {"core", "impact", "report.blocks", "report.document", "report.plots"},
+    "study": {"core", "report", "impact", "study"},
+}
+
+
+def _role_of_file(path: Path) -> str:
+    rel = path.relative_to(ROOT / "accuracy").parts
+    return rel[0] if len(rel) > 1 and rel[0] in ROLES else "core"
+
+
+def _accuracy_targets(path: Path) -> set[str]:
+    """Every accuracy module ``path`` imports, as "core", "<role>" or "<role>.<module>"."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.count(".") >= 2:  # from accuracy.report.blocks import fmt
+                names.append(node.module)
+            else:  # from accuracy import report; from accuracy.report import blocks
+                names += [f"{node.module}.{a.name}" for a in node.names]
+    out = set()
+    for n in names:
+        parts = n.split(".")
+        if parts[0] != "accuracy" or len(parts) == 1:
+            continue
+        if parts[1] in ROLES:
+            out.add(parts[1] if len(parts) == 2 else f"{parts[1]}.{parts[2]}")
+        elif (ROOT / "accuracy" / f"{parts[1]}.py").is_file():
+            out.add("core")
+    return out
+
+
+def test_accuracy_roles_point_one_way():
+    bad = []
+    for path in sorted((ROOT / "accuracy").rglob("*.py")):
+        role = _role_of_file(path)
+        allowed = ROLE_ALLOWED[role]
+        wrong = sorted(t for t in _accuracy_targets(path) if t not in allowed and t.split(".")[0] not in allowed)
+        if wrong:
+            bad.append(f"{path.relative_to(ROOT)} ({role}) imports {wrong}")
+    assert not bad, "imports against the roles of accuracy/:\n" + "\n".join(bad)
+
+
+def test_accuracy_roles_cover_the_package():
+    """Each role is a package with modules (a flat accuracy/report.py would slip past the role check)."""
+    for role in ROLES:
+        assert (ROOT / "accuracy" / role / "__init__.py").is_file(), role
+        assert not (ROOT / "accuracy" / f"{role}.py").exists(), f"accuracy/{role}.py next to accuracy/{role}/"
+
+
+# ---------------------------------------------------------------------------------------------- private names
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def _is_ours(module: str) -> bool:
+    return module.split(".")[0] in OURS
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _same_package(importer: str, target: str) -> bool:
+    """``target`` (a module, or module.name) lies in the package of ``importer``."""
+    package = importer.rsplit(".", 1)[0]
+    return target == package or target.startswith(package + ".")
+
+
+def _private_uses(path: Path, me: str | None = None) -> list[str]:
+    """``from m import _x`` and ``m._x`` of our modules outside the importer's own package (``me``: the
+    importer's module name, by default from its path)."""
+    me = me or _module_of(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    bound: dict[str, str] = {}  # local name -> our module it names
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if _is_ours(a.name):
+                    bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                    if any(_private(p) for p in a.name.split(".")) and not _same_package(me, a.name):
+                        found.append(f"line {node.lineno}: import {a.name}")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _is_ours(node.module):
+            for a in node.names:
+                target = f"{node.module}.{a.name}"
+                if (_private(a.name) or any(_private(p) for p in node.module.split("."))) \
+                        and not _same_package(me, target):
+                    found.append(f"line {node.lineno}: from {node.module} import {a.name}")
+                bound[a.asname or a.name] = target
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            chain, cur = [node.attr], node.value
+            while isinstance(cur, ast.Attribute):
+                chain.append(cur.attr)
+                cur = cur.value
+            if isinstance(cur, ast.Name) and cur.id in bound:
+                target = ".".join([bound[cur.id], *reversed(chain)])
+                if not _same_package(me, target):
+                    found.append(f"line {node.lineno}: {cur.id}.{'.'.join(reversed(chain))}")
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_no_private_names_across_modules(package):
+    bad = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        bad += [f"{path.relative_to(ROOT)} {u}" for u in _private_uses(path)]
+    assert not bad, "private names used outside their module's package:\n" + "\n".join(bad)
+
+
+def test_the_checks_find_what_they_look_for(tmp_path):
+    """The checks themselves, on a module written here (as if it were accuracy/report/probe.py)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from accuracy.impact.rows import _secret\nfrom accuracy.impact import rows\nrows._x\n"
+                     "from accuracy.report import blocks\nblocks._fine_here\nimport accuracy.study.run as sr\n"
+                     "sr.log\nfrom accuracy import runner\n")
+    assert _private_uses(probe, "accuracy.report.probe") == [
+        "line 1: from accuracy.impact.rows import _secret", "line 3: rows._x"]
+    assert _accuracy_targets(probe) == {"impact.rows", "report.blocks", "study.run", "core"}

@@ -30,7 +30,7 @@ def ids(smollm2):
 @pytest.fixture(scope="session")
 def stock(smollm2, ids):
     """(final hidden state, fp32 logits) of the stock (sdpa) pass."""
-    from accuracy.impact import final_hidden, stock_logits
+    from accuracy.impact.model import final_hidden, stock_logits
 
     h = final_hidden(smollm2.model, ids)
     return h, stock_logits(smollm2.model, h)
@@ -39,7 +39,7 @@ def stock(smollm2, ids):
 @pytest.fixture(scope="session")
 def aiter_all(smollm2, ids, stock):
     """compare_logits of the all-layer aiter swap against stock."""
-    from accuracy.impact import RecipeAttention, compare_logits, final_hidden
+    from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden
     from capture.hook import swap_attention
 
     with swap_attention(smollm2.model, RecipeAttention("aiter")):

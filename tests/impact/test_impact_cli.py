@@ -11,7 +11,7 @@ import pytest
 @pytest.fixture(scope="module")
 def run(smollm2, tmp_path_factory, monkeypatch_module):
     import capture.models
-    from accuracy import impact
+    from accuracy.impact import cli as impact_cli
 
     monkeypatch_module.setattr(capture.models, "load_model", lambda name, **kw: smollm2)
     out = tmp_path_factory.mktemp("impact") / "results.jsonl"
@@ -19,8 +19,8 @@ def run(smollm2, tmp_path_factory, monkeypatch_module):
             "--per-layer", "smollm2", "--layer-recipes", "aiter", "--layers", "28,29", "--out", str(out),
             "--no-progress"]
     parser = argparse.ArgumentParser()
-    impact.add_arguments(parser)
-    assert impact.main(parser.parse_args(argv)) == 0
+    impact_cli.add_arguments(parser)
+    assert impact_cli.main(parser.parse_args(argv)) == 0
     return out, parser, argv
 
 
@@ -55,11 +55,11 @@ def test_rows_and_provenance(run):
 
 
 def test_resume_adds_nothing(run):
-    from accuracy import impact
+    from accuracy.impact import cli as impact_cli
 
     out, parser, argv = run
     before = out.read_text()
-    assert impact.main(parser.parse_args([*argv, "--resume"])) == 0
+    assert impact_cli.main(parser.parse_args([*argv, "--resume"])) == 0
     assert out.read_text() == before
 
 
@@ -80,27 +80,28 @@ def test_rows_are_checked_and_timed(run):
 
 def test_drop_then_resume_measures_the_row_again(run, tmp_path):
     """Drop one window row from a copy of the results; --resume adds back exactly that row (same numbers)."""
-    from accuracy import impact
+    from accuracy.impact import cli as impact_cli
+    from accuracy.impact import rows as impact_rows
 
     out, parser, argv = run
     copy = tmp_path / "results.jsonl"
     copy.write_text(out.read_text())
-    before = {impact._row_key(r): r for r in impact.read_rows(copy)}
-    n, _ = impact.drop_rows(copy, "smollm2:aiter:1:none")
+    before = {impact_rows.row_key(r): r for r in impact_rows.read_rows(copy)}
+    n, _ = impact_rows.drop_rows(copy, "smollm2:aiter:1:none")
     assert n == 1
     args = [*argv, "--resume"]
     args[args.index("--out") + 1] = str(copy)
-    assert impact.main(parser.parse_args(args)) == 0
-    after = impact.read_rows(copy)
+    assert impact_cli.main(parser.parse_args(args)) == 0
+    after = impact_rows.read_rows(copy)
     assert len(after) == len(before)
     new = after[-1]
-    key = impact._row_key(new)
+    key = impact_rows.row_key(new)
     assert key == ("impact_window", "smollm2", "aiter", 1, None, 32, "lee")
     assert new["kl_mean"] == before[key]["kl_mean"] and new["ppl_recipe"] == before[key]["ppl_recipe"]
 
 
 def test_render_markdown_spearman():
-    from accuracy.impact import render_markdown
+    from accuracy.impact.section import render_markdown
 
     rows = []
     for i in range(6):
@@ -113,9 +114,9 @@ def test_render_markdown_spearman():
 
 
 def test_unknown_recipe_is_a_usage_error(capsys):
-    from accuracy import impact
+    from accuracy.impact import cli as impact_cli
 
     parser = argparse.ArgumentParser()
-    impact.add_arguments(parser)
-    assert impact.main(parser.parse_args(["--recipes", "nope", "--models", "smollm2"])) == 2
+    impact_cli.add_arguments(parser)
+    assert impact_cli.main(parser.parse_args(["--recipes", "nope", "--models", "smollm2"])) == 2
     assert "unknown recipe" in capsys.readouterr().err

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from accuracy import impact
+from accuracy.impact import cli as impact_cli
+from accuracy.impact import rows as impact_rows
+from accuracy.impact import run as impact_run
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "reports" / "impact" / "results.jsonl"
@@ -34,8 +36,8 @@ def results(tmp_path):
 
 def _main(argv):
     parser = argparse.ArgumentParser()
-    impact.add_arguments(parser)
-    return impact.main(parser.parse_args(argv))
+    impact_cli.add_arguments(parser)
+    return impact_cli.main(parser.parse_args(argv))
 
 
 def test_drop_rows_keeps_everything_else_and_resume_redoes_them(results, capsys):
@@ -49,7 +51,7 @@ def test_drop_rows_keeps_everything_else_and_resume_redoes_them(results, capsys)
     assert all(r["dropped"]["spec"] == "*:fa3:0" and r["dropped"]["reason"] == "earlier accumulator model"
                for r in side)
     # --resume semantics: the sink skips exactly what is still in the file, so it measures the dropped rows again
-    done = impact._JsonlSink(path, resume=True).done
+    done = impact_run.JsonlSink(path, resume=True).done
     assert ("impact_window", "smollm2", "fa3", 0, None, 64, "lee") not in done
     assert ("impact_window", "smollm2", "fa3", 1, None, 64, "lee") in done
     assert len(done) == len(rows) - 2
@@ -57,15 +59,15 @@ def test_drop_rows_keeps_everything_else_and_resume_redoes_them(results, capsys)
 
 def test_drop_rows_spec_layers(results):
     path, _, _ = results
-    n, _ = impact.drop_rows(path, "smollm2:zyfa:0:none")  # the all-layer row only
+    n, _ = impact_rows.drop_rows(path, "smollm2:zyfa:0:none")  # the all-layer row only
     assert n == 1
-    n, _ = impact.drop_rows(path, "smollm2:zyfa:0:1")  # one layer of the sweep
+    n, _ = impact_rows.drop_rows(path, "smollm2:zyfa:0:1")  # one layer of the sweep
     assert n == 1
-    left = impact.read_rows(path)
+    left = impact_rows.read_rows(path)
     assert sorted(r["layer"] for r in left if r["model"] == "smollm2" and r["recipe"] == "zyfa"
                   and r["window"] == 0) == [0, 2]
-    assert impact.drop_rows(path, "qwen25coder:zyfa:0")[0] == 0  # nothing matches: file untouched
-    n, side = impact.drop_rows(path, "smollm2:*:*")
+    assert impact_rows.drop_rows(path, "qwen25coder:zyfa:0")[0] == 0  # nothing matches: file untouched
+    n, side = impact_rows.drop_rows(path, "smollm2:*:*")
     assert n == 5 and len(side.read_text().splitlines()) == 7
 
 
@@ -88,7 +90,7 @@ def test_drop_refuses_a_file_that_changes_underneath(results, monkeypatch):
 
     monkeypatch.setattr(Path, "write_text", write_and_append)
     with pytest.raises(RuntimeError, match="changed while dropping"):
-        impact.drop_rows(path, "*:fa3:0")
+        impact_rows.drop_rows(path, "*:fa3:0")
     monkeypatch.undo()
     assert path.read_text().startswith("".join(lines)) and not (path.parent / "results.jsonl.dropped").exists()
 
@@ -107,10 +109,10 @@ def test_render_only_merges_several_files(results, tmp_path):
 
 @pytest.mark.skipif(not COMMITTED.is_file(), reason="committed impact results absent")
 def test_committed_pre_fix_rows_are_corrected():
-    rows, files = impact.load_rows([COMMITTED])
+    rows, files = impact_rows.load_rows([COMMITTED])
     raw = {id(r): r["p_flushed_mean"] for r in rows}
     assert max(raw.values()) > 1  # the committed file holds the inflated values
-    kept, notes = impact.prepare_rows(rows)
+    kept, notes = impact_rows.prepare_rows(rows)
     for r in rows:  # every row of the committed file predates the fix (all four processes started before it)
         heads = r["provenance"]["num_q_heads"]
         assert r["p_flushed_mean"] == pytest.approx(raw[id(r)] / heads)
@@ -118,7 +120,7 @@ def test_committed_pre_fix_rows_are_corrected():
         if raw[id(r)] > 0:
             assert r["p_flushed_mean_raw"] == raw[id(r)] and "2f53d66" in r["p_flushed_mean_note"]
     assert any("divided here at load time" in n for n in notes)
-    assert files[0]["sha256"] == impact.file_sha256(COMMITTED)
+    assert files[0]["sha256"] == impact_rows.file_sha256(COMMITTED)
 
 
 def test_correction_rules():
@@ -129,10 +131,10 @@ def test_correction_rules():
     d = _row("m", "aiter", 1, date="2026-11-30T03:00:00Z", p_flushed_mean=3.0)  # not a fraction: nan
     b["provenance"]["argv"] = d["provenance"]["argv"] = ["cli.py", "impact", "--later"]
     rows = [a, b, c, d]
-    notes = impact.correct_p_flushed(rows)
+    notes = impact_rows.correct_p_flushed(rows)
     assert a["p_flushed_mean"] == pytest.approx(0.5) and a["p_flushed_mean_raw"] == 4.5
     assert b["p_flushed_mean"] == 0.3 and "p_flushed_mean_raw" not in b
     assert c["p_flushed_mean"] == 0.5
     assert d["p_flushed_mean"] != d["p_flushed_mean"] and d["p_flushed_mean_raw"] == 3.0
     assert len(notes) == 2 and "m/aiter/w1" in notes[1]
-    assert impact.correct_p_flushed(rows) == [] and a["p_flushed_mean"] == pytest.approx(0.5)  # idempotent
+    assert impact_rows.correct_p_flushed(rows) == [] and a["p_flushed_mean"] == pytest.approx(0.5)  # idempotent

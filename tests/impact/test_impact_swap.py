@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from accuracy.impact import (
+from accuracy.impact.model import (
     RecipeAttention,
     compare_logits,
     final_hidden,

@@ -13,7 +13,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from accuracy import report
+from accuracy.report import build, document, speed
 from tests.report.conftest import RECIPES, html_tables, md_tables, numbers
 
 REL = 6e-3  # 3 significant digits (fmt's "err"); ratios have 3 decimals
@@ -62,7 +62,7 @@ def test_recipe_table_means_and_intervals(rendered):
     for line in t[1:]:
         rs = by[line[0]]
         assert int(line[1]) == len(rs) == 8
-        for metric, header in report.MAIN_METRICS.items():
+        for metric, header in build.MAIN_METRICS.items():
             vals = [float(r[metric]) for r in rs]
             got = numbers(line[_col(t, header)])
             mean = float(np.mean(vals))
@@ -142,7 +142,7 @@ def test_causes_and_inputs(rendered):
     _, rows, md, _ = rendered
     tables = md_tables(md)
     t = tables["t-causes"]
-    col = _col(t, report.CAUSES["feat_entropy_nats"])
+    col = _col(t, build.CAUSES["feat_entropy_nats"])
     for line in t[1:]:
         rs = [r for r in rows if r["recipe"] == line[0]]
         rho = stats.spearmanr([r["feat_entropy_nats"] for r in rs], [r["deq_rel_l2"] for r in rs]).statistic
@@ -200,9 +200,9 @@ def test_speed_table_from_bench_json(small_results, tmp_path):
          "recipe": "cudnn-fp8", "ms": 1.1, "tflops": 927.0},
         {"input": "gaussian", "h": 16, "s": 32768, "d_qk": 128, "causal": True, "impl": "triton-fp8",
          "recipe": "fa3", "error": "correctness check failed"}]}))
-    res = report.load_results([path])
-    doc = report.build_report(res, bench=report.load_bench([bench]), plots=False)
-    md = report.render_markdown(doc)
+    res = build.load_results([path])
+    doc = build.build_report(res, bench=speed.load_bench([bench]), plots=False)
+    md = document.render_markdown(doc)
     assert "NVIDIA H200" in md and "torch 2.11" in md
     tables = md_tables(md)
     t = tables["t-bench-0"]
@@ -218,11 +218,11 @@ def test_speed_table_from_bench_json(small_results, tmp_path):
 def test_html_opens_in_headless_chromium(rendered, tmp_path):
     out, _, _, page = rendered
     shot = tmp_path / "report.png"
-    console = report.screenshot(out / "report.html", shot, height=2400)
+    console = document.screenshot(out / "report.html", shot, height=2400)
     assert not console, "console errors:\n" + "\n".join(console)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     env = {**os.environ, "HOME": str(tmp_path)}
-    dom = subprocess.run(["chromium", *report.CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
+    dom = subprocess.run(["chromium", *document.CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}",
                           "--dump-dom", (out / "report.html").resolve().as_uri()],
                          capture_output=True, text=True, timeout=120, env=env)
     assert dom.returncode == 0
@@ -235,7 +235,7 @@ def test_console_errors_are_caught(tmp_path):
         pytest.skip("chromium not installed (apt-get install chromium)")
     bad = tmp_path / "bad.html"
     bad.write_text("<!DOCTYPE html><html><body><p>x</p><script>undefinedFunction();</script></body></html>")
-    console = report.screenshot(bad, tmp_path / "bad.png", height=300)
+    console = document.screenshot(bad, tmp_path / "bad.png", height=300)
     assert any("Uncaught" in line for line in console)
 
 
@@ -244,7 +244,7 @@ def test_csv_results_render_the_same_tables(small_results, tmp_path):
 
     path, _ = small_results
     csv = write_results(read_results(path), tmp_path / "results.csv")
-    docs = [report.render_markdown(report.build_report(report.load_results([p]), plots=False)) for p in (path, csv)]
+    docs = [document.render_markdown(build.build_report(build.load_results([p]), plots=False)) for p in (path, csv)]
     a, b = (md_tables(d) for d in docs)
     for key in ("t-gaussian-inputs-recipes", "t-gaussian-inputs-ratios", "t-causes", "t-all", "t-inputs"):
         assert a[key] == b[key], key
@@ -260,9 +260,9 @@ def test_two_result_files_are_merged(small_results, tmp_path):
     rest = [ln for ln in lines[1:] if json.loads(ln)["recipe"] != "zyfa"]
     first.write_text("\n".join([lines[0], *zyfa]) + "\n")
     second.write_text("\n".join([lines[0], *rest]) + "\n")
-    merged = report.load_results([first, second])
+    merged = build.load_results([first, second])
     assert len(merged.rows) == len(rows) and merged.recipes[0] == "zyfa"
-    t = md_tables(report.render_markdown(report.build_report(merged, plots=False)))
+    t = md_tables(document.render_markdown(build.build_report(merged, plots=False)))
     assert t["t-provenance"][0] == ["", "a.jsonl", "b.jsonl"]
     assert [line[0] for line in t["t-gaussian-inputs-ratios"][1:]] == ["ck"]
 

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from accuracy import report, study
 from accuracy.features import head_errors, input_features
 from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+from accuracy.report import build, document
 from accuracy.runner import run_accuracy, write_results
+from accuracy.study import run as study_run
 from tests.report.conftest import md_tables, numbers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +46,7 @@ def test_head_errors_agree_with_the_runner():
 
 def test_flushed_fraction_is_a_fraction():
     inp = make_gaussian(GaussianSpec(heads_q=3, heads_kv=1, seq=128, head_dim=64, std=3.0))
-    rows = study.run_study([inp], ["aiter", "zyfa"], device="cpu", progress=False)
+    rows = study_run.run_study([inp], ["aiter", "zyfa"], device="cpu", progress=False)
     one = run_accuracy([make_gaussian(GaussianSpec(heads_q=1, heads_kv=1, seq=128, head_dim=64, std=3.0))],
                        ["aiter"], progress=False)
     for r in rows:
@@ -54,23 +55,23 @@ def test_flushed_fraction_is_a_fraction():
 
 
 def test_gaussian_specs_of_the_study():
-    default = study.gaussian_specs("default")
+    default = study_run.gaussian_specs("default")
     assert {s.seq for s in default} == {1024, 2048, 4096}
     assert {(s.head_dim, s.d_v) for s in default} == {(64, 64), (128, 128), (256, 256), (192, 128)}
     assert any(s.causal for s in default) and any(s.outlier_frac > 0 for s in default)
-    long = study.gaussian_specs("long")
+    long = study_run.gaussian_specs("long")
     assert max(s.seq for s in long) == 32768
-    assert max(s.seq for s in study.gaussian_specs("long", max_seq=8192)) == 8192
+    assert max(s.seq for s in study_run.gaussian_specs("long", max_seq=8192)) == 8192
     assert len({s.name for s in long}) == len(long)
 
 
 @pytest.mark.skipif(not SAMPLE.is_file(), reason="shipped sample capture datasets/smollm2-lee-2048.h5 absent")
 def test_capture_sections(tmp_path):
     inputs = capture_inputs(SAMPLE, layers=[0, 29], max_tokens=128)
-    rows = study.run_study(inputs, ["zyfa", "ck"], device="cpu", progress=False, head_recipes=("zyfa", "ck"))
+    rows = study_run.run_study(inputs, ["zyfa", "ck"], device="cpu", progress=False, head_recipes=("zyfa", "ck"))
     path = write_results(rows, tmp_path / "results.jsonl")
-    doc = report.build_report(report.load_results([path]), command="zyfa report ...", plots=True)
-    tables = md_tables(report.render_markdown(doc))
+    doc = build.build_report(build.load_results([path]), command="zyfa report ...", plots=True)
+    tables = md_tables(document.render_markdown(doc))
     heads = tables["t-smollm2-heads"]
     assert heads[0] == ["layer, head", "zyfa", "ck"]
     by = {(r["input_layer"], r["recipe"]): r for r in rows}
@@ -96,10 +97,9 @@ def test_capture_sections(tmp_path):
     (["study", "--captures", "none", "--gaussian-filter", "^$"], "no inputs"),
 ])
 def test_study_bad_input_exits_2(argv, message, capsys, monkeypatch):
-    from accuracy import study
     from zyfa.cli import main
 
-    monkeypatch.setattr(study, "default_captures", lambda folder="datasets": [])  # as on a fresh checkout
+    monkeypatch.setattr(study_run, "default_captures", lambda folder="datasets": [])  # as on a fresh checkout
 
     assert main(argv) == 2
     assert message in capsys.readouterr().err

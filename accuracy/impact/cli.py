@@ -1,0 +1,106 @@
+"""``zyfa impact``: perplexity and next-token KL with each recipe's emulator swapped into a model.
+
+    zyfa impact --models smollm2 --recipes zyfa,ck --out impact/results.jsonl
+    zyfa impact --render-only --out 'reports/impact/results*.jsonl'
+
+Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from accuracy.impact.rows import drop_rows, parse_drop_spec
+from accuracy.impact.run import DEFAULT_LAYER_RECIPES, DEFAULT_RECIPES, run_impact
+from accuracy.impact.section import command_of, results_paths, write_markdown
+from zyfa.recipes import get_recipe
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--models", default="smollm2,gemma3,qwen25coder",
+                        help="comma-separated registry names (smollm2, gemma3, qwen25coder) or model paths")
+    parser.add_argument("--recipes", default=DEFAULT_RECIPES, help="comma-separated recipe names")
+    parser.add_argument("--tokens", type=int, default=2048, help="tokens per window (default 2048)")
+    parser.add_argument("--windows", type=int, default=2, help="held-out windows per model (default 2)")
+    parser.add_argument("--text", default="lee", help="text source: lee, shakespeare, pydoc (default lee)")
+    parser.add_argument("--per-layer", default="", help="models to sweep one layer at a time (comma-separated)")
+    parser.add_argument("--layer-recipes", default=DEFAULT_LAYER_RECIPES,
+                        help=f"recipes of the per-layer sweep (default {DEFAULT_LAYER_RECIPES})")
+    parser.add_argument("--layer-windows", type=int, default=1, help="windows of the per-layer sweep (default 1)")
+    parser.add_argument("--layers", default=None, help="restrict the per-layer sweep to these layers (e.g. 0,5,29)")
+    parser.add_argument("--out", default="reports/impact/results.jsonl",
+                        help="results JSONL (rows appended); with --render-only: one or several files, "
+                        "comma-separated or a quoted glob (e.g. 'reports/impact/results*.jsonl')")
+    parser.add_argument("--markdown", default=None,
+                        help="Markdown section to write (default: impact.md next to --out)")
+    parser.add_argument("--resume", action="store_true", help="keep the rows already in --out and skip them")
+    parser.add_argument("--render-only", action="store_true",
+                        help="only re-render the Markdown from --out (several files are merged)")
+    parser.add_argument("--drop-rows", default=None, metavar="MODEL:RECIPE:WINDOW[:LAYER],...",
+                        help="remove these rows from --out (moved to <out>.dropped with a note); "
+                        "'*' matches anything, e.g. '*:fa3:0'; a later --resume run measures them again")
+    parser.add_argument("--reason", default=None, help="with --drop-rows: why, recorded with the dropped rows")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def main(args: argparse.Namespace) -> int:
+    outs = results_paths(args.out)
+    if not outs:
+        print(f"zyfa impact: --out {args.out!r} names no file", file=sys.stderr)
+        return 2
+    out = outs[0]
+    md = Path(args.markdown) if args.markdown else out.with_name("impact.md")
+    command = command_of(list(sys.argv))
+    if args.render_only:
+        write_markdown(outs, md)
+        print(f"wrote {md} from {len(outs)} file(s)")
+        return 0
+    if len(outs) > 1 or any(c in args.out for c in ",*?["):
+        print("zyfa impact: --out must be one file (several only with --render-only)", file=sys.stderr)
+        return 2
+    if args.drop_rows is not None:
+        try:
+            parse_drop_spec(args.drop_rows)
+            if not out.is_file():
+                raise FileNotFoundError(f"no such file: {out}")
+            n, sidecar = drop_rows(out, args.drop_rows, reason=args.reason)
+        except (ValueError, FileNotFoundError, RuntimeError) as e:
+            print(f"zyfa impact: {e}", file=sys.stderr)
+            return 2
+        print(f"dropped {n} row(s) from {out}" + (f" (kept in {sidecar}); re-render with --render-only" if n else ""))
+        return 0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    split = [s.strip() for s in args.models.split(",") if s.strip()]
+    try:
+        recipes = [get_recipe(r.strip()).name for r in args.recipes.split(",") if r.strip()]
+        layer_recipes = [get_recipe(r.strip()).name for r in args.layer_recipes.split(",") if r.strip()]
+    except ValueError as e:
+        print(f"zyfa impact: {e}", file=sys.stderr)
+        return 2
+    layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+    per_layer = [s.strip() for s in args.per_layer.split(",") if s.strip()]
+    unknown = [m for m in per_layer if m not in split]
+    if unknown:
+        print(f"zyfa impact: --per-layer {unknown} not in --models", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    run_impact(split, recipes, n_tokens=args.tokens, windows=args.windows, text=args.text, per_layer=per_layer,
+               layer_recipes=layer_recipes, layer_windows=args.layer_windows, layers=layers, out=out,
+               resume=args.resume, progress=not args.no_progress,
+               on_model_done=lambda: write_markdown(out, md, command=command))
+    write_markdown(out, md, command=command)
+    print(f"wrote {out} and {md} in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    p = argparse.ArgumentParser(prog="python -m accuracy.impact.cli")
+    add_arguments(p)
+    sys.exit(main(p.parse_args()))

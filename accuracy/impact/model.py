@@ -1,0 +1,172 @@
+"""A recipe's emulator as a model's attention, and the comparison of a model's logits against the stock ones.
+
+Exposed: ``RecipeAttention``, ``UnsupportedMaskError``, ``final_hidden``, ``logits_from_hidden``,
+``stock_logits``, ``compare_logits``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from accuracy.impact.rows import BLOCK_TOKENS
+from zyfa.emulator import emulate
+from zyfa.recipes import Recipe, get_recipe
+
+
+class UnsupportedMaskError(ValueError):
+    """The model passed an attention mask that causal/sliding-window emulation cannot express."""
+
+
+# ------------------------------------------------------------------------------------------------- adaptor
+
+class RecipeAttention:
+    """A transformers attention function that runs a recipe's emulator (for ``capture.hook.swap_attention``).
+
+    Args:
+        recipe: a :class:`zyfa.recipes.Recipe` or its name.
+        on_emulation: called after each layer as ``on_emulation(layer, q, k, v, emulation, sm_scale,
+            window)`` with the layer's original q, k, v (b, h, s, d): for operator error on the same pass.
+        on_layer: called with the layer index after each layer (progress).
+
+    Attributes:
+        p_flushed: layer -> fraction of unmasked probabilities the recipe rounded to 0 (last call).
+    """
+
+    def __init__(self, recipe: Recipe | str, *,
+                 on_emulation: Callable[..., None] | None = None,
+                 on_layer: Callable[[int], None] | None = None):
+        self.recipe = get_recipe(recipe)
+        self.on_emulation = on_emulation
+        self.on_layer = on_layer
+        self.p_flushed: dict[int, float] = {}
+        self._patterns: dict[tuple, torch.Tensor] = {}
+
+    def expected_mask(self, s_q: int, s_k: int, window: int | None, device) -> torch.Tensor:
+        """The bool (s_q, s_k) pattern of causal (bottom-right) + optional window attention; cached per shape."""
+        key = (s_q, s_k, window, str(device))
+        pat = self._patterns.get(key)
+        if pat is None:
+            i = torch.arange(s_q, device=device).view(-1, 1) + (s_k - s_q)
+            j = torch.arange(s_k, device=device).view(1, -1)
+            pat = j <= i
+            if window is not None:
+                pat = pat & (j > i - window)
+            self._patterns[key] = pat
+        return pat
+
+    def check_mask(self, mask: torch.Tensor, s_q: int, s_k: int, window: int | None, layer: int) -> None:
+        """Raise UnsupportedMaskError unless ``mask`` is exactly the causal(/window) pattern."""
+        if mask.dim() != 4 or tuple(mask.shape[-2:]) != (s_q, s_k):
+            raise UnsupportedMaskError(
+                f"layer {layer}: attention mask of shape {tuple(mask.shape)} is not (b, 1|h, {s_q}, {s_k})")
+        if mask.dtype == torch.bool:
+            allowed = mask
+        elif mask.is_floating_point():  # additive mask: 0 = attend, a huge negative value = masked
+            allowed = mask == 0
+            masked_vals = mask.masked_select(~allowed)
+            if masked_vals.numel() and bool((masked_vals > torch.finfo(mask.dtype).min / 2).any()):
+                raise UnsupportedMaskError(
+                    f"layer {layer}: the additive attention mask has finite biases (ALiBi or similar); "
+                    "only causal and sliding-window masks can be emulated")
+        else:
+            raise UnsupportedMaskError(f"layer {layer}: attention mask dtype {mask.dtype} is not bool or float")
+        want = self.expected_mask(s_q, s_k, window, mask.device)
+        if not torch.equal(allowed, want.expand_as(allowed)):
+            what = "causal" + (f" + sliding window {window}" if window else "")
+            raise UnsupportedMaskError(
+                f"layer {layer}: the attention mask is not the plain {what} pattern (padding or packed "
+                f"sequences?); the emulator expresses only causal and sliding-window attention, so run one "
+                f"unpadded sequence at a time")
+
+    def __call__(self, module, query, key, value, attention_mask, *, scaling=None, sliding_window=None,
+                 dropout=0.0, softcap=None, is_causal=None, **kwargs):
+        layer = int(getattr(module, "layer_idx", -1))
+        if softcap is not None:
+            raise UnsupportedMaskError(f"layer {layer}: attention logit softcapping is not emulated")
+        if is_causal is False or not getattr(module, "is_causal", True):
+            raise UnsupportedMaskError(f"layer {layer}: non-causal attention is not supported (decoders only)")
+        if dropout and module.training:
+            raise ValueError(f"layer {layer}: attention dropout in training mode is not emulated")
+        window = int(sliding_window) if sliding_window else None
+        s_q, s_k = query.shape[2], key.shape[2]
+        if attention_mask is not None:
+            self.check_mask(attention_mask, s_q, s_k, window, layer)
+        sm_scale = float(scaling if scaling is not None else module.scaling)
+        with torch.no_grad():
+            emu = emulate(query, key, value, self.recipe, causal=True, sm_scale=sm_scale, window=window)
+        self.p_flushed[layer] = float(emu.stats.get("p_flushed_frac", 0.0))
+        if self.on_emulation is not None:
+            self.on_emulation(layer, query, key, value, emu, sm_scale, window)
+        if self.on_layer is not None:
+            self.on_layer(layer)
+        out = emu.out.to(query.dtype).transpose(1, 2).contiguous()
+        return out, None
+
+
+# ------------------------------------------------------------------------------------------------- logits
+
+def final_hidden(model, ids: torch.Tensor) -> torch.Tensor:
+    """The decoder's last hidden state (after the final norm), (s, hidden), for one sequence ``ids`` (1, s)."""
+    with torch.no_grad():
+        out = model.get_decoder()(input_ids=ids, use_cache=False)
+    return out.last_hidden_state[0]
+
+
+def logits_from_hidden(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The LM head (and Gemma's final logit softcap, where configured) applied to hidden states."""
+    with torch.no_grad():
+        logits = model.get_output_embeddings()(hidden)
+        cap = getattr(model.config, "final_logit_softcapping", None)
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+    return logits.float()
+
+
+def _chunk_rows(vocab: int) -> int:
+    return max(16, (1 << 24) // max(vocab, 1))
+
+
+def stock_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """fp32 logits (s, V) of the stock pass, kept for reuse across recipes (s·V·4 bytes)."""
+    vocab = model.get_output_embeddings().weight.shape[0]
+    step = _chunk_rows(vocab)
+    return torch.cat([logits_from_hidden(model, hidden[i:i + step]) for i in range(0, hidden.shape[0], step)])
+
+
+def compare_logits(model, ref_logits: torch.Tensor, hidden: torch.Tensor, ids: torch.Tensor,
+                   *, block_tokens: int = BLOCK_TOKENS) -> dict[str, Any]:
+    """Next-token NLL of both passes and KL(ref || test) per position, in float64.
+
+    Args:
+        ref_logits: (s, V) fp32 logits of the reference (stock) pass.
+        hidden: (s, hidden) final hidden state of the pass under test (None: compare ref with itself).
+        ids: (s,) token ids; position t predicts ids[t + 1], so positions 0..s-2 are scored.
+    Returns:
+        dict with nll_ref, nll_test (nats/token), kl (np.ndarray per position), top1_agree, blocks.
+    """
+    ids = ids.reshape(-1)
+    n = ids.shape[0] - 1
+    if n < 1:
+        raise ValueError("need at least 2 tokens")
+    step = _chunk_rows(ref_logits.shape[1])
+    kl = np.empty(n, dtype=np.float64)
+    nll_ref = nll_test = 0.0
+    agree = 0
+    for i in range(0, n, step):
+        j = min(i + step, n)
+        lr = torch.log_softmax(ref_logits[i:j].double(), dim=-1)
+        test = ref_logits[i:j] if hidden is None else logits_from_hidden(model, hidden[i:j])
+        lt = torch.log_softmax(test.double(), dim=-1)
+        kl[i:j] = (lr.exp() * (lr - lt)).sum(dim=-1).clamp(min=0).numpy()
+        tgt = ids[i + 1:j + 1].view(-1, 1)
+        nll_ref -= float(lr.gather(1, tgt).sum())
+        nll_test -= float(lt.gather(1, tgt).sum())
+        agree += int((lr.argmax(dim=-1) == lt.argmax(dim=-1)).sum())
+        del lr, lt, test
+    blocks = [float(kl[b:b + block_tokens].mean()) for b in range(0, n, block_tokens)]
+    return {"nll_ref": nll_ref / n, "nll_test": nll_test / n, "kl": kl, "top1_agree": agree / n,
+            "kl_blocks": blocks, "n_scored": n}

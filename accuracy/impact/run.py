@@ -1,0 +1,240 @@
+"""Running models with each recipe swapped in: ``zyfa impact``'s measurement, rows appended to a JSONL file.
+
+Exposed: ``run_impact``, ``ids_hash``, ``JsonlSink``, ``DEFAULT_RECIPES``, ``DEFAULT_LAYER_RECIPES``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, stock_logits
+from accuracy.impact.rows import json_default, read_rows, row_key
+from zyfa.recipes import get_recipe
+
+DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
+DEFAULT_LAYER_RECIPES = "zyfa,ck,aiter"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def ids_hash(ids: Iterable[int]) -> str:
+    """sha256 of the token ids as comma-separated decimal text."""
+    return _sha256(",".join(str(int(i)) for i in ids).encode())
+
+
+def _rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
+    diff = out.double() - ref.double()
+    den = float(torch.linalg.vector_norm(ref.double()))
+    return float(torch.linalg.vector_norm(diff)) / den if den > 0 else math.nan
+
+
+def _window_row(cmp: dict[str, Any]) -> dict[str, Any]:
+    kl = cmp["kl"]
+    ppl_ref, ppl_test = math.exp(cmp["nll_ref"]), math.exp(cmp["nll_test"])
+    return {
+        "nll_stock": cmp["nll_ref"], "nll_recipe": cmp["nll_test"],
+        "ppl_stock": ppl_ref, "ppl_recipe": ppl_test,
+        "delta_ppl": ppl_test - ppl_ref, "ppl_ratio": ppl_test / ppl_ref,
+        "kl_mean": float(kl.mean()), "kl_p99": float(np.quantile(kl, 0.99)), "kl_max": float(kl.max()),
+        "top1_agree": cmp["top1_agree"], "kl_blocks": cmp["kl_blocks"], "n_scored": cmp["n_scored"],
+    }
+
+
+class JsonlSink:
+    """Appends rows to a JSONL file, one flushed line each (a stopped run leaves usable rows)."""
+
+    def __init__(self, path: Path, *, resume: bool):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.done: set[tuple] = set()
+        if resume and path.exists():
+            for row in read_rows(path):
+                self.done.add(row_key(row))
+        elif path.exists():
+            path.unlink()
+
+    def write(self, row: dict[str, Any]) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row, default=json_default) + "\n")
+        self.done.add(row_key(row))
+
+
+def _provenance(extra: dict[str, Any]) -> dict[str, Any]:
+    try:
+        from accuracy.provenance import provenance
+    except ImportError:  # pragma: no cover - the module exists in this tree
+        import datetime as dt
+        import platform
+
+        rec = {"python": platform.python_version(), "torch": torch.__version__,
+               "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+        rec.update(extra)
+        return rec
+    return provenance(extra)
+
+
+def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, windows: int = 2,
+               text: str = "lee", per_layer: Iterable[str] = (), layer_recipes: list[str] | None = None,
+               layer_windows: int = 1, layers: list[int] | None = None, out: str | Path,
+               resume: bool = False, progress: bool = True,
+               on_model_done: Callable[[], None] | None = None) -> Path:
+    """Run the measurement and append rows to ``out`` (JSONL); returns the path.
+
+    Rows: ``kind="impact_window"`` per (model, recipe, window), all layers swapped;
+    ``kind="impact_layer"`` per (model, recipe, window, layer), one layer swapped, with operator error.
+    """
+    from tqdm import tqdm
+
+    from capture.hook import attention_modules, swap_attention
+    from capture.models import load_model
+    from capture.text import load_text, num_windows, token_window
+
+    recipes = [get_recipe(r).name for r in recipes]
+    layer_recipes = [get_recipe(r).name for r in (layer_recipes or DEFAULT_LAYER_RECIPES.split(","))]
+    per_layer = set(per_layer)
+    out = Path(out)
+    sink = JsonlSink(out, resume=resume)
+    text_sha = load_text(text).sha256
+    import datetime as dt
+
+    from accuracy.p_flushed import flush_count_factor
+
+    started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # the emulator's p_flushed_frac is a fraction (commit 2f53d66): checked once, recorded in every row
+    checked = {"p_flushed_checked": True} if flush_count_factor() == 1.0 else {}
+
+    for model_name in models:
+        t_load = time.perf_counter()
+        loaded = load_model(model_name)
+        model = loaded.model
+        n_layers = len(attention_modules(model))
+        sweep_layers = sorted(layers) if layers is not None else list(range(n_layers))
+        avail = num_windows(loaded.tokenizer, text, n_tokens, "heldout")
+        if windows > avail:
+            raise ValueError(f"text {text!r} has only {avail} held-out windows of {n_tokens} tokens")
+        do_sweep = model_name in per_layer
+        total = windows * (1 + len(recipes)) * n_layers
+        if do_sweep:
+            total += min(layer_windows, windows) * (1 + len(sweep_layers) * len(layer_recipes)) * n_layers
+        bar = tqdm(total=total, desc=model_name, unit="layer", disable=not progress, dynamic_ncols=True,
+                   file=sys.stderr)
+        tqdm.write(f"[impact] {model_name}: loaded in {time.perf_counter() - t_load:.1f} s, {n_layers} layers, "
+                   f"{windows} held-out window(s) of {n_tokens} tokens", file=sys.stderr)
+
+        def tick(_layer: int, bar=bar) -> None:
+            bar.update(1)
+
+        for w in range(windows):
+            tw = token_window(loaded.tokenizer, text, n_tokens, w, split="heldout")
+            ids = torch.tensor([tw.ids], dtype=torch.long)
+            base = {"model": model_name, "window": w, "split": "heldout", "text": text, "n_tokens": n_tokens,
+                    "token_offset": tw.offset}
+            prov = {**loaded.provenance, "text_sha256": text_sha, "token_ids_sha256": ids_hash(tw.ids),
+                    "transformers": _version("transformers"), "run_started_utc": started}
+            todo = [r for r in recipes if ("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done]
+            sweep_here = do_sweep and w < layer_windows
+            sweep_todo = [(lay, r) for lay in sweep_layers for r in layer_recipes
+                          if ("impact_layer", model_name, r, w, lay, n_tokens, text) not in sink.done]
+            if not todo and not (sweep_here and sweep_todo):
+                bar.update(n_layers * (1 + len(recipes)) + (n_layers * (1 + len(sweep_layers) * len(layer_recipes))
+                                                            if sweep_here else 0))
+                continue
+
+            t0 = time.perf_counter()
+            h_stock = final_hidden(model, ids)
+            ref_logits = stock_logits(model, h_stock)
+            t_stock = time.perf_counter() - t0
+            bar.update(n_layers)
+
+            for r in recipes:
+                if r not in todo:
+                    bar.update(n_layers)
+                    continue
+                t0 = time.perf_counter()
+                fn = RecipeAttention(r, on_layer=tick)
+                with swap_attention(model, fn):
+                    h = final_hidden(model, ids)
+                cmp = compare_logits(model, ref_logits, h, ids[0])
+                row = {"kind": "impact_window", **base, "recipe": r, "layer": None, **_window_row(cmp),
+                       "p_flushed_mean": float(np.mean(list(fn.p_flushed.values()))) if fn.p_flushed else 0.0,
+                       **checked, "seconds": time.perf_counter() - t0, "seconds_stock": t_stock,
+                       "provenance": _provenance(prov)}
+                sink.write(row)
+                tqdm.write(f"[impact] {model_name} w{w} {r:10s} ppl {row['ppl_stock']:.4f} -> {row['ppl_recipe']:.4f} "
+                           f"(x{row['ppl_ratio']:.5f})  KL {row['kl_mean']:.3e} nats/token  "
+                           f"top1 {row['top1_agree']:.4f}  {row['seconds']:.0f} s", file=sys.stderr)
+
+            if sweep_here:
+                bar.update(n_layers)  # the stock pass the sweep shares
+                _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, sweep_todo, n_layers,
+                       {**base, **checked}, prov, sink, bar, swap_attention)
+        bar.close()
+        if on_model_done is not None:
+            on_model_done()
+        del loaded, model
+    return out
+
+
+def _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, todo, n_layers, base, prov, sink, bar,
+           swap_attention) -> None:
+    """One layer swapped at a time; operator error of that layer from the same pass."""
+    from tqdm import tqdm
+
+    from reference.attention import attention_fp64
+
+    todo = set(todo)
+    ref_orig: dict[int, torch.Tensor] = {}  # layer -> fp64 reference of its stock q/k/v (same for every recipe)
+    # recipe-outer: a stopped sweep leaves every layer of the first recipes (what the correlation needs)
+    for r in layer_recipes:
+        for lay in sweep_layers:
+            if (lay, r) not in todo:
+                bar.update(n_layers)
+                continue
+            op: dict[str, Any] = {}
+
+            def on_emulation(layer, q, k, v, emu, sm_scale, window, op=op):
+                if layer not in ref_orig:
+                    ref_orig[layer] = attention_fp64(q, k, v, causal=True, sm_scale=sm_scale, window=window)[0]
+                ref_deq = attention_fp64(emu.q_deq, emu.k_deq, emu.v_deq, causal=True, sm_scale=sm_scale,
+                                         window=window)[0]
+                op.update(op_rel_l2=_rel_l2(emu.out, ref_orig[layer]), op_rel_l2_deq=_rel_l2(emu.out, ref_deq),
+                          q_amax=float(q.abs().max()), k_amax=float(k.abs().max()), v_amax=float(v.abs().max()),
+                          window_size=window)
+
+            def tick(_layer: int) -> None:
+                bar.update(1)
+
+            t0 = time.perf_counter()
+            fn = RecipeAttention(r, on_emulation=on_emulation)
+            with swap_attention(model, fn, layers=[lay]):
+                h = final_hidden(model, ids)
+            bar.update(n_layers)
+            cmp = compare_logits(model, ref_logits, h, ids[0])
+            row = {"kind": "impact_layer", **base, "recipe": r, "layer": lay, **_window_row(cmp), **op,
+                   "p_flushed_mean": fn.p_flushed.get(lay, 0.0), "seconds": time.perf_counter() - t0,
+                   "provenance": _provenance(prov)}
+            row.pop("kl_blocks", None)
+            sink.write(row)
+            tqdm.write(f"[impact] {base['model']} layer {lay:2d} {r:8s} KL {row['kl_mean']:.3e}  "
+                       f"op rel-L2 {op.get('op_rel_l2', math.nan):.3e}  {row['seconds']:.0f} s", file=sys.stderr)
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(pkg)
+    except Exception:  # noqa: BLE001
+        return None

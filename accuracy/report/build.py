@@ -1,0 +1,671 @@
+"""The accuracy report: tables and figures computed from result rows, in one :class:`Doc`.
+
+Every number is computed from the result rows (or the benchmark rows) here and formatted by
+:func:`accuracy.report.blocks.fmt`, so a test can parse them back.
+
+Content, per model (capture inputs) and for Gaussian inputs: a recipe x metric table with bootstrap 95%
+confidence intervals over the inputs; ``zyfa``'s paired error ratio against each peer on the same inputs
+(geometric mean, bootstrap CI); the ablation of ZYFA's techniques; per-layer tables and per-layer x
+per-head heatmaps (captures); error against sequence length (Gaussian); then, over all inputs, the error
+against its causes (Q/K outliers, attention entropy, flushed probabilities), the benchmark tables, every
+(input, recipe) error, and the inputs with their hashes. Provenance and the regenerating command come first.
+Sections made elsewhere (the model-impact section of :mod:`accuracy.impact.section`) are passed in as
+callables and placed after the model and Gaussian sections.
+
+Exposed: ``Results``, ``load_results(paths)``, ``select_recipes(res, names)``, ``group_of(row)``,
+``build_report(...)``, ``GAUSSIAN``.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from accuracy.report.blocks import fmt, fmt_ci, kind_of, slug
+from accuracy.report.document import Doc
+from accuracy.report.plots import png, pyplot
+from accuracy.report.speed import section_speed
+from accuracy.results_io import read_jsonl
+
+__all__ = ["GAUSSIAN", "Results", "build_report", "group_of", "load_results", "select_recipes"]
+
+# ZYFA's ablation recipes: name -> what is switched off (docs/DESIGN.md, the three ZYFA techniques)
+ABLATIONS = {
+    "zyfa-exp2": ("1", "exponential-free FP8 probabilities off: fp32 exp2, then an RNE cast to e4m3fn"),
+    "zyfa-fp32sum": ("3", "normalization by the rounded sum off: row sum from the fp32 probabilities"),
+    "zyfa-noscale": ("3", "power-of-two block scaling off: P in (0, 1] rounded unscaled"),
+    "zyfa-pow2fixed": ("3", "per-row exponent replaced by a fixed 2^8 (FA3/FA4's choice)"),
+    "zyfa-tilescale": ("3", "per-row exponent replaced by one exponent per 128x128 tile"),
+}
+# main table: metric -> header
+MAIN_METRICS = {
+    "deq_rel_l2": "rel L2 (deq)",
+    "orig_rel_l2": "rel L2 (orig)",
+    "deq_sqnr_db": "SQNR dB (deq)",
+    "deq_row_rel_err_p99": "row rel err p99 (deq)",
+    "p_flushed_frac": "P flushed to 0",
+}
+OTHER_METRICS = ("deq_rmse", "deq_max_abs_err", "deq_cosine", "deq_row_rel_err_p50", "deq_row_rel_err_max",
+                 "deq_lse_max_abs_err", "deq_lse_rmse", "orig_sqnr_db", "orig_row_rel_err_p99")
+# causes of error: column -> label
+CAUSES = {
+    "feat_k_outlier": "max|K| / rms(K)",
+    "feat_q_outlier": "max|Q| / rms(Q)",
+    "feat_entropy_nats": "attention entropy (nats)",
+    "p_flushed_frac": "fraction of P flushed to 0",
+}
+GAUSSIAN = "Gaussian inputs"
+METRIC_NOTE = ("`deq`: error against the FP64 oracle on the dequantized inputs the recipe saw (the error its "
+               "arithmetic adds: P rounding, row sums, accumulation, output rounding); `orig`: against the "
+               "FP64 oracle on the original inputs (adds the quantization of Q, K and V).")
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+# ---------------------------------------------------------------------------------------------- data
+
+@dataclass
+class Results:
+    rows: list
+    provenances: list  # (path, provenance dict)
+    recipes: list  # in run order, zyfa first
+
+
+def _read_one(path: Path) -> tuple[list[dict], dict]:
+    if path.suffix.lower() == ".jsonl":  # no torch import needed for JSONL
+        return read_jsonl(path)
+    from accuracy.runner import read_results
+
+    rows = read_results(path)
+    return list(rows), rows.provenance
+
+
+def load_results(paths: Sequence[str | Path]) -> Results:
+    """Rows of every result file (JSONL or CSV), each tagged with ``_file``; recipes in run order."""
+    rows, provs, order = [], [], []
+    names = [Path(p).name for p in paths]
+    for p in paths:
+        path = Path(p)
+        if not path.is_file():
+            raise FileNotFoundError(f"result file not found: {path}")
+        label = path.name if names.count(path.name) == 1 else str(path)
+        r, prov = _read_one(path)
+        for row in r:
+            row["_file"] = label
+        rows += r
+        provs.append((label, prov))
+        order += [x for x in prov.get("recipes", []) if x not in order]
+    if not rows:
+        raise ValueError(f"no result rows in {', '.join(map(str, paths))}")
+    order += [r["recipe"] for r in rows if r["recipe"] not in order]
+    present = {r["recipe"] for r in rows}
+    order = [x for x in order if x in present]
+    if "zyfa" in order:
+        order.remove("zyfa")
+        order.insert(0, "zyfa")
+    return Results(rows, provs, order)
+
+
+def select_recipes(res: Results, names: Sequence[str]) -> Results:
+    """Only the rows of these recipes (each must be in the results: ValueError naming the others)."""
+    unknown = [x for x in names if x not in res.recipes]
+    if unknown:
+        raise ValueError(f"--recipes: not in the results: {', '.join(unknown)} (have {', '.join(res.recipes)})")
+    return Results([r for r in res.rows if r["recipe"] in names], res.provenances,
+                   [x for x in res.recipes if x in names])
+
+
+def group_of(row: dict) -> str:
+    if row.get("input_source") == "capture":
+        model = str(row.get("input_model") or row.get("input_file") or "capture")
+        return model.rstrip("/").split("/")[-1]
+    return GAUSSIAN
+
+
+def _val(row: dict, key: str) -> float:
+    v = row.get(key)
+    return math.nan if v is None else float(v)
+
+
+def _ci(values, *, log: bool = False):
+    """Mean and bootstrap 95% CI (scipy BCa via accuracy.metrics.bootstrap_ci); log: geometric mean."""
+    from accuracy.metrics import bootstrap_ci
+
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return (math.nan, math.nan, math.nan)
+    if log:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            lx = np.log(x)
+        if not np.all(np.isfinite(lx)):
+            return (math.nan, math.nan, math.nan)
+        est, lo, hi = bootstrap_ci(lx)
+        return (math.exp(est), math.exp(lo), math.exp(hi))
+    if np.isinf(x).any():
+        m = float(np.mean(x))
+        return (m, m, m)
+    return tuple(bootstrap_ci(x))
+
+
+def _hd(row: dict) -> str:
+    d, dv = row.get("head_dim"), row.get("head_dim_v")
+    return f"{d}" if dv in (None, d) else f"{d}/{dv}"
+
+
+def _input_key(row: dict):
+    """The same inputs pair across result files: name and content hash (the file when there is no hash)."""
+    return (row["input"], row.get("input_content_hash") or row.get("_file"))
+
+
+def _by_recipe(rows) -> dict[str, list[dict]]:
+    out = defaultdict(list)
+    for r in rows:
+        out[r["recipe"]].append(r)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- plots
+
+def _style(name: str, recipes: list) -> dict:
+    """One color per recipe (tab20, in report order) and a dashed line for ZYFA's ablations."""
+    cmap = pyplot().get_cmap("tab20" if len(recipes) > 10 else "tab10")
+    i = recipes.index(name) if name in recipes else 0
+    return {"color": cmap(i % cmap.N), "ls": "--" if name in ABLATIONS else "-"}
+
+
+# ---------------------------------------------------------------------------------------------- sections
+
+def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: bool) -> None:
+    key = slug(gname)
+    by = _by_recipe(rows)
+    n_inputs = len({_input_key(r) for r in rows})
+    doc.h(3, f"{gname}: error by recipe")
+    few = (" With so few inputs the intervals only show the spread; the per-head table below has more samples."
+           if n_inputs < 5 else "")
+    doc.p(f"Mean over {n_inputs} input(s) with its bootstrap 95% confidence interval over the inputs "
+          f"(each capture input is one layer, all its captured heads).{few} {METRIC_NOTE}")
+    header = ["recipe", "inputs", *MAIN_METRICS.values()]
+    body, cis = [], {}
+    for name in recipes:
+        rs = by.get(name, [])
+        if not rs:
+            continue
+        cells = [name, fmt(len(rs), "int")]
+        for m in MAIN_METRICS:
+            ci = _ci([_val(r, m) for r in rs])
+            cis[(name, m)] = ci
+            cells.append(fmt_ci(ci, kind_of(m)))
+        body.append(cells)
+    doc.table(f"t-{key}-recipes", header, body)
+    other = [m for m in OTHER_METRICS if any(m in r for r in rows)]
+    if other:
+        doc.p("Other metrics, mean over the inputs (maxima: the largest).")
+        body2 = []
+        for name in recipes:
+            rs = by.get(name, [])
+            if not rs:
+                continue
+            cells = [name]
+            for m in other:
+                vals = [_val(r, m) for r in rs]
+                v = max(vals) if ("max" in m and not m.endswith("p50")) else float(np.mean(vals))
+                cells.append(fmt(v, kind_of(m)))
+            body2.append(cells)
+        doc.table(f"t-{key}-other", ["recipe", *other], body2)
+    nan = sorted({r["recipe"] for r in rows if r.get("has_nan")})
+    if nan:
+        doc.p(f"NaN or Inf in the output of: {', '.join(nan)} (their intervals are nan).")
+    if plots and body:
+        plt = pyplot()
+        names = [b[0] for b in body]
+        fig, ax = plt.subplots(figsize=(max(5.0, 0.55 * len(names)), 3.2))
+        for i, (key, color) in enumerate((("deq_rel_l2", "#1f77b4"), ("orig_rel_l2", "#ff7f0e"))):
+            est = np.array([cis[(n, key)][0] for n in names])
+            lo = np.array([cis[(n, key)][1] for n in names])
+            hi = np.array([cis[(n, key)][2] for n in names])
+            x = np.arange(len(names)) + (i - 0.5) * 0.38
+            ax.bar(x, est, width=0.38, color=color, label=MAIN_METRICS[key])
+            ok = np.isfinite(lo) & np.isfinite(hi)
+            ax.errorbar(x[ok], est[ok], yerr=[est[ok] - lo[ok], hi[ok] - est[ok]], fmt="none", ecolor="k",
+                        lw=0.8, capsize=2)
+        ax.set_yscale("log")
+        ax.set_xticks(np.arange(len(names)), names, rotation=45, ha="right")
+        ax.set_ylabel("relative L2 error")
+        ax.set_title(f"{gname}: mean error, 95% CI")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.grid(axis="y", alpha=0.3)
+        doc.img(f"fig_{key}_recipes.png", png(fig), f"{gname}: relative L2 error by recipe (mean, 95% CI)")
+
+
+def _paired(rows: list, a: str, b: str, metric: str) -> list[float]:
+    va = {_input_key(r): _val(r, metric) for r in rows if r["recipe"] == a}
+    vb = {_input_key(r): _val(r, metric) for r in rows if r["recipe"] == b}
+    return [va[k] / vb[k] for k in va if k in vb and vb[k] > 0]
+
+
+def _section_ratios(doc: Doc, gname: str, rows: list, recipes: list) -> None:
+    if "zyfa" not in recipes:
+        return
+    peers = [r for r in recipes if r != "zyfa" and r not in ABLATIONS]
+    if not peers:
+        return
+    doc.h(3, f"{gname}: zyfa against each peer, on the same inputs")
+    doc.p("Per input, the ratio zyfa / peer of the relative L2 error; the geometric mean of the ratios with "
+          "a bootstrap 95% CI (over inputs, on the log ratios). Below 1: zyfa is more accurate.")
+    body = []
+    for p in peers:
+        deq = _paired(rows, "zyfa", p, "deq_rel_l2")
+        orig = _paired(rows, "zyfa", p, "orig_rel_l2")
+        if not deq:
+            continue
+        wins = sum(x < 1 for x in deq)
+        body.append([p, fmt(len(deq), "int"), fmt_ci(_ci(deq, log=True), "ratio"),
+                     fmt_ci(_ci(orig, log=True), "ratio"), f"{wins}/{len(deq)}"])
+    doc.table(f"t-{slug(gname)}-ratios", ["peer", "pairs", "zyfa/peer rel L2 (deq)",
+                                           "zyfa/peer rel L2 (orig)", "zyfa lower"], body)
+
+
+def _section_summary(doc: Doc, groups: list, rows: list, recipes: list) -> None:
+    if "zyfa" not in recipes:
+        return
+    peers = [r for r in recipes if r != "zyfa" and r not in ABLATIONS]
+    doc.h(2, "Summary")
+    doc.p("Per model and for the Gaussian inputs: zyfa's mean relative L2 error (deq), and the geometric mean "
+          "over the same inputs of zyfa's error divided by each peer's (deq; below 1: zyfa is more accurate). "
+          "Intervals are in the sections below.")
+    body = []
+    for g in groups:
+        grows = [r for r in rows if group_of(r) == g]
+        z = [_val(r, "deq_rel_l2") for r in grows if r["recipe"] == "zyfa"]
+        cells = [g, fmt(len(z), "int"), fmt(float(np.mean(z)) if z else None, "err")]
+        for p in peers:
+            ratios = _paired(grows, "zyfa", p, "deq_rel_l2")
+            ok = ratios and all(x > 0 and math.isfinite(x) for x in ratios)
+            cells.append(fmt(math.exp(float(np.mean(np.log(ratios)))), "ratio") if ok else "-")
+        body.append(cells)
+    doc.table("t-summary", ["inputs", "n", "zyfa rel L2 (deq)", *(f"zyfa/{p}" for p in peers)], body)
+
+
+def _section_ablation(doc: Doc, gname: str, rows: list, recipes: list) -> None:
+    abl = [r for r in recipes if r in ABLATIONS]
+    if "zyfa" not in recipes or not abl:
+        return
+    doc.h(3, f"{gname}: ablation of ZYFA's techniques")
+    doc.p("Each variant switches one choice of `zyfa` off; the ratio variant / zyfa is paired per input "
+          "(geometric mean, bootstrap 95% CI). Above 1: the technique reduces error; below 1: it costs "
+          "accuracy (technique 1 is a speed technique). Technique 2, the ping-pong schedule, changes no "
+          "numerics (it reorders independent work between warp groups), so it has no accuracy ablation: its "
+          "effect is on speed, see the speed section.")
+    by = _by_recipe(rows)
+    body = []
+    for name in ["zyfa", *abl]:
+        rs = by.get(name, [])
+        if not rs:
+            continue
+        tech, what = ("-", "all three techniques on (reference)") if name == "zyfa" else ABLATIONS[name]
+        mean = fmt_ci(_ci([_val(r, "deq_rel_l2") for r in rs]), "err")
+        if name == "zyfa":
+            ratio_d = ratio_o = "1"
+        else:
+            ratio_d = fmt_ci(_ci(_paired(rows, name, "zyfa", "deq_rel_l2"), log=True), "ratio")
+            ratio_o = fmt_ci(_ci(_paired(rows, name, "zyfa", "orig_rel_l2"), log=True), "ratio")
+        flushed = fmt(float(np.mean([_val(r, "p_flushed_frac") for r in rs])), "err")
+        body.append([name, tech, what, mean, ratio_d, ratio_o, flushed])
+    doc.table(f"t-{slug(gname)}-ablation", ["recipe", "technique", "change", "rel L2 (deq)",
+                                             "variant/zyfa (deq)", "variant/zyfa (orig)", "P flushed to 0"], body,
+              text=True)
+
+
+def _heads_of(row: dict) -> list:
+    hs = row.get("input_q_heads")
+    if isinstance(hs, list):
+        return hs
+    n = row.get("heads_q") or 0
+    return list(range(int(n)))
+
+
+def _section_layers(doc: Doc, gname: str, rows: list, recipes: list, plots: bool) -> None:
+    key = slug(gname)
+    layers = sorted({(int(r["input_layer"]), str(r.get("input_layer_type") or "")) for r in rows
+                     if r.get("input_layer") is not None})
+    if not layers:
+        return
+    doc.h(3, f"{gname}: error by layer")
+    doc.p("Relative L2 error (deq) of each captured layer (all its captured heads); the mean over rows when "
+          "a layer appears in several inputs.")
+    by = defaultdict(list)
+    for r in rows:
+        if r.get("input_layer") is not None:
+            by[(int(r["input_layer"]), r["recipe"])].append(_val(r, "deq_rel_l2"))
+    body = [[f"{lay}" + (f" ({typ})" if typ and typ != "None" else "")]
+            + [fmt(float(np.mean(by[(lay, n)])), "err") if by.get((lay, n)) else "-" for n in recipes]
+            for lay, typ in layers]
+    doc.table(f"t-{key}-layers", ["layer", *recipes], body)
+
+    with_heads = [n for n in recipes if any(r["recipe"] == n and isinstance(r.get("deq_rel_l2_heads"), list)
+                                            for r in rows)]
+    if not with_heads:
+        doc.p("No per-head errors in the results (the study adds them: `deq_rel_l2_heads`).")
+        return
+    heads = sorted({h for r in rows for h in _heads_of(r)})
+    grid: dict[str, np.ndarray] = {}
+    for n in with_heads:
+        g = np.full((len(layers), len(heads)), np.nan)
+        acc = defaultdict(list)
+        for r in rows:
+            if r["recipe"] != n or not isinstance(r.get("deq_rel_l2_heads"), list):
+                continue
+            for h, v in zip(_heads_of(r), r["deq_rel_l2_heads"], strict=False):
+                acc[(int(r["input_layer"]), h)].append(float(v))
+        for i, (lay, _) in enumerate(layers):
+            for j, h in enumerate(heads):
+                if acc.get((lay, h)):
+                    g[i, j] = float(np.mean(acc[(lay, h)]))
+        grid[n] = g
+    doc.h(3, f"{gname}: error by layer and head")
+    doc.p("Relative L2 error (deq) of each captured query head; the FP8 scales are those of the whole input "
+          "(per tensor over the captured heads), as in the runner. Mean over layers and heads with a "
+          "bootstrap 95% CI in the last row.")
+    body = []
+    for i, (lay, _) in enumerate(layers):
+        for j, h in enumerate(heads):
+            if all(np.isnan(grid[n][i, j]) for n in with_heads):
+                continue
+            body.append([f"L{lay} h{h}", *(fmt(grid[n][i, j], "err") for n in with_heads)])
+    body.append(["mean [95% CI]", *(fmt_ci(_ci(grid[n][~np.isnan(grid[n])]), "err") for n in with_heads)])
+    doc.table(f"t-{key}-heads", ["layer, head", *with_heads], body)
+    if plots:
+        plt = pyplot()
+        from matplotlib.colors import LogNorm
+
+        shown = with_heads[:6]
+        vals = np.concatenate([grid[n][np.isfinite(grid[n])] for n in shown])
+        vals = vals[vals > 0]
+        norm = LogNorm(vmin=float(vals.min()), vmax=float(vals.max())) if vals.size else None
+        fig, axes = plt.subplots(1, len(shown), figsize=(1.2 + 2.1 * len(shown) * max(1, len(heads)) / 3,
+                                                         0.9 + 0.45 * len(layers)), squeeze=False)
+        for ax, n in zip(axes[0], shown, strict=True):
+            im = ax.imshow(grid[n], norm=norm, cmap="viridis", aspect="auto")
+            ax.set_title(n, fontsize=9)
+            ax.set_xticks(range(len(heads)), [str(h) for h in heads], fontsize=7)
+            ax.set_yticks(range(len(layers)), [str(lay) for lay, _ in layers], fontsize=7)
+            ax.set_xlabel("query head", fontsize=8)
+        axes[0][0].set_ylabel("layer", fontsize=8)
+        fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9, label="rel L2 (deq)")
+        doc.img(f"fig_{key}_heads.png", png(fig), f"{gname}: relative L2 error (deq) by layer and query head")
+
+
+_SPEC_KEYS = ("head_dim", "head_dim_v", "heads_q", "heads_kv", "causal", "window", "input_spec_std",
+              "input_spec_outlier_frac", "input_spec_outlier_scale", "input_spec_outlier_tensors", "dtype", "batch")
+
+
+def _config_label(key: tuple) -> str:
+    d = dict(zip(_SPEC_KEYS, key, strict=True))
+    hd = f"{d['head_dim']}" if d["head_dim_v"] in (None, d["head_dim"]) else f"{d['head_dim']}/{d['head_dim_v']}"
+    s = f"d{hd} h{d['heads_q']}x{d['heads_kv']}"
+    if d["causal"]:
+        s += " causal"
+    if d["window"]:
+        s += f" window {d['window']}"
+    if d["input_spec_outlier_frac"]:
+        s += f" outliers {d['input_spec_outlier_frac']:g}x{d['input_spec_outlier_scale']:g}"
+    if d["input_spec_std"] not in (None, 1.0):
+        s += f" std {d['input_spec_std']:g}"
+    return s
+
+
+def _section_seq(doc: Doc, gname: str, rows: list, recipes: list, plots: bool) -> None:
+    configs = defaultdict(list)
+    for r in rows:
+        configs[tuple(r.get(k) for k in _SPEC_KEYS)].append(r)
+    sweeps = [(k, rs) for k, rs in configs.items() if len({r["seq_q"] for r in rs}) >= 2]
+    if not sweeps:
+        return
+    doc.h(3, f"{gname}: error against sequence length")
+    doc.p("Relative L2 error (deq) at each sequence length, per input configuration (mean over seeds).")
+    for key, rs in sweeps:
+        label = _config_label(key)
+        seqs = sorted({r["seq_q"] for r in rs})
+        cell = defaultdict(list)
+        for r in rs:
+            cell[(r["seq_q"], r["recipe"])].append(_val(r, "deq_rel_l2"))
+        names = [n for n in recipes if any((s, n) in cell for s in seqs)]
+        doc.p(f"**{label}**")
+        body = [[fmt(s, "int"), *(fmt(float(np.mean(cell[(s, n)])), "err") if (s, n) in cell else "-"
+                                  for n in names)] for s in seqs]
+        key = slug(f"{gname} {label}")
+        doc.table(f"t-{key}-seq", ["seq", *names], body)
+        if plots:
+            plt = pyplot()
+            fig, ax = plt.subplots(figsize=(6, 3.4))
+            for n in names:
+                xs = [s for s in seqs if (s, n) in cell]
+                ax.plot(xs, [np.mean(cell[(s, n)]) for s in xs], marker="o", ms=3, label=n,
+                        lw=2.2 if n == "zyfa" else 1.0, **_style(n, recipes))
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("sequence length")
+            ax.set_ylabel("rel L2 (deq)")
+            ax.set_title(label, fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
+            doc.img(f"fig_{key}_seq.png", png(fig), f"{gname}, {label}: error against sequence length")
+
+
+def _section_headdim(doc: Doc, gname: str, rows: list, recipes: list) -> None:
+    hds = sorted({_hd(r) for r in rows}, key=lambda s: [int(x) for x in s.split("/")])
+    if len(hds) < 2:
+        return
+    doc.h(3, f"{gname}: error by head dim")
+    doc.p("Mean relative L2 error (deq) over the inputs of each head dim (all lengths, masks and outlier "
+          "settings), and the number of inputs.")
+    cell = defaultdict(list)
+    for r in rows:
+        cell[(_hd(r), r["recipe"])].append(_val(r, "deq_rel_l2"))
+    body = []
+    for h in hds:
+        n_in = len({_input_key(r) for r in rows if _hd(r) == h})
+        body.append([h, fmt(n_in, "int"), *(fmt(float(np.mean(cell[(h, n)])), "err") if (h, n) in cell else "-"
+                                            for n in recipes)])
+    doc.table(f"t-{slug(gname)}-headdim", ["head dim", "inputs", *recipes], body)
+
+
+def _section_causes(doc: Doc, rows: list, recipes: list, plots: bool) -> None:
+    from scipy import stats
+
+    doc.h(2, "Error against its causes")
+    present = [c for c in CAUSES if any(r.get(c) is not None for r in rows)]
+    missing = [c for c in CAUSES if c not in present]
+    doc.p("Spearman's rank correlation between each recipe's relative L2 error and a property of the input: "
+          "the outlier ratio max|x| / rms(x) of K and Q (a per-tensor FP8 scale maps max|x| to 448, so large "
+          "ratios leave typical values few codes: this acts on the quantization of Q and K, so it is shown "
+          "against the `orig` error too), the mean attention entropy of the exact softmax (low: peaked "
+          "attention, many tiny probabilities), and the fraction of probabilities the recipe rounds to zero. "
+          "Over all inputs the correlations also carry the differences between sources (captures against "
+          "Gaussian inputs), hence the tables per source.")
+    if missing:
+        doc.p(f"Not in the results: {', '.join(f'`{c}`' for c in missing)} (`zyfa study` adds the input "
+              "features; the runner's rows alone carry `p_flushed_frac`).")
+    if not present:
+        return
+    by = _by_recipe(rows)
+    columns = [(c, "deq_rel_l2", CAUSES[c]) for c in present]
+    columns += [(c, "orig_rel_l2", f"{CAUSES[c]} (orig)") for c in ("feat_k_outlier", "feat_q_outlier")
+                if c in present]
+    captures = [r for r in rows if r.get("input_source") == "capture"]
+    gaussian = [r for r in rows if r.get("input_source") != "capture"]
+    populations = [("all inputs", rows, "t-causes")]
+    if captures and gaussian:
+        populations += [("captures", captures, "t-causes-captures"), (GAUSSIAN, gaussian, "t-causes-gaussian")]
+    for label, prow, key in populations:
+        pby = _by_recipe(prow)
+        body = []
+        for n in recipes:
+            rs = pby.get(n, [])
+            cells = [n, fmt(len(rs), "int")]
+            for c, err, _ in columns:
+                pairs = [(_val(r, c), _val(r, err)) for r in rs if r.get(c) is not None]
+                pairs = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]
+                if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+                    cells.append("-")
+                    continue
+                rho = stats.spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic
+                cells.append(fmt(float(rho), "corr"))
+            body.append(cells)
+        doc.p(f"**{label}** (error: deq unless marked orig):")
+        doc.table(key, ["recipe", "inputs", *(h for _, _, h in columns)], body)
+    if plots:
+        plt = pyplot()
+        shown = [n for n in recipes if n not in ABLATIONS][:8]
+        from matplotlib.ticker import NullFormatter
+
+        fig, axes = plt.subplots(1, len(present), figsize=(3.4 * len(present), 3.0), squeeze=False, sharey=True)
+        for ax, c in zip(axes[0], present, strict=True):
+            for n in shown:
+                pts = [(_val(r, c), _val(r, "deq_rel_l2")) for r in by.get(n, []) if r.get(c) is not None]
+                if c == "p_flushed_frac":
+                    pts = [(a, b) for a, b in pts if a > 0]
+                if pts:
+                    ax.scatter([a for a, _ in pts], [b for _, b in pts], s=9, label=n, alpha=0.75,
+                               color=_style(n, recipes)["color"])
+            ax.set_yscale("log")
+            if c != "feat_entropy_nats":
+                ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.yaxis.set_minor_formatter(NullFormatter())
+            ax.tick_params(labelsize=7)
+            ax.set_xlabel(CAUSES[c], fontsize=8)
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("rel L2 (deq)")
+        handles = {lab: h for ax in axes[0] for h, lab in zip(*ax.get_legend_handles_labels(), strict=True)}
+        fig.tight_layout()
+        if handles:
+            fig.legend(list(handles.values()), list(handles), fontsize=7, loc="center left",
+                       bbox_to_anchor=(1.0, 0.5))
+        doc.img("fig_causes.png", png(fig), "Error against its causes, one point per input (inputs with no "
+                "flushed probability are left out of the last panel)")
+
+
+# ---------------------------------------------------------------------------------------------- provenance
+
+_PROV_KEYS = ("run_id", "date_utc", "zyfa_version", "git_commit", "git_dirty", "python", "torch", "numpy", "scipy",
+              "platform", "cpu", "cpu_count", "device", "device_name", "cuda_device", "torch_cuda", "seed")
+
+
+def _section_provenance(doc: Doc, res: Results) -> None:
+    doc.h(2, "Provenance")
+    keys = [k for k in _PROV_KEYS if any(k in p for _, p in res.provenances)]
+    extra = sorted({k for _, p in res.provenances for k, v in p.items()
+                    if k not in keys and k not in ("recipes", "inputs", "argv", "study_notes")
+                    and isinstance(v, (str, int, float, bool))})
+    body = []
+    for k in [*keys, *extra, "argv"]:
+        vals = []
+        for _, p in res.provenances:
+            v = p.get(k)
+            if isinstance(v, list):
+                v = shlex.join(str(x) for x in v)
+            vals.append("-" if v is None else (fmt(v, "num") if isinstance(v, float) else str(v)))
+        body.append([k, *vals])
+    doc.table("t-provenance", ["", *(name for name, _ in res.provenances)], body, text=True)
+
+
+def _section_inputs(doc: Doc, rows: list) -> None:
+    doc.h(2, "Inputs")
+    doc.p("Every input, its shape and mask, the hash of its Q/K/V (sha256 of dtypes, shapes and bytes, first "
+          "16 hex digits) and of its capture file, and the features the study computed from it.")
+    seen, body = set(), []
+    feats = [c for c in ("feat_q_outlier", "feat_k_outlier", "feat_v_outlier", "feat_entropy_nats")
+             if any(c in r for r in rows)]
+    for r in rows:
+        k = _input_key(r)
+        if k in seen:
+            continue
+        seen.add(k)
+        shape = f"{r.get('batch')}x{r.get('heads_q')}x{r.get('heads_kv')}x{r.get('seq_q')}x{_hd(r)}"
+        mask = "causal" if r.get("causal") else "full"
+        if r.get("window"):
+            mask += f", window {r['window']}"
+        fsha = str(r.get("input_file_sha256") or "-")[:16]
+        body.append([r["input"], group_of(r), shape, mask, str(r.get("dtype", "-")),
+                     str(r.get("input_content_hash", "-")), fsha, *(fmt(r.get(c), "feat") for c in feats)])
+    doc.table("t-inputs", ["input", "source", "b x hq x hkv x s x d", "mask", "dtype", "content hash",
+                           "file sha256", *feats], body)
+
+
+def _section_all(doc: Doc, rows: list, recipes: list) -> None:
+    doc.h(2, "Every result")
+    doc.p("Relative L2 error (deq) of every (input, recipe) row.")
+    cell, inputs = {}, []
+    for r in rows:
+        k = _input_key(r)
+        if k not in cell:
+            cell[k] = {}
+            inputs.append((k, r["input"]))
+        cell[k][r["recipe"]] = r
+    body = [[name, *(fmt(cell[k][n].get("deq_rel_l2"), "err") if n in cell[k] else "-" for n in recipes)]
+            for k, name in inputs]
+    doc.table("t-all", ["input", *recipes], body)
+
+
+# ---------------------------------------------------------------------------------------------- build
+
+def build_report(res: Results, *, bench=(), command: str = "", extra_commands: Sequence[str] = (),
+                 title: str = "FP8 attention accuracy report", notes: Sequence[str] = (), plots: bool = True,
+                 sections: Sequence[Callable[[Doc, bool], None]] = ()) -> Doc:
+    """The report document for the result rows and benchmark rows (:func:`accuracy.report.speed.load_bench`).
+
+    ``sections``: callables ``add(doc, plots)`` that append further sections (e.g. the model-impact section,
+    :func:`accuracy.impact.section.report_section`), placed after the model and Gaussian sections.
+    """
+    doc = Doc(title=title)
+    rows, recipes = res.rows, res.recipes
+    if plots:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            plots = False
+            notes = [*notes, "matplotlib is not installed, so this report has no plots "
+                     "(`pip install -e '.[plots]'`)."]
+    study_cmds = [p["study_command"] for _, p in res.provenances if p.get("study_command")]
+    cmds = list(dict.fromkeys([*extra_commands, *study_cmds, *([command] if command else [])]))
+    doc.p("Regenerate this report with" + (" (the study, then the report alone from its results):"
+                                           if len(cmds) > 1 else ":"))
+    doc.code("\n".join(cmds))
+    groups = list(dict.fromkeys(group_of(r) for r in rows))
+    groups.sort(key=lambda g: (g == GAUSSIAN, g))
+    n_inputs = len({_input_key(r) for r in rows})
+    doc.p(f"{len(rows)} result rows: {n_inputs} inputs ({', '.join(groups)}) x {len(recipes)} recipes "
+          f"({', '.join(recipes)}), from {', '.join(f'`{n}`' for n, _ in res.provenances)}.")
+    many = len(res.provenances) > 1
+    for n in [*notes, *((f"`{name}`: " if many else "") + x for name, p in res.provenances
+                        for x in (p.get("study_notes") or []))]:
+        doc.p(n)
+    _section_summary(doc, groups, rows, recipes)
+    _section_provenance(doc, res)
+    for g in groups:
+        grows = [r for r in rows if group_of(r) == g]
+        doc.h(2, g if g == GAUSSIAN else f"Model: {g}")
+        _section_recipes(doc, g, grows, recipes, plots)
+        _section_ratios(doc, g, grows, recipes)
+        _section_ablation(doc, g, grows, recipes)
+        if g == GAUSSIAN:
+            _section_headdim(doc, g, grows, recipes)
+            _section_seq(doc, g, grows, recipes, plots)
+        else:
+            _section_layers(doc, g, grows, recipes, plots)
+    if GAUSSIAN not in groups:
+        doc.h(2, GAUSSIAN)
+        doc.p("No Gaussian inputs in these results.")
+    for add in sections:
+        add(doc, plots)
+    _section_causes(doc, rows, recipes, plots)
+    section_speed(doc, list(bench))
+    _section_all(doc, rows, recipes)
+    _section_inputs(doc, rows)
+    return doc

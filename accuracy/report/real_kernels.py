@@ -1,0 +1,98 @@
+"""The report's "real vs emulated" part: each real implementation's error beside its emulation's (torch-free).
+
+Built from result rows only (``real: true`` rows of :func:`accuracy.runner.run_accuracy` with implementations):
+one table row per (implementation, input) with the real kernel's error against the FP64 oracle, its paired
+recipe's emulation error on the same reference, their ratio and the rel-L2 between the two outputs; rows whose
+ratio falls outside :data:`RATIO_BAND` are flagged. Implementations that failed, could not take an input, or
+were not available on the machine are listed with the reason.
+
+Exposed:
+    RATIO_BAND
+    real_vs_emulated(rows) -> list[dict]     one dict per compared (implementation, input)
+    not_run(rows, provenance=None) -> list[dict]   failed / unsupported rows and unavailable implementations
+    real_kernel_blocks(rows, provenance=None) -> list[tuple]   report blocks (accuracy.report.blocks)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from accuracy.report.blocks import fmt
+
+__all__ = ["RATIO_BAND", "not_run", "real_kernel_blocks", "real_vs_emulated"]
+
+RATIO_BAND = (0.97, 1.03)
+
+
+def _num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def real_vs_emulated(rows: Sequence[dict]) -> list[dict]:
+    """One entry per real row that ran and has a paired emulation, in row order.
+
+    The errors compared are on the row's ``ratio_basis``: ``deq`` (against FP64 on the recipe's dequantized
+    inputs) for kernels that take the recipe's FP8 values or none, ``orig`` (against FP64 on the original
+    inputs) for kernels that quantize for themselves.
+    """
+    out = []
+    for r in rows:
+        if not r.get("real") or r.get("status", "ok") != "ok" or not r.get("recipe"):
+            continue
+        basis = r.get("ratio_basis") or "deq"
+        real, emu = _num(r.get(f"{basis}_rel_l2")), _num(r.get(f"emu_{basis}_rel_l2"))
+        if real is None or emu is None:
+            continue
+        ratio = real / emu if emu > 0 else None
+        out.append({
+            "implementation": r.get("implementation"), "input": r.get("input"), "recipe": r.get("recipe"),
+            "device_name": r.get("device_name"), "basis": basis, "real_rel_l2": real, "emu_rel_l2": emu,
+            "ratio": ratio, "real_vs_emu_rel_l2": _num(r.get("real_vs_emu_rel_l2")),
+            "flagged": ratio is None or not (RATIO_BAND[0] <= ratio <= RATIO_BAND[1]),
+            "scale_o_choice": r.get("scale_o_choice"),
+        })
+    return out
+
+
+def not_run(rows: Sequence[dict], provenance: dict | None = None) -> list[dict]:
+    """Real rows that failed or were unsupported, and implementations the run's provenance lists as not
+    available (``implementations_unavailable``: name -> reason)."""
+    out = [{"implementation": r.get("implementation"), "input": r.get("input"), "status": r.get("status"),
+            "reason": r.get("error") or r.get("reason") or ""}
+           for r in rows if r.get("real") and r.get("status", "ok") != "ok"]
+    for name, reason in ((provenance or {}).get("implementations_unavailable") or {}).items():
+        out.append({"implementation": name, "input": "all", "status": "unavailable", "reason": reason})
+    return out
+
+
+def real_kernel_blocks(rows: Sequence[dict], provenance: dict | None = None) -> list[tuple]:
+    """Report blocks: the "real vs emulated" table and what was not run; empty when no real rows exist and
+    nothing was unavailable."""
+    table = real_vs_emulated(rows)
+    missing = not_run(rows, provenance)
+    if not table and not missing:
+        return []
+    lo, hi = RATIO_BAND
+    blocks: list[tuple] = [("h", 2, "Real kernels vs their emulations")]
+    if table:
+        devices = sorted({t["device_name"] for t in table if t["device_name"]})
+        n_flag = sum(t["flagged"] for t in table)
+        blocks.append(("p", (
+            f"Each real kernel ran on the same inputs as its paired recipe's emulation"
+            f"{' (measured on ' + ', '.join(devices) + ')' if devices else ''}. Errors are rel-L2 against the "
+            "FP64 oracle: on the recipe's dequantized inputs (`deq`) for kernels that take the recipe's FP8 "
+            "values, on the original inputs (`orig`) for kernels that quantize for themselves. The ratio is "
+            f"real / emulated; {n_flag} of {len(table)} fall outside [{lo}, {hi}] (flagged). The last column "
+            "is the rel-L2 between the two outputs.")))
+        header = ["implementation", "input", "recipe", "basis", "real error", "emulation error", "ratio",
+                  "real vs emulation", "flag"]
+        body = [[t["implementation"], t["input"], t["recipe"], t["basis"], fmt(t["real_rel_l2"]),
+                 fmt(t["emu_rel_l2"]), fmt(t["ratio"], "ratio"), fmt(t["real_vs_emu_rel_l2"]),
+                 "outside" if t["flagged"] else ""] for t in table]
+        blocks.append(("table", "real-vs-emulated", header, body, ""))
+    if missing:
+        blocks.append(("p", "Not run, and why:"))
+        blocks.append(("table", "real-not-run", ["implementation", "input", "status", "reason"],
+                       [[m["implementation"], m["input"], m["status"], m["reason"]] for m in missing], ""))
+    return blocks

@@ -1,0 +1,82 @@
+"""The speed section of the report, from ``zyfa bench`` JSON files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from accuracy.report.blocks import fmt
+from accuracy.report.document import Doc
+
+_BENCH_PREFERRED = ("input", "impl", "recipe", "kernel", "backend", "b", "batch", "h", "heads", "heads_q", "h_kv",
+                    "heads_kv", "s", "seq", "seq_q", "seq_k", "d_qk", "head_dim", "d_v", "head_dim_v", "causal",
+                    "tflops", "ms", "time_ms", "v_transpose_ms", "tflops_incl_transpose", "rel_l2_vs_sdpa_bf16",
+                    "sm_clock_mhz", "power_w", "error")
+
+
+def load_bench(paths: Sequence[str | Path]) -> list[tuple[str, dict, list[dict]]]:
+    """(file name, metadata, rows) of each benchmark JSON (``zyfa bench``: ``{"meta": {...}, "rows": [...]}``;
+    a bare list of rows is accepted too)."""
+    out = []
+    for p in paths:
+        path = Path(p)
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not JSON ({e.msg})") from None
+        meta: dict = {}
+        if isinstance(data, dict):
+            rows = next((data[k] for k in ("rows", "results") if isinstance(data.get(k), list)), None)
+            for k in ("meta", "provenance"):
+                if isinstance(data.get(k), dict):
+                    meta.update(data[k])
+            if rows is None:
+                raise ValueError(f"{path}: no 'rows' list in the benchmark JSON")
+        elif isinstance(data, list):
+            rows = data
+        else:
+            raise ValueError(f"{path}: benchmark JSON must be a list of rows or an object holding one")
+        out.append((path.name, meta, [r for r in rows if isinstance(r, dict)]))
+    return out
+
+
+def bench_label(r: dict) -> str:
+    impl, rec = r.get("impl") or r.get("kernel") or "", r.get("recipe") or ""
+    return f"{impl} {rec}".strip() if rec and rec != impl else str(impl or rec)
+
+
+def section_speed(doc: Doc, bench: list) -> None:
+    doc.h(2, "Speed")
+    if not bench:
+        doc.p("No benchmark results given (`zyfa bench` on a GPU writes `reports/bench_<date>.json`; pass it "
+              "with `--bench`). Technique 2 of ZYFA (ping-pong) acts on speed only and is measured there.")
+        return
+    doc.p("From the benchmark files as written by `zyfa bench` (values as recorded: TFLOP/s = FLOPs / median "
+          "kernel time, FLOPs = 4·b·h·s²·d, 2·(d_qk+d_v) for MLA, halved for causal; SM clock and power: means "
+          "during the timed run). Technique 2 of ZYFA (ping-pong) acts on speed only.")
+    for i, (name, meta, rows) in enumerate(bench):
+        info = []
+        for k in ("device", "date", "git_commit", "command", "inputs_note"):
+            if meta.get(k):
+                info.append(f"{k}: `{meta[k]}`" if k == "command" else f"{k}: {meta[k]}")
+        if isinstance(meta.get("versions"), dict):
+            info.append("versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
+        doc.p(f"**{name}**" + ("; " + "; ".join(info) if info else ""))
+        ok = [r for r in rows if "error" not in r and r.get("tflops") is not None]
+        shape_keys = [k for k in ("input", "h", "h_kv", "d_qk", "d_v", "s", "causal") if any(k in r for r in ok)]
+        if ok and shape_keys and any(("impl" in r or "kernel" in r) for r in ok):
+            labels = list(dict.fromkeys(bench_label(r) for r in ok))
+            cases = list(dict.fromkeys(tuple(r.get(k) for k in shape_keys) for r in ok))
+            val = {(tuple(r.get(k) for k in shape_keys), bench_label(r)): r["tflops"] for r in ok}
+            doc.p("TFLOP/s by implementation, one row per input shape (same run):")
+            body = [[*(fmt(v, "num") for v in case), *(fmt(val.get((case, lab)), "num") for lab in labels)]
+                    for case in cases]
+            doc.table(f"t-bench-{i}-tflops", [*shape_keys, *labels], body)
+        cols = [c for c in _BENCH_PREFERRED if any(c in r for r in rows)]
+        extra = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in cols
+                 and all(isinstance(r.get(c), (int, float, str, bool, type(None))) for r in rows)]
+        cols += extra[: max(0, 18 - len(cols))]
+        body = [[fmt(r.get(c), "num") if c != "error" else str(r.get(c, ""))[:80] for c in cols] for r in rows]
+        doc.p("Every benchmark row:")
+        doc.table(f"t-bench-{i}", cols, body)

@@ -1,0 +1,188 @@
+"""``zyfa study``: the one-command study (see :mod:`accuracy.study` for what it runs and writes).
+
+Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``impact_files(spec)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import re
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from accuracy.report.build import load_results
+from accuracy.report.document import save_screenshot
+from accuracy.study import run as study_run
+from accuracy.study.compose import find_bench, load_report_inputs, render, split_paths
+from accuracy.study.report_cli import report_command
+from accuracy.study.run import (
+    DEFAULT_IMPACT,
+    LONG_CAPTURE_COMMANDS,
+    QUICK_RECIPES,
+    STUDY_RECIPES,
+    gaussian_specs,
+    log,
+    run_study,
+    study_inputs,
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", default=None, help="output folder (default reports/study, or reports/study-long "
+                        "with --long)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="a smaller study (shorter inputs, fewer recipes)")
+    mode.add_argument("--long", action="store_true",
+                      help="the committed long-context study (captures: datasets/long/*.h5 unless --captures)")
+    parser.add_argument("--captures", default=None,
+                        help="capture .h5 files, comma-separated or a glob (default: datasets/*.h5, with --long "
+                        "datasets/long/*.h5; 'none': Gaussian inputs only)")
+    parser.add_argument("--recipes", default=None, help="comma-separated recipes (default: every FP8 recipe + bf16)")
+    parser.add_argument("--max-seq", type=int, default=None, help="cap the Gaussian sequence lengths")
+    parser.add_argument("--gaussian-filter", default=None, metavar="REGEX",
+                        help="keep only the Gaussian inputs whose name matches, e.g. 'd128-causal' or '^$' for none")
+    parser.add_argument("--max-tokens", type=int, default=None, help="use the first N tokens of each capture")
+    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
+    parser.add_argument("--bench", default=None, help="benchmark JSON files for the speed tables (default: the "
+                        "repository's reports/bench.json, else its newest reports/bench*.json, when present)")
+    parser.add_argument("--impact", default=None,
+                        help="zyfa impact result files for the report's model-impact section, comma-separated or "
+                        f"a glob (default: {DEFAULT_IMPACT} when present, none with --long; 'none': no impact section)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress output")
+
+
+def _on_gpu(device: str) -> bool:
+    import torch
+
+    return device != "cpu" and torch.cuda.is_available()
+
+
+def _command(args: argparse.Namespace) -> str:
+    parts = ["zyfa", "study"]
+    if args.quick:
+        parts.append("--quick")
+    if args.long:
+        parts.append("--long")
+    for flag in ("captures", "recipes", "max_seq", "gaussian_filter", "max_tokens", "bench", "impact"):
+        v = getattr(args, flag)
+        if v is not None:
+            parts += [f"--{flag.replace('_', '-')}", str(v)]
+    if args.device != "auto":
+        parts += ["--device", args.device]
+    if args.out is not None:
+        parts += ["--out", args.out]
+    return shlex.join(parts)
+
+
+def _paths(spec: str) -> list[Path]:
+    return [Path(p) for p in split_paths([spec])]
+
+
+def impact_files(spec: str | None) -> list[Path]:
+    """The impact result files of ``--impact``: ``none`` -> none; unset -> :data:`DEFAULT_IMPACT` (those present,
+    ``results.jsonl`` first); else the named files (globs expanded), which must exist."""
+    if spec is not None and spec.strip().lower() == "none":
+        return []
+    if spec is None:
+        found = [Path(p) for p in sorted(glob.glob(DEFAULT_IMPACT))]
+        return sorted(found, key=lambda p: (p.name != "results.jsonl", p.name))
+    paths = _paths(spec)
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing or not paths:
+        raise FileNotFoundError(f"--impact: no such file: {', '.join(missing) or spec}")
+    return paths
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the study; 0 on success, 2 on bad input (one line on stderr)."""
+    t0 = time.perf_counter()
+    mode = "quick" if args.quick else "long" if args.long else "default"
+    out = Path(args.out or ("reports/study-long" if args.long else "reports/study"))
+    notes = []
+    try:
+        if args.captures is not None and args.captures.strip().lower() == "none":
+            captures = []
+        elif args.captures is not None:
+            captures = _paths(args.captures)
+            missing = [str(p) for p in captures if not p.is_file()]
+            if missing or not captures:
+                raise FileNotFoundError(f"--captures: no such file: {', '.join(missing) or args.captures}")
+        elif args.long:
+            captures = study_run.default_captures("datasets/long")
+            if not captures:
+                raise FileNotFoundError("--long: no captures in datasets/long/ and no --captures; make them with:\n  "
+                                        + "\n  ".join(LONG_CAPTURE_COMMANDS))
+        else:
+            captures = study_run.default_captures()
+        if not captures:
+            notes.append("No capture files were used (no `datasets/*.h5` found, or `--captures none`): this study "
+                         "ran on Gaussian inputs only.")
+            log("no capture files: Gaussian inputs only")
+        from zyfa.recipes import parse_recipes
+
+        base = QUICK_RECIPES if args.quick else STUDY_RECIPES
+        recipes = [r.name for r in parse_recipes(args.recipes or ",".join(base))]
+        if args.recipes is None and args.long and not _on_gpu(args.device):
+            slow = [r.name for r in parse_recipes(",".join(recipes)) if r.accumulator == "hopper_fp8"]
+            if slow:
+                recipes = [r for r in recipes if r not in slow]
+                base = tuple(recipes)
+                notes.append(f"Left out on CPU: {', '.join(slow)}. They model Hopper's FP8 tensor-core accumulator "
+                             "product by product (zyfa.emulator._mma), which takes hours at 32K tokens on a CPU; "
+                             "they run when a GPU is present, or when named with `--recipes`.")
+                log(f"CPU: leaving out {', '.join(slow)} (Hopper accumulator emulation; name them in --recipes "
+                     "to run them)")
+        max_tokens = args.max_tokens if args.max_tokens is not None else (512 if args.quick else None)
+        if args.gaussian_filter is not None:
+            re.compile(args.gaussian_filter)
+        inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
+                              name_filter=args.gaussian_filter)
+        if not inputs:
+            raise ValueError("no inputs: no captures and --gaussian-filter keeps no Gaussian input")
+        full = [g.name for g in gaussian_specs(mode)]
+        ran = {i.name for i in inputs}
+        left = [n for n in full if n not in ran]
+        if left or set(recipes) != set(base):
+            notes.append(f"This run narrows the {mode} configuration of `zyfa study`: "
+                         + (f"Gaussian inputs left out: {', '.join(left)}. " if left else "")
+                         + (f"Recipes: {', '.join(recipes)} (of {', '.join(base)})." if set(recipes) != set(base)
+                            else ""))
+        bench = split_paths([args.bench]) if args.bench else find_bench()
+        impact_paths = impact_files("none" if args.long and args.impact is None else args.impact)
+        extra = load_report_inputs(bench, impact_paths)
+    except (ValueError, FileNotFoundError, OSError, re.error) as e:
+        print(f"zyfa study: error: {e}", file=sys.stderr)
+        return 2
+
+    from accuracy.inputs import file_sha256
+    from accuracy.runner import write_results
+
+    command = _command(args)
+    prov = {"study_command": command, "study_mode": mode, "study_notes": notes,
+            "study_captures": ", ".join(f"{p.name} (sha256 {file_sha256(p)[:16]})" for p in captures) or "none",
+            "study_impact": "; ".join(f"{f['path']} (sha256 {f['sha256']}, {f['rows']} rows)"
+                                      for f in (extra.impact[1] if extra.impact else [])) or "none"}
+    rows = run_study(inputs, recipes, device=args.device, progress=not args.no_progress, extra_provenance=prov)
+    rows.provenance["study_notes"].append(
+        f"Accuracy ran on `{rows.provenance.get('device')}` ({rows.provenance.get('device_name')}): "
+        f"{len(inputs)} inputs x {len(recipes)} recipes; the runner took {rows.provenance['study_accuracy_s']:.0f} s "
+        f"and the input features and per-head errors {rows.provenance['study_features_s']:.0f} s.")
+    results = out / "results.jsonl"
+    write_results(rows, results)
+    log(f"wrote {len(rows)} rows to {results}")
+
+    title = ("ZYFA long-context study: FP8 attention error at 8K-32K tokens" if args.long else
+             "ZYFA study: FP8 attention error on model captures and Gaussian inputs")
+    rep_cmd = report_command([results], str(out), bench, title, shot=bool(shutil.which("chromium")),
+                             impact=[str(p) for p in impact_paths])
+    _, paths = render(load_results([results]), out, extra, command=rep_cmd, title=title)
+    log(f"wrote {paths['markdown']} and {paths['html']}; total {time.perf_counter() - t0:.0f} s")
+    if shutil.which("chromium"):
+        rc = save_screenshot(paths["html"])
+        if rc:
+            return rc
+    return 0

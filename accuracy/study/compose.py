@@ -1,0 +1,81 @@
+"""The report of a study, composed: accuracy rows, benchmark JSON and model-impact rows into one document.
+
+``zyfa study`` (after its run) and ``zyfa report`` (from result files) both render through :func:`render`, so
+the two give the same report from the same files.
+
+Exposed: ``split_paths(values)``, ``find_bench(root)``, ``ReportInputs``, ``load_report_inputs(...)``,
+``render(...)``, ``REPO_ROOT``.
+"""
+
+from __future__ import annotations
+
+import glob
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accuracy.impact.rows import load_rows
+from accuracy.impact.section import report_section
+from accuracy.report.build import Results, build_report
+from accuracy.report.document import Doc, write_report
+from accuracy.report.speed import load_bench
+
+# the repository this package sits in (the committed reports and datasets are found from here, not from the
+# current directory)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def split_paths(values: Sequence[str] | None) -> list[str]:
+    """Paths of comma-separated and/or repeated values; globs (``*?[``) expanded in sorted order."""
+    out = []
+    for v in values or []:
+        for s in v.split(","):
+            s = s.strip()
+            if not s:
+                continue
+            hits = sorted(glob.glob(s)) if any(ch in s for ch in "*?[") else [s]
+            out += hits
+    return out
+
+
+def find_bench(root: str | Path = REPO_ROOT) -> list[str]:
+    """The current benchmark JSON of ``root``: ``reports/bench.json``, else the last by name of
+    ``reports/bench*.json`` (names carry the date); [] when there is none."""
+    reports = Path(root).resolve() / "reports"
+    found = [reports / "bench.json"] if (reports / "bench.json").is_file() else [
+        Path(p) for p in sorted(glob.glob(str(reports / "bench*.json")))[-1:]]
+    return [_shown(p) for p in found]
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current directory when it lies below it (as a user would type it)."""
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+@dataclass
+class ReportInputs:
+    """What a report shows besides the accuracy rows: benchmark files and model-impact files, loaded."""
+
+    bench_paths: list[str] = field(default_factory=list)
+    bench: list = field(default_factory=list)  # accuracy.report.speed.load_bench
+    impact_paths: list[str] = field(default_factory=list)
+    impact: tuple[list, list] | None = None  # (rows, files) of accuracy.impact.rows.load_rows
+
+
+def load_report_inputs(bench_paths: Sequence[str | Path] = (),
+                       impact_paths: Sequence[str | Path] = ()) -> ReportInputs:
+    """Load the benchmark and impact files (ValueError, FileNotFoundError or OSError naming the bad one)."""
+    bench = load_bench(bench_paths)
+    impact = load_rows(impact_paths) if impact_paths else None
+    return ReportInputs([str(p) for p in bench_paths], bench, [str(p) for p in impact_paths], impact)
+
+
+def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str = "", title: str,
+           plots: bool = True) -> tuple[Doc, dict[str, Path]]:
+    """Build the report of ``res`` with ``inputs`` and write it into ``out``; (document, written paths)."""
+    sections = [report_section(*inputs.impact)] if inputs.impact is not None else []
+    doc = build_report(res, bench=inputs.bench, command=command, title=title, plots=plots, sections=sections)
+    return doc, write_report(doc, out)

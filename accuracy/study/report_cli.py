@@ -1,0 +1,89 @@
+"""``zyfa report``: render result files (and benchmark JSON, and model-impact rows) into Markdown, PNG plots and
+one HTML file.
+
+    zyfa report --results reports/study/results.jsonl --out reports/study
+    zyfa report --results a.jsonl,b.jsonl --bench reports/bench.json --out reports/mine
+    zyfa report --results reports/study/results.jsonl --impact 'reports/impact/results*.jsonl' --out reports/mine
+
+Writes ``report.md`` (with ``fig_*.png`` next to it) and ``report.html`` (self-contained: the same content,
+plots inlined as base64 data URIs, inline CSS, no script, no external resource). It reads result files
+only and never runs a kernel. The content is :func:`accuracy.report.build.build_report`'s; with ``--impact``
+(``zyfa impact`` result files, merged), the model-impact section of :mod:`accuracy.impact.section`
+(perplexity and next-token KL per model and recipe with CIs over windows, the per-layer sweep) comes after
+the model and Gaussian sections, with a figure of the KL per recipe. The report is composed as
+:mod:`accuracy.study.compose` composes the study's, so both commands give the same report from the same files.
+
+Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``report_command(...)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+
+from accuracy.report.build import load_results, select_recipes
+from accuracy.report.document import save_screenshot
+from accuracy.study.compose import load_report_inputs, render, split_paths
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", action="append", required=True,
+                        help="result files (.jsonl or .csv from zyfa accuracy/study), comma-separated or repeated")
+    parser.add_argument("--bench", action="append", default=None,
+                        help="benchmark JSON files (zyfa bench), comma-separated, repeated or a glob")
+    parser.add_argument("--impact", action="append", default=None,
+                        help="zyfa impact result files (JSONL) for the model-impact section: comma-separated, "
+                        "repeated or a quoted glob (e.g. 'reports/impact/results*.jsonl'); several files are "
+                        "merged (one per concurrent run)")
+    parser.add_argument("--out", required=True, help="output folder, e.g. reports/mine/")
+    parser.add_argument("--title", default="FP8 attention accuracy report", help="report title")
+    parser.add_argument("--recipes", default=None,
+                        help="comma-separated recipes to report (default: every recipe in the results)")
+    parser.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
+    parser.add_argument("--screenshot", action="store_true",
+                        help="open report.html in headless Chromium, save report_screenshot.png, fail on console "
+                        "errors")
+
+
+def report_command(results: Sequence[str], out: str, bench: Sequence[str] = (), title: str | None = None,
+                   shot: bool = False, recipes: str | None = None, impact: Sequence[str] = ()) -> str:
+    parts = ["zyfa", "report", "--results", ",".join(map(str, results))]
+    if recipes:
+        parts += ["--recipes", recipes]
+    if bench:
+        parts += ["--bench", ",".join(map(str, bench))]
+    if impact:
+        parts += ["--impact", ",".join(map(str, impact))]
+    parts += ["--out", str(out)]
+    if title and title != "FP8 attention accuracy report":
+        parts += ["--title", title]
+    if shot:
+        parts.append("--screenshot")
+    return shlex.join(parts)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Render the report; 0 on success, 2 on bad input (one line on stderr)."""
+    results = split_paths(args.results)
+    bench_paths = split_paths(args.bench)
+    impact_paths = split_paths(args.impact)
+    try:
+        if not results:
+            raise ValueError("--results names no file")
+        res = load_results(results)
+        if args.recipes:
+            res = select_recipes(res, [x.strip() for x in args.recipes.split(",") if x.strip()])
+        if args.impact is not None and not impact_paths:
+            raise FileNotFoundError(f"--impact: no such file: {', '.join(args.impact)}")
+        extra = load_report_inputs(bench_paths, impact_paths)
+    except (ValueError, FileNotFoundError, OSError) as e:
+        print(f"zyfa report: error: {e}", file=sys.stderr)
+        return 2
+    cmd = report_command(results, args.out, bench_paths, args.title, args.screenshot, args.recipes, impact_paths)
+    doc, paths = render(res, args.out, extra, command=cmd, title=args.title, plots=not args.no_plots)
+    print(f"wrote {paths['markdown']} and {paths['html']} ({len(doc.images)} plots)")
+    if args.screenshot:
+        return save_screenshot(paths["html"])
+    return 0

@@ -1,0 +1,143 @@
+"""The study's inputs (the shipped captures and the Gaussian inputs of each mode) and its run: the accuracy
+runner, then per-input features and per-head errors added to the rows.
+
+Exposed: ``STUDY_RECIPES``, ``QUICK_RECIPES``, ``HEAD_RECIPES``, ``DEFAULT_IMPACT``, ``LONG_CAPTURE_COMMANDS``,
+``gaussian_specs(...)``, ``default_captures(folder)``, ``study_inputs(...)``, ``run_study(...)``, ``log(msg)``.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+import sys
+import time
+from pathlib import Path
+
+STUDY_RECIPES = ("zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed", "zyfa-tilescale", "ck",
+                 "ck-blockscale", "aiter", "aiter-triton", "triton-amd", "fa3", "sage2", "cudnn-fp8", "bf16")
+QUICK_RECIPES = ("zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "ck", "aiter", "fa3", "bf16")
+# recipes whose error per head is computed for the captures' heatmaps (the emulator runs again for these)
+HEAD_RECIPES = ("zyfa", "ck", "aiter", "fa3")
+HEAD_DIMS = ((64, None), (128, None), (256, None), (192, 128))
+OUTLIERS = {"outlier_frac": 0.001, "outlier_scale": 10.0}  # FA3 paper's N(0,1) + N(0,100)·Bernoulli(0.001)
+# the committed model-impact results (zyfa impact; one file per concurrent run), rendered into the report
+DEFAULT_IMPACT = "reports/impact/results*.jsonl"
+
+
+def log(msg: str) -> None:
+    print(f"[zyfa study {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def gaussian_specs(mode: str, max_seq: int | None = None, name_filter: str | None = None) -> list:
+    """The Gaussian inputs of a study mode ("default", "quick" or "long"), lengths capped at ``max_seq``, only
+    those whose name matches the regular expression ``name_filter`` (e.g. ``d128-causal``)."""
+    from accuracy.inputs import GaussianSpec
+
+    def spec(seq, hd=128, hdv=None, **kw):
+        return GaussianSpec(heads_q=1, heads_kv=1, seq=seq, head_dim=hd, head_dim_v=hdv, **kw)
+
+    if mode == "quick":
+        specs = [spec(s) for s in (256, 512, 1024)]
+        specs += [spec(512, hd, hdv, **kw) for hd, hdv in HEAD_DIMS for kw in ({}, {"causal": True}, OUTLIERS)]
+    elif mode == "long":  # causal like decoder prefill; one non-causal and one outlier input at 32K
+        specs = [spec(s, causal=True) for s in (4096, 8192, 16384, 32768)]
+        specs += [spec(32768, hd, hdv, causal=True) for hd, hdv in HEAD_DIMS]
+        specs += [spec(32768), spec(32768, causal=True, **OUTLIERS)]
+    else:
+        specs = [spec(s) for s in (1024, 2048, 4096)]
+        specs += [spec(1024, hd, hdv, **kw) for hd, hdv in HEAD_DIMS for kw in ({}, {"causal": True}, OUTLIERS)]
+    if max_seq is not None:
+        import dataclasses
+
+        specs = [dataclasses.replace(s, seq=min(s.seq, max_seq)) for s in specs]
+    out, seen = [], set()
+    for s in specs:
+        if s.name not in seen and (name_filter is None or re.search(name_filter, s.name)):
+            seen.add(s.name)
+            out.append(s)
+    return out
+
+
+# The long study's captures (not shipped: 32 MB; made locally, about 3-5 minutes each on 2 CPU cores). Gemma 3:
+# its global layer 5 only, so that the three files fit the GPU machine's 64 MiB transfer with the repository.
+LONG_CAPTURE_COMMANDS = (
+    "zyfa capture --model smollm2 --text lee --tokens 8192 --layers 14 --heads 0 "
+    "--out datasets/long/smollm2-lee-8192.h5",
+    "zyfa capture --model qwen25coder --text pydoc --tokens 8192 --layers 8 --heads 0 "
+    "--out datasets/long/qwen25coder-pydoc-8192.h5",
+    "zyfa capture --model gemma3 --text shakespeare --tokens 8192 --layers 5 --heads 0 "
+    "--out datasets/long/gemma3-shakespeare-8192-L5.h5",
+)
+
+
+def default_captures(folder: str = "datasets") -> list[Path]:
+    """The captures in ``<folder>/*.h5`` (default: the shipped samples; ``datasets/long`` for ``--long``), in the
+    current folder, else next to the package."""
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        found = sorted(Path(p) for p in glob.glob(str(root / folder / "*.h5")))
+        if found:
+            return found
+    return []
+
+
+def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
+                 max_tokens: int | None = None, name_filter: str | None = None) -> list:
+    """Capture inputs (one per layer, all captured heads) then Gaussian inputs."""
+    from accuracy.inputs import capture_inputs, make_gaussian
+
+    inputs = []
+    for path in captures:
+        got = capture_inputs(path, max_tokens=max_tokens)
+        log(f"capture {path}: {len(got)} layers, {got[0].shape['heads_q']} query heads, "
+             f"{got[0].shape['seq_q']} tokens")
+        inputs += got
+    inputs += [make_gaussian(s) for s in gaussian_specs(mode, max_seq, name_filter)]
+    return inputs
+
+
+def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progress: bool = True,
+              head_recipes=HEAD_RECIPES, extra_provenance: dict | None = None):
+    """Run the accuracy runner, then add per-input features and (captures) per-head errors to the rows."""
+    from accuracy.features import head_errors, input_features
+    from accuracy.p_flushed import flush_count_factor
+    from accuracy.runner import resolve_device, run_accuracy
+
+    dev = resolve_device(device)
+    t0 = time.perf_counter()
+    log(f"accuracy: {len(inputs)} inputs x {len(recipes)} recipes on {dev}")
+    rows = run_accuracy(inputs, recipes, device=dev, progress=progress)
+    t_acc = time.perf_counter() - t0
+    log(f"accuracy done in {t_acc:.0f} s; features and per-head errors")
+    t1 = time.perf_counter()
+    per_head = [r for r in recipes if r in head_recipes]
+    by_input: dict[str, dict] = {}
+    for i, inp in enumerate(inputs, 1):
+        extra = dict(input_features(inp, device=dev))
+        heads: dict = {}
+        mine = [r for r in rows if r["input"] == inp.name]
+        if inp.meta.get("source") != "capture" or not per_head or any("deq_rel_l2_heads" in r for r in mine):
+            pass
+        elif inp.shape["heads_q"] == 1:  # one head: its error is the input's
+            heads = {r["recipe"]: {"deq_rel_l2_heads": [r["deq_rel_l2"]], "orig_rel_l2_heads": [r["orig_rel_l2"]]}
+                     for r in mine if r["recipe"] in per_head}
+        else:
+            heads = head_errors(inp, per_head, device=dev)
+        by_input[inp.name] = (extra, heads)
+        if progress:
+            log(f"features {i}/{len(inputs)}: {inp.name}")
+    for r in rows:
+        extra, heads = by_input[r["input"]]
+        r.update(extra)
+        r.update(heads.get(r["recipe"], {}))
+    t_feat = time.perf_counter() - t1
+    rows.provenance.update({"study_accuracy_s": round(t_acc, 1), "study_features_s": round(t_feat, 1),
+                            **(extra_provenance or {})})
+    factor = flush_count_factor()
+    if factor != 1.0:
+        for r in rows:
+            if isinstance(r.get("p_flushed_frac"), (int, float)):
+                r["p_flushed_frac"] = r["p_flushed_frac"] / (r["batch"] * r["heads_q"])
+        rows.provenance["p_flushed_frac_note"] = (
+            "divided by batch x heads: this emulator counts flushed probabilities over (batch, head, row, key) "
+            "but the unmasked ones over (row, key) only")
+    return rows
