@@ -1,0 +1,61 @@
+"""The report's real-vs-emulated table, built from recorded rows (tests/report/fixtures/real_rows_cpu.jsonl,
+made by tests/report/fixtures/record_real_rows.py on a CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from accuracy.report.blocks import blocks_markdown
+from accuracy.report.real_kernels import RATIO_BAND, not_run, real_kernel_blocks, real_vs_emulated
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "real_rows_cpu.jsonl"
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    lines = [json.loads(s) for s in FIXTURE.read_text().splitlines() if s.strip()]
+    return [r for r in lines if r.get("record") != "provenance"], lines[0]
+
+
+def test_one_entry_per_compared_row(recorded):
+    rows, _ = recorded
+    table = real_vs_emulated(rows)
+    compared = [r for r in rows if r.get("status") == "ok" and r.get("recipe")]
+    assert [(t["implementation"], t["input"], t["recipe"]) for t in table] == \
+        [(r["implementation"], r["input"], r["recipe"]) for r in compared]
+    for t, r in zip(table, compared, strict=True):
+        basis = "orig" if r["quantizes"] == "self" else "deq"  # self-quantizing kernels: total error
+        assert t["basis"] == basis
+        assert t["real_rel_l2"] == r[f"{basis}_rel_l2"] and t["emu_rel_l2"] == r[f"emu_{basis}_rel_l2"]
+        ratio = r[f"{basis}_rel_l2"] / r[f"emu_{basis}_rel_l2"]
+        assert t["ratio"] == pytest.approx(ratio, rel=1e-12)
+        assert t["flagged"] == (not RATIO_BAND[0] <= ratio <= RATIO_BAND[1])
+        assert t["real_vs_emu_rel_l2"] == r["real_vs_emu_rel_l2"]
+    # the recorded rows hold both kinds: the example plug-in off its emulation, SDPA BF16 on it
+    assert any(t["flagged"] for t in table) and any(not t["flagged"] for t in table)
+
+
+def test_not_run_lists_failures_unsupported_and_unavailable(recorded):
+    rows, prov = recorded
+    missing = not_run(rows, prov)
+    statuses = {(m["implementation"], m["status"]) for m in missing}
+    assert ("plugin:broken_kernel.py:attention", "failed") in statuses
+    assert ("sdpa-bf16:flash", "unsupported") in statuses
+    assert ("cudnn-fp8", "unavailable") in statuses
+    failed = next(m for m in missing if m["status"] == "failed")
+    assert failed["reason"].startswith("kernel 'broken_kernel.py:attention' returned shape")
+
+
+def test_markdown(recorded):
+    rows, prov = recorded
+    md = "\n".join(blocks_markdown(real_kernel_blocks(rows, prov)))
+    assert "## Real kernels vs their emulations" in md
+    table = real_vs_emulated(rows)
+    n_flag = sum(t["flagged"] for t in table)
+    assert f"{n_flag} of {len(table)} fall outside [0.97, 1.03]" in md
+    assert md.count("| outside |") == n_flag
+    assert "| cudnn-fp8 | all | unavailable | no CUDA device |" in md
+    assert real_kernel_blocks([{"recipe": "zyfa", "deq_rel_l2": 0.01}]) == []  # recipe rows only: no section
