@@ -40,7 +40,9 @@ def _available() -> dict[str, tuple[str, str]]:
 
 def git_commit() -> str | None:
     """The checkout's commit (12 hex digits, '-dirty' with local changes) when zyfa runs from a git checkout of
-    this project; None for an installed copy or without git."""
+    this project; ``$ZYFA_GIT_COMMIT`` where set (a copy without .git); None for an installed copy."""
+    if os.environ.get("ZYFA_GIT_COMMIT"):
+        return os.environ["ZYFA_GIT_COMMIT"]
     root = Path(__file__).resolve().parent.parent
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, cwd=root,

@@ -36,13 +36,20 @@ def test_help_has_no_restructuredtext_markup(capsys):
     assert "--version" in out
 
 
-def test_version_names_the_package_version_and_the_checkout_commit(capsys):
+def test_version_names_the_package_version_and_the_checkout_commit(capsys, monkeypatch):
+    monkeypatch.delenv("ZYFA_GIT_COMMIT", raising=False)
     assert main(["--version"]) == 0
     out = capsys.readouterr().out.strip()
     head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     assert out.startswith(f"zyfa {zyfa.__version__}")
     if head.returncode == 0:  # a git checkout: the commit is shown
         assert re.fullmatch(rf"zyfa {re.escape(zyfa.__version__)} \(git {head.stdout.strip()}(-dirty)?\)", out)
+
+
+def test_version_takes_the_commit_from_the_environment(capsys, monkeypatch):
+    monkeypatch.setenv("ZYFA_GIT_COMMIT", "abc123")
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"zyfa {zyfa.__version__} (git abc123)"
 
 
 def test_closed_stdout_ends_quietly():
