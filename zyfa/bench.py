@@ -2,9 +2,11 @@
 
 Every case runs in one process on one GPU, so ratios between implementations come from the same run:
 our kernel per recipe (kernel time; V's one-off transpose timed separately), PyTorch SDPA in bf16 with the
-cuDNN and flash backends, and cuDNN's FP8 attention (``nvidia-cudnn-frontend`` graph ``sdpa_fp8``; FP8
-output on Hopper). Shapes: batch 1, ``--hidden`` / d_v heads (MLA: 16 heads, QK 192 / V 128), sequence
-lengths 8K, 16K, 32K (s_q = s_k). FLOPs = 4·b·h·s_q·s_k·d (2·(d_qk + d_v) for MLA), halved for causal.
+cuDNN and flash backends, cuDNN's FP8 attention (``nvidia-cudnn-frontend`` graph ``sdpa_fp8``; FP8
+output on Hopper) and AMD's Triton FP8 forward from the ``flash-attn`` package (``flash-attn-triton-amd``: it
+reads V as stored, so it has no transpose to time; docs/real_kernels.md). Shapes: batch 1, ``--hidden`` / d_v
+heads (MLA: 16 heads, QK 192 / V 128), sequence lengths 8K, 16K, 32K (s_q = s_k). FLOPs = 4·b·h·s_q·s_k·d
+(2·(d_qk + d_v) for MLA), halved for causal.
 
 Method (docs/DESIGN.md 'Measuring speed'): inputs never zeros (Gaussian, or a captured HDF5 slice tiled to the
 length), each output checked against an SDPA bf16 reference before timing, ``triton.testing.do_bench``
@@ -47,7 +49,7 @@ OTHER_RECIPES = (
     "fa3",
 )
 SHAPES = {"hd64": (64, 64), "hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128)}
-PEERS = ("sdpa-cudnn", "sdpa-flash", "cudnn-fp8")
+PEERS = ("sdpa-cudnn", "sdpa-flash", "cudnn-fp8", "flash-attn-triton-amd")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -266,6 +268,35 @@ def make_cudnn_fp8(q8, k8, v8, qd, kd, vd, causal, sm_scale):
     return fn, out_deq
 
 
+_FA_AMD_RECIPE = "triton-amd:p_scale=tile_amax"  # accuracy.implementations.FLASH_ATTN_AMD_RECIPE
+
+
+def make_flash_attn_amd(q, k, v, causal, sm_scale):
+    """AMD's Triton FP8 forward from the flash-attn package (accuracy.implementations' adapter), on the FP8
+    values of its recipe; it reads V as stored (no transpose of ours). Returns (fn, first output)."""
+    import torch
+
+    from accuracy.implementations import (
+        FLASH_ATTN_AMD_RECIPE,
+        flash_attn_amd_descales,
+        flash_attn_amd_forward,
+        resolve_recipe,
+    )
+    from zyfa.emulator import quantize_inputs
+
+    qi = quantize_inputs(q, k, v, resolve_recipe(FLASH_ATTN_AMD_RECIPE))
+    q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
+    qd, kd, vd = flash_attn_amd_descales(qi, q.shape[0], q.shape[1], k.shape[1])
+    o = torch.zeros((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=torch.float32, device=q.device)
+
+    def fn():
+        return flash_attn_amd_forward(q8, k8, v8, qd, kd, vd, causal=causal, sm_scale=sm_scale, out=o)[0]
+
+    out = fn()
+    torch.cuda.synchronize()
+    return fn, out.clone()
+
+
 # ---------------------------------------------------------------------------------------------- main
 
 def _versions():
@@ -374,7 +405,13 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
     for peer in peers:
         row = dict(base, impl=peer, recipe="bf16" if peer.startswith("sdpa") else "cudnn-fp8")
         try:
-            if peer.startswith("sdpa"):
+            if peer == "flash-attn-triton-amd":
+                fn, out = make_flash_attn_amd(q, k, v, causal, sm_scale)
+                row["recipe"] = _FA_AMD_RECIPE
+                if ref is None:
+                    ref = sdpa_reference(q, k, v, causal, sm_scale).float()
+                row["rel_l2_vs_sdpa_bf16"] = rel_l2(out, ref)
+            elif peer.startswith("sdpa"):
                 fn = make_sdpa(qb, kb, vb, causal, sm_scale, peer)
                 out = fn()
                 torch.cuda.synchronize()
@@ -456,6 +493,7 @@ def summary_lines(rows, ours="zyfa-hopper"):
         cudnn = best(lambda r: r["impl"] == "sdpa-cudnn")
         bf16 = best(lambda r: r["impl"].startswith("sdpa-"))
         fp8 = best(lambda r: r["impl"] == "cudnn-fp8")
+        amd = best(lambda r: r["impl"] == "flash-attn-triton-amd")
         same = [r for r in rs if r["s"] == s and r["impl"] == "triton-fp8" and r["recipe"] == ours]
         cap = [r for r in same if r["input"].startswith("captured")]
         like = [r for r in same if r["input"] == "gaussian-like-capture"]
@@ -463,18 +501,18 @@ def summary_lines(rows, ours="zyfa-hopper"):
         def t(r):
             return f"{r['tflops']:.0f}" if r else "-"
 
-        ratios = [f"{mine['tflops'] / p['tflops']:.2f}" if p else "-" for p in (cudnn, bf16, fp8)]
+        ratios = [f"{mine['tflops'] / p['tflops']:.2f}" if p else "-" for p in (cudnn, bf16, fp8, amd)]
         ratios.append(f"{cap[0]['tflops'] / like[0]['tflops']:.2f}" if cap and like else "-")
         shape = "MLA 192/128" if d_qk != d_v else f"hd{d_qk}"
         out.append(f"| {shape} | {s} | {'causal' if causal else 'non-causal'} | {t(mine)} | "
                    f"{t(top)} ({top['recipe']}) | {t(cudnn)} | {t(bf16)} ({bf16['impl'][5:] if bf16 else '-'}) | "
-                   f"{t(fp8)} | " + " | ".join(ratios) + " |")
+                   f"{t(fp8)} | {t(amd)} | " + " | ".join(ratios) + " |")
     if not out:
         return []
     return ["## Where we land (TFLOP/s at each shape's longest Gaussian sequence, same run)", "",
             f"| shape | s | mask | {ours} | fastest of our recipes | cuDNN BF16 | best BF16 SDPA | cuDNN FP8 | "
-            "× cuDNN BF16 | × best BF16 | × cuDNN FP8 | captured / Gaussian |",
-            "|" + "---|" * 12, *out, "", "## Every row", ""]
+            "AMD Triton FP8 | × cuDNN BF16 | × best BF16 | × cuDNN FP8 | × AMD Triton FP8 | captured / Gaussian |",
+            "|" + "---|" * 14, *out, "", "## Every row", ""]
 
 
 def render(path: str, ours: str = "zyfa-hopper") -> str:
