@@ -6,7 +6,8 @@
 # 2. the GPU tests tests/kernels/test_real_implementations_gpu.py (each real kernel within 3% of its emulation
 #    on the shipped captures and Gaussian inputs), one JSON line per measurement in $OUT/real_kernels.jsonl;
 # 3. where `zyfa accuracy` has --implementations: result rows of every available implementation beside its
-#    recipe on a capture and a Gaussian input ($OUT/accuracy_real_*.jsonl), the raw material of the report.
+#    recipe on a capture and a Gaussian input ($OUT/accuracy_real_*.jsonl), the raw material of the report;
+# 4. zyfa bench at hd128 with the real peers, AMD's Triton FP8 forward included ($OUT/bench_real_peers.*).
 set -u
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -44,4 +45,8 @@ if python3 -m zyfa.cli accuracy --help 2>/dev/null | grep -q -- "--implementatio
     --causal --recipes zyfa-hopper,triton-amd,cudnn-fp8,bf16 --implementations available --device cuda \
     --no-progress --out "$OUT/accuracy_real_gaussian.jsonl" 2>&1 | tail -30
 fi
+# 4. speed beside the real peers at one shape (hd128, 8K and 16K tokens, both masks)
+timeout ${BENCH_TIMEOUT:-150} python3 -m zyfa.cli bench --shapes hd128 --seqlens 8192,16384 --captured none \
+  --recipes zyfa-hopper --recipes-other same --peers sdpa-cudnn,sdpa-flash,cudnn-fp8,flash-attn-triton-amd \
+  --warmup 10 --rep 40 --out "$OUT/bench_real_peers.json" 2>&1 | grep -v Warning | tail -12
 ls -la "$OUT"
