@@ -31,22 +31,22 @@ for name in builtin_names():
 EOF
 rm -f "$OUT/real_kernels.jsonl"
 set -o pipefail
-ZYFA_REAL_KERNELS_LOG="$OUT/real_kernels.jsonl" timeout ${TEST_TIMEOUT:-420} \
+ZYFA_REAL_KERNELS_LOG="$OUT/real_kernels.jsonl" timeout ${TEST_TIMEOUT:-300} \
   python3 -m pytest -m gpu tests/kernels/test_real_implementations_gpu.py -q -rA -p no:cacheprovider -n ${WORKERS:-4} \
   ${TEST_ARGS:-} 2>&1 | tee "$OUT/real_kernels_tests.txt" | grep -E "PASSED|FAILED|XFAIL|SKIPPED|ERROR|passed|failed" \
   | tail -${TEST_TAIL:-60}
 set +o pipefail
 if python3 -m zyfa.cli accuracy --help 2>/dev/null | grep -q -- "--implementations"; then
-  timeout ${ACC_TIMEOUT:-120} python3 -m zyfa.cli accuracy --inputs datasets/smollm2-lee-2048.h5 --layers 0,14 \
+  timeout ${ACC_TIMEOUT:-80} python3 -m zyfa.cli accuracy --inputs datasets/smollm2-lee-2048.h5 --layers 0,14 \
     --max-tokens 1024 --recipes zyfa-hopper,triton-amd,cudnn-fp8,bf16 --implementations available \
     --kernel examples/fp8_torch_attention.py:attention --kernel-recipe zyfa-hopper --device cuda --no-progress \
     --out "$OUT/accuracy_real_smollm2.jsonl" 2>&1 | tail -30
-  timeout ${ACC_TIMEOUT:-120} python3 -m zyfa.cli accuracy --inputs gaussian --seq 2048 --heads 8 --kv-heads 2 \
+  timeout ${ACC_TIMEOUT:-80} python3 -m zyfa.cli accuracy --inputs gaussian --seq 2048 --heads 8 --kv-heads 2 \
     --causal --recipes zyfa-hopper,triton-amd,cudnn-fp8,bf16 --implementations available --device cuda \
     --no-progress --out "$OUT/accuracy_real_gaussian.jsonl" 2>&1 | tail -30
 fi
 # 4. speed beside the real peers at one shape (hd128, 8K and 16K tokens, both masks)
-timeout ${BENCH_TIMEOUT:-150} python3 -m zyfa.cli bench --shapes hd128 --seqlens 8192,16384 --captured none \
+timeout ${BENCH_TIMEOUT:-100} python3 -m zyfa.cli bench --shapes hd128 --seqlens 8192,16384 --captured none \
   --recipes zyfa-hopper --recipes-other same --peers sdpa-cudnn,sdpa-flash,cudnn-fp8,flash-attn-triton-amd \
   --warmup 10 --rep 40 --out "$OUT/bench_real_peers.json" 2>&1 | grep -v Warning | tail -12
 ls -la "$OUT"
