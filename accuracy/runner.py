@@ -449,8 +449,11 @@ def read_results(path: str | Path) -> ResultRows:
         try:
             with open(path, newline="", encoding="utf-8") as f:
                 reader = csv.DictReader(f)
-                rows = [check_row({k: _parse(v, types.get(k)) for k, v in r.items()}, f"{path}:{n}")
-                        for n, r in enumerate(reader, 2)]
+                rows = []
+                for n, r in enumerate(reader, 2):
+                    if None in r or None in r.values():
+                        raise ValueError(f"{path}:{n}: {'more' if None in r else 'fewer'} cells than columns")
+                    rows.append(check_row({k: _parse(v, types.get(k)) for k, v in r.items()}, f"{path}:{n}"))
         except (UnicodeDecodeError, csv.Error) as e:
             raise ValueError(f"{path}: not a result CSV ({e})") from None
         return ResultRows(rows, meta.get("provenance", {}))

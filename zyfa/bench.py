@@ -516,15 +516,36 @@ def summary_lines(rows, ours="zyfa-hopper"):
 
 
 def render(path: str, ours: str = "zyfa-hopper") -> str:
-    """Rewrite ``<stem>.md`` from ``<stem>.json`` (no GPU); returns the Markdown path."""
+    """Rewrite ``<stem>.md`` from ``<stem>.json`` (no GPU); returns the Markdown path.
+
+    The Markdown is rendered to a string first and then replaces the old file atomically, so a file that
+    cannot be rendered (missing, not JSON, not a bench file, a row or meta field missing) leaves the old
+    Markdown as it was; the error (ValueError / FileNotFoundError) names the file and the problem."""
+    from zyfa.outputs import atomic_write_text
+
     if not path.endswith(".json") or not os.path.isfile(path):
         raise FileNotFoundError(f"--render takes a .json written by zyfa bench; {path!r} is not one")
-    with open(path) as f:
-        data = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text file") from None
     if not isinstance(data, dict) or "meta" not in data or "rows" not in data:
         raise ValueError(f"{path}: not a zyfa bench file (expected 'meta' and 'rows')")
+    if not isinstance(data["meta"], dict) or not isinstance(data["rows"], list) \
+            or not all(isinstance(r, dict) for r in data["rows"]):
+        raise ValueError(f"{path}: not a zyfa bench file ('meta' must be an object, 'rows' a list of objects)")
+    try:
+        text = to_markdown(data["meta"], data["rows"], ours)
+    except KeyError as e:
+        raise ValueError(f"{path}: not a complete zyfa bench file (no {e.args[0]!r} field); "
+                         "the Markdown was left as it was") from None
+    except (TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path}: a field has the wrong type ({e}); the Markdown was left as it was") from None
     md = path[: -len(".json")] + ".md"
-    _write_atomic(md, to_markdown(data["meta"], data["rows"], ours))
+    atomic_write_text(md, text)
     return md
 
 

@@ -1,0 +1,140 @@
+"""Fault injection for the reliability tests: read-only folders, tiny file systems, killed subprocesses.
+
+Real faults, not mocks, where the machine allows them: a read-only folder is a folder chmod'ed 0o555 (as a
+normal user) or a tmpfs remounted read-only (as root, whom permissions do not stop); a full disk is a tiny
+tmpfs (root only; the in-process ENOSPC writer in the tests covers other machines); a kill is SIGKILL sent to
+a real ``zyfa`` subprocess once its output file holds a chosen number of lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# Row keys that describe how and when a row was made, not what it measured: left out of "same rows" checks.
+RUN_FIELDS = ("run_id",)
+
+
+def _mount(*args: str) -> bool:
+    try:
+        return subprocess.run(["mount", *args], capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def _umount(path: Path) -> None:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=20)
+
+
+@contextlib.contextmanager
+def readonly_dir(path: Path, files: dict[str, bytes] | None = None):
+    """``path`` made a read-only folder holding ``files`` (skips the test where that cannot be done)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0:
+        for name, data in (files or {}).items():
+            (path / name).write_bytes(data)
+        path.chmod(0o555)
+        try:
+            yield path
+        finally:
+            path.chmod(0o755)
+        return
+    if not _mount("-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)):
+        pytest.skip("running as root and cannot mount a tmpfs: no read-only folder to test with")
+    try:
+        for name, data in (files or {}).items():
+            (path / name).write_bytes(data)
+        if not _mount("-o", "remount,ro", str(path)):
+            pytest.skip("cannot remount the tmpfs read-only")
+        yield path
+    finally:
+        _umount(path)
+
+
+@contextlib.contextmanager
+def tiny_fs(path: Path, size: str = "64k"):
+    """A tmpfs of ``size`` at ``path`` (root only; skips otherwise)."""
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or not _mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)):
+        pytest.skip("a tiny file system needs root and mount (the in-process ENOSPC test covers this machine)")
+    try:
+        yield path
+    finally:
+        _umount(path)
+
+
+def zyfa_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "zyfa.cli", *args]
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    return e
+
+
+def run_zyfa(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(zyfa_cmd(*args), cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
+
+
+def count_lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return -1
+
+
+def kill_when(args: list[str], cwd: Path, watch: Path, lines: int, *, extra_delay: float = 0.0,
+              timeout: float = 600) -> int:
+    """Start ``zyfa *args``, SIGKILL it once ``watch`` holds ``lines`` complete lines (``lines`` 0: once the
+    file exists, -1: as soon as the process runs), after ``extra_delay`` seconds more. Returns the number of
+    lines ``watch`` held at the kill, or -2 when the process ended before the kill point (the test then knows
+    the point was not reached)."""
+    proc = subprocess.Popen(zyfa_cmd(*args), cwd=cwd, env=env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    t0 = time.monotonic()
+    try:
+        while True:
+            if proc.poll() is not None:
+                return -2
+            n = count_lines(watch)
+            if lines < 0 or (lines == 0 and n >= 0) or (lines > 0 and n >= lines):
+                break
+            if time.monotonic() - t0 > timeout:
+                raise TimeoutError(f"{watch} never reached {lines} lines")
+            time.sleep(0.005)
+        if extra_delay:
+            time.sleep(extra_delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+        return count_lines(watch)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+
+
+def result_rows(path: Path) -> list[dict]:
+    """The rows of a JSONL result file (complete lines only), minus the provenance record and RUN_FIELDS, and
+    minus wall times (``time_*``), which measure the run, not the recipe; NaN as "nan" so rows compare."""
+    rows = []
+    for line in path.read_bytes().decode().splitlines(keepends=True):
+        if not line.endswith("\n"):
+            break
+        obj = json.loads(line)
+        if obj.get("record") == "provenance":
+            continue
+        rows.append({k: ("nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in obj.items()
+                     if k not in RUN_FIELDS and not k.startswith("time_")})
+    return rows
