@@ -361,7 +361,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
 
         if two_level:
             acc_tc = torch.zeros_like(acc)
-        for tile, c0 in enumerate(range(t_first * block_n, t_last * block_n, block_n)):
+        for c0 in range(t_first * block_n, t_last * block_n, block_n):
             c1 = min(c0 + block_n, s_k)
             kp = k_pos[c0:c1]
             allowed = row_valid & torch.ones((1, c1 - c0), dtype=torch.bool, device=dev)
@@ -464,7 +464,9 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
                 acc = acc + pv
             elif two_level:
                 acc_tc = _mma(p8, v_tile, acc_tc * alpha, pv_bits)
-                if recipe.accum_flush_tiles and (tile + 1) % recipe.accum_flush_tiles == 0:
+                # every N tiles counted from key 0, as the kernel does (start_n // BLOCK_N), not from the first
+                # tile this chunk sees: otherwise a window's result would depend on q_chunk
+                if recipe.accum_flush_tiles and (c0 // block_n + 1) % recipe.accum_flush_tiles == 0:
                     acc, acc_tc = acc + acc_tc, torch.zeros_like(acc_tc)
             else:
                 acc = acc + p8 @ v_tile
