@@ -43,6 +43,9 @@ def check_row(row, where: str) -> dict:
     for k, v in row.items():
         if not isinstance(k, str):
             raise ValueError(f"{where}: more cells than columns")
+        if isinstance(v, list) and k.endswith("_heads"):  # per-head values (zyfa study): numbers or null
+            v = next((x for x in v if x is not None and (isinstance(x, bool) or not isinstance(x, (int, float)))),
+                     None)
         if k.startswith(_METRIC_PREFIXES) and v is not None and (isinstance(v, bool)
                                                                  or not isinstance(v, (int, float))):
             raise ValueError(f"{where}: metric {k!r} must be a number, got {v!r}")
