@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -434,6 +435,16 @@ def test_mad_bits_match_closed_form(rounding, offset):
     t = torch.cat([dense, ties, f32([-INF, INF, -1e30, 1e30])])
     bits = e4m3fn_bits_from_log2(t, offset=offset, rounding=rounding)
     assert bits.dtype == torch.uint8 and int(bits.max()) <= 0x7E
+    # the expected integer by hand, in numpy fp32 (not the helper under test): clamp(R(8t + 56 + offset), 0, 126)
+    with np.errstate(invalid="ignore"):
+        y = t.numpy() * np.float32(8) + np.float32(56.0 + offset)
+    y = np.clip(np.where(np.isnan(y), 0, y), 0, 126)
+    want = (np.rint(y) if rounding == "nearest" else np.trunc(y)).astype(np.uint8)
+    assert np.array_equal(bits.numpy(), want)
+    # and the closed form is that code's value: 2^(E-7)(1 + M/8), subnormal M 2^-9, with E = n // 8, M = n % 8
+    n = want.astype(np.float64)
+    value = np.where(n >= 8, 2.0 ** (n // 8 - 7) * (1 + (n % 8) / 8), (n % 8) * 2.0**-9)
+    assert np.array_equal(e4m3fn_mad_closed_form(t, offset, rounding).double().numpy(), value)
     assert_same_bytes(decode_fp8(bits, E4M3FN), e4m3fn_mad_closed_form(t, offset, rounding), t)
     # monotone in t
     assert (bits[1:300_001].to(torch.int32) >= bits[:300_000].to(torch.int32)).all()

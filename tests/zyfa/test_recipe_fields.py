@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from zyfa.emulator import emulate
-from zyfa.formats import round_to_bf16, round_to_fp8
+from zyfa.formats import e4m3fn_bits_from_log2, round_to_bf16, round_to_fp8
 from zyfa.recipes import RECIPES, Recipe, get_recipe
 
 pytestmark = pytest.mark.filterwarnings("ignore:head dims")  # tiny head dims on purpose
@@ -185,11 +185,12 @@ def _probabilities(t: np.ndarray, r: Recipe, e: np.ndarray | None, fmax: float):
     return p8, (ps if e is not None else p), unscale
 
 
-def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None):
+def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, parts=None):
     """One recipe in float64 with explicit roundings. q (b, h, s_q, d), k/v (b, h_kv, s_k, d): numpy float64.
 
     Returns (out, lse, guard): out (b, h, s_q, d_v) before the output rounding (:func:`_disagree` rounds it),
-    lse natural log.
+    lse natural log. ``parts`` (a dict), if given, receives batch 0 head 0's final ``acc`` and ``l`` and per tile
+    ``tiles``: (row slice, alpha, P·V of the tile before any descale, row sum).
     """
     guard = _Guard()
     b, h, s_q, d = q.shape
@@ -285,6 +286,8 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None):
                             row_sum = row_sum / fmax
                     l[rs] = alpha * l[rs] + row_sum
                     vt = v8[bi, kv, c0:c1]
+                    if parts is not None and bi == hi == 0:
+                        parts.setdefault("tiles", []).append((rs, alpha, p8 @ vt, row_sum))
                     acc[rs] *= alpha
                     if r.p_scale == "tile_amax" or r.v_descale == "tile":
                         pv = _hopper_mma(p8, vt, None, r.accum_mantissa_bits) if hopper else p8 @ vt
@@ -301,6 +304,8 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None):
                     else:
                         acc[rs] += p8 @ vt
             acc = acc + acc_tc
+            if parts is not None and bi == hi == 0:
+                parts.update(acc=acc[:s_q].copy(), l=l[:s_q].copy(), vd=vdv[0])
             safe = np.where(l > 0, l, 1.0)
             o = np.where(l > 0, acc / safe, 0.0)
             if r.v_descale == "end":
@@ -494,3 +499,177 @@ def test_field_variant_matches_the_independent_reference(variant, mask):
     fin = np.isfinite(ref_lse)
     assert (_disagree(_round_out(base_ref, base.out_format), ref, recipe.out_format).any()
             or np.abs(base_lse[fin] - ref_lse[fin]).max() > 2e-5), f"{variant}: the field's effect is not visible here"
+
+
+# ---------------------------------------------------------------------------------------------- exact fp32 steps
+
+def _exact_inputs(v_scale: float = 1.0, seed: int = 0):
+    """Inputs on which everything before the normalisation is exact in fp32 (1 head, 8 queries, 64 keys, d 16).
+
+    Q and K are small integers with one 448 each (so the per-tensor descales are exactly 1) in channels whose
+    products vanish; key 0 holds every row's largest score (so the running max never changes after tile 0 and
+    every rescale is a power of two); the last key's score is so low that its P is 0, and V's 448 sits there.
+    V is integers times ``v_scale``. With sm_scale = ln(2)/8, c = fp32(sm_scale·log2 e) = 1/8 exactly.
+    """
+    g = np.random.default_rng(seed)
+    q = g.integers(-1, 2, (8, 16)).astype(np.float64)
+    k = g.integers(-1, 2, (64, 16)).astype(np.float64)
+    q[:, 0], q[:, 1:3] = 4.0, 0.0
+    q[0, 1] = 448.0
+    k[:, 0], k[:, 1:3] = g.integers(-1, 2, 64), 0.0
+    k[0, 0], k[63, 0], k[63, 2] = 8.0, -48.0, 448.0
+    v = g.integers(-8, 9, (64, 16)).astype(np.float64)
+    v[63, 0] = 448.0
+    s = q @ k.T
+    assert (s[:, 0:1] > s[:, 1:]).all() and (s[:, 0] - s[:, 63] > 8 * 20).all()
+    to = [torch.from_numpy(x[None, None]).float() for x in (q, k, v * v_scale)]
+    return to, math.log(2.0) / 8
+
+
+def _f32(x):
+    return np.asarray(x, dtype=np.float32)
+
+
+def test_reciprocal_div_and_rcp_bit_for_bit():
+    """reciprocal='div': O = fp32(acc / l); 'rcp': O = fp32(acc · fp32(1 / l)), on exact acc and l."""
+    (q, k, v), sm = _exact_inputs()
+    outs = {}
+    for rec in ("div", "rcp"):
+        r = get_recipe("zyfa").replace(name=f"zyfa-{rec}", block_m=8, block_n=16, reciprocal=rec, out_format="fp32")
+        parts: dict = {}
+        _reference(*(x.double().numpy() for x in (q, k, v)), r, sm_scale=sm, parts=parts)
+        acc, l = parts["acc"], parts["l"]
+        assert np.array_equal(_f32(acc), acc) and np.array_equal(_f32(l), l), "acc and l must be exact in fp32"
+        want = _f32(acc) / _f32(l) if rec == "div" else _f32(acc) * (np.float32(1) / _f32(l))
+        outs[rec] = emulate(q, k, v, r, sm_scale=sm).out[0, 0].numpy()
+        assert np.array_equal(outs[rec].view(np.int32), want.view(np.int32)), rec
+    assert not np.array_equal(outs["div"], outs["rcp"])  # the two differ on these inputs
+
+
+def test_v_descale_at_the_end_or_per_tile_bit_for_bit():
+    """v_descale='end': O = fp32(fp32(acc / l) · vd); 'tile': acc += fp32(P·V_tile · vd) tile by tile (the
+    rescales are powers of two here, so exact), O = fp32(acc / l)."""
+    (q, k, v), sm = _exact_inputs(v_scale=0.37)
+    outs = {}
+    for where in ("end", "tile"):
+        r = get_recipe("zyfa").replace(name=f"zyfa-vd-{where}", block_m=8, block_n=16, v_descale=where,
+                                       out_format="fp32")
+        parts: dict = {}
+        _reference(*(x.double().numpy() for x in (q, k, v)), r.replace(v_descale="end"), sm_scale=sm, parts=parts)
+        vd = np.float32(parts["vd"][0])
+        assert vd != 1 and vd == np.float32(np.float32(np.abs(v.numpy()).max()) / np.float32(448))
+        l = _f32(parts["l"])
+        if where == "end":
+            want = (_f32(parts["acc"]) / l) * vd
+        else:
+            acc = np.zeros((8, 16), dtype=np.float32)
+            for rs, alpha, pv, _ in parts["tiles"]:
+                assert np.array_equal(_f32(alpha), alpha) and np.array_equal(_f32(pv), pv)
+                acc[rs] = acc[rs] * _f32(alpha) + _f32(pv) * vd
+            want = acc / l
+        outs[where] = emulate(q, k, v, r, sm_scale=sm).out[0, 0].numpy()
+        assert np.array_equal(outs[where].view(np.int32), want.view(np.int32)), where
+    assert not np.array_equal(outs["end"], outs["tile"])
+
+
+def test_log2e_folded_or_natural_log_scores_bit_for_bit():
+    """log2e_folded: t = fp32(fp32(S · fp32(sm·log2 e)) − m); natural-log scores (Triton on AMD):
+    t = fp32(fp32(fp32(S · fp32(sm)) − m) · fp32(log2 e)). Per-tensor descales are exactly 1 here."""
+    (q, k, v), _ = _exact_inputs()
+    sm = 0.3
+    s = _f32(q[0, 0].numpy() @ k[0, 0].numpy().T)  # small integers: exact
+    ts = {}
+    for folded in (True, False):
+        r = get_recipe("ck").replace(name=f"ck-folded-{folded}", block_m=8, block_n=64, log2e_folded=folded)
+        trace: list = []
+        emulate(q, k, v, r, sm_scale=sm, trace=trace)
+        if folded:
+            x = s * np.float32(sm * LOG2E)
+            want = x - x.max(-1, keepdims=True)
+        else:
+            x = s * np.float32(sm)
+            want = (x - x.max(-1, keepdims=True)) * np.float32(LOG2E)
+        ts[folded] = trace[0]["t"][0, 0].numpy()
+        assert np.array_equal(ts[folded].view(np.int32), want.view(np.int32)), folded
+    assert not np.array_equal(ts[True], ts[False])
+
+
+# ---------------------------------------------------------------------------------------------- P exponent, MAD
+
+@pytest.mark.parametrize("spec", [dict(), dict(p_scale_granularity="tile"), dict(p_block_max_log2=3),
+                                  dict(exp_method="exp2")])
+def test_block_exponent_puts_the_unrounded_block_max_in_the_top_binade(spec):
+    """pow2_block: e = min(floor(log2(448) − t_max), cap) per row (or per block_m rows: 'tile'), computed here
+    from the tile's own t. The block max 2^(t_max + e) must land in (224, 448]: rounding e the other way puts it
+    in (448, 896], which the saturating cast hides in P's range but not here."""
+    r = get_recipe("zyfa").replace(name="zyfa-e", block_m=4, block_n=16, **spec)
+    q, k, v = _inputs(3, s_q=12, s_k=80, std=2.0)
+    trace: list = []
+    emulate(q, k, v, r, causal=True, window=40, trace=trace)
+    checked = 0
+    for tr in trace:
+        t = tr["t"].double().numpy()
+        e = tr["e"].double().numpy()
+        t_max = t.max(-1, keepdims=True)
+        if r.p_scale_granularity == "tile":
+            b_, h_, n, _ = t_max.shape
+            t_max = np.repeat(t_max.reshape(b_, h_, n // 4, 4).max(-1, keepdims=True), 4, axis=-2).reshape(t_max.shape)
+        seen = np.isfinite(t_max)
+        want = np.minimum(np.floor(math.log2(448.0) - t_max[seen]), r.p_block_max_log2)
+        assert np.array_equal(e[seen], want)
+        top = 2.0 ** (t_max[seen] + e[seen])
+        uncapped = want < r.p_block_max_log2
+        assert ((top[uncapped] > 224) & (top[uncapped] <= 448)).all()
+        checked += int(seen.sum())
+    assert checked > 50
+
+
+def _mad_codes_by_hand(t: np.ndarray, offset: float, rounding: str) -> np.ndarray:
+    """bits = clamp(R(8t + 56 + offset), 0, 0x7E) in fp32, R nearest-even or toward zero."""
+    with np.errstate(invalid="ignore"):
+        y = _f32(t) * np.float32(8) + np.float32(56.0 + offset)
+    y = np.clip(np.where(np.isnan(y), 0, y), 0, 126)
+    return (np.rint(y) if rounding == "nearest" else np.trunc(y)).astype(np.int64)
+
+
+def _e4m3fn_value_by_hand(n: np.ndarray) -> np.ndarray:
+    big_e, mant = n // 8, n % 8
+    return np.where(big_e >= 1, 2.0 ** (big_e - 7) * (1 + mant / 8), mant * 2.0**-9)
+
+
+def test_mad_codes_hand_worked():
+    cases = [  # (t, offset, rounding, code): worked on paper from 8t + 56 + offset
+        (0.0, 0.0, "nearest", 56),  # 1.0
+        (-1.0, 0.0, "nearest", 48),  # 0.5
+        (8.0, 0.0, "nearest", 120),  # 256
+        (8.75, 0.0, "trunc", 126),  # 448, the clamp
+        (20.0, 0.0, "nearest", 126),
+        (-7.0, 0.0, "nearest", 0),
+        (-6.5, 0.0, "nearest", 4),  # subnormal 4·2^-9 = 2^-7
+        (0.5, 0.0, "nearest", 60),  # 1.5 (2^0.5 = 1.41)
+        (0.0625, 0.0, "nearest", 56),  # 56.5: tie to even
+        (0.1875, 0.0, "nearest", 58),  # 57.5: tie to even
+        (-0.0078125, 0.0625, "trunc", 56),  # 56.0 exactly
+        (-0.01, 0.0625, "trunc", 55),  # 55.9825 -> 55 = 0.9375
+        (-0.3, -0.5, "nearest", 53),  # 53.1 -> 53 = 0.8125
+        (-math.inf, 0.0625, "trunc", 0),  # masked
+    ]
+    t = torch.tensor([c[0] for c in cases], dtype=torch.float32)
+    for i, (_, offset, rounding, code) in enumerate(cases):
+        got = int(e4m3fn_bits_from_log2(t[i:i + 1], offset=offset, rounding=rounding)[0])
+        assert got == code == int(_mad_codes_by_hand(t[i:i + 1].numpy(), offset, rounding)[0]), cases[i]
+    assert _e4m3fn_value_by_hand(np.array([56, 48, 120, 126, 4, 60, 55, 53])).tolist() == [
+        1.0, 0.5, 256.0, 448.0, 2.0**-7, 1.5, 0.9375, 0.8125]
+
+
+@pytest.mark.parametrize("rounding,offset", [("trunc", 0.0625), ("trunc", 0.0), ("nearest", 0.0), ("nearest", -0.5)])
+def test_emulated_mad_p_is_the_hand_formula(rounding, offset):
+    """The emulator's P for mad_fp8 is exactly clamp(R(8(t + e) + 56 + offset), 0, 126) read as e4m3fn."""
+    r = get_recipe("zyfa").replace(name="mad", block_m=4, block_n=16, mad_rounding=rounding, mad_offset=offset)
+    q, k, v = _inputs(5, s_q=12, s_k=80, std=2.0)
+    trace: list = []
+    emulate(q, k, v, r, causal=True, trace=trace)
+    for tr in trace:
+        t_s = (tr["t"] + tr["e"]).numpy()
+        want = _e4m3fn_value_by_hand(_mad_codes_by_hand(t_s, offset, rounding))
+        assert np.array_equal(tr["p8"].double().numpy(), want)
