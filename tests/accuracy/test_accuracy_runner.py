@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import accuracy.runner as runner
-from accuracy.inputs import GaussianSpec, make_gaussian
+from accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
 from accuracy.metrics import compute_metrics
 from accuracy.runner import ResultRows, read_results, run_accuracy, write_results
 from reference.attention import attention_fp64
@@ -152,3 +152,21 @@ def test_result_file_errors(tmp_path):
     bad.write_text('{"record": "provenance"}\nnot json\n')
     with pytest.raises(ValueError, match="bad.jsonl:2"):
         read_results(bad)
+
+
+def test_runner_passes_the_inputs_softmax_scale():
+    """An input's own sm_scale (0.05, not 1/sqrt(64)) reaches the emulator and both oracles: each row's metrics
+    equal the ones computed here at that scale, and differ from the ones at the default scale."""
+    base = make_gaussian(GaussianSpec(seq=128, head_dim=64, heads_q=2, heads_kv=1, seed=4, causal=True))
+    inp = AttentionInput(name="scaled", q=base.q, k=base.k, v=base.v, causal=True, sm_scale=0.05, meta=base.meta)
+    rows = {r["recipe"]: r for r in run_accuracy(inp, ["fp32", "zyfa"], progress=False)}
+    assert rows["zyfa"]["sm_scale"] == 0.05
+    assert rows["fp32"]["orig_rel_l2"] < 1e-6  # the emulator and the oracle saw the same scale
+    for scale, same in ((0.05, True), (None, False)):
+        em = emulate(inp.q, inp.k, inp.v, "zyfa", causal=True, sm_scale=scale)
+        ref_orig = attention_fp64(inp.q, inp.k, inp.v, causal=True, sm_scale=scale)
+        ref_deq = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=True, sm_scale=scale)
+        m_orig = compute_metrics(em.out, ref_orig[0], lse=em.lse, lse_ref=ref_orig[1])
+        m_deq = compute_metrics(em.out, ref_deq[0], lse=em.lse, lse_ref=ref_deq[1])
+        got = (rows["zyfa"]["orig_rel_l2"], rows["zyfa"]["deq_rel_l2"], rows["zyfa"]["deq_lse_rmse"])
+        assert (got == (m_orig["rel_l2"], m_deq["rel_l2"], m_deq["lse_rmse"])) is same, scale

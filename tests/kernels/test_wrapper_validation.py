@@ -120,8 +120,12 @@ def test_bad_scalars():
     q, k, v = qkv()
     with pytest.raises(ValueError, match="window"):
         attention_fp8(q, k, v, window=0)
-    with pytest.raises(ValueError, match="sm_scale"):
-        attention_fp8(q, k, v, sm_scale=-1.0)
+    for bad in (-1.0, 0.0, float("nan"), float("inf"), True, "0.1"):
+        with pytest.raises(ValueError, match="sm_scale") as err:
+            attention_fp8(q, k, v, sm_scale=bad)
+        assert "\n" not in str(err.value)
+        with pytest.raises(ValueError, match="sm_scale"):  # the quantizing entry point checks it first too
+            attention_fp8_quantized(q.float(), k.float(), v.float(), sm_scale=bad)
     with pytest.raises(TypeError, match="causal"):
         attention_fp8(q, k, v, causal="yes")
 

@@ -673,3 +673,22 @@ def test_emulated_mad_p_is_the_hand_formula(rounding, offset):
         t_s = (tr["t"] + tr["e"]).numpy()
         want = _e4m3fn_value_by_hand(_mad_codes_by_hand(t_s, offset, rounding))
         assert np.array_equal(tr["p8"].double().numpy(), want)
+
+
+# ---------------------------------------------------------------------------------------------- sm_scale
+
+@pytest.mark.parametrize("sm_scale", [0.05, 0.6])  # 1/sqrt(16) = 0.25 is the default
+@pytest.mark.parametrize("name", ["zyfa", "ck", "triton-amd", "fp32"])
+def test_softmax_scale_other_than_the_default(name, sm_scale):
+    """sm_scale reaches the scores: the emulator agrees with the independent reference at that scale, and the
+    fp32 control with the FP64 oracle at that scale, which the default scale's oracle is far from."""
+    from reference.attention import attention_fp64
+
+    _assert_agrees(get_recipe(name), dict(h=2, h_kv=1, s_q=16, s_k=300, d=16, std=1.0), MASKS["causal"], sm_scale)
+    if name == "fp32":
+        q, k, v = _inputs(0, h=2, h_kv=1, s_q=16, s_k=300, d=16)
+        out = emulate(q, k, v, "fp32", causal=True, sm_scale=sm_scale).out.double()
+        ref, _ = attention_fp64(q, k, v, causal=True, sm_scale=sm_scale)
+        default, _ = attention_fp64(q, k, v, causal=True)
+        assert ((out - ref).norm() / ref.norm()).item() < 2e-6
+        assert ((out - default).norm() / default.norm()).item() > 0.05
