@@ -415,6 +415,9 @@ def _flash_attn_amd_module():
             sys.modules.pop("flash_attn", None)
     import triton
 
+    # its FP8 path is gated on the AMD architecture (utils.arch_supports_fp8: HIP and gfx942), outside its numerics
+    utils = sys.modules[_FA_FWD.rsplit(".", 1)[0] + ".utils"]
+    utils.arch_supports_fp8 = lambda: True
     cfg = dict(FLASH_ATTN_AMD_CONFIG)
     stages, warps = cfg.pop("num_stages"), cfg.pop("num_warps")
     # its default config carries the AMD-only launch hint waves_per_eu, which Triton's CUDA launcher rejects

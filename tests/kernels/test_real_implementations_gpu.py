@@ -3,8 +3,11 @@
 Inputs: the shipped captures (datasets/*.h5; two layers each, first 1024 tokens, two or three query heads)
 and Gaussian inputs. For each (implementation, input) the real kernel's rel-L2 error against the FP64 oracle
 (on the dequantized inputs its recipe's quantizer produces; BF16-rounded inputs for SDPA) must be within 3%
-of the emulation's error on the same reference. Where it is not, the test fails, unless a named alternative
-recipe (a single field changed, the cause) brings the ratio within 3%: then it xfails naming that cause.
+of the emulation's error on the same reference. Where it is not, the test fails, unless the cause is measured:
+a named alternative recipe (a single field changed) brings the ratio within 3%, or, for FP8 kernels with more
+error than their emulation, Hopper's FP8 Q·K accumulation (which the emulator does not model, issue 13) alone
+moves the output by at least 5% of the emulation's error (:func:`_qk_hopper_shift`, an independent model here).
+Then it xfails naming that cause and the measured numbers.
 
 Each measurement is appended to the JSON lines file named by ``ZYFA_REAL_KERNELS_LOG`` (if set), the raw
 material of the committed report. Skipped without a Hopper GPU (tests/conftest.py).
@@ -46,6 +49,8 @@ ALTERNATIVES = {
     "cudnn-fp8": [("cudnn-fp8:accumulator=fp32", "cuDNN's P·V accumulation is fp32, the recipe assumes Hopper's")],
     "cudnn-fp8:oracle-scale": [("cudnn-fp8:accumulator=fp32",
                                 "cuDNN's P·V accumulation is fp32, the recipe assumes Hopper's")],
+    "sdpa-bf16:flash": [("bf16:block_n=64", "the flash backend's 64-key tiles"),
+                        ("bf16:reciprocal=rcp", "the flash backend's 1/l multiply")],
 }
 
 
@@ -96,6 +101,60 @@ def _emulation(key: str, spec: str):
     em = emulate(x.q, x.k, x.v, resolve_recipe(spec), causal=x.causal, window=x.window, sm_scale=x.sm_scale)
     ref = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=x.causal, window=x.window, sm_scale=x.sm_scale)
     return em, ref
+
+
+HOPPER_BITS = 13  # the Hopper accumulator model's mantissa bits (Recipe.accum_mantissa_bits)
+QK_CAUSE_MIN = 0.05  # Q·K truncation alone moves the output by >= 5% of the emulation's error: a named cause
+
+
+@cache
+def _qk_hopper_shift(key: str, spec: str) -> float:
+    """rel-L2 by which Hopper's FP8 Q·K accumulation alone moves the FP64 output on this input.
+
+    An independent model, here in the test: each 32-wide step of Q8·K8ᵀ (exact FP8 products) is aligned to
+    its largest product and truncated to HOPPER_BITS bits below it, as the emulator models P·V (the emulator
+    takes Q·K as exact fp32: issue 13). Both score matrices then go through an FP64 softmax and P·V on the
+    dequantized V. Per query head, so the product tensor stays small.
+    """
+    from accuracy.implementations import resolve_recipe
+    from zyfa.emulator import quantize_inputs
+
+    x = _load(key)
+    qi = quantize_inputs(x.q, x.k, x.v, resolve_recipe(spec))
+    b, h, s_q, d = x.q.shape
+    g = h // x.k.shape[1]
+    sm = x.sm_scale if x.sm_scale is not None else d ** -0.5
+
+    def per_head(t, dsc, heads):
+        t = t.double()
+        dsc = dsc.double().reshape(dsc.shape[0], dsc.shape[1], 1, 1)
+        return t, dsc.repeat_interleave(heads // dsc.shape[1], dim=1) if dsc.shape[1] != heads else dsc
+
+    qv, qd = per_head(qi.q_values, qi.q_descale, h)
+    kv, kd = per_head(qi.k_values, qi.k_descale, x.k.shape[1])
+    vd = (qi.v_values.double() * qi.v_descale.double()).repeat_interleave(g, dim=1)
+    i = torch.arange(s_q, device=x.q.device)[:, None] + (x.k.shape[2] - s_q)
+    j = torch.arange(x.k.shape[2], device=x.q.device)[None, :]
+    keep = (j <= i) if x.causal or x.window is not None else torch.ones_like(j <= i)
+    if x.window is not None:
+        keep = keep & (j > i - x.window)
+    num = den = 0.0
+    for bi in range(b):
+        for hi in range(h):
+            q1, k1 = qv[bi, hi], kv[bi, hi // g]
+            exact = q1 @ k1.T
+            trunc = torch.zeros_like(exact)
+            for c0 in range(0, d, 32):
+                prod = q1[:, None, c0:c0 + 32] * k1[None, :, c0:c0 + 32]
+                amax = prod.abs().amax(-1, keepdim=True)
+                ulp = torch.exp2(torch.floor(torch.log2(amax.clamp(min=1e-300))) - HOPPER_BITS)
+                trunc += torch.where(amax > 0, torch.trunc(prod / ulp) * ulp, 0.0).sum(-1)
+            scale = qd[bi, hi] * kd[bi, hi // g] * sm
+            o = [torch.softmax((m * scale).masked_fill(~keep, float("-inf")), -1) @ vd[bi, hi]
+                 for m in (exact, trunc)]
+            num += float((o[1] - o[0]).norm() ** 2)
+            den += float(o[0].norm() ** 2)
+    return (num / den) ** 0.5
 
 
 def _rel(a, ref):
@@ -154,6 +213,15 @@ def test_real_within_3pct_of_emulation(impl_name, key):
             _log(rec)
             pytest.xfail(f"{impl_name} on {input_name}: ratio {ratio:.4f} to {impl.recipe}; {cause}: "
                          f"ratio {r2:.4f} to {spec}")
+    if impl.quantizes == "recipe" and ratio > 1:
+        shift = _qk_hopper_shift(key, impl.recipe)
+        rec["qk_hopper_shift"], rec["qk_shift_over_emu"] = shift, shift / e_emu
+        if shift / e_emu >= QK_CAUSE_MIN:
+            cause = (f"the H200's FP8 Q·K wgmma accumulation, not modelled on Q·K (issue 13): it alone moves the "
+                     f"output by {shift:.2e}, {shift / e_emu:.2f} of the emulation's error")
+            rec["xfail_cause"] = cause
+            _log(rec)
+            pytest.xfail(f"{impl_name} on {input_name}: ratio {ratio:.4f}; {cause}")
     _log(rec)
     pytest.fail(f"{impl_name} on {input_name}: real error {e_real:.5f} vs emulation {e_emu:.5f} "
                 f"(ratio {ratio:.4f}, outside 1 ± {TOL})")
