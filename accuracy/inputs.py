@@ -5,7 +5,7 @@ Exposed:
     GaussianSpec             frozen, validated description of a Gaussian input (FA3-style outliers optional)
     make_gaussian(spec)      -> AttentionInput, deterministic in ``spec.seed``
     capture_inputs(path, layers=None, heads=None, max_tokens=None) -> list[AttentionInput]
-    content_hash(*tensors)   sha256 of dtypes, shapes and bytes, first 16 hex digits
+    content_hash(*tensors, causal=False, window=None)   sha256 of dtypes, shapes, bytes and the mask, 16 hex digits
 
 Tensors are (batch, heads, seq, head_dim); K/V keep their own ``heads_kv`` (GQA/MQA not expanded).
 """
@@ -186,7 +186,7 @@ def make_gaussian(spec: GaussianSpec) -> AttentionInput:
     meta = {
         "source": "gaussian",
         "spec": dataclasses.asdict(spec),
-        "content_hash": content_hash(q, k, v),
+        "content_hash": content_hash(q, k, v, causal=spec.causal, window=spec.window),
     }
     if n_outliers:
         meta["outlier_counts"] = n_outliers
@@ -194,13 +194,19 @@ def make_gaussian(spec: GaussianSpec) -> AttentionInput:
                           sm_scale=None, meta=meta)
 
 
-def content_hash(*tensors: torch.Tensor) -> str:
-    """sha256 over each tensor's dtype, shape and raw bytes; the first 16 hex digits."""
+def content_hash(*tensors: torch.Tensor, causal: bool = False, window: int | None = None) -> str:
+    """sha256 over each tensor's dtype, shape and raw bytes, and the mask; the first 16 hex digits.
+
+    The mask is part of the input's identity (result files are joined on it): a causal or windowed problem on
+    the same tensors hashes differently. Unmasked inputs hash their tensors alone, as before the mask was added.
+    """
     h = hashlib.sha256()
     for t in tensors:
         t = t.detach().to("cpu").contiguous()
         h.update(f"{t.dtype}{tuple(t.shape)}".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    if causal or window is not None:
+        h.update(f"mask:causal={bool(causal)},window={window}".encode())
     return h.hexdigest()[:16]
 
 
@@ -275,7 +281,7 @@ def _from_record(rec, path: Path, file_hash: str, max_tokens: int | None) -> Att
         "q_heads": list(rec.q_heads),
         "kv_heads": list(rec.kv_heads),
         "max_tokens": max_tokens,
-        "content_hash": content_hash(q, k, v),
+        "content_hash": content_hash(q, k, v, causal=bool(rec.causal), window=rec.window),
     }
     return AttentionInput(name=name, q=q, k=k, v=v, causal=bool(rec.causal), window=rec.window,
                           sm_scale=float(rec.sm_scale), meta=meta)

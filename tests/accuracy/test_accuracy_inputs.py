@@ -103,7 +103,8 @@ def test_capture_inputs_layers_heads_tokens(tiny_capture):
     assert torch.equal(x.k, all_layers[1].k[:, 1:2, :40])
     assert x.meta["q_heads"] == [3, 4, 5] and x.meta["kv_heads"] == [1]
     assert x.name == "TinyModel-L1-sliding-h3.4.5-s40"
-    assert x.meta["content_hash"] == content_hash(x.q, x.k, x.v) != all_layers[1].meta["content_hash"]
+    assert x.meta["content_hash"] == content_hash(x.q, x.k, x.v, causal=True, window=32)
+    assert x.meta["content_hash"] != all_layers[1].meta["content_hash"]
 
 
 def test_capture_inputs_errors(tmp_path, tiny_capture):
@@ -120,3 +121,23 @@ def test_capture_inputs_errors(tmp_path, tiny_capture):
     bad.write_bytes(b"not hdf5")
     with pytest.raises(ValueError, match="HDF5"):
         capture_inputs(bad)
+
+
+def test_the_mask_is_part_of_the_input_identity():
+    """Result rows are joined on (name, content hash): the same tensors under another mask are another problem."""
+    import hashlib
+
+    kw = dict(seq=64, head_dim=64, heads_q=2, heads_kv=1, seed=9)
+    full, causal = make_gaussian(GaussianSpec(**kw)), make_gaussian(GaussianSpec(**kw, causal=True))
+    windowed = make_gaussian(GaussianSpec(**kw, causal=True, window=16))
+    assert torch.equal(full.q, causal.q) and torch.equal(causal.k, windowed.k)  # same tensors
+    hashes = {x.meta["content_hash"] for x in (full, causal, windowed)}
+    assert len(hashes) == 3
+    assert content_hash(full.q, full.k, full.v, window=16) not in hashes  # a window alone differs too
+    # unmasked inputs keep the tensor-only hash: sha256 of each tensor's dtype, shape and bytes
+    h = hashlib.sha256()
+    for t in (full.q, full.k, full.v):
+        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.contiguous().view(torch.uint8).numpy().tobytes())
+    assert full.meta["content_hash"] == h.hexdigest()[:16]
+    assert causal.meta["content_hash"] == content_hash(causal.q, causal.k, causal.v, causal=True)
