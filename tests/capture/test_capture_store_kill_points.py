@@ -43,10 +43,9 @@ BOUNDARIES = {
 }
 
 
-def _kill_at_each(paths: dict[str, Path]) -> dict[str, int]:
-    """Write a capture per boundary in a forked child of one driver process (torch and h5py import once).
-
-    Returns boundary -> the child's wait status: -SIGKILL if it died at the boundary, else its exit code.
+def _kill_at_each(runs: list[tuple[str, Path]]) -> dict[Path, int]:
+    """Write a capture per (boundary, path) in a forked child of one driver process (torch and h5py import
+    once). Returns path -> the child's wait status: -SIGKILL if it died at the boundary, else its exit code.
     """
     script = textwrap.dedent(f"""
         import os, sys
@@ -64,13 +63,13 @@ def _kill_at_each(paths: dict[str, Path]) -> dict[str, int]:
                 os._exit(0)
             _, status = os.waitpid(pid, 0)
             code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            print(boundary, code, flush=True)
+            print(code, path, flush=True)
     """)
-    args = [a for b, p in paths.items() for a in (b, str(p))]
+    args = [a for b, p in runs for a in (b, str(p))]
     proc = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return {line.split()[0]: int(line.split()[1]) for line in proc.stdout.splitlines()}
+    return {Path(line.split(" ", 1)[1]): int(line.split(" ", 1)[0]) for line in proc.stdout.splitlines()}
 
 
 def _content(path: Path) -> dict:
@@ -92,11 +91,16 @@ def _content(path: Path) -> dict:
     return out
 
 
+# two more kills for the tests below, in the same driver process
+EXTRA = {"half-written": "layer:1:q:half", "leftover": "create:written"}
+
+
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory):
-    base = tmp_path_factory.mktemp("killed")
-    paths = {b: base / f"{b.replace(':', '-')}.h5" for b in BOUNDARIES}
-    return paths, _kill_at_each(paths)
+    paths = {b: tmp_path_factory.mktemp("killed") / f"{b.replace(':', '-')}.h5" for b in BOUNDARIES}
+    extra = {name: tmp_path_factory.mktemp(name) / "c.h5" for name in EXTRA}
+    codes = _kill_at_each([*((b, p) for b, p in paths.items()), *((EXTRA[n], p) for n, p in extra.items())])
+    return paths, extra, codes
 
 
 @pytest.fixture(scope="module")
@@ -108,9 +112,9 @@ def uninterrupted(tmp_path_factory):
 
 @pytest.mark.parametrize("boundary", list(BOUNDARIES))
 def test_kill_at_boundary_leaves_exact_state_and_resumes(boundary, killed, uninterrupted):
-    paths, codes = killed
+    paths, _, codes = killed
     path = paths[boundary]
-    assert codes[boundary] == -signal.SIGKILL, f"the writer never reached {boundary}"
+    assert codes[path] == -signal.SIGKILL, f"the writer never reached {boundary}"
     exists, complete_layers, root_complete = BOUNDARIES[boundary]
     assert path.exists() == exists
     creating = path.with_name(f".{path.name}.creating")
@@ -130,16 +134,14 @@ def test_kill_at_boundary_leaves_exact_state_and_resumes(boundary, killed, unint
             w.write_layer(_call(i))
         w.finish()
     assert _content(path) == uninterrupted
-    leftovers = sorted(p.name for p in path.parent.iterdir() if p.name.startswith(f".{path.name}."))
-    assert leftovers == [], leftovers
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary file left
 
 
 def test_half_written_layer_is_never_read_as_complete(killed):
     """Straight after a kill mid-dataset the group holds a dataset with only half its values written."""
-    paths, _ = killed
-    # a fresh kill (the module fixture's file has been resumed by now)
-    path = paths["layer:1:q:half"].with_name("again.h5")
-    assert _kill_at_each({"layer:1:q:half": path}) == {"layer:1:q:half": -signal.SIGKILL}
+    _, extra, codes = killed
+    path = extra["half-written"]
+    assert codes[path] == -signal.SIGKILL
     with h5py.File(path, "r") as f:
         g = f["layers/001"]
         assert not g.attrs["complete"] and "q" in g and "k" not in g
@@ -207,11 +209,13 @@ def test_nan_and_inf_in_a_capture_are_located(tmp_path):
     assert r.k.isfinite().all()
 
 
-def test_leftover_temporary_file_is_replaced(tmp_path):
+def test_leftover_temporary_file_is_replaced(killed):
     """A kill before the rename leaves .NAME.creating; the next run overwrites it and removes it."""
-    path = tmp_path / "c.h5"
-    assert _kill_at_each({"create:written": path}) == {"create:written": -signal.SIGKILL}
-    tmp = tmp_path / ".c.h5.creating"
+    _, extra, codes = killed
+    path = extra["leftover"]
+    assert codes[path] == -signal.SIGKILL
+    tmp = path.with_name(".c.h5.creating")
     assert tmp.exists() and not path.exists()
     _write(path)
     assert not tmp.exists() and open_capture(path).complete
+    assert sorted(p.name for p in path.parent.iterdir()) == ["c.h5"]
