@@ -11,6 +11,7 @@ import torch
 import accuracy.runner as runner
 from accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
 from accuracy.metrics import compute_metrics
+from accuracy.provenance import device_name
 from accuracy.runner import ResultRows, read_results, run_accuracy, write_results
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate
@@ -29,6 +30,8 @@ def test_rows_and_provenance(small_rows):
     assert prov["run_id"] == rows.run_id and all(r["run_id"] == rows.run_id for r in rows)
     assert prov["recipes"] == ["fp32", "zyfa", "ck", "aiter"] and prov["inputs"] == [inp.name]
     assert {"zyfa_version", "git_commit", "torch", "numpy", "python", "date_utc", "argv"} <= prov.keys()
+    assert prov["torch"] == torch.__version__ and prov["device"] == "cpu" and prov["seed"] == 0
+    assert prov["device_name"] == device_name("cpu")
     for r in rows:
         assert r["input"] == inp.name and r["input_content_hash"] == inp.meta["content_hash"]
         assert (r["heads_q"], r["heads_kv"], r["seq_q"], r["head_dim"]) == (2, 1, 256, 64)
@@ -103,15 +106,15 @@ def test_nan_output_is_reported_not_raised(monkeypatch):
     assert row["nonfinite_frac"] == pytest.approx(1 / (64 * 64))
 
 
-def test_bad_arguments():
+def test_bad_arguments(monkeypatch):
     inp = make_gaussian(GaussianSpec(seq=16, head_dim=64, heads_q=1, heads_kv=1))
     with pytest.raises(ValueError, match="unknown recipe 'nope'"):
         run_accuracy(inp, ["nope"], progress=False)
     with pytest.raises(ValueError, match="no inputs"):
         run_accuracy([], ["ck"], progress=False)
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="no CUDA device"):
-            run_accuracy(inp, ["ck"], device="cuda", progress=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # as on a machine without a GPU
+    with pytest.raises(ValueError, match="no CUDA device"):
+        run_accuracy(inp, ["ck"], device="cuda", progress=False)
 
 
 def _same(a, b):
