@@ -9,6 +9,8 @@ Every command that writes results uses these primitives (standard library only, 
   and rename it over the target: a reader sees the old file or the new one, never a truncated one.
 - :class:`AppendLog`: a line-oriented log appended and fsync'd one line at a time (a killed run keeps every
   line it finished; :func:`read_complete_lines` drops a torn last line).
+- :class:`StagedFolder`: an output folder whose files change together: a run writes into ``<out>.partial/``
+  (kept across a kill, so the run can resume), then the finished folder is renamed into place.
 
 Failures raise :class:`OutputError` (a ``ValueError``) whose message is one line naming the path and the cause.
 """
@@ -20,9 +22,10 @@ import errno
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["OutputError", "AppendLog", "atomic_write_bytes", "atomic_write_text", "check_dir_writable",
+__all__ = ["OutputError", "AppendLog", "StagedFolder", "atomic_write_bytes", "atomic_write_text", "check_dir_writable",
            "check_writable", "partial_path", "read_complete_lines"]
 
 # Free space a run keeps in hand beyond its own estimate (other writers share the disk).
@@ -220,3 +223,74 @@ class AppendLog:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class StagedFolder:
+    """An output folder written as a whole: files go into :attr:`stage` (``<out>.partial/``), and
+    :meth:`commit` renames it to ``<out>``, so a report and its results always come from the same run.
+
+    :meth:`open` decides before any work: an existing ``<out>`` or ``<out>.partial`` is refused unless
+    ``force`` (start over: an interrupted run's stage is cleared; the old ``<out>`` stays until the commit)
+    or ``resume`` (continue in the existing stage; a finished ``<out>`` alone has nothing to resume).
+    """
+
+    def __init__(self, final: Path, *, resumed: bool):
+        self.final = final
+        self.stage = final.with_name(final.name + ".partial")
+        self.resumed = resumed
+
+    @classmethod
+    def open(cls, final: str | Path, *, force: bool = False, resume: bool = False, need_bytes: int = 0,
+             flag: str = "--out") -> StagedFolder:
+        final = Path(final)
+        if force and resume:
+            raise OutputError("--force and --resume exclude each other")
+        if not final.name or final.name in (".", ".."):
+            raise OutputError(f"{flag} {final} names no folder")
+        stage = final.with_name(final.name + ".partial")
+        for p in (final, stage):
+            if p.exists() and not p.is_dir():
+                raise OutputError(f"{p} exists and is not a folder; choose another {flag}")
+        check_dir_writable(final.parent, need_bytes=need_bytes)
+        if (final.exists() or stage.exists()) and not (force or resume):
+            what = (f"an interrupted run is in {stage}" if stage.exists() else f"{final} exists")
+            raise OutputError(f"{what}: add --resume to continue it, --force to start over, or choose another "
+                              f"{flag}")
+        if resume and not stage.exists() and final.exists():
+            raise OutputError(f"{final} is a finished run and there is no interrupted one ({stage}) to resume; "
+                              "use --force to run it again")
+        resumed = resume and stage.exists()
+        try:
+            if force and stage.exists():
+                shutil.rmtree(stage)
+            stage.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"cannot create {stage}: {_reason(e)}") from None
+        return cls(final, resumed=resumed)
+
+    def commit(self, keep: Callable[[str], bool] = lambda name: False) -> list[str]:
+        """Rename the stage to ``<out>``. Files of the old ``<out>`` for which ``keep(name)`` is true and that
+        the stage lacks (e.g. a hand-written README) are carried over; the rest of the old folder is removed
+        (so nothing stale, such as an old screenshot, stays beside the new report). Returns the removed names.
+        """
+        removed: list[str] = []
+        try:
+            if self.final.exists():
+                for old in sorted(self.final.iterdir()):
+                    if (self.stage / old.name).exists():
+                        continue
+                    if keep(old.name) and old.is_file():
+                        shutil.copy2(old, self.stage / old.name)
+                    else:
+                        removed.append(old.name)
+                trash = self.final.with_name(f".{self.final.name}.old-{os.getpid()}")
+                os.rename(self.final, trash)
+                os.rename(self.stage, self.final)
+                shutil.rmtree(trash, ignore_errors=True)
+            else:
+                os.rename(self.stage, self.final)
+        except OSError as e:
+            raise OutputError(f"cannot move {self.stage} to {self.final}: {_reason(e)} (the finished run stays "
+                              f"in {self.stage})") from None
+        _fsync_dir(self.final.parent)
+        return removed
