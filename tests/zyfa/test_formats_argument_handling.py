@@ -1,0 +1,58 @@
+"""zyfa.formats on the inputs the exact-cast tests leave out: other input dtypes of the MAD (technique 1), the
+closed form's default arguments, and the one-line messages that name a bad input.
+
+Expected values are worked out by hand in the comments (fp32 and fp16 grids, the MAD formula
+n = R(8t + 56 + offset), value 2**(n//8 - 7) * (1 + (n%8)/8)), not taken from the code under test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zyfa.formats import (
+    E4M3FN,
+    decode_fp8,
+    e4m3fn_bits_from_log2,
+    e4m3fn_mad_closed_form,
+    encode_fp8,
+    round_to_fp8,
+)
+
+
+def test_mad_of_float64_log2_rounds_t_to_fp32_first():
+    # t = 0.5625 + 2**-30: fp32's ulp at 0.5625 is 2**-24, so t becomes 0.5625 and 8t + 56 = 60.5 exactly, a
+    # tie that "nearest" sends to the even 60. Computed in float64 instead, 8t + 56 = 60.5 + 2**-27 -> 61.
+    t = torch.tensor([0.5625 + 2.0**-30], dtype=torch.float64)
+    assert e4m3fn_bits_from_log2(t).tolist() == [60]
+    assert e4m3fn_mad_closed_form(t).tolist() == [1.5]  # n = 60: 2**0 * (1 + 4/8)
+
+
+def test_mad_of_float16_log2_is_computed_in_fp32():
+    # t = 0.5625 + 2**-10 = 2**-1 * (1 + 2**-3 + 2**-9) is exact in fp16 (10 mantissa bits). In fp32,
+    # 8t + 56 = 60.5078125 is exact and rounds to 61; in fp16 arithmetic (ulp 2**-5 between 32 and 64) it
+    # would become the tie 60.5, which rounds to the even 60.
+    t = torch.tensor([0.5625 + 2.0**-10], dtype=torch.float16)
+    assert float(t.item()) == 0.5625 + 2.0**-10
+    assert e4m3fn_bits_from_log2(t).tolist() == [61]
+
+
+def test_mad_closed_form_defaults_are_offset_0_and_nearest():
+    # 8t + 56 for t = 0, 0.5, -6.5, 0.59375: 56, 60, 4, 60.75
+    t = torch.tensor([0.0, 0.5, -6.5, 0.59375], dtype=torch.float32)
+    # n = 56 -> 1.0; 60 -> 1.5; 4 -> subnormal 4 * 2**-9; R(60.75) = 61 -> 1.625 (trunc would give 60 -> 1.5)
+    assert e4m3fn_mad_closed_form(t).tolist() == [1.0, 1.5, 2.0**-7, 1.625]
+    assert decode_fp8(e4m3fn_bits_from_log2(t), E4M3FN).tolist() == [1.0, 1.5, 2.0**-7, 1.625]
+
+
+def test_bad_inputs_give_one_line_naming_the_problem():
+    ints = torch.arange(4)
+    for cast in (lambda x: encode_fp8(x, E4M3FN), lambda x: round_to_fp8(x, E4M3FN)):
+        with pytest.raises(ValueError, match=r"^FP8 cast: expected a floating-point tensor, got torch\.int64$"):
+            cast(ints)
+    with pytest.raises(
+        ValueError, match=r"^t must be a floating-point tensor of log2 probabilities, got torch\.int64$"
+    ):
+        e4m3fn_bits_from_log2(ints)
+    with pytest.raises(ValueError, match=r"^rounding must be 'nearest' or 'trunc', got 'floor'$"):
+        e4m3fn_mad_closed_form(torch.zeros(1), rounding="floor")
