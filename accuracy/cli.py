@@ -7,6 +7,14 @@ Examples::
     zyfa accuracy --inputs gaussian --seq 8192 --head-dim 192 --head-dim-v 128 --heads 8 --kv-heads 2 --causal
     zyfa accuracy --inputs gaussian --outliers 0.001 --outlier-scale 10 --out results.jsonl
     zyfa accuracy --inputs captures/smollm2.h5 --layers 0,3 --heads 0,1,2 --max-tokens 1024 --out r.csv
+    zyfa accuracy --inputs gaussian --recipes zyfa-hopper,cudnn-fp8 --implementations triton:zyfa-hopper,cudnn-fp8
+    zyfa accuracy --inputs gaussian --kernel examples/fp8_torch_attention.py:attention --kernel-recipe zyfa
+
+Real kernels run beside the recipes on the same inputs: ``--implementations`` (built-ins, ``all`` or
+``available``; docs/real_kernels.md) and ``--kernel module:function`` (a kernel of your own, repeatable; the
+contract is in docs/CONTRACTS.md). Each gets one row per input, labelled by its name; a kernel that fails gets a
+failed row with the reason and the run goes on; built-ins this machine lacks (device, package) are listed as
+not run, with the reason.
 
 Bad input (an unknown recipe, an unsupported head dim, a missing file, an input too large for the device's
 memory) exits with status 2 and one line on stderr naming the problem.
@@ -37,7 +45,8 @@ DEFAULT_RECIPES = "zyfa,ck,aiter,aiter-triton,triton-amd,fa3,bf16"
 DEFAULT_COLUMNS = ("deq_rel_l2", "orig_rel_l2", "deq_sqnr_db", "deq_max_abs_err", "deq_row_rel_err_p99",
                    "deq_lse_max_abs_err", "p_flushed_frac", "time_emulate_s")
 # Columns --metrics may name, besides deq_/orig_ + ERROR_METRICS (a bare metric name means both)
-OTHER_COLUMNS = ("has_nan", "nonfinite_frac", "p_flushed_frac", "time_emulate_s", "time_ref_deq_s",
+OTHER_COLUMNS = ("has_nan", "nonfinite_frac", "p_flushed_frac", "time_emulate_s", "time_ref_deq_s", "real_emu_ratio",
+                 "real_vs_emu_rel_l2", "status", "time_real_s",
                  "time_ref_orig_s", "ref_deq_source", "recipe_short", "deq_zero_ref_rows_max_abs_err",
                  "orig_zero_ref_rows_max_abs_err")
 GAUSSIAN_DEFAULTS = {"seq": 4096, "head_dim": 128, "heads": "4", "batch": 1, "std": 1.0, "outliers": 0.0,
@@ -93,6 +102,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-input", action="store_true",
                         help="one table row per (input, recipe) instead of per recipe over all inputs")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r = parser.add_argument_group("real kernels (beside the recipes' emulations)")
+    r.add_argument("--implementations", metavar="LIST",
+                   help="built-in real implementations, comma-separated (triton:<recipe>, cudnn-fp8, "
+                        "cudnn-fp8:oracle-scale, sdpa-bf16:cudnn, sdpa-bf16:flash, flash-attn-triton-amd), "
+                        "'available' or 'all'")
+    r.add_argument("--kernel", action="append", metavar="MODULE:FUNCTION",
+                   help="your own attention kernel, module:function or path/to/file.py:function, with "
+                        "fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse) (repeatable)")
+    r.add_argument("--kernel-recipe", action="append", metavar="NAME",
+                   help="pair --kernel with this recipe: also scored on its dequantized inputs and compared with "
+                        "its emulation (once for every kernel, or once per --kernel)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -111,8 +131,11 @@ def main(args: argparse.Namespace) -> int:
         from accuracy.runner import input_key, resolve_device, run_accuracy, write_results
 
         device = resolve_device(args.device)
+        impls = _parse_implementations(args)
         inputs = _load_inputs(args, device)
-        keys = [input_key(inp, r.name) for inp in inputs for r in recipes]
+        usable = [i for i in impls if i.available()[0]]
+        keys = [k for inp in inputs for k in [input_key(inp, r.name) for r in recipes]
+                + [input_key(inp, i.recipe, i.name) for i in usable]]
         if results is not None:
             check_writable(out, need_bytes=len(keys) * ROW_BYTES_ESTIMATE)
             results.check_plan(keys)
@@ -128,7 +151,7 @@ def main(args: argparse.Namespace) -> int:
                             skip=results.done if results is not None else (),
                             on_start=results.start if results is not None else None,
                             on_row=results.add if results is not None else None,
-                            run_id=first_prov.get("run_id"))
+                            run_id=first_prov.get("run_id"), implementations=impls)
     except ValueError as e:
         return _fail(e, results)
     except KeyboardInterrupt:
@@ -148,13 +171,20 @@ def main(args: argparse.Namespace) -> int:
     names = [inp.name for inp in inputs]
     print("input: " + (names[0] if len(names) == 1 else f"{len(names)} inputs ({names[0]}, ..., {names[-1]})"))
     print()
+    if any(r.get("real") for r in rows):  # real kernels: their error over their emulation's, and status
+        columns = [*columns, *(c for c in ("real_emu_ratio", "real_vs_emu_rel_l2", "status") if c not in columns)]
     print(format_table(rows, columns, per_input=args.per_input or len(inputs) == 1))
     print()
     print("deq_: vs FP64 on the dequantized inputs the recipe saw (its arithmetic); "
           "orig_: vs FP64 on the original inputs (adds Q/K/V quantization).")
-    nan_recipes = sorted({r["recipe"] for r in rows if r.get("has_nan")})
+    nan_recipes = sorted({_label(r) for r in rows if r.get("has_nan")})
     if nan_recipes:
         print(f"NaN/Inf in the output of: {', '.join(nan_recipes)}")
+    for r in rows:
+        if r.get("real") and r.get("status") in ("failed", "unsupported"):
+            print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
+    for name, why in (prov.get("implementations_unavailable") or {}).items():
+        print(f"not run: {name}: {why}")
     if results is not None:
         try:
             results.finish(rows, prov, write_results)
@@ -185,7 +215,25 @@ def _fail(e: BaseException | str, results=None, status: int = 2) -> int:
 def _parse_recipes(spec: str):
     from zyfa.recipes import parse_recipes
 
+    if spec.strip() == "none":
+        return []
     return parse_recipes(spec)
+
+
+def _parse_implementations(args: argparse.Namespace) -> list:
+    """Built-ins of --implementations, then the --kernel plug-ins (a kernel that does not load fails its rows)."""
+    from accuracy.implementations import load_plugins, parse_implementations
+
+    if args.kernel_recipe and not args.kernel:
+        raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
+    impls = parse_implementations(args.implementations)
+    impls += load_plugins(args.kernel or [], args.kernel_recipe or [])
+    return impls
+
+
+def _label(row: dict) -> str:
+    """A row's name in tables: the implementation's for a real kernel, else the recipe's."""
+    return row.get("implementation") or row["recipe"]
 
 
 def _parse_columns(spec: str | None) -> list[str]:
@@ -293,6 +341,8 @@ def _fmt(col: str, v) -> str:
         return "inf" if v > 0 else "-inf"
     if col.endswith("_db"):
         return f"{v:.2f}"
+    if col.endswith("_ratio"):
+        return f"{v:.4f}"
     if col.endswith("cosine"):
         return f"{v:.6f}"
     if col.endswith("_s"):
@@ -324,14 +374,14 @@ def format_table(rows: Sequence[dict], columns: Sequence[str], *, per_input: boo
     the inputs (mean; max for maxima; sum for times)."""
     if per_input:
         lead = ["recipe"] + (["input"] if len({r["input"] for r in rows}) > 1 else [])
-        body = [[r["recipe"]] + ([r["input"]] if len(lead) > 1 else []) + [_fmt(c, r.get(c)) for c in columns]
+        body = [[_label(r)] + ([r["input"]] if len(lead) > 1 else []) + [_fmt(c, r.get(c)) for c in columns]
                 for r in rows]
     else:
         lead = ["recipe", "inputs"]
-        order = list(dict.fromkeys(r["recipe"] for r in rows))
+        order = list(dict.fromkeys(_label(r) for r in rows))
         body = []
         for name in order:
-            group = [r for r in rows if r["recipe"] == name]
+            group = [r for r in rows if _label(r) == name]
             body.append([name, str(len(group))] + [_fmt(c, _aggregate(group, c)) for c in columns])
     header = lead + list(columns)
     widths = [max(len(header[i]), *(len(b[i]) for b in body)) for i in range(len(header))]
@@ -363,4 +413,10 @@ def repro_command(args: argparse.Namespace) -> str:
         parts += ["--seed", str(args.seed)]
     if args.device != "auto":
         parts += ["--device", args.device]
+    if getattr(args, "implementations", None):
+        parts += ["--implementations", args.implementations]
+    for spec in getattr(args, "kernel", None) or []:
+        parts += ["--kernel", spec]
+    for name in getattr(args, "kernel_recipe", None) or []:
+        parts += ["--kernel-recipe", name]
     return shlex.join(parts)

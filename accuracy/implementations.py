@@ -629,13 +629,18 @@ def load_plugins(specs, recipes=None) -> list[Implementation]:
     load error, so its rows are marked failed and the run goes on.
 
     Raises:
-        ValueError: more than one ``--kernel-recipe`` but not one per ``--kernel``.
+        ValueError: an unknown ``--kernel-recipe``, or more than one but not one per ``--kernel``.
     """
     specs = list(specs or [])
     recipes = list(recipes or [])
     if len(recipes) > 1 and len(recipes) != len(specs):
         raise ValueError(f"--kernel-recipe given {len(recipes)} times for {len(specs)} --kernel; give it once "
                          "(for every kernel) or once per kernel, in the same order")
+    for r in recipes:
+        try:
+            resolve_recipe(r)
+        except ValueError as e:
+            raise ValueError(f"--kernel-recipe {r!r}: {e}") from None
     paired = recipes * len(specs) if len(recipes) == 1 else (recipes or [None] * len(specs))
     out = []
     for spec, recipe in zip(specs, paired, strict=True):

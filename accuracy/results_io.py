@@ -5,7 +5,7 @@ The report generator reads results and never runs kernels, so nothing here impor
 Exposed:
     read_jsonl(path) -> (rows, provenance)        rows checked: a foreign file fails with path:line
     check_row(row, where)                         the same check for one row (CSV readers use it)
-    row_key(row) -> (input, input hash, recipe)   what a resumed run skips
+    row_key(row) -> (input, input hash, recipe, implementation)   what a resumed run skips
     jsonl_text(rows, provenance) -> str           a JSONL result file's text
     ResultsFile                                   ``--out`` of a run: refuse / force / resume, rows
                                                   appended to ``<out>.partial`` as they finish, the
@@ -38,6 +38,8 @@ def check_row(row, where: str) -> dict:
     for key in ("recipe", "input"):
         if key not in row:
             raise ValueError(f"{where}: not a zyfa accuracy result row (no {key!r} key)")
+        if key == "recipe" and row[key] is None and isinstance(row.get("implementation"), str):
+            continue  # a real implementation paired with no recipe
         if not isinstance(row[key], str):
             raise ValueError(f"{where}: {key!r} must be a string, got {type(row[key]).__name__}")
     for k, v in row.items():
@@ -84,8 +86,9 @@ def read_jsonl(path: str | Path) -> tuple[list[dict], dict]:
 
 
 def row_key(row: dict) -> tuple:
-    """The identity of a result row: (input name, input content hash, recipe)."""
-    return (row.get("input"), row.get("input_content_hash"), row.get("recipe"))
+    """The identity of a result row: (input name, input content hash, recipe, implementation); the last is None
+    for a recipe's emulation and a real implementation's name for its row (accuracy.real_rows)."""
+    return (row.get("input"), row.get("input_content_hash"), row.get("recipe"), row.get("implementation"))
 
 
 class ResultsFile:
@@ -152,7 +155,7 @@ class ResultsFile:
         planned = set(keys)
         foreign = [k for k in (row_key(r) for r in self.kept) if k not in planned]
         if foreign:
-            name, _, recipe = foreign[0]
+            name, _, recipe, *_ = foreign[0]
             raise OutputError(f"{self.resumed_from} holds rows this run would not make ({len(foreign)}, e.g. "
                               f"input {name!r} recipe {recipe!r}): resume it with the same arguments, or use "
                               "--force or another --out")

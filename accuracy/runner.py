@@ -44,9 +44,11 @@ from typing import Any
 
 import torch
 
+from accuracy.implementations import resolve_recipe
 from accuracy.inputs import AttentionInput
 from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name, provenance
+from accuracy.real_rows import implementation_row
 from accuracy.results_io import check_row, jsonl_text, read_jsonl, row_key
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate, quantize_inputs
@@ -99,8 +101,10 @@ def run_accuracy(
     on_start: Callable[[dict], None] | None = None,
     on_row: Callable[[dict], None] | None = None,
     run_id: str | None = None,
+    implementations: Sequence = (),
 ) -> ResultRows:
-    """Run every recipe on every input; one flat row per (input, recipe), in that order.
+    """Run every recipe on every input; one flat row per (input, recipe), in that order, then one row per
+    (input, implementation) for the real implementations (:mod:`accuracy.implementations`).
 
     Args:
         inputs: attention inputs (:mod:`accuracy.inputs`).
@@ -114,6 +118,10 @@ def run_accuracy(
         on_start: called with the run's provenance before the first input runs.
         on_row: called with each row as soon as it is made (e.g. to append it to a file).
         run_id: the run's id (a resumed run keeps its first id); default a new random one.
+        implementations: real kernels run beside the recipes on the same inputs and device
+            (:class:`accuracy.implementations.Implementation`); rows by :func:`accuracy.real_rows.implementation_row`
+            (``real: true``, ``implementation``, the paired recipe, ``status``). Those not available here
+            (device, package) are not run: the provenance's ``implementations_unavailable`` says why.
 
     Returns:
         :class:`ResultRows` of the rows made (not the skipped ones); each row holds ``run_id``, the input's
@@ -128,8 +136,15 @@ def run_accuracy(
     recipes = [get_recipe(recipes)] if isinstance(recipes, (str, Recipe)) else [get_recipe(r) for r in recipes]
     if not inputs:
         raise ValueError("no inputs given")
-    if not recipes:
+    if not recipes and not implementations:
         raise ValueError("no recipes given")
+    impls, unavailable = [], {}
+    for impl in implementations:
+        ok, why = impl.available()
+        if ok:
+            impls.append(impl)
+        else:
+            unavailable[impl.name] = why
     dev = resolve_device(device)
     for inp in inputs:
         check_memory(inp.shape, dev, what=f"input {inp.name}")
@@ -142,24 +157,29 @@ def run_accuracy(
         "seed": seed,
         "recipes": [r.name for r in recipes],
         "inputs": [inp.name for inp in inputs],
+        **({"implementations": [i.name for i in impls], "implementations_unavailable": unavailable}
+           if implementations else {}),
     })
     rows = ResultRows(provenance=prov)
     if on_start is not None:
         on_start(prov)
     skip = set(skip)
-    todo = [(inp, [r for r in recipes if input_key(inp, r.name) not in skip]) for inp in inputs]
+    todo = [(inp, [r for r in recipes if input_key(inp, r.name) not in skip]
+             + [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]) for inp in inputs]
     bar = _progress(sum(len(rs) for _, rs in todo), enabled=progress)
     try:
         for inp, _ in todo:
-            rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row))
+            rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row, impls))
     finally:
         bar.close()
     return rows
 
 
-def input_key(inp: AttentionInput, recipe: str) -> tuple:
-    """The :func:`accuracy.results_io.row_key` of the row (inp, recipe) will make."""
-    return row_key({"input": inp.name, "input_content_hash": inp.meta.get("content_hash"), "recipe": recipe})
+def input_key(inp: AttentionInput, recipe: str | None, implementation: str | None = None) -> tuple:
+    """The :func:`accuracy.results_io.row_key` of the row (inp, recipe) will make; with ``implementation``,
+    that real implementation's row (``recipe`` is then its paired recipe or None)."""
+    return row_key({"input": inp.name, "input_content_hash": inp.meta.get("content_hash"), "recipe": recipe,
+                    "implementation": implementation})
 
 
 def memory_estimate_bytes(shape: dict, device: str | torch.device = "cpu", *, chunk_size: int = ORACLE_CHUNK,
@@ -215,9 +235,10 @@ def check_memory(shape: dict, device: str | torch.device = "cpu", what: str = "i
 
 
 def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch.device, run_id: str,
-               chunk_size: int, bar, on_row) -> list[dict]:
+               chunk_size: int, bar, on_row, impls=()) -> list[dict]:
     todo = [r for r in recipes if input_key(inp, r.name) not in skip]
-    if not todo:
+    impls_todo = [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]
+    if not todo and not impls_todo:
         return []
     x = inp.to(dev)
     kw = {"causal": x.causal, "sm_scale": x.sm_scale, "window": x.window}
@@ -228,6 +249,7 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
     # quantization key -> [q_deq, k_deq, v_deq, (out, lse) or None]; cleared per input. Skipped recipes still
     # enter their dequantized inputs (cheap), so each row's ref_deq_source is what an uninterrupted run gives.
     cache: dict[tuple, list] = {}
+    emulations: dict[str, tuple] = {}  # recipe name -> (out, lse, ref_deq): the pairing of real implementations
     base = _input_fields(inp)
     rows = []
     for recipe in recipes:
@@ -258,6 +280,8 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
             ref_deq_source = "computed"
         time_ref_deq = time.perf_counter() - t0
 
+        if any(i.recipe == recipe.name for i in impls_todo):
+            emulations[recipe.name] = (em.out, em.lse, ref_deq)
         m_deq = compute_metrics(em.out, ref_deq[0], lse=em.lse, lse_ref=ref_deq[1])
         m_orig = compute_metrics(em.out, ref_orig[0], lse=em.lse, lse_ref=ref_orig[1])
         row: dict[str, Any] = {"run_id": run_id, **base, "recipe": recipe.name, "recipe_short": recipe.short_str()}
@@ -275,6 +299,32 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
             "time_ref_orig_s": time_ref_orig,
             "device": str(dev),
         })
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+        bar.update(1)
+
+    def paired(spec: str) -> tuple:
+        """The paired recipe's emulation on this input and its FP64 reference (run here if no recipe row has)."""
+        if spec not in emulations:
+            r = resolve_recipe(spec)
+            em = emulate(x.q, x.k, x.v, r, **kw)
+            deq = (em.q_deq, em.k_deq, em.v_deq)
+            key = tuple(getattr(r, f) for f in QUANT_FIELDS)
+            if all(torch.equal(a, b) for a, b in zip(deq, orig32, strict=True)):
+                ref = ref_orig
+            elif key in cache and cache[key][3] is not None and all(
+                    torch.equal(a, b) for a, b in zip(deq, cache[key][:3], strict=True)):
+                ref = cache[key][3]
+            else:
+                ref = attention_fp64(*deq, chunk_size=chunk_size, **kw)
+            emulations[spec] = (em.out, em.lse, ref)
+        return emulations[spec]
+
+    for impl in impls_todo:
+        bar.set_postfix_str(f"{inp.name} {impl.name}")
+        row = implementation_row(impl, x, base={"run_id": run_id, **base}, ref_orig=ref_orig, paired=paired,
+                                 device=dev)
         rows.append(row)
         if on_row is not None:
             on_row(row)
