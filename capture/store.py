@@ -396,6 +396,8 @@ class CaptureWriter:
             try:
                 info = open_capture(self.path)
             except CaptureFormatError as e:
+                if "is locked" in str(e):
+                    raise
                 raise CaptureMismatchError(
                     f"{e}. It is not a capture this command can resume: pass --overwrite to replace it, or "
                     "choose another output file") from None
