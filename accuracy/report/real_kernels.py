@@ -90,9 +90,9 @@ def real_kernel_blocks(rows: Sequence[dict], provenance: dict | None = None) -> 
         body = [[t["implementation"], t["input"], t["recipe"], t["basis"], fmt(t["real_rel_l2"]),
                  fmt(t["emu_rel_l2"]), fmt(t["ratio"], "ratio"), fmt(t["real_vs_emu_rel_l2"]),
                  "outside" if t["flagged"] else ""] for t in table]
-        blocks.append(("table", "real-vs-emulated", header, body, ""))
+        blocks.append(("table", "t-real-vs-emulated", header, body, False))
     if missing:
         blocks.append(("p", "Not run, and why:"))
-        blocks.append(("table", "real-not-run", ["implementation", "input", "status", "reason"],
-                       [[m["implementation"], m["input"], m["status"], m["reason"]] for m in missing], ""))
+        blocks.append(("table", "t-real-not-run", ["implementation", "input", "status", "reason"],
+                       [[m["implementation"], m["input"], m["status"], m["reason"]] for m in missing], True))
     return blocks
