@@ -89,20 +89,27 @@ def _slug(module: str) -> str:
     return module.replace("/", "_").removesuffix(".py")
 
 
-def prepare(work: Path, module: str, base: dict, tests: list[str]) -> Path:
-    """A fresh copy of the sources and tests under ``work`` with the module's own mutmut table."""
+def prepare(work: Path, module: str, base: dict, tests: list[str], from_head: bool) -> Path:
+    """A fresh copy of the sources and tests under ``work`` with the module's own mutmut table.
+
+    ``from_head``: the files as committed at HEAD (in a checkout), else the working tree as it stands.
+    """
     dest = work / _slug(module)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for name in COPIED:
-        src = ROOT / name
-        if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=SKIP_NAMES)
-        elif src.is_file():
-            shutil.copy2(src, dest / name)
-    text = (ROOT / "pyproject.toml").read_text("utf-8")
-    (dest / "pyproject.toml").write_text(module_pyproject(text, base, module, tests), "utf-8")
+    if from_head and (ROOT / ".git").exists():  # the committed tree: the report names an exact commit
+        archive = subprocess.run(["git", "archive", "HEAD", "--", *COPIED], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    else:  # the working tree as it stands, less caches
+        for name in COPIED:
+            src = ROOT / name
+            if src.is_dir():
+                shutil.copytree(src, dest / name, ignore=SKIP_NAMES)
+            elif src.is_file():
+                shutil.copy2(src, dest / name)
+    source_text = (dest / "pyproject.toml").read_text("utf-8")
+    (dest / "pyproject.toml").write_text(module_pyproject(source_text, base, module, tests), "utf-8")
     return dest
 
 
@@ -146,8 +153,10 @@ def collect(dest: Path, env: dict, module: str) -> dict:
     return {"counts": counts, "total": len(verdicts), "undetected": undetected}
 
 
-def run_module(work: Path, module: str, base: dict, tests: list[str], max_children: int | None, env: dict) -> dict:
-    dest = prepare(work, module, base, tests)
+def run_module(
+    work: Path, module: str, base: dict, tests: list[str], max_children: int | None, env: dict, from_head: bool
+) -> dict:
+    dest = prepare(work, module, base, tests, from_head)
     args = ["run"] + (["--max-children", str(max_children)] if max_children else [])
     print(f"== {module}: mutmut {' '.join(args)} in {dest} (tests: {' '.join(tests)})", flush=True)
     t0 = time.monotonic()
@@ -217,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("modules", nargs="*", help="modules to mutate (default: every one in [tool.zyfa.mutation])")
     ap.add_argument("--work", type=Path, default=ROOT / ".mutation", help="scratch folder (default .mutation/)")
     ap.add_argument("--out", type=Path, default=Path("mutation_results.md"), help="Markdown summary to write")
+    ap.add_argument(
+        "--working-tree",
+        action="store_true",
+        help="mutate the working tree as it stands (default in a git checkout: the files committed at HEAD)",
+    )
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant workers (default: mutmut's)")
     args = ap.parse_args(argv)
 
@@ -238,20 +252,24 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     # One thread per mutant worker: mutmut forks its workers, and torch's thread pool does not survive a fork.
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+    # The copies are not a git checkout (tests that ask git about the checkout take their no-git branch).
+    env["GIT_CEILING_DIRECTORIES"] = str(args.work.resolve())
     header = {
         "mutmut": getattr(mutmut, "__version__", None) or _pkg_version("mutmut"),
         "python": sys.version.split()[0],
         "torch": torch.__version__,
         "command": "python3 scripts/mutation_test.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": _git("rev-parse", "--short", "HEAD"),
-        "dirty": bool(_git("status", "--porcelain", "--", *COPIED).strip()) if (ROOT / ".git").exists() else False,
+        "commit": os.environ.get("ZYFA_GIT_COMMIT") or _git("rev-parse", "--short", "HEAD"),
+        "dirty": args.working_tree and (ROOT / ".git").exists() and bool(_git("status", "--porcelain", "--", *COPIED)),
         "max_children": args.max_children or "mutmut default (cores)",
     }
     args.work.mkdir(parents=True, exist_ok=True)
     results = []
     for module in modules:
-        results.append(run_module(args.work, module, base, table[module], args.max_children, env))
+        results.append(
+            run_module(args.work, module, base, table[module], args.max_children, env, not args.working_tree)
+        )
         # Rewrite after every module so an interrupted run keeps what finished.
         tmp = out.with_name(out.name + ".partial")
         tmp.write_text(render(results, header), "utf-8")
