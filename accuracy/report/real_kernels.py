@@ -11,6 +11,8 @@ Exposed:
     real_vs_emulated(rows) -> list[dict]     one dict per compared (implementation, input)
     not_run(rows, provenance=None) -> list[dict]   failed / unsupported rows and unavailable implementations
     real_kernel_blocks(rows, provenance=None) -> list[tuple]   report blocks (accuracy.report.blocks)
+    split_real(rows) -> (recipe rows, real rows);  unavailable_of(provenances) -> {name: reason}
+    report_section(rows, provenances) -> add(doc, plots)   for build_report(..., sections=[...])
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from collections.abc import Sequence
 
 from accuracy.report.blocks import fmt
 
-__all__ = ["RATIO_BAND", "not_run", "real_kernel_blocks", "real_vs_emulated"]
+__all__ = ["RATIO_BAND", "not_run", "real_kernel_blocks", "real_vs_emulated", "report_section", "split_real",
+           "unavailable_of"]
 
 RATIO_BAND = (0.97, 1.03)
 
@@ -64,6 +67,29 @@ def not_run(rows: Sequence[dict], provenance: dict | None = None) -> list[dict]:
     for name, reason in ((provenance or {}).get("implementations_unavailable") or {}).items():
         out.append({"implementation": name, "input": "all", "status": "unavailable", "reason": reason})
     return out
+
+
+def split_real(rows: Sequence[dict]) -> tuple[list[dict], list[dict]]:
+    """(recipe rows, real-implementation rows) of a result set."""
+    return [r for r in rows if not r.get("real")], [r for r in rows if r.get("real")]
+
+
+def unavailable_of(provenances: Sequence[dict]) -> dict:
+    """``implementations_unavailable`` of several result files' provenances, merged."""
+    out: dict = {}
+    for p in provenances:
+        out.update(p.get("implementations_unavailable") or {})
+    return out
+
+
+def report_section(rows: Sequence[dict], provenances: Sequence[dict] = ()):
+    """A ``build_report(..., sections=[...])`` callable ``add(doc, plots)`` appending the real-kernel part."""
+    blocks = real_kernel_blocks(rows, {"implementations_unavailable": unavailable_of(provenances)})
+
+    def add(doc, plots: bool) -> None:
+        doc.blocks.extend(blocks)
+
+    return add
 
 
 def real_kernel_blocks(rows: Sequence[dict], provenance: dict | None = None) -> list[tuple]:

@@ -53,6 +53,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="zyfa impact result files for the report's model-impact section, comma-separated or "
                         f"a glob (default: {DEFAULT_IMPACT} when present, none with --long; 'none': no impact section)")
     parser.add_argument("--no-progress", action="store_true", help="no progress output")
+    r = parser.add_argument_group("real kernels (beside their recipes' emulations; docs/real_kernels.md)")
+    r.add_argument("--implementations", default=None, metavar="LIST",
+                   help="built-in real implementations to run where this machine has them (default 'all': each "
+                        "one this machine lacks is listed in the report with the reason; 'none' for none)")
+    r.add_argument("--kernel", action="append", metavar="MODULE:FUNCTION",
+                   help="your own attention kernel (module:function or path/to/file.py:function; contract in "
+                        "docs/CONTRACTS.md), repeatable")
+    r.add_argument("--kernel-recipe", action="append", metavar="NAME",
+                   help="pair --kernel with a recipe's emulation (once for every kernel, or once per --kernel)")
 
 
 def _on_gpu(device: str) -> bool:
@@ -73,6 +82,12 @@ def _command(args: argparse.Namespace) -> str:
             parts += [f"--{flag.replace('_', '-')}", str(v)]
     if args.device != "auto":
         parts += ["--device", args.device]
+    if args.implementations is not None:
+        parts += ["--implementations", args.implementations]
+    for spec in args.kernel or []:
+        parts += ["--kernel", spec]
+    for name in args.kernel_recipe or []:
+        parts += ["--kernel-recipe", name]
     if args.out is not None:
         parts += ["--out", args.out]
     return shlex.join(parts)
@@ -151,6 +166,12 @@ def main(args: argparse.Namespace) -> int:
                          + (f"Gaussian inputs left out: {', '.join(left)}. " if left else "")
                          + (f"Recipes: {', '.join(recipes)} (of {', '.join(base)})." if set(recipes) != set(base)
                             else ""))
+        from accuracy.implementations import load_plugins, parse_implementations
+
+        if args.kernel_recipe and not args.kernel:
+            raise ValueError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
+        impls = parse_implementations(args.implementations if args.implementations is not None else "all")
+        impls += load_plugins(args.kernel or [], args.kernel_recipe or [])
         bench = split_paths([args.bench]) if args.bench else find_bench()
         impact_paths = impact_files("none" if args.long and args.impact is None else args.impact)
         extra = load_report_inputs(bench, impact_paths)
@@ -166,7 +187,10 @@ def main(args: argparse.Namespace) -> int:
             "study_captures": ", ".join(f"{p.name} (sha256 {file_sha256(p)[:16]})" for p in captures) or "none",
             "study_impact": "; ".join(f"{f['path']} (sha256 {f['sha256']}, {f['rows']} rows)"
                                       for f in (extra.impact[1] if extra.impact else [])) or "none"}
-    rows = run_study(inputs, recipes, device=args.device, progress=not args.no_progress, extra_provenance=prov)
+    rows = run_study(inputs, recipes, device=args.device, progress=not args.no_progress, extra_provenance=prov,
+                     implementations=impls)
+    for name, why in (rows.provenance.get("implementations_unavailable") or {}).items():
+        log(f"real implementation not run: {name}: {why}")
     rows.provenance["study_notes"].append(
         f"Accuracy ran on `{rows.provenance.get('device')}` ({rows.provenance.get('device_name')}): "
         f"{len(inputs)} inputs x {len(recipes)} recipes; the runner took {rows.provenance['study_accuracy_s']:.0f} s "

@@ -18,6 +18,8 @@ from accuracy.impact.rows import load_rows
 from accuracy.impact.section import report_section
 from accuracy.report.build import Results, build_report
 from accuracy.report.document import Doc, write_report
+from accuracy.report.real_kernels import report_section as real_kernels_section
+from accuracy.report.real_kernels import split_real, unavailable_of
 from accuracy.report.speed import load_bench
 
 # the repository this package sits in (the committed reports and datasets are found from here, not from the
@@ -77,5 +79,11 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
            plots: bool = True) -> tuple[Doc, dict[str, Path]]:
     """Build the report of ``res`` with ``inputs`` and write it into ``out``; (document, written paths)."""
     sections = [report_section(*inputs.impact)] if inputs.impact is not None else []
+    recipe_rows, real_rows = split_real(res.rows)
+    provs = [p for _, p in res.provenances]
+    if real_rows or unavailable_of(provs):  # real kernels: their own section; the recipe tables keep recipes only
+        kept = {r["recipe"] for r in recipe_rows}
+        res = Results(recipe_rows, res.provenances, [x for x in res.recipes if x in kept])
+        sections.append(real_kernels_section(real_rows, provs))
     doc = build_report(res, bench=inputs.bench, command=command, title=title, plots=plots, sections=sections)
     return doc, write_report(doc, out)

@@ -13,8 +13,9 @@ import sys
 import time
 from pathlib import Path
 
-STUDY_RECIPES = ("zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed", "zyfa-tilescale", "ck",
-                 "ck-blockscale", "aiter", "aiter-triton", "triton-amd", "fa3", "sage2", "cudnn-fp8", "bf16")
+STUDY_RECIPES = ("zyfa", "zyfa-hopper", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed",
+                 "zyfa-tilescale", "ck", "ck-blockscale", "aiter", "aiter-triton", "triton-amd", "fa3", "sage2",
+                 "cudnn-fp8", "bf16")
 QUICK_RECIPES = ("zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "ck", "aiter", "fa3", "bf16")
 # recipes whose error per head is computed for the captures' heatmaps (the emulator runs again for these)
 HEAD_RECIPES = ("zyfa", "ck", "aiter", "fa3")
@@ -96,8 +97,11 @@ def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
 
 
 def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progress: bool = True,
-              head_recipes=HEAD_RECIPES, extra_provenance: dict | None = None):
-    """Run the accuracy runner, then add per-input features and (captures) per-head errors to the rows."""
+              head_recipes=HEAD_RECIPES, extra_provenance: dict | None = None, implementations=()):
+    """Run the accuracy runner, then add per-input features and (captures) per-head errors to the rows.
+
+    ``implementations``: real kernels (:mod:`accuracy.implementations`) run beside the recipes; those not
+    available on this machine are listed with the reason in the provenance (``implementations_unavailable``)."""
     from accuracy.features import head_errors, input_features
     from accuracy.p_flushed import flush_count_factor
     from accuracy.runner import resolve_device, run_accuracy
@@ -105,7 +109,7 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     dev = resolve_device(device)
     t0 = time.perf_counter()
     log(f"accuracy: {len(inputs)} inputs x {len(recipes)} recipes on {dev}")
-    rows = run_accuracy(inputs, recipes, device=dev, progress=progress)
+    rows = run_accuracy(inputs, recipes, device=dev, progress=progress, implementations=implementations)
     t_acc = time.perf_counter() - t0
     log(f"accuracy done in {t_acc:.0f} s; features and per-head errors")
     t1 = time.perf_counter()
@@ -114,7 +118,7 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     for i, inp in enumerate(inputs, 1):
         extra = dict(input_features(inp, device=dev))
         heads: dict = {}
-        mine = [r for r in rows if r["input"] == inp.name]
+        mine = [r for r in rows if r["input"] == inp.name and not r.get("real")]
         if inp.meta.get("source") != "capture" or not per_head or any("deq_rel_l2_heads" in r for r in mine):
             pass
         elif inp.shape["heads_q"] == 1:  # one head: its error is the input's
@@ -128,7 +132,8 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     for r in rows:
         extra, heads = by_input[r["input"]]
         r.update(extra)
-        r.update(heads.get(r["recipe"], {}))
+        if not r.get("real"):  # per-head errors are the recipes' (a real row shares its paired recipe's name)
+            r.update(heads.get(r["recipe"], {}))
     t_feat = time.perf_counter() - t1
     rows.provenance.update({"study_accuracy_s": round(t_acc, 1), "study_features_s": round(t_feat, 1),
                             **(extra_provenance or {})})

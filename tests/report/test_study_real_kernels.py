@@ -1,0 +1,57 @@
+"""``zyfa study --kernel`` on a CPU: the example plug-in beside its paired recipe, the built-ins this machine
+lacks listed with the reason, real rows kept out of the recipe tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from accuracy.implementations import builtin_names
+from tests.report.conftest import md_tables
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "datasets" / "smollm2-lee-2048.h5"
+EXAMPLE = str(ROOT / "examples" / "fp8_torch_attention.py") + ":attention"
+
+
+@pytest.mark.skipif(not SAMPLE.is_file(), reason="shipped sample capture datasets/smollm2-lee-2048.h5 absent")
+def test_study_with_a_kernel(tmp_path, monkeypatch, capsys):
+    from zyfa.cli import main
+
+    monkeypatch.setattr("accuracy.study.cli.shutil.which", lambda name: None)  # no screenshot
+    out = tmp_path / "study"
+    argv = ["study", "--captures", str(SAMPLE), "--max-tokens", "64", "--gaussian-filter", "^$", "--recipes",
+            "zyfa,ck", "--kernel", EXAMPLE, "--kernel-recipe", "zyfa", "--device", "cpu", "--impact", "none",
+            "--no-progress", "--out", str(out)]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    lines = (out / "results.jsonl").read_text().splitlines()
+    prov = json.loads(lines[0])
+    rows = [json.loads(s) for s in lines[1:]]
+    real = [r for r in rows if r.get("real")]
+    assert {r["recipe"] for r in rows if not r.get("real")} == {"zyfa", "ck"}
+    assert len(real) == 3 and all(r["implementation"] == f"plugin:{EXAMPLE}" and r["status"] == "ok" for r in real)
+    assert "deq_rel_l2_heads" not in real[0]  # per-head errors belong to the recipe rows
+    assert f"--kernel {EXAMPLE} --kernel-recipe zyfa" in prov["study_command"]
+
+    md = (out / "report.md").read_text() if (out / "report.md").is_file() else \
+        next(out.glob("*.md")).read_text()
+    tables = md_tables(md)
+    assert "## Real kernels vs their emulations" in md
+    table = tables["t-real-vs-emulated"]
+    assert table[0][:4] == ["implementation", "input", "recipe", "basis"]
+    assert [line[1] for line in table[1:]] == [r["input"] for r in real]
+    for line, r in zip(table[1:], real, strict=True):
+        assert line[3] == "orig" and line[6] == f"{r['orig_rel_l2'] / r['emu_orig_rel_l2']:.3f}"
+    if not torch.cuda.is_available():
+        not_run = tables["t-real-not-run"]
+        assert [line[0] for line in not_run[1:]] == builtin_names()
+        assert all(line[2:] == ["unavailable", "no CUDA device"] for line in not_run[1:])
+        assert "real implementation not run: cudnn-fp8: no CUDA device" in err
+    # the recipe tables know recipes only
+    for key, t in tables.items():
+        if key not in ("t-real-vs-emulated", "t-real-not-run"):
+            assert not any("plugin:" in cell for line in t for cell in line), key
