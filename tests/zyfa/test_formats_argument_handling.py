@@ -56,3 +56,14 @@ def test_bad_inputs_give_one_line_naming_the_problem():
         e4m3fn_bits_from_log2(ints)
     with pytest.raises(ValueError, match=r"^rounding must be 'nearest' or 'trunc', got 'floor'$"):
         e4m3fn_mad_closed_form(torch.zeros(1), rounding="floor")
+    with pytest.raises(ValueError, match=r"^decode_fp8: expected uint8 codes, got torch\.int16$"):
+        decode_fp8(torch.zeros(2, dtype=torch.int16), E4M3FN)
+
+
+def test_encode_saturates_by_default():
+    # e4m3fn: 1000 and inf are past max 448: the default (saturating) gives +-max, code 0x7E | sign;
+    # saturate=False gives the NaN code 0x7F with the sign.
+    x = torch.tensor([1000.0, -1000.0, float("inf")])
+    assert encode_fp8(x, E4M3FN).tolist() == [0x7E, 0xFE, 0x7E]
+    assert encode_fp8(x, E4M3FN, saturate=False).tolist() == [0x7F, 0xFF, 0x7F]
+    assert round_to_fp8(x, E4M3FN).tolist() == [448.0, -448.0, 448.0]
