@@ -8,15 +8,17 @@ tests/zyfa/test_formats_exact.py); the MAD integer, the Schraudolph bits, the Ho
 scales, the online softmax and the quantizers are written out here.
 
 The emulator computes in fp32 and this reference in float64, so a rounding decision could legitimately go the
-other way where a value sits within fp32 error of a rounding boundary. ``_Guard`` records how far every
-rounding decision of the reference is from its boundary, and each case uses the first seed whose decisions
-are all clear of their boundaries by far more than fp32 error; the outputs must then agree to one unit of the
-output format (bf16 or e4m3fn ulp, 2^-16 of the row's largest value for fp32 outputs) and the LSE to 2e-5.
+other way where a value sits within fp32 error of a rounding boundary. ``_Guard`` notes any rounding decision
+of the reference (input quantization, P exponent, P rounding or MAD integer) that would change within an fp32
+error bound of its input; each case uses the first seed with none. The outputs must then be bit-equal to the
+reference's rounded output wherever the unrounded value is clear of the output's rounding boundary, and within
+one unit of the output format elsewhere (fp32 outputs: 2^-16 of the row's largest value); the LSE within 2e-5.
 
-Each variant also checks that the reference itself moves when the field changes (more than the tolerance),
-so a case cannot pass with the emulator ignoring the field. Fields whose effect is below any output format's
+Each field variant also checks that the base recipe's answer would fail it (the field's effect is visible), so
+a case cannot pass with the emulator ignoring the field. Fields whose effect is below any output format's
 precision (``reciprocal``, ``log2e_folded``, ``v_descale`` with per-tensor scales) are pinned bit for bit in
-fp32 by the targeted tests at the end, on inputs built so that every other quantity is exact.
+fp32 by the targeted tests further down, on inputs built so that every other quantity is exact. The P exponent
+of ``pow2_block`` and the MAD integer are also pinned directly, from the emulator's trace.
 """
 
 from __future__ import annotations
@@ -38,10 +40,19 @@ LOG2E = 1.0 / math.log(2.0)
 SCHRAUDOLPH = 127 * 2**23 - 486411  # the documented constant of exp_method="exp2_bittrick"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: one intra-op thread (two threads on a busy 2-core machine cost ~20 ms per op)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 # ---------------------------------------------------------------------------------------------- roundings
 
 class _Guard:
-    """Smallest relative distance of any rounding decision to its boundary (``margin``), and where."""
+    """``margin`` drops to 0 when a rounding decision is within fp32 error of its boundary; ``where`` says which."""
 
     def __init__(self):
         self.margin, self.where = math.inf, ""
@@ -403,7 +414,7 @@ NAMED_SHAPE = dict(h=2, h_kv=1, s_q=16, s_k=300, d=16, std=1.0)  # 300 keys: 3 t
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_named_recipe_matches_the_independent_reference(name, mask):
-    """Every named recipe, as named, on 40 queries x 300 keys (several KV tiles), each mask."""
+    """Every named recipe, as named, on 16 queries x 300 keys (several KV tiles; GQA 2:1), each mask."""
     _assert_agrees(get_recipe(name), NAMED_SHAPE, MASKS[mask])
 
 
@@ -475,14 +486,6 @@ VARIANTS: dict[str, tuple[Recipe, dict]] = {
 BELOW_OUTPUT_PRECISION = {"rcp", "natural_log_scores", "v_descale_tile_ck"}
 SMALL_SHAPE = dict(h=4, h_kv=2, s_q=12, s_k=80, d=16, std=2.0)
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread (two threads on a busy 2-core machine cost ~20 ms per op)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.mark.parametrize("mask", ["full", "window"])
