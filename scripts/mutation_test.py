@@ -89,27 +89,40 @@ def _slug(module: str) -> str:
     return module.replace("/", "_").removesuffix(".py")
 
 
-def prepare(work: Path, module: str, base: dict, tests: list[str], from_head: bool) -> Path:
-    """A fresh copy of the sources and tests under ``work`` with the module's own mutmut table.
+def _copy(dest: Path, names: list[str], from_head: bool) -> None:
+    """Copy ``names`` (files or folders of the repository) into ``dest``: as committed at HEAD when
+    ``from_head`` and this is a git checkout (the report then names an exact commit), else as they stand."""
+    if from_head and (ROOT / ".git").exists():
+        archive = subprocess.run(["git", "archive", "HEAD", "--", *names], cwd=ROOT, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+        return
+    for name in names:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=SKIP_NAMES)
+        elif src.is_file():
+            shutil.copy2(src, dest / name)
 
-    ``from_head``: the files as committed at HEAD (in a checkout), else the working tree as it stands.
-    """
+
+def prepare(work: Path, module: str, base: dict, tests: list[str], from_head: bool) -> Path:
+    """A fresh copy of the sources and tests under ``work`` with the module's own mutmut table."""
     dest = work / _slug(module)
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    if from_head and (ROOT / ".git").exists():  # the committed tree: the report names an exact commit
-        archive = subprocess.run(["git", "archive", "HEAD", "--", *COPIED], cwd=ROOT, capture_output=True, check=True)
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
-    else:  # the working tree as it stands, less caches
-        for name in COPIED:
-            src = ROOT / name
-            if src.is_dir():
-                shutil.copytree(src, dest / name, ignore=SKIP_NAMES)
-            elif src.is_file():
-                shutil.copy2(src, dest / name)
+    _copy(dest, COPIED, from_head)
     source_text = (dest / "pyproject.toml").read_text("utf-8")
     (dest / "pyproject.toml").write_text(module_pyproject(source_text, base, module, tests), "utf-8")
+    return dest
+
+
+def refresh_tests(work: Path, module: str, from_head: bool) -> Path:
+    """The module's earlier work folder with its tests/ replaced by the current ones (for --rerun-undetected)."""
+    dest = work / _slug(module)
+    if not (dest / "mutants").is_dir():
+        _fail(f"--rerun-undetected: no earlier run of {module} in {dest}; run it once without the option")
+    shutil.rmtree(dest / "tests")
+    _copy(dest, ["tests"], from_head)
     return dest
 
 
@@ -119,13 +132,18 @@ def _mutmut(dest: Path, env: dict, *args: str, capture: bool = True) -> subproce
     )
 
 
-def _source_line(module_text: list[str], diff: str) -> int | None:
-    """1-based line of the module where the mutated line of ``diff`` stands (first removed line found)."""
+def _source_line(module_text: list[str], name: str, diff: str) -> int | None:
+    """1-based line of the module where the mutated line of ``diff`` stands, searched from the ``def`` of the
+    mutated function (mutmut names mutants ``pkg.mod.x_func__mutmut_N`` or ``pkg.mod.xǁClassǁmethod__mutmut_N``)."""
+    func = re.sub(r"__mutmut_\d+$", "", name.rsplit(".", 1)[-1]).split("ǁ")[-1].removeprefix("x_")
+    start = next(
+        (i for i, src in enumerate(module_text) if re.match(rf"\s*(async\s+)?def {re.escape(func)}\(", src)), 0
+    )
     removed = [ln[1:] for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
     for old in removed:
-        hits = [i + 1 for i, src in enumerate(module_text) if src.rstrip() == old.rstrip()]
-        if len(hits) >= 1:
-            return hits[0]
+        for i in range(start, len(module_text)):
+            if module_text[i].rstrip() == old.rstrip():
+                return i + 1
     return None
 
 
@@ -146,7 +164,7 @@ def collect(dest: Path, env: dict, module: str) -> dict:
             continue
         diff = _mutmut(dest, env, "show", name).stdout
         body = "\n".join(ln for ln in diff.splitlines() if not ln.startswith("# "))
-        undetected.append({"name": name, "verdict": verdict, "line": _source_line(source, body), "diff": body})
+        undetected.append({"name": name, "verdict": verdict, "line": _source_line(source, name, body), "diff": body})
     counts: dict[str, int] = {}
     for verdict in verdicts.values():
         counts[verdict] = counts.get(verdict, 0) + 1
@@ -154,11 +172,29 @@ def collect(dest: Path, env: dict, module: str) -> dict:
 
 
 def run_module(
-    work: Path, module: str, base: dict, tests: list[str], max_children: int | None, env: dict, from_head: bool
+    work: Path,
+    module: str,
+    base: dict,
+    tests: list[str],
+    max_children: int | None,
+    env: dict,
+    from_head: bool,
+    rerun: bool = False,
 ) -> dict:
-    dest = prepare(work, module, base, tests, from_head)
     args = ["run"] + (["--max-children", str(max_children)] if max_children else [])
-    print(f"== {module}: mutmut {' '.join(args)} in {dest} (tests: {' '.join(tests)})", flush=True)
+    if rerun:
+        dest = refresh_tests(work, module, from_head)
+        names = [u["name"] for u in collect(dest, env, module)["undetected"]]
+        if not names:
+            print(f"== {module}: nothing undetected to re-run")
+            result = collect(dest, env, module)
+            result.update(module=module, tests=tests, seconds=0.0)
+            return result
+        args += names
+    else:
+        dest = prepare(work, module, base, tests, from_head)
+    shown = " ".join(args) if len(args) < 8 else " ".join(args[:4]) + f" ... ({len(args) - 1} arguments)"
+    print(f"== {module}: mutmut {shown} in {dest} (tests: {' '.join(tests)})", flush=True)
     t0 = time.monotonic()
     log = dest / "mutmut-run.log"
     with log.open("w") as fh:
@@ -231,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="mutate the working tree as it stands (default in a git checkout: the files committed at HEAD)",
     )
+    ap.add_argument(
+        "--rerun-undetected",
+        action="store_true",
+        help="re-run only the mutants an earlier run in --work left undetected, against the current tests",
+    )
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant workers (default: mutmut's)")
     args = ap.parse_args(argv)
 
@@ -268,7 +309,16 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for module in modules:
         results.append(
-            run_module(args.work, module, base, table[module], args.max_children, env, not args.working_tree)
+            run_module(
+                args.work,
+                module,
+                base,
+                table[module],
+                args.max_children,
+                env,
+                not args.working_tree,
+                args.rerun_undetected,
+            )
         )
         # Rewrite after every module so an interrupted run keeps what finished.
         tmp = out.with_name(out.name + ".partial")
