@@ -305,13 +305,19 @@ def test_bench_render_summarises_the_committed_h200_run(tmp_path):
                     and r["causal"] == causal and r["impl"] == impl and r["recipe"] == recipe)
 
     ours, bf16, fp8 = tf("triton-fp8", "zyfa-hopper"), tf("sdpa-cudnn", "bf16"), tf("cudnn-fp8", "cudnn-fp8")
-    line = next(x for x in md.splitlines() if x.startswith("| hd128 | 32768 | non-causal |"))
-    cells = [c.strip() for c in line.strip("|").split("|")]
-    assert cells[3] == f"{ours:.0f}" and cells[8] == f"{ours / bf16:.2f}" and cells[10] == f"{ours / fp8:.2f}"
+    lines = md.splitlines()
+    header = next(x for x in lines if x.startswith("| shape | s | mask |"))
+    line = next(x for x in lines if x.startswith("| hd128 | 32768 | non-causal |"))
+    def split(row):
+        return [c.strip() for c in row.strip("|").split("|")]
+
+    cell = dict(zip(split(header), split(line), strict=True))
+    assert cell["zyfa-hopper"] == f"{ours:.0f}"
+    assert cell["× cuDNN BF16"] == f"{ours / bf16:.2f}" and cell["× cuDNN FP8"] == f"{ours / fp8:.2f}"
     assert md.index("## Where we land") < md.index("## Every row")
     bad = tmp_path / "x.json"
     bad.write_text("[]")
     with pytest.raises(ValueError, match="not a zyfa bench file"):
         render(str(bad))
-    with pytest.raises(FileNotFoundError, match="bench_"):
+    with pytest.raises(FileNotFoundError, match="missing.json"):
         render(str(tmp_path / "missing.json"))
