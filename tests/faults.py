@@ -96,12 +96,12 @@ def count_lines(path: Path) -> int:
 
 
 def kill_when(args: list[str], cwd: Path, watch: Path, lines: int, *, extra_delay: float = 0.0,
-              timeout: float = 600) -> int:
+              timeout: float = 600, env_extra: dict | None = None) -> int:
     """Start ``zyfa *args``, SIGKILL it once ``watch`` holds ``lines`` complete lines (``lines`` 0: once the
     file exists, -1: as soon as the process runs), after ``extra_delay`` seconds more. Returns the number of
     lines ``watch`` held at the kill, or -2 when the process ended before the kill point (the test then knows
     the point was not reached)."""
-    proc = subprocess.Popen(zyfa_cmd(*args), cwd=cwd, env=env(), stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(zyfa_cmd(*args), cwd=cwd, env={**env(), **(env_extra or {})}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     t0 = time.monotonic()
     try:

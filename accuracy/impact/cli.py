@@ -3,12 +3,18 @@
     zyfa impact --models smollm2 --recipes zyfa,ck --out impact/results.jsonl
     zyfa impact --render-only --out 'reports/impact/results*.jsonl'
 
+Every argument (models, recipes, layers) is checked before anything is written or deleted. ``--out`` defaults
+to ``zyfa-impact/results.jsonl`` in the current directory; an existing file is refused unless ``--resume``
+(keep its rows, measure the missing ones) or ``--force`` (start over: the new rows go to ``<out>.partial``,
+which replaces ``<out>`` only when the run finishes).
+
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,7 +24,24 @@ import torch
 from accuracy.impact.rows import drop_rows, parse_drop_spec
 from accuracy.impact.run import DEFAULT_LAYER_RECIPES, DEFAULT_RECIPES, run_impact
 from accuracy.impact.section import command_of, results_paths, write_markdown
+from zyfa.outputs import OutputError, check_writable, partial_path
 from zyfa.recipes import get_recipe
+
+# Default results file, in the current directory (never the committed reports/impact/).
+DEFAULT_OUT = "zyfa-impact/results.jsonl"
+
+
+def _check_models(models: list[str]) -> None:
+    """ValueError unless each model is a registry name, an existing directory or file, or a hub id (owner/name)."""
+    from capture.models import MODELS
+
+    if not models:
+        raise ValueError("--models names no model")
+    for m in models:
+        if m in MODELS or Path(m).expanduser().exists() or ("/" in m and not m.startswith(("/", ".", "~"))):
+            continue
+        raise ValueError(f"unknown model {m!r}: give a registry name ({', '.join(MODELS)}), a model directory or "
+                         ".gguf file, or a hub id (owner/name)")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,9 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"recipes of the per-layer sweep (default {DEFAULT_LAYER_RECIPES})")
     parser.add_argument("--layer-windows", type=int, default=1, help="windows of the per-layer sweep (default 1)")
     parser.add_argument("--layers", default=None, help="restrict the per-layer sweep to these layers (e.g. 0,5,29)")
-    parser.add_argument("--out", default="reports/impact/results.jsonl",
-                        help="results JSONL (rows appended); with --render-only: one or several files, "
-                        "comma-separated or a quoted glob (e.g. 'reports/impact/results*.jsonl')")
+    parser.add_argument("--out", default=DEFAULT_OUT,
+                        help=f"results JSONL (rows appended; default ./{DEFAULT_OUT}); with --render-only: one or "
+                        "several files, comma-separated or a quoted glob (e.g. 'reports/impact/results*.jsonl')")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing --out (the old file stays until the new run finishes)")
     parser.add_argument("--markdown", default=None,
                         help="Markdown section to write (default: impact.md next to --out)")
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --out and skip them")
@@ -75,26 +100,45 @@ def main(args: argparse.Namespace) -> int:
             return 2
         print(f"dropped {n} row(s) from {out}" + (f" (kept in {sidecar}); re-render with --render-only" if n else ""))
         return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
     split = [s.strip() for s in args.models.split(",") if s.strip()]
-    try:
+    try:  # every argument before anything is written or deleted
+        if args.force and args.resume:
+            raise ValueError("--force and --resume exclude each other")
+        _check_models(split)
         recipes = [get_recipe(r.strip()).name for r in args.recipes.split(",") if r.strip()]
         layer_recipes = [get_recipe(r.strip()).name for r in args.layer_recipes.split(",") if r.strip()]
-    except ValueError as e:
-        print(f"zyfa impact: {e}", file=sys.stderr)
+        try:
+            layers = [int(x) for x in args.layers.split(",")] if args.layers else None
+        except ValueError:
+            raise ValueError(f"--layers takes comma-separated integers, got {args.layers!r}") from None
+        per_layer = [s.strip() for s in args.per_layer.split(",") if s.strip()]
+        unknown = [m for m in per_layer if m not in split]
+        if unknown:
+            raise ValueError(f"--per-layer {unknown} not in --models")
+        if out.is_file() and not (args.resume or args.force):
+            raise OutputError(f"{out} exists: add --resume to measure only the missing rows, --force to start over, "
+                              "or choose another --out")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(out, need_bytes=1 << 20)
+    except (ValueError, OSError) as e:
+        print(f"zyfa impact: error: {e}", file=sys.stderr)
         return 2
-    layers = [int(x) for x in args.layers.split(",")] if args.layers else None
-    per_layer = [s.strip() for s in args.per_layer.split(",") if s.strip()]
-    unknown = [m for m in per_layer if m not in split]
-    if unknown:
-        print(f"zyfa impact: --per-layer {unknown} not in --models", file=sys.stderr)
-        return 2
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    # --force: the new rows go to <out>.partial, which replaces <out> when the run finishes
+    work = partial_path(out) if args.force else out
     t0 = time.perf_counter()
-    run_impact(split, recipes, n_tokens=args.tokens, windows=args.windows, text=args.text, per_layer=per_layer,
-               layer_recipes=layer_recipes, layer_windows=args.layer_windows, layers=layers, out=out,
-               resume=args.resume, progress=not args.no_progress,
-               on_model_done=lambda: write_markdown(out, md, command=command))
+    try:
+        run_impact(split, recipes, n_tokens=args.tokens, windows=args.windows, text=args.text, per_layer=per_layer,
+                   layer_recipes=layer_recipes, layer_windows=args.layer_windows, layers=layers, out=work,
+                   resume=args.resume, progress=not args.no_progress,
+                   on_model_done=lambda: write_markdown(work, md, command=command))
+    except (ValueError, OSError) as e:
+        print(f"zyfa impact: error: {e}; the rows finished so far are in {work}"
+              + (" (rerun with --resume)" if work == out else ""), file=sys.stderr)
+        return 2
+    if work != out:
+        os.replace(work, out)
     write_markdown(out, md, command=command)
     print(f"wrote {out} and {md} in {time.perf_counter() - t0:.0f} s")
     return 0

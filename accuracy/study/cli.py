@@ -16,8 +16,9 @@ from pathlib import Path
 
 from accuracy.report.build import load_results
 from accuracy.report.document import save_screenshot
+from accuracy.results_io import ResultsFile
 from accuracy.study import run as study_run
-from accuracy.study.compose import find_bench, load_report_inputs, render, split_paths
+from accuracy.study.compose import REPO_ROOT, find_bench, load_report_inputs, render, split_paths
 from accuracy.study.report_cli import report_command
 from accuracy.study.run import (
     DEFAULT_IMPACT,
@@ -29,11 +30,23 @@ from accuracy.study.run import (
     run_study,
     study_inputs,
 )
+from zyfa.outputs import StagedFolder
+
+# The accuracy rows of a study in progress, kept in its <out>.partial/ folder as they finish.
+ROWS_NAME = "accuracy_rows.jsonl"
+# Free space a study needs for its folder (results, report, plots), checked before it starts.
+STUDY_BYTES = 64 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default=None, help="output folder (default reports/study, or reports/study-long "
-                        "with --long)")
+    parser.add_argument("--out", default=None,
+                        help=f"output folder (default ./{DEFAULT_OUT['default']}, ./{DEFAULT_OUT['quick']} with "
+                        f"--quick, ./{DEFAULT_OUT['long']} with --long, in the current directory); the committed "
+                        "reports/study is rewritten only when named here (with --force)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an existing --out folder (when the new study is finished)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted study in --out (its rows are kept in <out>.partial/)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="a smaller study (shorter inputs, fewer recipes)")
     mode.add_argument("--long", action="store_true",
@@ -62,6 +75,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "docs/CONTRACTS.md), repeatable")
     r.add_argument("--kernel-recipe", action="append", metavar="NAME",
                    help="pair --kernel with a recipe's emulation (once for every kernel, or once per --kernel)")
+
+
+# Default output folders, in the current directory: a study never writes into the repository unless asked.
+DEFAULT_OUT = {"default": "zyfa-study", "quick": "zyfa-study-quick", "long": "zyfa-study-long"}
+# Files a study writes into its folder; any other file of an existing folder (e.g. a README) is kept when the
+# folder is replaced, these are not (an old screenshot never stays beside a new report).
+GENERATED = ("results.jsonl", "report.md", "report.html", "report_screenshot.png")
+
+
+def _generated(name: str) -> bool:
+    return name in GENERATED or (name.startswith("fig_") and name.endswith(".png")) or name.endswith(".partial")
 
 
 def _on_gpu(device: str) -> bool:
@@ -93,18 +117,31 @@ def _command(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
+def _impact_default() -> list[Path]:
+    """The committed impact results of the repository this package sits in (not of the current directory)."""
+    found = [Path(p) for p in sorted(glob.glob(str(REPO_ROOT / DEFAULT_IMPACT)))]
+    return [Path(_shown(p)) for p in sorted(found, key=lambda p: (p.name != "results.jsonl", p.name))]
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _paths(spec: str) -> list[Path]:
     return [Path(p) for p in split_paths([spec])]
 
 
 def impact_files(spec: str | None) -> list[Path]:
     """The impact result files of ``--impact``: ``none`` -> none; unset -> :data:`DEFAULT_IMPACT` (those present,
-    ``results.jsonl`` first); else the named files (globs expanded), which must exist."""
+    ``results.jsonl`` first), found in the repository whatever the current directory; else the named files (globs
+    expanded), which must exist."""
     if spec is not None and spec.strip().lower() == "none":
         return []
     if spec is None:
-        found = [Path(p) for p in sorted(glob.glob(DEFAULT_IMPACT))]
-        return sorted(found, key=lambda p: (p.name != "results.jsonl", p.name))
+        return _impact_default()
     paths = _paths(spec)
     missing = [str(p) for p in paths if not p.is_file()]
     if missing or not paths:
@@ -116,8 +153,9 @@ def main(args: argparse.Namespace) -> int:
     """Run the study; 0 on success, 2 on bad input (one line on stderr)."""
     t0 = time.perf_counter()
     mode = "quick" if args.quick else "long" if args.long else "default"
-    out = Path(args.out or ("reports/study-long" if args.long else "reports/study"))
+    out = Path(args.out or DEFAULT_OUT[mode])
     notes = []
+    stage = None
     try:
         if args.captures is not None and args.captures.strip().lower() == "none":
             captures = []
@@ -154,10 +192,22 @@ def main(args: argparse.Namespace) -> int:
         max_tokens = args.max_tokens if args.max_tokens is not None else (512 if args.quick else None)
         if args.gaussian_filter is not None:
             re.compile(args.gaussian_filter)
+        from accuracy.implementations import load_plugins, parse_implementations
+
+        if args.kernel_recipe and not args.kernel:
+            raise ValueError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
+        impls = parse_implementations(args.implementations if args.implementations is not None else "all")
+        impls += load_plugins(args.kernel or [], args.kernel_recipe or [])
+        if not captures and not gaussian_specs(mode, args.max_seq, args.gaussian_filter):
+            raise ValueError("no inputs: no captures and --gaussian-filter keeps no Gaussian input")
+        bench = split_paths([args.bench]) if args.bench else find_bench()
+        impact_paths = impact_files("none" if args.long and args.impact is None else args.impact)
+        extra = load_report_inputs(bench, impact_paths)
+        # every argument is checked; now the output (before any work): writable, free space, refuse/force/resume
+        stage = StagedFolder.open(out, force=args.force, resume=args.resume, need_bytes=STUDY_BYTES)
+        rows_file = ResultsFile.open(stage.stage / ROWS_NAME, resume=True, flag="--out")
         inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
                               name_filter=args.gaussian_filter)
-        if not inputs:
-            raise ValueError("no inputs: no captures and --gaussian-filter keeps no Gaussian input")
         full = [g.name for g in gaussian_specs(mode)]
         ran = {i.name for i in inputs}
         left = [n for n in full if n not in ran]
@@ -166,16 +216,9 @@ def main(args: argparse.Namespace) -> int:
                          + (f"Gaussian inputs left out: {', '.join(left)}. " if left else "")
                          + (f"Recipes: {', '.join(recipes)} (of {', '.join(base)})." if set(recipes) != set(base)
                             else ""))
-        from accuracy.implementations import load_plugins, parse_implementations
-
-        if args.kernel_recipe and not args.kernel:
-            raise ValueError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
-        impls = parse_implementations(args.implementations if args.implementations is not None else "all")
-        impls += load_plugins(args.kernel or [], args.kernel_recipe or [])
-        bench = split_paths([args.bench]) if args.bench else find_bench()
-        impact_paths = impact_files("none" if args.long and args.impact is None else args.impact)
-        extra = load_report_inputs(bench, impact_paths)
     except (ValueError, FileNotFoundError, OSError, re.error) as e:
+        if stage is not None and not stage.resumed and not any(stage.stage.iterdir()):
+            stage.stage.rmdir()  # made by this run, still empty: leave nothing behind
         print(f"zyfa study: error: {e}", file=sys.stderr)
         return 2
 
@@ -187,26 +230,44 @@ def main(args: argparse.Namespace) -> int:
             "study_captures": ", ".join(f"{p.name} (sha256 {file_sha256(p)[:16]})" for p in captures) or "none",
             "study_impact": "; ".join(f"{f['path']} (sha256 {f['sha256']}, {f['rows']} rows)"
                                       for f in (extra.impact[1] if extra.impact else [])) or "none"}
-    rows = run_study(inputs, recipes, device=args.device, progress=not args.no_progress, extra_provenance=prov,
-                     implementations=impls)
+    if stage.resumed:
+        log(f"resuming the interrupted study in {stage.stage}: {len(rows_file.done)} rows done")
+    try:
+        rows = run_study(inputs, recipes, device=args.device, progress=not args.no_progress, extra_provenance=prov,
+                         implementations=impls, rows_file=rows_file)
+    except ValueError as e:  # an output error (disk full) or a resumed folder of another study
+        rows_file.close()
+        print(f"zyfa study: error: {e}; the rows finished so far are in {stage.stage} (rerun with --resume)",
+              file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        rows_file.close()
+        print(f"zyfa study: interrupted; the rows finished so far are in {stage.stage} (rerun with --resume)",
+              file=sys.stderr)
+        return 130
     for name, why in (rows.provenance.get("implementations_unavailable") or {}).items():
         log(f"real implementation not run: {name}: {why}")
     rows.provenance["study_notes"].append(
         f"Accuracy ran on `{rows.provenance.get('device')}` ({rows.provenance.get('device_name')}): "
         f"{len(inputs)} inputs x {len(recipes)} recipes; the runner took {rows.provenance['study_accuracy_s']:.0f} s "
         f"and the input features and per-head errors {rows.provenance['study_features_s']:.0f} s.")
-    results = out / "results.jsonl"
-    write_results(rows, results)
-    log(f"wrote {len(rows)} rows to {results}")
-
-    title = ("ZYFA long-context study: FP8 attention error at 8K-32K tokens" if args.long else
-             "ZYFA study: FP8 attention error on model captures and Gaussian inputs")
-    rep_cmd = report_command([results], str(out), bench, title, shot=bool(shutil.which("chromium")),
-                             impact=[str(p) for p in impact_paths])
-    _, paths = render(load_results([results]), out, extra, command=rep_cmd, title=title)
-    log(f"wrote {paths['markdown']} and {paths['html']}; total {time.perf_counter() - t0:.0f} s")
-    if shutil.which("chromium"):
-        rc = save_screenshot(paths["html"])
-        if rc:
-            return rc
-    return 0
+    # the report and its results are written together into the stage, which then replaces --out as a whole
+    staged = stage.stage / "results.jsonl"
+    try:
+        write_results(rows, staged)
+        title = ("ZYFA long-context study: FP8 attention error at 8K-32K tokens" if args.long else
+                 "ZYFA study: FP8 attention error on model captures and Gaussian inputs")
+        rep_cmd = report_command([str(out / "results.jsonl")], str(out), bench, title,
+                                 shot=bool(shutil.which("chromium")), impact=[str(p) for p in impact_paths])
+        _, paths = render(load_results([staged]), stage.stage, extra, command=rep_cmd, title=title)
+        rc = save_screenshot(paths["html"]) if shutil.which("chromium") else 0
+        removed = stage.commit(keep=lambda name: not _generated(name))
+        (out / (ROWS_NAME + ".partial")).unlink(missing_ok=True)
+    except (ValueError, OSError) as e:
+        print(f"zyfa study: error: {e}; the finished rows are in {stage.stage} (rerun with --resume)", file=sys.stderr)
+        return 2
+    log(f"wrote {len(rows)} rows, report.md and report.html to {out}; total {time.perf_counter() - t0:.0f} s")
+    if "report_screenshot.png" in removed:
+        log("no screenshot this time (no Chromium): the old report_screenshot.png, which showed the previous "
+            "report, was removed")
+    return rc

@@ -22,10 +22,15 @@ import argparse
 import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from accuracy.report.build import load_results, select_recipes
 from accuracy.report.document import save_screenshot
 from accuracy.study.compose import load_report_inputs, render, split_paths
+from zyfa.outputs import check_dir_writable
+
+# Free space a report needs (Markdown, HTML with inlined plots, PNGs), checked before rendering.
+REPORT_BYTES = 32 << 20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +75,7 @@ def main(args: argparse.Namespace) -> int:
     bench_paths = split_paths(args.bench)
     impact_paths = split_paths(args.impact)
     try:
+        check_dir_writable(args.out, need_bytes=REPORT_BYTES)  # before any rendering
         if not results:
             raise ValueError("--results names no file")
         res = load_results(results)
@@ -82,8 +88,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"zyfa report: error: {e}", file=sys.stderr)
         return 2
     cmd = report_command(results, args.out, bench_paths, args.title, args.screenshot, args.recipes, impact_paths)
-    doc, paths = render(res, args.out, extra, command=cmd, title=args.title, plots=not args.no_plots)
+    try:
+        doc, paths = render(res, args.out, extra, command=cmd, title=args.title, plots=not args.no_plots)
+    except OSError as e:
+        print(f"zyfa report: error: cannot write the report into {args.out}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"wrote {paths['markdown']} and {paths['html']} ({len(doc.images)} plots)")
     if args.screenshot:
         return save_screenshot(paths["html"])
+    stale = Path(args.out) / "report_screenshot.png"
+    if stale.is_file():  # it showed the report just replaced: never left beside the new one
+        stale.unlink()
+        print(f"removed {stale}: it showed the previous report (--screenshot makes a new one)")
     return 0

@@ -97,19 +97,44 @@ def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
 
 
 def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progress: bool = True,
-              head_recipes=HEAD_RECIPES, extra_provenance: dict | None = None, implementations=()):
+              head_recipes=HEAD_RECIPES, extra_provenance: dict | None = None, implementations=(),
+              rows_file=None):
     """Run the accuracy runner, then add per-input features and (captures) per-head errors to the rows.
 
     ``implementations``: real kernels (:mod:`accuracy.implementations`) run beside the recipes; those not
-    available on this machine are listed with the reason in the provenance (``implementations_unavailable``)."""
+    available on this machine are listed with the reason in the provenance (``implementations_unavailable``).
+    ``rows_file`` (an :class:`accuracy.results_io.ResultsFile`, optional): the accuracy rows are appended to it as
+    they finish, and the rows it already holds (a resumed study) are not run again; features and per-head errors
+    are then computed for every row, so a resumed study's rows equal an uninterrupted one's."""
     from accuracy.features import head_errors, input_features
     from accuracy.p_flushed import flush_count_factor
-    from accuracy.runner import resolve_device, run_accuracy
+    from accuracy.runner import ResultRows, input_key, resolve_device, run_accuracy
 
     dev = resolve_device(device)
     t0 = time.perf_counter()
-    log(f"accuracy: {len(inputs)} inputs x {len(recipes)} recipes on {dev}")
-    rows = run_accuracy(inputs, recipes, device=dev, progress=progress, implementations=implementations)
+    usable = [i for i in implementations if i.available()[0]]
+    keys = [k for inp in inputs for k in [input_key(inp, r) for r in recipes]
+            + [input_key(inp, i.recipe, i.name) for i in usable]]
+    if rows_file is not None:
+        rows_file.check_plan(keys)
+    resumed = rows_file is not None and rows_file.resumed_from is not None
+    log(f"accuracy: {len(inputs)} inputs x {len(recipes)} recipes on {dev}"
+        + (f" ({len(rows_file.done)} rows done before, resumed)" if resumed else ""))
+    rows = run_accuracy(inputs, recipes, device=dev, progress=progress,
+                        skip=rows_file.done if rows_file is not None else (),
+                        on_start=rows_file.start if rows_file is not None else None,
+                        on_row=rows_file.add if rows_file is not None else None,
+                        run_id=rows_file.provenance.get("run_id") if resumed else None,
+                        implementations=implementations)
+    if rows_file is not None:
+        prov = rows.provenance
+        if resumed:
+            first = rows_file.provenance
+            prov = {**first, "resumed": [*first.get("resumed", []), {
+                k: rows.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
+                                                    "device", "device_name")}]}
+        rows = ResultRows(rows_file.rows_in_order(keys), provenance=prov)
+        rows_file.close()
     t_acc = time.perf_counter() - t0
     log(f"accuracy done in {t_acc:.0f} s; features and per-head errors")
     t1 = time.perf_counter()
