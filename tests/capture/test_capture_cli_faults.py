@@ -1,7 +1,8 @@
 """Fault injection for ``zyfa capture``: SIGKILL at random points, a full disk, read-only outputs.
 
 The real command runs in a subprocess on a tiny random Gemma-3 directory (``tiny_model.py``) and is killed
-with SIGKILL: right after its file appears, at a randomly drawn write boundary, and at a random moment. After
+with SIGKILL: as its file is created, right after it appears, at a randomly drawn write boundary, and at a
+random moment. After
 every kill nothing complete is lost, and the final rerun's file equals an uninterrupted run's, dataset for
 dataset. A writer that raises ENOSPC and a read-only output folder give one clear line, and earlier files stay
 byte for byte as they were.
@@ -95,7 +96,8 @@ def test_killed_capture_resumes_to_the_uninterrupted_result(tiny_gemma3_dir, ref
     out = tmp_path / "tiny.h5"
     want = {i: _layer_data(reference, i) for i in (0, 1)}
     kept: set[int] = set()
-    for kill_at, kill_after in (("create:renamed", None), (boundary, None), (None, delay)):
+    kills = (("create:opened", None), ("create:renamed", None), (boundary, None), (None, delay))
+    for kill_at, kill_after in kills:
         rc, text = _zyfa_capture(tiny_gemma3_dir, out, kill_at, kill_after)
         note = f"seed {seed}, kill at {kill_at or f'{kill_after:.3f} s'}: rc {rc}\n{text}"
         assert rc in (-signal.SIGKILL, 0), note
