@@ -74,6 +74,17 @@ def tiny_fs(path: Path, size: str = "64k"):
         _umount(path)
 
 
+def path_without_chromium(folder: Path) -> str:
+    """A PATH holding only links to Python and git (so a run finds no Chromium, but git still works)."""
+    import shutil
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for prog, target in (("python3", sys.executable), ("git", shutil.which("git"))):
+        if target and not (folder / prog).exists():
+            (folder / prog).symlink_to(target)
+    return str(folder)
+
+
 def zyfa_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "zyfa.cli", *args]
 

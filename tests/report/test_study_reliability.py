@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults import ROOT, kill_when, readonly_dir, result_rows
+from tests.faults import ROOT, kill_when, path_without_chromium, readonly_dir, result_rows
 from zyfa.cli import main as zyfa
 
 SMALL = ["study", "--quick", "--max-seq", "128", "--captures", "none", "--gaussian-filter", "d64",
@@ -28,9 +28,9 @@ N_ROWS = 6  # 3 Gaussian inputs (plain, causal, outliers) x 2 recipes
 
 
 @pytest.fixture
-def no_chromium(monkeypatch):
-    """PATH without Chromium (only the Python interpreter's folder)."""
-    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
+def no_chromium(monkeypatch, tmp_path_factory):
+    """PATH without Chromium (links to Python and git only)."""
+    monkeypatch.setenv("PATH", path_without_chromium(tmp_path_factory.mktemp("bin")))
 
 
 def _one_line(capsys, *words):
@@ -148,7 +148,7 @@ def test_bench_and_impact_inputs_found_from_any_directory(tmp_path, monkeypatch)
 
 
 def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
-    env = {"PATH": str(Path(sys.executable).parent)}  # no Chromium: the screenshot is not what is tested here
+    env = {"PATH": path_without_chromium(tmp_path / "bin")}  # no Chromium: the screenshot is not tested here
     args = [*SMALL, "--out"]
     full = _run(args + ["full"], tmp_path, env)
     assert full.returncode == 0, full.stderr
@@ -198,7 +198,7 @@ def _study_in_clone(tmp_path: Path, args: list[str]) -> tuple[Path, str, subproc
     if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True).returncode:
         pytest.skip("not a git checkout")
     clone, head = _clone(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(clone), "PATH": str(Path(sys.executable).parent)}
+    env = {**os.environ, "PYTHONPATH": str(clone), "PATH": path_without_chromium(tmp_path / "bin")}
     env.pop("ZYFA_GIT_COMMIT", None)
     res = subprocess.run([sys.executable, "-m", "zyfa.cli", *args], cwd=clone, env=env, capture_output=True,
                          text=True, timeout=3600)
