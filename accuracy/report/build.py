@@ -29,6 +29,7 @@ import numpy as np
 
 from accuracy.report.blocks import fmt, fmt_ci, kind_of, slug
 from accuracy.report.document import Doc
+from accuracy.report.front import model_anchor, section_front
 from accuracy.report.plots import png, pyplot
 from accuracy.report.speed import section_speed
 from accuracy.results_io import read_jsonl
@@ -181,7 +182,7 @@ def _style(name: str, recipes: list) -> dict:
 # ---------------------------------------------------------------------------------------------- sections
 
 def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: bool) -> None:
-    key = slug(gname)
+    tkey = slug(gname)
     by = _by_recipe(rows)
     n_inputs = len({_input_key(r) for r in rows})
     doc.h(3, f"{gname}: error by recipe")
@@ -201,7 +202,7 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
             cis[(name, m)] = ci
             cells.append(fmt_ci(ci, kind_of(m)))
         body.append(cells)
-    doc.table(f"t-{key}-recipes", header, body)
+    doc.table(f"t-{tkey}-recipes", header, body)
     other = [m for m in OTHER_METRICS if any(m in r for r in rows)]
     if other:
         doc.p("Other metrics, mean over the inputs (maxima: the largest).")
@@ -216,7 +217,7 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
                 v = max(vals) if ("max" in m and not m.endswith("p50")) else float(np.mean(vals))
                 cells.append(fmt(v, kind_of(m)))
             body2.append(cells)
-        doc.table(f"t-{key}-other", ["recipe", *other], body2)
+        doc.table(f"t-{tkey}-other", ["recipe", *other], body2)
     nan = sorted({r["recipe"] for r in rows if r.get("has_nan")})
     if nan:
         doc.p(f"NaN or Inf in the output of: {', '.join(nan)} (their intervals are nan).")
@@ -224,12 +225,12 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
         plt = pyplot()
         names = [b[0] for b in body]
         fig, ax = plt.subplots(figsize=(max(5.0, 0.55 * len(names)), 3.2))
-        for i, (key, color) in enumerate((("deq_rel_l2", "#1f77b4"), ("orig_rel_l2", "#ff7f0e"))):
-            est = np.array([cis[(n, key)][0] for n in names])
-            lo = np.array([cis[(n, key)][1] for n in names])
-            hi = np.array([cis[(n, key)][2] for n in names])
+        for i, (metric, color) in enumerate((("deq_rel_l2", "#1f77b4"), ("orig_rel_l2", "#ff7f0e"))):
+            est = np.array([cis[(n, metric)][0] for n in names])
+            lo = np.array([cis[(n, metric)][1] for n in names])
+            hi = np.array([cis[(n, metric)][2] for n in names])
             x = np.arange(len(names)) + (i - 0.5) * 0.38
-            ax.bar(x, est, width=0.38, color=color, label=MAIN_METRICS[key])
+            ax.bar(x, est, width=0.38, color=color, label=MAIN_METRICS[metric])
             ok = np.isfinite(lo) & np.isfinite(hi)
             ax.errorbar(x[ok], est[ok], yerr=[est[ok] - lo[ok], hi[ok] - est[ok]], fmt="none", ecolor="k",
                         lw=0.8, capsize=2)
@@ -239,7 +240,7 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
         ax.set_title(f"{gname}: mean error, 95% CI")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         ax.grid(axis="y", alpha=0.3)
-        doc.img(f"fig_{key}_recipes.png", png(fig), f"{gname}: relative L2 error by recipe (mean, 95% CI)")
+        doc.img(f"fig_{tkey}_recipes.png", png(fig), f"{gname}: relative L2 error by recipe (mean, 95% CI)")
 
 
 def _paired(rows: list, a: str, b: str, metric: str) -> list[float]:
@@ -330,7 +331,7 @@ def _heads_of(row: dict) -> list:
 
 
 def _section_layers(doc: Doc, gname: str, rows: list, recipes: list, plots: bool) -> None:
-    key = slug(gname)
+    tkey = slug(gname)
     layers = sorted({(int(r["input_layer"]), str(r.get("input_layer_type") or "")) for r in rows
                      if r.get("input_layer") is not None})
     if not layers:
@@ -345,7 +346,7 @@ def _section_layers(doc: Doc, gname: str, rows: list, recipes: list, plots: bool
     body = [[f"{lay}" + (f" ({typ})" if typ and typ != "None" else "")]
             + [fmt(float(np.mean(by[(lay, n)])), "err") if by.get((lay, n)) else "-" for n in recipes]
             for lay, typ in layers]
-    doc.table(f"t-{key}-layers", ["layer", *recipes], body)
+    doc.table(f"t-{tkey}-layers", ["layer", *recipes], body)
 
     with_heads = [n for n in recipes if any(r["recipe"] == n and isinstance(r.get("deq_rel_l2_heads"), list)
                                             for r in rows)]
@@ -378,7 +379,7 @@ def _section_layers(doc: Doc, gname: str, rows: list, recipes: list, plots: bool
                 continue
             body.append([f"L{lay} h{h}", *(fmt(grid[n][i, j], "err") for n in with_heads)])
     body.append(["mean [95% CI]", *(fmt_ci(_ci(grid[n][~np.isnan(grid[n])]), "err") for n in with_heads)])
-    doc.table(f"t-{key}-heads", ["layer, head", *with_heads], body)
+    doc.table(f"t-{tkey}-heads", ["layer, head", *with_heads], body)
     if plots:
         plt = pyplot()
         from matplotlib.colors import LogNorm
@@ -397,7 +398,7 @@ def _section_layers(doc: Doc, gname: str, rows: list, recipes: list, plots: bool
             ax.set_xlabel("query head", fontsize=8)
         axes[0][0].set_ylabel("layer", fontsize=8)
         fig.colorbar(im, ax=axes[0].tolist(), shrink=0.9, label="rel L2 (deq)")
-        doc.img(f"fig_{key}_heads.png", png(fig), f"{gname}: relative L2 error (deq) by layer and query head")
+        doc.img(f"fig_{tkey}_heads.png", png(fig), f"{gname}: relative L2 error (deq) by layer and query head")
 
 
 _SPEC_KEYS = ("head_dim", "head_dim_v", "heads_q", "heads_kv", "causal", "window", "input_spec_std",
@@ -438,8 +439,8 @@ def _section_seq(doc: Doc, gname: str, rows: list, recipes: list, plots: bool) -
         doc.p(f"**{label}**")
         body = [[fmt(s, "int"), *(fmt(float(np.mean(cell[(s, n)])), "err") if (s, n) in cell else "-"
                                   for n in names)] for s in seqs]
-        key = slug(f"{gname} {label}")
-        doc.table(f"t-{key}-seq", ["seq", *names], body)
+        tkey = slug(f"{gname} {label}")
+        doc.table(f"t-{tkey}-seq", ["seq", *names], body)
         if plots:
             plt = pyplot()
             fig, ax = plt.subplots(figsize=(6, 3.4))
@@ -454,7 +455,7 @@ def _section_seq(doc: Doc, gname: str, rows: list, recipes: list, plots: bool) -
             ax.set_title(label, fontsize=9)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.0, 0.5))
-            doc.img(f"fig_{key}_seq.png", png(fig), f"{gname}, {label}: error against sequence length")
+            doc.img(f"fig_{tkey}_seq.png", png(fig), f"{gname}, {label}: error against sequence length")
 
 
 def _section_headdim(doc: Doc, gname: str, rows: list, recipes: list) -> None:
@@ -617,10 +618,11 @@ def _section_all(doc: Doc, rows: list, recipes: list) -> None:
 
 def build_report(res: Results, *, bench=(), command: str = "", extra_commands: Sequence[str] = (),
                  title: str = "FP8 attention accuracy report", notes: Sequence[str] = (), plots: bool = True,
-                 sections: Sequence[Callable[[Doc, bool], None]] = ()) -> Doc:
+                 sections: Sequence[Callable[[Doc, bool], None]] = (), front: bool = True) -> Doc:
     """The report document for the result rows and benchmark rows (:func:`accuracy.report.speed.load_bench`).
 
-    ``sections``: callables ``add(doc, plots)`` that append further sections (e.g. the model-impact section,
+    ``front``: open on the front page (:mod:`accuracy.report.front`). ``sections``: callables
+    ``add(doc, plots)`` that append further sections (e.g. the model-impact section,
     :func:`accuracy.impact.section.report_section`), placed after the model and Gaussian sections.
     """
     doc = Doc(title=title)
@@ -632,13 +634,20 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
             plots = False
             notes = [*notes, "matplotlib is not installed, so this report has no plots "
                      "(`pip install -e '.[plots]'`)."]
+    groups = list(dict.fromkeys(group_of(r) for r in rows))
+    groups.sort(key=lambda g: (g == GAUSSIAN, g))
+    if front:
+        links = [("summary", "t-summary")] if "zyfa" in recipes else []
+        links += [(g if g == GAUSSIAN else f"model {g}", model_anchor(g)) for g in groups]
+        links += [("speed", "t-bench-0-tflops" if bench else "t-all"), ("every result", "t-all"),
+                  ("inputs", "t-inputs"), ("provenance", "t-provenance")]
+        section_front(doc, rows, list(bench), plots, links)
+        doc.h(2, "About this report")
     study_cmds = [p["study_command"] for _, p in res.provenances if p.get("study_command")]
     cmds = list(dict.fromkeys([*extra_commands, *study_cmds, *([command] if command else [])]))
     doc.p("Regenerate this report with" + (" (the study, then the report alone from its results):"
                                            if len(cmds) > 1 else ":"))
     doc.code("\n".join(cmds))
-    groups = list(dict.fromkeys(group_of(r) for r in rows))
-    groups.sort(key=lambda g: (g == GAUSSIAN, g))
     n_inputs = len({_input_key(r) for r in rows})
     doc.p(f"{len(rows)} result rows: {n_inputs} inputs ({', '.join(groups)}) x {len(recipes)} recipes "
           f"({', '.join(recipes)}), from {', '.join(f'`{n}`' for n, _ in res.provenances)}.")

@@ -21,7 +21,7 @@ from accuracy.report.blocks import blocks_markdown
 @dataclass
 class Doc:
     """Blocks rendered alike to Markdown and HTML: ("h", level, text), ("p", text), ("code", text),
-    ("table", key, header, rows, text), ("img", path, caption)."""
+    ("table", key, header, rows, text), ("img", path, caption[, "side"])."""
 
     title: str
     blocks: list = field(default_factory=list)
@@ -40,9 +40,10 @@ class Doc:
         """text: cells hold prose (left-aligned, wrapped in HTML); else numbers (right-aligned, one line)."""
         self.blocks.append(("table", key, list(header), [list(r) for r in rows], text))
 
-    def img(self, name: str, png: bytes, caption: str) -> None:
+    def img(self, name: str, png: bytes, caption: str, *, side: bool = False) -> None:
+        """side: in HTML, the figure floats right of the blocks that follow (until the next heading)."""
         self.images[name] = png
-        self.blocks.append(("img", name, caption))
+        self.blocks.append(("img", name, caption, "side") if side else ("img", name, caption))
 
 
 def render_markdown(doc: Doc) -> str:
@@ -53,7 +54,7 @@ def _inline_html(text: str) -> str:
     s = html.escape(text, quote=False)
     s = re.sub(r"`([^`]+)`", r"<code>\1</code>", s)
     s = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", s)
-    return s
+    return re.sub(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+)\)", r'<a href="\2">\1</a>', s)  # links inside the page
 
 
 _CSS = """
@@ -63,9 +64,11 @@ h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-to
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0 1em}
 th,td{border:1px solid #ccc;padding:.25em .5em;text-align:right;white-space:nowrap}
 th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
-.tw{overflow-x:auto}pre{background:#f6f6f6;padding:.7em;overflow-x:auto;white-space:pre-wrap}
-code{background:#f2f2f2;padding:0 .2em}figure{margin:1em 0}img{max-width:100%}
+.tw{overflow-x:auto}pre{background:#f6f6f6;padding:.7em;overflow-x:auto;white-space:pre-wrap;
+overflow-wrap:anywhere}
+code{background:#f2f2f2;padding:0 .2em;overflow-wrap:anywhere}figure{margin:1em 0}img{max-width:100%}
 figcaption{font-size:.85em;color:#555}
+figure.side{float:right;width:36%;margin:0 0 .5em 1em}h2{clear:both}
 table.text td{text-align:left;white-space:normal;max-width:48em;overflow-wrap:anywhere}
 """
 
@@ -90,7 +93,8 @@ def render_html(doc: Doc) -> str:
         elif b[0] == "img":
             data = base64.b64encode(doc.images[b[1]]).decode("ascii")
             cap = _inline_html(b[2])
-            body.append(f'<figure><img alt="{html.escape(b[2])}" src="data:image/png;base64,{data}">'
+            cls = ' class="side"' if len(b) > 3 and b[3] == "side" else ""
+            body.append(f'<figure{cls}><img alt="{html.escape(b[2])}" src="data:image/png;base64,{data}">'
                         f"<figcaption>{cap}</figcaption></figure>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{html.escape(doc.title)}</title><style>{_CSS}</style></head><body>\n"
@@ -143,12 +147,16 @@ def screenshot(page: str | Path, png: str | Path, *, width: int = 1280, height: 
     return [line for line in res.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
 
 
+# the first screen of a report: what a reader sees on opening report.html
+FIRST_SCREEN = (1280, 1000)
+
+
 def save_screenshot(page: Path, prog: str = "zyfa report") -> int:
-    """Save ``report_screenshot.png`` next to ``page``; 0, or 1 with one line on stderr (no Chromium, no
-    screenshot, console errors)."""
+    """Save ``report_screenshot.png`` next to ``page``: its first screen (:data:`FIRST_SCREEN`); 0, or 1 with one
+    line on stderr (no Chromium, no screenshot, console errors)."""
     png = page.with_name("report_screenshot.png")
     try:
-        console = screenshot(page, png)
+        console = screenshot(page, png, width=FIRST_SCREEN[0], height=FIRST_SCREEN[1])
     except (FileNotFoundError, RuntimeError, OSError) as e:
         print(f"{prog}: no screenshot: {e}", file=sys.stderr)
         return 1

@@ -158,8 +158,8 @@ def test_causes_and_inputs(rendered):
 def test_provenance_and_command_at_the_top(rendered, small_results):
     out, rows, md, _ = rendered
     path, _ = small_results
-    head = md.split("## ", 1)[0]
-    assert f"zyfa report --results {path} --out {out}" in head
+    about = md.split("## About this report", 1)[1].split("\n## ", 1)[0]  # right after the front page
+    assert f"zyfa report --results {path} --out {out}" in about
     prov = md_tables(md)["t-provenance"]
     fields = {line[0]: line[1] for line in prov[1:]}
     assert fields["run_id"] == rows[0]["run_id"]
@@ -274,6 +274,6 @@ def test_recipes_filter(small_results, tmp_path):
     out = tmp_path / "r"
     assert main(["report", "--results", str(path), "--out", str(out), "--recipes", "zyfa,ck", "--no-plots"]) == 0
     md = (out / "report.md").read_text()
-    assert "--recipes zyfa,ck" in md.split("## ", 1)[0]
+    assert "--recipes zyfa,ck" in md.split("## About this report", 1)[1].split("\n## ", 1)[0]
     assert md_tables(md)["t-all"][0] == ["input", "zyfa", "ck"]
     assert main(["report", "--results", str(path), "--out", str(out), "--recipes", "fa3"]) == 2

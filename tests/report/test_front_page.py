@@ -1,0 +1,215 @@
+"""The report's front page: its first section holds the error table and the speed table, with numbers computed
+here from the rows and the benchmark file, the GPU named, and the speed-against-accuracy picture."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accuracy.report import front
+from accuracy.report.build import build_report, load_results
+from accuracy.report.document import FIRST_SCREEN, render_html, render_markdown
+from accuracy.report.speed import load_bench
+from tests.report.conftest import html_tables, md_tables, numbers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench_row(impl, recipe, tflops, *, s=32768, d=128, causal=False):
+    return {"input": "gaussian", "b": 1, "h": 16, "h_kv": 16, "s": s, "d_qk": d, "d_v": d, "causal": causal,
+            "impl": impl, "recipe": recipe, "tflops": tflops, "ms": 1.0}
+
+
+BENCH_ROWS = [
+    _bench_row("triton-fp8", "zyfa-hopper", 813.2), _bench_row("triton-fp8", "zyfa", 405.7),
+    _bench_row("triton-fp8", "ck", 700.4), _bench_row("triton-fp8", "ck:accumulator=hopper_fp8", 777.0),
+    _bench_row("sdpa-cudnn", "bf16", 603.1), _bench_row("sdpa-flash", "bf16", 350.0),
+    _bench_row("cudnn-fp8", "cudnn-fp8", 933.3),
+    _bench_row("triton-fp8", "zyfa", 300.0, s=16384),  # shorter: not the speed of the picture
+    _bench_row("triton-fp8", "zyfa-hopper", 802.0, causal=True),
+    _bench_row("cudnn-fp8", "cudnn-fp8", 904.0, causal=True),
+]
+
+
+@pytest.fixture(scope="module")
+def bench_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench") / "bench.json"
+    path.write_text(json.dumps({"meta": {"device": "NVIDIA H200", "date": "2026-11-30T03:09:12+00:00",
+                                         "git_commit": "abc1234"}, "rows": BENCH_ROWS}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def front_doc(small_results, bench_file):
+    """The report of the small results with half the inputs relabelled as captures (rows of the real runner)."""
+    path, _ = small_results
+    res = load_results([path])
+    inputs = sorted({r["input"] for r in res.rows})
+    for r in res.rows:
+        if r["input"] in inputs[: len(inputs) // 2]:
+            r["input_source"] = "capture"
+            r["input_model"] = "tiny"
+    doc = build_report(res, bench=load_bench([bench_file]), plots=True)
+    return res.rows, doc, render_markdown(doc), render_html(doc)
+
+
+def _first_section_html(page: str) -> str:
+    body = page.split("<body>", 1)[1]
+    parts = re.split(r"<h2>", body)
+    return parts[1]  # the text from the first <h2> to the second
+
+
+def test_the_first_section_holds_both_tables(front_doc):
+    _, _, md, page = front_doc
+    first = _first_section_html(page)
+    assert first.startswith("At a glance")
+    for key in front.FRONT_KEYS:
+        assert f'<table id="{key}"' in first, key
+    assert "NVIDIA H200" in first and "fig_front_speed_accuracy" not in first.split("<table")[0]
+    assert "<img" in first  # the picture
+    # the Markdown too: both tables before the second "## " heading
+    first_md = md.split("\n## ", 2)[1]
+    assert first_md.startswith("At a glance")
+    assert all(f'<a id="{k}"></a>' in first_md for k in front.FRONT_KEYS)
+    # the details are linked from it and exist
+    links = re.findall(r'<a href="#([^"]+)">', first)
+    assert "t-all" in links and "t-provenance" in links
+    for anchor in links:
+        assert f'id="{anchor}"' in page, anchor
+
+
+def test_error_table_means_intervals_and_status(front_doc):
+    rows, _, md, page = front_doc
+    t = md_tables(md)["t-front-error"]
+    assert t == html_tables(page)["t-front-error"]
+    assert t[0] == ["implementation", "status", "captures: rel L2", "Gaussian: rel L2"]
+    from zyfa.recipes import get_recipe
+
+    shown = {line[0]: line for line in t[1:]}
+    assert list(shown) == ["zyfa", "ck"]  # the ablation zyfa-exp2 is in the details only
+    for name, line in shown.items():
+        assert line[1] == get_recipe(name).status
+        for col, is_cap in ((2, True), (3, False)):
+            vals = [r["deq_rel_l2"] for r in rows if r["recipe"] == name
+                    and (r.get("input_source") == "capture") == is_cap]
+            est, lo, hi = numbers(line[col])
+            assert est == pytest.approx(float(np.mean(vals)), rel=6e-3)
+            assert lo <= est <= hi and lo >= min(vals) * 0.99 and hi <= max(vals) * 1.01
+
+
+def test_speed_table_is_the_bench_where_we_land(front_doc):
+    _, _, md, _ = front_doc
+    t = md_tables(md)["t-front-speed"]
+    head = t[0]
+    assert head[:4] == ["shape", "s", "mask", "zyfa-hopper"]
+    assert "fastest of our recipes" not in head and "AMD Triton FP8" not in head
+    rows = {(r[0], r[2]): dict(zip(head, r, strict=True)) for r in t[1:]}
+    nc = rows[("hd128", "non-causal")]
+    assert nc["s"] == "32768" and nc["zyfa-hopper"] == "813" and nc["cuDNN FP8"] == "933"
+    assert nc["cuDNN BF16"] == "603"
+    assert float(nc["× cuDNN FP8"]) == pytest.approx(813.2 / 933.3, abs=0.005)
+    assert rows[("hd128", "causal")]["zyfa-hopper"] == "802"
+
+
+def test_speed_points_map_bench_entries_to_implementations():
+    speeds, shape = front.speed_points(BENCH_ROWS)
+    assert shape == "hd128, non-causal, 32K tokens"
+    assert speeds["zyfa-hopper"] == 813.2 and speeds["triton:zyfa-hopper"] == 813.2
+    assert speeds["zyfa"] == 405.7  # the 32K one, not the 16K one
+    assert speeds["bf16"] == 603.1  # the faster BF16 SDPA
+    assert speeds["cudnn-fp8"] == 933.3
+    assert "ck:accumulator=hopper_fp8" not in speeds and speeds["ck"] == 700.4  # overrides are other numerics
+    causal_only = [r for r in BENCH_ROWS if r["causal"]]
+    assert front.speed_points(causal_only)[1] == "hd128, causal, 32K tokens"
+    assert front.speed_points([]) == ({}, "")
+
+
+def test_pareto_frontier_against_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        pts = {f"p{i}": (float(rng.integers(1, 6)), float(rng.integers(1, 6))) for i in range(7)}
+        expect = {n for n, (x, y) in pts.items()
+                  if not any(x2 >= x and y2 <= y and (x2, y2) != (x, y) for m, (x2, y2) in pts.items() if m != n)}
+        got = front.pareto(pts)
+        assert set(got) == expect
+        assert [pts[n][0] for n in got] == sorted(pts[n][0] for n in got)
+    pts = {"fast-rough": (930.0, 2.5e-2), "ours": (813.0, 6e-3), "slow-exact": (600.0, 1.6e-3),
+           "dominated": (700.0, 7e-3), "nan": (math.nan, 1.0)}
+    assert front.pareto(pts) == ["slow-exact", "ours", "fast-rough"]
+
+
+def test_picture_and_frontier_line(front_doc):
+    rows, doc, md, _ = front_doc
+    assert "fig_front_speed_accuracy.png" in doc.images
+    png = doc.images["fig_front_speed_accuracy.png"]
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = struct.unpack(">II", png[16:24])
+    assert 300 < w < 700 and 150 < h < 400  # small enough to sit beside the speed table
+    # zyfa (405.7) and ck (700.4): on the frontier exactly when neither is both faster and more accurate
+    cap = {n: float(np.mean([r["deq_rel_l2"] for r in rows if r["recipe"] == n
+                             and r.get("input_source") == "capture"])) for n in ("zyfa", "ck")}
+    expect = ["zyfa", "ck"] if cap["zyfa"] < cap["ck"] else ["ck"]
+    assert f"Red: the Pareto frontier ({', '.join(expect)})." in md
+    assert "Timed, but without rows in these results: zyfa-hopper." in md  # timed, no error to plot
+    assert "No speed-against-accuracy picture" not in md
+    # each group keeps its own recipe figure next to the front page's
+    assert {"fig_tiny_recipes.png", "fig_gaussian-inputs_recipes.png"} <= set(doc.images)
+
+
+def test_no_bench_still_opens_on_both_tables(small_results):
+    path, _ = small_results
+    doc = build_report(load_results([path]), plots=False)
+    page = render_html(doc)
+    first = _first_section_html(page)
+    assert all(f'<table id="{k}"' in first for k in front.FRONT_KEYS)
+    assert "no benchmark file" in first
+
+
+def test_real_kernel_rows_are_their_own_implementation():
+    rows = [{"recipe": "cudnn-fp8", "implementation": "cudnn-fp8-real", "device_name": "NVIDIA H200",
+             "input_source": "capture", "deq_rel_l2": 0.02, "orig_rel_l2": 0.1},
+            {"recipe": "cudnn-fp8", "input_source": "capture", "deq_rel_l2": 0.025, "orig_rel_l2": 0.11}]
+    entries = {e["name"]: e for e in front.error_table(rows)}
+    assert entries["cudnn-fp8-real"]["status"] == "measured on NVIDIA H200"
+    assert entries["cudnn-fp8"]["status"] == "verified"
+    assert entries["cudnn-fp8-real"]["captures_deq_rel_l2"][0] == 0.02
+    assert front.status_of("no-such-recipe") == "-"
+
+
+def test_committed_study_reports_open_on_the_front_page():
+    for folder in ("study", "study-long"):
+        page = (ROOT / "reports" / folder / "report.html").read_text(encoding="utf-8")
+        first = _first_section_html(page)
+        assert first.startswith("At a glance"), folder
+        for key in front.FRONT_KEYS:
+            assert f'<table id="{key}"' in first, (folder, key)
+        assert "NVIDIA H200" in first, folder
+    shot = ROOT / "reports" / "study" / "report_screenshot.png"
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert struct.unpack(">II", data[16:24]) == FIRST_SCREEN
+
+
+def test_the_study_finds_the_bench_from_the_repository_not_the_current_directory(tmp_path, monkeypatch):
+    from accuracy.study.compose import REPO_ROOT, find_bench
+
+    reports = tmp_path / "repo" / "reports"
+    reports.mkdir(parents=True)
+    assert find_bench(tmp_path / "repo") == []
+    for name in ("bench_2026-11-29.json", "bench_2026-11-30_s3b.json"):
+        (reports / name).write_text("{}")
+    assert [Path(p).name for p in find_bench(tmp_path / "repo")] == ["bench_2026-11-30_s3b.json"]  # the newest
+    (reports / "bench.json").write_text("{}")
+    assert [Path(p).name for p in find_bench(tmp_path / "repo")] == ["bench.json"]  # the current one first
+    monkeypatch.chdir(tmp_path)  # outside the repository: the repository's own file, by its full path
+    expect = sorted((REPO_ROOT / "reports").glob("bench*.json"))
+    got = find_bench()
+    assert got and Path(got[0]).is_absolute() and Path(got[0]).resolve() in [p.resolve() for p in expect]
+    monkeypatch.chdir(REPO_ROOT)  # inside it: as a user would type it
+    assert not Path(find_bench()[0]).is_absolute()
