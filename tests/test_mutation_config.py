@@ -1,0 +1,84 @@
+"""The mutation-testing set-up stays consistent: every configured module and test path exists, the script's
+per-module pyproject narrows [tool.mutmut] to one module, and the tool's work folders are ignored by git and
+ruff. (The mutation run itself is scripts/mutation_test.py, never part of the default CI run.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+ROOT = Path(__file__).resolve().parents[1]
+ISSUE_MODULES = {
+    "zyfa/formats.py",
+    "zyfa/quant.py",
+    "zyfa/emulator.py",
+    "zyfa/recipes.py",
+    "reference/attention.py",
+    "accuracy/metrics.py",
+    "accuracy/inputs.py",
+    "capture/store.py",
+}
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("mutation_test", ROOT / "scripts" / "mutation_test.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["mutation_test"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_listed_module_and_test_path_exists(script):
+    base, table = script.load_settings(ROOT / "pyproject.toml")
+    assert set(table) == ISSUE_MODULES
+    assert set(base["source_paths"]) == ISSUE_MODULES
+    for module, tests in table.items():
+        assert (ROOT / module).is_file(), module
+        assert tests and all((ROOT / t).exists() for t in tests), (module, tests)
+    assert base["process_isolation"] == "forkserver"
+    assert "not gpu and not slow" in base["pytest_add_cli_args"]
+
+
+def test_module_pyproject_narrows_the_mutmut_table(script):
+    text = (ROOT / "pyproject.toml").read_text("utf-8")
+    base, table = script.load_settings(ROOT / "pyproject.toml")
+    out = tomllib.loads(script.module_pyproject(text, base, "zyfa/quant.py", table["zyfa/quant.py"]))
+    mm = out["tool"]["mutmut"]
+    assert mm["source_paths"] == ["zyfa/quant.py"]
+    assert mm["pytest_add_cli_args_test_selection"] == table["zyfa/quant.py"]
+    assert mm["pytest_add_cli_args"] == base["pytest_add_cli_args"]
+    # everything else in pyproject.toml is kept as it was
+    original = tomllib.loads(text)
+    assert out["project"] == original["project"]
+    assert out["tool"]["pytest"] == original["tool"]["pytest"]
+    assert out["tool"]["zyfa"] == original["tool"]["zyfa"]
+
+
+def test_survivor_lines_are_found_in_the_mutated_function(script):
+    source = ["def a(x):", "    return x + 1", "", "def b(x):", "    return x + 1"]
+    diff = "-    return x + 1\n+    return x - 1"
+    assert script._source_line(source, "pkg.mod.x_b__mutmut_3", diff) == 5
+    assert script._source_line(source, "pkg.mod.x_a__mutmut_1", diff) == 2
+
+
+@pytest.mark.parametrize("path", ["mutants/x.py", ".mutation/zyfa_quant/x.py", "mutation_results.md"])
+def test_work_folders_are_git_ignored(path):
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    r = subprocess.run(["git", "check-ignore", "-q", path], cwd=ROOT, check=False)
+    assert r.returncode == 0, f"{path} is not git-ignored"
+
+
+def test_work_folders_are_excluded_from_ruff():
+    ruff = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["ruff"]
+    assert {"mutants", ".mutation"} <= set(ruff["extend-exclude"])
