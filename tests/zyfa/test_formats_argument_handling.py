@@ -12,10 +12,15 @@ import torch
 
 from zyfa.formats import (
     E4M3FN,
+    E4M3FNUZ,
+    E5M2,
     decode_fp8,
     e4m3fn_bits_from_log2,
     e4m3fn_mad_closed_form,
     encode_fp8,
+    get_format,
+    round_mantissa,
+    round_to_bf16,
     round_to_fp8,
 )
 
@@ -67,3 +72,42 @@ def test_encode_saturates_by_default():
     assert encode_fp8(x, E4M3FN).tolist() == [0x7E, 0xFE, 0x7E]
     assert encode_fp8(x, E4M3FN, saturate=False).tolist() == [0x7F, 0xFF, 0x7F]
     assert round_to_fp8(x, E4M3FN).tolist() == [448.0, -448.0, 448.0]
+
+
+def test_format_lookup_messages_name_the_input_and_the_choices():
+    with pytest.raises(
+        ValueError,
+        match=r"^unknown FP8 format 'e3m4'; known: 'e4m3fn', 'e4m3fnuz', 'e5m2' \(with or without 'float8_'\)$",
+    ):
+        get_format("e3m4")
+    with pytest.raises(
+        ValueError,
+        match=r"^no FP8 format for dtype torch\.float16; known: float8_e4m3fn, float8_e4m3fnuz, float8_e5m2$",
+    ):
+        get_format(torch.float16)
+    # names are matched after strip and lower-casing, with or without the prefix
+    assert get_format("  Float8_E4M3FNUZ ") is E4M3FNUZ
+    assert get_format("E5M2") is E5M2
+
+
+def test_fp8_input_message_says_to_decode_first():
+    with pytest.raises(
+        ValueError,
+        match=r"^FP8 cast: input is already torch\.float8_e5m2; decode it \(decode_fp8 or \.float\(\)\) first$",
+    ):
+        encode_fp8(torch.zeros(2, dtype=torch.float8_e5m2), E4M3FN)
+
+
+def test_round_mantissa_defaults_and_messages():
+    # 1 + 2**-8 + 2**-9 (bits 8 and 9 below the point): 7 kept bits truncate to 1.0; RNE rounds up to 1 + 2**-7
+    x = torch.tensor([1.0 + 2.0**-8 + 2.0**-9], dtype=torch.float32)
+    assert round_mantissa(x, 7).tolist() == [1.0]  # default mode: truncation
+    assert round_to_bf16(x).tolist() == [1.0 + 2.0**-7]  # default mode: round to nearest even
+    with pytest.raises(ValueError, match=r"^round_mantissa: mantissa_bits must be in 0\.\.23, got 24$"):
+        round_mantissa(x, 24)
+    with pytest.raises(ValueError, match=r"^round_mantissa: mantissa_bits must be in 0\.\.23, got -1$"):
+        round_mantissa(x, -1)
+    with pytest.raises(ValueError, match=r"^round_mantissa: mode must be 'trunc' or 'rne', got 'nearest'$"):
+        round_mantissa(x, 7, "nearest")
+    with pytest.raises(ValueError, match=r"^round_mantissa: expected a floating-point tensor, got torch\.int32$"):
+        round_mantissa(torch.ones(2, dtype=torch.int32), 7)
