@@ -20,7 +20,8 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     assert len(expected) == N_ROWS
 
     out, partial = tmp_path / "r.jsonl", tmp_path / "r.jsonl.partial"
-    rng = random.Random()  # a different kill point each run: the property holds at every point
+    seed = random.randrange(1 << 30)  # a different kill point each run: the property holds at every point
+    rng = random.Random(seed)
     seen: list[dict] = []
     # 1) killed right at the creation of the partial file, 2) after a random number of rows (+ a random delay)
     for lines in (0, 1 + rng.randrange(1, N_ROWS - 1)):
@@ -30,8 +31,8 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
             break
         assert not out.exists(), "a killed run must not leave a finished-looking --out"
         kept = result_rows(partial)
-        assert kept[:len(seen)] == seen, "rows written before the kill were lost"
-        assert kept == expected[:len(kept)], "kept rows differ from an uninterrupted run's"
+        assert kept[:len(seen)] == seen, f"rows written before the kill were lost (seed {seed})"
+        assert kept == expected[:len(kept)], f"kept rows differ from an uninterrupted run's (seed {seed})"
         seen = kept
     if partial.exists():
         res = run_zyfa(*ARGS, "--out", "r.jsonl", "--resume", cwd=tmp_path)

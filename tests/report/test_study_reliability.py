@@ -159,7 +159,8 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     assert _run(args + ["st"], tmp_path, env).returncode == 0
     old = {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()}
     watch = tmp_path / "st.partial" / "accuracy_rows.jsonl.partial"
-    rng = random.Random()
+    seed = random.randrange(1 << 30)  # printed on failure, to replay the kill points
+    rng = random.Random(seed)
     seen: list[dict] = []
     for extra, lines in ((["--force"], 1 + rng.randrange(1, N_ROWS - 2)), (["--resume"], N_ROWS)):
         at = kill_when([*args, "st", *extra], tmp_path, watch, lines, extra_delay=rng.uniform(0, 0.2),
@@ -169,7 +170,7 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
         if at == -2:
             break
         kept = result_rows(watch)
-        assert kept[:len(seen)] == seen, "rows written before the kill were lost"
+        assert kept[:len(seen)] == seen, f"rows written before the kill were lost (seed {seed})"
         seen = kept
     if (tmp_path / "st.partial").exists():
         res = _run(args + ["st", "--resume"], tmp_path, env)
