@@ -104,3 +104,12 @@ def test_each_entry_point_names_itself_in_the_shape_message():
         expand_block_descale(torch.ones(1, 1, 3, 1), 4, 2)
     with pytest.raises(ValueError, match=r"expected \(b, h, 2, 1\)\)$"):
         expand_block_descale(torch.ones(1, 1, 2, 2), 4, 2)  # the trailing dim must be 1
+
+
+def test_block_size_one_is_one_scale_per_token():
+    x = torch.tensor([[1.0, -2.0], [0.0, 0.0], [7.0, 3.5]]).reshape(1, 1, 3, 2)
+    x_q, descale = quantize(x, E4M3FN, "block", block_size=1)
+    # token amax 2, 0 (unit descale), 7: descale amax / 448 in fp32
+    assert torch.equal(descale.flatten(), torch.tensor([2.0 / 448, 1.0, 7.0 / 448], dtype=torch.float32))
+    assert x_q[0, 0, 0].tolist() == [224.0, -448.0] and x_q[0, 0, 2].tolist() == [448.0, 224.0]
+    assert torch.equal(dequantize(x_q, descale, block_size=1), x)
