@@ -277,7 +277,7 @@ def test_flushed_fraction_is_a_fraction_on_multi_head_inputs():
     assert abs(frac - sum(per_head) / len(per_head)) < 2e-3  # per-head runs quantize with their own amax
 
 
-@pytest.mark.parametrize("recipe", ["fa3", "zyfa", "aiter", "zyfa-hopper:accum_flush_tiles=2"])
+@pytest.mark.parametrize("recipe", ["fa3", "zyfa", "aiter"])
 @pytest.mark.parametrize("mask", [{"causal": True}, {"causal": True, "window": 200}])
 def test_masked_row_blocks_skip_tiles_like_the_kernel(recipe, mask):
     # A kernel program (block_m rows) never touches a KV tile it cannot see, so the emulated result must not
@@ -286,15 +286,25 @@ def test_masked_row_blocks_skip_tiles_like_the_kernel(recipe, mask):
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 2, 600, 64, generator=g) for _ in range(3))
     v = v.abs() * 4  # positive V: the accumulator's truncation is visible
-    # a flush every 2 tiles counts tiles from key 0 (the kernel's start_n // BLOCK_N), not from a chunk's first
-    from zyfa.kernels.attention_fp8 import recipe_from_spec
-
-    recipe = recipe_from_spec(recipe)
     one_block = emulate(q, k, v, recipe, q_chunk=128, **mask)
     whole = emulate(q, k, v, recipe, q_chunk=1024, **mask)
     assert torch.equal(one_block.out, whole.out)
     assert torch.equal(one_block.lse, whole.lse)
     assert one_block.stats == whole.stats
+
+
+def test_flush_every_n_tiles_counts_from_key_0_whatever_the_query_chunk():
+    """accum_flush_tiles=2 under a sliding window: the flush follows the kernel's tile index (start_n // BLOCK_N),
+    so the result cannot depend on how many query rows are emulated at once (it did when tiles were counted from
+    each chunk's first visible tile)."""
+    r = get_recipe("zyfa-hopper").replace(name="flush2", block_m=16, block_n=32, accum_flush_tiles=2,
+                                          accum_mantissa_bits=8)
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 1, 192, 64, generator=g) for _ in range(3))
+    v = v.abs() * 4
+    chunked = emulate(q, k, v, r, causal=True, window=50, q_chunk=16)
+    whole = emulate(q, k, v, r, causal=True, window=50, q_chunk=1024)
+    assert torch.equal(chunked.out, whole.out)
 
 
 def test_rowsum_on_the_matrix_unit_is_the_rounded_sum_with_the_accumulators_truncation():
