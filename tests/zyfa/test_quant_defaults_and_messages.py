@@ -113,3 +113,18 @@ def test_block_size_one_is_one_scale_per_token():
     assert torch.equal(descale.flatten(), torch.tensor([2.0 / 448, 1.0, 7.0 / 448], dtype=torch.float32))
     assert x_q[0, 0, 0].tolist() == [224.0, -448.0] and x_q[0, 0, 2].tolist() == [448.0, 224.0]
     assert torch.equal(dequantize(x_q, descale, block_size=1), x)
+
+
+def test_dequantize_returns_float32_whatever_the_input_dtypes():
+    x_q = torch.tensor([448.0, -0.5, 3.0, 0.0]).reshape(1, 1, 2, 2)
+    descale = torch.tensor([0.25]).reshape(1, 1, 1, 1)
+    expected = torch.tensor([112.0, -0.125, 0.75, 0.0]).reshape(1, 1, 2, 2)  # x_q * 0.25, exact
+    for xq, d in (
+        (x_q.double(), descale),
+        (x_q, descale.double()),
+        (x_q.to(torch.float8_e4m3fn), descale),
+        (x_q.half(), descale.half()),
+    ):
+        out = dequantize(xq, d)
+        assert out.dtype == torch.float32, (xq.dtype, d.dtype)
+        assert torch.equal(out, expected)
