@@ -71,20 +71,23 @@ def _rel(a, ref):
     return ((a.double() - ref).norm() / ref.norm()).item()
 
 
-# Output agreement between the kernel and the emulation of the same recipe on the same inputs (DESIGN: "most
-# outputs agree to within one bf16 ulp"). What may differ: the order of fp32 sums (Q·K, row sums), the fused
-# MAD's t (off by an ulp of the product; the zyfa family's 1/16-code offset keeps row maxima off the boundary)
-# and the Hopper accumulator model (it reproduced 74-83% of single-MMA outputs on signed operands, each miss a
-# truncation 2^-13 below the step's largest term). Each moves an output by far less than a bf16 ulp (2^-8
-# relative), so it shows only where an output sits at a bf16 rounding boundary: a one-ulp difference, counted
-# as agreement. A kernel with a different error of the same size is another matter: an e4m3fn P rounded
-# differently moves an output by ~1% (2-3 bf16 ulps) and two independent errors of size e are ~1.4·e apart.
-# Measured with the emulator alone (CPU, 4 heads x 300 causal rows, d 128, zyfa as "the emulation"): a different
-# numerics of similar error is 0.38-1.18 x the error away with 28-86% within one ulp (zyfa-fp32sum 0.38/0.855,
-# mad_offset=0 0.73/0.48, zyfa-exp2 1.18/0.28); the Hopper accumulator instead of fp32 (zyfa-hopper) is
-# 0.043 x the error away with 99.2% within one ulp: the size of the model differences the bounds must admit.
-AGREE_REL_L2_OF_ERROR = 0.1  # rel-L2(kernel, emulation) <= 0.1 x the emulation's own rel-L2 error
-AGREE_WITHIN_ULP = 0.9  # at least 90% of outputs within one bf16 ulp of the emulation's
+# Output agreement between the kernel and the emulation of the same recipe on the same inputs, beside the error
+# ratio: a kernel with a different error of the same size passes the ratio test but not this one (two independent
+# errors of size e are ~1.4·e apart). What may legitimately differ: the order of fp32 sums, the fused MAD's t (off
+# by an ulp of the product), the Hopper accumulator model of P·V (it reproduces 74-83% of single-MMA outputs on
+# signed operands) and, not modelled yet, the H200's reduced-precision accumulation of the FP8 Q·K wgmma
+# (issue 13), which grows with the logits' spread (sm_scale 0.3 here is the sharpest softmax).
+# Measured on the H200 (scripts/gpu_check.sh, 96 cases of these two tests, the printed lines):
+#   fp32 P·V accumulator recipes (zyfa, ck, aiter, ...): rel-L2 <= 0.26 x error, >= 94.9% within one bf16 ulp;
+#   Hopper accumulator recipes (zyfa-hopper, fa3):        rel-L2 <= 0.52 x error, >= 80.7% within one bf16 ulp.
+# The bounds leave ~30% margin over those maxima (inputs are drawn afresh each run). Measured with the emulator
+# alone on CPU, a different numerics of similar error is 0.38-1.18 x the error away with 28-86% within one ulp
+# (zyfa-fp32sum vs zyfa 0.38/0.855, mad_offset=0 0.73/0.48, zyfa-exp2 1.18/0.28): the fp32-class bounds catch
+# each of these; the Hopper-class bounds catch all but the smallest, and tighten once issue 13 models Q·K.
+AGREE_BOUNDS = {  # accumulator -> (max rel-L2(kernel, emulation) / error, min fraction within one bf16 ulp)
+    "fp32": (0.35, 0.93),
+    "hopper_fp8": (0.65, 0.78),
+}
 
 
 def _agreement(out, emu_out):
@@ -96,12 +99,15 @@ def _agreement(out, emu_out):
     return rel, ((a - b).abs() <= ulp).double().mean().item()
 
 
-def _assert_outputs_agree(out, em, ref, what):
+def _assert_outputs_agree(out, em, ref, what, spec):
+    from zyfa.kernels.attention_fp8 import recipe_from_spec
+
+    max_rel, min_within = AGREE_BOUNDS[recipe_from_spec(spec).accumulator]
     rel, within = _agreement(out, em.out)
     e_e = _rel(em.out, ref)
     print(f"{what}: rel-L2(kernel, emulation) {rel:.2e} = {rel / e_e:.4f} x error, within 1 bf16 ulp {within:.4f}")
-    assert rel <= AGREE_REL_L2_OF_ERROR * e_e, f"{what}: outputs {rel:.2e} apart, error {e_e:.2e}"
-    assert within >= AGREE_WITHIN_ULP, f"{what}: only {within:.4f} of outputs within one bf16 ulp"
+    assert rel <= max_rel * e_e, f"{what}: outputs {rel:.2e} apart, error {e_e:.2e} (bound {max_rel} x error)"
+    assert within >= min_within, f"{what}: only {within:.4f} of outputs within one bf16 ulp (bound {min_within})"
 
 
 @pytest.mark.parametrize("shape_name", list(SHAPES))
@@ -113,7 +119,7 @@ def test_agrees_with_emulator(spec, shape_name):
     e_k, e_e = _rel(out, ref), _rel(em.out, ref)
     print(f"{spec} {shape_name}: kernel {e_k:.5f} emulator {e_e:.5f} ratio {e_k / e_e:.4f}")
     assert abs(e_k / e_e - 1) <= 0.03, f"kernel error {e_k:.5f} vs emulator {e_e:.5f}"
-    _assert_outputs_agree(out, em, ref, f"{spec} {shape_name}")
+    _assert_outputs_agree(out, em, ref, f"{spec} {shape_name}", spec)
     fin = torch.isfinite(ref_lse)
     assert torch.equal(torch.isneginf(lse), torch.isneginf(em.lse))
     assert (lse[fin].double() - em.lse[fin].double()).abs().max().item() < 0.1
@@ -132,7 +138,7 @@ def test_softmax_scale_reaches_the_kernel(spec, shape_name, sm_scale):
     e_k, e_e = _rel(out, ref), _rel(em.out, ref)
     print(f"{spec} {shape_name} sm_scale={sm_scale}: kernel {e_k:.5f} emulator {e_e:.5f} ratio {e_k / e_e:.4f}")
     assert abs(e_k / e_e - 1) <= 0.03
-    _assert_outputs_agree(out, em, ref, f"{spec} {shape_name} sm_scale={sm_scale}")
+    _assert_outputs_agree(out, em, ref, f"{spec} {shape_name} sm_scale={sm_scale}", spec)
     fin = torch.isfinite(em.lse)
     assert (lse[fin].double() - em.lse[fin].double()).abs().max().item() < 0.1
     default, _ = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=shape[7], window=shape[8])
