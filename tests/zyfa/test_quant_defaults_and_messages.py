@@ -6,6 +6,7 @@ x_q = x / descale rounded to the format.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -128,3 +129,19 @@ def test_dequantize_returns_float32_whatever_the_input_dtypes():
         out = dequantize(xq, d)
         assert out.dtype == torch.float32, (xq.dtype, d.dtype)
         assert torch.equal(out, expected)
+
+
+def test_float32_inputs_are_scaled_in_fp32_and_float64_inputs_in_float64():
+    # amax 890.96887 gives descale 890.96887 / 448 = 1.9887698 in fp32. x = 9.4466562 over that descale is
+    # 4.749999910... exactly, which fp32 rounds to the e4m3fn tie 4.75 (-> 5.0, the even side); in float64
+    # it stays below the tie (-> 4.5). Hand check with numpy float32 / Python float arithmetic:
+    amax, x = 890.9688720703125, 9.446656227111816
+    d = np.float32(np.float32(amax) / np.float32(448.0))
+    assert d == np.float32(1.988769769668579)
+    assert np.float32(np.float32(x) / d) == 4.75 and x / float(d) < 4.75 - 2**-30
+    values = torch.tensor([amax, x]).reshape(1, 1, 1, 2)
+    q32, d32 = quantize(values, E4M3FN)
+    q64, d64 = quantize(values.double(), E4M3FN)
+    assert d32.item() == float(d) and d64.item() == float(d)
+    assert q32.flatten().tolist() == [448.0, 5.0]
+    assert q64.flatten().tolist() == [448.0, 4.5]
