@@ -14,7 +14,7 @@ from accuracy.impact import rows as impact_rows
 from accuracy.impact import run as impact_run
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMITTED = ROOT / "reports" / "impact" / "results.jsonl"
+COMMITTED = ROOT / "reports" / "impact" / "results_7_recipes.jsonl"  # the first run: every row before the fix
 
 
 def _row(model, recipe, window, layer=None, date="2026-11-30T01:00:00Z", **kw):
