@@ -111,3 +111,10 @@ def test_round_mantissa_defaults_and_messages():
         round_mantissa(x, 7, "nearest")
     with pytest.raises(ValueError, match=r"^round_mantissa: expected a floating-point tensor, got torch\.int32$"):
         round_mantissa(torch.ones(2, dtype=torch.int32), 7)
+
+
+def test_round_mantissa_keeps_zero_bits_too():
+    # 0 explicit bits: powers of two. 1.75 truncates to 1 and rounds to 2; 1.25 rounds to 1; -3.5 truncates to -2
+    x = torch.tensor([1.75, 1.25, -3.5, 0.375], dtype=torch.float32)
+    assert round_mantissa(x, 0, "trunc").tolist() == [1.0, 1.0, -2.0, 0.25]
+    assert round_mantissa(x, 0, "rne").tolist() == [2.0, 1.0, -4.0, 0.5]
