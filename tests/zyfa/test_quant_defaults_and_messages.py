@@ -145,3 +145,13 @@ def test_float32_inputs_are_scaled_in_fp32_and_float64_inputs_in_float64():
     assert d32.item() == float(d) and d64.item() == float(d)
     assert q32.flatten().tolist() == [448.0, 5.0]
     assert q64.flatten().tolist() == [448.0, 4.5]
+
+
+def test_float64_amax_is_rounded_to_fp32_before_the_division():
+    # The descale is amax / max_normal in fp32 arithmetic: fp32(fp32(amax) / 448). For this float64 amax that
+    # differs by one fp32 ulp from dividing in float64 and rounding once (numpy float32 arithmetic by hand).
+    amax = 950.5132326296093
+    expected = np.float32(np.float32(amax) / np.float32(448.0))
+    assert expected != np.float32(amax / 448.0)
+    _, descale = quantize(torch.tensor([amax, 1.0], dtype=torch.float64).reshape(1, 1, 1, 2), E4M3FN)
+    assert descale.dtype == torch.float32 and descale.item() == float(expected)
