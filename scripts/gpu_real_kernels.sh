@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Real kernels beside their emulations, on the H200. Run from the repo root on the GPU machine with the wheels
-# of .wheels/ carried (flash-attn built without its CUDA extension, nvidia-cudnn-frontend; docs/real_kernels.md):
+# of .wheels/ carried (flash-attn built without its CUDA extension, nvidia-cudnn-frontend; made by
+# scripts/build_real_kernel_wheels.sh; docs/real_kernels.md):
 #   bash scripts/gpu_real_kernels.sh        (writes under $OUT)
 # 1. which built-in implementations are available there, and why not;
 # 2. the GPU tests tests/kernels/test_real_implementations_gpu.py (each real kernel within 3% of its emulation
