@@ -618,10 +618,12 @@ def _section_all(doc: Doc, rows: list, recipes: list) -> None:
 
 def build_report(res: Results, *, bench=(), command: str = "", extra_commands: Sequence[str] = (),
                  title: str = "FP8 attention accuracy report", notes: Sequence[str] = (), plots: bool = True,
-                 sections: Sequence[Callable[[Doc, bool], None]] = (), front: bool = True) -> Doc:
+                 sections: Sequence[Callable[[Doc, bool], None]] = (), front: bool = True,
+                 front_rows: Sequence[dict] | None = None) -> Doc:
     """The report document for the result rows and benchmark rows (:func:`accuracy.report.speed.load_bench`).
 
-    ``front``: open on the front page (:mod:`accuracy.report.front`). ``sections``: callables
+    ``front``: open on the front page (:mod:`accuracy.report.front`), made from ``front_rows`` (default: the
+    rows; a study passes its real kernels' rows too, which the recipe tables leave out). ``sections``: callables
     ``add(doc, plots)`` that append further sections (e.g. the model-impact section,
     :func:`accuracy.impact.section.report_section`), placed after the model and Gaussian sections.
     """
@@ -641,7 +643,7 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
         links += [(g if g == GAUSSIAN else f"model {g}", model_anchor(g)) for g in groups]
         links += [("speed", "t-bench-0-tflops" if bench else "t-all"), ("every result", "t-all"),
                   ("inputs", "t-inputs"), ("provenance", "t-provenance")]
-        section_front(doc, rows, list(bench), plots, links)
+        section_front(doc, rows if front_rows is None else front_rows, list(bench), plots, links)
         doc.h(2, "About this report")
     study_cmds = [p["study_command"] for _, p in res.provenances if p.get("study_command")]
     cmds = list(dict.fromkeys([*extra_commands, *study_cmds, *([command] if command else [])]))

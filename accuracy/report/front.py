@@ -12,7 +12,8 @@ Three parts, computed from the result rows and the benchmark rows:
   (TFLOP/s at the longest head-dim-128 non-causal Gaussian sequence of the benchmark, error on the captures),
   with the Pareto frontier (no other point is both faster and more accurate).
 
-Exposed: ``implementation_of(row)``, ``status_of(name, rows)``, ``error_table(rows)``, ``where_we_land(bench)``,
+Exposed: ``is_real(row)``, ``on_front_page(row)``,
+``implementation_of(row)``, ``status_of(name, rows)``, ``error_table(rows)``, ``where_we_land(bench)``,
 ``speed_points(bench_rows)``, ``pareto(points)``, ``section_front(doc, rows, bench, plots)``, ``FRONT_KEYS``.
 """
 
@@ -35,20 +36,46 @@ METRIC = "deq_rel_l2"  # the picture's error: what the implementation's arithmet
 # bench peers -> the study's name of the same numerics
 BENCH_PEERS = {"cudnn-fp8": "cudnn-fp8", "sdpa-cudnn": "bf16", "sdpa-flash": "bf16"}
 OURS = "triton-fp8"  # the bench's name of our kernel
+# real kernels shown on the front page (our kernel's default recipe, the real peers, and any user plug-in); every
+# other real kernel (our kernel under each peer recipe and ablation) is in the "Real kernels" section
+FRONT_REAL = ("triton:zyfa-hopper", "cudnn-fp8", "sdpa-bf16:cudnn", "flash-attn-triton-amd")
+PLUGIN_PREFIX = "plugin:"
+REAL_SUFFIX = " (real)"  # a real kernel named like a recipe (cudnn-fp8) is told apart from its emulation
+# the speed picture's keys (recipes) -> the real kernel that was timed for them, whose error is then plotted
+REAL_OF_SPEED = {"zyfa-hopper": "triton:zyfa-hopper", "cudnn-fp8": "cudnn-fp8" + REAL_SUFFIX,
+                 "bf16": "sdpa-bf16:cudnn"}
+
+
+def is_real(row: dict) -> bool:
+    """True for a real kernel's row (``real`` set, or an implementation other than its recipe)."""
+    impl = row.get("implementation")
+    return bool(row.get("real")) or bool(impl and impl != row.get("recipe"))
 
 
 def implementation_of(row: dict) -> str:
-    """A row's implementation: its ``implementation`` (a real kernel) when it has one, else its recipe."""
-    return str(row.get("implementation") or row.get("recipe"))
+    """A row's implementation: its ``implementation`` (a real kernel) when it has one, else its recipe; a real
+    kernel named like a recipe gets the suffix `` (real)``."""
+    name = str(row.get("implementation") or row.get("recipe"))
+    if is_real(row) and name == row.get("recipe"):
+        name += REAL_SUFFIX
+    return name
+
+
+def on_front_page(row: dict) -> bool:
+    """Recipes (ablations aside), and the real kernels of FRONT_REAL and user plug-ins."""
+    name = str(row.get("implementation") or row.get("recipe"))
+    if is_real(row):
+        return name in FRONT_REAL or name.startswith(PLUGIN_PREFIX)
+    return not name.startswith(ABLATION_PREFIX)
 
 
 def status_of(name: str, rows: Sequence[dict] = ()) -> str:
     """``verified``, ``from source``, ``assumed`` or ``modelled`` (the recipe's ``status``), ``measured on
     <device>`` for a real kernel's rows, or ``-`` when neither is known."""
-    real = [r for r in rows if r.get("implementation") and implementation_of(r) == name
-            and r.get("implementation") != r.get("recipe")]
+    real = [r for r in rows if is_real(r) and implementation_of(r) == name]
     if real:
-        devices = sorted({str(r.get("device_name") or r.get("device") or "?") for r in real})
+        devices = sorted({str(r.get("device_name") or r.get("device") or "?").removeprefix("NVIDIA ")
+                          for r in real})
         return "measured on " + ", ".join(devices)
     try:
         from zyfa.recipes import get_recipe
@@ -70,17 +97,20 @@ def _ci(values):
 
 
 def error_table(rows: Sequence[dict]) -> list[dict]:
-    """One entry per implementation (ablations left out), in the order of the rows: name, status, and the
+    """One entry per implementation on the front page (:func:`on_front_page`), in the order of the rows (recipes
+    first, then real kernels): name, status, and the
     (mean, low, high) of ``orig_rel_l2`` and ``deq_rel_l2`` over the capture inputs and over the Gaussian
     inputs (NaN triples where there are none), and the input counts."""
-    names = [n for n in dict.fromkeys(implementation_of(r) for r in rows) if not n.startswith(ABLATION_PREFIX)]
+    shown = [r for r in rows if on_front_page(r)]
+    names = list(dict.fromkeys([*(implementation_of(r) for r in shown if not is_real(r)),
+                                *(implementation_of(r) for r in shown if is_real(r))]))
     if "zyfa" in names:
         names.remove("zyfa")
         names.insert(0, "zyfa")
     out = []
     for n in names:
         mine = [r for r in rows if implementation_of(r) == n]
-        e = {"name": n, "status": status_of(n, mine)}
+        e = {"name": n, "status": status_of(n, mine), "recipe": str(mine[0].get("recipe"))}
         for src, pick in (("captures", lambda r: r.get("input_source") == "capture"),
                           ("gaussian", lambda r: r.get("input_source") != "capture")):
             sel = [r for r in mine if pick(r)]
@@ -216,7 +246,8 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
     doc.h(2, "At a glance: error and speed")
     entries = error_table(rows)
     orig = {e["name"]: e["captures_orig_rel_l2"][0] for e in entries if e["captures_n"]}
-    fp8 = [v for n, v in orig.items() if n not in ("bf16", "fp32") and math.isfinite(v)]
+    recipe_of = {e["name"]: e["recipe"].split(":")[0] for e in entries}
+    fp8 = [v for n, v in orig.items() if recipe_of[n] not in ("bf16", "fp32") and math.isfinite(v)]
     quant = (f" With the quantization of Q, K and V (`orig`) the FP8 implementations are at {fmt(min(fp8), 'err')} "
              f"to {fmt(max(fp8), 'err')} on the captures" + (f", bf16 at {fmt(orig['bf16'], 'err')}"
                                                              if math.isfinite(orig.get("bf16", math.nan)) else "")
@@ -228,10 +259,13 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
     device = str(meta.get("device") or "the GPU")
     speeds, shape = speed_points(next((r for n, _, r in bench if n == name), [])) if sh else ({}, "")
     points = {}
-    for e in entries:
-        ci = e["captures_deq_rel_l2"]
-        if e["name"] in speeds and e["captures_n"] and math.isfinite(ci[0]):
-            points[e["name"]] = (speeds[e["name"]], *ci)
+    by_name = {e["name"]: e for e in entries}
+    for key, speed in speeds.items():  # a timed kernel's error: the real kernel's where it ran, else its emulation's
+        for n in (REAL_OF_SPEED.get(key), key):
+            e = by_name.get(n)
+            if e and e["captures_n"] and math.isfinite(e["captures_deq_rel_l2"][0]):
+                points[n] = (speed, *e["captures_deq_rel_l2"])
+                break
     front = pareto({n: (p[0], p[1]) for n, p in points.items()}) if len(points) >= 2 else []
     timed = [k for k in speeds if ":" not in k and k not in points and k not in BENCH_PEERS
              and k not in BENCH_PEERS.values() and k not in {e["name"] for e in entries}]

@@ -79,11 +79,13 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
            plots: bool = True) -> tuple[Doc, dict[str, Path]]:
     """Build the report of ``res`` with ``inputs`` and write it into ``out``; (document, written paths)."""
     sections = [report_section(*inputs.impact)] if inputs.impact is not None else []
+    all_rows = res.rows
     recipe_rows, real_rows = split_real(res.rows)
     provs = [p for _, p in res.provenances]
     if real_rows or unavailable_of(provs):  # real kernels: their own section; the recipe tables keep recipes only
         kept = {r["recipe"] for r in recipe_rows}
         res = Results(recipe_rows, res.provenances, [x for x in res.recipes if x in kept])
         sections.append(real_kernels_section(real_rows, provs))
-    doc = build_report(res, bench=inputs.bench, command=command, title=title, plots=plots, sections=sections)
+    doc = build_report(res, bench=inputs.bench, command=command, title=title, plots=plots, sections=sections,
+                       front_rows=all_rows)
     return doc, write_report(doc, out)

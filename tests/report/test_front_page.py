@@ -172,13 +172,13 @@ def test_no_bench_still_opens_on_both_tables(small_results):
 
 
 def test_real_kernel_rows_are_their_own_implementation():
-    rows = [{"recipe": "cudnn-fp8", "implementation": "cudnn-fp8-real", "device_name": "NVIDIA H200",
+    rows = [{"recipe": "cudnn-fp8", "implementation": "plugin:my_cudnn.py:attn", "device_name": "NVIDIA H200",
              "input_source": "capture", "deq_rel_l2": 0.02, "orig_rel_l2": 0.1},
             {"recipe": "cudnn-fp8", "input_source": "capture", "deq_rel_l2": 0.025, "orig_rel_l2": 0.11}]
     entries = {e["name"]: e for e in front.error_table(rows)}
-    assert entries["cudnn-fp8-real"]["status"] == "measured on NVIDIA H200"
+    assert entries["plugin:my_cudnn.py:attn"]["status"] == "measured on H200"
     assert entries["cudnn-fp8"]["status"] == "verified"
-    assert entries["cudnn-fp8-real"]["captures_deq_rel_l2"][0] == 0.02
+    assert entries["plugin:my_cudnn.py:attn"]["captures_deq_rel_l2"][0] == 0.02
     assert front.status_of("no-such-recipe") == "-"
 
 
@@ -213,3 +213,31 @@ def test_the_study_finds_the_bench_from_the_repository_not_the_current_directory
     assert got and Path(got[0]).is_absolute() and Path(got[0]).resolve() in [p.resolve() for p in expect]
     monkeypatch.chdir(REPO_ROOT)  # inside it: as a user would type it
     assert not Path(find_bench()[0]).is_absolute()
+
+
+def test_real_kernels_on_the_front_page_beside_their_emulations():
+    def row(recipe, impl=None, err=0.01):
+        r = {"recipe": recipe, "input_source": "capture", "deq_rel_l2": err, "orig_rel_l2": 10 * err}
+        if impl:
+            r.update(implementation=impl, real=True, device_name="NVIDIA H200")
+        return r
+
+    rows = [row("cudnn-fp8", err=0.025), row("zyfa-exp2"), row("zyfa-hopper", err=0.006),
+            row("cudnn-fp8", "cudnn-fp8", 0.026), row("zyfa-exp2", "triton:zyfa-exp2"),
+            row("zyfa-hopper", "triton:zyfa-hopper", 0.0061), row("zyfa", "plugin:mine.py:attn", 0.03)]
+    entries = error_table_by_name(rows)
+    # a real kernel named like its recipe is its own row, never averaged with the emulation
+    assert entries["cudnn-fp8"]["status"] == "verified"
+    assert entries["cudnn-fp8"]["captures_deq_rel_l2"][0] == 0.025
+    assert entries["cudnn-fp8 (real)"]["status"] == "measured on H200"
+    assert entries["cudnn-fp8 (real)"]["captures_deq_rel_l2"][0] == 0.026
+    # our kernel's default and user plug-ins are shown; our kernel under an ablation is left to the details
+    assert "triton:zyfa-hopper" in entries and "plugin:mine.py:attn" in entries
+    assert "triton:zyfa-exp2" not in entries and "zyfa-exp2" not in entries
+    # recipes first, then the real kernels
+    names = [e["name"] for e in front.error_table(rows)]
+    assert names == ["cudnn-fp8", "zyfa-hopper", "cudnn-fp8 (real)", "triton:zyfa-hopper", "plugin:mine.py:attn"]
+
+
+def error_table_by_name(rows):
+    return {e["name"]: e for e in front.error_table(rows)}

@@ -51,7 +51,9 @@ def test_study_with_a_kernel(tmp_path, monkeypatch, capsys):
         assert [line[0] for line in not_run[1:]] == builtin_names()
         assert all(line[2:] == ["unavailable", "no CUDA device"] for line in not_run[1:])
         assert "real implementation not run: cudnn-fp8: no CUDA device" in err
-    # the recipe tables know recipes only
+    # the recipe tables know recipes only; the front page shows the plug-in beside them, as measured
     for key, t in tables.items():
-        if key not in ("t-real-vs-emulated", "t-real-not-run"):
+        if key not in ("t-real-vs-emulated", "t-real-not-run", "t-front-error"):
             assert not any("plugin:" in cell for line in t for cell in line), key
+    front_row = next(line for line in tables["t-front-error"] if line[0] == f"plugin:{EXAMPLE}")
+    assert front_row[1].startswith("measured on ")
