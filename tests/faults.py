@@ -128,7 +128,8 @@ def kill_when(args: list[str], cwd: Path, watch: Path, lines: int, *, extra_dela
         if extra_delay:
             time.sleep(extra_delay)
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
+        if proc.wait(timeout=60) == 0:  # it finished during the extra delay, before the signal landed
+            return -2
         return count_lines(watch)
     finally:
         if proc.poll() is None:

@@ -215,14 +215,20 @@ def test_missing_impact_file_is_an_error(small_results, tmp_path, capsys):
 
 
 def test_study_picks_the_committed_impact_files(tmp_path, monkeypatch):
+    """Unset --impact: the repository's committed impact results, whatever the current directory (a study run
+    from elsewhere keeps its impact section); impact files of the current directory are not picked up."""
     from accuracy.study import cli as study
+    from accuracy.study.compose import REPO_ROOT
 
+    committed = sorted(p.name for p in (REPO_ROOT / "reports" / "impact").glob("results*.jsonl"))
+    assert committed, "the repository commits its impact results"
     monkeypatch.chdir(tmp_path)
-    assert study.impact_files(None) == []
     (tmp_path / "reports" / "impact").mkdir(parents=True)
     for name in ("results_s2_a.jsonl", "results.jsonl", "results.jsonl.dropped"):
         (tmp_path / "reports" / "impact" / name).write_text("")
-    assert [p.name for p in study.impact_files(None)] == ["results.jsonl", "results_s2_a.jsonl"]
+    found = study.impact_files(None)
+    assert sorted(p.name for p in found) == committed
+    assert all(p.resolve().parent == (REPO_ROOT / "reports" / "impact").resolve() for p in found)
     assert study.impact_files("none") == []
     with pytest.raises(FileNotFoundError):
         study.impact_files("missing.jsonl")
