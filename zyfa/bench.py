@@ -30,6 +30,8 @@ import sys
 import threading
 import time
 
+from zyfa.outputs import atomic_write_text
+
 DEFAULT_RECIPES = (
     "zyfa",
     "zyfa-hopper",
@@ -558,13 +560,6 @@ def output_stem(out: str) -> str:
     return out[: -len(".json")]
 
 
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def main(args) -> int:
     if args.render:
         try:
@@ -611,8 +606,8 @@ def main(args) -> int:
             "nvml": sampler._nvml is not None}
 
     def write():
-        _write_atomic(stem + ".json", json.dumps({"meta": meta, "rows": rows}, indent=1))
-        _write_atomic(stem + ".md", to_markdown(meta, rows, args.ours))
+        atomic_write_text(stem + ".json", json.dumps({"meta": meta, "rows": rows}, indent=1))
+        atomic_write_text(stem + ".md", to_markdown(meta, rows, args.ours))
 
     for shape in shapes:
         d_qk, d_v = SHAPES[shape]
