@@ -39,7 +39,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parent.parent
 # What the copy needs to import the packages and run their tests (pytest's pythonpath is ".").
-COPIED = ["zyfa", "reference", "accuracy", "capture", "tests", "datasets", "pyproject.toml"]
+COPIED = ["zyfa", "reference", "accuracy", "capture", "tests", "datasets", "examples", "pyproject.toml"]
 SKIP_NAMES = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
 DETECTED = ("killed", "timeout", "caught by type check", "segfault")
 

@@ -91,6 +91,11 @@ def zyfa_cmd(*args: str) -> list[str]:
 
 def env() -> dict:
     e = dict(os.environ)
+    # Under mutation testing (scripts/mutation_test.py), mutmut's statistics pass sets MUTANT_UNDER_TEST=stats;
+    # a child started in another folder cannot find mutmut's settings then and exits. The hits are recorded in
+    # the pytest process only, so the child needs none; a named mutant still passes through to the child.
+    if e.get("MUTANT_UNDER_TEST") == "stats":
+        del e["MUTANT_UNDER_TEST"]
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
     return e
 
