@@ -147,6 +147,15 @@ def _source_line(module_text: list[str], name: str, diff: str) -> int | None:
     return None
 
 
+def _exit_codes(dest: Path, module: str) -> dict[str, int | None]:
+    """pytest's exit status for each mutant, as mutmut recorded it in ``mutants/<module>.meta``."""
+    meta = dest / "mutants" / f"{module}.meta"
+    try:
+        return dict(json.loads(meta.read_text("utf-8")).get("exit_code_by_key", {}))
+    except (OSError, ValueError):
+        return {}
+
+
 def collect(dest: Path, env: dict, module: str) -> dict:
     """Every mutant's verdict, and the diff of each one not detected."""
     res = _mutmut(dest, env, "results", "--all", "true")
@@ -159,12 +168,21 @@ def collect(dest: Path, env: dict, module: str) -> dict:
             verdicts[m.group(1)] = m.group(2).strip()
     source = (dest / module).read_text("utf-8").splitlines() if (dest / module).is_file() else []
     undetected = []
+    internal = {n for n, c in _exit_codes(dest, module).items() if c == 3}
     for name, verdict in sorted(verdicts.items()):
-        if verdict in DETECTED:
+        if verdict in DETECTED and name not in internal:
+            continue
+        if name in internal:
+            undetected.append({"name": name, "verdict": verdict, "line": None, "diff": "(not judged: pytest failed)"})
             continue
         diff = _mutmut(dest, env, "show", name).stdout
         body = "\n".join(ln for ln in diff.splitlines() if not ln.startswith("# "))
         undetected.append({"name": name, "verdict": verdict, "line": _source_line(source, name, body), "diff": body})
+    # mutmut counts pytest's exit status 3 (an internal error: a plugin or the harness broke, not a test) as
+    # "killed". Such a mutant was never judged by a test: report it apart, as undetected.
+    for name, code in _exit_codes(dest, module).items():
+        if code == 3 and name in verdicts:
+            verdicts[name] = "pytest internal error"
     counts: dict[str, int] = {}
     for verdict in verdicts.values():
         counts[verdict] = counts.get(verdict, 0) + 1
@@ -293,6 +311,10 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     # One thread per mutant worker: mutmut forks its workers, and torch's thread pool does not survive a fork.
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONHASHSEED="0")
+    # The selections are CPU tests. On a GPU host, tests/conftest.py asks CUDA for the device in mutmut's fork
+    # server; every forked worker then fails to re-initialise CUDA, pytest stops with an internal error, and
+    # mutmut would count each mutant as killed. Hide the GPUs.
+    env["CUDA_VISIBLE_DEVICES"] = ""
     # The copies are not a git checkout (tests that ask git about the checkout take their no-git branch).
     env["GIT_CEILING_DIRECTORIES"] = str(args.work.resolve())
     header = {
