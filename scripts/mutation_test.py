@@ -116,13 +116,17 @@ def prepare(work: Path, module: str, base: dict, tests: list[str], from_head: bo
     return dest
 
 
-def refresh_tests(work: Path, module: str, from_head: bool) -> Path:
-    """The module's earlier work folder with its tests/ replaced by the current ones (for --rerun-undetected)."""
+def refresh_tests(work: Path, module: str, base: dict, tests: list[str], from_head: bool) -> Path:
+    """The module's earlier work folder with its tests/ replaced by the current ones, inside mutmut's copy too,
+    and its test selection by the current one (for --rerun-undetected)."""
     dest = work / _slug(module)
     if not (dest / "mutants").is_dir():
         _fail(f"--rerun-undetected: no earlier run of {module} in {dest}; run it once without the option")
-    shutil.rmtree(dest / "tests")
-    _copy(dest, ["tests"], from_head)
+    for where in (dest, dest / "mutants"):
+        shutil.rmtree(where / "tests", ignore_errors=True)
+        _copy(where, ["tests"], from_head)
+    text = (dest / "pyproject.toml").read_text("utf-8")
+    (dest / "pyproject.toml").write_text(module_pyproject(text, base, module, tests), "utf-8")
     return dest
 
 
@@ -201,7 +205,7 @@ def run_module(
 ) -> dict:
     args = ["run"] + (["--max-children", str(max_children)] if max_children else [])
     if rerun:
-        dest = refresh_tests(work, module, from_head)
+        dest = refresh_tests(work, module, base, tests, from_head)
         names = [u["name"] for u in collect(dest, env, module)["undetected"]]
         if not names:
             print(f"== {module}: nothing undetected to re-run")
