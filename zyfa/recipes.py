@@ -80,8 +80,8 @@ class Recipe:
         accum_flush_tiles: with ``hopper_fp8``, add the tensor-core accumulator into a true fp32
             accumulator every N KV tiles (two-level accumulation, SageAttention2 / vLLM FA); 0 = never.
         reciprocal: ``div``: O = acc / l (correctly rounded); ``rcp``: O = acc · fp32(1/l).
-        out_format: output rounding: bf16 nearest-even, bf16 truncation (CK's default conversion), fp32,
-            or e4m3fn scaled by the output amax (cuDNN FP8 on Hopper writes FP8 only).
+        out_format: output rounding: bf16 nearest-even, bf16 truncation (CK's default conversion on GPUs
+            before gfx950), fp32, or e4m3fn scaled by the output amax (cuDNN FP8 on Hopper writes FP8 only).
         status: how far the emulation is backed, one of :data:`STATUSES`: ``verified`` (run against the real
             kernel on a named GPU), ``from source`` (every field read in the cited code), ``assumed`` (some
             fields not known), ``modelled`` (hardware arithmetic fitted by measurement).
@@ -220,6 +220,16 @@ _ABLATION_NOTE = "an ablation of zyfa (one field changed); assumed as zyfa: mad_
 _CK = "https://github.com/ROCm/composable_kernel"
 _AITER = "https://github.com/ROCm/aiter"
 _FA = "https://github.com/Dao-AILab/flash-attention"
+# CK's bf16 output on gfx950 (MI355X), read in _CK (docs/PLATFORMS.md 'CK output rounding'). The fmha forward
+# writes O through Default2DEpilogue -> cast_tile -> type_convert<bf16_t, float> (type_convert.hpp @05c9e2a,
+# line 61) -> float_to_bf16 (bfloat16.hpp @0281878, lines 280-287), whose gfx950 branch ignores the rounding
+# argument and casts to bfloat16_t, the compiler's __bf16 (lines 108-109) when CK_TILE_USE_LLVM_BUILTIN_BF16
+# (config.hpp @01fa232, lines 199-207: ROCm >= 6.5.50421 or >= 7): round to nearest even. The TRUNCATE default
+# (config.hpp lines 75-77) holds on the other targets (gfx942 and older) only.
+_CK_BF16_OUT = ("bf16 round-to-nearest-even on gfx950: include/ck_tile/core/numeric/bfloat16.hpp (commit 0281878) "
+                "lines 280-287 convert with the compiler's __bf16 there (lines 108-109; "
+                "include/ck_tile/core/config.hpp (commit 01fa232) lines 199-207 enable it for ROCm >= 6.5), not "
+                "with the truncating default of config.hpp lines 75-77, which holds on older GPUs")
 
 _NAMED: list[Recipe] = [
     _ZYFA,
@@ -263,26 +273,17 @@ _NAMED: list[Recipe] = [
         source=("Composable Kernel fmha fwd fp8bf16, PERTENSOR (" + _CK + ": "
                 "include/ck_tile/ops/fmha/pipeline/block_fmha_pipeline_qr_ks_vs[_async].hpp, "
                 "include/ck_tile/ops/fmha/kernel/fmha_fwd_kernel.hpp): P*448 before the cast, "
-                "row sum from fp32 P, O = acc/l * (vd/448), bf16 by truncation (include/ck_tile/core/config.hpp: "
-                "CK_TILE_FLOAT_TO_BFLOAT16_DEFAULT = TRUNCATE; the gfx950 epilogue is unconfirmed)"),
+                "row sum from fp32 P, O = acc/l * (vd/448), " + _CK_BF16_OUT),
         p_scale="fmax", block_m=128, block_n=128, v_descale="end", reciprocal="div",
-        out_format="bf16_trunc", tags=("amd",),
-        status="assumed",
-        status_note=("out_format: CK's default bf16 conversion truncates, but on gfx950 (MI355X) CK's "
-                     "include/ck_tile/core/numeric/bfloat16.hpp uses the compiler's conversion, which rounds to "
-                     "nearest even (config.hpp turns it on for ROCm >= 6.5); every other field read in source")),
+        out_format="bf16_rne", tags=("amd",)),
     Recipe(
         name="ck-blockscale",
         source=("Composable Kernel BLOCKSCALE (" + _CK + ": include/ck_tile/ops/fmha/kernel/fmha_fwd_kernel.hpp, "
                 "include/ck_tile/ops/fmha/pipeline/block_fmha_pipeline_qr_ks_vs.hpp): Q descale per 128 query "
                 "rows, K/V per 128 KV tokens; P = exp2(.. + 8) i.e. x2^8; V descale per tile; fp32 row sum; "
-                "bf16 truncation"),
+                + _CK_BF16_OUT),
         q_scale="block", k_scale="block", v_scale="block", p_scale="pow2", p_scale_log2=8,
-        v_descale="tile", out_format="bf16_trunc", tags=("amd",),
-        status="assumed",
-        status_note=("out_format: CK's default bf16 conversion truncates, but on gfx950 (MI355X) CK's "
-                     "include/ck_tile/core/numeric/bfloat16.hpp uses the compiler's conversion, which rounds to "
-                     "nearest even (config.hpp turns it on for ROCm >= 6.5); every other field read in source")),
+        v_descale="tile", out_format="bf16_rne", tags=("amd",)),
     Recipe(
         name="aiter",
         source=("AITER gfx950 assembly fmha_v3 fp8 hd128 (" + _AITER + ": "
