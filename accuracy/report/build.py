@@ -3,14 +3,21 @@
 Every number is computed from the result rows (or the benchmark rows) here and formatted by
 :func:`accuracy.report.blocks.fmt`, so a test can parse them back.
 
-Content, per model (capture inputs) and for Gaussian inputs: a recipe x metric table with bootstrap 95%
-confidence intervals over the inputs; ``zyfa``'s paired error ratio against each peer on the same inputs
-(geometric mean, bootstrap CI); the ablation of ZYFA's techniques; per-layer tables and per-layer x
-per-head heatmaps (captures); error against sequence length (Gaussian); then, over all inputs, the error
-against its causes (Q/K outliers, attention entropy, flushed probabilities), the benchmark tables, every
+Content: a summary of each implementation's absolute error with its interval per model and for the Gaussian inputs
+(and ``zyfa``'s paired ratios to each peer); then per model (capture inputs) and for Gaussian inputs: a recipe x
+metric table with bootstrap 95% confidence intervals over the inputs; ``zyfa``'s paired error ratio against each
+peer on the same inputs (geometric mean, bootstrap CI); the ablation of ZYFA's techniques; per-layer tables and
+per-layer x per-head heatmaps (captures); error against sequence length (Gaussian); then, over all inputs, the
+error against its causes (Q/K outliers, attention entropy, flushed probabilities), the benchmark tables, every
 (input, recipe) error, and the inputs with their hashes. Provenance and the regenerating command come first.
 Sections made elsewhere (the model-impact section of :mod:`accuracy.impact.section`) are passed in as
 callables and placed after the model and Gaussian sections.
+
+Real kernels (rows of :mod:`accuracy.real_rows`, ``real: true``) passed as ``real_rows`` are rows of their own
+in the summary, the recipe x metric tables and the paired ratio tables, labelled as measured on their device
+(:func:`accuracy.report.real_kernels.measured_label`: ``cudnn-fp8 (real, H200)``) and placed after the recipe
+they are paired with, their emulation. The other tables (ablation, per layer and head, head dim, sequence length,
+causes, every result) keep the emulated recipes.
 
 Exposed: ``Results``, ``load_results(paths)``, ``select_recipes(res, names)``, ``group_of(row)``,
 ``build_report(...)``, ``GAUSSIAN``.
@@ -31,6 +38,7 @@ from accuracy.report.blocks import fmt, fmt_ci, kind_of, slug
 from accuracy.report.document import Doc
 from accuracy.report.front import model_anchor, section_front
 from accuracy.report.plots import png, pyplot
+from accuracy.report.real_kernels import measured_label, measured_on, unavailable_of
 from accuracy.report.speed import section_speed
 from accuracy.results_io import read_jsonl
 
@@ -170,6 +178,82 @@ def _by_recipe(rows) -> dict[str, list[dict]]:
     return out
 
 
+@dataclass
+class _Entry:
+    """One row of a recipe table: a recipe's emulation, or a real kernel measured on one device."""
+
+    label: str  # the recipe's name, or measured_label of the real kernel's rows
+    rows: list  # a real kernel's rows that ran (status ok)
+    real: bool = False
+    paired: str | None = None  # a real kernel's paired recipe spec (None: paired with none)
+    placed: str | None = None  # the recipe it is placed after (its paired recipe, or that spec's base recipe)
+    self_quantizing: bool = False  # quantizes for itself: no error on a recipe's dequantized inputs (deq)
+
+    def values(self, metric: str) -> list[float]:
+        """The metric over the entry's rows: every row for a recipe (as before: a missing value is NaN); for a
+        real kernel the rows that have it (none for ``deq_*`` of a kernel that quantizes for itself)."""
+        if not self.real:
+            return [_val(r, metric) for r in self.rows]
+        if self.self_quantizing and metric.startswith("deq_"):
+            return []
+        return [_val(r, metric) for r in self.rows if r.get(metric) is not None]
+
+
+def _placed(spec: str | None, recipes: list) -> str | None:
+    """The recipe of ``recipes`` a real kernel paired with ``spec`` is placed after: the spec itself, else the
+    recipe it overrides (``triton-amd`` for ``triton-amd:p_scale=tile_amax``), else None."""
+    if not spec:
+        return None
+    if spec in recipes:
+        return spec
+    base = str(spec).split(":")[0]
+    return base if base in recipes else None
+
+
+def _entries(rows: list, recipes: list, real_rows: Sequence[dict] = ()) -> list[_Entry]:
+    """The recipes with rows, in report order, each followed by the real kernels paired with it (one entry per
+    implementation and device, their rows that ran), then the real kernels paired with no recipe of the table."""
+    by = _by_recipe(rows)
+    real: dict[str, list[dict]] = defaultdict(list)
+    for r in real_rows:
+        if r.get("status", "ok") == "ok":
+            real[measured_label(r)].append(r)
+    after: dict[str | None, list[_Entry]] = defaultdict(list)
+    for label, rs in real.items():
+        spec = rs[0].get("recipe")
+        place = _placed(spec, recipes)
+        after[place].append(_Entry(label, rs, True, spec, place, rs[0].get("quantizes") == "self"))
+    out = []
+    for name in recipes:
+        if by.get(name):
+            out.append(_Entry(name, by[name]))
+        out += after.pop(name, [])
+    for rest in after.values():
+        out += rest
+    return out
+
+
+def _real_notes(entries: list[_Entry], n_inputs: int) -> list[str]:
+    """Sentences on a table's real-kernel rows: pairing that is not the row above, inputs left out, deq."""
+    notes, fewer = [], []
+    for e in entries:
+        if not e.real:
+            continue
+        if e.paired is None:
+            notes.append(f"`{e.label}` is paired with no recipe.")
+        elif e.placed != e.paired:
+            notes.append(f"`{e.label}` is paired with `{e.paired}`" + (f", shown after `{e.placed}`."
+                                                                         if e.placed else "."))
+        if e.self_quantizing:
+            notes.append(f"`{e.label}` quantizes for itself, so it has no `deq` error; compare its `orig` error.")
+        if len(e.rows) < n_inputs:
+            fewer.append(f"`{e.label}` {fmt(len(e.rows), 'int')}")
+    if fewer:
+        notes.append(f"Ran on fewer of the {fmt(n_inputs, 'int')} inputs (the others: [not run](#t-real-not-run)): "
+                     f"{', '.join(fewer)}.")
+    return notes
+
+
 # ---------------------------------------------------------------------------------------------- plots
 
 def _style(name: str, recipes: list) -> dict:
@@ -181,39 +265,44 @@ def _style(name: str, recipes: list) -> dict:
 
 # ---------------------------------------------------------------------------------------------- sections
 
-def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: bool) -> None:
+def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: bool,
+                     real_rows: Sequence[dict] = ()) -> None:
     tkey = slug(gname)
-    by = _by_recipe(rows)
     n_inputs = len({_input_key(r) for r in rows})
+    entries = _entries(rows, recipes, real_rows)
     doc.h(3, f"{gname}: error by recipe")
     few = (" With so few inputs the intervals only show the spread; the per-head table below has more samples."
            if n_inputs < 5 else "")
     doc.p(f"Mean over {n_inputs} input(s) with its bootstrap 95% confidence interval over the inputs "
           f"(each capture input is one layer, all its captured heads).{few} {METRIC_NOTE}")
+    if any(e.real for e in entries):
+        doc.p(" ".join([
+            "Rows marked *(real, device)* are real kernels measured on that device, each after the recipe it is paired "
+            "with (its emulation), on the same inputs; their `deq` error is against the FP64 oracle on that "
+            "recipe's dequantized inputs, which they computed with. `P flushed to 0` is the emulator's count "
+            "(`-` for a real kernel); the plot shows the recipes.", *_real_notes(entries, n_inputs)]))
     header = ["recipe", "inputs", *MAIN_METRICS.values()]
     body, cis = [], {}
-    for name in recipes:
-        rs = by.get(name, [])
-        if not rs:
-            continue
-        cells = [name, fmt(len(rs), "int")]
+    for e in entries:
+        cells = [e.label, fmt(len(e.rows), "int")]
         for m in MAIN_METRICS:
-            ci = _ci([_val(r, m) for r in rs])
-            cis[(name, m)] = ci
-            cells.append(fmt_ci(ci, kind_of(m)))
+            vals = e.values(m)
+            ci = _ci(vals)
+            cis[(e.label, m)] = ci
+            cells.append(fmt_ci(ci, kind_of(m)) if vals else "-")
         body.append(cells)
     doc.table(f"t-{tkey}-recipes", header, body)
     other = [m for m in OTHER_METRICS if any(m in r for r in rows)]
     if other:
         doc.p("Other metrics, mean over the inputs (maxima: the largest).")
         body2 = []
-        for name in recipes:
-            rs = by.get(name, [])
-            if not rs:
-                continue
-            cells = [name]
+        for e in entries:
+            cells = [e.label]
             for m in other:
-                vals = [_val(r, m) for r in rs]
+                vals = e.values(m)
+                if not vals:
+                    cells.append("-")
+                    continue
                 v = max(vals) if ("max" in m and not m.endswith("p50")) else float(np.mean(vals))
                 cells.append(fmt(v, kind_of(m)))
             body2.append(cells)
@@ -221,9 +310,9 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
     nan = sorted({r["recipe"] for r in rows if r.get("has_nan")})
     if nan:
         doc.p(f"NaN or Inf in the output of: {', '.join(nan)} (their intervals are nan).")
-    if plots and body:
+    names = [e.label for e in entries if not e.real]
+    if plots and names:
         plt = pyplot()
-        names = [b[0] for b in body]
         fig, ax = plt.subplots(figsize=(max(5.0, 0.55 * len(names)), 3.2))
         for i, (metric, color) in enumerate((("deq_rel_l2", "#1f77b4"), ("orig_rel_l2", "#ff7f0e"))):
             est = np.array([cis[(n, metric)][0] for n in names])
@@ -243,42 +332,87 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
         doc.img(f"fig_{tkey}_recipes.png", png(fig), f"{gname}: relative L2 error by recipe (mean, 95% CI)")
 
 
-def _paired(rows: list, a: str, b: str, metric: str) -> list[float]:
-    va = {_input_key(r): _val(r, metric) for r in rows if r["recipe"] == a}
-    vb = {_input_key(r): _val(r, metric) for r in rows if r["recipe"] == b}
+def _paired_rows(ra: list, rb: list, metric: str) -> list[float]:
+    """Per input in both (by :func:`_input_key`), a's metric over b's (inputs where b's is not > 0 left out)."""
+    va = {_input_key(r): _val(r, metric) for r in ra}
+    vb = {_input_key(r): _val(r, metric) for r in rb}
     return [va[k] / vb[k] for k in va if k in vb and vb[k] > 0]
 
 
-def _section_ratios(doc: Doc, gname: str, rows: list, recipes: list) -> None:
+def _paired(rows: list, a: str, b: str, metric: str) -> list[float]:
+    return _paired_rows([r for r in rows if r["recipe"] == a], [r for r in rows if r["recipe"] == b], metric)
+
+
+def _section_ratios(doc: Doc, gname: str, rows: list, recipes: list, real_rows: Sequence[dict] = ()) -> None:
     if "zyfa" not in recipes:
         return
-    peers = [r for r in recipes if r != "zyfa" and r not in ABLATIONS]
-    if not peers:
+    entries = [e for e in _entries(rows, recipes, real_rows)
+               if e.label != "zyfa" and e.label not in ABLATIONS and e.placed not in ABLATIONS]
+    if not entries:
         return
+    left_out = [e.rows[0].get("implementation") or e.label for e in _entries(rows, recipes, real_rows)
+                if e.real and e.placed in ABLATIONS]
     doc.h(3, f"{gname}: zyfa against each peer, on the same inputs")
     doc.p("Per input, the ratio zyfa / peer of the relative L2 error; the geometric mean of the ratios with "
-          "a bootstrap 95% CI (over inputs, on the log ratios). Below 1: zyfa is more accurate.")
+          "a bootstrap 95% CI (over inputs, on the log ratios). Below 1: zyfa is more accurate."
+          + (" A peer marked *(real, device)* is a real kernel measured on that device, paired with zyfa's emulation "
+             "on the inputs both have." if any(e.real for e in entries) else "")
+          + (" A kernel that quantizes for itself has no `deq` ratio." if any(e.self_quantizing for e in entries)
+             else "")
+          + (f" The real kernels of ZYFA's ablations ({', '.join(left_out)}) are in the table above, not here."
+             if left_out else ""))
+    zyfa = [r for r in rows if r["recipe"] == "zyfa"]
     body = []
-    for p in peers:
-        deq = _paired(rows, "zyfa", p, "deq_rel_l2")
-        orig = _paired(rows, "zyfa", p, "orig_rel_l2")
-        if not deq:
+    for e in entries:
+        deq = _paired_rows(zyfa, e.rows, "deq_rel_l2") if e.values("deq_rel_l2") else []
+        orig = _paired_rows(zyfa, e.rows, "orig_rel_l2")
+        if not deq and not (e.real and orig):
             continue
         wins = sum(x < 1 for x in deq)
-        body.append([p, fmt(len(deq), "int"), fmt_ci(_ci(deq, log=True), "ratio"),
-                     fmt_ci(_ci(orig, log=True), "ratio"), f"{wins}/{len(deq)}"])
+        body.append([e.label, fmt(len(deq or orig), "int"), fmt_ci(_ci(deq, log=True), "ratio") if deq else "-",
+                     fmt_ci(_ci(orig, log=True), "ratio") if orig else "-",
+                     f"{wins}/{len(deq)}" if deq else "-"])
     doc.table(f"t-{slug(gname)}-ratios", ["peer", "pairs", "zyfa/peer rel L2 (deq)",
                                            "zyfa/peer rel L2 (orig)", "zyfa lower"], body)
 
 
-def _section_summary(doc: Doc, groups: list, rows: list, recipes: list) -> None:
+def _section_summary(doc: Doc, groups: list, rows: list, recipes: list, real_rows: Sequence[dict] = (),
+                     unavailable: dict | None = None) -> None:
+    doc.h(2, "Summary")
+    per_group = {g: ([r for r in rows if group_of(r) == g], [r for r in real_rows if group_of(r) == g])
+                 for g in groups}
+    n_in = {g: len({_input_key(r) for r in rs}) for g, (rs, _) in per_group.items()}
+    by_group = {g: {e.label: e for e in _entries(rs, recipes, real)} for g, (rs, real) in per_group.items()}
+    entries = _entries(rows, recipes, real_rows)
+    doc.p("Each implementation's mean relative L2 error (deq: against the FP64 oracle on the inputs it computed "
+          "with) and its bootstrap 95% confidence interval over the inputs, per model and for the Gaussian "
+          f"inputs ({', '.join(f'{g}: {n_in[g]}' for g in groups)} inputs)."
+          + (" Rows marked *(real, device)* are real kernels measured on that device, each after the recipe it is "
+             "paired with (its emulation); the others are the emulator's recipes. Where a real kernel ran on "
+             "fewer inputs, the cell says on how many." if any(e.real for e in entries) else ""))
+    if unavailable:
+        doc.p(f"Real implementations not run on this machine: {', '.join(f'`{n}`' for n in unavailable)} (each "
+              "with the reason under [Real kernels vs their emulations](#t-real-not-run)).")
+    body = []
+    for e in entries:
+        cells = [e.label]
+        for g in groups:
+            ge = by_group[g].get(e.label)
+            vals = ge.values("deq_rel_l2") if ge else []
+            cell = fmt_ci(_ci(vals), "err") if vals else "-"
+            if vals and len(vals) < n_in[g]:
+                cell += f" ({fmt(len(vals), 'int')} of {fmt(n_in[g], 'int')} inputs)"
+            cells.append(cell)
+        body.append(cells)
+    doc.table("t-summary-error", ["implementation", *groups], body)
     if "zyfa" not in recipes:
         return
     peers = [r for r in recipes if r != "zyfa" and r not in ABLATIONS]
-    doc.h(2, "Summary")
     doc.p("Per model and for the Gaussian inputs: zyfa's mean relative L2 error (deq), and the geometric mean "
           "over the same inputs of zyfa's error divided by each peer's (deq; below 1: zyfa is more accurate). "
-          "Intervals are in the sections below.")
+          "Intervals are in the sections below."
+          + (" Real kernels are left out of this table (one column per emulated peer); each section's "
+             "\"zyfa against each peer\" table has them." if real_rows else ""))
     body = []
     for g in groups:
         grows = [r for r in rows if group_of(r) == g]
@@ -616,19 +750,37 @@ def _section_all(doc: Doc, rows: list, recipes: list) -> None:
 
 # ---------------------------------------------------------------------------------------------- build
 
+def _real_count(real_rows: list) -> str:
+    """" Besides them, N real-kernel rows: K implementations measured on <devices> (M ran, ...)." or ""."""
+    if not real_rows:
+        return ""
+    impls = {r.get("implementation") for r in real_rows}
+    devices = sorted({measured_on(r) for r in real_rows})
+    ok = sum(r.get("status", "ok") == "ok" for r in real_rows)
+    rest = "" if ok == len(real_rows) else \
+        "; the others failed or could not take the input, see [not run](#t-real-not-run)"
+    return (f" Besides them, {len(real_rows)} real-kernel rows: {len(impls)} implementations measured on "
+            f"{', '.join(devices)} ({ok} ran{rest}).")
+
+
 def build_report(res: Results, *, bench=(), command: str = "", extra_commands: Sequence[str] = (),
                  title: str = "FP8 attention accuracy report", notes: Sequence[str] = (), plots: bool = True,
                  sections: Sequence[Callable[[Doc, bool], None]] = (), front: bool = True,
-                 front_rows: Sequence[dict] | None = None) -> Doc:
+                 front_rows: Sequence[dict] | None = None, real_rows: Sequence[dict] = ()) -> Doc:
     """The report document for the result rows and benchmark rows (:func:`accuracy.report.speed.load_bench`).
 
-    ``front``: open on the front page (:mod:`accuracy.report.front`), made from ``front_rows`` (default: the
-    rows; a study passes its real kernels' rows too, which the recipe tables leave out). ``sections``: callables
-    ``add(doc, plots)`` that append further sections (e.g. the model-impact section,
-    :func:`accuracy.impact.section.report_section`), placed after the model and Gaussian sections.
+    ``res``: the recipes' rows. ``real_rows``: real kernels' rows (``real: true``), shown as rows of their own,
+    marked as measured on their device, in the summary, the recipe x metric tables and the paired ratio tables
+    (the real-vs-emulated section itself is :func:`accuracy.report.real_kernels.report_section`, passed in
+    ``sections``). ``front``: open on the front page (:mod:`accuracy.report.front`), made from ``front_rows``
+    (default: the rows and the real rows). ``sections``: callables ``add(doc, plots)`` that append further
+    sections (e.g. the model-impact section, :func:`accuracy.impact.section.report_section`), placed after the
+    model and Gaussian sections.
     """
     doc = Doc(title=title)
     rows, recipes = res.rows, res.recipes
+    real_rows = list(real_rows)
+    unavailable = unavailable_of([p for _, p in res.provenances])
     if plots:
         try:
             import matplotlib  # noqa: F401
@@ -639,11 +791,11 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     groups = list(dict.fromkeys(group_of(r) for r in rows))
     groups.sort(key=lambda g: (g == GAUSSIAN, g))
     if front:
-        links = [("summary", "t-summary")] if "zyfa" in recipes else []
+        links = [("summary", "t-summary-error")]
         links += [(g if g == GAUSSIAN else f"model {g}", model_anchor(g)) for g in groups]
         links += [("speed", "t-bench-0-tflops" if bench else "t-all"), ("every result", "t-all"),
                   ("inputs", "t-inputs"), ("provenance", "t-provenance")]
-        section_front(doc, rows if front_rows is None else front_rows, list(bench), plots, links)
+        section_front(doc, [*rows, *real_rows] if front_rows is None else front_rows, list(bench), plots, links)
         doc.h(2, "About this report")
     study_cmds = [p["study_command"] for _, p in res.provenances if p.get("study_command")]
     cmds = list(dict.fromkeys([*extra_commands, *study_cmds, *([command] if command else [])]))
@@ -652,18 +804,20 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     doc.code("\n".join(cmds))
     n_inputs = len({_input_key(r) for r in rows})
     doc.p(f"{len(rows)} result rows: {n_inputs} inputs ({', '.join(groups)}) x {len(recipes)} recipes "
-          f"({', '.join(recipes)}), from {', '.join(f'`{n}`' for n, _ in res.provenances)}.")
+          f"({', '.join(recipes)}), from {', '.join(f'`{n}`' for n, _ in res.provenances)}."
+          + _real_count(real_rows))
     many = len(res.provenances) > 1
     for n in [*notes, *((f"`{name}`: " if many else "") + x for name, p in res.provenances
                         for x in (p.get("study_notes") or []))]:
         doc.p(n)
-    _section_summary(doc, groups, rows, recipes)
+    _section_summary(doc, groups, rows, recipes, real_rows, unavailable)
     _section_provenance(doc, res)
     for g in groups:
         grows = [r for r in rows if group_of(r) == g]
+        greal = [r for r in real_rows if group_of(r) == g]
         doc.h(2, g if g == GAUSSIAN else f"Model: {g}")
-        _section_recipes(doc, g, grows, recipes, plots)
-        _section_ratios(doc, g, grows, recipes)
+        _section_recipes(doc, g, grows, recipes, plots, greal)
+        _section_ratios(doc, g, grows, recipes, greal)
         _section_ablation(doc, g, grows, recipes)
         if g == GAUSSIAN:
             _section_headdim(doc, g, grows, recipes)

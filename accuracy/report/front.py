@@ -27,6 +27,7 @@ import numpy as np
 from accuracy.report.blocks import fmt, fmt_ci, slug
 from accuracy.report.document import Doc
 from accuracy.report.plots import png, pyplot
+from accuracy.report.real_kernels import measured_on
 
 # ZYFA's ablations: in the details, not on the front page
 ABLATION_PREFIX = ("zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed", "zyfa-tilescale")
@@ -74,8 +75,7 @@ def status_of(name: str, rows: Sequence[dict] = ()) -> str:
     <device>`` for a real kernel's rows, or ``-`` when neither is known."""
     real = [r for r in rows if is_real(r) and implementation_of(r) == name]
     if real:
-        devices = sorted({str(r.get("device_name") or r.get("device") or "?").removeprefix("NVIDIA ")
-                          for r in real})
+        devices = sorted({measured_on(r) for r in real})
         return "measured on " + ", ".join(devices)
     try:
         from zyfa.recipes import get_recipe

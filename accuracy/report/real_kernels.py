@@ -12,6 +12,8 @@ Exposed:
     not_run(rows, provenance=None) -> list[dict]   failed / unsupported rows and unavailable implementations
     real_kernel_blocks(rows, provenance=None) -> list[tuple]   report blocks (accuracy.report.blocks)
     split_real(rows) -> (recipe rows, real rows);  unavailable_of(provenances) -> {name: reason}
+    measured_on(row) -> str   the device a real row ran on ("H200"; its device_name without "NVIDIA ")
+    measured_label(row) -> str   a real kernel's name in the recipe tables: "cudnn-fp8 (real, H200)"
     report_section(rows, provenances) -> add(doc, plots)   for build_report(..., sections=[...])
 """
 
@@ -22,14 +24,25 @@ from collections.abc import Sequence
 
 from accuracy.report.blocks import fmt
 
-__all__ = ["RATIO_BAND", "not_run", "real_kernel_blocks", "real_vs_emulated", "report_section", "split_real",
-           "unavailable_of"]
+__all__ = ["RATIO_BAND", "measured_label", "measured_on", "not_run", "real_kernel_blocks", "real_vs_emulated",
+           "report_section", "split_real", "unavailable_of"]
 
 RATIO_BAND = (0.97, 1.03)
 
 
 def _num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def measured_on(row: dict) -> str:
+    """The device a real row ran on, as the report names it: the row's ``device_name`` without the vendor
+    prefix "NVIDIA " (e.g. "H200"), else its ``device`` ("cpu"), else "?"."""
+    return str(row.get("device_name") or row.get("device") or "?").removeprefix("NVIDIA ")
+
+
+def measured_label(row: dict) -> str:
+    """A real kernel's name in the report's recipe tables: ``<implementation> (real, <device>)``."""
+    return f"{row.get('implementation') or row.get('recipe')} (real, {measured_on(row)})"
 
 
 def real_vs_emulated(rows: Sequence[dict]) -> list[dict]:

@@ -1,5 +1,5 @@
 """``zyfa study --kernel`` on a CPU: the example plug-in beside its paired recipe, the built-ins this machine
-lacks listed with the reason, real rows kept out of the recipe tables."""
+lacks listed with the reason, the plug-in's rows beside its recipe in the summary and recipe tables."""
 
 from __future__ import annotations
 
@@ -51,9 +51,16 @@ def test_study_with_a_kernel(tmp_path, monkeypatch, capsys):
         assert [line[0] for line in not_run[1:]] == builtin_names()
         assert all(line[2:] == ["unavailable", "no CUDA device"] for line in not_run[1:])
         assert "real implementation not run: cudnn-fp8: no CUDA device" in err
-    # the recipe tables know recipes only; the front page shows the plug-in beside them, as measured
+    # the summary, recipe and paired tables show the plug-in beside its recipe, as measured on this machine's
+    # device; the per-layer, per-head and every-result tables keep the recipes
+    label = f"plugin:{EXAMPLE} (real, {real[0]['device_name'].removeprefix('NVIDIA ')})"
+    beside = ("t-summary-error", "t-smollm2-recipes", "t-smollm2-other", "t-smollm2-ratios")
+    for key in beside:
+        names = [line[0] for line in tables[key][1:]]
+        after = names.index("zyfa") + 1 if "zyfa" in names else 0  # the ratio table's peers: zyfa's kernels first
+        assert names[after] == label, key
     for key, t in tables.items():
-        if key not in ("t-real-vs-emulated", "t-real-not-run", "t-front-error"):
+        if key not in ("t-real-vs-emulated", "t-real-not-run", "t-front-error", *beside):
             assert not any("plugin:" in cell for line in t for cell in line), key
     front_row = next(line for line in tables["t-front-error"] if line[0] == f"plugin:{EXAMPLE}")
     assert front_row[1].startswith("measured on ")
