@@ -393,13 +393,19 @@ def _section_summary(doc: Doc, groups: list, rows: list, recipes: list, real_row
     if unavailable:
         doc.p(f"Real implementations not run on this machine: {', '.join(f'`{n}`' for n in unavailable)} (each "
               "with the reason under [Real kernels vs their emulations](#t-real-not-run)).")
+    own = [e.label for e in entries if e.self_quantizing]
+    if own:
+        doc.p(f"Marked (orig): {', '.join(f'`{n}`' for n in own)} quantize(s) for itself, so it has no `deq` "
+              "error; its cell is the error against the FP64 oracle on the original inputs (with its own "
+              "quantization of Q, K and V).")
     body = []
     for e in entries:
         cells = [e.label]
         for g in groups:
             ge = by_group[g].get(e.label)
-            vals = ge.values("deq_rel_l2") if ge else []
-            cell = fmt_ci(_ci(vals), "err") if vals else "-"
+            metric = "orig_rel_l2" if e.self_quantizing else "deq_rel_l2"
+            vals = ge.values(metric) if ge else []
+            cell = fmt_ci(_ci(vals), "err") + (" (orig)" if e.self_quantizing else "") if vals else "-"
             if vals and len(vals) < n_in[g]:
                 cell += f" ({fmt(len(vals), 'int')} of {fmt(n_in[g], 'int')} inputs)"
             cells.append(cell)

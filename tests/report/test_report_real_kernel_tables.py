@@ -225,8 +225,14 @@ def test_cpu_study_shows_the_plugin_as_measured_on_the_cpu(cpu_study):
     real = [r for r in rows if r.get("real") and r["status"] == "ok"]
     assert len(real) == 2 and all(r["quantizes"] == "self" for r in real)
     label = _label(real[0])
+    # it quantizes for itself: no deq error, so the summary and the front page give its orig error, marked
+    mean_orig = float(np.mean([r["orig_rel_l2"] for r in real]))
     summary = {line[0]: line for line in tables["t-summary-error"][1:]}
-    assert summary[label][1] == "-"  # it quantizes for itself: no deq error
+    assert summary[label][1].endswith(" (orig)") and _close(numbers(summary[label][1])[0], mean_orig)
+    front = {line[0]: line for line in tables["t-front-error"][1:]}
+    plugin = f"plugin:{EXAMPLE}"
+    assert front[plugin][3].endswith(" (orig)") and _close(numbers(front[plugin][3])[0], mean_orig)
+    assert "Marked (orig): " in md
     line = next(line for line in tables["t-gaussian-inputs-recipes"][1:] if line[0] == label)
     t = tables["t-gaussian-inputs-recipes"]
     orig = numbers(line[t[0].index("rel L2 (orig)")])
