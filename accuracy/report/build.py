@@ -395,9 +395,10 @@ def _section_summary(doc: Doc, groups: list, rows: list, recipes: list, real_row
               "with the reason under [Real kernels vs their emulations](#t-real-not-run)).")
     own = [e.label for e in entries if e.self_quantizing]
     if own:
-        doc.p(f"Marked (orig): {', '.join(f'`{n}`' for n in own)} quantize(s) for itself, so it has no `deq` "
-              "error; its cell is the error against the FP64 oracle on the original inputs (with its own "
-              "quantization of Q, K and V).")
+        doc.p(f"Marked (orig): {', '.join(f'`{n}`' for n in own)} "
+              + ("quantizes for itself" if len(own) == 1 else "quantize for themselves")
+              + ", so it has no `deq` error; the cell is the error against the FP64 oracle on the original "
+              "inputs (with the kernel's own quantization of Q, K and V).")
     body = []
     for e in entries:
         cells = [e.label]

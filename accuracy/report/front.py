@@ -288,8 +288,10 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
     doc.table(FRONT_KEYS[0], header, body)
     own = [e["name"] for e in entries if e["self_quantizing"]]
     if own:
-        doc.p(f"Marked (orig): {', '.join(f'`{n}`' for n in own)} quantize(s) for itself, so the error shown is "
-              "against the FP64 oracle on the original inputs (with its own quantization of Q, K and V).")
+        doc.p(f"Marked (orig): {', '.join(f'`{n}`' for n in own)} "
+              + ("quantizes for itself" if len(own) == 1 else "quantize for themselves")
+              + ", so the error shown is against the FP64 oracle on the original inputs (with the kernel's own "
+              "quantization of Q, K and V).")
 
     if sh:
         about = [f"`{name}`"]
