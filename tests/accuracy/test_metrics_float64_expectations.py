@@ -80,6 +80,13 @@ def test_row_quantiles_interpolate_between_rows():
     assert m["max_abs_err"] == 2.0
 
 
+def test_a_single_element_output():
+    """One query row of head dim 1 is a valid (non-empty) output."""
+    m = compute_metrics(torch.tensor([[2.0]]), torch.tensor([[4.0]], dtype=torch.float64))
+    assert m["rel_l2"] == 0.5 and m["max_abs_err"] == 2.0 and m["n_rows"] == 1
+    assert m["sqnr_db"] == pytest.approx(10 * math.log10(4.0), rel=1e-15)
+
+
 def test_a_one_dimensional_output_is_one_row():
     """(..., d_v) includes a bare (d_v,) vector: one query row."""
     m = compute_metrics(torch.tensor([1.0, 2.0, 2.0]), torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64))
@@ -232,11 +239,18 @@ def test_nonfinite_lse_under_test_is_a_finding(bad):
     assert m["rel_l2"] == 0.0  # the output metrics are unaffected
 
 
+def test_nan_lse_on_a_masked_row_is_a_finding_not_a_disagreement():
+    """NaN where the reference row is fully masked (-inf): a NaN finding, checked before the masked-row match."""
+    out = _t([[1.0, 0.0]] * 3)
+    m = compute_metrics(out, out, lse=_lse([0.0, math.nan, 1.0]), lse_ref=_lse([0.0, -math.inf, 1.0]))
+    assert math.isnan(m["lse_max_abs_err"]) and math.isnan(m["lse_rmse"]) and m["has_nan"] is True
+
+
 def test_masked_rows_disagreement_names_the_counts():
-    out = _t([[1.0, 0.0]] * 4)
-    with pytest.raises(ValueError) as err:
-        compute_metrics(out, out, lse=_lse([-math.inf, -math.inf, -math.inf, 0.0]),
-                        lse_ref=_lse([-math.inf, 1.0, 2.0, 0.0]))
+    out = _t([[1.0, 0.0]] * 5)
+    with pytest.raises(ValueError) as err:  # rows 1 and 2 disagree, rows 0, 3 and 4 agree
+        compute_metrics(out, out, lse=_lse([-math.inf, -math.inf, -math.inf, 0.0, 1.0]),
+                        lse_ref=_lse([-math.inf, 1.0, 2.0, 0.0, 1.0]))
     assert str(err.value) == (
         "lse and lse_ref disagree on which rows are fully masked (-inf) in 2 rows: 3 vs 1 -inf rows")
 
