@@ -126,7 +126,7 @@ def test_outlier_scale_must_be_finite_and_non_negative(scale):
     assert _message(GaussianSpec, outlier_scale=scale) == f"outlier_scale must be finite and >= 0, got {scale}"
 
 
-@pytest.mark.parametrize("tensors", ["", "qa", "Q", "x"])
+@pytest.mark.parametrize("tensors", ["", "qa", "Q", "x", "X", "qX"])
 def test_outlier_tensors_must_be_letters_of_qkv(tensors):
     assert _message(GaussianSpec, outlier_tensors=tensors) == (
         f"outlier_tensors must be letters of 'qkv', got {tensors!r}")
