@@ -1,0 +1,55 @@
+"""emulate() on CUDA tensors (gpu marker: runs on the H200, skipped elsewhere): every tensor it creates lives on
+the input's device, its results come back there, and they agree with the same emulation on the CPU.
+
+The CPU run is the expectation here: the arithmetic is the same fp32 arithmetic, so the two may differ only by
+the last-bit differences of exp2 and matmul between devices, which move a few FP8 roundings (a rel-L2 far below
+1%). Covers the default ``q_chunk`` on a GPU (its own formula), every mask, and the row sum on the matrix unit.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zyfa.emulator import emulate
+from zyfa.recipes import get_recipe
+
+pytestmark = pytest.mark.gpu
+
+RECIPES = {
+    "zyfa": get_recipe("zyfa"),
+    "ck-blockscale": get_recipe("ck-blockscale"),  # per-block Q/K/V descales
+    "fa3": get_recipe("fa3"),  # Hopper accumulator, never flushed
+    "sage2": get_recipe("sage2"),  # INT8 Q/K, K smoothing, flush every tile
+    "aiter-triton": get_recipe("aiter-triton"),  # tile amax
+    "bf16": get_recipe("bf16"),
+    "zyfa-rowsum-mma": get_recipe("zyfa").replace(name="zyfa-rowsum-mma", rowsum="rounded_mma"),
+    "zyfa-hopper-rowsum-mma": get_recipe("zyfa-hopper").replace(name="zyfa-hopper-rowsum-mma", rowsum="rounded_mma"),
+}
+MASKS = {"none": {}, "causal": {"causal": True}, "window": {"causal": True, "window": 100}}
+
+
+def _qkv():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 300, 128, generator=g)
+    k, v = (torch.randn(1, 1, 260, 128, generator=g) for _ in range(2))
+    return q, k, v
+
+
+@pytest.mark.parametrize("mask", list(MASKS))
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_cuda_emulation_stays_on_the_device_and_agrees_with_the_cpu(name, mask):
+    q, k, v = _qkv()
+    r = RECIPES[name]
+    cpu = emulate(q, k, v, r, **MASKS[mask])
+    gpu = emulate(q.cuda(), k.cuda(), v.cuda(), r, **MASKS[mask])  # default q_chunk: the GPU formula
+    for x in (gpu.out, gpu.lse, gpu.q_deq, gpu.k_deq, gpu.v_deq):
+        assert x.device.type == "cuda" and x.dtype == torch.float32
+    assert gpu.out.shape == cpu.out.shape and gpu.lse.shape == cpu.lse.shape
+    rel = ((gpu.out.cpu().double() - cpu.out.double()).norm() / cpu.out.double().norm()).item()
+    assert rel < 1e-2, f"{name} {mask}: CUDA and CPU outputs differ by rel-L2 {rel:.3e}"
+    assert torch.equal(torch.isneginf(gpu.lse.cpu()), torch.isneginf(cpu.lse))
+    fin = torch.isfinite(cpu.lse)
+    assert (gpu.lse.cpu()[fin] - cpu.lse[fin]).abs().max().item() < 1e-3
+    assert abs(gpu.stats["p_flushed_frac"] - cpu.stats["p_flushed_frac"]) < 1e-3
+    assert isinstance(gpu.stats["p_flushed_frac"], float)
