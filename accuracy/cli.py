@@ -9,6 +9,7 @@ Examples::
     zyfa accuracy --inputs captures/smollm2.h5 --layers 0,3 --heads 0,1,2 --max-tokens 1024 --out r.csv
     zyfa accuracy --inputs gaussian --recipes zyfa-hopper,cudnn-fp8 --implementations triton:zyfa-hopper,cudnn-fp8
     zyfa accuracy --inputs gaussian --kernel examples/fp8_torch_attention.py:attention --kernel-recipe zyfa
+    zyfa accuracy --inputs gaussian --recipes zyfa,ck,fa3 --platform h200   # every recipe on the H200's arithmetic
 
 Real kernels run beside the recipes on the same inputs: ``--implementations`` (built-ins, ``all`` or
 ``available``; docs/real_kernels.md) and ``--kernel module:function`` (a kernel of your own, repeatable; the
@@ -65,7 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inputs", default="gaussian",
                         help="'gaussian', or capture file(s) (.h5), comma-separated (default: gaussian)")
     parser.add_argument("--recipes", default=DEFAULT_RECIPES,
-                        help=f"comma-separated recipe names, or 'all' (default: {DEFAULT_RECIPES})")
+                        help=f"comma-separated recipe names, or 'all' (default: {DEFAULT_RECIPES}); NAME@PLATFORM "
+                             "runs one on another platform")
+    parser.add_argument("--platform", default=None,
+                        help="emulate every recipe on this GPU's arithmetic: h200 or mi355x (default: each "
+                             "recipe's own; a recipe moved off its own platform is named NAME@PLATFORM)")
     g = parser.add_argument_group("Gaussian inputs")
     g.add_argument("--seq", type=int, help="tokens (queries = keys), default 4096")
     g.add_argument("--head-dim", type=int, help="QK head dim: 64, 128, 256, 192 or 576 (default 128)")
@@ -122,6 +127,8 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         recipes = _parse_recipes(args.recipes)
+        if getattr(args, "platform", None) is not None:
+            recipes = [r.on(args.platform) for r in recipes]
         columns = _parse_columns(args.metrics)
         out = _check_out(args.out)
         if out is None and (args.force or args.resume):
@@ -402,6 +409,8 @@ def format_table(rows: Sequence[dict], columns: Sequence[str], *, per_input: boo
 def repro_command(args: argparse.Namespace) -> str:
     """The command line that reproduces this run (flags at their defaults left out)."""
     parts = ["zyfa", "accuracy", "--inputs", args.inputs, "--recipes", args.recipes]
+    if getattr(args, "platform", None) is not None:
+        parts += ["--platform", args.platform]
     for flag in ("seq", "head_dim", "head_dim_v", "heads", "kv_heads", "batch", "std", "outliers",
                  "outlier_scale", "outlier_tensors", "dtype", "window", "layers", "max_tokens"):
         v = getattr(args, flag)

@@ -65,9 +65,9 @@ def scheme_recipe(base: Recipe | str, granularity: str) -> Recipe:
     r = get_recipe(base)
     if granularity == "tensor":
         return r.replace(name=f"{r.name}:tensor", q_scale="tensor", k_scale="tensor", v_scale="tensor")
-    if granularity == "block":
+    if granularity == "block":  # fixed block_m x block_n tiles (not fa3's head-dim tiles): one V block per tile
         return r.replace(name=f"{r.name}:block", q_scale="block", k_scale="block", v_scale="block",
-                         scale_block_q=r.block_m, scale_block_kv=r.block_n, v_descale="tile")
+                         scale_block_q=r.block_m, scale_block_kv=r.block_n, v_descale="tile", head_dim_tiles=())
     raise ValueError(f"granularity must be 'tensor' or 'block', got {granularity!r}")
 
 

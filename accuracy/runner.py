@@ -125,7 +125,8 @@ def run_accuracy(
 
     Returns:
         :class:`ResultRows` of the rows made (not the skipped ones); each row holds ``run_id``, the input's
-        name, shape and metadata (``input_*``), the recipe's name and ``recipe_short``, ``has_nan``, the
+        name, shape and metadata (``input_*``), the recipe's name and ``recipe_short``, the ``platform`` whose
+        arithmetic was emulated (the recipe's: ``NAME@PLATFORM`` recipes carry another), ``has_nan``, the
         ``deq_*`` and ``orig_*`` metrics, the emulator's stats (e.g. ``p_flushed_frac``) and wall times in
         seconds.
 
@@ -284,7 +285,8 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
             emulations[recipe.name] = (em.out, em.lse, ref_deq)
         m_deq = compute_metrics(em.out, ref_deq[0], lse=em.lse, lse_ref=ref_deq[1])
         m_orig = compute_metrics(em.out, ref_orig[0], lse=em.lse, lse_ref=ref_orig[1])
-        row: dict[str, Any] = {"run_id": run_id, **base, "recipe": recipe.name, "recipe_short": recipe.short_str()}
+        row: dict[str, Any] = {"run_id": run_id, **base, "recipe": recipe.name, "recipe_short": recipe.short_str(),
+                               "platform": em.platform}
         for k in _UNPREFIXED:
             row[k] = m_deq[k]
         row["has_nan"] = bool(m_deq["has_nan"] or m_orig["has_nan"])

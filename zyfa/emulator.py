@@ -5,6 +5,8 @@ running row max, the per-tile (or per-row-per-tile) P scales, the row-sum source
 applied, the accumulator model and the output rounding (:mod:`zyfa.recipes` names each choice and its
 source). FP8×FP8 products are exact in fp32, so the matmuls run as fp32 matmuls on the FP8 values; only the
 order of fp32 sums differs from hardware, far below FP8 error (docs/DESIGN.md, 'Numerics that must be exact').
+The GPU's own arithmetic comes from a platform (:mod:`zyfa.platforms`, default the recipe's ``platform``): on
+one whose matrix unit truncates FP8 sums (``h200``) both Q·K and P·V go through its accumulator model.
 
 Exposed: :func:`emulate`, :func:`quantize_inputs`, :class:`Emulation`, :class:`QuantizedInputs`.
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from zyfa.formats import e4m3fn_bits_from_log2, get_format, round_to_bf16, round_to_fp8
+from zyfa.platforms import Platform, get_platform, stepwise_mma, truncating_mma
 from zyfa.quant import quantize
 from zyfa.recipes import Recipe, get_recipe
 
@@ -26,6 +29,7 @@ LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
 # Hopper's FP8 wgmma consumes k = 32 per instruction; the accumulator model truncates after each step.
 WGMMA_K_FP8 = 32
+FP8_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2")
 # Tile-amax floor of AITER's Triton kernel (https://github.com/ROCm/aiter,
 # aiter/ops/triton/_triton_kernels/attention/mha.py: max(|P|) >= 1e-9).
 TILE_AMAX_FLOOR = 1e-9
@@ -72,6 +76,7 @@ class Emulation:
         lse: (b, h, s_q) float32 natural-log log-sum-exp (-inf for fully masked rows).
         q_deq, k_deq, v_deq: float32 dequantized inputs, for the FP64 reference of what the kernel saw.
         stats: counters, e.g. ``p_flushed_frac``: fraction of unmasked probabilities rounded to 0.
+        platform: name of the platform whose arithmetic was emulated (:mod:`zyfa.platforms`).
     """
 
     out: torch.Tensor
@@ -80,6 +85,7 @@ class Emulation:
     k_deq: torch.Tensor
     v_deq: torch.Tensor
     stats: dict = field(default_factory=dict)
+    platform: str = ""
 
 
 # ---------------------------------------------------------------------------------------------- validation
@@ -192,41 +198,24 @@ def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
 def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits: int | None) -> torch.Tensor:
     """acc + a @ b; ``hopper_bits`` models Hopper's FP8 wgmma accumulator (None: true fp32).
 
-    Model (fitted on the H200 through Triton's FP8 ``tl.dot`` by scripts/gpu_probe2.py, whose script and log
-    reports/bench_2026-11-29_probe2.log are in git history at fdfa291; docs/kernel_notes.md): at each k = 32
-    step the 32 exact products and the incoming
-    accumulator are aligned to the largest exponent among them and truncated toward zero to
-    ``hopper_bits`` bits below it, then summed exactly. It reproduced 100% of outputs on positive operands
-    and 74-83% on signed ones. Published descriptions: SageAttention2 (FP22, 13 mantissa bits), DeepSeek-V3
-    (~14 bits). Products of FP8 values and the aligned sums are exact in fp32, so it computes in fp32.
+    The model is :func:`zyfa.platforms.truncating_mma` with k = 32 steps (fitted on the H200 through Triton's
+    FP8 ``tl.dot``; docs/PLATFORMS.md): at each step the 32 exact products and the incoming accumulator are
+    aligned to the largest exponent among them, truncated toward zero to ``hopper_bits`` bits below it and
+    summed exactly. It reproduced 100% of outputs on positive operands and 74-83% on signed ones.
     """
     if hopper_bits is None:
         out = a @ b
         return out if acc is None else acc + out
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    out = torch.empty((*lead, m, n), dtype=torch.float32, device=a.device)
-    bt = b.transpose(-1, -2)
-    # rows per pass: bound the (rows, n, 32) product tensor to ~2^20 elements on a CPU (cache-sized: 2.7x
-    # faster than 2^24), 2^26 on a GPU (fewer launches)
-    budget = 1 << (20 if a.device.type == "cpu" else 26)
-    step_rows = max(1, budget // max(1, n * WGMMA_K_FP8 * math.prod(lead)))
-    for r0 in range(0, m, step_rows):
-        r1 = min(m, r0 + step_rows)
-        c = None if acc is None else acc[..., r0:r1, :]
-        for k0 in range(0, k, WGMMA_K_FP8):
-            prod = a[..., r0:r1, None, k0:k0 + WGMMA_K_FP8] * bt[..., None, :, k0:k0 + WGMMA_K_FP8]
-            lo, hi = torch.aminmax(prod, dim=-1)  # one pass, no |prod| temporary
-            mx = torch.maximum(hi, lo.neg_())
-            if c is not None:
-                mx = torch.maximum(mx, c.abs())
-            quantum = torch.exp2(torch.floor(torch.log2(mx.clamp(min=1e-38))) - hopper_bits)
-            total = prod.div_(quantum[..., None]).trunc_().sum(-1).mul_(quantum)
-            if c is not None:
-                total = total + torch.trunc(c / quantum) * quantum
-            c = total
-        out[..., r0:r1, :] = c
-    return out
+    return truncating_mma(a, b, acc, hopper_bits, WGMMA_K_FP8)
+
+
+def _gemm(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, bits: int | None, in_unit: bool):
+    """acc + a @ b on the platform: fp32 (``bits`` None); the chain kept in the truncating accumulator
+    (``in_unit``); or each k step flushed into fp32 (a kernel keeping a true fp32 sum on that platform)."""
+    if bits is None or in_unit:
+        return _mma(a, b, acc, bits)
+    out = stepwise_mma(a, b, bits, WGMMA_K_FP8)
+    return out if acc is None else acc + out
 
 
 def decode_e4m3fn_fast(bits: torch.Tensor) -> torch.Tensor:
@@ -271,7 +260,7 @@ def _block_max(x: torch.Tensor, block_m: int) -> torch.Tensor:
 
 def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | str, *, causal: bool = False,
             sm_scale: float | None = None, window: int | None = None, q_chunk: int | None = None,
-            trace: list | None = None) -> Emulation:
+            trace: list | None = None, platform: str | Platform | None = None) -> Emulation:
     """Emulate one FP8 attention forward kernel, tile by tile.
 
     Args:
@@ -285,10 +274,16 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         trace: if a list, one dict per (query chunk, KV tile) is appended with the tile's ``t`` (log2
             probabilities), ``p8`` (rounded, scaled P), ``e`` (P exponent per row), ``row_sum`` (what was added
             to l), ``allowed`` (mask) and ``rows``/``cols``: for tests and diagnostics; costs memory.
+        platform: the GPU whose arithmetic is emulated (a name of :data:`zyfa.platforms.PLATFORMS` or a
+            :class:`~zyfa.platforms.Platform`); default the recipe's ``platform``. On a platform that truncates
+            FP8 sums (``h200``), Q·K (FP8 Q and K) and P·V (FP8 P) go through its accumulator model: kept in the
+            unit (``accumulator="hopper_fp8"``: Q·K over the head dim, P·V flushed every
+            ``accum_flush_tiles`` tiles) or flushed into fp32 every k step (``accumulator="fp32"``).
     Returns:
         :class:`Emulation` with the output, the LSE, the dequantized inputs and stats.
     """
     recipe = get_recipe(recipe)
+    plat = get_platform(recipe.platform if platform is None else platform)
     validate_qkv(q, k, v, window=window, sm_scale=sm_scale)
     b, h, s_q, d_qk = q.shape
     h_kv, s_k, d_v = k.shape[1], k.shape[2], v.shape[3]
@@ -321,7 +316,16 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
     score_scale = torch.tensor(sm_scale * LOG2E if folded else sm_scale, dtype=torch.float32, device=dev)
     to_log2 = (lambda d: d) if folded else (lambda d: d * LOG2E)
 
-    block_m, block_n = recipe.block_m, recipe.block_n
+    block_m, block_n = recipe.tiles(d_qk)
+    # The platform's accumulation: kept bits (None: fp32) of Q·K and of P·V, and whether the kernel keeps its
+    # sums in the matrix unit (hopper_fp8) or flushes every k step into fp32 (fp32).
+    in_unit = recipe.accumulator == "hopper_fp8"
+    qk_fp8 = recipe.q_format in FP8_FORMATS and recipe.k_format in FP8_FORMATS
+    qk_bf16 = recipe.q_format == recipe.k_format == "bf16"
+    qk_bits = recipe.accum_mantissa_bits if (qk_fp8 or qk_bf16) and plat.truncates("qk", qk_fp8) else None
+    pv_fp8 = recipe.p_is_fp8
+    pv_bf16 = recipe.p_format == recipe.v_format == "bf16"
+    pv_bits_any = recipe.accum_mantissa_bits if (pv_fp8 or pv_bf16) and plat.truncates("pv", pv_fp8) else None
     if q_chunk is None:
         q_chunk = 2048 if dev.type == "cpu" else max(2048, (1 << 24) // (b * h * block_n))
     q_chunk = max(block_m, (q_chunk // block_m) * block_m)
@@ -355,8 +359,8 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         e_run = torch.zeros((b, h, rows, 1), dtype=torch.float32, device=dev)
         acc = torch.zeros((b, h, rows, d_v), dtype=torch.float32, device=dev)  # fp32 (second-level) acc
         acc_tc = None  # Hopper tensor-core accumulator (registers), when it is modelled (zeros: empty)
-        two_level = recipe.accumulator == "hopper_fp8" and recipe.p_is_fp8
-        pv_bits = recipe.accum_mantissa_bits if two_level else None
+        two_level = in_unit and pv_bits_any is not None
+        pv_bits = pv_bits_any
         tile_factor_needed = recipe.p_scale == "tile_amax" or recipe.v_descale == "tile"
 
         if two_level:
@@ -381,9 +385,9 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             allowed = allowed[a:z]
             st = _RowSlice(a, z, m=m, l=l, e_run=e_run, acc=acc, acc_tc=acc_tc)
             m, l, e_run, acc, acc_tc = st.m, st.l, st.e_run, st.acc, st.acc_tc
-            # Q·K: raw FP8 products in fp32. On Hopper it is a d/32-step chain from zero per tile whose
-            # truncation (<= 2^-13 relative) is left out; P·V's chain crosses tiles: that is modelled below.
-            s_raw = qc[:, :, a:z] @ k8t[..., c0:c1]
+            # Q·K: raw FP8 products in fp32, or through the platform's accumulator (a d/32-step chain from
+            # zero per tile in the unit, or each step flushed into fp32)
+            s_raw = _gemm(qc[:, :, a:z], k8t[..., c0:c1], None, qk_bits, in_unit)
             kd_tile = kdt[..., c0:c1] if kdt.shape[-1] > 1 else kdt
             x = s_raw * ((score_scale * (qdc[:, :, a:z] if qdc.shape[2] > 1 else qdc)) * kd_tile)
             x = x.masked_fill(~allowed, -math.inf)
@@ -436,7 +440,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             if recipe.rowsum in ("rounded", "rounded_mma"):
                 if recipe.rowsum == "rounded_mma":  # P8 · ones on the matrix unit, fresh every tile
                     ones = torch.ones((p8.shape[-1], 1), dtype=torch.float32, device=dev)
-                    row_sum = _mma(p8, ones, None, pv_bits)
+                    row_sum = _gemm(p8, ones, None, pv_bits, in_unit)
                 else:
                     row_sum = p8.sum(dim=-1, keepdim=True)
                 if recipe.p_scale == "fmax":
@@ -456,7 +460,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             v_tile = v8[..., c0:c1, :]
             acc = acc * alpha
             if tile_factor_needed:
-                pv = _mma(p8, v_tile, None, pv_bits)
+                pv = _gemm(p8, v_tile, None, pv_bits, in_unit)
                 if unscale is not None:
                     pv = pv * unscale
                 if recipe.v_descale == "tile":
@@ -469,7 +473,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
                 if recipe.accum_flush_tiles and (c0 // block_n + 1) % recipe.accum_flush_tiles == 0:
                     acc, acc_tc = acc + acc_tc, torch.zeros_like(acc_tc)
             else:
-                acc = acc + p8 @ v_tile
+                acc = _gemm(p8, v_tile, acc, pv_bits, in_unit)
             m, l, e_run, acc, acc_tc = st.store(m=m, l=l, e_run=e_run, acc=acc, acc_tc=acc_tc)
 
         if acc_tc is not None:
@@ -502,7 +506,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         lse = lse + sm_scale * (q_deq @ per_q_head(qi.k_mean).transpose(-1, -2)).squeeze(-1)
     out = _round_out(out, recipe)
     stats = {"p_flushed_frac": float(flushed / counted) if counted > 0 else 0.0}
-    return Emulation(out=out, lse=lse, q_deq=q_deq, k_deq=k_deq, v_deq=v_deq, stats=stats)
+    return Emulation(out=out, lse=lse, q_deq=q_deq, k_deq=k_deq, v_deq=v_deq, stats=stats, platform=plat.name)
 
 
 

@@ -5,8 +5,10 @@ A :class:`Recipe` is one frozen dataclass; :data:`RECIPES` holds the named ones.
 source, or in disassembly for AITER's assembly kernels). ``status`` says how far the emulation is backed:
 ``verified`` against the real kernel on a named GPU, ``from source`` (every field read in the peer's code),
 ``assumed`` (the fields named in ``status_note`` are not known) or ``modelled`` (hardware arithmetic fitted by
-measurement, e.g. the Hopper FP8 accumulator). The emulator (:mod:`zyfa.emulator`) and the Triton kernels read
-these fields; nothing else decides numerics.
+measurement, e.g. the Hopper FP8 accumulator). ``platform`` names the GPU whose arithmetic the recipe is
+emulated on by default (:mod:`zyfa.platforms`: ``mi355x`` for ZYFA and the AMD peers, ``h200`` for the NVIDIA
+ones); any recipe runs on any platform. The emulator (:mod:`zyfa.emulator`) and the Triton kernels read these
+fields and the platform; nothing else decides numerics.
 
 Notation (docs/DESIGN.md): S = Q8·K8ᵀ in fp32; c = sm_scale·q_descale·k_descale·log2(e); t = c·S − c·m ≤ 0 is the
 log2 probability of a score relative to the running row max m.
@@ -17,6 +19,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+
+from zyfa.platforms import PLATFORM_NAMES
 
 QKV_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
 QK_FORMATS = (*QKV_FORMATS, "int8")
@@ -53,6 +57,10 @@ class Recipe:
             softmax-invariant).
         block_m, block_n: query rows per program and KV columns per tile: the online softmax runs over
             KV tiles of ``block_n``; ``tile_amax`` scaling spans a ``block_m × block_n`` tile.
+        head_dim_tiles: tiles that depend on the head dim, as ``(max d_qk, block_m, block_n)`` entries in
+            increasing order: the first entry with ``d_qk <= max d_qk`` applies, and ``block_m``/``block_n``
+            above every entry (FA3's FP8 tiles, hopper/tile_size.h). Empty: ``block_m``/``block_n`` always.
+            :meth:`tiles` resolves it; the emulator uses it, so a kernel running the recipe must too.
         log2e_folded: fold log2(e) into the score scale (exp2(c·S − c·m)); False: Triton-on-AMD's
             natural-log scores with exp2((s − m)·(1/ln 2)).
         exp_method: ``exp2`` fp32 exp2 then an RNE cast to ``p_format``; ``exp2_bittrick``: fp32
@@ -72,16 +80,23 @@ class Recipe:
             taken on the matrix unit as P8 · ones, a fresh accumulator every KV tile (with ``hopper_fp8`` it
             truncates like P·V; our Hopper kernel's cheap form of technique 3, docs/kernel_notes.md).
         v_descale: apply V's descale to each tile's P·V product (``tile``) or once to the output (``end``).
-        accumulator: ``fp32`` true fp32 accumulation (MI355X MFMA); ``hopper_fp8``: Hopper's FP8 wgmma
-            accumulator keeps ~``accum_mantissa_bits`` mantissa bits (SageAttention2 measured 13, FP22;
-            DeepSeek-V3 ~14): at each k=32 MMA step the products and the accumulator are aligned to the
-            largest and truncated to that many bits below it (fitted on the H200; zyfa.emulator._mma);
-            modelled on P·V, whose chain crosses KV tiles (Q·K's short chain from zero is taken as fp32).
+        accumulator: where the kernel keeps its sums, an algorithm choice whose numerics depend on the platform.
+            ``fp32``: in true fp32: on a platform whose matrix unit accumulates FP8 in fp32 (``mi355x``) that
+            is the unit's own accumulator; on one that truncates (``h200``) the kernel adds each k step's
+            result into fp32 (each 32-product step starts from zero: our Triton kernel's QK_K32 / PV_MODE 1).
+            ``hopper_fp8`` (historical name): in the matrix unit's accumulator: Q·K over the whole head dim,
+            P·V across KV tiles until a flush (``accum_flush_tiles``); on ``h200`` each k=32 step aligns the
+            products and the accumulator to the largest and truncates ``accum_mantissa_bits`` bits below it
+            (zyfa.platforms.truncating_mma), on ``mi355x`` it is fp32.
+        accum_mantissa_bits: bits a truncating accumulator keeps (13: the H200 fit; SageAttention2 describes
+            FP22, DeepSeek-V3 about 14); used only on a platform that truncates.
         accum_flush_tiles: with ``hopper_fp8``, add the tensor-core accumulator into a true fp32
             accumulator every N KV tiles (two-level accumulation, SageAttention2 / vLLM FA); 0 = never.
         reciprocal: ``div``: O = acc / l (correctly rounded); ``rcp``: O = acc · fp32(1/l).
         out_format: output rounding: bf16 nearest-even, bf16 truncation (CK's default conversion on GPUs
             before gfx950), fp32, or e4m3fn scaled by the output amax (cuDNN FP8 on Hopper writes FP8 only).
+        platform: the default platform (:data:`zyfa.platforms.PLATFORM_NAMES`): the GPU whose arithmetic the
+            emulation uses unless another is asked for (``emulate(..., platform=...)``, ``--platform``).
         status: how far the emulation is backed, one of :data:`STATUSES`: ``verified`` (run against the real
             kernel on a named GPU), ``from source`` (every field read in the cited code), ``assumed`` (some
             fields not known), ``modelled`` (hardware arithmetic fitted by measurement).
@@ -102,6 +117,7 @@ class Recipe:
     k_smoothing: bool = False
     block_m: int = 128
     block_n: int = 128
+    head_dim_tiles: tuple[tuple[int, int, int], ...] = ()
     log2e_folded: bool = True
     exp_method: str = "exp2"
     mad_offset: float = 0.0
@@ -118,6 +134,7 @@ class Recipe:
     accum_flush_tiles: int = 0
     reciprocal: str = "div"
     out_format: str = "bf16_rne"
+    platform: str = "mi355x"
     tags: tuple[str, ...] = field(default=())
     status: str = "from source"
     status_note: str = ""
@@ -130,6 +147,7 @@ class Recipe:
             "p_scale": P_SCALES, "p_scale_granularity": P_SCALE_GRANULARITIES, "rowsum": ROWSUMS,
             "v_descale": V_DESCALES, "accumulator": ACCUMULATORS, "reciprocal": RECIPROCALS,
             "out_format": OUT_FORMATS, "mad_rounding": ("nearest", "trunc"), "status": STATUSES,
+            "platform": PLATFORM_NAMES,
         }
         for name, allowed in choices.items():
             value = getattr(self, name)
@@ -146,17 +164,39 @@ class Recipe:
                              f"into its bias, not p_scale={self.p_scale!r}")
         if "channel" in (self.q_scale, self.k_scale):
             raise ValueError(f"recipe {self.name!r}: per-channel descales are supported for V only")
-        if self.v_scale == "block" and (self.v_descale != "tile" or self.scale_block_kv % self.block_n):
-            raise ValueError(f"recipe {self.name!r}: per-block V descales need v_descale='tile' and "
-                             f"scale_block_kv a multiple of block_n")
+        self._check_head_dim_tiles()
+        for _, _, block_n in ((0, self.block_m, self.block_n), *self.head_dim_tiles):
+            if self.v_scale == "block" and (self.v_descale != "tile" or self.scale_block_kv % block_n):
+                raise ValueError(f"recipe {self.name!r}: per-block V descales need v_descale='tile' and "
+                                 f"scale_block_kv a multiple of block_n ({block_n})")
         if self.p_scale == "tile_amax" and self.rowsum in ("rounded", "rounded_mma"):
             raise ValueError(f"recipe {self.name!r}: rowsum={self.rowsum!r} with tile_amax scaling is not modelled")
         self._check_numbers()
         for name in ("block_m", "block_n", "scale_block_q", "scale_block_kv"):
             if getattr(self, name) < 1:
                 raise ValueError(f"recipe {self.name!r}: {name} must be >= 1")
-        if self.block_n % 32 and self.accumulator == "hopper_fp8":
-            raise ValueError(f"recipe {self.name!r}: hopper_fp8 accumulation needs block_n % 32 == 0")
+        for _, _, block_n in ((0, self.block_m, self.block_n), *self.head_dim_tiles):
+            if block_n % 32 and self.accumulator == "hopper_fp8":
+                raise ValueError(f"recipe {self.name!r}: hopper_fp8 accumulation needs block_n % 32 == 0, "
+                                 f"got {block_n}")
+
+    def _check_head_dim_tiles(self) -> None:
+        """``head_dim_tiles``: a tuple of (max d_qk, block_m, block_n) int triples >= 1, max d_qk increasing."""
+        entries = self.head_dim_tiles
+        ok = isinstance(entries, tuple) and all(
+            isinstance(e, tuple) and len(e) == 3
+            and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in e) for e in entries)
+        if not ok or any(a[0] >= b[0] for a, b in zip(entries, entries[1:], strict=False)):
+            raise ValueError(f"recipe {self.name!r}: head_dim_tiles must be a tuple of (max head dim, block_m, "
+                             f"block_n) int triples >= 1 in increasing head dim, got {entries!r}")
+
+    def tiles(self, d_qk: int) -> tuple[int, int]:
+        """(block_m, block_n) at QK head dim ``d_qk``: the first ``head_dim_tiles`` entry covering it, else the
+        ``block_m``/``block_n`` fields."""
+        for max_d, block_m, block_n in self.head_dim_tiles:
+            if d_qk <= max_d:
+                return block_m, block_n
+        return self.block_m, self.block_n
 
     def _check_numbers(self) -> None:
         """Every numeric field a number of the right kind and in range (overrides such as
@@ -185,6 +225,14 @@ class Recipe:
     @property
     def quantizes_inputs(self) -> bool:
         return any(f not in ("bf16", "fp32") for f in (self.q_format, self.k_format, self.v_format))
+
+    def on(self, platform: str) -> Recipe:
+        """This recipe emulated on ``platform`` by default: itself where that is already its platform, else a
+        copy named ``name@platform`` (so rows, tables and resumed runs tell the two apart)."""
+        from zyfa.platforms import get_platform
+
+        plat = get_platform(platform).name
+        return self if plat == self.platform else self.replace(name=f"{self.name}@{plat}", platform=plat)
 
     def replace(self, **changes) -> Recipe:
         """A copy with some fields changed (its name should change too)."""
@@ -218,6 +266,12 @@ _ABLATION_NOTE = "an ablation of zyfa (one field changed); assumed as zyfa: mad_
 
 # Public repositories the peer recipes are read from (file paths in each source are relative to them).
 _CK = "https://github.com/ROCm/composable_kernel"
+# FA3's FP8 forward tiles on sm90 by QK head dim, (max d, block_m, block_n): Dao-AILab/flash-attention
+# hopper/tile_size.h (commit 07602ad), tile_size_fwd_sm90, the element_size == 1 branch (lines 53-73): d <= 64
+# 192x160 (line 58), <= 96 192x128 (61), <= 128 128x224 (66), <= 192 128x160 (69), above 128x128 (71). These
+# are the two-MMA-warpgroup tiles without paged KV, V column-major or softcap; a sliding window changes only
+# d > 192 (64-key tiles), which the recipe does not model.
+_FA3_FP8_TILES = ((64, 192, 160), (96, 192, 128), (128, 128, 224), (192, 128, 160))
 _AITER = "https://github.com/ROCm/aiter"
 _FA = "https://github.com/Dao-AILab/flash-attention"
 # CK's bf16 output on gfx950 (MI355X), read in _CK (docs/PLATFORMS.md 'CK output rounding'). The fmha forward
@@ -263,11 +317,12 @@ _NAMED: list[Recipe] = [
         source=("ZYFA's numerics as our Triton kernel runs them fast on the H200: Hopper's FP8 wgmma "
                 "accumulator flushed into fp32 after every KV tile (the MI355X's MFMA accumulates in true "
                 "fp32, which Hopper can only approach by flushing every k=32 step at half the speed)"),
-        accumulator="hopper_fp8", accum_flush_tiles=1, tags=("zyfa", "hopper"),
+        accumulator="hopper_fp8", accum_flush_tiles=1, platform="h200", tags=("zyfa", "hopper"),
         status="modelled",
-        status_note=("Hopper FP8 wgmma accumulator fitted on the H200 through Triton (docs/kernel_notes.md; "
-                     "P.V only, Q.K taken as fp32); our kernel (zyfa.kernels) runs this recipe and its GPU tests "
-                     "check it against this emulation within 1%")),
+        status_note=("zyfa's algorithm on the h200 platform, with the sums kept in the tensor-core accumulator "
+                     "(Q.K over the head dim, P.V flushed into fp32 every KV tile), as our fast Triton kernel "
+                     "runs it; the Hopper FP8 wgmma accumulator is fitted on the H200 through Triton "
+                     "(zyfa.platforms, docs/PLATFORMS.md) and modelled on Q.K and P.V")),
     Recipe(
         name="ck",
         source=("Composable Kernel fmha fwd fp8bf16, PERTENSOR (" + _CK + ": "
@@ -316,13 +371,17 @@ _NAMED: list[Recipe] = [
         source=("FlashAttention-3 FP8 forward (" + _FA + ": hopper/softmax.h Max_offset=8, hopper/flash_api.cpp "
                 "descale (batch, num_heads_k); arXiv 2407.08608): P = exp2(t + 8) -> e4m3fn, fp32 row sum, "
                 "V descale at the end; Hopper FP8 wgmma accumulator never flushed to fp32 upstream (two-level "
-                "accumulation is an open pull request, Dao-AILab/flash-attention#2250)"),
+                "accumulation is an open pull request, Dao-AILab/flash-attention#2250); tiles by head dim from "
+                "hopper/tile_size.h lines 53-73 (FP8: 128x224 at d <= 128, 128x160 at d <= 192, 128x128 above, "
+                "192x160 at d <= 64)"),
         q_scale="head_kv", k_scale="head", v_scale="head", block_m=128, block_n=128,
+        head_dim_tiles=_FA3_FP8_TILES,
         p_scale="pow2", p_scale_log2=8, accumulator="hopper_fp8", accum_flush_tiles=0,
-        reciprocal="rcp", out_format="bf16_rne", tags=("nvidia",),
+        reciprocal="rcp", out_format="bf16_rne", platform="h200", tags=("nvidia",),
         status="modelled",
-        status_note=("Hopper FP8 wgmma accumulator fitted on the H200 (P.V only); the real FA3 FP8 forward "
-                     "uses 128x224 tiles at hd128 (hopper/tile_size.h), this recipe 128x128")),
+        status_note=("Hopper FP8 wgmma accumulator fitted on the H200, on Q.K and P.V (zyfa.platforms); tiles "
+                     "by head dim from hopper/tile_size.h (two MMA warpgroups, no paged KV, no softcap: at hd256 "
+                     "a sliding window would take 64-key tiles, not modelled)")),
     Recipe(
         name="sage2",
         source=("SageAttention2 sm90 qk_int8_pv_fp8 (https://github.com/thu-ml/SageAttention: "
@@ -333,7 +392,7 @@ _NAMED: list[Recipe] = [
         q_format="int8", k_format="int8", q_scale="block", k_scale="block", v_scale="channel",
         scale_block_q=64, scale_block_kv=128, k_smoothing=True, block_m=64, block_n=128,
         p_scale="fmax", accumulator="hopper_fp8", accum_flush_tiles=1, reciprocal="rcp",
-        out_format="bf16_rne", tags=("nvidia",),
+        out_format="bf16_rne", platform="h200", tags=("nvidia",),
         status="assumed",
         status_note=("scale_block_q, scale_block_kv: per-block Q/K scales stand in for the kernel's per-thread "
                      "ones; the Hopper accumulator is modelled (fitted on the H200)")),
@@ -343,40 +402,47 @@ _NAMED: list[Recipe] = [
                 "docs/operations/Attention.md): per-tensor descales, "
                 "scale_s = 448 on P (docs), FP8 e4m3 output with scale_o from the output amax. The row sum "
                 "source and accumulation are unknown: fp32 and a Hopper accumulator are assumed"),
-        p_scale="fmax", accumulator="hopper_fp8", reciprocal="rcp", out_format="e4m3fn",
+        p_scale="fmax", accumulator="hopper_fp8", reciprocal="rcp", out_format="e4m3fn", platform="h200",
         tags=("nvidia", "assumed"),
         status="verified",
         status_note=("the real kernel (cuDNN sdpa_fp8 through cudnn-frontend) run on the H200: its error within "
                      "0.1-0.4% of this emulation's, but 15% above it on a capture layer with large K "
-                     "outliers; row sum and accumulation stay assumed")),
+                     "outliers (measured while Q.K was emulated in fp32); row sum and accumulation stay assumed")),
     Recipe(
         name="bf16",
         source=("BF16 flash attention (FA2/FA3/cuDNN BF16): bf16 Q/K/V, fp32 softmax, P rounded to bf16 "
                 "for the P.V matmul, fp32 row sum and accumulator, bf16 RNE output"),
         q_format="bf16", k_format="bf16", v_format="bf16", q_scale="none", k_scale="none",
-        v_scale="none", p_format="bf16", p_scale="none", out_format="bf16_rne", tags=("baseline",)),
+        v_scale="none", p_format="bf16", p_scale="none", out_format="bf16_rne", platform="h200",
+        tags=("baseline",)),
     Recipe(
         name="fp32",
         source="Control: no quantization anywhere (fp32 inputs, P and output): the emulator's own fp32 error",
         q_format="fp32", k_format="fp32", v_format="fp32", q_scale="none", k_scale="none", v_scale="none",
-        p_format="fp32", p_scale="none", out_format="fp32", tags=("baseline",)),
+        p_format="fp32", p_scale="none", out_format="fp32", platform="h200", tags=("baseline",)),
 ]
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in _NAMED}
 
 
 def get_recipe(name: str | Recipe) -> Recipe:
-    """The named recipe; a :class:`Recipe` passes through. ValueError lists the known names."""
+    """The named recipe; ``name@platform`` is that recipe on another platform (:meth:`Recipe.on`); a
+    :class:`Recipe` passes through. ValueError lists the known names."""
     if isinstance(name, Recipe):
         return name
+    if isinstance(name, str) and name not in RECIPES and "@" in name:
+        base, _, platform = name.rpartition("@")
+        return get_recipe(base).on(platform)
     try:
         return RECIPES[name]
-    except KeyError:
-        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(RECIPES)}") from None
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown recipe {name!r}; known recipes: {', '.join(RECIPES)} "
+                         f"(any of them as NAME@PLATFORM on another platform)") from None
 
 
 def parse_recipes(spec: str) -> list[Recipe]:
-    """Comma-separated recipe names (``all`` for every named recipe) -> recipes."""
+    """Comma-separated recipe names (``all`` for every named recipe; ``NAME@PLATFORM`` on another platform)
+    -> recipes."""
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise ValueError("no recipe given")

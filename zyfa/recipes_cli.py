@@ -1,4 +1,4 @@
-"""``zyfa recipes``: list the named recipes, their numerics, sources and status."""
+"""``zyfa recipes``: list the named recipes, their numerics, default platform, sources and status."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from zyfa.recipes import DESCRIPTIVE_FIELDS, RECIPES, Recipe, get_recipe
 COLUMNS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("Q/K/V", ("q_format", "k_format", "v_format"), ()),
     ("scales", ("q_scale", "k_scale", "v_scale"), ("scale_block_q", "scale_block_kv", "k_smoothing")),
-    ("tiles", ("block_m", "block_n"), ()),
+    ("tiles", ("block_m", "block_n"), ("head_dim_tiles",)),
     ("P handling", ("exp_method", "p_format", "p_scale"),
      ("log2e_folded", "mad_offset", "mad_rounding", "p_scale_log2", "p_scale_granularity", "p_block_max_log2")),
     ("row sum", ("rowsum",), ()),
@@ -23,6 +23,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("V descale", ("v_descale",), ()),
     ("1/l", ("reciprocal",), ()),
     ("output", ("out_format",), ()),
+    ("default platform", ("platform",), ()),
     ("status", ("status",), ()),
 )
 _SEPARATOR = {"Q/K/V": "/", "scales": "/", "tiles": "x"}
@@ -57,7 +58,8 @@ def table_lines(recipes: list[Recipe]) -> list[str]:
     if hidden:
         lines.append("")
         lines.append("Where a cell leaves them out: " + ", ".join(hidden) + ".")
-    lines.append("`zyfa recipes NAME` shows a recipe's every field, its sources and what backs its status.")
+    lines.append("`zyfa recipes NAME` shows a recipe's every field, its sources and what backs its status; "
+                 "docs/PLATFORMS.md what each platform's arithmetic rests on.")
     return lines
 
 

@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="capture .h5 files, comma-separated or a glob (default: datasets/*.h5, with --long "
                         "datasets/long/*.h5; 'none': Gaussian inputs only)")
     parser.add_argument("--recipes", default=None, help="comma-separated recipes (default: every FP8 recipe + bf16)")
+    parser.add_argument("--platform", default=None,
+                        help="emulate every recipe on this GPU's arithmetic: h200 or mi355x (default: each recipe's "
+                             "own; a recipe moved off its own platform is named NAME@PLATFORM)")
     parser.add_argument("--max-seq", type=int, default=None, help="cap the Gaussian sequence lengths")
     parser.add_argument("--gaussian-filter", default=None, metavar="REGEX",
                         help="keep only the Gaussian inputs whose name matches, e.g. 'd128-causal' or '^$' for none")
@@ -100,7 +103,7 @@ def _command(args: argparse.Namespace) -> str:
         parts.append("--quick")
     if args.long:
         parts.append("--long")
-    for flag in ("captures", "recipes", "max_seq", "gaussian_filter", "max_tokens", "bench", "impact"):
+    for flag in ("captures", "recipes", "platform", "max_seq", "gaussian_filter", "max_tokens", "bench", "impact"):
         v = getattr(args, flag)
         if v is not None:
             parts += [f"--{flag.replace('_', '-')}", str(v)]
@@ -189,6 +192,9 @@ def main(args: argparse.Namespace) -> int:
                              "they run when a GPU is present, or when named with `--recipes`.")
                 log(f"CPU: leaving out {', '.join(slow)} (Hopper accumulator emulation; name them in --recipes "
                      "to run them)")
+        if getattr(args, "platform", None) is not None:
+            base = tuple(r.on(args.platform).name for r in parse_recipes(",".join(base)))
+            recipes = [r.on(args.platform).name for r in parse_recipes(",".join(recipes))]
         max_tokens = args.max_tokens if args.max_tokens is not None else (512 if args.quick else None)
         if args.gaussian_filter is not None:
             re.compile(args.gaussian_filter)

@@ -113,6 +113,8 @@ def _hopper_mma(a: np.ndarray, b: np.ndarray, acc: np.ndarray | None, bits: int)
     products and the incoming accumulator are aligned to the largest of them and truncated toward zero to
     ``bits`` bits below it, then summed exactly."""
     c = None if acc is None else acc.copy()
+    if a.shape[1] == 0:
+        return np.zeros((a.shape[0], b.shape[1])) if c is None else c
     for k0 in range(0, a.shape[1], 32):
         prods = a[:, None, k0:k0 + 32] * b.T[None, :, k0:k0 + 32]  # (rows, cols, <= 32), exact in float64
         mx = np.abs(prods).max(-1) if c is None else np.maximum(np.abs(prods).max(-1), np.abs(c))
@@ -120,6 +122,15 @@ def _hopper_mma(a: np.ndarray, b: np.ndarray, acc: np.ndarray | None, bits: int)
         total = np.trunc(prods / quantum[..., None]).sum(-1) * quantum
         c = total if c is None else total + np.trunc(c / quantum) * quantum
     return c
+
+
+def _stepwise_mma(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
+    """a @ b as a kernel keeping a true fp32 sum computes it on the h200 platform (zyfa.platforms): every k = 32
+    step from a fresh accumulator (:func:`_hopper_mma`), the step results added in k order."""
+    out = np.zeros((a.shape[0], b.shape[1]))
+    for k0 in range(0, a.shape[1], 32):
+        out = out + _hopper_mma(a[:, k0:k0 + 32], b[k0:k0 + 32], None, bits)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- quantization
@@ -217,8 +228,24 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
     v8, vd = _quant(v, r.v_format, r.v_scale, r.scale_block_kv, h_kv, guard, "v")
     p_fp8 = r.p_format in FMAX
     fmax = FMAX[r.p_format] if p_fp8 else 1.0
-    hopper = r.accumulator == "hopper_fp8" and p_fp8
-    bm, bn = r.block_m, r.block_n
+    # The platform (docs/PLATFORMS.md): h200 truncates FP8 sums in both Q·K and P·V (kept in the unit with
+    # accumulator="hopper_fp8", every k step flushed into fp32 with "fp32"); mi355x and BF16 sum in fp32.
+    truncating = r.platform == "h200"
+    in_unit = r.accumulator == "hopper_fp8"
+    qk_fp8 = r.q_format in FMAX and r.k_format in FMAX
+    hopper = in_unit and p_fp8 and truncating
+    pv_steps = not in_unit and p_fp8 and truncating
+    bits = r.accum_mantissa_bits
+
+    def fresh_pv(p8, vt):  # P·V of one tile from a fresh accumulator
+        return _hopper_mma(p8, vt, None, bits) if hopper else _stepwise_mma(p8, vt, bits) if pv_steps else p8 @ vt
+
+    def scores(qv, kt):  # raw Q·K products summed as the platform does
+        if not (truncating and qk_fp8):
+            return qv @ kt
+        return _hopper_mma(qv, kt, None, bits) if in_unit else _stepwise_mma(qv, kt, bits)
+
+    bm, bn = r.tiles(d)
     rows = -(-s_q // bm) * bm  # rows padded to whole blocks of block_m (a kernel program each)
     out = np.zeros((b, h, s_q, d_v))
     lse = np.full((b, h, s_q), -math.inf)
@@ -236,7 +263,7 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
             kdv = np.broadcast_to(pick(kd, bi, kv), (s_k, 1))[:, 0]
             vdv = np.broadcast_to(pick(vd, bi, kv), (s_k, d_v) if vd.shape[3] > 1 else (s_k, 1))
             # log2-unit scores: c = sm_scale · qd · kd · log2(e) (natural-log scores then ×1/ln 2: the same)
-            x_all = (qv @ k8[bi, kv].T) * (sm * LOG2E) * qdv * kdv[None, :]
+            x_all = scores(qv, k8[bi, kv].T) * (sm * LOG2E) * qdv * kdv[None, :]
             pos = np.arange(rows)[:, None] + (s_k - s_q)
             keys = np.arange(s_k)[None, :]
             allowed = np.broadcast_to(np.arange(rows)[:, None] < s_q, (rows, s_k)).copy()
@@ -289,8 +316,8 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
                     if r.rowsum == "fp32":
                         row_sum = p_sum.sum(-1, keepdims=True)
                     else:
-                        if r.rowsum == "rounded_mma" and hopper:  # P8 · ones, a fresh accumulator per tile
-                            row_sum = _hopper_mma(p8, np.ones((p8.shape[1], 1)), None, r.accum_mantissa_bits)
+                        if r.rowsum == "rounded_mma":  # P8 · ones, a fresh accumulator per tile
+                            row_sum = fresh_pv(p8, np.ones((p8.shape[1], 1)))
                         else:
                             row_sum = p8.sum(-1, keepdims=True)
                         if r.p_scale == "fmax":
@@ -301,7 +328,7 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
                         parts.setdefault("tiles", []).append((rs, alpha, p8 @ vt, row_sum))
                     acc[rs] *= alpha
                     if r.p_scale == "tile_amax" or r.v_descale == "tile":
-                        pv = _hopper_mma(p8, vt, None, r.accum_mantissa_bits) if hopper else p8 @ vt
+                        pv = fresh_pv(p8, vt)
                         if unscale is not None:
                             pv = pv * unscale
                         if r.v_descale == "tile":
@@ -313,7 +340,7 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
                             acc[rs] += acc_tc[rs]
                             acc_tc[rs] = 0.0
                     else:
-                        acc[rs] += p8 @ vt
+                        acc[rs] += fresh_pv(p8, vt)
             acc = acc + acc_tc
             if parts is not None and bi == hi == 0:
                 parts.update(acc=acc[:s_q].copy(), l=l[:s_q].copy(), vd=vdv[0])
@@ -475,9 +502,12 @@ VARIANTS: dict[str, tuple[Recipe, dict]] = {
     "hopper_never_flushed": (_H8, dict(accum_flush_tiles=0)),
     "hopper_flush2": (_H8, dict(accum_flush_tiles=2)),
     "hopper_bits6": (_H, dict(accum_mantissa_bits=6)),
-    "fp32_accumulator": (_H, dict(accumulator="fp32")),
+    # on h200 "fp32" flushes every k step: visible against a never-flushed coarse accumulator
+    "fp32_accumulator": (_H8.replace(accum_flush_tiles=0), dict(accumulator="fp32")),
     "rcp": (_C, dict(reciprocal="rcp")),
-    "out_bf16_rne": (_C, dict(out_format="bf16_rne")),
+    "out_bf16_trunc": (_C, dict(out_format="bf16_trunc")),  # ck rounds to nearest even (issue 13)
+    "platform_h200": (_C, dict(platform="h200")),  # fp32 sums on the H200: every k step flushed into fp32
+    "platform_mi355x": (_H, dict(platform="mi355x")),  # the tensor-core accumulator on MFMA: fp32
     "out_fp32": (_C, dict(out_format="fp32")),
     "out_e4m3fn": (_C, dict(out_format="e4m3fn")),
     "natural_log_scores": (_C, dict(log2e_folded=False)),
