@@ -212,3 +212,10 @@ def test_a_224_key_tile_over_lengths_that_are_no_multiple_of_it(mask):
     fa3 = emulate(q, k, v, "fa3", trace=(tr := []), **mask)  # the named recipe at hd128: 224-key tiles
     assert {c1 - c0 for c0, c1 in (t["cols"] for t in tr)} <= {224, 52} and torch.isfinite(fa3.out).all()
     assert PLATFORMS["h200"].accum_bits == 13
+
+
+def test_study_platform_flag_refuses_an_unknown_platform_in_one_line(capsys, tmp_path):
+    assert main(["study", "--platform", "a100", "--quick", "--captures", "none", "--device", "cpu",
+                 "--out", str(tmp_path / "s")]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "error" in ln]
+    assert err == ["zyfa study: error: unknown platform 'a100'; known platforms: h200, mi355x"]
