@@ -53,3 +53,17 @@ def test_cuda_emulation_stays_on_the_device_and_agrees_with_the_cpu(name, mask):
     assert (gpu.lse.cpu()[fin] - cpu.lse[fin]).abs().max().item() < 1e-3
     assert abs(gpu.stats["p_flushed_frac"] - cpu.stats["p_flushed_frac"]) < 1e-3
     assert isinstance(gpu.stats["p_flushed_frac"], float)
+
+
+def test_default_query_chunk_on_a_gpu_holds_about_2_to_the_24_scores():
+    """emulate's docstring: on a GPU the default chunk is as many rows as keep a (chunk, block_n) tile of all heads
+    near 2^24 elements, at least 2048: max(2048, 2^24 // (b·h·block_n)), over 4096 rows for 1 x 2 heads and any
+    block_n up to 2048, so 4096 queries are one pass: the trace has one entry per KV tile, all rows (a 2048-row
+    chunk, the CPU's default, would split them)."""
+    g = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2, 4096, 128, generator=g).cuda()
+    k, v = (torch.randn(1, 2, 256, 128, generator=g).cuda() for _ in range(2))
+    trace: list = []
+    emulate(q, k, v, "aiter-triton", trace=trace)
+    assert {tr["rows"] for tr in trace} == {(0, 4096)}
+    assert len(trace) == len({tr["cols"] for tr in trace}) > 1
