@@ -176,8 +176,8 @@ def make_gaussian(spec: GaussianSpec) -> AttentionInput:
     n_outliers = {}
     if spec.outlier_frac > 0:
         for t in "qkv":  # fixed order, so which tensors get outliers does not change the others' draws
-            hit = torch.rand(shapes[t], generator=gen) < spec.outlier_frac
-            big = torch.randn(shapes[t], generator=gen).mul_(spec.std * spec.outlier_scale)
+            hit = torch.rand(shapes[t], generator=gen, dtype=torch.float32) < spec.outlier_frac
+            big = torch.randn(shapes[t], generator=gen, dtype=torch.float32).mul_(spec.std * spec.outlier_scale)
             if t in spec.outlier_tensors:
                 x[t].add_(torch.where(hit, big, 0.0))
                 n_outliers[t] = int(hit.sum())

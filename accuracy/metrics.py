@@ -211,8 +211,9 @@ def bootstrap_ci(
     """Bootstrap (1 - alpha) confidence interval of ``stat`` over ``values`` (e.g. one metric per layer).
 
     Uses ``scipy.stats.bootstrap`` (BCa); where BCa is degenerate (constant data, tiny samples) or scipy
-    fails, falls back to the percentile interval of ``n`` resamples drawn with the same seed. One value
-    gives a zero-width interval; any NaN gives a NaN interval (a NaN-producing recipe stays visible).
+    fails (a NaN bound), falls back to the percentile interval of ``n`` resamples drawn with the same seed. One
+    value gives a zero-width interval; any NaN gives a NaN interval (a NaN-producing recipe stays visible); an
+    infinite value (the +inf SQNR of an exact layer) may give an infinite bound.
 
     Args:
         values: 1-D sample.
@@ -246,7 +247,7 @@ def bootstrap_ci(
         low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     except Exception:  # scipy missing, too old (no rng=), or BCa failing: percentile fallback below
         pass
-    if not (math.isfinite(low) and math.isfinite(high)):
+    if math.isnan(low) or math.isnan(high):  # an infinite bound is an answer (a sample holding +inf), not a failure
         rng = np.random.default_rng(seed)
         idx = rng.integers(0, x.size, size=(n, x.size))
         boot = np.array([stat(x[i]) for i in idx], dtype=np.float64)

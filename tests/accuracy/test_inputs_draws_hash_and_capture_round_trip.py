@@ -97,9 +97,6 @@ def test_gaussian_bulk_draws_do_not_follow_the_global_default_dtype():
         assert torch.equal(getattr(got, t), x[t]), t
 
 
-@pytest.mark.xfail(strict=True, reason="bug: make_gaussian draws the outlier masks and values with torch.rand/randn "
-                   "without dtype=torch.float32, so under torch.set_default_dtype(torch.float64) the same spec gives "
-                   "other outliers (and another content hash); 'bit-identical for the same spec' does not hold")
 def test_gaussian_outlier_draws_do_not_follow_the_global_default_dtype():
     spec = GaussianSpec(heads_q=1, heads_kv=1, seq=8, head_dim=64, outlier_frac=0.1, dtype="fp32", seed=6)
     assert torch.equal(_make_under_default_dtype(spec, torch.float64).q, make_gaussian(spec).q)

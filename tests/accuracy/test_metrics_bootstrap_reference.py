@@ -178,10 +178,6 @@ def test_without_scipy_a_float32_statistic_is_interpolated_in_float64(monkeypatc
     assert ci.low != float(np.float32(ci.low)) or ci.high != float(np.float32(ci.high))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an infinite value in the sample (e.g. the +inf SQNR of an exact layer) "
-                   "makes BCa's upper bound inf, which sends bootstrap_ci to the percentile fallback, whose numpy "
-                   "linear interpolation between two inf resample medians gives inf - inf = NaN: the upper bound "
-                   "comes back NaN although no value is NaN")
 def test_an_infinite_value_gives_an_infinite_not_a_nan_upper_bound():
     sqnr_db = [30.5, 29.8, 31.2, 30.0, 28.9, math.inf]  # one layer exact
     ci = bootstrap_ci(sqnr_db, stat=np.median, n=200, seed=0, alpha=0.1)
