@@ -44,9 +44,9 @@ def _inputs(shape, seed):
 def _run(spec, shape, seed=0, config=None, sm_scale=None):
     from reference.attention import attention_fp64
     from zyfa.emulator import emulate
-    from zyfa.kernels.attention_fp8 import attention_fp8, quantize_for_kernel, recipe_from_spec
+    from zyfa.kernels.attention_fp8 import attention_fp8, kernel_recipe, quantize_for_kernel
 
-    r = recipe_from_spec(spec)
+    r = kernel_recipe(spec)  # the tiles the kernel runs (fa3's 224-key tiles are no Triton block size)
     causal, window = shape[7], shape[8]
     q, k, v = _inputs(shape, seed)
     q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, r)
@@ -330,10 +330,9 @@ H200_GAUSSIAN = {
 def _kernel_recipe(spec):
     """The recipe as our kernel tiles it: FA3's head-dim tiles (224 keys at hd128) are no Triton block size, so
     the kernel runs block_n; the emulation is of the same tiles."""
-    from zyfa.kernels.attention_fp8 import recipe_from_spec
+    from zyfa.kernels.attention_fp8 import kernel_recipe
 
-    r = recipe_from_spec(spec)
-    return r.replace(head_dim_tiles=()) if r.head_dim_tiles else r
+    return kernel_recipe(spec)
 
 
 def _vs_h200(spec, q, k, v, causal, window, sm_scale, what, platform="h200"):

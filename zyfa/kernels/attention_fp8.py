@@ -37,6 +37,7 @@ __all__ = [
     "default_mad_cvt",
     "fused_mad_is_exact",
     "kernel_plan",
+    "kernel_recipe",
     "launch",
     "mad_code_bound",
     "mad_codes_bounded",
@@ -138,6 +139,14 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
         e_cap=float(r.p_block_max_log2), rowsum_rounded={"fp32": 0, "rounded": 1, "rounded_mma": 2}[r.rowsum],
         qk_k32=qk_k32,
         pv_mode=pv_mode, flush=flush, rcp=r.reciprocal == "rcp", out_mode=out_modes[r.out_format])
+
+
+def kernel_recipe(spec: Recipe | str) -> Recipe:
+    """The recipe as this kernel computes it. FA3's head-dim tiles (``head_dim_tiles``: 224 keys at hd128, 160 at
+    hd64 and hd192) are no Triton block size, so the kernel keeps the recipe's ``block_m`` x ``block_n``; an
+    emulation meant to match the kernel must use the same tiles."""
+    r = recipe_from_spec(spec)
+    return r.replace(head_dim_tiles=()) if r.head_dim_tiles else r
 
 
 def recipe_from_spec(spec: Recipe | str) -> Recipe:
