@@ -131,6 +131,13 @@ def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: i
 
 # ---------------------------------------------------------------------------------------------- quantization
 
+def _descale(amax: torch.Tensor, top: float) -> torch.Tensor:
+    """amax / top, or 1 where that is 0 (an all-zero group, or one so small that amax / top underflows in fp32:
+    a zero descale would turn its codes into NaN), as zyfa.quant.quantize does."""
+    d = amax / top
+    return torch.where(d > 0, d, torch.ones_like(d))
+
+
 def _quantize_int8(x: torch.Tensor, granularity: str, block: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Symmetric INT8 (SageAttention's Q/K): descale = amax/127, values RNE, clamped to ±127."""
     b, h, s, d = x.shape
@@ -138,14 +145,14 @@ def _quantize_int8(x: torch.Tensor, granularity: str, block: int) -> tuple[torch
         nb = -(-s // block)
         pad = torch.nn.functional.pad(x, (0, 0, 0, nb * block - s))
         amax = pad.abs().reshape(b, h, nb, block * d).amax(-1, keepdim=True)
-        descale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+        descale = _descale(amax, 127.0)
         descale = descale.repeat_interleave(block, dim=2)[:, :, :s]
     elif granularity == "head":
         amax = x.abs().amax(dim=(2, 3), keepdim=True)
-        descale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+        descale = _descale(amax, 127.0)
     elif granularity == "tensor":
         amax = x.abs().amax().reshape(1, 1, 1, 1)
-        descale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
+        descale = _descale(amax, 127.0)
     else:
         raise ValueError(f"int8 quantization does not support granularity {granularity!r}")
     return torch.round(x / descale).clamp(-127, 127), descale
@@ -170,7 +177,7 @@ def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, h
         return round_to_fp8(x, fmt), torch.ones((1, 1, 1, 1), dtype=x.dtype, device=x.device)
     if granularity == "channel":
         amax = x.abs().amax(dim=2, keepdim=True)
-        descale = torch.where(amax > 0, amax / get_format(fmt).max_normal, torch.ones_like(amax))
+        descale = _descale(amax, get_format(fmt).max_normal)
         return round_to_fp8(x / descale, fmt), descale
     values, descale = quantize(x, fmt, granularity, block_size=block)
     if granularity == "block":
