@@ -162,13 +162,16 @@ class Recipe:
         if self.exp_method == "mad_fp8" and self.p_scale not in ("none", "pow2", "pow2_block"):
             raise ValueError(f"recipe {self.name!r}: exp_method='mad_fp8' folds only power-of-two P scales "
                              f"into its bias, not p_scale={self.p_scale!r}")
-        if "channel" in (self.q_scale, self.k_scale):
-            raise ValueError(f"recipe {self.name!r}: per-channel descales are supported for V only")
+        for fname in ("q_scale", "k_scale"):
+            if getattr(self, fname) == "channel":
+                raise ValueError(f"recipe {self.name!r}: {fname}='channel': per-channel descales are supported for "
+                                 f"V only")
         self._check_head_dim_tiles()
         for _, _, block_n in ((0, self.block_m, self.block_n), *self.head_dim_tiles):
             if self.v_scale == "block" and (self.v_descale != "tile" or self.scale_block_kv % block_n):
                 raise ValueError(f"recipe {self.name!r}: per-block V descales need v_descale='tile' and "
-                                 f"scale_block_kv a multiple of block_n ({block_n})")
+                                 f"scale_block_kv a multiple of block_n, got v_descale={self.v_descale!r}, "
+                                 f"scale_block_kv={self.scale_block_kv}, block_n={block_n}")
         if self.p_scale == "tile_amax" and self.rowsum in ("rounded", "rounded_mma"):
             raise ValueError(f"recipe {self.name!r}: rowsum={self.rowsum!r} with tile_amax scaling is not modelled")
         self._check_numbers()
