@@ -24,6 +24,7 @@ from zyfa.formats import e4m3fn_bits_from_log2, get_format, round_to_bf16, round
 from zyfa.platforms import Platform, get_platform, stepwise_mma, truncating_mma
 from zyfa.quant import quantize
 from zyfa.recipes import Recipe, get_recipe
+from zyfa.rotation import rotate_qk
 
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
@@ -186,9 +187,11 @@ def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, h
 
 
 def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
-    """Quantize Q/K/V as ``recipe`` says (formats, descale granularity, K smoothing)."""
+    """Quantize Q/K/V as ``recipe`` says (rotation of Q and K, K smoothing, formats, descale granularity)."""
     recipe = get_recipe(recipe)
     heads_kv = k.shape[1]
+    if recipe.qk_rotation != "none":  # before quantization; Q·Kᵀ is unchanged in exact arithmetic
+        q, k = rotate_qk(q, k, recipe.qk_rotation, seed=recipe.rotation_seed)
     k = k.float()
     k_mean = torch.zeros((1, 1, 1, 1), dtype=torch.float32, device=k.device)
     if recipe.k_smoothing:

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field
 
 from zyfa.platforms import PLATFORM_NAMES
+from zyfa.rotation import KINDS as ROTATIONS
 
 QKV_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
 QK_FORMATS = (*QKV_FORMATS, "int8")
@@ -55,6 +56,11 @@ class Recipe:
         scale_block_q, scale_block_kv: tokens per descale block for ``block`` granularity.
         k_smoothing: subtract K's per-channel mean over the sequence before quantizing (SageAttention;
             softmax-invariant).
+        qk_rotation: rotate Q and K along the head dim by the same orthogonal matrix before quantizing
+            (:mod:`zyfa.rotation`, FA3's "incoherent processing"; Q·Kᵀ unchanged in exact arithmetic):
+            ``none``, ``hadamard`` (normalised Walsh–Hadamard) or ``random_hadamard`` (random ±1 signs, seeded by
+            ``rotation_seed``, then Hadamard). Power-of-two head dims only. The rotation runs before the kernel.
+        rotation_seed: seed of ``random_hadamard``'s signs.
         block_m, block_n: query rows per program and KV columns per tile: the online softmax runs over
             KV tiles of ``block_n``; ``tile_amax`` scaling spans a ``block_m × block_n`` tile.
         head_dim_tiles: tiles that depend on the head dim, as ``(max d_qk, block_m, block_n)`` entries in
@@ -115,6 +121,8 @@ class Recipe:
     scale_block_q: int = 128
     scale_block_kv: int = 128
     k_smoothing: bool = False
+    qk_rotation: str = "none"
+    rotation_seed: int = 0
     block_m: int = 128
     block_n: int = 128
     head_dim_tiles: tuple[tuple[int, int, int], ...] = ()
@@ -147,6 +155,7 @@ class Recipe:
             "p_scale": P_SCALES, "p_scale_granularity": P_SCALE_GRANULARITIES, "rowsum": ROWSUMS,
             "v_descale": V_DESCALES, "accumulator": ACCUMULATORS, "reciprocal": RECIPROCALS,
             "out_format": OUT_FORMATS, "mad_rounding": ("nearest", "trunc"), "status": STATUSES,
+            "qk_rotation": ROTATIONS,
             "platform": PLATFORM_NAMES,
         }
         for name, allowed in choices.items():
@@ -209,7 +218,8 @@ class Recipe:
             raise ValueError(f"recipe {self.name!r}: mad_offset must be a finite number, got {v!r}")
         ranges = {"block_m": (1, None), "block_n": (1, None), "scale_block_q": (1, None),
                   "scale_block_kv": (1, None), "p_scale_log2": (-126, 127), "p_block_max_log2": (-126, 127),
-                  "accum_mantissa_bits": (1, 23), "accum_flush_tiles": (0, None)}
+                  "accum_mantissa_bits": (1, 23), "accum_flush_tiles": (0, None),
+                  "rotation_seed": (0, None)}
         for name, (lo, hi) in ranges.items():
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):

@@ -14,7 +14,8 @@ from zyfa.recipes import DESCRIPTIVE_FIELDS, RECIPES, Recipe, get_recipe
 # (tests/zyfa/test_recipes_cli.py checks), so no difference between two recipes can hide.
 COLUMNS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("Q/K/V", ("q_format", "k_format", "v_format"), ()),
-    ("scales", ("q_scale", "k_scale", "v_scale"), ("scale_block_q", "scale_block_kv", "k_smoothing")),
+    ("scales", ("q_scale", "k_scale", "v_scale"),
+     ("scale_block_q", "scale_block_kv", "k_smoothing", "qk_rotation", "rotation_seed")),
     ("tiles", ("block_m", "block_n"), ("head_dim_tiles",)),
     ("P handling", ("exp_method", "p_format", "p_scale"),
      ("log2e_folded", "mad_offset", "mad_rounding", "p_scale_log2", "p_scale_granularity", "p_block_max_log2")),

@@ -32,6 +32,7 @@ import torch
 from zyfa.emulator import emulate
 from zyfa.formats import e4m3fn_bits_from_log2, round_to_bf16, round_to_fp8
 from zyfa.recipes import RECIPES, Recipe, get_recipe
+from zyfa.rotation import rotation_matrix
 
 pytestmark = pytest.mark.filterwarnings("ignore:head dims")  # tiny head dims on purpose
 
@@ -219,6 +220,10 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
     h_kv, s_k, d_v = k.shape[1], k.shape[2], v.shape[3]
     grp = h // h_kv
     sm = 1.0 / math.sqrt(d) if sm_scale is None else sm_scale
+    if r.qk_rotation != "none":  # the same orthogonal M for Q and K (zyfa.rotation, tested on its own), float32
+        m = rotation_matrix(d, r.qk_rotation, seed=r.rotation_seed, dtype=torch.float64).numpy()
+        q = (q.astype(np.float32) @ m.astype(np.float32)).astype(np.float64)
+        k = (k.astype(np.float32) @ m.astype(np.float32)).astype(np.float64)
     k_mean = np.zeros((b, h_kv, 1, d))
     if r.k_smoothing:  # subtract K's per-channel mean over the sequence (softmax-invariant)
         k_mean = k.astype(np.float32).mean(axis=2, keepdims=True, dtype=np.float32).astype(np.float64)
@@ -474,6 +479,9 @@ VARIANTS: dict[str, tuple[Recipe, dict]] = {
     "int8_block": (_C, dict(q_format="int8", k_format="int8", q_scale="block", k_scale="block",
                             scale_block_q=4, scale_block_kv=32)),
     "k_smoothing": (_C, dict(k_smoothing=True)),
+    "qk_hadamard": (_C, dict(qk_rotation="hadamard")),
+    "qk_random_hadamard": (_C, dict(qk_rotation="random_hadamard", rotation_seed=5)),
+    "qk_random_hadamard_smoothing": (_C, dict(qk_rotation="random_hadamard", k_smoothing=True)),
     # tiles
     "block_n32": (_E, dict(block_n=32)),
     "block_m8_tile_exponent": (_Z, dict(block_m=8, p_scale_granularity="tile")),

@@ -75,3 +75,23 @@ def test_refusals_name_the_problem():
         rotate_qk(torch.zeros(1, 8), torch.zeros(1, 16), "hadamard")
     with pytest.raises(ValueError, match="positive int"):
         hadamard_matrix(0)
+
+
+def test_a_rotating_recipe_rotates_before_quantizing_and_refuses_other_head_dims():
+    from zyfa.emulator import emulate, quantize_inputs
+    from zyfa.kernels.attention_fp8 import recipe_from_spec
+    from zyfa.recipes import get_recipe
+
+    r = recipe_from_spec("zyfa:qk_rotation=random_hadamard,rotation_seed=3")
+    assert (r.qk_rotation, r.rotation_seed) == ("random_hadamard", 3)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 1, 32, 64, generator=g) for _ in range(3))
+    qi = quantize_inputs(q, k, v, r)
+    qr, kr = rotate_qk(q, k, "random_hadamard", seed=3)
+    plain = quantize_inputs(qr, kr, v, get_recipe("zyfa"))  # rotating first by hand gives the same values
+    assert torch.equal(qi.q_values, plain.q_values) and torch.equal(qi.k_values, plain.k_values)
+    assert torch.equal(qi.v_values, plain.v_values)
+    with pytest.raises(ValueError, match="power-of-two head dim, got 192"):
+        emulate(torch.zeros(1, 1, 8, 192), torch.zeros(1, 1, 8, 192), torch.zeros(1, 1, 8, 128), r)
+    with pytest.raises(ValueError, match="qk_rotation='givens' is not one of"):
+        get_recipe("zyfa").replace(qk_rotation="givens")
