@@ -31,7 +31,6 @@ import torch
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate
 from zyfa.recipes import Recipe, get_recipe
-from zyfa.rotation import rotate_qk
 
 __all__ = ["PUBLISHED", "SCHEMES", "fa3_outlier_experiment", "outlier_gaussian", "render", "run_scheme",
            "scheme_recipe"]
@@ -76,10 +75,9 @@ def run_scheme(q, k, v, scheme: str, *, base: Recipe | str = "fa3", seed: int = 
     if scheme not in SCHEMES:
         raise ValueError(f"unknown scheme {scheme!r}; known: {', '.join(SCHEMES)}")
     granularity, rotation, _ = SCHEMES[scheme]
-    recipe = scheme_recipe(base, granularity)
+    recipe = scheme_recipe(base, granularity).replace(qk_rotation=rotation, rotation_seed=seed)
     ref = attention_fp64(q, k, v)[0] if reference is None else reference
-    qr, kr = rotate_qk(q, k, rotation, seed=seed)
-    out = emulate(qr, kr, v, recipe).out.to(torch.float64)
+    out = emulate(q, k, v, recipe).out.to(torch.float64)  # the recipe rotates Q and K before quantizing
     err = out - ref
     return {"scheme": scheme, "recipe": recipe.short_str(), "rotation": rotation,
             "rmse": math.sqrt(err.pow(2).mean().item()),

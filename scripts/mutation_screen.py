@@ -40,9 +40,10 @@ for t in a.tests:
     dst = mut / t
     dst.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / t, dst)
-    init = ROOT / Path(t).parent / "__init__.py"
-    if init.exists() and not (dst.parent / "__init__.py").exists():
-        shutil.copy(init, dst.parent / "__init__.py")
+    for helper in ("__init__.py", "conftest.py"):  # the folder's package marker and shared fixtures
+        src = ROOT / Path(t).parent / helper
+        if src.exists():
+            shutil.copy(src, dst.parent / helper)
 os.chdir(mut)
 sys.path.insert(0, str(mut))
 os.environ.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="", PYTHONHASHSEED="0", GIT_CEILING_DIRECTORIES=str(work))

@@ -19,13 +19,7 @@ import torch
 from zyfa.emulator import emulate
 from zyfa.recipes import get_recipe
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _hopper_mma(p: np.ndarray, v: np.ndarray, c: np.ndarray | None, bits: int) -> np.ndarray:

@@ -22,12 +22,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:head dims")  # tiny head dims on
 D = 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _operand(g, s: int, block: int, amax_channel: int, zero_channel: int | None) -> np.ndarray:

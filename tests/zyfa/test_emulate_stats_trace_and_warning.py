@@ -20,13 +20,7 @@ from zyfa.emulator import UnsupportedHeadDimWarning, emulate
 from zyfa.formats import round_to_bf16
 from zyfa.recipes import get_recipe
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _qkv(s_q=64, s_k=64, d=64, d_v=None, h=1, seed=0):

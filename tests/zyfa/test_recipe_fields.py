@@ -41,13 +41,7 @@ LOG2E = 1.0 / math.log(2.0)
 SCHRAUDOLPH = 127 * 2**23 - 486411  # the documented constant of exp_method="exp2_bittrick"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: one intra-op thread (two threads on a busy 2-core machine cost ~20 ms per op)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ---------------------------------------------------------------------------------------------- roundings
