@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 COPIED = ["zyfa", "reference", "accuracy", "capture", "tests", "datasets", "examples", "pyproject.toml"]
 SKIP_NAMES = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
 DETECTED = ("killed", "timeout", "caught by type check", "segfault")
+INTERNAL_ERROR = "pytest internal error"
 
 
 def _fail(msg: str) -> None:
@@ -170,23 +171,22 @@ def collect(dest: Path, env: dict, module: str) -> dict:
         m = re.match(r"^\s+(\S+): (.+)$", line)
         if m:
             verdicts[m.group(1)] = m.group(2).strip()
+    # mutmut counts pytest's exit status 3 (an internal error: a plugin or the harness broke, not a test) as
+    # "killed". Such a mutant was never judged by a test: report it apart, as undetected.
+    for name, code in _exit_codes(dest, module).items():
+        if code == 3 and name in verdicts:
+            verdicts[name] = INTERNAL_ERROR
     source = (dest / module).read_text("utf-8").splitlines() if (dest / module).is_file() else []
     undetected = []
-    internal = {n for n, c in _exit_codes(dest, module).items() if c == 3}
     for name, verdict in sorted(verdicts.items()):
-        if verdict in DETECTED and name not in internal:
+        if verdict in DETECTED:
             continue
-        if name in internal:
+        if verdict == INTERNAL_ERROR:
             undetected.append({"name": name, "verdict": verdict, "line": None, "diff": "(not judged: pytest failed)"})
             continue
         diff = _mutmut(dest, env, "show", name).stdout
         body = "\n".join(ln for ln in diff.splitlines() if not ln.startswith("# "))
         undetected.append({"name": name, "verdict": verdict, "line": _source_line(source, name, body), "diff": body})
-    # mutmut counts pytest's exit status 3 (an internal error: a plugin or the harness broke, not a test) as
-    # "killed". Such a mutant was never judged by a test: report it apart, as undetected.
-    for name, code in _exit_codes(dest, module).items():
-        if code == 3 and name in verdicts:
-            verdicts[name] = "pytest internal error"
     counts: dict[str, int] = {}
     for verdict in verdicts.values():
         counts[verdict] = counts.get(verdict, 0) + 1
