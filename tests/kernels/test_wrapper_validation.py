@@ -131,10 +131,12 @@ def test_bad_scalars():
 
 
 @pytest.mark.parametrize("spec,field", [
-    ("sage2", "q_format"), ("ck-blockscale", "q_scale"), ("aiter-triton", "p_scale"),
+    ("sage2", "q_format"), ("ck-blockscale", "v_scale"), ("zyfa:v_scale=channel", "v_scale"),
+    ("aiter-triton", "p_scale"), ("zyfa:k_scale=block,scale_block_kv=64", "scale_block_kv"),
+    ("zyfa:k_scale=block,scale_block_kv=192", "scale_block_kv"),
     ("triton-amd", "log2e_folded"), ("cudnn-fp8", "out_format"), ("bf16", "q_format"), ("fp32", "q_format"),
     ("zyfa:exp_method=exp2_bittrick", "exp_method"), ("zyfa:v_descale=tile", "v_descale"),
-    ("ck:exp_method=mad_fp8", "p_scale"), ("zyfa:block_n=256", "block_n"), ("zyfa:k_smoothing=true", "k_smoothing"),
+    ("ck:exp_method=mad_fp8", "p_scale"), ("zyfa:block_n=256", "block_n"),
     ("zyfa:log2e_folded=false", "log2e_folded"), ("zyfa-tilescale:block_m=256", "block_m"),
 ])
 def test_unsupported_recipe_fields_are_named(spec, field):

@@ -137,8 +137,23 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
                      EXP_MAD: tl.constexpr, MAD_CVT: tl.constexpr, P_SCALE: tl.constexpr,
                      TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                      PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
-                     TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0):
-    """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s."""
+                     TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0,
+                     kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0):
+    """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s.
+
+    c (and c8 = 8·c) is one scalar, or with QD_ROW one value per query row ([BLOCK_M]: per-row Q descales); with
+    KD_TILE it still lacks the K descale, which is one scalar per KV tile read here from kd_src (per-block K
+    descales): c = fl(fl(sm_scale·log2e·qd)·kd), the emulator's order.
+    """
+    if KD_TILE:
+        c = c * tl.load(kd_src + start_n // BLOCK_N)
+        c8 = c * 8.0
+    if QD_ROW:
+        cs = c[:, None]
+        c8s = c8[:, None]
+    else:
+        cs = c
+        c8s = c8
     offs_n = tl.arange(0, BLOCK_N)
     if MASKED:
         kpos = start_n + offs_n
@@ -175,10 +190,10 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         # bind (MAD_T=1 and attention_fp8.mad_codes_bounded). Two to 2.5 FMNMX per score fewer (kernel_notes.md).
         if MAD_T == 0:
             row_bias = mad_bias + 8.0 * (e_new - m_use)
-            y = _fma_sat(s, tl.full(s.shape, 1.0, tl.float32) * (c8 * 0.0078125),
+            y = _fma_sat(s, tl.full(s.shape, 1.0, tl.float32) * (c8s * 0.0078125),
                          tl.broadcast_to((row_bias * 0.0078125)[:, None], s.shape))
         else:
-            t = _mul_rn(s, tl.full(s.shape, 1.0, tl.float32) * c) - m_use[:, None]
+            t = _mul_rn(s, tl.full(s.shape, 1.0, tl.float32) * cs) - m_use[:, None]
             y = _fma_sat(t, tl.full(s.shape, 0.0625, tl.float32),
                          tl.broadcast_to(((mad_bias + 8.0 * e_new) * 0.0078125)[:, None], s.shape))
         if MAD_CVT == CVT_SAT_MAGIC:
@@ -193,17 +208,17 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             # which needs |m| > 2^18
             l_tile = _code_value_sum(bits)
         elif ROWSUM_ROUNDED == 0:
-            l_tile = tl.sum(tl.math.exp2(s * c + (e_new - m_use)[:, None]), 1)
+            l_tile = tl.sum(tl.math.exp2(s * cs + (e_new - m_use)[:, None]), 1)
     elif EXP_MAD:
         # bits = clamp(R(8·(t + e) + 56 + offset), 0, 126)
         if MAD_T == 0:
             # one FFMA with a per-row bias: fastest, but t is not exactly 0 at the row max (the product
             # s·c is not rounded before m is subtracted), which moves the max across a rounding boundary
             row_bias = mad_bias + 8.0 * (e_new - m_use)
-            x = s * c8 + row_bias[:, None]
+            x = s * c8s + row_bias[:, None]
         else:
             # t exactly as the emulator: y = fl(s·c) (mul.rn: never fused), t = y − m (exact 0 at the max)
-            t = _mul_rn(s, tl.full(s.shape, 1.0, tl.float32) * c) - m_use[:, None]
+            t = _mul_rn(s, tl.full(s.shape, 1.0, tl.float32) * cs) - m_use[:, None]
             x = t * 8.0 + (mad_bias + 8.0 * e_new)[:, None]
         x = tl.minimum(tl.maximum(x, 0.0), 126.0)
         if MAD_CVT == 0:
@@ -222,13 +237,13 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         elif ROWSUM_ROUNDED == 1:
             l_tile = _code_value_sum(bits)
         elif ROWSUM_ROUNDED == 0:
-            p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
+            p = tl.math.exp2(s * cs + (e_new - m_use)[:, None])
             l_tile = tl.sum(p, 1)
     else:
         if P_SCALE == 1:
-            p = tl.math.exp2(s * c - m_use[:, None]) * 448.0
+            p = tl.math.exp2(s * cs - m_use[:, None]) * 448.0
         else:
-            p = tl.math.exp2(s * c + (e_new - m_use)[:, None])
+            p = tl.math.exp2(s * cs + (e_new - m_use)[:, None])
         p8 = p.to(tl.float8e4nv)
         if ROWSUM_ROUNDED == 1 and WINDOW:
             # With a window (three loops) the sum read back from p8 came out wrong on the H200 (an FP8
@@ -302,7 +317,8 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                 QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                 TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr,
-                PIPELINE_QK: tl.constexpr, P_PERM: tl.constexpr = 0):
+                PIPELINE_QK: tl.constexpr, P_PERM: tl.constexpr = 0,
+                kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0):
     """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N).
 
     PIPELINE_QK (technique 2, FA3's intra-warpgroup overlap written by hand): S for tile j+1 is computed
@@ -322,7 +338,8 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
-                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM)
+                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE)
             s = s_next
         if hi > lo:
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
@@ -330,7 +347,8 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 ones_src,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
-                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM)
+                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE)
     else:
         for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
             start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -339,7 +357,8 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
-                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM)
+                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE)
     return acc, acc_tc, a_prod, l_i, m_i, e_i
 
 
@@ -362,7 +381,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                  QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                  RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
                  DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1, PIPELINE_QK: tl.constexpr = 0,
-                 P_PERM: tl.constexpr = 0):
+                 P_PERM: tl.constexpr = 0, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0):
     DQK: tl.constexpr = D1 + D2
     num_m = tl.cdiv(seq_q, BLOCK_M)
     start_m = num_m - 1 - tl.program_id(0)  # heavy (late, causal) row blocks first
@@ -376,13 +395,26 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
     k_base = K + bhk.to(tl.int64) * seq_k * DQK
     vt_base = VT + bhk.to(tl.int64) * DV * seq_k_pad
 
-    qd = tl.load(QD + bh)
-    kd = tl.load(KD + bhk)
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    # Q descale: one per (batch, head), or with QD_ROW one per query row (QD (b, h, seq_q)); K descale: one per
+    # (batch, kv head), or with KD_TILE one per KV tile (KD (b, h_kv, cdiv(seq_k, BLOCK_N)), multiplied into c
+    # tile by tile in _softmax_pv_tile). c = (sm_scale·log2e·qd)·kd in that order, as the emulator rounds it.
+    if QD_ROW:
+        qd = tl.load(QD + bh.to(tl.int64) * seq_q + offs_m, mask=offs_m < seq_q, other=1.0)
+    else:
+        qd = tl.load(QD + bh)
+    if KD_TILE:
+        kd_src = KD + bhk.to(tl.int64) * tl.cdiv(seq_k, BLOCK_N)
+    else:
+        kd_src = KD
+        kd = tl.load(KD + bhk)
     vd = tl.load(VD + bhk)
-    c = sm_scale_log2e * qd * kd
+    if KD_TILE:
+        c = sm_scale_log2e * qd
+    else:
+        c = sm_scale_log2e * qd * kd
     c8 = c * 8.0
 
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     off = seq_k - seq_q  # bottom-right alignment: query i sits at key position i + off
     pos_m = offs_m + off
     row_ok = offs_m < seq_q
@@ -477,7 +509,8 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                 seg_lo, seg_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 seg != 1, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
                 EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-                QK_K32, PV_MODE, FLUSH, TMA, WS and seg == 1, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM)
+                QK_K32, PV_MODE, FLUSH, TMA, WS and seg == 1, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM,
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE)
     if PV_MODE == 3:
         acc = acc * a_prod[:, None] + acc_tc
 

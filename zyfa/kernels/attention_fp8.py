@@ -42,6 +42,7 @@ __all__ = [
     "mad_code_bound",
     "mad_codes_bounded",
     "k32_key_order",
+    "k_descale_per_tile",
     "prepare_vt",
     "resolve_config",
     "vt_key_order_for",
@@ -93,13 +94,16 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
     for fld in ("q_format", "k_format", "v_format", "p_format"):
         if getattr(r, fld) != "e4m3fn":
             raise _refuse(r, fld, getattr(r, fld), "'e4m3fn'")
-    for fld in ("q_scale", "k_scale", "v_scale"):
-        if getattr(r, fld) not in ("tensor", "head", "head_kv"):
-            raise _refuse(r, fld, getattr(r, fld), "'tensor', 'head', 'head_kv'")
-    if r.k_smoothing:
-        raise _refuse(r, "k_smoothing", r.k_smoothing, "False")
+    for fld in ("q_scale", "k_scale"):
+        if getattr(r, fld) not in ("tensor", "head", "head_kv", "block"):
+            raise _refuse(r, fld, getattr(r, fld), "'tensor', 'head', 'head_kv', 'block'")
+    if r.v_scale not in ("tensor", "head", "head_kv"):
+        raise _refuse(r, "v_scale", r.v_scale, "'tensor', 'head', 'head_kv'")
     if r.block_n not in (64, 128):
         raise _refuse(r, "block_n", r.block_n, "64, 128")
+    if r.k_scale == "block" and r.scale_block_kv % r.block_n:
+        raise _refuse(r, "scale_block_kv", r.scale_block_kv,
+                      f"a multiple of block_n={r.block_n} with k_scale='block': one K descale per KV tile")
     if not r.log2e_folded:
         raise _refuse(r, "log2e_folded", r.log2e_folded, "True")
     if r.exp_method not in ("exp2", "mad_fp8"):
@@ -289,6 +293,37 @@ def _descale_to_bh(d, name: str, b: int, h: int, h_kv: int, device) -> torch.Ten
     return x
 
 
+def _per_row_descale(d, name: str, b: int, heads: int, seq: int, device):
+    """A per-row (Q) or per-key (K) descale (b, heads, seq) or (b, heads, seq, 1) -> (b, heads, seq) fp32, or None
+    when ``d`` has another form (handled by :func:`_descale_to_bh`)."""
+    if not isinstance(d, torch.Tensor) or isinstance(d, bool) or not d.dtype.is_floating_point:
+        return None
+    shape = tuple(d.shape)
+    if not (len(shape) == 3 or (len(shape) == 4 and shape[3] == 1 and shape[2] > 1)):
+        return None
+    if shape[:3] != (b, heads, seq):
+        raise ValueError(f"{name} per {'query row' if name == 'q_descale' else 'key'} must be of shape "
+                         f"({b}, {heads}, {seq}) or ({b}, {heads}, {seq}, 1), got {shape}")
+    if d.device != torch.device(device) and not (d.device.type == torch.device(device).type == "cuda"):
+        raise ValueError(f"{name} is on {d.device}, the inputs on {device}")
+    x = d.detach().to(device=device, dtype=torch.float32).reshape(b, heads, seq).contiguous()
+    if not bool(torch.all(torch.isfinite(x) & (x > 0))):
+        raise ValueError(f"{name} must be positive and finite")
+    return x
+
+
+def k_descale_per_tile(kd: torch.Tensor, block_n: int) -> torch.Tensor:
+    """Per-key K descales (b, h_kv, s_k) -> one per KV tile of ``block_n`` keys (b, h_kv, ceil(s_k / block_n)),
+    what the kernel reads with per-block K descales. ValueError when a tile holds more than one value (a K
+    descale block that is not a multiple of the kernel's ``block_n``)."""
+    s_k = kd.shape[2]
+    tiles = kd[:, :, ::block_n].contiguous()
+    if not torch.equal(tiles.repeat_interleave(block_n, dim=2)[:, :, :s_k], kd):
+        raise ValueError(f"k_descale varies within a KV tile of {block_n} keys: the kernel takes one K descale per "
+                         f"tile (per-block K descales need scale_block_kv a multiple of block_n={block_n})")
+    return tiles
+
+
 def _validate(q, k, v, causal, sm_scale, window):
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
@@ -441,8 +476,10 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
            window: int | None, config: dict | None = None, out=None, lse=None):
     """Launch the kernel on prepared operands (no checks: :func:`attention_fp8` does them).
 
-    q8 (b, h, s_q, d_qk), k8 (b, h_kv, s_k, d_qk) contiguous FP8; vt from :func:`prepare_vt`; qd (b, h),
-    kd/vd (b, h_kv) fp32 contiguous. Returns (out, lse).
+    q8 (b, h, s_q, d_qk), k8 (b, h_kv, s_k, d_qk) contiguous FP8; vt from :func:`prepare_vt`; fp32 contiguous
+    descales: qd (b, h) or per query row (b, h, s_q); kd (b, h_kv) or per KV tile (b, h_kv, ceil(s_k / BLOCK_N))
+    (:func:`k_descale_per_tile`); vd (b, h_kv). The 3-D forms switch on the kernel's QD_ROW / KD_TILE (else the
+    same binary as before they existed). Returns (out, lse).
     """
     b, h, s_q, d_qk = q8.shape
     h_kv = k8.shape[1]
@@ -457,6 +494,12 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
     from zyfa.kernels import _triton_fp8 as K
 
     block_n = cfg.get("BLOCK_N", plan.block_n)
+    qd_row, kd_tile = qd.dim() == 3, kd.dim() == 3
+    if qd_row and tuple(qd.shape) != (b, h, s_q):
+        raise ValueError(f"per-row q_descale must be ({b}, {h}, {s_q}), got {tuple(qd.shape)}")
+    if kd_tile and tuple(kd.shape) != (b, h_kv, triton.cdiv(seq_k, block_n)):
+        raise ValueError(f"per-tile k_descale must be ({b}, {h_kv}, {triton.cdiv(seq_k, block_n)}) for "
+                         f"BLOCK_N={block_n} (k_descale_per_tile), got {tuple(kd.shape)}")
     if cfg["TMA"]:
         K.ensure_allocator()
     d1, d2 = (128, 64) if d_qk == 192 else (d_qk, 0)
@@ -476,7 +519,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         QK_K32=cfg.get("QK_K32", plan.qk_k32), PV_MODE=cfg.get("PV_MODE", plan.pv_mode),
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
         DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"], PIPELINE_QK=cfg.get("PIPELINE_QK", 0),
-        P_PERM=int(bool(cfg["P_PERM"])),
+        P_PERM=int(bool(cfg["P_PERM"])), QD_ROW=int(qd_row), KD_TILE=int(kd_tile),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
@@ -496,8 +539,11 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
         causal: bottom-right aligned when s_q != s_k. window: HF sliding window (query at position p sees
             keys p - window < j <= p; implies the causal bound).
         sm_scale: default 1/sqrt(d_qk).
-        q_descale: float, one-element tensor, (b, h) or (b, h_kv) (per kv-head group); k_descale,
-            v_descale: float, one-element tensor or (b, h_kv). Default 1.0. Must be positive.
+        q_descale: float, one-element tensor, (b, h) or (b, h_kv) (per kv-head group), or per query row
+            (b, h, s_q) / (b, h, s_q, 1) (per-block or per-token Q descales, expanded to rows); k_descale: float,
+            one-element tensor, (b, h_kv), or per key (b, h_kv, s_k) / (b, h_kv, s_k, 1), which must hold one
+            value per KV tile of the recipe's ``block_n`` keys (per-block K descales); v_descale: float,
+            one-element tensor or (b, h_kv). Default 1.0. Must be positive.
         config: launch overrides for tuning and ablations: BLOCK_M, num_warps, num_stages, maxnreg, TMA (device
             tensor descriptors, else pointer loads), WS (Triton's warp_specialize: no effect on sm_90 in Triton
             3.6), MAD_CVT (0 magic-number add after two fp32 clamps, 1 cvt.rni/rzi, 3/4/5 fma.rn.sat of x/128
@@ -509,15 +555,23 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
             QK_K32 / PV_MODE (accumulation code, see the kernel).
     Returns:
         (out, lse): out (b, h, s_q, d_v) bf16 (fp32 when the recipe's out_format is fp32), lse (b, h, s_q)
-        fp32 natural log; a row that sees no key gets out 0 and lse -inf.
+        fp32 natural log of the scores of the K it was given (for a K smoothed by the caller, without the
+        q·mean(k) term; :func:`attention_fp8_quantized` adds it back); a row that sees no key gets out 0 and
+        lse -inf.
     """
     b, h, h_kv, s_q, s_k, d_qk, d_v = _validate(q, k, v, causal, sm_scale, window)
     _check_fp8(q, k, v, (q_descale, k_descale, v_descale))
     dev = q.device
-    qd = _descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
-    kd = _descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
+    qd = _per_row_descale(q_descale, "q_descale", b, h, s_q, dev)
+    if qd is None:
+        qd = _descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
+    kd = _per_row_descale(k_descale, "k_descale", b, h_kv, s_k, dev)
+    if kd is None:
+        kd = _descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
     vd = _descale_to_bh(1.0 if v_descale is None else v_descale, "v_descale", b, h_kv, h_kv, dev)
     plan = kernel_plan(recipe)
+    if kd.dim() == 3:
+        kd = k_descale_per_tile(kd, (config or {}).get("BLOCK_N", plan.block_n))
     _check_device(q)
     sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
     vt = prepare_vt(v, permute_k32=vt_key_order_for(config))
@@ -528,9 +582,16 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
 def quantize_for_kernel(q, k, v, recipe: Recipe | str = "zyfa"):
     """Quantize float q, k, v as ``recipe`` says (the emulator's own quantizer, so both see the same FP8 values).
 
-    Returns (q8, k8, v8, q_descale (b, h), k_descale (b, h_kv), v_descale (b, h_kv)); FP8 tensors are
-    float8_e4m3fn on the inputs' device.
+    Returns (q8, k8, v8, q_descale, k_descale, v_descale (b, h_kv)); FP8 tensors are float8_e4m3fn on the inputs'
+    device. q_descale is (b, h), or (b, h, s_q) per query row for ``q_scale='block'``; k_descale (b, h_kv), or
+    (b, h_kv, s_k) per key for ``k_scale='block'`` (:func:`k_descale_per_tile` gives the kernel's per-tile form).
+    A recipe's ``qk_rotation`` and ``k_smoothing`` are applied here, by the emulator's quantizer.
     """
+    return _quantize(q, k, v, recipe)[:6]
+
+
+def _quantize(q, k, v, recipe):
+    """:func:`quantize_for_kernel` plus the emulator's :class:`~zyfa.emulator.QuantizedInputs` (for K's mean)."""
     from zyfa.emulator import quantize_inputs
 
     r = recipe_from_spec(recipe)
@@ -539,22 +600,37 @@ def quantize_for_kernel(q, k, v, recipe: Recipe | str = "zyfa"):
     b, h = q.shape[:2]
     h_kv = k.shape[1]
 
-    def bh(d, heads):
-        return d.float().reshape(d.shape[0], d.shape[1]).expand(b, heads).contiguous()
+    def descale(d, heads):
+        d = d.float()
+        if d.shape[2] > 1:  # per token (block granularity, expanded by the quantizer)
+            return d.reshape(b, heads, d.shape[2]).contiguous()
+        return d.reshape(d.shape[0], d.shape[1]).expand(b, heads).contiguous()
 
     q8 = qi.q_values.to(_FP8)
     k8 = qi.k_values.to(_FP8)
     v8 = qi.v_values.to(_FP8)
-    return q8, k8, v8, bh(qi.q_descale, h), bh(qi.k_descale, h_kv), bh(qi.v_descale, h_kv)
+    return q8, k8, v8, descale(qi.q_descale, h), descale(qi.k_descale, h_kv), descale(qi.v_descale, h_kv), qi
 
 
 def attention_fp8_quantized(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = False,
                             sm_scale: float | None = None, window: int | None = None, config: dict | None = None):
-    """Quantize float (bf16/fp16/fp32) q, k, v per ``recipe`` and run :func:`attention_fp8`."""
+    """Quantize float (bf16/fp16/fp32) q, k, v per ``recipe`` and run :func:`attention_fp8`.
+
+    The recipe's rotation and K smoothing happen in the quantizer (as in the emulator). With ``k_smoothing`` the
+    kernel attends over K minus its per-channel mean: the output is unchanged (softmax is invariant to the per-row
+    constant q·mean(k)), and the LSE returned is corrected by sm_scale·q_deq·mean(k), as the emulator's is, so it
+    is the LSE of the unsmoothed (dequantized) scores.
+    """
     _validate(q, k, v, causal, sm_scale, window)
     recipe = recipe_from_spec(recipe)
     kernel_plan(recipe)
     _check_device(q)
-    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, recipe)
-    return attention_fp8(q8, k8, v8, recipe=recipe, causal=causal, sm_scale=sm_scale, window=window,
-                         q_descale=qd, k_descale=kd, v_descale=vd, config=config)
+    q8, k8, v8, qd, kd, vd, qi = _quantize(q, k, v, recipe)
+    out, lse = attention_fp8(q8, k8, v8, recipe=recipe, causal=causal, sm_scale=sm_scale, window=window,
+                             q_descale=qd, k_descale=kd, v_descale=vd, config=config)
+    if recipe.k_smoothing:
+        sm = 1.0 / math.sqrt(q.shape[3]) if sm_scale is None else float(sm_scale)
+        q_deq = qi.q_values * qi.q_descale
+        k_mean = qi.k_mean.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
+        lse = lse + sm * (q_deq @ k_mean.transpose(-1, -2)).squeeze(-1)
+    return out, lse
