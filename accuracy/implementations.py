@@ -33,6 +33,12 @@ Exposed:
     load_plugins(specs, recipes=None) -> list[Implementation]   (a kernel that does not load fails its rows)
     call_implementation(impl, x, context=None) -> ImplResult   (runs, validates; ImplementationError on failure)
     unsupported_reason(impl, x) -> str | None
+    device_platform(device) -> (platform name | None, why none)
+    pairing(impl, platform, why_none="") -> Pairing | None   the emulation a real row is compared with
+
+Pairing: a real kernel is compared with the emulation of what it computes where it runs: its recipe on the
+platform of the device it ran on (CUDA capability 9.0 -> ``h200``), for ``triton:<recipe>`` the kernel's own
+version of the recipe; on a device with no platform model the recipe's own platform, with a note in the row.
 """
 
 from __future__ import annotations
@@ -58,14 +64,17 @@ __all__ = [
     "ImplResult",
     "Implementation",
     "ImplementationError",
+    "Pairing",
     "builtin_names",
     "call_implementation",
+    "device_platform",
     "failed_implementation",
     "flash_attn_amd_descales",
     "flash_attn_amd_forward",
     "get_implementation",
     "load_plugin",
     "load_plugins",
+    "pairing",
     "parse_implementations",
     "resolve_recipe",
     "unsupported_reason",
@@ -110,6 +119,10 @@ class Implementation:
             rows are recorded as unsupported, not failed.
         description: one line for listings and reports.
         plugin: True for a user's kernel loaded by :func:`load_plugin`.
+        emulation: what its paired emulation is (:func:`pairing`): ``"recipe"`` (the recipe it claims) or
+            ``"triton-kernel"`` (the recipe as our Triton kernel computes it, ``kernel_recipe``).
+        scale_o: ``"oracle"`` when its FP8 output scale comes from the FP64 oracle's amax (the emulation's
+            output is then scaled alike), else None.
     """
 
     name: str
@@ -122,10 +135,14 @@ class Implementation:
     limits: Callable[[AttentionInput], str | None] | None = None
     description: str = ""
     plugin: bool = False
+    emulation: str = "recipe"
+    scale_o: str | None = None
 
     def __post_init__(self) -> None:
         if self.quantizes not in QUANTIZES:
             raise ValueError(f"implementation {self.name!r}: quantizes must be one of {QUANTIZES}")
+        if self.emulation not in ("recipe", "triton-kernel"):
+            raise ValueError(f"implementation {self.name!r}: emulation must be 'recipe' or 'triton-kernel'")
 
     def available(self) -> tuple[bool, str]:
         """(True, "") when its device and package are here, else (False, the reason in one line)."""
@@ -142,10 +159,91 @@ class Implementation:
 
 
 def resolve_recipe(spec):
-    """A recipe name or ``name:field=value,...`` spec -> Recipe (the kernel wrapper's spec syntax)."""
-    from zyfa.kernels.attention_fp8 import recipe_from_spec
+    """A recipe spec -> Recipe. Specs: a name, ``name:field=value,...`` (the kernel wrapper's syntax), either
+    with ``@PLATFORM`` (:meth:`zyfa.recipes.Recipe.on`), and ``triton:<spec>``: the recipe as our Triton kernel
+    computes it (:func:`zyfa.kernels.attention_fp8.kernel_recipe`: FA3's head-dim tiles become the recipe's
+    block_m x block_n), named ``triton:<spec>`` where that differs from the recipe. A Recipe passes through."""
+    from zyfa.kernels.attention_fp8 import kernel_recipe, recipe_from_spec
+    from zyfa.platforms import PLATFORM_NAMES
+    from zyfa.recipes import Recipe
 
+    if isinstance(spec, Recipe):
+        return spec
+    base, at, plat = str(spec).rpartition("@")
+    if at and base and plat in PLATFORM_NAMES:
+        return resolve_recipe(base).on(plat)
+    if str(spec).startswith("triton:"):
+        r = resolve_recipe(spec[len("triton:"):])
+        kr = kernel_recipe(r)
+        return r if kr == r else kr.replace(name=f"triton:{r.name}")
     return recipe_from_spec(spec)
+
+
+# ---------------------------------------------------------------------------------------------- pairing
+
+@dataclass(frozen=True)
+class Pairing:
+    """The emulation a real implementation is compared with, where it ran.
+
+    Attributes:
+        recipe: the :class:`~zyfa.recipes.Recipe` emulated (its ``name`` is the row's ``paired_spec``, its
+            ``platform`` the row's ``paired_platform``).
+        scale_o: ``"oracle"``: the emulation's FP8 output is scaled by 448 / the FP64 oracle's amax, as the
+            implementation's (``cudnn-fp8:oracle-scale``); None: by the recipe's own rule.
+        note: why the emulation is not on the device's platform ("" when it is).
+    """
+
+    recipe: Any
+    scale_o: str | None = None
+    note: str = ""
+
+    @property
+    def spec(self) -> str:
+        return self.recipe.name + (" (scale_o: oracle amax)" if self.scale_o == "oracle" else "")
+
+
+def device_platform(device) -> tuple[str | None, str]:
+    """The platform (:mod:`zyfa.platforms`) whose arithmetic a real kernel on ``device`` has: (name, "") or
+    (None, why none). CUDA compute capability 9.0 (H100, H200: Hopper's FP8 wgmma, fitted on the H200) is
+    ``h200``; no other device has a model (an MI355X would be ``mi355x``, but ROCm builds are not run here)."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None, f"no platform model for device {dev.type}"
+    major, minor = torch.cuda.get_device_capability(dev)
+    name = torch.cuda.get_device_name(dev)
+    if getattr(torch.version, "hip", None):
+        return None, f"no platform model for {name} (ROCm)"
+    if (major, minor) == (9, 0):
+        return "h200", ""
+    return None, f"no platform model for {name} (compute capability {major}.{minor})"
+
+
+def pairing(impl: Implementation, platform: str | None, why_none: str = "") -> Pairing | None:
+    """What ``impl`` is compared with when it runs on a device of ``platform`` (None: a device with no platform
+    model, ``why_none`` saying so): the emulation of what it computes there.
+
+    - The recipe it claims on that platform (``zyfa`` -> ``zyfa@h200``); for ``triton:<recipe>`` the kernel's own
+      version of the recipe (:func:`zyfa.kernels.attention_fp8.kernel_recipe`). A spec that names its platform
+      (``--kernel-recipe zyfa@mi355x``) keeps it.
+    - Where the device has no platform model the recipe's own platform is kept and the note says so (the
+      report flags the row).
+    - ``cudnn-fp8:oracle-scale``: the emulation's FP8 output scaled by the oracle's amax, as the kernel's.
+    None for an implementation paired with no recipe.
+    """
+    if impl.recipe is None:
+        return None
+    spec = impl.recipe
+    r = resolve_recipe(spec if impl.emulation == "recipe" else f"triton:{spec}")
+    named = isinstance(spec, str) and "@" in spec
+    note = ""
+    if named:
+        note = f"platform {r.platform} named by the paired spec"
+    elif platform is not None:
+        r = r.on(platform)
+    else:
+        note = f"{why_none or 'no platform model for the device'}: emulated on the recipe's own platform " \
+               f"({r.platform})"
+    return Pairing(r, impl.scale_o, note)
 
 
 # ---------------------------------------------------------------------------------------------- availability
@@ -262,7 +360,7 @@ def _triton_impl(recipe: str) -> Implementation:
     return Implementation(
         name=f"triton:{recipe}", fn=fn, recipe=recipe, quantizes="recipe", device="CUDA, Hopper (sm_90)",
         package="triton", check=_all(lambda: _cuda(exact_major=9), lambda: _package("triton", "triton")),
-        limits=limits, description=f"our Triton FP8 kernel under recipe {recipe}")
+        limits=limits, description=f"our Triton FP8 kernel under recipe {recipe}", emulation="triton-kernel")
 
 
 # ---------------------------------------------------------------------------------------------- cuDNN FP8
@@ -346,7 +444,8 @@ def _cudnn_impl(name: str, scale_o_choice: str) -> Implementation:
         device="CUDA, Hopper (sm_90)", package="nvidia-cudnn-frontend",
         check=_all(lambda: _cuda(exact_major=9), lambda: _package("cudnn", "nvidia-cudnn-frontend")),
         limits=_no_window_limits(same_dims=False),
-        description=f"cuDNN FP8 SDPA (graph sdpa_fp8), FP8 output, scale_o from the {scale_o_choice} amax")
+        description=f"cuDNN FP8 SDPA (graph sdpa_fp8), FP8 output, scale_o from the {scale_o_choice} amax",
+        scale_o="oracle" if scale_o_choice == "oracle" else None)
 
 
 # ---------------------------------------------------------------------------------------------- SDPA BF16

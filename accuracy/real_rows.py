@@ -6,8 +6,13 @@ recipe's emulation and its FP64 reference on the recipe's dequantized inputs (sh
 
 Row fields (besides the input's fields and ``run_id``):
 
-- ``implementation``, ``real: true``, ``recipe`` (the paired recipe or None), ``recipe_short``,
-  ``quantizes`` (``recipe`` / ``self`` / ``none``), ``device``, ``device_name``;
+- ``implementation``, ``real: true``, ``recipe`` (the recipe it claims, or None), ``recipe_short``,
+  ``quantizes`` (``recipe`` / ``self`` / ``none``), ``device``, ``device_name``, ``device_platform`` (the
+  platform of the device it ran on, None where none is modelled);
+- with a recipe, the emulation it is compared with (:func:`accuracy.implementations.pairing`): ``paired_spec``
+  (the emulated recipe's name, e.g. ``zyfa@h200``; `` (scale_o: oracle amax)`` appended where its FP8 output is
+  scaled by the oracle's amax, as the kernel's), ``paired_platform`` and ``pairing_note`` (why not the device's
+  platform; empty when it is);
 - ``status``: ``ok``, ``failed`` (``error``: one line naming the kernel) or ``unsupported`` (``reason``);
 - ``orig_*`` metrics against FP64 on the original inputs; with a paired recipe also ``deq_*`` against FP64
   on the recipe's dequantized inputs, the emulation's ``emu_deq_rel_l2`` and ``emu_orig_rel_l2``,
@@ -15,11 +20,13 @@ Row fields (besides the input's fields and ``run_id``):
   error / emulation error on that basis) and ``real_vs_emu_rel_l2`` (between the two outputs);
 - what the implementation reported (``scale_o_choice``, ``scale_o``, package versions, ...), ``time_real_s``.
 
-Exposed: ``implementation_row(impl, x, *, base, ref_orig, paired, device) -> dict``, ``row_label(row)``.
+Exposed: ``implementation_row(impl, x, *, base, ref_orig, paired, device, platform=...) -> dict``,
+``row_label(row)``.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,12 +37,15 @@ from accuracy.implementations import (
     Implementation,
     ImplementationError,
     call_implementation,
+    device_platform,
+    pairing,
     resolve_recipe,
     unsupported_reason,
 )
 from accuracy.inputs import AttentionInput
 from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name
+from zyfa.formats import round_to_fp8
 
 __all__ = ["implementation_row", "row_label"]
 
@@ -64,20 +74,42 @@ def _metrics(out, ref: tuple, lse, row: dict) -> dict:
     return compute_metrics(out, ref[0])
 
 
+def _paired_output(pair, paired: Callable, oracle_amax: float) -> tuple:
+    """(the paired emulation's output, its FP64 reference on the dequantized inputs). With ``scale_o ==
+    "oracle"`` the recipe is emulated with an fp32 output, then rounded to e4m3fn at scale 448 / the oracle's
+    amax, as the kernel does (the emulator's own e4m3fn output takes its scale from its own amax)."""
+    if pair.scale_o != "oracle":
+        out, _lse, ref = paired(pair.recipe)
+        return out, ref
+    r = pair.recipe
+    out, _lse, ref = paired(r.replace(name=f"{r.name}:out_format=fp32", out_format="fp32"))
+    amax = oracle_amax if math.isfinite(oracle_amax) and oracle_amax > 0 else 448.0
+    scale = torch.tensor(448.0 / amax, dtype=torch.float32, device=out.device)  # fp32, as the kernel's scale_o
+    return round_to_fp8(out.float() * scale, "e4m3fn") / scale, ref
+
+
 def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, ref_orig: tuple,
-                       paired: Callable[[str], tuple], device: torch.device) -> dict:
+                       paired: Callable, device: torch.device,
+                       platform: tuple[str | None, str] | None = None) -> dict:
     """Run ``impl`` on ``x`` (already on ``device``) and make its row; never raises for the kernel's faults.
 
     Args:
         base: the input's row fields (``run_id``, name, shape, metadata).
         ref_orig: (out, lse) of the FP64 oracle on the original inputs.
-        paired: ``paired(recipe_spec) -> (emulation out, emulation lse, (ref_out, ref_lse) on its dequantized
-            inputs)``.
+        paired: ``paired(recipe) -> (emulation out, emulation lse, (ref_out, ref_lse) on its dequantized
+            inputs)`` for a :class:`~zyfa.recipes.Recipe` (the one :func:`accuracy.implementations.pairing`
+            chose).
+        platform: (platform name or None, why none) of the device; default
+            :func:`accuracy.implementations.device_platform` of ``device``.
     """
+    plat, why_none = platform if platform is not None else device_platform(device)
     row: dict[str, Any] = {**base, "recipe": impl.recipe, "implementation": impl.name, "real": True,
-                           "quantizes": impl.quantizes, "device": str(device), "device_name": device_name(device)}
+                           "quantizes": impl.quantizes, "device": str(device), "device_name": device_name(device),
+                           "device_platform": plat}
+    pair = pairing(impl, plat, why_none)
     if impl.recipe is not None:
         row["recipe_short"] = resolve_recipe(impl.recipe).short_str()
+        row.update(paired_spec=pair.spec, paired_platform=pair.recipe.platform, pairing_note=pair.note)
     reason = unsupported_reason(impl, x)
     if reason is not None:
         row.update(status="unsupported", reason=reason)
@@ -98,8 +130,8 @@ def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, r
         row[k] = m_orig[k]
     row.update({"orig_" + k: v for k, v in m_orig.items() if k not in _UNPREFIXED})
     row["status"] = "ok"
-    if impl.recipe is not None:
-        em_out, _em_lse, ref_deq = paired(impl.recipe)
+    if pair is not None:
+        em_out, ref_deq = _paired_output(pair, paired, float(ref_orig[0].abs().max()))
         m_deq = _metrics(out, ref_deq, lse, row)
         row["has_nan"] = bool(row["has_nan"] or m_deq["has_nan"])
         row.update({"deq_" + k: v for k, v in m_deq.items() if k not in _UNPREFIXED})

@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from accuracy.implementations import resolve_recipe
+from accuracy.implementations import device_platform, pairing
 from accuracy.inputs import AttentionInput
 from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name, provenance
@@ -53,6 +53,7 @@ from accuracy.results_io import check_row, jsonl_text, read_jsonl, row_key
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate, quantize_inputs
 from zyfa.outputs import atomic_write_text
+from zyfa.platforms import get_platform
 from zyfa.recipes import Recipe, get_recipe
 
 __all__ = ["QUANT_FIELDS", "ResultRows", "check_memory", "input_key", "memory_estimate_bytes", "read_results",
@@ -102,6 +103,7 @@ def run_accuracy(
     on_row: Callable[[dict], None] | None = None,
     run_id: str | None = None,
     implementations: Sequence = (),
+    real_platform: str | None = "auto",
 ) -> ResultRows:
     """Run every recipe on every input; one flat row per (input, recipe), in that order, then one row per
     (input, implementation) for the real implementations (:mod:`accuracy.implementations`).
@@ -122,6 +124,10 @@ def run_accuracy(
             (:class:`accuracy.implementations.Implementation`); rows by :func:`accuracy.real_rows.implementation_row`
             (``real: true``, ``implementation``, the paired recipe, ``status``). Those not available here
             (device, package) are not run: the provenance's ``implementations_unavailable`` says why.
+        real_platform: the platform whose arithmetic the real implementations have, for their pairing
+            (:func:`accuracy.implementations.pairing`): ``"auto"`` (the device's:
+            :func:`accuracy.implementations.device_platform`, CUDA capability 9.0 -> ``h200``), a platform name,
+            or None (each recipe's own platform). Recorded in the provenance (``implementations_platform``).
 
     Returns:
         :class:`ResultRows` of the rows made (not the skipped ones); each row holds ``run_id``, the input's
@@ -147,6 +153,12 @@ def run_accuracy(
         else:
             unavailable[impl.name] = why
     dev = resolve_device(device)
+    if real_platform == "auto":
+        real_plat = device_platform(dev)
+    elif real_platform is None:
+        real_plat = (None, "no platform asked for (real_platform=None)")
+    else:
+        real_plat = (get_platform(real_platform).name, "")
     for inp in inputs:
         check_memory(inp.shape, dev, what=f"input {inp.name}")
     torch.manual_seed(seed)
@@ -158,7 +170,8 @@ def run_accuracy(
         "seed": seed,
         "recipes": [r.name for r in recipes],
         "inputs": [inp.name for inp in inputs],
-        **({"implementations": [i.name for i in impls], "implementations_unavailable": unavailable}
+        **({"implementations": [i.name for i in impls], "implementations_unavailable": unavailable,
+            "implementations_platform": real_plat[0], "implementations_platform_note": real_plat[1]}
            if implementations else {}),
     })
     rows = ResultRows(provenance=prov)
@@ -170,7 +183,7 @@ def run_accuracy(
     bar = _progress(sum(len(rs) for _, rs in todo), enabled=progress)
     try:
         for inp, _ in todo:
-            rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row, impls))
+            rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row, impls, real_plat))
     finally:
         bar.close()
     return rows
@@ -236,7 +249,7 @@ def check_memory(shape: dict, device: str | torch.device = "cpu", what: str = "i
 
 
 def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch.device, run_id: str,
-               chunk_size: int, bar, on_row, impls=()) -> list[dict]:
+               chunk_size: int, bar, on_row, impls=(), real_platform: tuple = (None, "")) -> list[dict]:
     todo = [r for r in recipes if input_key(inp, r.name) not in skip]
     impls_todo = [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]
     if not todo and not impls_todo:
@@ -250,7 +263,8 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
     # quantization key -> [q_deq, k_deq, v_deq, (out, lse) or None]; cleared per input. Skipped recipes still
     # enter their dequantized inputs (cheap), so each row's ref_deq_source is what an uninterrupted run gives.
     cache: dict[tuple, list] = {}
-    emulations: dict[str, tuple] = {}  # recipe name -> (out, lse, ref_deq): the pairing of real implementations
+    emulations: dict[Recipe, tuple] = {}  # recipe -> (out, lse, ref_deq): the pairings of real implementations
+    wanted = {p.recipe for p in (pairing(i, *real_platform) for i in impls_todo) if p is not None}
     base = _input_fields(inp)
     rows = []
     for recipe in recipes:
@@ -281,8 +295,8 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
             ref_deq_source = "computed"
         time_ref_deq = time.perf_counter() - t0
 
-        if any(i.recipe == recipe.name for i in impls_todo):
-            emulations[recipe.name] = (em.out, em.lse, ref_deq)
+        if recipe in wanted:
+            emulations[recipe] = (em.out, em.lse, ref_deq)
         m_deq = compute_metrics(em.out, ref_deq[0], lse=em.lse, lse_ref=ref_deq[1])
         m_orig = compute_metrics(em.out, ref_orig[0], lse=em.lse, lse_ref=ref_orig[1])
         row: dict[str, Any] = {"run_id": run_id, **base, "recipe": recipe.name, "recipe_short": recipe.short_str(),
@@ -306,10 +320,9 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
             on_row(row)
         bar.update(1)
 
-    def paired(spec: str) -> tuple:
-        """The paired recipe's emulation on this input and its FP64 reference (run here if no recipe row has)."""
-        if spec not in emulations:
-            r = resolve_recipe(spec)
+    def paired(r: Recipe) -> tuple:
+        """A pairing's emulation on this input and its FP64 reference (run here if no recipe row has)."""
+        if r not in emulations:
             em = emulate(x.q, x.k, x.v, r, **kw)
             deq = (em.q_deq, em.k_deq, em.v_deq)
             key = tuple(getattr(r, f) for f in QUANT_FIELDS)
@@ -320,13 +333,13 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
                 ref = cache[key][3]
             else:
                 ref = attention_fp64(*deq, chunk_size=chunk_size, **kw)
-            emulations[spec] = (em.out, em.lse, ref)
-        return emulations[spec]
+            emulations[r] = (em.out, em.lse, ref)
+        return emulations[r]
 
     for impl in impls_todo:
         bar.set_postfix_str(f"{inp.name} {impl.name}")
         row = implementation_row(impl, x, base={"run_id": run_id, **base}, ref_orig=ref_orig, paired=paired,
-                                 device=dev)
+                                 device=dev, platform=real_platform)
         rows.append(row)
         if on_row is not None:
             on_row(row)

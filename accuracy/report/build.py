@@ -120,13 +120,29 @@ def load_results(paths: Sequence[str | Path]) -> Results:
     return Results(rows, provs, order)
 
 
+def _real_selected(row: dict, names: Sequence[str]) -> bool:
+    """Whether a real kernel's row goes with the selection ``names``: its implementation is named, or the recipe
+    it is paired with is (the spec itself, its base recipe: ``triton-amd`` for ``triton-amd:p_scale=tile_amax``,
+    or the emulation it was compared with, ``paired_spec``: ``zyfa@h200``)."""
+    spec = row.get("recipe")
+    keys = {row.get("implementation"), spec, row.get("paired_spec")}
+    if spec:
+        keys.add(str(spec).split(":")[0].split("@")[0])
+    return bool(keys & set(names))
+
+
 def select_recipes(res: Results, names: Sequence[str]) -> Results:
-    """Only the rows of these recipes (each must be in the results: ValueError naming the others)."""
-    unknown = [x for x in names if x not in res.recipes]
+    """Only the rows of these recipes and the real kernels paired with them (:func:`_real_selected`); a name may
+    also be a real implementation's (``flash-attn-triton-amd``: its rows alone). Each name must be in the
+    results: ValueError naming the others."""
+    impls = {r.get("implementation") for r in res.rows if r.get("real")} - {None}
+    unknown = [x for x in names if x not in res.recipes and x not in impls]
     if unknown:
-        raise ValueError(f"--recipes: not in the results: {', '.join(unknown)} (have {', '.join(res.recipes)})")
-    return Results([r for r in res.rows if r["recipe"] in names], res.provenances,
-                   [x for x in res.recipes if x in names])
+        have = ", ".join(res.recipes) + (f"; implementations: {', '.join(sorted(impls))}" if impls else "")
+        raise ValueError(f"--recipes: not in the results: {', '.join(unknown)} (have {have})")
+    rows = [r for r in res.rows if (_real_selected(r, names) if r.get("real") else r["recipe"] in names)]
+    kept = {r["recipe"] for r in rows}
+    return Results(rows, res.provenances, [x for x in res.recipes if x in names or x in kept])
 
 
 def group_of(row: dict) -> str:

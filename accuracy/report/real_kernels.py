@@ -51,6 +51,11 @@ def real_vs_emulated(rows: Sequence[dict]) -> list[dict]:
     The errors compared are on the row's ``ratio_basis``: ``deq`` (against FP64 on the recipe's dequantized
     inputs) for kernels that take the recipe's FP8 values or none, ``orig`` (against FP64 on the original
     inputs) for kernels that quantize for themselves.
+
+    Each entry names the emulation compared (``paired_spec``, ``paired_platform``: the recipe on the platform of
+    the device the kernel ran on, :func:`accuracy.implementations.pairing`); rows recorded before the pairing
+    was (``pairing_recorded`` False) show their claimed recipe and no platform. ``no_platform_model``: the device
+    had no platform model, so the recipe's own platform was emulated (flagged in the table).
     """
     out = []
     for r in rows:
@@ -61,8 +66,14 @@ def real_vs_emulated(rows: Sequence[dict]) -> list[dict]:
         if real is None or emu is None:
             continue
         ratio = real / emu if emu > 0 else None
+        recorded = "paired_spec" in r
+        no_model = recorded and r.get("device_platform") is None and bool(r.get("pairing_note"))
         out.append({
             "implementation": r.get("implementation"), "input": r.get("input"), "recipe": r.get("recipe"),
+            "paired_spec": r.get("paired_spec") if recorded else r.get("recipe"),
+            "paired_platform": r.get("paired_platform") if recorded else None,
+            "pairing_recorded": recorded, "pairing_note": r.get("pairing_note") or "",
+            "no_platform_model": no_model,
             "device_name": r.get("device_name"), "basis": basis, "real_rel_l2": real, "emu_rel_l2": emu,
             "ratio": ratio, "real_vs_emu_rel_l2": _num(r.get("real_vs_emu_rel_l2")),
             "flagged": ratio is None or not (RATIO_BAND[0] <= ratio <= RATIO_BAND[1]),
@@ -105,6 +116,11 @@ def report_section(rows: Sequence[dict], provenances: Sequence[dict] = ()):
     return add
 
 
+def _flag(t: dict) -> str:
+    return ", ".join(f for f, on in (("outside", t["flagged"]), ("no platform model", t["no_platform_model"]))
+                     if on)
+
+
 def real_kernel_blocks(rows: Sequence[dict], provenance: dict | None = None) -> list[tuple]:
     """Report blocks: the "real vs emulated" table and what was not run; empty when no real rows exist and
     nothing was unavailable."""
@@ -117,18 +133,26 @@ def real_kernel_blocks(rows: Sequence[dict], provenance: dict | None = None) -> 
     if table:
         devices = sorted({t["device_name"] for t in table if t["device_name"]})
         n_flag = sum(t["flagged"] for t in table)
+        n_model = sum(t["no_platform_model"] for t in table)
+        n_old = sum(not t["pairing_recorded"] for t in table)
         blocks.append(("p", (
-            f"Each real kernel ran on the same inputs as its paired recipe's emulation"
-            f"{' (measured on ' + ', '.join(devices) + ')' if devices else ''}. Errors are rel-L2 against the "
+            f"Each real kernel ran on the same inputs as the emulation of what it computes where it ran"
+            f"{' (measured on ' + ', '.join(devices) + ')' if devices else ''}: its recipe on the platform of "
+            "that device (`paired emulation`, `platform`; `zyfa@h200` is zyfa with the H200's FP8 accumulation, "
+            "`triton:<recipe>` the recipe as our Triton kernel computes it). Errors are rel-L2 against the "
             "FP64 oracle: on the recipe's dequantized inputs (`deq`) for kernels that take the recipe's FP8 "
             "values, on the original inputs (`orig`) for kernels that quantize for themselves. The ratio is "
-            f"real / emulated; {n_flag} of {len(table)} fall outside [{lo}, {hi}] (flagged). The last column "
-            "is the rel-L2 between the two outputs.")))
-        header = ["implementation", "input", "recipe", "basis", "real error", "emulation error", "ratio",
-                  "real vs emulation", "flag"]
-        body = [[t["implementation"], t["input"], t["recipe"], t["basis"], fmt(t["real_rel_l2"]),
-                 fmt(t["emu_rel_l2"]), fmt(t["ratio"], "ratio"), fmt(t["real_vs_emu_rel_l2"]),
-                 "outside" if t["flagged"] else ""] for t in table]
+            f"real / emulated; {n_flag} of {len(table)} fall outside [{lo}, {hi}] (flagged `outside`). The "
+            "column before the flag is the rel-L2 between the two outputs."
+            + (f" {n_model} ran on a device with no platform model: compared with the recipe's own platform, "
+               "flagged `no platform model`." if n_model else "")
+            + (f" {n_old} rows were recorded before the pairing was (no `platform`): compared with the recipe "
+               "on its own platform." if n_old else ""))))
+        header = ["implementation", "input", "paired emulation", "platform", "basis", "real error",
+                  "emulation error", "ratio", "real vs emulation", "flag"]
+        body = [[t["implementation"], t["input"], t["paired_spec"], t["paired_platform"] or "-", t["basis"],
+                 fmt(t["real_rel_l2"]), fmt(t["emu_rel_l2"]), fmt(t["ratio"], "ratio"),
+                 fmt(t["real_vs_emu_rel_l2"]), _flag(t)] for t in table]
         blocks.append(("table", "t-real-vs-emulated", header, body, False))
     if missing:
         blocks.append(("p", "Not run, and why:"))

@@ -45,7 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output folder, e.g. reports/mine/")
     parser.add_argument("--title", default="FP8 attention accuracy report", help="report title")
     parser.add_argument("--recipes", default=None,
-                        help="comma-separated recipes to report (default: every recipe in the results)")
+                        help="comma-separated recipes to report (default: every recipe in the results); the real "
+                        "kernels paired with a named recipe stay beside it (--recipes triton-amd keeps "
+                        "flash-attn-triton-amd, paired with triton-amd:p_scale=tile_amax), and a real "
+                        "implementation's name (flash-attn-triton-amd, triton:zyfa) selects its rows")
     parser.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
     parser.add_argument("--screenshot", action="store_true",
                         help="open report.html in headless Chromium, save report_screenshot.png, fail on console "

@@ -42,10 +42,20 @@ def test_study_with_a_kernel(tmp_path, monkeypatch, capsys):
     tables = md_tables(md)
     assert "## Real kernels vs their emulations" in md
     table = tables["t-real-vs-emulated"]
-    assert table[0][:4] == ["implementation", "input", "recipe", "basis"]
+    assert table[0][:5] == ["implementation", "input", "paired emulation", "platform", "basis"]
     assert [line[1] for line in table[1:]] == [r["input"] for r in real]
     for line, r in zip(table[1:], real, strict=True):
-        assert line[3] == "orig" and line[6] == f"{r['orig_rel_l2'] / r['emu_orig_rel_l2']:.3f}"
+        assert line[4] == "orig" and line[7] == f"{r['orig_rel_l2'] / r['emu_orig_rel_l2']:.3f}"
+    if not torch.cuda.is_available():
+        # a CPU has no platform model: the plug-in is compared with zyfa on zyfa's own platform, flagged
+        assert prov["implementations_platform"] is None
+        assert prov["implementations_platform_note"] == "no platform model for device cpu"
+        for line, r in zip(table[1:], real, strict=True):
+            assert (r["device_platform"], r["paired_spec"], r["paired_platform"]) == (None, "zyfa", "mi355x")
+            assert r["pairing_note"] == ("no platform model for device cpu: emulated on the recipe's own "
+                                         "platform (mi355x)")
+            assert line[2:4] == ["zyfa", "mi355x"] and line[-1].endswith("no platform model")
+        assert "3 ran on a device with no platform model" in md
     if not torch.cuda.is_available():
         not_run = tables["t-real-not-run"]
         assert [line[0] for line in not_run[1:]] == builtin_names()
