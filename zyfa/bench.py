@@ -1,7 +1,8 @@
 """``zyfa bench``: TFLOP/s of the Triton FP8 kernel (recipes and ablations) against cuDNN and SDPA (GPU only).
 
 Every case runs in one process on one GPU, so ratios between implementations come from the same run:
-our kernel per recipe (kernel time; V's one-off transpose timed separately), PyTorch SDPA in bf16 with the
+our kernel per recipe (kernel time; V's one-off transpose timed separately, and for recipes with ``qk_rotation``
+the rotation of Q and K before the kernel, also on its own: :func:`rotation_times`), PyTorch SDPA in bf16 with the
 cuDNN and flash backends, cuDNN's FP8 attention (``nvidia-cudnn-frontend`` graph ``sdpa_fp8``; FP8
 output on Hopper) and AMD's Triton FP8 forward from the ``flash-attn`` package (``flash-attn-triton-amd``: it
 reads V as stored, so it has no transpose to time; docs/real_kernels.md). Shapes: batch 1, ``--hidden`` / d_v
@@ -346,11 +347,30 @@ def _find_capture(spec):
     return files[0] if files else None
 
 
+def rotation_times(q, k, recipe, sampler, warmup=5, rep=20):
+    """GPU time of rotating Q and K along the head dim as ``recipe.qk_rotation`` says, before the kernel (issue 14):
+    ``rotation_ms``: zyfa.rotation.rotate_qk on the CUDA tensors (the fast Walsh-Hadamard transform the quantizer
+    runs, fp32 out); ``rotation_matmul_ms``: Q and K times the d x d rotation matrix as one bf16 matmul each (bf16
+    out, a cheaper form a pipeline feeding an FP8 quantizer could use). Both do_bench medians; neither includes
+    the quantization itself."""
+    import torch
+
+    from zyfa.rotation import rotate_qk, rotation_matrix
+
+    kind, seed = recipe.qk_rotation, recipe.rotation_seed
+    m = rotation_matrix(q.shape[-1], kind, seed=seed, dtype=torch.bfloat16, device=q.device)
+    qb, kb = q.to(torch.bfloat16), k.to(torch.bfloat16)
+    fwht_ms, _ = timed(lambda: rotate_qk(q, k, kind, seed=seed), warmup, rep, sampler)
+    mm_ms, _ = timed(lambda: (qb @ m, kb @ m), warmup, rep, sampler)
+    return {"rotation": kind, "rotation_ms": fwht_ms, "rotation_matmul_ms": mm_ms}
+
+
 def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sampler, config, log):
     """Time every implementation on one input (q, k, v bf16); append result rows."""
     import torch
 
     from zyfa.kernels.attention_fp8 import (
+        k_descale_per_tile,
         kernel_plan,
         launch,
         prepare_vt,
@@ -372,10 +392,13 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
         try:
             r = recipe_from_spec(spec)
             plan = kernel_plan(r)
-            key = (r.q_scale, r.k_scale, r.v_scale)
+            key = (r.q_scale, r.k_scale, r.v_scale, r.scale_block_q, r.scale_block_kv, r.k_smoothing,
+                   r.qk_rotation, r.rotation_seed)
             if key not in quant_cache:
                 quant_cache[key] = quantize_for_kernel(q, k, v, r)
             q8, k8, v8, qd, kd, vd = quant_cache[key]
+            if kd.dim() == 3:  # per-block K descales: one per KV tile
+                kd = k_descale_per_tile(kd, (config or {}).get("BLOCK_N", plan.block_n))
             perm = vt_key_order_for(config)
             vt = prepare_vt(v8, permute_k32=perm)
             if ref is None:
@@ -398,6 +421,8 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
             t_ms, _ = timed(lambda v8=v8, perm=perm: prepare_vt(v8, permute_k32=perm), 5, 20, sampler)
             row.update(ms=ms, tflops=fl / ms / 1e9, v_transpose_ms=t_ms,
                        tflops_incl_transpose=fl / (ms + t_ms) / 1e9, **clk)
+            if r.qk_rotation != "none":
+                row.update(rotation_times(q, k, r, sampler))
         except Exception as e:  # noqa: BLE001 - one failing case must not end the run
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         rows.append(row)
@@ -444,17 +469,20 @@ def to_markdown(meta, rows, ours="zyfa-hopper"):
              f"- inputs: {meta['inputs_note']}",
              "- TFLOP/s = FLOPs / median kernel time (triton.testing.do_bench); FLOPs = 4·b·h·s²·d "
              "(2·(d_qk+d_v) for MLA), halved for causal. Our kernel's time excludes V's one-off transpose "
-             "(column 'V^T ms'; 'incl.' includes it). SM clock / power: NVML means during the timed run.",
+             "(column 'V^T ms'; 'incl.' includes it). SM clock / power: NVML means during the timed run. "
+             "Recipes with qk_rotation: Q and K are rotated before the kernel, timed on their own in the last "
+             "column (zyfa.rotation's FWHT / one bf16 matmul by the rotation matrix), not in 'ms'.",
              "- err = relative L2 of the output vs PyTorch SDPA bf16 on the same (bf16) inputs: a sanity check, "
              "not the accuracy study (cuDNN FP8's includes its FP8 output rounding).", ""]
     lines += summary_lines(rows, ours)
-    hdr = ("| input | shape | s | causal | impl | recipe | TFLOP/s | ms | V^T ms | incl. | err | SM MHz | W |")
-    lines += [hdr, "|" + "---|" * 13]
+    hdr = ("| input | shape | s | causal | impl | recipe | TFLOP/s | ms | V^T ms | incl. | err | SM MHz | W | "
+           "rotation ms (FWHT / matmul) |")
+    lines += [hdr, "|" + "---|" * 14]
     for r in rows:
         shape = f"h{r['h']}/{r['h_kv']} d{r['d_qk']}/{r['d_v']}"
         if "error" in r:
             lines.append(f"| {r['input']} | {shape} | {r['s']} | {r['causal']} | {r['impl']} | {r['recipe']} | "
-                         f"failed: {r['error'][:120]} |  |  |  |  |  |  |")
+                         f"failed: {r['error'][:120]} |  |  |  |  |  |  |  |")
             continue
 
         def f(x, fmt):
@@ -464,7 +492,9 @@ def to_markdown(meta, rows, ours="zyfa-hopper"):
             f"| {r['input']} | {shape} | {r['s']} | {r['causal']} | {r['impl']} | {r['recipe']} | "
             f"{f(r.get('tflops'), '.0f')} | {f(r.get('ms'), '.3f')} | {f(r.get('v_transpose_ms'), '.3f')} | "
             f"{f(r.get('tflops_incl_transpose'), '.0f')} | {f(r.get('rel_l2_vs_sdpa_bf16'), '.4f')} | "
-            f"{f(r.get('sm_clock_mhz'), '.0f')} | {f(r.get('power_w'), '.0f')} |")
+            f"{f(r.get('sm_clock_mhz'), '.0f')} | {f(r.get('power_w'), '.0f')} | "
+            + (f"{f(r.get('rotation_ms'), '.3f')} / {f(r.get('rotation_matmul_ms'), '.3f')} |"
+               if r.get("rotation_ms") is not None else "- |"))
     return "\n".join(lines) + "\n"
 
 
@@ -594,7 +624,7 @@ def main(args) -> int:
 
     def log(row):
         keys = ("input", "s", "d_qk", "causal", "impl", "recipe", "tflops", "rel_l2_vs_sdpa_bf16", "sm_clock_mhz",
-                "error")
+                "rotation_ms", "rotation_matmul_ms", "error")
         print(" ".join(f"{k}={row[k]:.4g}" if isinstance(row.get(k), float) else f"{k}={row.get(k)}"
                        for k in keys if k in row), flush=True)
 
