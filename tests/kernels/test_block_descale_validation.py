@@ -44,6 +44,9 @@ def accepted(**kw):
     "zyfa:k_smoothing=true",
     "zyfa:qk_rotation=hadamard",
     "zyfa-hopper:q_scale=block,k_scale=block,k_smoothing=true,qk_rotation=random_hadamard",
+    "zyfa:v_scale=channel",  # per-channel V, applied to the output's columns
+    "zyfa:v_scale=block,v_descale=tile",  # per-block V, applied to each tile's P.V
+    "ck-blockscale",
 ])
 def test_remedy_recipes_map_onto_the_kernel(spec):
     assert kernel_plan(spec).block_n == recipe_from_spec(spec).block_n
@@ -53,8 +56,8 @@ def test_remedy_recipes_map_onto_the_kernel(spec):
     ("zyfa:k_scale=block,scale_block_kv=64", "scale_block_kv"),  # half a 128-key tile
     ("zyfa:k_scale=block,scale_block_kv=1", "scale_block_kv"),  # per-token K: one descale per key
     ("zyfa:k_scale=block,scale_block_kv=200", "scale_block_kv"),
-    ("zyfa:v_scale=block,v_descale=tile", "v_scale"),
-    ("zyfa:v_scale=channel", "v_scale"),
+    ("zyfa:v_scale=none", "v_scale"),
+    ("zyfa:v_scale=channel,v_descale=tile", "v_descale"),
 ])
 def test_unsupported_granularities_are_named(spec, field):
     with pytest.raises(ValueError, match=f"does not support {field}="):
@@ -94,6 +97,30 @@ def test_bad_per_row_descales_are_refused(kw, match):
         attention_fp8(q, k, v, **kw)
 
 
+def test_v_descale_forms_follow_the_recipes_v_scale():
+    chan = "zyfa:v_scale=channel"
+    block = "zyfa:v_scale=block,v_descale=tile"
+    per_channel = torch.rand(B, H_KV, D) + 0.5
+    per_key = (torch.rand(B, H_KV, 3) + 0.5).repeat_interleave(128, dim=2)[:, :, :S_K]
+    accepted(recipe=chan, v_descale=per_channel)
+    accepted(recipe=chan, v_descale=per_channel[:, :, None])
+    accepted(recipe=chan, v_descale=0.5)
+    accepted(recipe=block, v_descale=per_key)
+    accepted(recipe=block, v_descale=per_key[..., None])
+    accepted(recipe=block, v_descale=torch.tensor(0.5))
+    q, k, v = fp8_inputs()
+    for recipe, vd, match in [
+        (chan, per_key, r"v_descale for v_scale='channel' must be one value or per channel: \(2, 2, 64\)"),
+        (chan, torch.ones(B, H_KV), "v_descale for v_scale='channel'"),
+        (chan, -per_channel, "v_descale must be positive and finite"),
+        (block, per_channel, r"v_descale per key must be of shape \(2, 2, 300\)"),
+        (block, torch.rand(B, H_KV, S_K) + 0.5, "v_descale varies within a KV tile of 128 keys"),
+        ("zyfa", per_channel, "v_descale must be one scalar"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            attention_fp8(q, k, v, recipe=recipe, v_descale=vd)
+
+
 def test_k_descales_of_64_key_blocks_refused_for_128_key_tiles():
     kd = (torch.rand(B, H_KV, 5) + 0.5).repeat_interleave(64, dim=2)[:, :, :S_K]
     accepted(recipe="zyfa:block_n=64", k_descale=kd)
@@ -126,6 +153,7 @@ def test_quantizer_gives_the_emulators_per_block_descales(spec):
     q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, r)
     qi = quantize_inputs(q, k, v, r)
     assert qd.shape == (B, H, S_Q) and kd.shape == (B, H_KV, S_K) and vd.shape == (B, H_KV)
+    assert torch.equal(v8.float(), qi.v_values)
     assert torch.equal(qd, qi.q_descale[..., 0]) and torch.equal(kd, qi.k_descale[..., 0])
     assert torch.equal(q8.float(), qi.q_values) and torch.equal(k8.float(), qi.k_values)
     # blocks really differ (else the test could not tell per-block from per-head)
@@ -137,6 +165,18 @@ def test_quantizer_gives_the_emulators_per_block_descales(spec):
     assert torch.equal(kd[:, :, ::block].repeat_interleave(block, dim=2)[:, :, :S_K], kd)
     if r.k_smoothing:  # smoothing: K's channel mean (2 per channel, norm 16 here, rotated or not) removed first
         assert qi.k_mean.norm(dim=-1).min() > 10.0
+
+
+@pytest.mark.parametrize("spec,shape", [("zyfa:v_scale=channel", (B, H_KV, D)),
+                                        ("zyfa:v_scale=block,v_descale=tile", (B, H_KV, S_K))])
+def test_quantizer_gives_per_channel_and_per_key_v_descales(spec, shape):
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(B, n, s, D, generator=g) for n, s in ((H, S_Q), (H_KV, S_K), (H_KV, S_K)))
+    r = recipe_from_spec(spec)
+    vd = quantize_for_kernel(q, k, v, r)[5]
+    qi = quantize_inputs(q, k, v, r)
+    assert vd.shape == shape and torch.equal(vd, qi.v_descale.reshape(shape))
+    assert vd.unique().numel() > B * H_KV
 
 
 def test_bench_markdown_has_a_rotation_column():

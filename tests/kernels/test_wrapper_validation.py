@@ -131,7 +131,7 @@ def test_bad_scalars():
 
 
 @pytest.mark.parametrize("spec,field", [
-    ("sage2", "q_format"), ("ck-blockscale", "v_scale"), ("zyfa:v_scale=channel", "v_scale"),
+    ("sage2", "q_format"), ("zyfa:v_scale=none", "v_scale"),
     ("aiter-triton", "p_scale"), ("zyfa:k_scale=block,scale_block_kv=64", "scale_block_kv"),
     ("zyfa:k_scale=block,scale_block_kv=192", "scale_block_kv"),
     ("triton-amd", "log2e_folded"), ("cudnn-fp8", "out_format"), ("bf16", "q_format"), ("fp32", "q_format"),

@@ -138,12 +138,14 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
                      TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                      PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                      TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0,
-                     kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0):
+                     kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
+                     vd_src=None, VD_TILE: tl.constexpr = 0):
     """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s.
 
     c (and c8 = 8·c) is one scalar, or with QD_ROW one value per query row ([BLOCK_M]: per-row Q descales); with
     KD_TILE it still lacks the K descale, which is one scalar per KV tile read here from kd_src (per-block K
-    descales): c = fl(fl(sm_scale·log2e·qd)·kd), the emulator's order.
+    descales): c = fl(fl(sm_scale·log2e·qd)·kd), the emulator's order. With VD_TILE (per-block V descales,
+    v_descale='tile') each tile's P·V is a fresh product scaled by the tile's V descale before it is added.
     """
     if KD_TILE:
         c = c * tl.load(kd_src + start_n // BLOCK_N)
@@ -276,7 +278,15 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         else:
             ones = tl.load(ones_src + tl.arange(0, 16)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
         l_tile = tl.dot(p8, ones.T)
-    if PV_MODE == 0:
+    if VD_TILE:
+        # per-block V descales: a fresh product per tile (fp32 every k=32 step for the fp32 recipes, the tensor-core
+        # accumulator for one tile otherwise), scaled by the tile's V descale, added into the fp32 accumulator
+        if PV_MODE == 1:
+            pv = tl.dot(p8, v, max_num_imprecise_acc=32)
+        else:
+            pv = tl.dot(p8, v)
+        acc = acc * alpha[:, None] + pv * tl.load(vd_src + start_n // BLOCK_N)
+    elif PV_MODE == 0:
         acc = acc * alpha[:, None]
         acc = tl.dot(p8, v, acc)
     elif PV_MODE == 1:
@@ -318,7 +328,8 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                 TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr,
                 PIPELINE_QK: tl.constexpr, P_PERM: tl.constexpr = 0,
-                kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0):
+                kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
+                vd_src=None, VD_TILE: tl.constexpr = 0):
     """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N).
 
     PIPELINE_QK (technique 2, FA3's intra-warpgroup overlap written by hand): S for tile j+1 is computed
@@ -339,7 +350,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE)
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE)
             s = s_next
         if hi > lo:
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
@@ -348,7 +359,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE)
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE)
     else:
         for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
             start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -358,7 +369,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE)
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE)
     return acc, acc_tc, a_prod, l_i, m_i, e_i
 
 
@@ -381,7 +392,8 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                  QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                  RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
                  DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1, PIPELINE_QK: tl.constexpr = 0,
-                 P_PERM: tl.constexpr = 0, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0):
+                 P_PERM: tl.constexpr = 0, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
+                 VD_MODE: tl.constexpr = 0):
     DQK: tl.constexpr = D1 + D2
     num_m = tl.cdiv(seq_q, BLOCK_M)
     start_m = num_m - 1 - tl.program_id(0)  # heavy (late, causal) row blocks first
@@ -408,7 +420,17 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
     else:
         kd_src = KD
         kd = tl.load(KD + bhk)
-    vd = tl.load(VD + bhk)
+    # V descale: one per (batch, kv head) (VD_MODE 0), one per channel (1: VD (b, h_kv, DV), applied to the
+    # output's columns), or one per KV tile (2: VD (b, h_kv, cdiv(seq_k, BLOCK_N)), applied to each tile's P·V)
+    VD_TILE: tl.constexpr = VD_MODE == 2
+    if VD_TILE:
+        vd_src = VD + bhk.to(tl.int64) * tl.cdiv(seq_k, BLOCK_N)
+    else:
+        vd_src = VD
+    if VD_MODE == 0:
+        vd = tl.load(VD + bhk)
+    elif VD_MODE == 1:
+        vd = tl.load(VD + bhk.to(tl.int64) * DV + tl.arange(0, DV))
     if KD_TILE:
         c = sm_scale_log2e * qd
     else:
@@ -510,7 +532,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                 seg != 1, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
                 EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
                 QK_K32, PV_MODE, FLUSH, TMA, WS and seg == 1, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE)
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE)
     if PV_MODE == 3:
         acc = acc * a_prod[:, None] + acc_tc
 
@@ -519,7 +541,17 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         l_i = tl.max(l_i, 1)
     has = l_i > 0.0
     l_safe = tl.where(has, l_i, 1.0)
-    if RCP:
+    if VD_MODE == 2:  # V's descales are in acc already
+        if RCP:
+            o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None]
+        else:
+            o = tl.math.div_rn(acc, l_safe[:, None])
+    elif VD_MODE == 1:  # per channel, after the normalisation (the emulator's order)
+        if RCP:
+            o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None] * vd[None, :]
+        else:
+            o = tl.math.div_rn(acc, l_safe[:, None]) * vd[None, :]
+    elif RCP:
         o = acc * (tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe) * vd)[:, None]
     else:
         o = tl.math.div_rn(acc, l_safe[:, None]) * vd

@@ -80,6 +80,7 @@ class KernelPlan:
     flush: int
     rcp: bool
     out_mode: int  # 0 bf16 rne, 1 bf16 trunc, 2 fp32
+    vd_mode: int = 0  # V descale: 0 per (batch, kv head), 1 per channel (applied at the end), 2 per KV tile
     notes: tuple[str, ...] = field(default=())
 
 
@@ -97,13 +98,13 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
     for fld in ("q_scale", "k_scale"):
         if getattr(r, fld) not in ("tensor", "head", "head_kv", "block"):
             raise _refuse(r, fld, getattr(r, fld), "'tensor', 'head', 'head_kv', 'block'")
-    if r.v_scale not in ("tensor", "head", "head_kv"):
-        raise _refuse(r, "v_scale", r.v_scale, "'tensor', 'head', 'head_kv'")
+    if r.v_scale not in ("tensor", "head", "head_kv", "block", "channel"):
+        raise _refuse(r, "v_scale", r.v_scale, "'tensor', 'head', 'head_kv', 'block', 'channel'")
     if r.block_n not in (64, 128):
         raise _refuse(r, "block_n", r.block_n, "64, 128")
-    if r.k_scale == "block" and r.scale_block_kv % r.block_n:
+    if "block" in (r.k_scale, r.v_scale) and r.scale_block_kv % r.block_n:
         raise _refuse(r, "scale_block_kv", r.scale_block_kv,
-                      f"a multiple of block_n={r.block_n} with k_scale='block': one K descale per KV tile")
+                      f"a multiple of block_n={r.block_n} with k_scale or v_scale='block': one descale per KV tile")
     if not r.log2e_folded:
         raise _refuse(r, "log2e_folded", r.log2e_folded, "True")
     if r.exp_method not in ("exp2", "mad_fp8"):
@@ -116,8 +117,8 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
     tile_gran = r.p_scale == "pow2_block" and r.p_scale_granularity == "tile"
     if tile_gran and r.block_m not in (64, 128):
         raise _refuse(r, "block_m", r.block_m, "64, 128 with a per-tile P exponent")
-    if r.v_descale != "end":
-        raise _refuse(r, "v_descale", r.v_descale, "'end'")
+    if r.v_descale != ("tile" if r.v_scale == "block" else "end"):
+        raise _refuse(r, "v_descale", r.v_descale, "'end', or 'tile' with v_scale='block'")
     if r.reciprocal not in ("div", "rcp"):
         raise _refuse(r, "reciprocal", r.reciprocal, "'div', 'rcp'")
     out_modes = {"bf16_rne": 0, "bf16_trunc": 1, "fp32": 2}
@@ -142,7 +143,8 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
         p_scale=p_scales[r.p_scale], e_fixed=e_fixed, tile_gran=tile_gran,
         e_cap=float(r.p_block_max_log2), rowsum_rounded={"fp32": 0, "rounded": 1, "rounded_mma": 2}[r.rowsum],
         qk_k32=qk_k32,
-        pv_mode=pv_mode, flush=flush, rcp=r.reciprocal == "rcp", out_mode=out_modes[r.out_format])
+        pv_mode=pv_mode, flush=flush, rcp=r.reciprocal == "rcp", out_mode=out_modes[r.out_format],
+        vd_mode={"channel": 1, "block": 2}.get(r.v_scale, 0))
 
 
 def kernel_recipe(spec: Recipe | str) -> Recipe:
@@ -312,16 +314,47 @@ def _per_row_descale(d, name: str, b: int, heads: int, seq: int, device):
     return x
 
 
-def k_descale_per_tile(kd: torch.Tensor, block_n: int) -> torch.Tensor:
-    """Per-key K descales (b, h_kv, s_k) -> one per KV tile of ``block_n`` keys (b, h_kv, ceil(s_k / block_n)),
-    what the kernel reads with per-block K descales. ValueError when a tile holds more than one value (a K
-    descale block that is not a multiple of the kernel's ``block_n``)."""
+def k_descale_per_tile(kd: torch.Tensor, block_n: int, name: str = "k_descale") -> torch.Tensor:
+    """Per-key K (or V) descales (b, h_kv, s_k) -> one per KV tile of ``block_n`` keys (b, h_kv,
+    ceil(s_k / block_n)), what the kernel reads with per-block K (V) descales. ValueError when a tile holds more
+    than one value (a descale block that is not a multiple of the kernel's ``block_n``)."""
     s_k = kd.shape[2]
     tiles = kd[:, :, ::block_n].contiguous()
     if not torch.equal(tiles.repeat_interleave(block_n, dim=2)[:, :, :s_k], kd):
-        raise ValueError(f"k_descale varies within a KV tile of {block_n} keys: the kernel takes one K descale per "
-                         f"tile (per-block K descales need scale_block_kv a multiple of block_n={block_n})")
+        raise ValueError(f"{name} varies within a KV tile of {block_n} keys: the kernel takes one descale per "
+                         f"tile (per-block descales need scale_block_kv a multiple of block_n={block_n})")
     return tiles
+
+
+def _v_descale(d, plan: KernelPlan, b: int, h_kv: int, s_k: int, d_v: int, block_n: int, device) -> torch.Tensor:
+    """V's descale in the form the recipe's ``v_scale`` needs: (b, h_kv); per channel (b, h_kv, d_v) from
+    (b, h_kv, d_v) or (b, h_kv, 1, d_v); per KV tile (b, h_kv, ceil(s_k / block_n)) from per-key (b, h_kv, s_k) or
+    (b, h_kv, s_k, 1). A float or one-element tensor is one value everywhere."""
+    one = d is None or isinstance(d, (int, float)) or (isinstance(d, torch.Tensor) and d.numel() == 1)
+    if plan.vd_mode == 0 or one:
+        vd = _descale_to_bh(1.0 if d is None else d, "v_descale", b, h_kv, h_kv, device)
+        if plan.vd_mode == 1:
+            return vd[:, :, None].expand(b, h_kv, d_v).contiguous()
+        if plan.vd_mode == 2:
+            return vd[:, :, None].expand(b, h_kv, -(-s_k // block_n)).contiguous()
+        return vd
+    if plan.vd_mode == 2:
+        vd = _per_row_descale(d, "v_descale", b, h_kv, s_k, device)
+        if vd is None:
+            raise ValueError(f"v_descale for v_scale='block' must be one value or per key: ({b}, {h_kv}, {s_k}) or "
+                             f"({b}, {h_kv}, {s_k}, 1), got {tuple(getattr(d, 'shape', ()))}")
+        return k_descale_per_tile(vd, block_n, "v_descale")
+    shape = tuple(getattr(d, "shape", ()))
+    if not isinstance(d, torch.Tensor) or not d.dtype.is_floating_point or shape not in (
+            (b, h_kv, d_v), (b, h_kv, 1, d_v)):
+        raise ValueError(f"v_descale for v_scale='channel' must be one value or per channel: ({b}, {h_kv}, {d_v}) or "
+                         f"({b}, {h_kv}, 1, {d_v}), got {shape if shape else type(d).__name__}")
+    if d.device != torch.device(device) and not (d.device.type == torch.device(device).type == "cuda"):
+        raise ValueError(f"v_descale is on {d.device}, the inputs on {device}")
+    vd = d.detach().to(device=device, dtype=torch.float32).reshape(b, h_kv, d_v).contiguous()
+    if not bool(torch.all(torch.isfinite(vd) & (vd > 0))):
+        raise ValueError("v_descale must be positive and finite")
+    return vd
 
 
 def _validate(q, k, v, causal, sm_scale, window):
@@ -478,8 +511,9 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
 
     q8 (b, h, s_q, d_qk), k8 (b, h_kv, s_k, d_qk) contiguous FP8; vt from :func:`prepare_vt`; fp32 contiguous
     descales: qd (b, h) or per query row (b, h, s_q); kd (b, h_kv) or per KV tile (b, h_kv, ceil(s_k / BLOCK_N))
-    (:func:`k_descale_per_tile`); vd (b, h_kv). The 3-D forms switch on the kernel's QD_ROW / KD_TILE (else the
-    same binary as before they existed). Returns (out, lse).
+    (:func:`k_descale_per_tile`); vd (b, h_kv), or per channel (b, h_kv, d_v) / per KV tile as kd, as the plan's
+    ``vd_mode`` says. The 3-D forms switch on the kernel's QD_ROW / KD_TILE / VD_MODE (else the same binary as
+    before they existed). Returns (out, lse).
     """
     b, h, s_q, d_qk = q8.shape
     h_kv = k8.shape[1]
@@ -500,6 +534,10 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
     if kd_tile and tuple(kd.shape) != (b, h_kv, triton.cdiv(seq_k, block_n)):
         raise ValueError(f"per-tile k_descale must be ({b}, {h_kv}, {triton.cdiv(seq_k, block_n)}) for "
                          f"BLOCK_N={block_n} (k_descale_per_tile), got {tuple(kd.shape)}")
+    vd_shape = [(b, h_kv), (b, h_kv, d_v), (b, h_kv, triton.cdiv(seq_k, block_n))][plan.vd_mode]
+    if tuple(vd.shape) != vd_shape:
+        raise ValueError(f"v_descale must be {vd_shape} for recipe {plan.recipe!r} (v_scale: per head, per channel, "
+                         f"per KV tile), got {tuple(vd.shape)}")
     if cfg["TMA"]:
         K.ensure_allocator()
     d1, d2 = (128, 64) if d_qk == 192 else (d_qk, 0)
@@ -520,6 +558,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
         DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"], PIPELINE_QK=cfg.get("PIPELINE_QK", 0),
         P_PERM=int(bool(cfg["P_PERM"])), QD_ROW=int(qd_row), KD_TILE=int(kd_tile),
+        VD_MODE=plan.vd_mode,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
@@ -543,7 +582,8 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
             (b, h, s_q) / (b, h, s_q, 1) (per-block or per-token Q descales, expanded to rows); k_descale: float,
             one-element tensor, (b, h_kv), or per key (b, h_kv, s_k) / (b, h_kv, s_k, 1), which must hold one
             value per KV tile of the recipe's ``block_n`` keys (per-block K descales); v_descale: float,
-            one-element tensor or (b, h_kv). Default 1.0. Must be positive.
+            one-element tensor or (b, h_kv); for ``v_scale='channel'`` per channel (b, h_kv, d_v) /
+            (b, h_kv, 1, d_v), for ``v_scale='block'`` per key like k_descale. Default 1.0. Must be positive.
         config: launch overrides for tuning and ablations: BLOCK_M, num_warps, num_stages, maxnreg, TMA (device
             tensor descriptors, else pointer loads), WS (Triton's warp_specialize: no effect on sm_90 in Triton
             3.6), MAD_CVT (0 magic-number add after two fp32 clamps, 1 cvt.rni/rzi, 3/4/5 fma.rn.sat of x/128
@@ -568,10 +608,11 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
     kd = _per_row_descale(k_descale, "k_descale", b, h_kv, s_k, dev)
     if kd is None:
         kd = _descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
-    vd = _descale_to_bh(1.0 if v_descale is None else v_descale, "v_descale", b, h_kv, h_kv, dev)
     plan = kernel_plan(recipe)
+    block_n = (config or {}).get("BLOCK_N", plan.block_n)
+    vd = _v_descale(v_descale, plan, b, h_kv, s_k, d_v, block_n, dev)
     if kd.dim() == 3:
-        kd = k_descale_per_tile(kd, (config or {}).get("BLOCK_N", plan.block_n))
+        kd = k_descale_per_tile(kd, block_n)
     _check_device(q)
     sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
     vt = prepare_vt(v, permute_k32=vt_key_order_for(config))
@@ -602,6 +643,8 @@ def _quantize(q, k, v, recipe):
 
     def descale(d, heads):
         d = d.float()
+        if d.shape[3] > 1:  # per channel (V)
+            return d.reshape(b, heads, d.shape[3]).contiguous()
         if d.shape[2] > 1:  # per token (block granularity, expanded by the quantizer)
             return d.reshape(b, heads, d.shape[2]).contiguous()
         return d.reshape(d.shape[0], d.shape[1]).expand(b, heads).contiguous()
