@@ -397,8 +397,11 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
             if key not in quant_cache:
                 quant_cache[key] = quantize_for_kernel(q, k, v, r)
             q8, k8, v8, qd, kd, vd = quant_cache[key]
+            block_n = (config or {}).get("BLOCK_N", plan.block_n)
             if kd.dim() == 3:  # per-block K descales: one per KV tile
-                kd = k_descale_per_tile(kd, (config or {}).get("BLOCK_N", plan.block_n))
+                kd = k_descale_per_tile(kd, block_n)
+            if plan.vd_mode == 2:  # per-block V descales: one per KV tile (per-channel ones go as they are)
+                vd = k_descale_per_tile(vd, block_n, "v_descale")
             perm = vt_key_order_for(config)
             vt = prepare_vt(v8, permute_k32=perm)
             if ref is None:

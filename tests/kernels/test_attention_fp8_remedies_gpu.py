@@ -1,6 +1,7 @@
-"""GPU tests of the Triton FP8 kernel with issue 14's remedies: per-block (and per-token) Q/K descales, K smoothing
-and Hadamard rotation of Q and K, run through the wrapper's quantized path (:func:`attention_fp8_quantized`, which
-quantizes with the emulator's own quantizer) against the emulation of the same recipe on the same inputs.
+"""GPU tests of the Triton FP8 kernel with issue 14's remedies: per-block (and per-token) Q/K descales, per-channel
+and per-block V descales, K smoothing and Hadamard rotation of Q and K, run through the wrapper's quantized path
+(:func:`attention_fp8_quantized`, which quantizes with the emulator's own quantizer) against the emulation of the
+same recipe on the same inputs.
 
 Recipes are existing ones with ``NAME:field=value`` overrides, so these tests do not depend on named remedy recipes;
 :func:`test_named_remedy_recipes_agree` also runs any named ``zyfa+...`` recipe that the registry holds and the kernel
@@ -29,15 +30,14 @@ BLOCK = "q_scale=block,k_scale=block"  # scale_block_q = scale_block_kv = 128 (t
 REMEDIES = [
     f"zyfa:{BLOCK}",
     f"zyfa-hopper:{BLOCK}",
-    f"ck:{BLOCK}",
     "zyfa:q_scale=block,scale_block_q=1,k_scale=block,scale_block_kv=256",  # per-token Q, two KV tiles per K block
     "zyfa:block_n=64,q_scale=block,scale_block_q=64,k_scale=block,scale_block_kv=64",
     "zyfa:k_smoothing=true",
-    f"zyfa-hopper:{BLOCK},k_smoothing=true",
     "zyfa:qk_rotation=hadamard",
-    "zyfa-hopper:qk_rotation=random_hadamard,rotation_seed=3",
-    f"zyfa:{BLOCK},k_smoothing=true,qk_rotation=hadamard",
-    f"zyfa-hopper:{BLOCK},k_smoothing=true,qk_rotation=hadamard",
+    f"zyfa-hopper:{BLOCK},k_smoothing=true,qk_rotation=random_hadamard",
+    "zyfa:v_scale=channel",  # per-channel V descales, on the output's columns
+    "zyfa-hopper:v_scale=block,v_descale=tile",  # per-block V descales, on each tile's P.V
+    "ck-blockscale",  # exp2 P with a fixed 2^8 scale, per-block Q/K/V
 ]
 # b, h, h_kv, s_q, s_k, d_qk, d_v, causal, window
 SHAPES = {
@@ -46,7 +46,6 @@ SHAPES = {
     "hd256-b2": (2, 2, 2, 260, 260, 256, 256, False, None),
     "mla-causal": (1, 2, 2, 257, 257, 192, 128, True, None),
     "hd64-window": (1, 4, 1, 500, 500, 64, 64, True, 100),
-    "hd128-causal-sq<sk": (1, 2, 2, 100, 333, 128, 128, True, None),
 }
 
 
