@@ -435,6 +435,59 @@ _NAMED: list[Recipe] = [
         p_format="fp32", p_scale="none", out_format="fp32", platform="h200", tags=("baseline",)),
 ]
 
+# ZYFA with another quantization of Q, K and V (issue 14): the P handling, accumulator and output of `zyfa` kept,
+# so that against `zyfa` (per-tensor e4m3fn) each changes only how Q, K and V are quantized. A '+' joins the
+# remedies in a name: it is neither the override separator ':' of a spec (NAME:field=value) nor the platform
+# separator '@' (NAME@PLATFORM), nor the ',' of a list, so `zyfa+block@h200` and `zyfa+block:scale_block_q=64`
+# parse as the others do.
+_FA3_PAPER = "FlashAttention-3 (Shah et al., arXiv 2407.08608)"
+_SAGE = "SageAttention (Zhang et al., arXiv 2410.02367)"
+_SAGE2 = "SageAttention2 (Zhang et al., arXiv 2411.10958)"
+_QUAROT = "QuaRot (Ashkboos et al., arXiv 2404.00456)"
+_REMEDY_NOTE = ("zyfa's assumed fields (mad_offset, mad_rounding, tiles) plus a quantization of Q/K/V that no "
+                "released kernel combines with zyfa's P handling: our combination, emulated only")
+_REMEDY_TAGS = ("zyfa", "quantization")
+_BLOCK_QKV = {"q_scale": "block", "k_scale": "block", "v_scale": "block", "scale_block_q": 128,
+              "scale_block_kv": 128, "v_descale": "tile"}
+_NAMED += [
+    _ZYFA.replace(
+        name="zyfa+hadamard",
+        source=("zyfa with Q and K rotated along the head dim by D*H (random +-1 signs, seed 0, times the normalised "
+                "Walsh-Hadamard matrix) before per-tensor quantization: the 'incoherent processing' of "
+                + _FA3_PAPER + ", the randomized Hadamard rotation of " + _QUAROT + "; Q.K^T unchanged in exact "
+                "arithmetic, outlier channels spread over all channels"),
+        qk_rotation="random_hadamard", rotation_seed=0, tags=_REMEDY_TAGS,
+        status="assumed", status_note=_REMEDY_NOTE),
+    _ZYFA.replace(
+        name="zyfa+block",
+        source=("zyfa with one descale per block of 128 tokens of each head for Q, K and V (V's applied to each "
+                "128-key tile's P.V product): the 'block quantization' of " + _FA3_PAPER + "; the same "
+                "granularity as Composable Kernel's BLOCKSCALE pipeline (recipe ck-blockscale)"),
+        tags=_REMEDY_TAGS, status="assumed", status_note=_REMEDY_NOTE, **_BLOCK_QKV),
+    _ZYFA.replace(
+        name="zyfa+smooth",
+        source=("zyfa with K smoothed before per-tensor quantization: K minus its per-channel mean over the "
+                "sequence, which shifts each score row by a constant (softmax-invariant), from " + _SAGE),
+        k_smoothing=True, tags=_REMEDY_TAGS, status="assumed", status_note=_REMEDY_NOTE),
+    _ZYFA.replace(
+        name="zyfa+block+smooth",
+        source=("zyfa with " + _SAGE2 + "'s quantization of Q, K and V in FP8: Q and K one descale per block of "
+                "128 tokens (SageAttention2 uses finer per-block/per-thread INT4/INT8 scales), K smoothed first "
+                "(K minus its per-channel mean, from " + _SAGE + "), V e4m3 with one descale per channel"),
+        q_scale="block", k_scale="block", v_scale="channel", scale_block_q=128, scale_block_kv=128,
+        k_smoothing=True, tags=_REMEDY_TAGS, status="assumed", status_note=_REMEDY_NOTE),
+    _ZYFA.replace(
+        name="zyfa+block+hadamard",
+        source=("zyfa with both FP8 remedies of " + _FA3_PAPER + ": Q and K rotated by D*H (random +-1 signs, "
+                "seed 0, times the normalised Walsh-Hadamard matrix; " + _QUAROT + "), then one descale per "
+                "block of 128 tokens for Q, K and V (V's per 128-key tile)"),
+        qk_rotation="random_hadamard", rotation_seed=0, tags=_REMEDY_TAGS,
+        status="assumed", status_note=_REMEDY_NOTE, **_BLOCK_QKV),
+]
+
+# The quantization schemes compared in the study's quantization section, `zyfa` (per tensor) first.
+QUANT_SCHEMES = ("zyfa", "zyfa+smooth", "zyfa+hadamard", "zyfa+block", "zyfa+block+smooth", "zyfa+block+hadamard")
+
 RECIPES: dict[str, Recipe] = {r.name: r for r in _NAMED}
 
 

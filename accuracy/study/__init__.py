@@ -7,8 +7,10 @@
 Default (the embedded study): every shipped sample capture (``datasets/*.h5``, all their layers and heads)
 and Gaussian inputs: head dim 128 at 1K, 2K and 4K tokens; head dims 64, 128, 256 and MLA 192/128 at 1K
 tokens, plain, causal and with FA3-style outliers in Q/K; one head each (22 inputs with the three samples).
-Every named FP8 recipe runs (ZYFA, its five ablations, the AMD and NVIDIA peers) plus bf16 (330 runs).
-Measured on 2 idle CPU cores (AMD EPYC, 2026-11-30): 66 s wall, 122 s of CPU time; on the H200 17 s. Its CPU and
+Every named FP8 recipe runs (ZYFA, its five ablations, the AMD and NVIDIA peers, ZYFA with the five other
+quantizations of Q/K/V that the report's quantization section compares) plus bf16 (462 runs). Measured before the
+five quantization schemes joined, on 2 idle CPU cores (AMD EPYC, 2026-11-30): 66 s wall, 122 s of CPU
+time; on the H200 17 s. Its CPU and
 GPU results agree within 0.2% (rel-L2 of every input and recipe). ``--device auto`` picks CUDA when present.
 ``--long`` on a CPU leaves out the recipes that emulate Hopper's FP8 accumulator product by product (fa3, sage2,
 cudnn-fp8, zyfa-hopper: hours at 32K tokens) unless named with ``--recipes``.

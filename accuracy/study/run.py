@@ -13,12 +13,17 @@ import sys
 import time
 from pathlib import Path
 
+from zyfa.recipes import QUANT_SCHEMES
+
+# every FP8 recipe: zyfa and its ablations, the peers, zyfa with other quantizations of Q/K/V (issue 14), and bf16
 STUDY_RECIPES = ("zyfa", "zyfa-hopper", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed",
                  "zyfa-tilescale", "ck", "ck-blockscale", "aiter", "aiter-triton", "triton-amd", "fa3", "sage2",
-                 "cudnn-fp8", "bf16")
+                 "cudnn-fp8", *QUANT_SCHEMES[1:], "bf16")
 QUICK_RECIPES = ("zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "ck", "aiter", "fa3", "bf16")
-# recipes whose error per head is computed for the captures' heatmaps (the emulator runs again for these)
-HEAD_RECIPES = ("zyfa", "ck", "aiter", "fa3")
+# recipes whose error per head is computed for the captures' heatmaps (the emulator runs again for these), and
+# the quantization schemes, whose per-head errors give the quantization section its samples (the heatmap figure
+# shows the first six in the study's order: zyfa, ck, aiter, fa3 and two schemes)
+HEAD_RECIPES = ("zyfa", "ck", "aiter", "fa3", *QUANT_SCHEMES[1:])
 HEAD_DIMS = ((64, None), (128, None), (256, None), (192, 128))
 OUTLIERS = {"outlier_frac": 0.001, "outlier_scale": 10.0}  # FA3 paper's N(0,1) + N(0,100)·Bernoulli(0.001)
 # the committed model-impact results (zyfa impact; one file per concurrent run), rendered into the report

@@ -47,7 +47,7 @@ def _row(model, recipe, window, *, date, argv, heads=4, layer=None, rng, pf=None
 
 @pytest.fixture(scope="module")
 def impact_files(tmp_path_factory):
-    """Two files as two concurrent runs write them: all 17 recipes x 3 windows of m17, m2 (2 windows, split
+    """Two files as two concurrent runs write them: every named recipe x 3 windows of m17, m2 (2 windows, split
     across the files, one measurement repeated later), m1 (1 window), a 6-layer sweep, and pre-fix rows."""
     rng = np.random.default_rng(0)
     d = tmp_path_factory.mktemp("impact")
@@ -157,8 +157,8 @@ def test_numbers_are_the_rows(rendered, impact_files):
             assert numbers(line[col["top-1 agree"]])[0] == pytest.approx(
                 np.mean([r["top1_agree"] for r in rs]), abs=6e-5)
         assert kls == sorted(kls)  # recipes by mean KL
-    assert {rc for m, rc in seen if m == "m17"} == set(RECIPES)  # all 17 named recipes
-    assert len(RECIPES) == 17
+    assert {rc for m, rc in seen if m == "m17"} == set(RECIPES)  # every named recipe
+    assert len(RECIPES) == 22  # 17, and the quantization schemes of issue 14
     # the repeated m2/zyfa/w0 measurement: the later one (KL 0.5) is used, and the report says so
     m2z = [line for line in tables[_table_key("m2")][1:] if line[0] == "zyfa"][0]
     assert numbers(m2z[4])[0] > 0.1
@@ -251,4 +251,4 @@ def test_study_renders_the_impact_section_with_its_hash(impact_files, tmp_path):
     prov = {line[0]: line[1] for line in md_tables(md)["t-provenance"][1:]}
     assert impact_rows.file_sha256(pa) in prov["study_impact"] and impact_rows.file_sha256(pb) in prov["study_impact"]
     for doc in (md_tables(md), html_tables(page)):
-        assert _table_key("m17") in doc and len(doc[_table_key("m17")]) == 18  # header + 17 recipes
+        assert _table_key("m17") in doc and len(doc[_table_key("m17")]) == 1 + len(RECIPES)  # header + recipes
