@@ -111,7 +111,7 @@ def load_results(paths: Sequence[str | Path]) -> Results:
         order += [x for x in prov.get("recipes", []) if x not in order]
     if not rows:
         raise ValueError(f"no result rows in {', '.join(map(str, paths))}")
-    order += [r["recipe"] for r in rows if r["recipe"] not in order]
+    order += [x for x in dict.fromkeys(r["recipe"] for r in rows) if x not in order]  # each once
     present = {r["recipe"] for r in rows}
     order = [x for x in order if x in present]
     if "zyfa" in order:
@@ -789,7 +789,8 @@ def _real_count(real_rows: list) -> str:
 def build_report(res: Results, *, bench=(), command: str = "", extra_commands: Sequence[str] = (),
                  title: str = "FP8 attention accuracy report", notes: Sequence[str] = (), plots: bool = True,
                  sections: Sequence[Callable[[Doc, bool], None]] = (), front: bool = True,
-                 front_rows: Sequence[dict] | None = None, real_rows: Sequence[dict] = ()) -> Doc:
+                 front_rows: Sequence[dict] | None = None, real_rows: Sequence[dict] = (),
+                 closing: Sequence[Callable[[Doc, bool], None]] = ()) -> Doc:
     """The report document for the result rows and benchmark rows (:func:`accuracy.report.speed.load_bench`).
 
     ``res``: the recipes' rows. ``real_rows``: real kernels' rows (``real: true``), shown as rows of their own,
@@ -798,7 +799,8 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     ``sections``). ``front``: open on the front page (:mod:`accuracy.report.front`), made from ``front_rows``
     (default: the rows and the real rows). ``sections``: callables ``add(doc, plots)`` that append further
     sections (e.g. the model-impact section, :func:`accuracy.impact.section.report_section`), placed after the
-    model and Gaussian sections.
+    model and Gaussian sections. ``closing``: the same kind of callables, placed last (the recommendation table of
+    :mod:`accuracy.report.quantization`).
     """
     doc = Doc(title=title)
     rows, recipes = res.rows, res.recipes
@@ -856,4 +858,6 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     section_speed(doc, list(bench))
     _section_all(doc, rows, recipes)
     _section_inputs(doc, rows)
+    for add in closing:  # the report ends with these (the quantization recommendation table)
+        add(doc, plots)
     return doc

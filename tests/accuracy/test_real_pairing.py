@@ -205,8 +205,10 @@ def test_selecting_a_recipe_keeps_the_real_kernels_paired_with_it():
     assert {r["implementation"] for r in select_recipes(res, ["flash-attn-triton-amd"]).rows} == \
         {"flash-attn-triton-amd"}
     assert {r.get("implementation") for r in select_recipes(res, ["bf16"]).rows} == {None, "sdpa-bf16:flash"}
-    with pytest.raises(ValueError, match=r"--recipes: not in the results: nope .*implementations: "):
+    with pytest.raises(ValueError, match=r"--recipes: not in the results: nope .*implementations: ") as e:
         select_recipes(res, ["nope"])
+    assert str(e.value).count("triton-amd:p_scale=tile_amax") == 1  # each recipe listed once
+    assert len(res.recipes) == len(set(res.recipes))
 
 
 def test_zyfa_report_recipes_triton_amd_keeps_amds_kernel(tmp_path):
