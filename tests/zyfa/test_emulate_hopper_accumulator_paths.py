@@ -1,11 +1,12 @@
 """The Hopper FP8 accumulator model inside emulate(): on the per-tile P·V path (V descaled per tile) and with a
 flush into fp32 every N KV tiles, against the accumulation written out here in float64.
 
-The accumulator model, as zyfa.recipes documents it: at each k = 32 step the 32 exact products and the incoming
-accumulator are aligned to the largest of them and truncated toward zero to ``accum_mantissa_bits`` bits below
-it, then summed exactly. Its input P is the emulator's own rounded P (from the trace): what is checked here is
-the accumulation of a P given, the one step these tests are about. V is exactly representable in e4m3fn with
-amax 448, so its descale is 1 and V8 = V.
+The accumulator model, as docs/PLATFORMS.md documents it (fitted bit for bit on the H200): at each k = 32 step the
+32 exact products (each at the sum of its operands' exponents) and the incoming accumulator are aligned to the
+largest exponent among them and truncated toward zero to ``accum_mantissa_bits`` bits below it, summed exactly, and
+the sum truncated toward zero to ``accum_mantissa_bits`` bits below its own leading bit. Its input P is the
+emulator's own rounded P (from the trace): what is checked here is the accumulation of a P given, the one step these
+tests are about. V is exactly representable in e4m3fn with amax 448, so its descale is 1 and V8 = V.
 """
 
 from __future__ import annotations
@@ -22,14 +23,27 @@ from zyfa.recipes import get_recipe
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+def _exponent(x: np.ndarray) -> np.ndarray:
+    """floor(log2|x|) (exact, from frexp), -inf where x == 0."""
+    return np.where(x == 0, -np.inf, np.frexp(x)[1] - 1.0)
+
+
 def _hopper_mma(p: np.ndarray, v: np.ndarray, c: np.ndarray | None, bits: int) -> np.ndarray:
-    """c + p @ v, (rows, n) @ (n, d_v), on the documented accumulator model, in float64 (exact here)."""
+    """c + p @ v, (rows, n) @ (n, d_v), on the documented accumulator model, in float64 (exact here). An e4m3fn
+    operand's exponent is floor(log2|x|), -6 for a subnormal; a product counts at the sum of its operands'."""
+    ep, ev = np.maximum(_exponent(p), -6), np.maximum(_exponent(v), -6)
     for k0 in range(0, p.shape[1], 32):
         prods = p[:, None, k0 : k0 + 32] * v.T[None, :, k0 : k0 + 32]
-        mx = np.abs(prods).max(-1) if c is None else np.maximum(np.abs(prods).max(-1), np.abs(c))
-        quantum = 2.0 ** (np.floor(np.log2(np.maximum(mx, 1e-38))) - bits)
+        e = np.where(prods == 0, -np.inf, ep[:, None, k0 : k0 + 32] + ev.T[None, :, k0 : k0 + 32]).max(-1)
+        if c is not None:
+            e = np.maximum(e, _exponent(c))
+        e = np.where(np.isinf(e), 0.0, e)  # nothing non-zero: the sum is 0
+        quantum = 2.0 ** (e - bits)
         total = np.trunc(prods / quantum[..., None]).sum(-1) * quantum
-        c = total if c is None else total + np.trunc(c / quantum) * quantum
+        if c is not None:
+            total = total + np.trunc(c / quantum) * quantum
+        q_sum = 2.0 ** (np.maximum(_exponent(total), e) - bits)  # the sum kept to bits below its leading bit
+        c = np.trunc(total / q_sum) * q_sum
     return c
 
 

@@ -1,11 +1,13 @@
 """The Hopper FP8 accumulator model (zyfa.emulator._mma) against a scalar integer implementation of its rule.
 
-The rule, as zyfa.recipes documents ``accumulator="hopper_fp8"``: at each k = 32 step the 32 exact products and
-the incoming accumulator are aligned to the largest exponent among them, truncated toward zero to
-``hopper_bits`` bits below it, and summed exactly. ``_hopper_reference`` below does that one output at a time
-in Python integers (``math.frexp`` for the exponent, ``math.trunc`` for the truncation), so it shares no code
-with the tensor implementation; on FP8 operands every value involved is exact, so the two must agree bit for
-bit. Without ``hopper_bits`` the result is the plain ``acc + a @ b``.
+The rule, as docs/PLATFORMS.md documents it (fitted bit for bit on the H200): at each k = 32 step the 32 exact
+products, each at the sum of its operands' exponents (-6 for a subnormal e4m3fn operand), and the incoming
+accumulator are aligned to the largest exponent among them, truncated toward zero to ``hopper_bits`` bits below it,
+and summed exactly; the sum is truncated toward zero to ``hopper_bits`` bits below its own leading bit.
+``_hopper_reference`` below does that one output at a time in Python integers (``math.frexp`` for the exponent,
+``math.trunc`` for the truncation), so it shares no code with the tensor implementation; on FP8 operands every value
+involved is exact, so the two must agree bit for bit. Without ``hopper_bits`` the result is the plain
+``acc + a @ b``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from zyfa.emulator import _mma
 STEP = 32
 
 
+def _operand_exponent(x: float) -> int:
+    """An e4m3fn operand's exponent as the unit sees it: floor(log2|x|), -6 (the smallest normal's) if subnormal."""
+    return max(math.frexp(x)[1] - 1, -6)
+
+
 def _hopper_reference(a, b, acc, bits: int) -> torch.Tensor:
     """acc + a @ b for 2-D float tensors, one output at a time, exactly as the documented rule says."""
     m, k = a.shape
@@ -29,17 +36,23 @@ def _hopper_reference(a, b, acc, bits: int) -> torch.Tensor:
         for j in range(n):
             c = None if acc is None else float(acc[i, j])
             for k0 in range(0, k, STEP):
-                terms = [float(a[i, kk]) * float(b[kk, j]) for kk in range(k0, min(k, k0 + STEP))]
-                largest = max([abs(t) for t in terms] + ([abs(c)] if c is not None else []))
-                if largest == 0:
+                pairs = [(float(a[i, kk]), float(b[kk, j])) for kk in range(k0, min(k, k0 + STEP))]
+                terms = [x * y for x, y in pairs]
+                exponents = [_operand_exponent(x) + _operand_exponent(y) for x, y in pairs if x * y != 0]
+                if c is not None and c != 0:
+                    exponents.append(math.frexp(c)[1] - 1)
+                if not exponents:
                     c = 0.0
                     continue
-                exponent = math.frexp(largest)[1] - 1  # largest in [2^exponent, 2^(exponent + 1))
+                exponent = max(exponents)
                 quantum = math.ldexp(1.0, exponent - bits)
                 units = sum(math.trunc(t / quantum) for t in terms)
                 if c is not None:
                     units += math.trunc(c / quantum)
-                c = math.ldexp(float(units), exponent - bits)
+                total = math.ldexp(float(units), exponent - bits)
+                # the sum kept to ``bits`` bits below its leading bit, toward zero (only a carry changes it)
+                lead = max(math.frexp(total)[1] - 1, exponent) if total else exponent
+                c = math.ldexp(float(math.trunc(math.ldexp(total, bits - lead))), lead - bits)
             out[i, j] = c
     return out
 

@@ -27,22 +27,37 @@ def _e4m3fn_values() -> np.ndarray:
     return np.unique(codes[np.isfinite(codes)])
 
 
-def _rule(prods: np.ndarray, acc: np.ndarray | None, bits: int) -> np.ndarray:
-    """The fitted rule on one k step, written from its description with exact float64 integer arithmetic:
-    scale every term to an integer count of 2^-18 (e4m3fn products are multiples of 2^-18, accumulators here
-    too), find the largest magnitude's exponent e, drop every term's bits below 2^(e - bits) toward zero."""
+def _rule(a: np.ndarray, b: np.ndarray, acc: np.ndarray | None, bits: int) -> np.ndarray:
+    """The fitted rule on one k step (docs/PLATFORMS.md), written from its description with exact float64 integer
+    arithmetic on the operands a, b (..., 32) (e4m3fn values) and the accumulator (...): scale every term to an
+    integer count of 2^-18 (e4m3fn products are multiples of 2^-18, accumulators here too); E = the largest of
+    the non-zero products' exponents ea + eb (an operand's exponent: floor(log2|x|), -6 if subnormal) and the
+    accumulator's floor(log2|acc|); drop every term's bits below 2^(E - bits) toward zero; sum; drop the sum's
+    bits below ``bits`` bits under its own leading bit (or E's, the larger), toward zero."""
     unit = 2.0**-18
-    terms = prods if acc is None else np.concatenate([prods, acc[..., None]], axis=-1)
-    ints = np.rint(terms / unit)  # exact: every term is an integer multiple of 2^-18
-    assert np.array_equal(ints * unit, terms)
-    mx = np.abs(ints).max(-1)
-    e = np.zeros_like(mx)
-    nz = mx > 0
-    e[nz] = np.floor(np.log2(mx[nz]))  # exact for integers < 2^53
-    shift = np.maximum(e - bits, 0)  # quanta below one unit keep every bit (no term has bits below 2^-18)
-    q = 2.0**shift
-    kept = np.sign(ints) * np.floor(np.abs(ints) / q[..., None]) * q[..., None]
-    return kept.sum(-1) * unit
+
+    def exponent(x):  # floor(log2|x|) of integers or values (exact: |x| < 2^53), 0 where x == 0
+        out = np.zeros(np.shape(x))
+        nz = x != 0
+        out[nz] = np.floor(np.log2(np.abs(x[nz])))
+        return out
+
+    def drop(ints, e):  # drop the bits below 2^e (in units) toward zero; no term has bits below one unit
+        q = 2.0 ** np.maximum(e, 0)
+        return np.sign(ints) * np.floor(np.abs(ints) / q) * q
+
+    prods = a * b
+    ints = np.rint(prods / unit)  # exact: every term is an integer multiple of 2^-18
+    assert np.array_equal(ints * unit, prods)
+    op_exp = np.maximum(exponent(a), -6) + np.maximum(exponent(b), -6) + 18  # in units
+    e = np.where(ints != 0, op_exp, -np.inf).max(-1)
+    if acc is not None:
+        acc_ints = np.rint(acc / unit)
+        assert np.array_equal(acc_ints * unit, acc)
+        e = np.where(acc_ints != 0, np.maximum(e, exponent(acc_ints)), e)
+    e = np.where(np.isinf(e), 0, e)  # nothing non-zero: the sum is 0 whatever e is
+    total = drop(ints, e[..., None] - bits).sum(-1) + (0 if acc is None else drop(acc_ints, e - bits))
+    return drop(total, np.maximum(exponent(total), e) - bits) * unit
 
 
 def test_single_step_every_pair_of_e4m3fn_values_matches_the_rule():
@@ -56,13 +71,13 @@ def test_single_step_every_pair_of_e4m3fn_values_matches_the_rule():
     rest_b = round_to_fp8(torch.from_numpy(rng.normal(size=31)), "e4m3fn").numpy().astype(np.float64)
     a = np.concatenate([x[:, None], np.broadcast_to(rest_a, (x.size, 31))], axis=1)[:, None, :]  # (N, 1, 32)
     b = np.concatenate([y[:, None], np.broadcast_to(rest_b, (y.size, 31))], axis=1)[:, :, None]  # (N, 32, 1)
-    prods = (a[:, 0, :] * b[:, :, 0])[:, None, :]
+    a_ops, b_ops = a[:, 0, :][:, None, :], b[:, :, 0][:, None, :]  # (N, 1, 32): the operands of each output
     for bits in (13, 6):
         for acc_val in (None, 0.75, -3.0e4):
             acc = None if acc_val is None else np.full((x.size, 1, 1), acc_val)
             got = truncating_mma(torch.from_numpy(a).float(), torch.from_numpy(b).float(),
                                  None if acc is None else torch.from_numpy(acc).float(), bits)
-            want = _rule(prods, None if acc is None else acc[..., 0], bits)
+            want = _rule(a_ops, b_ops, None if acc is None else acc[..., 0], bits)
             np.testing.assert_array_equal(got.numpy()[..., 0].astype(np.float64), want,
                                           err_msg=f"bits {bits}, accumulator {acc_val}")
 
@@ -79,13 +94,12 @@ def test_chains_and_flushed_steps_match_the_rule_on_signed_gemms(seed):
     for acc in (None, acc0):
         c = None if acc is None else acc.double().numpy()
         for k0 in range(0, 96, 32):
-            prods = an[:, None, k0:k0 + 32] * bn.T[None, :, k0:k0 + 32]
-            c = _rule(prods, c, 13)
+            c = _rule(an[:, None, k0:k0 + 32], bn.T[None, :, k0:k0 + 32], c, 13)
         got = truncating_mma(a, b, acc, 13)
         np.testing.assert_array_equal(got.double().numpy(), c)
     steps = np.zeros((5, 7), dtype=np.float32)  # each step's result is exact in fp32; added in fp32, in k order
     for k0 in range(0, 96, 32):
-        steps = steps + _rule(an[:, None, k0:k0 + 32] * bn.T[None, :, k0:k0 + 32], None, 13).astype(np.float32)
+        steps = steps + _rule(an[:, None, k0:k0 + 32], bn.T[None, :, k0:k0 + 32], None, 13).astype(np.float32)
     np.testing.assert_array_equal(stepwise_mma(a, b, 13).numpy(), steps)
     assert not torch.equal(truncating_mma(a, b, None, 13), a @ b)  # the model is not a plain matmul here
 
