@@ -26,7 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"
 # the recipes the Triton wrapper's docstring says it honours (zyfa/kernels/attention_fp8.py)
 TRITON_RECIPES = {"zyfa", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed", "zyfa-tilescale",
-                  "zyfa-hopper", "ck", "aiter", "fa3"}
+                  "zyfa-hopper", "ck", "aiter", "fa3",
+                  # per-block Q/K descales, K smoothing and Q/K rotation (issue 14): the quantization schemes
+                  "ck-blockscale", "zyfa+smooth", "zyfa+hadamard", "zyfa+block", "zyfa+block+smooth",
+                  "zyfa+block+hadamard"}
 
 
 def _input(seq=96, heads=4, heads_kv=2, d=64, causal=True, window=None, seed=0) -> AttentionInput:
