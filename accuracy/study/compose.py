@@ -1,7 +1,8 @@
 """The report of a study, composed: accuracy rows, benchmark JSON and model-impact rows into one document.
 
 ``zyfa study`` (after its run) and ``zyfa report`` (from result files) both render through :func:`render`, so
-the two give the same report from the same files.
+the two give the same report from the same files. The quantization section and the closing recommendation table
+(:mod:`accuracy.report.quantization`) come from the accuracy rows, the impact rows and the benchmark rows.
 
 Exposed: ``split_paths(values)``, ``find_bench(root)``, ``ReportInputs``, ``load_report_inputs(...)``,
 ``render(...)``, ``REPO_ROOT``.
@@ -14,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accuracy.impact.rows import load_rows
-from accuracy.impact.section import report_section
+from accuracy.impact.rows import load_rows, prepare_rows
+from accuracy.impact.section import report_section, summarize
 from accuracy.report.build import Results, build_report
 from accuracy.report.document import Doc, write_report
+from accuracy.report.quantization import quantization_section, recommendation_section
 from accuracy.report.real_kernels import report_section as real_kernels_section
 from accuracy.report.real_kernels import split_real, unavailable_of
 from accuracy.report.speed import load_bench
@@ -78,14 +80,18 @@ def load_report_inputs(bench_paths: Sequence[str | Path] = (),
 def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str = "", title: str,
            plots: bool = True) -> tuple[Doc, dict[str, Path]]:
     """Build the report of ``res`` with ``inputs`` and write it into ``out``; (document, written paths)."""
-    sections = [report_section(*inputs.impact)] if inputs.impact is not None else []
     all_rows = res.rows
     recipe_rows, real_rows = split_real(res.rows)
+    # (copies: prepare_rows corrects rows in place, and the impact section prepares them again, with its notes)
+    impact = summarize(prepare_rows([dict(r) for r in inputs.impact[0]])[0]) if inputs.impact is not None else None
+    sections = [quantization_section(recipe_rows)]
+    sections += [report_section(*inputs.impact)] if inputs.impact is not None else []
+    closing = [recommendation_section(recipe_rows, impact, inputs.bench)]
     provs = [p for _, p in res.provenances]
     if real_rows or unavailable_of(provs):  # real kernels: their own section, and rows beside their recipes
         kept = {r["recipe"] for r in recipe_rows}
         res = Results(recipe_rows, res.provenances, [x for x in res.recipes if x in kept])
         sections.append(real_kernels_section(real_rows, provs))
     doc = build_report(res, bench=inputs.bench, command=command, title=title, plots=plots, sections=sections,
-                       front_rows=all_rows, real_rows=real_rows)
+                       front_rows=all_rows, real_rows=real_rows, closing=closing)
     return doc, write_report(doc, out)
