@@ -41,6 +41,7 @@ BASELINE = QUANT_SCHEMES[0]  # zyfa: per-tensor e4m3fn Q, K and V
 REFERENCES = ("ck-blockscale", "sage2")
 # The kernel the benchmark runs with per-tensor descales and zyfa's numerics (on the H200).
 PER_TENSOR_KERNEL = "zyfa-hopper"
+_HOPPER = "accumulator=hopper_fp8,accum_flush_tiles=1"  # zyfa-hopper's accumulation, as a recipe override
 
 
 def _what(name: str) -> str:
@@ -188,7 +189,8 @@ def _spec_base(spec: str) -> str:
 
 
 def _kernel_cost(name: str, bench_rows: list[dict]) -> str:
-    """The benchmark's times of ``name`` (its rows at head dim 128 when there are any), or 'not measured'."""
+    """The benchmark's kernel times of ``name`` (any spec of it: ``name@h200``, ``name:field=value``; its rows at
+    head dim 128 when there are any) with the rotation's own time where the row has it, or 'not measured'."""
     mine = [r for r in bench_rows if _spec_base(r.get("recipe") or "") == name]
     if not mine:
         return "not measured"
@@ -196,8 +198,10 @@ def _kernel_cost(name: str, bench_rows: list[dict]) -> str:
     parts = []
     for r in d128[:4]:
         causal = "causal" if r.get("causal") else "full"
+        rot = (f"; rotation of Q and K {fmt(float(r['rotation_ms']), 'num')} ms on its own"
+               if isinstance(r.get("rotation_ms"), (int, float)) else "")
         parts.append(f"{fmt(float(r['ms']), 'num')} ms ({r.get('impl')}, {r.get('recipe')}, s {r.get('s')}, "
-                     f"d {r.get('d_qk')}, {causal})")
+                     f"d {r.get('d_qk')}, {causal}{rot})")
     return "; ".join(parts)
 
 
@@ -241,6 +245,9 @@ def recommendation_rows(acc_rows: Sequence[dict], impact: dict | None, bench: Se
         if missing or not groups:
             unmeasured.append(name)
         cost = _kernel_cost(name, brows)
+        if cost == "not measured" and name == BASELINE and _kernel_cost(PER_TENSOR_KERNEL, brows) != cost:
+            # zyfa's numerics with Hopper accumulation: the per-tensor kernel the benchmark runs
+            cost = f"as `{PER_TENSOR_KERNEL}`: {_kernel_cost(PER_TENSOR_KERNEL, brows)}"
         if cost == "not measured":
             unbenched.append(name)
         cells.append(cost)
@@ -291,15 +298,16 @@ def recommendation_section(acc_rows: Sequence[dict], impact: dict | None,
             ours = [n for n in rec["unbenched"] if n in QUANT_SCHEMES]
             peers = [n for n in rec["unbenched"] if n not in QUANT_SCHEMES]
             notes.append("Kernel cost not measured (no row of the benchmark file runs the recipe)"
-                         + (f" for {', '.join(f'`{n}`' for n in ours)}: our Triton kernel takes per-tensor and "
-                            "per-head descales; per-block descales, K smoothing and per-channel V descales are not "
-                            "benchmarked yet, and the rotation (run before the kernel) is not timed on its own yet"
-                            if ours else "")
+                         + (f" for {', '.join(f'`{n}`' for n in ours)}: `zyfa bench --recipes "
+                            f"'{';'.join(f'{n}:{_HOPPER}' for n in ours)}'` on a GPU times them in our Triton kernel "
+                            f"with `{PER_TENSOR_KERNEL}`'s accumulation (so that they compare with it), and the "
+                            "rotation of Q and K on its own" if ours else "")
                          + (f"{';' if ours else ''} for the peers {', '.join(f'`{n}`' for n in peers)}: their own "
                             "kernels are not in the benchmark" if peers else "") + ".")
         if rec["per_tensor_kernel"] != "not measured":
-            notes.append(f"For scale: the benchmark's per-tensor kernel with zyfa's numerics on the H200, "
-                         f"`{PER_TENSOR_KERNEL}`: {rec['per_tensor_kernel']}.")
+            notes.append(f"`{BASELINE}`'s kernel cost is that of `{PER_TENSOR_KERNEL}`, zyfa's numerics with the "
+                         "sums kept in the H200's FP8 accumulator (flushed into fp32 every KV tile), the per-tensor "
+                         "kernel the benchmark runs.")
         for n in notes:
             doc.p(n)
 

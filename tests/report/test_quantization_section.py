@@ -127,6 +127,9 @@ def report(tmp_path_factory, rows):
     bench.write_text(json.dumps({"meta": {"device": "test GPU"}, "rows": [
         {"impl": "triton-fp8", "recipe": "zyfa+smooth", "input": "gaussian", "s": 32768, "causal": False, "d_qk": 128,
          "h": 16, "ms": 11.5, "tflops": 700.0, "error": None},
+        {"impl": "triton-fp8", "recipe": "zyfa+hadamard@h200", "input": "gaussian", "s": 32768, "causal": True,
+         "d_qk": 128, "h": 16, "ms": 6.25, "tflops": 700.0, "rotation": "random_hadamard", "rotation_ms": 0.125,
+         "error": None},
         {"impl": "triton-fp8", "recipe": "zyfa-hopper", "input": "gaussian", "s": 32768, "causal": False,
          "d_qk": 128, "h": 16, "ms": 10.25, "tflops": 820.0, "error": None}]}))
     from zyfa.cli import main
@@ -159,7 +162,10 @@ def test_the_report_ends_with_the_recommendation_table(report):
     for name in ("zyfa+hadamard", "zyfa+block", "zyfa+block+smooth", "zyfa+block+hadamard", "sage2 (peer)"):
         assert by[name][kl] == "not measured"
     assert by["zyfa+smooth"][cost].startswith("11.5 ms (triton-fp8, zyfa+smooth, s 32768, d 128, full)")
-    assert by["zyfa"][cost] == by["zyfa+block"][cost] == "not measured"
+    assert by["zyfa+hadamard"][cost] == ("6.25 ms (triton-fp8, zyfa+hadamard@h200, s 32768, d 128, causal; "
+                                         "rotation of Q and K 0.125 ms on its own)")
+    assert by["zyfa"][cost] == "as `zyfa-hopper`: 10.25 ms (triton-fp8, zyfa-hopper, s 32768, d 128, full)"
+    assert by["zyfa+block"][cost] == by["sage2 (peer)"][cost] == "not measured"
     # the operator column is the quantization section's pooled ratio
     schemes = md_tables(md)["t-quant-schemes"]
     pooled = {line[0]: line[-1] for line in schemes[1:]}
@@ -169,7 +175,10 @@ def test_the_report_ends_with_the_recommendation_table(report):
     tail = md[md.index("## Recommendation"):]
     assert ("`zyfa impact --models smollm2 --recipes zyfa+hadamard,zyfa+block,zyfa+block+smooth,zyfa+block+hadamard,"
             "sage2 --tokens 2048 --windows 3 --text lee --out reports/impact/results_quantization.jsonl`") in tail
-    assert "Kernel cost not measured" in tail and "`zyfa-hopper`: 10.25 ms" in tail
+    assert ("Kernel cost not measured (no row of the benchmark file runs the recipe) for `zyfa+block`, "
+            "`zyfa+block+smooth`, `zyfa+block+hadamard`: `zyfa bench --recipes 'zyfa+block:accumulator=hopper_fp8,"
+            "accum_flush_tiles=1;") in tail
+    assert "for the peers `sage2`: their own kernels are not in the benchmark." in tail
 
 
 def test_no_scheme_rows_no_quantization_tables(tmp_path, rows):
