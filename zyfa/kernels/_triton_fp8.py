@@ -407,12 +407,12 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
     k_base = K + bhk.to(tl.int64) * seq_k * DQK
     vt_base = VT + bhk.to(tl.int64) * DV * seq_k_pad
 
-    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     # Q descale: one per (batch, head), or with QD_ROW one per query row (QD (b, h, seq_q)); K descale: one per
     # (batch, kv head), or with KD_TILE one per KV tile (KD (b, h_kv, cdiv(seq_k, BLOCK_N)), multiplied into c
     # tile by tile in _softmax_pv_tile). c = (sm_scale·log2e·qd)·kd in that order, as the emulator rounds it.
     if QD_ROW:
-        qd = tl.load(QD + bh.to(tl.int64) * seq_q + offs_m, mask=offs_m < seq_q, other=1.0)
+        rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        qd = tl.load(QD + bh.to(tl.int64) * seq_q + rows, mask=rows < seq_q, other=1.0)
     else:
         qd = tl.load(QD + bh)
     if KD_TILE:
@@ -427,16 +427,17 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         vd_src = VD + bhk.to(tl.int64) * tl.cdiv(seq_k, BLOCK_N)
     else:
         vd_src = VD
-    if VD_MODE == 0:
-        vd = tl.load(VD + bhk)
-    elif VD_MODE == 1:
+    if VD_MODE == 1:
         vd = tl.load(VD + bhk.to(tl.int64) * DV + tl.arange(0, DV))
+    elif VD_MODE != 2:
+        vd = tl.load(VD + bhk)
     if KD_TILE:
         c = sm_scale_log2e * qd
     else:
         c = sm_scale_log2e * qd * kd
     c8 = c * 8.0
 
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     off = seq_k - seq_q  # bottom-right alignment: query i sits at key position i + off
     pos_m = offs_m + off
     row_ok = offs_m < seq_q

@@ -1,19 +1,30 @@
 """FP8 (e4m3fn) attention forward on Hopper through Triton: wrapper, recipe mapping and input validation.
 
-:func:`attention_fp8` takes FP8 Q/K/V with fp32 descales (per tensor or per (batch, head)) and returns a
-bf16 output (fp32 for ``out_format="fp32"`` recipes) and the fp32 natural-log LSE. :func:`attention_fp8_quantized`
-quantizes float inputs exactly as the emulator does (:func:`zyfa.emulator.quantize_inputs`) and calls it.
+:func:`attention_fp8` takes FP8 Q/K/V with fp32 descales and returns a bf16 output (fp32 for ``out_format="fp32"``
+recipes) and the fp32 natural-log LSE. Descales: per tensor or per (batch, head); Q also per query row (a per-block
+or per-token Q descale expanded to rows: the kernel's QD_ROW, one value per row of each program); K also per block
+of keys, one value per KV tile (KD_TILE: the kernel reads one scalar per tile, so the recipe's ``scale_block_kv``
+must be a multiple of ``block_n``); V also per channel (on the output's columns) or per block of keys with
+``v_descale='tile'`` (each tile's P·V scaled before it is added). The scores are scaled by
+c = (sm_scale·log2e·qd)·kd exactly where and in the order the emulator scales them. The per-head forms compile to
+the same binary as before the other forms existed (constexpr switches; SASS compared, docs/kernel_notes.md).
+:func:`attention_fp8_quantized` quantizes float inputs exactly as the emulator does
+(:func:`zyfa.emulator.quantize_inputs`: the recipe's ``qk_rotation`` and ``k_smoothing`` included) and calls it; with
+K smoothing it adds sm_scale·q·mean(k) back to the LSE, as the emulator does, so the LSE is that of the unsmoothed
+scores (the output needs nothing: softmax ignores a per-row constant).
 
 Everything here runs before Triton is imported, so bad input gets a clear error on any machine (CPU CI has
 no Triton): the order is types and dtypes, shapes, head dims, strides, descales, recipe fields, and last the
 device. The kernel lives in :mod:`zyfa.kernels._triton_fp8`.
 
 Recipe fields the kernel honours (others are refused with ``ValueError`` naming field and value):
-``q/k/v_format`` e4m3fn; ``q_scale/k_scale/v_scale`` tensor, head, head_kv; ``block_n`` 64 or 128
+``q/k/v_format`` e4m3fn; ``q_scale/k_scale`` tensor, head, head_kv, block (``scale_block_q`` any,
+``scale_block_kv`` a multiple of ``block_n``); ``v_scale`` tensor, head, head_kv, channel, block (with
+``v_descale`` tile); ``k_smoothing`` and ``qk_rotation`` (both in the quantizer); ``block_n`` 64 or 128
 (``block_m`` too when the P exponent is per tile); ``log2e_folded`` True; ``exp_method`` exp2 or mad_fp8
 (``mad_offset``, ``mad_rounding``); ``p_format`` e4m3fn; ``p_scale`` none, fmax (exp2 only), pow2, pow2_block
-(``p_scale_granularity`` row/tile, ``p_block_max_log2``); ``rowsum`` fp32/rounded; ``v_descale`` end;
-``accumulator`` fp32 (Triton's partial accumulator flushed into fp32 every k=32 step: the closest Triton
+(``p_scale_granularity`` row/tile, ``p_block_max_log2``); ``rowsum`` fp32/rounded; ``v_descale`` end (tile with
+per-block V); ``accumulator`` fp32 (Triton's partial accumulator flushed into fp32 every k=32 step: the closest Triton
 gets to true fp32 on Hopper) or hopper_fp8 with ``accum_flush_tiles`` 0 (never), 1 or N; ``reciprocal``
 div/rcp; ``out_format`` bf16_rne, bf16_trunc, fp32. ``accum_mantissa_bits`` describes the hardware and is
 not a kernel choice.
