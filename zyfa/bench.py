@@ -374,8 +374,10 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
         kernel_plan,
         launch,
         prepare_vt,
+        q_descale_per_program,
         quantize_for_kernel,
         recipe_from_spec,
+        resolve_config,
         vt_key_order_for,
     )
 
@@ -402,6 +404,9 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
                 kd = k_descale_per_tile(kd, block_n)
             if plan.vd_mode == 2:  # per-block V descales: one per KV tile (per-channel ones go as they are)
                 vd = k_descale_per_tile(vd, block_n, "v_descale")
+            if qd.dim() == 3:  # per-block Q descales: one per program where the blocks allow it, else per row
+                qd_prog = q_descale_per_program(qd, resolve_config(d_qk, d_v, causal, plan, config)[0]["BLOCK_M"])
+                qd = qd if qd_prog is None else qd_prog
             perm = vt_key_order_for(config)
             vt = prepare_vt(v8, permute_k32=perm)
             if ref is None:

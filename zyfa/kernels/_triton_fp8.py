@@ -142,7 +142,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
                      vd_src=None, VD_TILE: tl.constexpr = 0):
     """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s.
 
-    c (and c8 = 8·c) is one scalar, or with QD_ROW one value per query row ([BLOCK_M]: per-row Q descales); with
+    c (and c8 = 8·c) is one scalar, or with QD_ROW == 1 one value per query row ([BLOCK_M]: per-row Q descales); with
     KD_TILE it still lacks the K descale, which is one scalar per KV tile read here from kd_src (per-block K
     descales): c = fl(fl(sm_scale·log2e·qd)·kd), the emulator's order. With VD_TILE (per-block V descales,
     v_descale='tile') each tile's P·V is a fresh product scaled by the tile's V descale before it is added.
@@ -150,7 +150,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
     if KD_TILE:
         c = c * tl.load(kd_src + start_n // BLOCK_N)
         c8 = c * 8.0
-    if QD_ROW:
+    if QD_ROW == 1:
         cs = c[:, None]
         c8s = c8[:, None]
     else:
@@ -407,10 +407,14 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
     k_base = K + bhk.to(tl.int64) * seq_k * DQK
     vt_base = VT + bhk.to(tl.int64) * DV * seq_k_pad
 
-    # Q descale: one per (batch, head), or with QD_ROW one per query row (QD (b, h, seq_q)); K descale: one per
+    # Q descale: one per (batch, head); with QD_ROW 1 one per query row (QD (b, h, seq_q)); with QD_ROW 2 one per
+    # program, i.e. per BLOCK_M rows (QD (b, h, cdiv(seq_q, BLOCK_M)): Q blocks a multiple of BLOCK_M, still a
+    # scalar c, so the per-score code is the per-head one); K descale: one per
     # (batch, kv head), or with KD_TILE one per KV tile (KD (b, h_kv, cdiv(seq_k, BLOCK_N)), multiplied into c
     # tile by tile in _softmax_pv_tile). c = (sm_scale·log2e·qd)·kd in that order, as the emulator rounds it.
-    if QD_ROW:
+    if QD_ROW == 2:
+        qd = tl.load(QD + bh.to(tl.int64) * tl.cdiv(seq_q, BLOCK_M) + start_m)
+    elif QD_ROW == 1:
         rows = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
         qd = tl.load(QD + bh.to(tl.int64) * seq_q + rows, mask=rows < seq_q, other=1.0)
     else:

@@ -54,6 +54,7 @@ __all__ = [
     "mad_codes_bounded",
     "k32_key_order",
     "k_descale_per_tile",
+    "q_descale_per_program",
     "prepare_vt",
     "resolve_config",
     "vt_key_order_for",
@@ -337,6 +338,15 @@ def k_descale_per_tile(kd: torch.Tensor, block_n: int, name: str = "k_descale") 
     return tiles
 
 
+def q_descale_per_program(qd: torch.Tensor, block_m: int) -> torch.Tensor | None:
+    """Per-row Q descales (b, h, s_q) -> one per program of ``block_m`` rows (b, h, ceil(s_q / block_m)) when every
+    program's rows share one value (Q blocks a multiple of the kernel's BLOCK_M), else None (the kernel then reads
+    one value per row)."""
+    s_q = qd.shape[2]
+    progs = qd[:, :, ::block_m].contiguous()
+    return progs if torch.equal(progs.repeat_interleave(block_m, dim=2)[:, :, :s_q], qd) else None
+
+
 def _v_descale(d, plan: KernelPlan, b: int, h_kv: int, s_k: int, d_v: int, block_n: int, device) -> torch.Tensor:
     """V's descale in the form the recipe's ``v_scale`` needs: (b, h_kv); per channel (b, h_kv, d_v) from
     (b, h_kv, d_v) or (b, h_kv, 1, d_v); per KV tile (b, h_kv, ceil(s_k / block_n)) from per-key (b, h_kv, s_k) or
@@ -521,7 +531,8 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
     """Launch the kernel on prepared operands (no checks: :func:`attention_fp8` does them).
 
     q8 (b, h, s_q, d_qk), k8 (b, h_kv, s_k, d_qk) contiguous FP8; vt from :func:`prepare_vt`; fp32 contiguous
-    descales: qd (b, h) or per query row (b, h, s_q); kd (b, h_kv) or per KV tile (b, h_kv, ceil(s_k / BLOCK_N))
+    descales: qd (b, h), per query row (b, h, s_q) or per program of BLOCK_M rows (b, h, ceil(s_q / BLOCK_M))
+    (:func:`q_descale_per_program`); kd (b, h_kv) or per KV tile (b, h_kv, ceil(s_k / BLOCK_N))
     (:func:`k_descale_per_tile`); vd (b, h_kv), or per channel (b, h_kv, d_v) / per KV tile as kd, as the plan's
     ``vd_mode`` says. The 3-D forms switch on the kernel's QD_ROW / KD_TILE / VD_MODE (else the same binary as
     before they existed). Returns (out, lse).
@@ -539,9 +550,13 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
     from zyfa.kernels import _triton_fp8 as K
 
     block_n = cfg.get("BLOCK_N", plan.block_n)
-    qd_row, kd_tile = qd.dim() == 3, kd.dim() == 3
-    if qd_row and tuple(qd.shape) != (b, h, s_q):
-        raise ValueError(f"per-row q_descale must be ({b}, {h}, {s_q}), got {tuple(qd.shape)}")
+    kd_tile = kd.dim() == 3
+    qd_row = 0
+    if qd.dim() == 3:  # 1: per query row; 2: per program of BLOCK_M rows (q_descale_per_program)
+        qd_row = 1 if qd.shape[2] == s_q else 2 if qd.shape[2] == triton.cdiv(s_q, cfg["BLOCK_M"]) else -1
+        if qd_row < 0 or tuple(qd.shape[:2]) != (b, h):
+            raise ValueError(f"q_descale must be ({b}, {h}), per row ({b}, {h}, {s_q}) or per program "
+                             f"({b}, {h}, {triton.cdiv(s_q, cfg['BLOCK_M'])}), got {tuple(qd.shape)}")
     if kd_tile and tuple(kd.shape) != (b, h_kv, triton.cdiv(seq_k, block_n)):
         raise ValueError(f"per-tile k_descale must be ({b}, {h_kv}, {triton.cdiv(seq_k, block_n)}) for "
                          f"BLOCK_N={block_n} (k_descale_per_tile), got {tuple(kd.shape)}")
@@ -568,7 +583,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         QK_K32=cfg.get("QK_K32", plan.qk_k32), PV_MODE=cfg.get("PV_MODE", plan.pv_mode),
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
         DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"], PIPELINE_QK=cfg.get("PIPELINE_QK", 0),
-        P_PERM=int(bool(cfg["P_PERM"])), QD_ROW=int(qd_row), KD_TILE=int(kd_tile),
+        P_PERM=int(bool(cfg["P_PERM"])), QD_ROW=qd_row, KD_TILE=int(kd_tile),
         VD_MODE=plan.vd_mode,
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
@@ -624,6 +639,9 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
     vd = _v_descale(v_descale, plan, b, h_kv, s_k, d_v, block_n, dev)
     if kd.dim() == 3:
         kd = k_descale_per_tile(kd, block_n)
+    if qd.dim() == 3:  # one scalar per program where the Q blocks allow it (no per-row vector in the loop)
+        qd_prog = q_descale_per_program(qd, resolve_config(d_qk, d_v, causal, plan, config)[0]["BLOCK_M"])
+        qd = qd if qd_prog is None else qd_prog
     _check_device(q)
     sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
     vt = prepare_vt(v, permute_k32=vt_key_order_for(config))
