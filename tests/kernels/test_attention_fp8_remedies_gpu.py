@@ -132,6 +132,40 @@ def test_block_descales_with_exact_t_and_pipelined_loop(spec, shape_name):
         _check(spec, f"{shape_name} {config}", out, lse, em, ref)
 
 
+@pytest.mark.parametrize("shape_name", ["hd128-causal-gqa", "hd256-b2"])
+@pytest.mark.parametrize("spec", [f"zyfa:{BLOCK}", f"zyfa-hopper:{BLOCK}"])
+def test_per_program_and_per_row_q_descales_agree(spec, shape_name):
+    """128-row Q blocks reach the kernel as one scalar per program (QD_ROW 2, what attention_fp8 picks); the same
+    values as a per-row vector (QD_ROW 1, launched directly) give the same output (printed: bit-identical or not;
+    asserted: within one bf16 ulp everywhere, LSE within 1e-5)."""
+    from zyfa.kernels.attention_fp8 import (
+        attention_fp8,
+        k_descale_per_tile,
+        kernel_plan,
+        launch,
+        prepare_vt,
+        quantize_for_kernel,
+        recipe_from_spec,
+    )
+
+    shape = SHAPES[shape_name]
+    r = recipe_from_spec(spec)
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(*_inputs(shape, 4, True), r)
+    assert qd.dim() == 3
+    out2, lse2 = attention_fp8(q8, k8, v8, recipe=r, causal=shape[7], q_descale=qd, k_descale=kd, v_descale=vd)
+    plan = kernel_plan(r)
+    out1, lse1 = launch(q8, k8, prepare_vt(v8), qd, k_descale_per_tile(kd, plan.block_n), vd, plan=plan,
+                        seq_k=shape[4], causal=shape[7], sm_scale=1.0 / math.sqrt(shape[5]), window=None)
+    same = torch.equal(out1, out2) and torch.equal(lse1, lse2)
+    print(f"{spec} {shape_name}: per-program vs per-row Q descales bit-identical: {same}")
+    a, b = out1.double(), out2.double()
+    ulp = torch.exp2(torch.floor(torch.log2(b.abs().clamp(min=2.0**-126))) - 7)
+    assert bool(((a - b).abs() <= ulp).all())
+    fin = torch.isfinite(lse2)
+    assert torch.equal(torch.isneginf(lse1), torch.isneginf(lse2))
+    assert (lse1[fin] - lse2[fin]).abs().max().item() < 1e-5
+
+
 @pytest.mark.parametrize("spec", ["zyfa:k_smoothing=true", f"zyfa-hopper:{BLOCK},k_smoothing=true"])
 def test_smoothing_lse_is_the_unsmoothed_lse(spec):
     """With K's channels offset (what smoothing removes), the kernel attends over K − mean(K); the LSE the

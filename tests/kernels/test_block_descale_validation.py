@@ -13,6 +13,7 @@ from zyfa.kernels.attention_fp8 import (
     attention_fp8_quantized,
     k_descale_per_tile,
     kernel_plan,
+    q_descale_per_program,
     quantize_for_kernel,
     recipe_from_spec,
 )
@@ -127,6 +128,16 @@ def test_k_descales_of_64_key_blocks_refused_for_128_key_tiles():
     q, k, v = fp8_inputs()
     with pytest.raises(ValueError, match="block_n=128"):
         attention_fp8(q, k, v, recipe="zyfa", k_descale=kd)
+
+
+def test_q_descale_per_program_only_where_each_program_shares_one_value():
+    blocks = torch.tensor([[[1.0, 2.0]]])
+    qd = blocks.repeat_interleave(128, dim=2)[:, :, :200]  # 128-row Q blocks, the last one short
+    assert torch.equal(q_descale_per_program(qd, 64), blocks.repeat_interleave(2, dim=2)[:, :, :4])
+    assert torch.equal(q_descale_per_program(qd, 128), blocks)
+    per_token = torch.rand(1, 1, 200) + 0.5
+    assert q_descale_per_program(per_token, 64) is None  # finer than a program: the kernel reads one per row
+    assert q_descale_per_program(blocks.repeat_interleave(32, dim=2), 64) is None
 
 
 def test_k_descale_per_tile_takes_one_value_per_tile_including_the_short_last_one():
