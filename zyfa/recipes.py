@@ -445,7 +445,8 @@ _SAGE = "SageAttention (Zhang et al., arXiv 2410.02367)"
 _SAGE2 = "SageAttention2 (Zhang et al., arXiv 2411.10958)"
 _QUAROT = "QuaRot (Ashkboos et al., arXiv 2404.00456)"
 _REMEDY_NOTE = ("zyfa's assumed fields (mad_offset, mad_rounding, tiles) plus a quantization of Q/K/V that no "
-                "released kernel combines with zyfa's P handling: our combination, emulated only")
+                "released kernel combines with zyfa's P handling: our combination, with no peer kernel to check it "
+                "against")
 _REMEDY_TAGS = ("zyfa", "quantization")
 _BLOCK_QKV = {"q_scale": "block", "k_scale": "block", "v_scale": "block", "scale_block_q": 128,
               "scale_block_kv": 128, "v_descale": "tile"}

@@ -12,6 +12,8 @@ quantizations of Q/K/V that the report's quantization section compares) plus bf1
 five quantization schemes joined, on 2 idle CPU cores (AMD EPYC, 2026-11-30): 66 s wall, 122 s of CPU
 time; on the H200 17 s. Its CPU and
 GPU results agree within 0.2% (rel-L2 of every input and recipe). ``--device auto`` picks CUDA when present.
+A recipe that refuses an input is left out on that input, with a note in the report: the rotating schemes
+(``zyfa+hadamard``, ``zyfa+block+hadamard``) need a power-of-two head dim, so they skip the MLA 192/128 inputs.
 ``--long`` on a CPU leaves out the recipes that emulate Hopper's FP8 accumulator product by product (fa3, sage2,
 cudnn-fp8, zyfa-hopper: hours at 32K tokens) unless named with ``--recipes``.
 

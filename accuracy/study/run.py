@@ -2,7 +2,8 @@
 runner, then per-input features and per-head errors added to the rows.
 
 Exposed: ``STUDY_RECIPES``, ``QUICK_RECIPES``, ``HEAD_RECIPES``, ``DEFAULT_IMPACT``, ``LONG_CAPTURE_COMMANDS``,
-``gaussian_specs(...)``, ``default_captures(folder)``, ``study_inputs(...)``, ``run_study(...)``, ``log(msg)``.
+``gaussian_specs(...)``, ``default_captures(folder)``, ``study_inputs(...)``, ``refusals(...)``, ``run_study(...)``,
+``log(msg)``.
 """
 
 from __future__ import annotations
@@ -101,6 +102,25 @@ def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
     return inputs
 
 
+def refusals(inputs: list, recipes: list[str]) -> dict[tuple[str, str], str]:
+    """{(input name, recipe): why} for the pairs a recipe refuses before running: a Q/K rotation needs a
+    power-of-two head dim (:mod:`zyfa.rotation`), so a rotating recipe leaves out MLA's 192."""
+    from zyfa.recipes import get_recipe
+    from zyfa.rotation import rotation_matrix
+
+    out = {}
+    for r in recipes:
+        recipe = get_recipe(r)
+        if recipe.qk_rotation == "none":
+            continue
+        for inp in inputs:
+            try:
+                rotation_matrix(int(inp.shape["head_dim"]), recipe.qk_rotation, seed=recipe.rotation_seed)
+            except ValueError as e:
+                out[(inp.name, r)] = str(e)
+    return out
+
+
 def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progress: bool = True,
               head_recipes=HEAD_RECIPES, extra_provenance: dict | None = None, implementations=(),
               rows_file=None):
@@ -118,19 +138,43 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     dev = resolve_device(device)
     t0 = time.perf_counter()
     usable = [i for i in implementations if i.available()[0]]
-    keys = [k for inp in inputs for k in [input_key(inp, r) for r in recipes]
+    refused = refusals(inputs, recipes)
+    takes = {inp.name: [r for r in recipes if (inp.name, r) not in refused] for inp in inputs}
+    keys = [k for inp in inputs for k in [input_key(inp, r) for r in takes[inp.name]]
             + [input_key(inp, i.recipe, i.name) for i in usable]]
     if rows_file is not None:
         rows_file.check_plan(keys)
     resumed = rows_file is not None and rows_file.resumed_from is not None
     log(f"accuracy: {len(inputs)} inputs x {len(recipes)} recipes on {dev}"
-        + (f" ({len(rows_file.done)} rows done before, resumed)" if resumed else ""))
-    rows = run_accuracy(inputs, recipes, device=dev, progress=progress,
-                        skip=rows_file.done if rows_file is not None else (),
-                        on_start=rows_file.start if rows_file is not None else None,
-                        on_row=rows_file.add if rows_file is not None else None,
-                        run_id=rows_file.provenance.get("run_id") if resumed else None,
-                        implementations=implementations)
+        + (f" ({len(rows_file.done)} rows done before, resumed)" if resumed else "")
+        + (f"; {len(refused)} (input, recipe) pairs the recipe refuses are left out" if refused else ""))
+    # one runner call per set of recipes the inputs take (one call when no recipe refuses an input), in input order
+    groups: list[tuple[list, list]] = []
+    for inp in inputs:
+        if groups and groups[-1][1] == takes[inp.name]:
+            groups[-1][0].append(inp)
+        else:
+            groups.append(([inp], takes[inp.name]))
+    started: list[dict] = []
+    plan = {"recipes": list(recipes), "inputs": [inp.name for inp in inputs]}  # the whole run's, not a group's
+
+    def on_start(prov: dict) -> None:
+        if not started and rows_file is not None:
+            rows_file.start({**prov, **plan})
+        started.append(prov)
+
+    run_id = rows_file.provenance.get("run_id") if resumed else None
+    parts = []
+    for group, names in groups:
+        if not names and not usable:
+            continue
+        part = run_accuracy(group, names, device=dev, progress=progress,
+                            skip=rows_file.done if rows_file is not None else (), on_start=on_start,
+                            on_row=rows_file.add if rows_file is not None else None, run_id=run_id,
+                            implementations=implementations)
+        run_id = run_id or part.provenance.get("run_id")
+        parts.append(part)
+    rows = ResultRows([r for part in parts for r in part], provenance={**(started[0] if started else {}), **plan})
     if rows_file is not None:
         prov = rows.provenance
         if resumed:
@@ -155,7 +199,7 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
             heads = {r["recipe"]: {"deq_rel_l2_heads": [r["deq_rel_l2"]], "orig_rel_l2_heads": [r["orig_rel_l2"]]}
                      for r in mine if r["recipe"] in per_head}
         else:
-            heads = head_errors(inp, per_head, device=dev)
+            heads = head_errors(inp, [r for r in per_head if (inp.name, r) not in refused], device=dev)
         by_input[inp.name] = (extra, heads)
         if progress:
             log(f"features {i}/{len(inputs)}: {inp.name}")
@@ -167,6 +211,13 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     t_feat = time.perf_counter() - t1
     rows.provenance.update({"study_accuracy_s": round(t_acc, 1), "study_features_s": round(t_feat, 1),
                             **(extra_provenance or {})})
+    if refused:
+        by_recipe: dict[str, list[str]] = {}
+        for (i, r), why in refused.items():
+            by_recipe.setdefault(f"`{r}` ({why})", []).append(i)
+        rows.provenance.setdefault("study_notes", []).append(
+            "Not run, refused by the recipe: " + "; ".join(f"{r} on {', '.join(ins)}" for r, ins in by_recipe.items())
+            + ".")
     factor = flush_count_factor()
     if factor != 1.0:
         for r in rows:
