@@ -135,7 +135,9 @@ def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: i
 def _descale(amax: torch.Tensor, top: float) -> torch.Tensor:
     """amax / top, or 1 where that is 0 (an all-zero group, or one so small that amax / top underflows in fp32:
     a zero descale would turn its codes into NaN), as zyfa.quant.quantize does."""
-    d = amax / top
+    # A tensor divisor, not a Python float: on CUDA, PyTorch divides by a CPU scalar as a multiply by its
+    # reciprocal, which is not the IEEE quotient (1 ulp off for some amax), so GPU and CPU descales would differ.
+    d = amax / torch.tensor(top, dtype=amax.dtype, device=amax.device)
     return torch.where(d > 0, d, torch.ones_like(d))
 
 

@@ -79,7 +79,9 @@ def quantize(
         # zero padding never raises a block's amax
         padded = torch.nn.functional.pad(x.abs(), (0, 0, 0, pad))
         amax = padded.reshape(b, h, nblocks, block_size * d).amax(dim=-1, keepdim=True)
-    descale = (amax.to(torch.float32) / fmt.max_normal).to(torch.float32)
+    # a tensor divisor: on CUDA a CPU-scalar divisor becomes a multiply by its reciprocal (not the IEEE quotient)
+    top = torch.tensor(fmt.max_normal, dtype=torch.float32, device=amax.device)
+    descale = (amax.to(torch.float32) / top).to(torch.float32)
     # amax == 0 gives 1.0; so does an amax so tiny (< max_normal * 2**-150) that the division underflows.
     descale = torch.where(descale > 0, descale, 1.0)
     per_token = expand_block_descale(descale, s, block_size) if granularity == "block" else descale
