@@ -211,9 +211,11 @@ def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits
     """acc + a @ b; ``hopper_bits`` models Hopper's FP8 wgmma accumulator (None: true fp32).
 
     The model is :func:`zyfa.platforms.truncating_mma` with k = 32 steps (fitted on the H200 through Triton's
-    FP8 ``tl.dot``; docs/PLATFORMS.md): at each step the 32 exact products and the incoming accumulator are
-    aligned to the largest exponent among them, truncated toward zero to ``hopper_bits`` bits below it and
-    summed exactly. It reproduced 100% of outputs on positive operands and 74-83% on signed ones.
+    FP8 ``tl.dot``; docs/PLATFORMS.md): at each step the 32 products (each counted at the sum of its operands'
+    exponents) and the incoming accumulator are aligned to the largest exponent among them, truncated toward
+    zero to ``hopper_bits`` bits below it and summed exactly; the sum is truncated to ``hopper_bits`` bits below
+    its own leading bit. It reproduces 100% of the H200's outputs on every recorded experiment, positive and
+    signed operands (tests/zyfa/test_wgmma_h200_sample.py).
     """
     if hopper_bits is None:
         out = a @ b

@@ -92,8 +92,9 @@ class Recipe:
             result into fp32 (each 32-product step starts from zero: our Triton kernel's QK_K32 / PV_MODE 1).
             ``hopper_fp8`` (historical name): in the matrix unit's accumulator: Q·K over the whole head dim,
             P·V across KV tiles until a flush (``accum_flush_tiles``); on ``h200`` each k=32 step aligns the
-            products and the accumulator to the largest and truncates ``accum_mantissa_bits`` bits below it
-            (zyfa.platforms.truncating_mma), on ``mi355x`` it is fp32.
+            products (each at the sum of its operands' exponents) and the accumulator to the largest, truncates
+            them ``accum_mantissa_bits`` bits below it and truncates the sum to as many bits below its own
+            leading bit (zyfa.platforms.truncating_mma, fitted bit for bit on the H200); on ``mi355x`` it is fp32.
         accum_mantissa_bits: bits a truncating accumulator keeps (13: the H200 fit; SageAttention2 describes
             FP22, DeepSeek-V3 about 14); used only on a platform that truncates.
         accum_flush_tiles: with ``hopper_fp8``, add the tensor-core accumulator into a true fp32

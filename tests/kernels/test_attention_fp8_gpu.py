@@ -74,9 +74,9 @@ def _rel(a, ref):
 # Output agreement between the kernel and the emulation of the same recipe on the same inputs, beside the error
 # ratio: a kernel with a different error of the same size passes the ratio test but not this one (two independent
 # errors of size e are ~1.4·e apart). What may legitimately differ: the order of fp32 sums, the fused MAD's t (off
-# by an ulp of the product), the Hopper accumulator model of P·V (it reproduces 74-83% of single-MMA outputs on
-# signed operands) and, not modelled yet, the H200's reduced-precision accumulation of the FP8 Q·K wgmma
-# (issue 13), which grows with the logits' spread (sm_scale 0.3 here is the sharpest softmax).
+# by an ulp of the product) and, in the recipes whose emulation keeps Q·K in fp32 (their own platform, not h200),
+# the H200's reduced-precision accumulation of the FP8 Q·K wgmma, which grows with the logits' spread (sm_scale 0.3
+# here is the sharpest softmax). The h200 platform models both GEMMs bit for bit (docs/PLATFORMS.md).
 # Measured on the H200 (scripts/gpu_check.sh, 96 cases of these two tests, the printed lines):
 #   fp32 P·V accumulator recipes (zyfa, ck, aiter, ...): rel-L2 <= 0.26 x error, >= 94.9% within one bf16 ulp;
 #   Hopper accumulator recipes (zyfa-hopper, fa3):        rel-L2 <= 0.52 x error, >= 80.7% within one bf16 ulp.
