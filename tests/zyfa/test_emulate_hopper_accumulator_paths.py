@@ -17,34 +17,11 @@ import numpy as np
 import pytest
 import torch
 
+from tests.zyfa.hopper_rule import hopper_mma
 from zyfa.emulator import emulate
 from zyfa.recipes import get_recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def _exponent(x: np.ndarray) -> np.ndarray:
-    """floor(log2|x|) (exact, from frexp), -inf where x == 0."""
-    return np.where(x == 0, -np.inf, np.frexp(x)[1] - 1.0)
-
-
-def _hopper_mma(p: np.ndarray, v: np.ndarray, c: np.ndarray | None, bits: int) -> np.ndarray:
-    """c + p @ v, (rows, n) @ (n, d_v), on the documented accumulator model, in float64 (exact here). An e4m3fn
-    operand's exponent is floor(log2|x|), -6 for a subnormal; a product counts at the sum of its operands'."""
-    ep, ev = np.maximum(_exponent(p), -6), np.maximum(_exponent(v), -6)
-    for k0 in range(0, p.shape[1], 32):
-        prods = p[:, None, k0 : k0 + 32] * v.T[None, :, k0 : k0 + 32]
-        e = np.where(prods == 0, -np.inf, ep[:, None, k0 : k0 + 32] + ev.T[None, :, k0 : k0 + 32]).max(-1)
-        if c is not None:
-            e = np.maximum(e, _exponent(c))
-        e = np.where(np.isinf(e), 0.0, e)  # nothing non-zero: the sum is 0
-        quantum = 2.0 ** (e - bits)
-        total = np.trunc(prods / quantum[..., None]).sum(-1) * quantum
-        if c is not None:
-            total = total + np.trunc(c / quantum) * quantum
-        q_sum = 2.0 ** (np.maximum(_exponent(total), e) - bits)  # the sum kept to bits below its leading bit
-        c = np.trunc(total / q_sum) * q_sum
-    return c
 
 
 def _inputs(s_k: int, seed: int):
@@ -93,7 +70,7 @@ def test_per_tile_pv_product_is_truncated_by_the_accumulator_model():
     t = trace[0]["t"][0, 0].double().numpy()
     v8 = v[0, 0].double().numpy()
     l = np.exp2(t + 8).sum(-1, keepdims=True)  # fp32 row sum of P scaled by 2^8
-    want = _hopper_mma(p8, v8, None, 3) / l
+    want = hopper_mma(p8, v8, None, 3) / l
     got = emu.out[0, 0].double().numpy()
     assert _rel(got, want) < 2e-6
     assert _rel(p8 @ v8 / l, want) > 1e-2  # the exact product is far from it: the case discriminates
@@ -126,7 +103,7 @@ def test_flush_every_n_tiles_follows_the_tile_index_from_key_0(flush):
     def schedule(flush_after) -> np.ndarray:
         acc, c = np.zeros((4, 64)), None
         for i, p8 in enumerate(p8s):
-            c = _hopper_mma(p8, v8[32 * i : 32 * (i + 1)], c, 8)
+            c = hopper_mma(p8, v8[32 * i : 32 * (i + 1)], c, 8)
             if flush_after(i):
                 acc, c = acc + c, None
         return (acc if c is None else acc + c) / l

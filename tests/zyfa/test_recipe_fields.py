@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.zyfa.hopper_rule import hopper_mma
 from zyfa.emulator import emulate
 from zyfa.formats import e4m3fn_bits_from_log2, round_to_bf16, round_to_fp8
 from zyfa.recipes import RECIPES, Recipe, get_recipe
@@ -103,41 +104,12 @@ def _bittrick(t: np.ndarray) -> np.ndarray:
     return bits.view(np.float32).astype(np.float64)
 
 
-def _hopper_mma(a: np.ndarray, b: np.ndarray, acc: np.ndarray | None, bits: int) -> np.ndarray:
-    """acc + a @ b on Hopper's FP8 accumulator as docs/PLATFORMS.md documents it (fitted on the H200): every
-    k = 32 step, the 32 exact products, each at the sum of its operands' exponents (-6 for a subnormal e4m3fn
-    operand), and the incoming accumulator are aligned to the largest exponent among them and truncated toward
-    zero to ``bits`` bits below it, summed exactly, and the sum truncated toward zero to ``bits`` bits below its
-    own leading bit."""
-    c = None if acc is None else acc.copy()
-    if a.shape[1] == 0:
-        return np.zeros((a.shape[0], b.shape[1])) if c is None else c
-
-    def lg(x):  # floor(log2|x|), exact; -inf for 0
-        return np.where(x == 0, -np.inf, np.frexp(x)[1] - 1.0)
-
-    ea, eb = np.maximum(lg(a), -6), np.maximum(lg(b), -6)
-    for k0 in range(0, a.shape[1], 32):
-        prods = a[:, None, k0:k0 + 32] * b.T[None, :, k0:k0 + 32]  # (rows, cols, <= 32), exact in float64
-        e = np.where(prods == 0, -np.inf, ea[:, None, k0:k0 + 32] + eb.T[None, :, k0:k0 + 32]).max(-1)
-        if c is not None:
-            e = np.maximum(e, lg(c))
-        e = np.where(np.isinf(e), 0.0, e)  # nothing non-zero: the sum is 0
-        quantum = 2.0 ** (e - bits)
-        total = np.trunc(prods / quantum[..., None]).sum(-1) * quantum
-        if c is not None:
-            total = total + np.trunc(c / quantum) * quantum
-        q_sum = 2.0 ** (np.maximum(lg(total), e) - bits)
-        c = np.trunc(total / q_sum) * q_sum
-    return c
-
-
 def _stepwise_mma(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
     """a @ b as a kernel keeping a true fp32 sum computes it on the h200 platform (zyfa.platforms): every k = 32
-    step from a fresh accumulator (:func:`_hopper_mma`), the step results added in k order."""
+    step from a fresh accumulator (:func:`tests.zyfa.hopper_rule.hopper_mma`), the step results added in k order."""
     out = np.zeros((a.shape[0], b.shape[1]))
     for k0 in range(0, a.shape[1], 32):
-        out = out + _hopper_mma(a[:, k0:k0 + 32], b[k0:k0 + 32], None, bits)
+        out = out + hopper_mma(a[:, k0:k0 + 32], b[k0:k0 + 32], None, bits)
     return out
 
 
@@ -250,12 +222,12 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
     bits = r.accum_mantissa_bits
 
     def fresh_pv(p8, vt):  # P·V of one tile from a fresh accumulator
-        return _hopper_mma(p8, vt, None, bits) if hopper else _stepwise_mma(p8, vt, bits) if pv_steps else p8 @ vt
+        return hopper_mma(p8, vt, None, bits) if hopper else _stepwise_mma(p8, vt, bits) if pv_steps else p8 @ vt
 
     def scores(qv, kt):  # raw Q·K products summed as the platform does
         if not (truncating and qk_fp8):
             return qv @ kt
-        return _hopper_mma(qv, kt, None, bits) if in_unit else _stepwise_mma(qv, kt, bits)
+        return hopper_mma(qv, kt, None, bits) if in_unit else _stepwise_mma(qv, kt, bits)
 
     bm, bn = r.tiles(d)
     rows = -(-s_q // bm) * bm  # rows padded to whole blocks of block_m (a kernel program each)
@@ -347,7 +319,7 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
                             pv = pv * vdv[c0]  # one V descale block per tile
                         acc[rs] += pv
                     elif hopper:
-                        acc_tc[rs] = _hopper_mma(p8, vt, acc_tc[rs] * alpha, r.accum_mantissa_bits)
+                        acc_tc[rs] = hopper_mma(p8, vt, acc_tc[rs] * alpha, r.accum_mantissa_bits)
                         if r.accum_flush_tiles and (tile + 1) % r.accum_flush_tiles == 0:
                             acc[rs] += acc_tc[rs]
                             acc_tc[rs] = 0.0

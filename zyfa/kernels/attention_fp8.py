@@ -318,9 +318,15 @@ def _per_row_descale(d, name: str, b: int, heads: int, seq: int, device):
     if shape[:3] != (b, heads, seq):
         raise ValueError(f"{name} per {'query row' if name == 'q_descale' else 'key'} must be of shape "
                          f"({b}, {heads}, {seq}) or ({b}, {heads}, {seq}, 1), got {shape}")
+    return _checked_descale(d, name, device, (b, heads, seq))
+
+
+def _checked_descale(d: torch.Tensor, name: str, device, shape: tuple[int, ...]) -> torch.Tensor:
+    """``d`` as a contiguous fp32 tensor of ``shape`` on ``device``; ValueError (one line) for another device
+    or a value that is not positive and finite."""
     if d.device != torch.device(device) and not (d.device.type == torch.device(device).type == "cuda"):
         raise ValueError(f"{name} is on {d.device}, the inputs on {device}")
-    x = d.detach().to(device=device, dtype=torch.float32).reshape(b, heads, seq).contiguous()
+    x = d.detach().to(device=device, dtype=torch.float32).reshape(shape).contiguous()
     if not bool(torch.all(torch.isfinite(x) & (x > 0))):
         raise ValueError(f"{name} must be positive and finite")
     return x
@@ -370,12 +376,7 @@ def _v_descale(d, plan: KernelPlan, b: int, h_kv: int, s_k: int, d_v: int, block
             (b, h_kv, d_v), (b, h_kv, 1, d_v)):
         raise ValueError(f"v_descale for v_scale='channel' must be one value or per channel: ({b}, {h_kv}, {d_v}) or "
                          f"({b}, {h_kv}, 1, {d_v}), got {shape if shape else type(d).__name__}")
-    if d.device != torch.device(device) and not (d.device.type == torch.device(device).type == "cuda"):
-        raise ValueError(f"v_descale is on {d.device}, the inputs on {device}")
-    vd = d.detach().to(device=device, dtype=torch.float32).reshape(b, h_kv, d_v).contiguous()
-    if not bool(torch.all(torch.isfinite(vd) & (vd > 0))):
-        raise ValueError("v_descale must be positive and finite")
-    return vd
+    return _checked_descale(d, "v_descale", device, (b, h_kv, d_v))
 
 
 def _validate(q, k, v, causal, sm_scale, window):
