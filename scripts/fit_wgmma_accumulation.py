@@ -7,11 +7,18 @@ Every rule works one k = 32 step at a time: the 32 exact products and the incomi
 first step unless the experiment feeds one) are aligned to an exponent E, cut to a multiple of 2^(E - 13), summed,
 and the sum stored in fp32; chains repeat it, ``flush_each_step`` experiments add each step's result into fp32.
 The rules differ in the exponent a product counts at (its own, floor(log2|p|), or the sum of its operands'
-exponents, ea + eb, before the significand product in [1, 4) is normalised), the direction of the cut (toward
-zero or toward -inf), guard bits, a final truncation of the sum to 13 bits below its own leading bit, and an exact
-sum rounded once (the "multi-term sum, one final RZ" model). ``library`` is zyfa.platforms itself
-(``truncating_mma``, ``stepwise_mma``), run on the same operands; the rest is computed here in float64, exact for
-these operands (products of e4m3fn values are multiples of 2^-18; every kept sum has at most ~22 bits).
+exponents, ea + eb, before the significand product in [1, 4) is normalised), the exponent a subnormal operand
+counts at (its format's smallest normal exponent: e4m3fn -6, e5m2 -14; or e4m3fn's -6 whatever the format; or its
+own, floor(log2|x|)), the direction of the cut (toward zero or toward -inf), guard bits, a final truncation of the
+sum to 13 bits below its own leading bit, and an exact sum rounded once (the "multi-term sum, one final RZ" model).
+``library`` is zyfa.platforms itself (``truncating_mma``, ``stepwise_mma``, given each operand's smallest normal
+exponent), run on the same operands; the rest is computed here in float64, exact for these operands wherever terms
+are cut (every kept sum has at most ~22 bits; products are multiples of 2^-18 for e4m3fn, 2^-32 for e5m2). The two
+rules that sum uncut products (``sum_rz_*``) are exact on e4m3fn operands only: e5m2 products range over 64 binades
+(2^-32 to 2^32), more than float64's 53 bits hold, so on e5m2 experiments those two can be off in rare outputs.
+
+Each experiment's operands are decoded by the formats in its meta entry (``formats``: A's and B's, e4m3fn for
+recordings made before e5m2 experiments were added).
 
     python3 scripts/fit_wgmma_accumulation.py wgmma.npz [--rules fitted,old] [--blocks N]
     python3 scripts/fit_wgmma_accumulation.py wgmma.npz --sample-out tests/data/wgmma_h200_sample.npz
@@ -33,7 +40,9 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-E4M3_MIN_EXP = -6  # e4m3fn: a subnormal operand's exponent (that of the smallest normal)
+from zyfa.formats import get_format  # noqa: E402
+
+DEFAULT_FORMATS = ("e4m3fn", "e4m3fn")  # operand formats of an experiment whose meta names none
 NONE = -10_000.0  # exponent of a zero term: never the largest
 
 
@@ -48,6 +57,8 @@ class Rule:
     final: str = "none"  # "none", or a single RZ of the exact sum: "rz_sum" (13 bits below the sum's leading
     # bit), "rz_max" (13 bits below the largest term)
     zeros_count: bool = False  # zero products take part in the largest exponent (at ea + eb)
+    subnormal: str = "format"  # exponent of a subnormal operand: "format" (its format's smallest normal one),
+    # "e4m3fn" (e4m3fn's, -6, whatever the format), "own" (floor log2 |x|: as if normalised)
 
 
 RULES = {r.name: r for r in (
@@ -64,6 +75,9 @@ RULES = {r.name: r for r in (
     Rule("fitted_guard1", "fitted with one guard bit per term (14 kept), then the normalisation", guard=1),
     Rule("fitted_floor", "fitted with terms cut toward -inf", cut="floor"),
     Rule("fitted_zeros", "fitted with zero products taking part in the largest exponent", zeros_count=True),
+    Rule("fitted_sub_e4m3fn", "fitted with every subnormal operand at -6 (e4m3fn's), whatever its format",
+         subnormal="e4m3fn"),
+    Rule("fitted_sub_own", "fitted with a subnormal operand at its own exponent floor(log2|x|)", subnormal="own"),
 )}
 
 
@@ -73,9 +87,32 @@ def _floor_log2(x: np.ndarray) -> np.ndarray:
     return np.where(x == 0, NONE, e)
 
 
-def _operand_exp(codes: np.ndarray) -> np.ndarray:
-    field = (codes.astype(np.int32) >> 3) & 15
-    return np.where(field == 0, E4M3_MIN_EXP, field - 7).astype(np.float64)
+def formats_of(exp: dict) -> tuple[str, str]:
+    """(A's, B's) FP8 format of an experiment: its meta's ``formats``, else e4m3fn (the first recordings)."""
+    fmts = tuple(exp.get("formats") or DEFAULT_FORMATS)
+    if len(fmts) != 2:
+        raise ValueError(f"experiment {exp.get('name')!r}: formats must name A's and B's, got {list(fmts)}")
+    for f in fmts:
+        get_format(f)  # ValueError (one line) for an unknown format
+    return fmts
+
+
+def decode(codes: np.ndarray, fmt: str) -> np.ndarray:
+    """FP8 bytes of ``fmt`` -> float64 values."""
+    return torch.from_numpy(np.ascontiguousarray(codes)).view(get_format(fmt).torch_dtype).double().numpy()
+
+
+def _operand_exp(codes: np.ndarray, fmt: str, subnormal: str = "format") -> np.ndarray:
+    """Each operand's exponent as the unit counts it: its exponent field less the bias for a normal value; for
+    a subnormal (field 0) the format's smallest normal exponent (``subnormal="format"``), e4m3fn's -6
+    (``"e4m3fn"``) or its own floor(log2|x|) (``"own"``; zeros are never the largest product anyway)."""
+    f = get_format(fmt)
+    field = (codes.astype(np.int32) >> f.mantissa_bits) & ((1 << f.exponent_bits) - 1)
+    if subnormal == "own":
+        sub = np.frexp(decode(codes, fmt))[1] - 1
+    else:
+        sub = f.emin if subnormal == "format" else get_format("e4m3fn").emin
+    return np.where(field == 0, sub, field - f.bias).astype(np.float64)
 
 
 def _cut(x: np.ndarray, q: np.ndarray, how: str) -> np.ndarray:
@@ -116,9 +153,9 @@ def _step(a, b, ea, eb, c, rule: Rule) -> np.ndarray:
 def model(exp: dict, arrays: dict, rule: Rule) -> np.ndarray:
     """What ``rule`` computes for one experiment (float32 results as float64)."""
     a8, b8 = arrays["a"], arrays["b"]
-    a = torch.from_numpy(a8).view(torch.float8_e4m3fn).double().numpy()
-    b = torch.from_numpy(b8).view(torch.float8_e4m3fn).double().numpy()
-    ea, eb = _operand_exp(a8), _operand_exp(b8)
+    fa, fb = formats_of(exp)
+    a, b = decode(a8, fa), decode(b8, fb)
+    ea, eb = _operand_exp(a8, fa, rule.subnormal), _operand_exp(b8, fb, rule.subnormal)
     c0 = arrays["c"].astype(np.float64)
     k = a.shape[-1]
     if exp["flush_each_step"]:
@@ -135,15 +172,18 @@ def model(exp: dict, arrays: dict, rule: Rule) -> np.ndarray:
 
 
 def library(exp: dict, arrays: dict, bits: int = 13) -> np.ndarray:
-    """zyfa.platforms on the experiment: truncating_mma (the chain) or stepwise_mma (flushed every step)."""
+    """zyfa.platforms on the experiment: truncating_mma (the chain) or stepwise_mma (flushed every step), each
+    operand's subnormals at its format's smallest normal exponent."""
     from zyfa.platforms import stepwise_mma, truncating_mma
 
-    a = torch.from_numpy(arrays["a"]).view(torch.float8_e4m3fn).float()
-    b = torch.from_numpy(arrays["b"]).view(torch.float8_e4m3fn).float().transpose(-1, -2)
+    fa, fb = formats_of(exp)
+    a = torch.from_numpy(decode(arrays["a"], fa)).float()  # FP8 values: exact in float32
+    b = torch.from_numpy(decode(arrays["b"], fb)).float().transpose(-1, -2)
+    min_exp = (get_format(fa).emin, get_format(fb).emin)
     if exp["flush_each_step"]:
-        return stepwise_mma(a, b, bits).double().numpy()
+        return stepwise_mma(a, b, bits, min_exp=min_exp).double().numpy()
     c = torch.from_numpy(arrays["c"]) if exp["c"] != "none" else None
-    return truncating_mma(a, b, c, bits).double().numpy()
+    return truncating_mma(a, b, c, bits, min_exp=min_exp).double().numpy()
 
 
 def load(path: str) -> tuple[dict, dict]:
@@ -152,6 +192,8 @@ def load(path: str) -> tuple[dict, dict]:
         z = np.load(path)
         meta = json.loads(bytes(z["meta"]).decode())
         data = {e["name"]: {f: z[f"{e['name']}.{f}"] for f in "abcd"} for e in meta["experiments"]}
+        for e in meta["experiments"]:
+            formats_of(e)
     except (OSError, KeyError, ValueError, TypeError) as err:
         raise ValueError(f"{path}: not a recording of scripts/record_wgmma_accumulation.py ({err})") from None
     return meta, data
@@ -208,10 +250,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"# {r}: {RULES[r].doc if r in RULES else 'zyfa.platforms.truncating_mma / stepwise_mma'}")
     table = match_table(meta, data, rules, args.blocks)
     names = [e["name"] for e in meta["experiments"]]
-    w = max(map(len, names))
-    print(f"{'experiment':<{w}} " + " ".join(f"{r:>13}" for r in rules))
+    fmts = {e["name"]: "/".join(formats_of(e)) for e in meta["experiments"]}
+    w, wf = max(map(len, names)), max(len("formats"), *map(len, fmts.values()))
+    rw = max(13, *map(len, rules))
+    print(f"{'experiment':<{w}} {'formats':<{wf}} " + " ".join(f"{r:>{rw}}" for r in rules))
     for n in names:
-        print(f"{n:<{w}} " + " ".join(f"{table[r][n]:>13.4f}" for r in rules))
+        print(f"{n:<{w}} {fmts[n]:<{wf}} " + " ".join(f"{table[r][n]:>{rw}.4f}" for r in rules))
     return 0
 
 

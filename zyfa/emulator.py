@@ -207,7 +207,19 @@ def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
 
 # ---------------------------------------------------------------------------------------------- pieces
 
-def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits: int | None) -> torch.Tensor:
+def _min_exp(fmt: str) -> int:
+    """The smallest normal exponent of an operand format: a subnormal operand of that format counts at it in
+    Hopper's accumulator model (:func:`zyfa.platforms.truncating_mma`). FP8 formats from their table
+    (e4m3fn -6, e4m3fnuz -7, e5m2 -14); bf16 and fp32 share float32's exponent range (-126)."""
+    if fmt in FP8_FORMATS:
+        return get_format(fmt).emin
+    if fmt in ("bf16", "fp32"):  # tiny: the smallest normal, 2^-126
+        return math.frexp(torch.finfo(torch.bfloat16 if fmt == "bf16" else torch.float32).tiny)[1] - 1
+    raise ValueError(f"no accumulator operand exponent for format {fmt!r}")
+
+
+def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits: int | None, *,
+         min_exp: tuple[int, int] | None = None) -> torch.Tensor:
     """acc + a @ b; ``hopper_bits`` models Hopper's FP8 wgmma accumulator (None: true fp32).
 
     The model is :func:`zyfa.platforms.truncating_mma` with k = 32 steps (fitted on the H200 through Triton's
@@ -215,20 +227,27 @@ def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits
     exponents) and the incoming accumulator are aligned to the largest exponent among them, truncated toward
     zero to ``hopper_bits`` bits below it and summed exactly; the sum is truncated to ``hopper_bits`` bits below
     its own leading bit. It reproduces 100% of the H200's outputs on every recorded experiment, positive and
-    signed operands (tests/zyfa/test_wgmma_h200_sample.py).
+    signed operands (tests/zyfa/test_wgmma_h200_sample.py). ``min_exp``: (a's, b's) smallest normal exponent,
+    the exponent a subnormal operand counts at (:func:`_min_exp` of each operand's format; None: both e4m3fn).
     """
     if hopper_bits is None:
         out = a @ b
         return out if acc is None else acc + out
-    return truncating_mma(a, b, acc, hopper_bits, WGMMA_K_FP8)
+    if min_exp is None:
+        min_exp = (_min_exp("e4m3fn"), _min_exp("e4m3fn"))
+    return truncating_mma(a, b, acc, hopper_bits, WGMMA_K_FP8, min_exp=min_exp)
 
 
-def _gemm(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, bits: int | None, in_unit: bool):
+def _gemm(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, bits: int | None, in_unit: bool, *,
+          min_exp: tuple[int, int] | None = None):
     """acc + a @ b on the platform: fp32 (``bits`` None); the chain kept in the truncating accumulator
-    (``in_unit``); or each k step flushed into fp32 (a kernel keeping a true fp32 sum on that platform)."""
+    (``in_unit``); or each k step flushed into fp32 (a kernel keeping a true fp32 sum on that platform).
+    ``min_exp`` as in :func:`_mma`."""
     if bits is None or in_unit:
-        return _mma(a, b, acc, bits)
-    out = stepwise_mma(a, b, bits, WGMMA_K_FP8)
+        return _mma(a, b, acc, bits, min_exp=min_exp)
+    if min_exp is None:
+        min_exp = (_min_exp("e4m3fn"), _min_exp("e4m3fn"))
+    out = stepwise_mma(a, b, bits, WGMMA_K_FP8, min_exp=min_exp)
     return out if acc is None else acc + out
 
 
@@ -340,6 +359,11 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
     pv_fp8 = recipe.p_is_fp8
     pv_bf16 = recipe.p_format == recipe.v_format == "bf16"
     pv_bits_any = recipe.accum_mantissa_bits if (pv_fp8 or pv_bf16) and plat.truncates("pv", pv_fp8) else None
+    # The exponent a subnormal operand counts at in that accumulator: its format's smallest normal one (Q·K: Q's
+    # and K's formats; P·V: P's and V's; the rounded_mma row sum's ones vector has exponent 0, any bound fits).
+    qk_min = (_min_exp(recipe.q_format), _min_exp(recipe.k_format)) if qk_bits is not None else None
+    pv_min = (_min_exp(recipe.p_format), _min_exp(recipe.v_format)) if pv_bits_any is not None else None
+    ones_min = None if pv_min is None else (pv_min[0], 0)
     if q_chunk is None:
         q_chunk = 2048 if dev.type == "cpu" else max(2048, (1 << 24) // (b * h * block_n))
     q_chunk = max(block_m, (q_chunk // block_m) * block_m)
@@ -401,7 +425,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             m, l, e_run, acc, acc_tc = st.m, st.l, st.e_run, st.acc, st.acc_tc
             # Q·K: raw FP8 products in fp32, or through the platform's accumulator (a d/32-step chain from
             # zero per tile in the unit, or each step flushed into fp32)
-            s_raw = _gemm(qc[:, :, a:z], k8t[..., c0:c1], None, qk_bits, in_unit)
+            s_raw = _gemm(qc[:, :, a:z], k8t[..., c0:c1], None, qk_bits, in_unit, min_exp=qk_min)
             kd_tile = kdt[..., c0:c1] if kdt.shape[-1] > 1 else kdt
             x = s_raw * ((score_scale * (qdc[:, :, a:z] if qdc.shape[2] > 1 else qdc)) * kd_tile)
             x = x.masked_fill(~allowed, -math.inf)
@@ -454,7 +478,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             if recipe.rowsum in ("rounded", "rounded_mma"):
                 if recipe.rowsum == "rounded_mma":  # P8 · ones on the matrix unit, fresh every tile
                     ones = torch.ones((p8.shape[-1], 1), dtype=torch.float32, device=dev)
-                    row_sum = _gemm(p8, ones, None, pv_bits, in_unit)
+                    row_sum = _gemm(p8, ones, None, pv_bits, in_unit, min_exp=ones_min)
                 else:
                     row_sum = p8.sum(dim=-1, keepdim=True)
                 if recipe.p_scale == "fmax":
@@ -474,20 +498,20 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             v_tile = v8[..., c0:c1, :]
             acc = acc * alpha
             if tile_factor_needed:
-                pv = _gemm(p8, v_tile, None, pv_bits, in_unit)
+                pv = _gemm(p8, v_tile, None, pv_bits, in_unit, min_exp=pv_min)
                 if unscale is not None:
                     pv = pv * unscale
                 if recipe.v_descale == "tile":
                     pv = pv * (vd[..., c0:c0 + 1, :] if vd.shape[2] > 1 else vd)  # one block per tile
                 acc = acc + pv
             elif two_level:
-                acc_tc = _mma(p8, v_tile, acc_tc * alpha, pv_bits)
+                acc_tc = _mma(p8, v_tile, acc_tc * alpha, pv_bits, min_exp=pv_min)
                 # every N tiles counted from key 0, as the kernel does (start_n // BLOCK_N), not from the first
                 # tile this chunk sees: otherwise a window's result would depend on q_chunk
                 if recipe.accum_flush_tiles and (c0 // block_n + 1) % recipe.accum_flush_tiles == 0:
                     acc, acc_tc = acc + acc_tc, torch.zeros_like(acc_tc)
             else:
-                acc = _gemm(p8, v_tile, acc, pv_bits, in_unit)
+                acc = _gemm(p8, v_tile, acc, pv_bits, in_unit, min_exp=pv_min)
             m, l, e_run, acc, acc_tc = st.store(m=m, l=l, e_run=e_run, acc=acc, acc_tc=acc_tc)
 
         if acc_tc is not None:
