@@ -271,7 +271,8 @@ def make_cudnn_fp8(q8, k8, v8, qd, kd, vd, causal, sm_scale):
     return fn, out_deq
 
 
-_FA_AMD_RECIPE = "triton-amd:p_scale=tile_amax"  # accuracy.implementations.FLASH_ATTN_AMD_RECIPE
+# = accuracy.implementations.FLASH_ATTN_AMD_RECIPE
+_FA_AMD_RECIPE = "triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1"
 
 
 def make_flash_attn_amd(q, k, v, causal, sm_scale):

@@ -127,6 +127,10 @@ def get_platform(name: str | Platform) -> Platform:
         raise ValueError(f"unknown platform {name!r}; known platforms: {', '.join(PLATFORMS)}") from None
 
 
+# exponent of fp32's smallest subnormal, 2^-149: the finest quantum an fp32 sum can have
+FP32_MIN_EXP = -149
+
+
 def _alignment_exponents(x: torch.Tensor, min_exp: int) -> torch.Tensor:
     """2^e for every operand, e = its exponent as the matrix unit sees it: floor(log2|x|) for a normal value,
     ``min_exp`` for a subnormal one (the format's smallest normal exponent), 0 where x is zero."""
@@ -175,13 +179,15 @@ def truncating_mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, b
             if c is not None:
                 mx = torch.maximum(mx, c.abs())  # floor(log2) of the max is the max of the exponents
             # quantum = 2^(floor(log2 mx) - bits); frexp gives mx = f·2^e with f in [0.5, 1)
-            quantum = torch.ldexp(torch.ones_like(mx), torch.frexp(mx)[1] - (1 + bits))
+            # (at least 2^-149, fp32's smallest step: every fp32 value is a multiple of it, so a tiny accumulator
+            # over zero products passes unchanged instead of dividing by an underflowed 0)
+            quantum = torch.ldexp(torch.ones_like(mx), (torch.frexp(mx)[1] - (1 + bits)).clamp_(min=FP32_MIN_EXP))
             # x / quantum is exact (a power of two): one fused divide-and-truncate pass
             total = torch.div(prod, quantum[..., None], rounding_mode="trunc").sum(-1).mul_(quantum)
             if c is not None:
                 total = total + torch.div(c, quantum, rounding_mode="trunc") * quantum
             # step 3: quantum 2^(floor(log2 |total|) - bits); below 2^(E+1) total is already a multiple of it
-            q_sum = torch.ldexp(torch.ones_like(total), torch.frexp(total)[1] - (1 + bits))
+            q_sum = torch.ldexp(torch.ones_like(total), (torch.frexp(total)[1] - (1 + bits)).clamp_(min=FP32_MIN_EXP))
             c = torch.div(total, q_sum, rounding_mode="trunc").mul_(q_sum)
         if c is None:  # k == 0
             c = torch.zeros((*lead, r1 - r0, n), dtype=torch.float32, device=a.device)

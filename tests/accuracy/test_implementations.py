@@ -65,6 +65,8 @@ def test_builtin_fields(name):
         base = resolve_recipe("triton-amd")
         assert r.p_scale == "tile_amax" and r.log2e_folded is False and r.v_descale == base.v_descale
         assert (r.block_m, r.block_n) == (128, 64)
+        # its FP8 tl.dots keep their k chain in the matrix unit; each tile's P·V is a fresh dot
+        assert r.accumulator == "hopper_fp8" and r.accum_flush_tiles == 1
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reasons given on a machine without a GPU")
@@ -231,3 +233,19 @@ def test_load_plugins_pairs_recipes_and_keeps_going():
     assert [i.recipe for i in load_plugins([f"{EXAMPLE}:attention"])] == [None]
     with pytest.raises(ValueError, match="--kernel-recipe given 2 times for 3 --kernel"):
         load_plugins([f"{EXAMPLE}:attention"] * 3, ["zyfa", "ck"])
+
+
+def test_flash_attn_amd_pairing_fields_are_inert_where_the_matrix_unit_keeps_fp32():
+    """The in-unit accumulation fields of AMD's kernel's recipe change nothing on mi355x (fp32 MFMA sums) and
+    change the result on the H200 (its truncating FP8 accumulator)."""
+    from zyfa.emulator import emulate
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 192, 64, generator=g) for _ in range(3))
+    k[..., :2] *= 20  # outlier channels: the in-unit chain then truncates differently from per-step flushes
+    paired = resolve_recipe(get_implementation("flash-attn-triton-amd").recipe)
+    plain = resolve_recipe("triton-amd:p_scale=tile_amax")
+    on_mi = [emulate(q, k, v, r.on("mi355x"), causal=True).out for r in (paired, plain)]
+    assert torch.equal(on_mi[0], on_mi[1])
+    on_h200 = [emulate(q, k, v, r.on("h200"), causal=True).out for r in (paired, plain)]
+    assert not torch.equal(on_h200[0], on_h200[1])

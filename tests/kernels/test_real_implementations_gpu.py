@@ -43,10 +43,6 @@ GAUSSIAN = [
 # A cause we can name: the recipe with one field changed. If the claimed recipe misses 3% and this one meets
 # it, the test xfails with the cause and both ratios.
 ALTERNATIVES = {
-    "flash-attn-triton-amd": [
-        ("triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1",
-         "Hopper's FP8 tl.dot accumulation (the recipe models MI355X's fp32 MFMA accumulator)"),
-    ],
     "cudnn-fp8": [("cudnn-fp8:accumulator=fp32", "cuDNN's P·V accumulation is fp32, the recipe assumes Hopper's")],
     "cudnn-fp8:oracle-scale": [("cudnn-fp8:accumulator=fp32",
                                 "cuDNN's P·V accumulation is fp32, the recipe assumes Hopper's")],
