@@ -157,7 +157,7 @@ def truncating_mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, b
     The chain runs over all of k: the accumulator is never flushed inside one call. Every intermediate is
     exact in fp32, so it computes in fp32. ``a``: (..., m, k), ``b``: (..., k, n), ``acc``: (..., m, n) or
     None; ``a`` and ``b`` hold FP8 values: ``min_exp`` is the smallest normal exponent of their format, one for
-    both or (a's, b's): -6 for e4m3fn (the fit), -14 for e5m2 (not measured: by analogy).
+    both or (a's, b's): -6 for e4m3fn, -14 for e5m2 (both fitted on the H200, e4m3fn x e5m2 included).
     """
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])

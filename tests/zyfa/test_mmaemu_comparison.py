@@ -3,7 +3,8 @@
 mmaemu (``pip install mmaemu``, in the dev extra) emulates cuBLAS FP8 GEMMs of an H100 PCIe; its instruction model
 ``mmaemu.model.dot(..., preset="hopper")`` was fitted there independently of ours (which was fitted on our H200
 through Triton). Measured with ``python3 scripts/compare_mmaemu.py`` (docs/PLATFORMS.md, "Compared with published
-models"): both reproduce every output of the committed H200 recording bit for bit, and they agree bit for bit on
+models"): both reproduce every output of the committed H200 recording bit for bit (its e4m3fn, e5m2 and mixed
+experiments, ours with each format's smallest normal exponent as ``min_exp``), and they agree bit for bit on
 random e4m3fn operands, with and without an incoming accumulator. The one difference found is checked below:
 an accumulator under 2^-136 entering a step whose products are all zero (never recorded on the H200).
 """
@@ -28,6 +29,8 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "wgmma_h200_sample.npz"
 _Z = np.load(SAMPLE)
 _META = json.loads(bytes(_Z["meta"]).decode())
 EXPERIMENTS = {e["name"]: e for e in _META["experiments"]}
+# each experiment's operand formats (A's, B's; e4m3fn where the meta names none): torch dtype, smallest normal exponent
+_FORMATS = {"e4m3fn": (torch.float8_e4m3fn, -6), "e5m2": (torch.float8_e5m2, -14)}
 
 
 def _mmaemu_chain(a8: torch.Tensor, b8: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
@@ -38,8 +41,9 @@ def _mmaemu_chain(a8: torch.Tensor, b8: torch.Tensor, c: torch.Tensor | None) ->
                preset="hopper")
 
 
-def _ours(a8: torch.Tensor, b8: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
-    return truncating_mma(a8.float(), b8.float().T, c, 13)
+def _ours(a8: torch.Tensor, b8: torch.Tensor, c: torch.Tensor | None,
+          min_exp: tuple[int, int] = (-6, -6)) -> torch.Tensor:
+    return truncating_mma(a8.float(), b8.float().T, c, 13, min_exp=min_exp)
 
 
 def _bits(x: torch.Tensor) -> torch.Tensor:
@@ -54,15 +58,16 @@ def _every_finite_byte(shape: tuple[int, int], g: torch.Generator) -> torch.Tens
 @pytest.mark.parametrize("name", list(EXPERIMENTS))
 def test_mmaemu_and_ours_reproduce_every_h200_output(name):
     exp = EXPERIMENTS[name]
-    a8 = torch.from_numpy(_Z[f"{name}.a"][0]).view(torch.float8_e4m3fn)
-    b8 = torch.from_numpy(_Z[f"{name}.b"][0]).view(torch.float8_e4m3fn)
+    (dta, min_a), (dtb, min_b) = (_FORMATS[f] for f in exp.get("formats") or ("e4m3fn", "e4m3fn"))
+    a8 = torch.from_numpy(_Z[f"{name}.a"][0]).view(dta)
+    b8 = torch.from_numpy(_Z[f"{name}.b"][0]).view(dtb)
     c = torch.from_numpy(_Z[f"{name}.c"][0]) if exp["c"] != "none" else None
     d = torch.from_numpy(_Z[f"{name}.d"][0])
     if exp["flush_each_step"]:  # mmaemu has no per-step flush: its step from +0, added in fp32 in k order
         mm = sum(_mmaemu_chain(a8[:, k0:k0 + 32], b8[:, k0:k0 + 32], None) for k0 in range(0, a8.shape[1], 32))
-        ours = stepwise_mma(a8.float(), b8.float().T, 13)
+        ours = stepwise_mma(a8.float(), b8.float().T, 13, min_exp=(min_a, min_b))
     else:
-        mm, ours = _mmaemu_chain(a8, b8, c), _ours(a8, b8, c)
+        mm, ours = _mmaemu_chain(a8, b8, c), _ours(a8, b8, c, (min_a, min_b))
     assert torch.equal(_bits(mm), _bits(d)), f"{name}: mmaemu differs from the H200 on {int((mm != d).sum())}"
     assert torch.equal(_bits(ours), _bits(d)), f"{name}: ours differs from the H200 on {int((ours != d).sum())}"
 
