@@ -81,19 +81,21 @@ H200 = Platform(
     sources=("FP8 wgmma accumulation fitted on this project's H200 through Triton 3.6's FP8 tl.dot "
              "(scripts/record_wgmma_accumulation.py records operands and results, scripts/fit_wgmma_accumulation.py "
              "tests candidate rules; docs/PLATFORMS.md): at each k = 32 step every non-zero product counts at the "
-             "sum of its operands' exponents (subnormal e4m3fn: -6) and the incoming accumulator at its own; the "
+             "sum of its operands' exponents (a subnormal at its format's smallest normal exponent: e4m3fn -6, "
+             "e5m2 -14) and the incoming accumulator at its own; the "
              "products and the accumulator are truncated toward zero 13 bits below the largest of these, summed "
              "exactly, and the sum truncated toward zero to 13 bits below its own leading bit. It reproduces 100% "
-             "of 65,536 outputs per experiment in 17 experiments (2 to 32 non-zero products per step, Gaussian "
+             "of 65,536 outputs per experiment in 29 experiments (e4m3fn, e5m2 and mixed operands; 2 to 32 non-zero "
+             "products per step, Gaussian "
              "and every-finite-value operands, an incoming accumulator of similar or very different magnitude, "
              "chains of 2 to 32 steps, per-step flush, K outliers); the rule before this fit (products at their "
              "own exponent, no truncation of the sum) reproduced 25.0-99.8% of signed outputs. Published: "
              "SageAttention2 (arXiv 2411.10958, FP22 accumulator), DeepSeek-V3 (arXiv 2412.19437, about 14 bits); "
              "Fasi et al. 2021 (tensor-core accumulation without rounding). Q.K uses the same wgmma, so the same "
              "model"),
-    unknown=("e5m2 operands and subnormal ones of other formats are not measured (taken to count at the format's "
-             "smallest normal exponent); only Triton 3.6's wgmma m64n64k32 on one H200 was recorded; BF16 wgmma "
-             "accumulation is not measured here and is taken as fp32"))
+    unknown=("e4m3fnuz operands are not measured (taken to count at their smallest normal exponent, -7, as "
+             "e4m3fn and e5m2 were measured to); only Triton 3.6's wgmma m64n64k32 on one H200 was recorded; BF16 "
+             "wgmma accumulation is not measured here and is taken as fp32"))
 
 MI355X = Platform(
     name="mi355x",

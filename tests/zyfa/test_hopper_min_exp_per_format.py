@@ -1,7 +1,7 @@
 """The Hopper FP8 accumulator model inside emulate() counts a subnormal operand at its own format's smallest normal
 exponent (e4m3fn -6, e4m3fnuz -7, e5m2 -14), in Q·K and in P·V, against the rule written out in float64.
 
-The rule (docs/PLATFORMS.md, fitted on the H200 with e4m3fn operands; other formats by analogy): every k = 32
+The rule (docs/PLATFORMS.md, fitted on the H200 with e4m3fn, e5m2 and mixed operands; e4m3fnuz by analogy): every k = 32
 step, each product counts at the sum of its operands' exponents, a subnormal operand at its format's smallest
 normal exponent. The float64 reference is tests/zyfa/hopper_rule.py, which takes that exponent to be e4m3fn's -6
 for both operands. The rule is unchanged when an operand is scaled by 2^s and its smallest normal exponent moves
