@@ -180,8 +180,23 @@ def _by_recipe(impact: dict | None) -> dict:
 
 
 def _bench_rows(bench: Sequence) -> list[dict]:
-    return [r for _, _, rows in bench for r in rows if isinstance(r, dict) and r.get("ms") is not None
-            and not r.get("error")]
+    """Every timed row of every benchmark file, tagged with its file's index (``_run``): times compare in one run."""
+    return [{**r, "_run": i} for i, (_, _, rows) in enumerate(bench) for r in rows
+            if isinstance(r, dict) and r.get("ms") is not None and not r.get("error")]
+
+
+_SAME_INPUT = ("_run", "input", "s", "causal", "d_qk", "d_v", "h", "h_kv", "b")
+
+
+def _per_tensor_ratio(r: dict, bench_rows: list[dict]) -> str:
+    """' = N× zyfa-hopper, same run' against the per-tensor kernel's row of the same run and input, or ''."""
+    if _spec_base(r.get("recipe") or "") == PER_TENSOR_KERNEL:
+        return ""
+    ref = [x for x in bench_rows if _spec_base(x.get("recipe") or "") == PER_TENSOR_KERNEL
+           and x.get("impl") == r.get("impl") and all(x.get(k) == r.get(k) for k in _SAME_INPUT)]
+    if not ref or not ref[0]["ms"]:
+        return ""
+    return f" = {float(r['ms']) / float(ref[0]['ms']):.3f}× {PER_TENSOR_KERNEL}, same run"
 
 
 def _spec_base(spec: str) -> str:
@@ -190,7 +205,8 @@ def _spec_base(spec: str) -> str:
 
 def _kernel_cost(name: str, bench_rows: list[dict]) -> str:
     """The benchmark's kernel times of ``name`` (any spec of it: ``name@h200``, ``name:field=value``; its rows at
-    head dim 128 when there are any) with the rotation's own time where the row has it, or 'not measured'."""
+    head dim 128 when there are any) with the rotation's own time where the row has it and the ratio to the
+    per-tensor kernel on the same input in the same run where that run has it, or 'not measured'."""
     mine = [r for r in bench_rows if _spec_base(r.get("recipe") or "") == name]
     if not mine:
         return "not measured"
@@ -201,7 +217,7 @@ def _kernel_cost(name: str, bench_rows: list[dict]) -> str:
         rot = (f"; rotation of Q and K {fmt(float(r['rotation_ms']), 'num')} ms on its own"
                if isinstance(r.get("rotation_ms"), (int, float)) else "")
         parts.append(f"{fmt(float(r['ms']), 'num')} ms ({r.get('impl')}, {r.get('recipe')}, s {r.get('s')}, "
-                     f"d {r.get('d_qk')}, {causal}{rot})")
+                     f"d {r.get('d_qk')}, {causal}{rot}){_per_tensor_ratio(r, bench_rows)}")
     return "; ".join(parts)
 
 

@@ -57,5 +57,12 @@ if [[ "${SEVEN_RECIPES:-0}" == 1 ]]; then
     --reason "window 0 used the Hopper accumulator model before fdfa291; measured again in the all-recipe files"
 fi
 
+# ---- the quantization schemes (docs/QUANTIZATION.md), 3 held-out windows on the three models (2026-12-01; the
+# first 3 SmolLM2 rows on 2026-11-30, resumed with --resume; about 40-70 s a row on 2 cores). The rows were written
+# to .impact_work/results_quantization.jsonl (the path their recorded command names) and the file copied here.
+python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 \
+  --recipes zyfa+smooth,zyfa+block+smooth,zyfa+hadamard,zyfa+block,zyfa+block+hadamard --tokens 2048 --windows 3 \
+  --text lee --out $D/results_quantization.jsonl --resume
+
 # ---- render impact.md from every results file; the study (zyfa study) renders the same section into its report
 python -m zyfa.cli impact --render-only --out "$D/results*.jsonl"

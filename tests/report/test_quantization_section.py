@@ -162,6 +162,9 @@ def test_the_report_ends_with_the_recommendation_table(report):
     for name in ("zyfa+hadamard", "zyfa+block", "zyfa+block+smooth", "zyfa+block+hadamard", "sage2 (peer)"):
         assert by[name][kl] == "not measured"
     assert by["zyfa+smooth"][cost].startswith("11.5 ms (triton-fp8, zyfa+smooth, s 32768, d 128, full)")
+    # against zyfa-hopper on the same input of the same run (11.5 / 10.25); the causal hadamard row has none
+    assert "11.5 ms (triton-fp8, zyfa+smooth, s 32768, d 128, full) = 1.122× zyfa-hopper, same run" in \
+        by["zyfa+smooth"][cost]
     assert by["zyfa+hadamard"][cost] == ("6.25 ms (triton-fp8, zyfa+hadamard@h200, s 32768, d 128, causal; "
                                          "rotation of Q and K 0.125 ms on its own)")
     assert by["zyfa"][cost] == "as `zyfa-hopper`: 10.25 ms (triton-fp8, zyfa-hopper, s 32768, d 128, full)"
