@@ -131,6 +131,64 @@ def refresh_tests(work: Path, module: str, base: dict, tests: list[str], from_he
     return dest
 
 
+def function_sources(text: str) -> dict[str, str]:
+    """Every function and method of a module's source -> its AST dump without positions, keyed as mutmut names
+    them after ``x_``: ``func`` and ``Class.method`` (nested functions belong to their enclosing function)."""
+    import ast
+
+    out: dict[str, str] = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[node.name] = ast.dump(node, include_attributes=False)
+        elif isinstance(node, ast.ClassDef):
+            for sub in node.body:
+                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out[f"{node.name}.{sub.name}"] = ast.dump(sub, include_attributes=False)
+    return out
+
+
+def mutant_function(key: str) -> str:
+    """``pkg.mod.x_func__mutmut_3`` -> ``func``; ``pkg.mod.xǁClassǁmethod__mutmut_3`` -> ``Class.method``."""
+    name = key.rsplit(".", 1)[-1].rsplit("__mutmut_", 1)[0]
+    if name.startswith("xǁ"):
+        return ".".join(part for part in name[2:].split("ǁ") if part)
+    return name[2:] if name.startswith("x_") else name
+
+
+def stale(old_text: str, new_text: str, verdicts: dict[str, int | None]) -> dict:
+    """What an earlier run's verdicts (mutant -> exit code, None: not judged) are worth against the current source:
+    the functions changed, added or removed since, and how many recorded mutants sit in changed or removed
+    functions (their verdicts no longer describe the code)."""
+    old, new = function_sources(old_text), function_sources(new_text)
+    changed = sorted(f for f in new if f in old and old[f] != new[f])
+    added = sorted(f for f in new if f not in old)
+    removed = sorted(f for f in old if f not in new)
+    gone = set(changed) | set(removed)
+    in_gone = [k for k in verdicts if mutant_function(k) in gone]
+    return {"functions": len(new), "changed": changed, "added": added, "removed": removed,
+            "mutants": len(verdicts), "stale_mutants": len(in_gone),
+            "stale_judged": sum(verdicts[k] is not None for k in in_gone),
+            "not_judged": sum(v is None for v in verdicts.values())}
+
+
+def stale_report(work: Path, modules: list[str]) -> int:
+    """Print, per module, how much of the earlier run in ``work`` still describes the working tree's source."""
+    print("| module | functions changed / added / removed | mutants recorded | in changed or removed functions "
+          "| not judged |")
+    print("|---|---|---|---|---|")
+    for module in modules:
+        dest = work / _slug(module)
+        meta = dest / "mutants" / f"{module}.meta"
+        if not (dest / module).is_file() or not meta.is_file():
+            print(f"| `{module}` | no earlier run in {dest} | | | |")
+            continue
+        verdicts = json.loads(meta.read_text("utf-8")).get("exit_code_by_key", {})
+        r = stale((dest / module).read_text("utf-8"), (ROOT / module).read_text("utf-8"), verdicts)
+        print(f"| `{module}` | {len(r['changed'])} / {len(r['added'])} / {len(r['removed'])} of {r['functions']} "
+              f"| {r['mutants']} | {r['stale_mutants']} ({r['stale_judged']} judged) | {r['not_judged']} |")
+    return 0
+
+
 def _mutmut(dest: Path, env: dict, *args: str, capture: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "mutmut", *args], cwd=dest, env=env, text=True, capture_output=capture, check=False
@@ -295,8 +353,14 @@ def main(argv: list[str] | None = None) -> int:
         help="re-run only the mutants an earlier run in --work left undetected, against the current tests",
     )
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant workers (default: mutmut's)")
+    ap.add_argument("--stale", action="store_true",
+                    help="run nothing: say per module which functions changed since the run in --work, and how "
+                    "many of its recorded verdicts they make stale")
     args = ap.parse_args(argv)
 
+    if args.stale:
+        _, table = load_settings(ROOT / "pyproject.toml")
+        return stale_report(args.work, args.modules or list(table))
     try:
         import mutmut
     except ImportError:

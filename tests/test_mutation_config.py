@@ -82,3 +82,15 @@ def test_work_folders_are_git_ignored(path):
 def test_work_folders_are_excluded_from_ruff():
     ruff = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["tool"]["ruff"]
     assert {"mutants", ".mutation"} <= set(ruff["extend-exclude"])
+
+
+def test_stale_verdicts_follow_the_functions_that_changed(script):
+    old = "def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x\n\n\nclass C:\n    def m(self):\n        return 1\n"
+    new = ("def f(x):\n    return x + 2\n\n\n# a comment and new blank lines change nothing\n\n"
+           "def g(x):\n\n    return x\n\n\ndef h():\n    return 0\n")
+    verdicts = {"pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_g__mutmut_1": 0, "pkg.mod.xǁCǁm__mutmut_2": None}
+    assert [script.mutant_function(k) for k in verdicts] == ["f", "g", "C.m"]
+    r = script.stale(old, new, verdicts)
+    assert (r["changed"], r["added"], r["removed"]) == (["f"], ["h"], ["C.m"])
+    assert (r["mutants"], r["stale_mutants"], r["stale_judged"], r["not_judged"]) == (3, 2, 1, 1)
+    assert script.stale(old, old, verdicts)["stale_mutants"] == 0
