@@ -64,5 +64,17 @@ python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 \
   --recipes zyfa+smooth,zyfa+block+smooth,zyfa+hadamard,zyfa+block,zyfa+block+hadamard --tokens 2048 --windows 3 \
   --text lee --out $D/results_quantization.jsonl --resume
 
+# ---- recipes whose emulation changed after their rows above (2026-12-01): ck and ck-blockscale round the output to
+# nearest even (was truncation); sage2, zyfa-hopper, fa3 and cudnn-fp8 run the H200's fitted FP8 accumulator on Q.K
+# and P.V (fa3 also FA3's tile_size.h tiles). Measured again into their own file, which supersedes the older rows
+# when rendered (latest by date). Rows written to .impact_work/results_emulation_changes.jsonl (the path their
+# recorded command names) and the file copied here; the hopper-model rows are slow on a CPU (4-8 minutes a row).
+python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 --recipes ck,ck-blockscale,sage2 --tokens 2048 \
+  --windows 3 --text lee --out $D/results_emulation_changes.jsonl --resume
+python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 --recipes zyfa-hopper --tokens 2048 \
+  --windows 3 --text lee --out $D/results_emulation_changes.jsonl --resume
+python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 --recipes fa3,cudnn-fp8 --tokens 2048 \
+  --windows 3 --text lee --out $D/results_emulation_changes.jsonl --resume
+
 # ---- render impact.md from every results file; the study (zyfa study) renders the same section into its report
 python -m zyfa.cli impact --render-only --out "$D/results*.jsonl"
