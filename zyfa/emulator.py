@@ -218,6 +218,10 @@ def _min_exp(fmt: str) -> int:
     raise ValueError(f"no accumulator operand exponent for format {fmt!r}")
 
 
+# both operands e4m3fn: the default where a caller names no formats (as zyfa.platforms' own default)
+_E4M3FN_MIN_EXP = (_min_exp("e4m3fn"), _min_exp("e4m3fn"))
+
+
 def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits: int | None, *,
          min_exp: tuple[int, int] | None = None) -> torch.Tensor:
     """acc + a @ b; ``hopper_bits`` models Hopper's FP8 wgmma accumulator (None: true fp32).
@@ -233,9 +237,7 @@ def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits
     if hopper_bits is None:
         out = a @ b
         return out if acc is None else acc + out
-    if min_exp is None:
-        min_exp = (_min_exp("e4m3fn"), _min_exp("e4m3fn"))
-    return truncating_mma(a, b, acc, hopper_bits, WGMMA_K_FP8, min_exp=min_exp)
+    return truncating_mma(a, b, acc, hopper_bits, WGMMA_K_FP8, min_exp=min_exp or _E4M3FN_MIN_EXP)
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, bits: int | None, in_unit: bool, *,
@@ -245,9 +247,7 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, bits: int 
     ``min_exp`` as in :func:`_mma`."""
     if bits is None or in_unit:
         return _mma(a, b, acc, bits, min_exp=min_exp)
-    if min_exp is None:
-        min_exp = (_min_exp("e4m3fn"), _min_exp("e4m3fn"))
-    out = stepwise_mma(a, b, bits, WGMMA_K_FP8, min_exp=min_exp)
+    out = stepwise_mma(a, b, bits, WGMMA_K_FP8, min_exp=min_exp or _E4M3FN_MIN_EXP)
     return out if acc is None else acc + out
 
 
