@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from zyfa.formats import get_format
 from zyfa.platforms import stepwise_mma, truncating_mma
 
 SAMPLE = Path(__file__).resolve().parents[1] / "tests" / "data" / "wgmma_h200_sample.npz"
@@ -79,7 +80,8 @@ def mmaemu_stepwise(a8: torch.Tensor, b8: torch.Tensor, step: int = K_STEP) -> t
 
 
 def _min_exp(x: torch.Tensor) -> int:
-    return -14 if x.dtype == torch.float8_e5m2 else -6  # smallest normal exponent: e5m2 -14, e4m3fn -6
+    """The smallest normal exponent of an FP8 operand's format (e4m3fn -6, e5m2 -14), from the format table."""
+    return get_format(str(x.dtype).removeprefix("torch.float8_")).emin
 
 
 def ours_chain(a8: torch.Tensor, b8: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
