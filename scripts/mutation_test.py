@@ -171,6 +171,32 @@ def stale(old_text: str, new_text: str, verdicts: dict[str, int | None]) -> dict
             "not_judged": sum(v is None for v in verdicts.values())}
 
 
+def mutant_patterns(module: str, functions: list[str]) -> list[str]:
+    """mutmut name patterns (``fnmatch``, as ``mutmut run`` takes them) for every mutant of the named functions of
+    ``module``: ``func`` -> ``pkg.mod.x_func__mutmut_*``, ``Class.method`` -> ``pkg.mod.xǁClassǁmethod__mutmut_*``."""
+    prefix = module.removesuffix(".py").replace("/", ".")
+    out = []
+    for f in functions:
+        if "." in f:
+            cls, meth = f.split(".", 1)
+            out.append(f"{prefix}.xǁ{cls}ǁ{meth}__mutmut_*")
+        else:
+            out.append(f"{prefix}.x_{f}__mutmut_*")
+    return out
+
+
+def carry_verdicts(new: dict[str, int | None], old: dict[str, int | None], keep: set[str]) -> int:
+    """Copy into ``new`` (mutant -> exit code) the earlier verdicts of the mutants whose function is in ``keep``
+    (unchanged functions: mutmut numbers mutants per function, so their names and changes are the same). Returns
+    how many were carried."""
+    n = 0
+    for key in new:
+        if mutant_function(key) in keep and old.get(key) is not None and new[key] is None:
+            new[key] = old[key]
+            n += 1
+    return n
+
+
 def stale_report(work: Path, modules: list[str]) -> int:
     """Print, per module, how much of the earlier run in ``work`` still describes the working tree's source."""
     print("| module | functions changed / added / removed | mutants recorded | in changed or removed functions "
@@ -260,8 +286,11 @@ def run_module(
     env: dict,
     from_head: bool,
     rerun: bool = False,
+    rerun_changed: bool = False,
 ) -> dict:
     args = ["run"] + (["--max-children", str(max_children)] if max_children else [])
+    if rerun_changed:
+        return _rerun_changed(work, module, base, tests, max_children, env, from_head, args)
     if rerun:
         dest = refresh_tests(work, module, base, tests, from_head)
         names = [u["name"] for u in collect(dest, env, module)["undetected"]]
@@ -294,6 +323,58 @@ def run_module(
         f"{c.get('survived', 0)} survived, {len(result['undetected'])} undetected, {seconds:.0f} s",
         flush=True,
     )
+    return result
+
+
+def _rerun_changed(work: Path, module: str, base: dict, tests: list[str], max_children: int | None, env: dict,
+                   from_head: bool, args: list[str]) -> dict:
+    """A fresh copy of the module; mutmut judges only the mutants of the functions changed or added since the
+    earlier run in ``work``; the earlier verdicts of the unchanged functions are carried over."""
+    dest = work / _slug(module)
+    earlier = work / (_slug(module) + ".earlier")
+    if not (dest / "mutants" / f"{module}.meta").is_file() and (earlier / "mutants" / f"{module}.meta").is_file():
+        shutil.rmtree(dest, ignore_errors=True)  # an interrupted re-run: the earlier run is still whole
+    elif (dest / module).is_file() and (dest / "mutants" / f"{module}.meta").is_file():
+        shutil.rmtree(earlier, ignore_errors=True)
+        dest.rename(earlier)  # kept until the merge is written: an interrupted re-run loses nothing
+    else:
+        _fail(f"--rerun-changed: no earlier run of {module} in {dest}; run it once without the option")
+    old_text = (earlier / module).read_text("utf-8")
+    old_verdicts = _exit_codes(earlier, module)
+    t0 = time.monotonic()
+    dest = prepare(work, module, base, tests, from_head)
+    new_text = (dest / module).read_text("utf-8")
+    r = stale(old_text, new_text, old_verdicts)
+    functions = r["changed"] + r["added"]
+    if not functions:
+        print(f"== {module}: no function changed since the earlier run; its verdicts stand", flush=True)
+        shutil.rmtree(dest)
+        earlier.rename(dest)
+        result = collect(dest, env, module)
+        result.update(module=module, tests=tests, seconds=0.0, rerun_functions=[], carried=len(old_verdicts))
+        return result
+    print(f"== {module}: re-running the functions changed or added since the earlier run: {', '.join(functions)}",
+          flush=True)
+    log = dest / "mutmut-run.log"
+    with log.open("w") as fh:
+        proc = subprocess.run([sys.executable, "-m", "mutmut", *args, *mutant_patterns(module, functions)],
+                              cwd=dest, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False)
+    new_meta = dest / "mutants" / f"{module}.meta"
+    if proc.returncode != 0 or not new_meta.is_file():
+        tail = log.read_text(errors="replace")[-3000:]
+        _fail(f"mutmut run for {module} exited {proc.returncode} (log {log}; the earlier run is in {earlier}):\n{tail}")
+    data = json.loads(new_meta.read_text("utf-8"))
+    keep = set(function_sources(new_text)) - set(functions)
+    carried = carry_verdicts(data["exit_code_by_key"], old_verdicts, keep)
+    tmp = new_meta.with_name(new_meta.name + ".partial")
+    tmp.write_text(json.dumps(data), "utf-8")
+    os.replace(tmp, new_meta)
+    shutil.rmtree(earlier)
+    seconds = time.monotonic() - t0
+    print(f"   {module}: {carried} verdicts carried over from the unchanged functions", flush=True)
+    result = collect(dest, env, module)
+    result.update(module=module, tests=tests, seconds=round(seconds, 1), rerun_functions=functions,
+                  carried=carried)
     return result
 
 
@@ -352,11 +433,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="re-run only the mutants an earlier run in --work left undetected, against the current tests",
     )
+    ap.add_argument(
+        "--rerun-changed",
+        action="store_true",
+        help="a fresh copy in which mutmut judges only the mutants of the functions changed or added since the "
+        "earlier run in --work (see --stale); the earlier verdicts of the unchanged functions are kept",
+    )
     ap.add_argument("--max-children", type=int, default=None, help="parallel mutant workers (default: mutmut's)")
     ap.add_argument("--stale", action="store_true",
                     help="run nothing: say per module which functions changed since the run in --work, and how "
                     "many of its recorded verdicts they make stale")
     args = ap.parse_args(argv)
+    if args.rerun_changed and args.rerun_undetected:
+        _fail("--rerun-changed and --rerun-undetected are two different re-runs: give one")
 
     if args.stale:
         _, table = load_settings(ROOT / "pyproject.toml")
@@ -408,6 +497,7 @@ def main(argv: list[str] | None = None) -> int:
                 env,
                 not args.working_tree,
                 args.rerun_undetected,
+                args.rerun_changed,
             )
         )
         # Rewrite after every module so an interrupted run keeps what finished.

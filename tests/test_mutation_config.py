@@ -94,3 +94,42 @@ def test_stale_verdicts_follow_the_functions_that_changed(script):
     assert (r["changed"], r["added"], r["removed"]) == (["f"], ["h"], ["C.m"])
     assert (r["mutants"], r["stale_mutants"], r["stale_judged"], r["not_judged"]) == (3, 2, 1, 1)
     assert script.stale(old, old, verdicts)["stale_mutants"] == 0
+
+
+def test_rerun_patterns_select_exactly_the_mutants_of_the_named_functions(script):
+    import fnmatch
+
+    names = ["zyfa.emulator.x_emulate__mutmut_3", "zyfa.emulator.x__mma__mutmut_12",
+             "zyfa.emulator.x__mma_step__mutmut_1", "zyfa.recipes.xǁRecipeǁ__post_init____mutmut_7",
+             "zyfa.recipes.xǁRecipeǁon__mutmut_2", "zyfa.recipes.xǁRecipeǁtiles__mutmut_1"]
+    pats = script.mutant_patterns("zyfa/emulator.py", ["_mma"])
+    assert pats == ["zyfa.emulator.x__mma__mutmut_*"]
+    assert [n for n in names if any(fnmatch.fnmatch(n, p) for p in pats)] == ["zyfa.emulator.x__mma__mutmut_12"]
+    pats = script.mutant_patterns("zyfa/recipes.py", ["Recipe.on", "Recipe.__post_init__"])
+    assert [n for n in names if any(fnmatch.fnmatch(n, p) for p in pats)] == [
+        "zyfa.recipes.xǁRecipeǁ__post_init____mutmut_7", "zyfa.recipes.xǁRecipeǁon__mutmut_2"]
+    # the patterns invert mutant_function for every name
+    for n in names:
+        mod = n.split(".x")[0].replace(".", "/") + ".py"
+        assert fnmatch.fnmatch(n, script.mutant_patterns(mod, [script.mutant_function(n)])[0])
+
+
+def test_rerun_carries_only_unchanged_functions_verdicts_into_unjudged_slots(script):
+    old = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 0, "m.x_g__mutmut_1": 0, "m.x_h__mutmut_1": 1}
+    new = {"m.x_f__mutmut_1": None, "m.x_f__mutmut_2": None, "m.x_g__mutmut_1": 1, "m.x_g__mutmut_2": None,
+           "m.x_k__mutmut_1": None}
+    assert script.carry_verdicts(new, old, keep={"f", "k"}) == 2
+    # f's verdicts carried; g re-run (its new verdict kept, its new mutant left unjudged); k had none before
+    assert new == {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 0, "m.x_g__mutmut_1": 1, "m.x_g__mutmut_2": None,
+                   "m.x_k__mutmut_1": None}
+
+
+def test_rerun_changed_refuses_without_an_earlier_run(script, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        script.main(["zyfa/quant.py", "--rerun-changed", "--work", str(tmp_path / "none"),
+                     "--out", str(tmp_path / "r.md")])
+    err = capsys.readouterr().err
+    assert "--rerun-changed: no earlier run of zyfa/quant.py" in err and err.count("\n") == 1
+    with pytest.raises(SystemExit):
+        script.main(["--rerun-changed", "--rerun-undetected", "--out", str(tmp_path / "r.md")])
+    assert "give one" in capsys.readouterr().err
