@@ -1,0 +1,179 @@
+"""Where the smallest normal exponent of each operand format enters emulate()'s Hopper accumulator (h200).
+
+The rule (docs/PLATFORMS.md; tests/zyfa/hopper_rule.py writes it out in float64 with e4m3fn's -6 for a subnormal
+operand): every k = 32 step, each product counts at the sum of its operands' exponents, a subnormal operand at its
+format's smallest normal exponent. As in tests/zyfa/test_hopper_min_exp_per_format.py, an operand whose format
+has smallest normal exponent ``emin`` is fed to that rule scaled by 2^(-6 - emin) and the result scaled back
+(every exponent, quantum and term moves by the same power of two; float64 keeps it exact).
+
+Covered here: the exponents themselves (FP8 from the formats' tables, bf16 and fp32 from the IEEE layout: 8
+exponent bits, bias 127, so 1 - 127 = -126); a bf16 or fp32 V of subnormals behind an FP8 P in P·V; the
+``rounded_mma`` row sum (P·ones in the unit, ones at exponent 0) with subnormal e5m2 P; that row sum kept as one
+chain over the tile in the unit (``accumulator="hopper_fp8"``); the per-tile P·V of ``v_descale="tile"``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.zyfa.hopper_rule import hopper_mma
+from zyfa.emulator import _min_exp, emulate
+from zyfa.recipes import get_recipe
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+RULE_MIN_EXP = -6  # what hopper_rule.hopper_mma counts a subnormal operand at
+
+
+def _rule(a: np.ndarray, b: np.ndarray, emin_a: int, emin_b: int, bits: int = 13) -> np.ndarray:
+    """a @ b (one chain over all of k) on the rule, a's subnormals at ``emin_a`` and b's at ``emin_b``."""
+    sa, sb = RULE_MIN_EXP - emin_a, RULE_MIN_EXP - emin_b
+    return hopper_mma(np.ldexp(a, sa), np.ldexp(b, sb), None, bits) / 2.0 ** (sa + sb)
+
+
+def _stepwise_rule(a: np.ndarray, b: np.ndarray, emin_a: int, emin_b: int, bits: int = 13) -> np.ndarray:
+    """Each k = 32 step from zero on the rule, the steps added in fp32 (a kernel keeping a true fp32 sum)."""
+    out = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for k0 in range(0, a.shape[1], 32):
+        out = out + _rule(a[:, k0:k0 + 32], b[k0:k0 + 32], emin_a, emin_b, bits).astype(np.float32)
+    return out.astype(np.float64)
+
+
+def _recipe(**fields):
+    """zyfa-hopper (h200, the accumulator model in Q·K and P·V) with FA3's P arithmetic (fp32 exp2, P scaled by
+    2^8, the row sum from the unrounded scaled P), no input scaling (the values given are the operands), fp32
+    output."""
+    base = dict(exp_method="exp2", p_scale="pow2", p_scale_log2=8, rowsum="fp32", out_format="fp32",
+                reciprocal="div", q_scale="none", k_scale="none", v_scale="none", block_m=4, block_n=32)
+    return get_recipe("zyfa-hopper").replace(**{**base, **fields})
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float((np.abs(a - b) / np.abs(b)).max())
+
+
+def test_smallest_normal_exponent_of_each_operand_format():
+    """e4m3fn -6, e4m3fnuz -7 (bias 8), e5m2 -14 (bias 15); bf16 and fp32 -126 (8 exponent bits, bias 127);
+    a format with no such exponent (INT8) is one clear error naming it."""
+    want = {"e4m3fn": -6, "e4m3fnuz": -7, "e5m2": -14, "bf16": -126, "fp32": -126}
+    assert {f: _min_exp(f) for f in want} == want
+    assert 2.0 ** want["fp32"] == torch.finfo(torch.float32).tiny  # the smallest normal, independently
+    with pytest.raises(ValueError, match="no accumulator operand exponent for format 'int8'"):
+        _min_exp("int8")
+
+
+def _positive_v(fmt: str, g: torch.Generator) -> torch.Tensor:
+    """(1, 1, 32, 64) positive subnormals exactly representable in ``fmt``: bf16 m·2^-133 (m in 1..127, every bf16
+    subnormal), fp32 m·2^-134 (m in 1..255: 8 significant bits, so P·V products stay exact)."""
+    if fmt == "bf16":
+        return torch.randint(1, 128, (1, 1, 32, 64), generator=g).float() * 2.0 ** -133
+    return torch.randint(1, 256, (1, 1, 32, 64), generator=g).float() * 2.0 ** -134
+
+
+@pytest.mark.parametrize("v_format", ["bf16", "fp32"])
+def test_pv_counts_a_subnormal_bf16_or_fp32_v_at_minus_126(v_format):
+    """An e4m3fn P times a V of bf16 (or fp32) subnormals goes through the h200 accumulator (P is FP8): V's
+    subnormals count at -126, not e4m3fn's -6 and not one binade off (-124, -127). The output is the rule's P·V over
+    the fp32 row sum of P·2^8 (it is itself subnormal: compared to 2^-148 plus 1e-6 relative)."""
+    r = _recipe(name=f"hopper-v-{v_format}", v_format=v_format)
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 1, 4, 64, generator=g) * 0.5
+    k = torch.randn(1, 1, 32, 64, generator=g) * 0.5
+    v = _positive_v(v_format, g)
+    trace: list = []
+    emu = emulate(q, k, v, r, sm_scale=1.0, trace=trace)
+    assert len(trace) == 1 and torch.equal(emu.v_deq, v)
+    p8 = trace[0]["p8"][0, 0].double().numpy()
+    l = np.exp2(trace[0]["t"][0, 0].double().numpy() + 8).sum(-1, keepdims=True)
+    v8 = v[0, 0].double().numpy()
+    want = _rule(p8, v8, -6, -126) / l
+    got = emu.out[0, 0].double().numpy()
+    assert (np.abs(got - want) <= 2.0 ** -148 + 1e-6 * np.abs(want)).all()
+    for other in (-6, -124, -127):  # V's subnormals at another exponent give other outputs
+        assert _rel(_rule(p8, v8, -6, other) / l, want) > 1e-4
+
+
+def _q_k_for_log2_probabilities(t: torch.Tensor):
+    """fp32 Q and K (no rounding: exact scores) of one block of 4 query rows whose log2 probabilities (sm_scale 1,
+    log2(e) folded into the scores) are ``t`` + the row max: Q = e_0, K's first coordinate t·ln 2."""
+    q = torch.zeros(1, 1, 4, 64)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, t.numel(), 64)
+    k[0, 0, :, 0] = t / np.log2(np.e)
+    return q, k
+
+
+@pytest.mark.parametrize("accumulator", ["hopper_fp8", "fp32"])
+def test_rounded_mma_row_sum_counts_subnormal_e5m2_p_at_minus_14(accumulator):
+    """rowsum='rounded_mma': the row sum is P·ones on the unit. In a second tile whose probabilities are all
+    2^-24..2^-22 of the row max (P·2^8: e5m2 subnormals, multiples of 2^-16) and an 8-bit accumulator, P counts at
+    e5m2's -14 (ones at 0): the largest exponent is -14, the quantum 2^-22, the sum exact. Counted at -6 (e4m3fn's,
+    or V's format here) the quantum is 2^-14 and every subnormal P is cut to 0. The traced row sum is the rule's."""
+    r = _recipe(name=f"hopper-rowsum-e5m2-{accumulator}", p_format="e5m2", rowsum="rounded_mma",
+                accum_mantissa_bits=8, accumulator=accumulator, q_format="fp32", k_format="fp32")
+    g = torch.Generator().manual_seed(4)
+    # tile 1: the row max (t in (-1, 0]); tile 2: t in (-23.9, -22.1)
+    t = torch.cat([-torch.rand(32, generator=g), torch.empty(32).uniform_(-23.9, -22.1, generator=g)])
+    q, k = _q_k_for_log2_probabilities(t)
+    v = torch.randn(1, 1, 64, 64, generator=g)
+    trace: list = []
+    emulate(q, k, v, r, sm_scale=1.0, trace=trace)
+    assert [tr["cols"] for tr in trace] == [(0, 32), (32, 64)]
+    p8 = trace[1]["p8"][0, 0].double().numpy()
+    assert ((p8 > 0) & (p8 < 2.0 ** -14)).mean() > 0.9  # e5m2 subnormals
+    ones = np.ones((32, 1))
+    want = _rule(p8, ones, -14, 0, bits=8)
+    assert np.array_equal(trace[1]["row_sum"][0, 0].double().numpy(), want)
+    assert (want > 0).all() and np.array_equal(want, p8.sum(-1, keepdims=True))  # exact here
+    assert (_rule(p8, ones, -6, 0, bits=8) < want).all()  # at -6 the subnormal P would be cut to 0
+
+
+def test_rounded_mma_row_sum_is_one_chain_over_the_tile_in_the_unit():
+    """accumulator='hopper_fp8': P·ones over a 64-key tile is one chain of two k steps in the unit, so the first
+    step's sum (probabilities 2^-14..2^-10 of the max, P·2^8 with bits down to 2^-9) is truncated against the second
+    step's largest exponent (P = 2^8 at the max): the rule's chain, not two steps added in fp32."""
+    r = _recipe(name="hopper-rowsum-chain", rowsum="rounded_mma", accumulator="hopper_fp8", block_n=64,
+                q_format="fp32", k_format="fp32")
+    g = torch.Generator().manual_seed(5)
+    # first k step: t in (-14, -10); second: the row max (t in (-1, 0])
+    t = torch.cat([torch.empty(32).uniform_(-14.0, -10.0, generator=g), -torch.rand(32, generator=g)])
+    q, k = _q_k_for_log2_probabilities(t)
+    v = torch.randn(1, 1, 64, 64, generator=g)
+    trace: list = []
+    emulate(q, k, v, r, sm_scale=1.0, trace=trace)
+    assert len(trace) == 1 and trace[0]["cols"] == (0, 64)
+    p8 = trace[0]["p8"][0, 0].double().numpy()
+    ones = np.ones((64, 1))
+    want = _rule(p8, ones, -6, 0)
+    assert np.array_equal(trace[0]["row_sum"][0, 0].double().numpy(), want)
+    assert not np.array_equal(_stepwise_rule(p8, ones, -6, 0), want)  # flushing each step would differ
+
+
+@pytest.mark.parametrize("accumulator", ["hopper_fp8", "fp32"])
+def test_per_tile_pv_of_v_descale_tile_counts_subnormal_e5m2_v_at_minus_14(accumulator):
+    """v_descale='tile' (P·V of each tile computed apart, then scaled and added in fp32): a 64-key tile of e5m2
+    subnormal V goes through the accumulator with V at e5m2's -14; in the unit (hopper_fp8) as one chain over the
+    tile's two k steps, with accumulator='fp32' each step flushed into fp32. The output is that P·V over the fp32
+    row sum of P·2^8; V at -6, or the other accumulation, gives another."""
+    r = _recipe(name=f"hopper-vtile-{accumulator}", v_format="e5m2", v_descale="tile", accumulator=accumulator,
+                block_n=64)
+    g = torch.Generator().manual_seed(6)
+    q = torch.randn(1, 1, 4, 64, generator=g)
+    k = torch.randn(1, 1, 64, 64, generator=g)
+    codes = torch.randint(1, 4, (1, 1, 64, 64), generator=g)  # e5m2 subnormal codes: 1..3 · 2^-16
+    v = codes.float() * 2.0 ** -16
+    trace: list = []
+    emu = emulate(q, k, v, r, sm_scale=1.0, trace=trace)
+    assert len(trace) == 1 and torch.equal(emu.v_deq, v)
+    p8 = trace[0]["p8"][0, 0].double().numpy()
+    l = np.exp2(trace[0]["t"][0, 0].double().numpy() + 8).sum(-1, keepdims=True)
+    v8 = v[0, 0].double().numpy()
+    mma, other = (_rule, _stepwise_rule) if accumulator == "hopper_fp8" else (_stepwise_rule, _rule)
+    want = mma(p8, v8, -6, -14) / l
+    got = emu.out[0, 0].double().numpy()
+    assert _rel(got, want) < 2e-6
+    assert _rel(mma(p8, v8, -6, -6) / l, want) > 1e-4
+    if accumulator == "hopper_fp8":
+        assert _rel(other(p8, v8, -6, -14) / l, want) > 1e-5
