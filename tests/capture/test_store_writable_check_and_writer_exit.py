@@ -66,6 +66,12 @@ def _record(layer=0, q_heads=(0, 1, 2, 3), kv_heads=(0, 1), kv_of_q=(0, 0, 1, 1)
         num_q_heads=4, num_kv_heads=2)
 
 
+def _write_one_layer(path: Path) -> None:
+    with CaptureWriter(path, _meta(), IDS) as w:
+        w.write_layer(_record())
+        w.finish()
+
+
 # ------------------------------------------------------------------------------------------- check_writable
 
 def test_probe_is_a_hidden_file_named_after_the_capture_and_removed(tmp_path, monkeypatch):
@@ -142,9 +148,7 @@ def test_an_existing_file_that_cannot_be_opened_for_update_is_refused(tmp_path):
 def test_group_attributes_are_exactly_the_documented_ones(tmp_path):
     """datasets/README.md lists the group attributes; the writer adds none of its own."""
     path = tmp_path / "c.h5"
-    with CaptureWriter(path, _meta(), IDS) as w:
-        w.write_layer(_record())
-        w.finish()
+    _write_one_layer(path)
     with h5py.File(path, "r") as f:
         g = f["layers/000"]
         assert set(g.attrs) == {"complete", "layer", "layer_type", "sm_scale", "causal", "window", "q_heads",
@@ -216,9 +220,7 @@ def test_kill_at_the_half_point_leaves_the_first_half_of_the_tokens(tmp_path):
 def test_layer_data_that_cannot_be_decoded_names_file_and_layer(tmp_path):
     """A compressed chunk overwritten with garbage (structure intact): one line naming the file and layer."""
     path = tmp_path / "c.h5"
-    with CaptureWriter(path, _meta(), IDS) as w:
-        w.write_layer(_record())
-        w.finish()
+    _write_one_layer(path)
     with h5py.File(path, "r") as f:
         chunk = f["layers/000/k"].id.get_chunk_info(0)
     with open(path, "r+b") as fh:

@@ -72,6 +72,16 @@ def _positive_v(fmt: str, g: torch.Generator) -> torch.Tensor:
     return torch.randint(1, 256, (1, 1, 32, 64), generator=g).float() * 2.0 ** -134
 
 
+def _one_tile_pv(q, k, v, r):
+    """Emulate one KV tile with its trace: P's FP8 values, the fp32 row sum of P·2^8 (float64), V and the result."""
+    trace: list = []
+    emu = emulate(q, k, v, r, sm_scale=1.0, trace=trace)
+    assert len(trace) == 1 and torch.equal(emu.v_deq, v)
+    p8 = trace[0]["p8"][0, 0].double().numpy()
+    l = np.exp2(trace[0]["t"][0, 0].double().numpy() + 8).sum(-1, keepdims=True)
+    return p8, l, v[0, 0].double().numpy(), emu
+
+
 @pytest.mark.parametrize("v_format", ["bf16", "fp32"])
 def test_pv_counts_a_subnormal_bf16_or_fp32_v_at_minus_126(v_format):
     """An e4m3fn P times a V of bf16 (or fp32) subnormals goes through the h200 accumulator (P is FP8): V's
@@ -82,12 +92,7 @@ def test_pv_counts_a_subnormal_bf16_or_fp32_v_at_minus_126(v_format):
     q = torch.randn(1, 1, 4, 64, generator=g) * 0.5
     k = torch.randn(1, 1, 32, 64, generator=g) * 0.5
     v = _positive_v(v_format, g)
-    trace: list = []
-    emu = emulate(q, k, v, r, sm_scale=1.0, trace=trace)
-    assert len(trace) == 1 and torch.equal(emu.v_deq, v)
-    p8 = trace[0]["p8"][0, 0].double().numpy()
-    l = np.exp2(trace[0]["t"][0, 0].double().numpy() + 8).sum(-1, keepdims=True)
-    v8 = v[0, 0].double().numpy()
+    p8, l, v8, emu = _one_tile_pv(q, k, v, r)
     want = _rule(p8, v8, -6, -126) / l
     got = emu.out[0, 0].double().numpy()
     assert (np.abs(got - want) <= 2.0 ** -148 + 1e-6 * np.abs(want)).all()
@@ -164,12 +169,7 @@ def test_per_tile_pv_of_v_descale_tile_counts_subnormal_e5m2_v_at_minus_14(accum
     k = torch.randn(1, 1, 64, 64, generator=g)
     codes = torch.randint(1, 4, (1, 1, 64, 64), generator=g)  # e5m2 subnormal codes: 1..3 · 2^-16
     v = codes.float() * 2.0 ** -16
-    trace: list = []
-    emu = emulate(q, k, v, r, sm_scale=1.0, trace=trace)
-    assert len(trace) == 1 and torch.equal(emu.v_deq, v)
-    p8 = trace[0]["p8"][0, 0].double().numpy()
-    l = np.exp2(trace[0]["t"][0, 0].double().numpy() + 8).sum(-1, keepdims=True)
-    v8 = v[0, 0].double().numpy()
+    p8, l, v8, emu = _one_tile_pv(q, k, v, r)
     mma, other = (_rule, _stepwise_rule) if accumulator == "hopper_fp8" else (_stepwise_rule, _rule)
     want = mma(p8, v8, -6, -14) / l
     got = emu.out[0, 0].double().numpy()
