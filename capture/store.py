@@ -206,7 +206,10 @@ def open_capture(path: str | os.PathLike) -> CaptureInfo:
         try:
             root = _validate_root(f, path)
             layers = {}
-            for key, g in (f["layers"].items() if "layers" in f else []):
+            for key in f.get("layers", []):
+                g = f["layers"][key]  # not .items(): it turns a dangling link into None instead of a KeyError
+                if not isinstance(g, h5py.Group):
+                    raise CaptureFormatError(f"{path}: layers/{key} is a {type(g).__name__}, not a layer group")
                 a = _validate_layer(g, root, path)
                 layers[int(a["layer"])] = a
                 if layer_key(int(a["layer"])) != key:

@@ -1,0 +1,121 @@
+"""The capture reader on files a user can meet: a dangling link in the layer index, non-finite values in V, and
+a layer that stores more KV heads than query heads.
+
+- ``open_capture`` turns a structure h5py cannot walk (here a soft link in ``/layers`` whose target is gone,
+  as a hand edit or a partial repack leaves it) into one line naming the file.
+- ``read_capture`` names the tensor that holds a NaN: V, not Q or K, when the NaN is in V.
+- A layer that keeps KV heads no stored query head uses (a capture of query head 0 of a GQA model together
+  with every KV head) reads back with one KV head per query head, in order, and no division by a zero group
+  size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from capture.record import LayerRecord
+from capture.store import CaptureFormatError, CaptureWriter, open_capture, read_capture
+
+S, D = 16, 8
+IDS = np.arange(3, 3 + S)[None]
+
+
+def _meta(q_heads=(0, 1, 2, 3), num_q=4, num_kv=2):
+    return {
+        "model": "synthetic", "model_source": "test", "model_package": "", "model_sha256": "a" * 64,
+        "transformers_version": "-", "torch_version": "2.x", "text_source": "none", "text_sha256": "b" * 64,
+        "window_offset": 0, "dtype": "float32", "layers": [0], "q_heads": list(q_heads),
+        "num_layers": 1, "num_q_heads": num_q, "num_kv_heads": num_kv, "head_dim": D,
+    }
+
+
+def _write(path: Path, q, k, v, q_heads, kv_heads, kv_of_q, num_q=4, num_kv=2) -> None:
+    rec = LayerRecord(
+        layer=0, layer_type="full_attention", q=q, k=k, v=v, sm_scale=0.3, causal=True, window=None,
+        q_heads=tuple(q_heads), kv_heads=tuple(kv_heads), kv_head_of_q=tuple(kv_of_q),
+        num_q_heads=num_q, num_kv_heads=num_kv)
+    with CaptureWriter(path, _meta(q_heads, num_q, num_kv), IDS) as w:
+        w.write_layer(rec)
+        w.finish()
+
+
+def _randn(*shape, seed):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+def _gqa_file(path: Path, v=None) -> None:
+    q, k = _randn(1, 4, S, D, seed=1), _randn(1, 2, S, D, seed=2)
+    v = _randn(1, 2, S, D, seed=3) if v is None else v
+    _write(path, q, k, v, (0, 1, 2, 3), (0, 1), (0, 0, 1, 1))
+
+
+@pytest.mark.parametrize("link", ["soft", "external"])
+def test_a_dangling_link_in_the_layer_index_is_one_line_naming_the_file(tmp_path, link):
+    path = tmp_path / "cap.h5"
+    _gqa_file(path)
+    with h5py.File(path, "a") as f:
+        f["layers"]["001"] = (h5py.SoftLink("/layers/gone") if link == "soft"
+                              else h5py.ExternalLink(str(tmp_path / "gone.h5"), "/x"))
+    with pytest.raises(CaptureFormatError) as e:
+        open_capture(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: unreadable structure (truncated or corrupted?): ")
+    assert "\n" not in msg
+
+
+def test_a_dangling_link_in_place_of_a_tensor_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "cap.h5"
+    _gqa_file(path)
+    with h5py.File(path, "a") as f:
+        del f["layers/000/v"]
+        f["layers/000/v"] = h5py.SoftLink("/nowhere")
+    with pytest.raises(CaptureFormatError) as e:
+        open_capture(path)
+    assert str(e.value).startswith(f"{path}: unreadable structure (truncated or corrupted?): ")
+
+
+def test_a_dataset_in_the_layer_index_is_refused_by_name(tmp_path):
+    path = tmp_path / "cap.h5"
+    _gqa_file(path)
+    with h5py.File(path, "a") as f:
+        f["layers"]["001"] = np.zeros(3)
+    with pytest.raises(CaptureFormatError, match=r"cap\.h5: layers/001 is a Dataset, not a layer group$"):
+        open_capture(path)
+
+
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+def test_a_nan_is_reported_in_the_tensor_that_holds_it(tmp_path, where):
+    path = tmp_path / "cap.h5"
+    q, k, v = _randn(1, 4, S, D, seed=1), _randn(1, 2, S, D, seed=2), _randn(1, 2, S, D, seed=3)
+    bad = {"q": q, "k": k, "v": v}[where]
+    bad[0, 1, 5, 2] = float("nan")
+    _write(path, q, k, v, (0, 1, 2, 3), (0, 1), (0, 0, 1, 1))
+    with pytest.raises(CaptureFormatError) as e:
+        list(read_capture(path))
+    msg = str(e.value)
+    assert f"layer 0 tensor {where} holds 1 NaN and 0 Inf values (first at batch 0, head 1, token 5)" in msg
+
+
+def test_more_kv_heads_than_query_heads_read_back_as_one_kv_head_per_query_head(tmp_path):
+    """Query head 0 of a 4:2 GQA model, stored with both KV heads: the reader keeps the one KV head it uses."""
+    path = tmp_path / "cap.h5"
+    q, k, v = _randn(1, 1, S, D, seed=4), _randn(1, 2, S, D, seed=5), _randn(1, 2, S, D, seed=6)
+    _write(path, q, k, v, (0,), (0, 1), (0,))
+    (rec,) = list(read_capture(path))
+    assert rec.q_heads == (0,) and rec.kv_heads == (0,) and rec.kv_head_of_q == (0,)
+    assert torch.equal(rec.q, q)
+    assert torch.equal(rec.k, k[:, :1]) and torch.equal(rec.v, v[:, :1])
+
+
+def test_more_kv_heads_than_query_heads_keep_the_used_kv_head_when_it_is_not_the_first(tmp_path):
+    path = tmp_path / "cap.h5"
+    q, k, v = _randn(1, 1, S, D, seed=7), _randn(1, 2, S, D, seed=8), _randn(1, 2, S, D, seed=9)
+    _write(path, q, k, v, (3,), (0, 1), (1,))
+    (rec,) = list(read_capture(path))
+    assert rec.q_heads == (3,) and rec.kv_heads == (1,) and rec.kv_head_of_q == (0,)
+    assert torch.equal(rec.k, k[:, 1:]) and torch.equal(rec.v, v[:, 1:])
