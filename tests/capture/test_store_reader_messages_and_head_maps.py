@@ -25,12 +25,12 @@ S, D = 16, 8
 IDS = np.arange(3, 3 + S)[None]
 
 
-def _meta(q_heads=(0, 1, 2, 3), num_q=4, num_kv=2):
+def _meta(q_heads=(0, 1, 2, 3), num_q=4, num_kv=2, dtype="float32", head_dim=D):
     return {
         "model": "synthetic", "model_source": "test", "model_package": "", "model_sha256": "a" * 64,
         "transformers_version": "-", "torch_version": "2.x", "text_source": "none", "text_sha256": "b" * 64,
-        "window_offset": 0, "dtype": "float32", "layers": [0], "q_heads": list(q_heads),
-        "num_layers": 1, "num_q_heads": num_q, "num_kv_heads": num_kv, "head_dim": D,
+        "window_offset": 0, "dtype": dtype, "layers": [0], "q_heads": list(q_heads),
+        "num_layers": 1, "num_q_heads": num_q, "num_kv_heads": num_kv, "head_dim": head_dim,
     }
 
 
@@ -39,7 +39,8 @@ def _write(path: Path, q, k, v, q_heads, kv_heads, kv_of_q, num_q=4, num_kv=2) -
         layer=0, layer_type="full_attention", q=q, k=k, v=v, sm_scale=0.3, causal=True, window=None,
         q_heads=tuple(q_heads), kv_heads=tuple(kv_heads), kv_head_of_q=tuple(kv_of_q),
         num_q_heads=num_q, num_kv_heads=num_kv)
-    with CaptureWriter(path, _meta(q_heads, num_q, num_kv), IDS) as w:
+    meta = _meta(q_heads, num_q, num_kv, str(q.dtype).removeprefix("torch."), q.shape[-1])
+    with CaptureWriter(path, meta, IDS) as w:
         w.write_layer(rec)
         w.finish()
 
@@ -119,3 +120,18 @@ def test_more_kv_heads_than_query_heads_keep_the_used_kv_head_when_it_is_not_the
     (rec,) = list(read_capture(path))
     assert rec.q_heads == (3,) and rec.kv_heads == (1,) and rec.kv_head_of_q == (0,)
     assert torch.equal(rec.k, k[:, 1:]) and torch.equal(rec.v, v[:, 1:])
+
+
+@pytest.mark.parametrize("head_dim", [1, 2, 3, 6])
+def test_a_bf16_capture_of_any_head_dim_reads_back_bit_exact(tmp_path, head_dim):
+    """bf16 is stored as its 16-bit patterns; reading them back must reinterpret those same 2-byte units,
+    whatever the head dim: a reinterpretation through a wider dtype works only where the row's bytes happen
+    to divide into it (head dim a multiple of 4 for 8-byte words), and fails or scrambles the values elsewhere."""
+    path = tmp_path / "cap.h5"
+    q, k, v = (_randn(1, n, S, head_dim, seed=10 + n).to(torch.bfloat16) for n in (4, 2, 2))
+    v[0, 1, 3, 0] = -0.0
+    _write(path, q, k, v, (0, 1, 2, 3), (0, 1), (0, 0, 1, 1))
+    (rec,) = list(read_capture(path))
+    for got, want in ((rec.q, q), (rec.k, k), (rec.v, v)):
+        assert got.dtype == torch.bfloat16 and got.shape == want.shape
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))

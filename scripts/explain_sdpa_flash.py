@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Why PyTorch SDPA's flash backend (FA2) has less error than the ``bf16`` emulation: record on a GPU, fit on a CPU.
+
+    python3 scripts/explain_sdpa_flash.py record --out fa2.pt      # on the GPU: FA2's outputs on probes and inputs
+    python3 scripts/explain_sdpa_flash.py fit fa2.pt               # anywhere: which model of FA2 reproduces them
+
+``record`` runs the flash backend (``torch.nn.attention.SDPBackend.FLASH_ATTENTION``, BF16) on
+
+- *one-hot probes*: V is a block of the identity (key j writes column j - c·d, every other key a zero row), so
+  each output element is one key's rounded probability times the factor the kernel applies to it afterwards
+  (the rescale to the final row max, then 1/l), rounded to bf16. ceil(s_k / d) calls with the same Q and K show
+  every key's value. Which running max each probability was rounded against, which tile size and order the
+  kernel used and how it normalised can be read off bit for bit;
+- the study's Gaussian inputs (``accuracy.study.run.gaussian_specs("default")``), whose outputs the study's
+  real-vs-emulated table compares with the ``bf16`` emulation.
+
+``fit`` evaluates, with no GPU, candidate models of an FA2-style forward (``fa2_model``: KV tiles of ``block_n``
+keys, visited first to last or last to first, an online row max, P = exp2(s·c − m·c) rounded to bf16 for P·V,
+the row sum from the fp32 P, the output divided by l or multiplied by 1/l) and the project's ``bf16`` emulation:
+the fraction of probe outputs each reproduces bit for bit, and on the study inputs each one's output distance to
+FA2's and its error against the FP64 oracle over the emulation's (FA2's ratio beside it). docs/real_kernels.md
+has the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PROBE_HEAD_DIMS = (64, 128, 256)
+PROBE_SEQ = 512
+PROBE_LOGIT_STD = 2.0
+
+
+def _probe_inputs(d: int, causal: bool, seed: int):
+    g = torch.Generator().manual_seed(seed)
+    # logits q.k/sqrt(d) of std PROBE_LOGIT_STD: q, k entries of std sqrt(PROBE_LOGIT_STD)
+    s = math.sqrt(PROBE_LOGIT_STD)
+    q = (torch.randn(1, 1, PROBE_SEQ, d, generator=g) * s).to(torch.bfloat16)
+    k = (torch.randn(1, 1, PROBE_SEQ, d, generator=g) * s).to(torch.bfloat16)
+    return q, k
+
+
+def one_hot_values(s_k: int, d: int, block: int) -> torch.Tensor:
+    """V of the ``block``-th probe call: key j = block·d + c holds e_c, every other key zeros. (1, 1, s_k, d)."""
+    v = torch.zeros(1, 1, s_k, d)
+    lo, hi = block * d, min(s_k, (block + 1) * d)
+    v[0, 0, lo:hi, : hi - lo] = torch.eye(hi - lo)
+    return v.to(torch.bfloat16)
+
+
+def record(out: Path) -> None:
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from accuracy.inputs import make_gaussian
+    from accuracy.study.run import gaussian_specs
+
+    if not torch.cuda.is_available():
+        sys.exit("explain_sdpa_flash.py record: needs a CUDA GPU")
+
+    def fa2(q, k, v, causal, scale):
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            return F.scaled_dot_product_attention(q.cuda(), k.cuda(), v.cuda(), is_causal=causal, scale=scale).cpu()
+
+    def fa2_lse(q, k, v, causal, scale):
+        """The flash op's own log-sum-exp (natural log, fp32): l and the final row max together."""
+        r = torch.ops.aten._scaled_dot_product_flash_attention(q.cuda(), k.cuda(), v.cuda(), 0.0, causal, False,
+                                                                scale=scale)
+        return r[1].cpu()
+
+    data = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "probes": [], "inputs": []}
+    for seed, (d, causal) in enumerate(itertools.product(PROBE_HEAD_DIMS, (False, True))):
+        q, k = _probe_inputs(d, causal, seed)
+        outs = [fa2(q, k, one_hot_values(PROBE_SEQ, d, c), causal, d ** -0.5)
+                for c in range(math.ceil(PROBE_SEQ / d))]
+        lse = fa2_lse(q, k, one_hot_values(PROBE_SEQ, d, 0), causal, d ** -0.5)
+        data["probes"].append({"d": d, "causal": causal, "seed": seed, "q": q, "k": k, "outs": outs, "lse": lse})
+        print(f"probe d{d} causal={causal}: {len(outs)} calls", flush=True)
+    for spec in gaussian_specs("default"):
+        x = make_gaussian(spec)
+        if x.q.shape[-1] != x.v.shape[-1] or x.window is not None:
+            continue  # FA2 has no kernel for MLA's 192/128
+        sm = x.sm_scale if x.sm_scale is not None else x.q.shape[-1] ** -0.5
+        o = fa2(x.q.to(torch.bfloat16), x.k.to(torch.bfloat16), x.v.to(torch.bfloat16), bool(x.causal), sm)
+        data["inputs"].append({"name": x.name, "spec": spec, "out": o})
+        print(f"input {x.name}", flush=True)
+    torch.save(data, out)
+    print(f"wrote {out}")
+
+
+def fa2_model(q, k, v, *, sm_scale: float, causal: bool, block_n: int, reverse: bool, rcp: bool) -> torch.Tensor:
+    """An FA2-style forward of one head in fp32 arithmetic on bf16 operands: q (s_q, d), k (s_k, d), v (s_k, d_v).
+
+    Scores S = q·kᵀ in fp32 (float64 products and sum, rounded once); per KV tile (``block_n`` keys, visited last
+    to first when ``reverse``): m = max(m, rowmax S), P = exp2(fp32(S·c − fp32(m·c))) with c = sm_scale·log2(e)
+    (one rounding, as a fused multiply-add), alpha = exp2((m_old − m)·c), l = l·alpha + ΣP (fp32 P),
+    acc = acc·alpha + bf16(P)·V (fp32). Output bf16(acc / l), or bf16(acc · fp32(1/l)) when ``rcp``. Causal is
+    top-left aligned (SDPA's is_causal)."""
+    q64, k64 = q.double(), k.double()
+    s_q, s_k = q.shape[0], k.shape[0]
+    S = (q64 @ k64.T).float()
+    if causal:
+        S = S.masked_fill(torch.ones(s_q, s_k, dtype=torch.bool).triu(1), float("-inf"))
+    c = torch.tensor(sm_scale * math.log2(math.e), dtype=torch.float32)
+    m = torch.full((s_q, 1), float("-inf"))
+    l_sum = torch.zeros(s_q, 1)
+    acc = torch.zeros(s_q, v.shape[1])
+    v64 = v.double()
+    tiles = list(range(0, s_k, block_n))
+    for t0 in reversed(tiles) if reverse else tiles:
+        st = S[:, t0:t0 + block_n]
+        m_new = torch.maximum(m, st.amax(dim=1, keepdim=True))
+        ms = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), (m_new * c).float())
+        p = torch.exp2((st.double() * c.double() - ms.double()).float())
+        alpha = torch.where(torch.isinf(m), torch.zeros_like(m),
+                            torch.exp2(((m - m_new) * c).float()))
+        alpha = torch.where(torch.isinf(m_new), torch.ones_like(m), alpha)
+        l_sum = (l_sum * alpha + p.sum(dim=1, keepdim=True, dtype=torch.float64).float()).float()
+        acc = (acc * alpha).float() + (p.to(torch.bfloat16).double() @ v64[t0:t0 + block_n]).float()
+        acc = acc.float()
+        m = m_new
+    out = acc * (1.0 / l_sum).float() if rcp else acc / l_sum
+    return out.to(torch.bfloat16)
+
+
+CANDIDATES = [dict(block_n=bn, reverse=rev, rcp=rcp)
+              for bn in (64, 128) for rev in (False, True) for rcp in (False, True)]
+
+
+def _label(c: dict) -> str:
+    return f"{c['block_n']}-key tiles, {'last to first' if c['reverse'] else 'first to last'}, " \
+           f"{'x 1/l' if c['rcp'] else '/ l'}"
+
+
+def _rel_l2(a, b) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+def fit(path: Path) -> None:
+    from reference.attention import attention_fp64
+    from zyfa.emulator import emulate
+
+    data = torch.load(path, weights_only=False)
+    print(f"# FA2 recorded on {data['device']} (torch {data['torch']})\n")
+    print("## One-hot probes: share of output elements reproduced bit for bit\n")
+    cols = [_label(c) for c in CANDIDATES] + ["bf16 emulation"]
+    print("| probe | " + " | ".join(cols) + " |")
+    print("|---|" + "---|" * len(cols))
+    for p in data["probes"]:
+        q, k, d, causal = p["q"][0, 0].float(), p["k"][0, 0].float(), p["d"], p["causal"]
+        real = torch.cat([o[0, 0] for o in p["outs"]], dim=1)[:, :PROBE_SEQ]
+        vs = [one_hot_values(PROBE_SEQ, d, c)[0, 0].float() for c in range(len(p["outs"]))]
+        cells = []
+        for cand in CANDIDATES:
+            got = torch.cat([fa2_model(q, k, v, sm_scale=d ** -0.5, causal=causal, **cand) for v in vs], dim=1)
+            cells.append(f"{(got[:, :PROBE_SEQ] == real).double().mean():.4f}")
+        emu = torch.cat([emulate(q[None, None], k[None, None], v[None, None], "bf16", causal=causal,
+                                 sm_scale=d ** -0.5).out[0, 0].to(torch.bfloat16) for v in vs], dim=1)
+        cells.append(f"{(emu[:, :PROBE_SEQ] == real).double().mean():.4f}")
+        print(f"| d{d}{' causal' if causal else ''} | " + " | ".join(cells) + " |")
+
+    print("\n## Study inputs: error against FP64 over the bf16 emulation's, and distance to FA2's output\n")
+    print("| input | FA2 / emulation | " + " | ".join(f"{_label(c)}: ratio, rel-L2 to FA2" for c in CANDIDATES) + " |")
+    print("|---|---|" + "---|" * len(CANDIDATES))
+    for rec in data["inputs"]:
+        from accuracy.inputs import make_gaussian
+
+        x = make_gaussian(rec["spec"])
+        q, k, v = (t[0, 0].to(torch.bfloat16).float() for t in (x.q, x.k, x.v))
+        sm = x.sm_scale if x.sm_scale is not None else q.shape[-1] ** -0.5
+        ref = attention_fp64(q[None, None], k[None, None], v[None, None], causal=bool(x.causal), sm_scale=sm)
+        ref = (ref[0] if isinstance(ref, tuple) else ref)[0, 0]
+        emu = emulate(q[None, None], k[None, None], v[None, None], "bf16", causal=bool(x.causal), sm_scale=sm)
+        e_emu = _rel_l2(emu.out[0, 0], ref)
+        real = rec["out"][0, 0]
+        cells = []
+        for cand in CANDIDATES:
+            got = fa2_model(q, k, v, sm_scale=sm, causal=bool(x.causal), **cand)
+            cells.append(f"{_rel_l2(got, ref) / e_emu:.4f}, {_rel_l2(got, real):.1e}")
+        print(f"| {rec['name']} | {_rel_l2(real, ref) / e_emu:.4f} | " + " | ".join(cells) + " |")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record", help="on a CUDA GPU: FA2's outputs on the probes and the study's Gaussian inputs")
+    r.add_argument("--out", type=Path, required=True)
+    f = sub.add_parser("fit", help="anywhere: compare candidate models with a recording")
+    f.add_argument("recording", type=Path)
+    a = ap.parse_args(argv)
+    if a.cmd == "record":
+        record(a.out)
+    else:
+        if not a.recording.is_file():
+            sys.exit(f"explain_sdpa_flash.py fit: no recording at {a.recording}")
+        fit(a.recording)
+
+
+if __name__ == "__main__":
+    main()
