@@ -59,3 +59,23 @@ def test_markdown(recorded):
     assert md.count("| outside |") == n_flag
     assert "| cudnn-fp8 | all | unavailable | no CUDA device |" in md
     assert real_kernel_blocks([{"recipe": "zyfa", "deq_rel_l2": 0.01}]) == []  # recipe rows only: no section
+
+
+def _row(impl, ratio):
+    return {"real": True, "status": "ok", "recipe": "bf16", "implementation": impl, "input": f"in-{impl}",
+            "ratio_basis": "deq", "deq_rel_l2": 2e-3 * ratio, "emu_deq_rel_l2": 2e-3, "real_vs_emu_rel_l2": 1e-3}
+
+
+def test_flagged_implementations_get_their_measured_cause_or_none_named():
+    from accuracy.report.real_kernels import MEASURED_CAUSES
+
+    rows = [_row("sdpa-bf16:flash", 0.94), _row("mystery-kernel", 1.10), _row("sdpa-bf16:cudnn", 1.0)]
+    md = "\n".join(blocks_markdown(real_kernel_blocks(rows)))
+    cause = next(line for line in md.splitlines() if line.startswith("Why the flagged rows are outside"))
+    assert f"`sdpa-bf16:flash`: {MEASURED_CAUSES['sdpa-bf16:flash']}" in cause
+    assert "split-KV" in cause
+    assert "`mystery-kernel`: cause not established." in cause
+    assert "sdpa-bf16:cudnn" not in cause  # inside the band: nothing to explain
+    # no flagged row, no paragraph
+    md_ok = "\n".join(blocks_markdown(real_kernel_blocks([_row("sdpa-bf16:cudnn", 1.0)])))
+    assert "Why the flagged rows" not in md_ok
