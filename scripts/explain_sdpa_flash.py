@@ -196,9 +196,11 @@ def candidates(head_dim: int, s_q: int, s_k: int, batch_heads: int) -> dict[str,
     }
 
 
-def _rel_l2(a, b) -> float:
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / b.norm())
+def _rel_l2(out, ref) -> float:
+    """The project's rel-L2 (accuracy.metrics), in float64."""
+    from accuracy.metrics import compute_metrics
+
+    return compute_metrics(out, ref)["rel_l2"]
 
 
 def fit(path: Path) -> None:
