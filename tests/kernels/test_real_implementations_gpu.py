@@ -47,13 +47,39 @@ ALTERNATIVES = {
     "cudnn-fp8:oracle-scale": [("cudnn-fp8:accumulator=fp32",
                                 "cuDNN's P·V accumulation is fp32, the recipe assumes Hopper's")],
 }
-# Paired for the report's comparison, but with no 3% claim: PyTorch's flash backend (FA2 on the H200: ~350 TFLOP/s
-# in zyfa bench) has up to 4.2% *less* error than the bf16 emulation on one captured layer (smollm2 L14: ratio 0.958;
-# 0.985-1.005 elsewhere). Two single-field candidates were measured and do not explain it (block_n=64: 0.958,
-# reciprocal=rcp: 0.958); the cause is open (docs/real_kernels.md). Checked here: it runs, and its error is that
-# of a BF16 kernel (ratio within NO_CLAIM_BAND).
-NO_CLAIM = {"sdpa-bf16:flash": "cause of the up to 4% lower error than the bf16 emulation not found"}
+# Paired for the report's comparison, but with no 3% claim against the bf16 recipe: PyTorch's flash backend (FA2)
+# runs its split-KV forward on these small launches, each KV split its own softmax (P rounded against the split's
+# own row max), combined through LSEs, which the bf16 recipe does not model (docs/real_kernels.md). Checked here
+# instead: its ratio is that of a BF16 kernel (NO_CLAIM_BAND), and its output is the split-KV model's of
+# scripts/explain_sdpa_flash.py (FA2_MODEL_MAX_REL_L2 apart, ratios within FA2_MODEL_RATIO_TOL).
+NO_CLAIM = {"sdpa-bf16:flash": "FA2's split-KV forward (each split's P rounded against its own row max)"}
 NO_CLAIM_BAND = (0.8, 1.25)
+# Measured on the study's Gaussian inputs at fd80411: the model 3.6e-05 to 2.0e-04 from FA2's output, ratios within
+# 2e-4 of FA2's; the bounds keep a margin of 2.5x and 25x.
+FA2_MODEL_MAX_REL_L2 = 5e-4
+FA2_MODEL_RATIO_TOL = 5e-3
+
+
+def _fa2_split_kv_model(x, sm_scale: float):
+    """scripts/explain_sdpa_flash.py's model of FA2's split-KV forward on x, per head on the CPU, with the
+    split count FA2 picks for this launch on this GPU (its SM count)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("explain_sdpa_flash", ROOT / "scripts" / "explain_sdpa_flash.py")
+    esf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(esf)
+    b, h, s_q, d = x.q.shape
+    g = h // x.k.shape[1]
+    sms = torch.cuda.get_device_properties(x.q.device).multi_processor_count
+    splits = esf.fa2_num_splits(b * h, s_q, x.k.shape[2], d, num_sms=sms)
+    q, k, v = (t.detach().to("cpu", torch.bfloat16).float() for t in (x.q, x.k, x.v))
+    out = torch.empty(b, h, s_q, x.v.shape[-1], dtype=torch.bfloat16)
+    for bi in range(b):
+        for hi in range(h):
+            out[bi, hi] = esf.fa2_model(q[bi, hi], k[bi, hi // g], v[bi, hi // g], sm_scale=sm_scale,
+                                        causal=bool(x.causal), block_n=esf.fa2_split_block_n(d), reverse=True,
+                                        rcp=True, splits=splits)
+    return out, splits
 
 
 def _input_keys():
@@ -219,8 +245,17 @@ def test_real_within_3pct_of_emulation(impl_name, key):
     print(f"{impl_name} {input_name}: real {e_real:.5f} emulation ({pair.spec}) {e_emu:.5f} ratio {ratio:.4f}")
     if impl_name in NO_CLAIM:
         rec["no_claim"] = NO_CLAIM[impl_name]
+        sm = x.sm_scale if x.sm_scale is not None else x.q.shape[-1] ** -0.5
+        model, splits = _fa2_split_kv_model(x, sm)
+        rec.update(fa2_splits=splits, fa2_model_vs_real_rel_l2=_rel(res.out.cpu(), model),
+                   fa2_model_ratio=_rel(model, ref[0].cpu()) / e_emu)
         _log(rec)
         assert NO_CLAIM_BAND[0] <= ratio <= NO_CLAIM_BAND[1], f"{impl_name} on {input_name}: ratio {ratio:.4f}"
+        assert rec["fa2_model_vs_real_rel_l2"] <= FA2_MODEL_MAX_REL_L2, (
+            f"{impl_name} on {input_name}: the split-KV model ({splits} splits) is "
+            f"{rec['fa2_model_vs_real_rel_l2']:.2e} from FA2's output")
+        assert abs(rec["fa2_model_ratio"] - ratio) <= FA2_MODEL_RATIO_TOL, (
+            f"{impl_name} on {input_name}: model ratio {rec['fa2_model_ratio']:.4f}, FA2 {ratio:.4f}")
         return
     if abs(ratio - 1) <= TOL:
         _log(rec)
