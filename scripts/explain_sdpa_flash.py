@@ -204,6 +204,7 @@ def _rel_l2(out, ref) -> float:
 
 
 def fit(path: Path) -> None:
+    from accuracy.inputs import make_gaussian
     from reference.attention import attention_fp64
     from zyfa.emulator import emulate
 
@@ -227,8 +228,6 @@ def fit(path: Path) -> None:
     print("\n## Study inputs: error against FP64 over the bf16 emulation's, and distance to FA2's output\n")
     print("| input | FA2 / emulation | model: its error / emulation's, rel-L2 of its output to FA2's |\n|---|---|---|")
     for rec in data["inputs"]:
-        from accuracy.inputs import make_gaussian
-
         x = make_gaussian(rec["spec"])
         q, k, v = (t[0, 0].to(torch.bfloat16).float() for t in (x.q, x.k, x.v))
         sm = x.sm_scale if x.sm_scale is not None else q.shape[-1] ** -0.5
