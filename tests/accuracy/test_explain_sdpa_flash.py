@@ -92,3 +92,16 @@ def test_fit_finds_the_model_that_made_the_recording(tmp_path, capsys):
 def test_fit_refuses_a_missing_recording(tmp_path):
     with pytest.raises(SystemExit, match="no recording at"):
         esf.main(["fit", str(tmp_path / "none.pt")])
+
+
+def test_fa2_forward_maps_each_query_head_to_its_kv_head():
+    """GQA 4:2 at a split count of 2: each query head equals fa2_model on its own KV head."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, n, 300, 64, generator=g) for n in (4, 2, 2))
+    out, splits = esf.fa2_forward(q, k, v, sm_scale=0.125, causal=True)
+    assert splits == esf.fa2_num_splits(4, 300, 300, 64) > 1
+    for hi in range(4):
+        one = esf.fa2_model(*(t[0, j].to(torch.bfloat16).float() for t, j in ((q, hi), (k, hi // 2), (v, hi // 2))),
+                            sm_scale=0.125, causal=True, block_n=256, reverse=True, rcp=True, splits=splits)
+        assert torch.equal(out[0, hi], one)
+    assert not torch.equal(out[0, 0], out[0, 2])

@@ -61,25 +61,15 @@ FA2_MODEL_RATIO_TOL = 5e-3
 
 
 def _fa2_split_kv_model(x, sm_scale: float):
-    """scripts/explain_sdpa_flash.py's model of FA2's split-KV forward on x, per head on the CPU, with the
-    split count FA2 picks for this launch on this GPU (its SM count)."""
+    """scripts/explain_sdpa_flash.py's model of FA2's forward on x, at the split count FA2 picks for this launch
+    on this GPU (its SM count): (bf16 output on the CPU, splits)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("explain_sdpa_flash", ROOT / "scripts" / "explain_sdpa_flash.py")
     esf = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(esf)
-    b, h, s_q, d = x.q.shape
-    g = h // x.k.shape[1]
     sms = torch.cuda.get_device_properties(x.q.device).multi_processor_count
-    splits = esf.fa2_num_splits(b * h, s_q, x.k.shape[2], d, num_sms=sms)
-    q, k, v = (t.detach().to("cpu", torch.bfloat16).float() for t in (x.q, x.k, x.v))
-    out = torch.empty(b, h, s_q, x.v.shape[-1], dtype=torch.bfloat16)
-    for bi in range(b):
-        for hi in range(h):
-            out[bi, hi] = esf.fa2_model(q[bi, hi], k[bi, hi // g], v[bi, hi // g], sm_scale=sm_scale,
-                                        causal=bool(x.causal), block_n=esf.fa2_split_block_n(d), reverse=True,
-                                        rcp=True, splits=splits)
-    return out, splits
+    return esf.fa2_forward(x.q, x.k, x.v, sm_scale=sm_scale, causal=bool(x.causal), num_sms=sms)
 
 
 def _input_keys():
