@@ -2,7 +2,8 @@
 # The GPU check: every GPU test, then the benchmark, in one call on an H200. From the repository root:
 #
 #   bash scripts/gpu_check.sh [--out DIR] [--no-tests] [--no-bench] [--shards 'K1;K2;...'] [--pytest-args '...']
-#                             [--bench-args '...'] [--test-timeout S] [--bench-timeout S] [--wheels DIR]
+#                             [--bench-args '...'] [--warm-args '...'] [--test-timeout S] [--bench-timeout S]
+#                             [--wheels DIR]
 #
 # Writes DIR/gpu_tests.txt (the pytest log) and DIR/bench.json + DIR/bench.md (zyfa bench), DIR = reports by
 # default, i.e. the committed reports/gpu_tests.txt and reports/bench.{json,md} are replaced; on a machine whose
@@ -13,6 +14,8 @@
 #   --pytest-args '...'       extra pytest arguments, e.g. '-x', or '-n 8' where pytest-xdist is installed
 #                             (then pass --shards '' too)
 #   --bench-args '...'        extra zyfa bench arguments, e.g. '--shapes hd128 --seqlens 32768'
+#   --warm-args '...'         arguments of the cache warm-up (scripts/warm_triton_cache.py), e.g. the bench's
+#                             '--recipes A;B --recipes-other same --shapes hd128' (default: the bench's defaults)
 #   --test-timeout S          wall-clock cap of the test stage (default 330 s)
 #   --bench-timeout S         wall-clock cap of the bench stage (default 420 s)
 #   --budget S                wall-clock cap of the whole call (default 570 s, under a 10-minute device limit):
@@ -32,6 +35,7 @@ BENCH=1
 SHARDS='agrees_with_emulator;key_permuted or saturating;tensor_core_row_sum or pipelined or exact_t;not (agrees_with_emulator or key_permuted or saturating or tensor_core_row_sum or pipelined or exact_t)'
 PYTEST_ARGS=''
 BENCH_ARGS=''
+WARM_ARGS=''
 TEST_TIMEOUT=330
 BENCH_TIMEOUT=420
 BUDGET=570
@@ -43,6 +47,7 @@ while [ $# -gt 0 ]; do
     --no-bench) BENCH=0; shift ;;
     --shards) SHARDS=$2; shift 2 ;;
     --pytest-args) PYTEST_ARGS=$2; shift 2 ;;
+    --warm-args) WARM_ARGS=$2; shift 2 ;;
     --bench-args) BENCH_ARGS=$2; shift 2 ;;
     --test-timeout) TEST_TIMEOUT=$2; shift 2 ;;
     --bench-timeout) BENCH_TIMEOUT=$2; shift 2 ;;
@@ -70,7 +75,8 @@ python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', tr
 WARM=
 if [ "$BENCH" = 1 ]; then
   stage "Triton cache warm-up of the bench variants (background)"
-  timeout 300 python3 scripts/warm_triton_cache.py >/tmp/gpu_check_warm.txt 2>&1 &
+  # shellcheck disable=SC2086
+  timeout 300 python3 scripts/warm_triton_cache.py $WARM_ARGS >/tmp/gpu_check_warm.txt 2>&1 &
   WARM=$!
 fi
 

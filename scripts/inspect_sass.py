@@ -41,7 +41,7 @@ def compile_variant(recipe="zyfa", dqk=128, dv=128, causal=False, window=False, 
                  DV=dv, EXP_MAD=plan.exp_mad, MAD_CVT=mad_cvt, P_SCALE=plan.p_scale, E_FIXED=plan.e_fixed,
                  TILE_GRAN=plan.tile_gran, E_CAP=plan.e_cap, ROWSUM_ROUNDED=plan.rowsum_rounded,
                  QK_K32=plan.qk_k32, PV_MODE=plan.pv_mode, FLUSH=max(plan.flush, 1), RCP=plan.rcp,
-                 OUT_MODE=plan.out_mode, TMA=tma, WS=ws, DEBUG=0, MAD_T=1, P_PERM=1)
+                 OUT_MODE=plan.out_mode, TMA=tma, WS=ws, DEBUG=0, MAD_T=1, P_PERM=1, DV_SPLIT=1)
     if overrides:
         const.update(overrides)
     for k_ in const:

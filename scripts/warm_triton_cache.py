@@ -5,7 +5,7 @@ its kernels instead of compiling them one after another. Each variant is launche
 with the bench's head counts: sequence lengths that are multiples of 16 share Triton's specialization (the cache
 key) with the timed 8K-32K runs. Worker processes, one CUDA context each; failures are printed, never raised.
 
-    PYTHONPATH=. python3 scripts/warm_triton_cache.py [--workers 12] [--recipes 'a;b'] [--recipes-other 'a;b']
+    PYTHONPATH=. python3 scripts/warm_triton_cache.py [--workers 12] [--recipes 'a;b'] [--recipes-other 'a;b'|same]
         [--shapes hd128,mla,hd256,hd64]
 
 The recipe lists default to `zyfa bench`'s own (zyfa.bench.DEFAULT_RECIPES / OTHER_RECIPES).
@@ -54,12 +54,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--recipes", default=";".join(DEFAULT_RECIPES), help="recipes for hd128 (';'-separated)")
-    ap.add_argument("--recipes-other", default=";".join(OTHER_RECIPES), help="recipes for the other shapes")
+    ap.add_argument("--recipes-other", default=";".join(OTHER_RECIPES),
+                    help="recipes for the other shapes ('same' = --recipes, as zyfa bench takes it)")
     ap.add_argument("--shapes", default="hd128,mla,hd256,hd64")
     a = ap.parse_args()
     tasks = []
     for shape in [s for s in a.shapes.split(",") if s]:
-        recipes = a.recipes if shape == "hd128" else a.recipes_other
+        recipes = a.recipes if shape == "hd128" or a.recipes_other == "same" else a.recipes_other
         for spec in [x.strip() for x in recipes.split(";") if x.strip()]:
             for causal in (False, True):
                 tasks.append((shape, causal, spec))

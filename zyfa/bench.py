@@ -477,13 +477,15 @@ def to_markdown(meta, rows, ours="zyfa-hopper"):
              f"- versions: {json.dumps(meta['versions'])}",
              f"- inputs: {meta['inputs_note']}",
              "- TFLOP/s = FLOPs / median kernel time (triton.testing.do_bench); FLOPs = 4·b·h·s²·d "
-             "(2·(d_qk+d_v) for MLA), halved for causal. Our kernel's time excludes V's one-off transpose "
-             "(column 'V^T ms'; 'incl.' includes it). SM clock / power: NVML means during the timed run. "
+             "(2·(d_qk+d_v) for MLA), halved for causal. Our kernel's 'ms' and 'TFLOP/s' exclude V's one-off "
+             "transpose (column 'V^T ms'); 'incl.' includes it, and the two summary tables use 'incl.'. "
+             "SM clock / power: NVML means during the timed run. "
              "Recipes with qk_rotation: Q and K are rotated before the kernel, timed on their own in the last "
              "column (zyfa.rotation's FWHT / one bf16 matmul by the rotation matrix), not in 'ms'.",
              "- err = relative L2 of the output vs PyTorch SDPA bf16 on the same (bf16) inputs: a sanity check, "
              "not the accuracy study (cuDNN FP8's includes its FP8 output rounding).", ""]
-    lines += summary_lines(rows, ours)
+    summary = summary_lines(rows, ours)  # ends with "", "## Every row", ""
+    lines += summary[:-2] + plane_lines(rows) + summary[-2:]
     hdr = ("| input | shape | s | causal | impl | recipe | TFLOP/s | ms | V^T ms | incl. | err | SM MHz | W | "
            "rotation ms (FWHT / matmul) |")
     lines += [hdr, "|" + "---|" * 14]
@@ -518,26 +520,77 @@ def _plausible(r: dict) -> bool:
     return err is None or err <= WRONG_OUTPUT_REL_L2
 
 
-def summary_lines(rows, ours="zyfa-hopper"):
-    """'Where we land': at each shape's longest Gaussian sequence, ``ours`` against the peers of the same run,
-    and its captured/Gaussian throughput ratio (the capture tiled to that length against Gaussian inputs of the
-    capture's shape) where both were timed. A row whose output is wrong (rel-L2 against SDPA BF16 above
-    :data:`WRONG_OUTPUT_REL_L2`) is shown as such, never as a speed."""
+def headline_tflops(r: dict) -> float:
+    """A row's TFLOP/s as the summaries count it: our kernel's with V's transpose included where it was timed
+    (``tflops_incl_transpose``: a user with V as stored pays it), a peer's as timed."""
+    incl = r.get("tflops_incl_transpose")
+    return float(incl) if r.get("impl") == "triton-fp8" and isinstance(incl, (int, float)) else float(r["tflops"])
+
+
+def _longest_gaussian(rows):
+    """{(d_qk, d_v, causal): rows at that shape's longest Gaussian sequence} over the rows that ran."""
     ok = [r for r in rows if "error" not in r and r.get("tflops")]
     by = {}
     for r in ok:
         by.setdefault((r["d_qk"], r["d_v"], r["causal"]), []).append(r)
-    out = []
-    for (d_qk, d_v, causal), rs in sorted(by.items(), key=lambda kv: (kv[0][0] == 192, kv[0][0], kv[0][2])):
+    out = {}
+    for key, rs in sorted(by.items(), key=lambda kv: (kv[0][0] == 192, kv[0][0], kv[0][2])):
         gs = [r for r in rs if r["input"] == "gaussian"]
-        if not gs:
+        if gs:
+            s = max(r["s"] for r in gs)
+            out[key] = (s, [r for r in gs if r["s"] == s], rs)
+    return out
+
+
+def plane_lines(rows):
+    """'Against cuDNN FP8 on the speed–accuracy plane': at each shape's longest Gaussian sequence, cuDNN FP8's
+    speed and error (rel-L2 against SDPA BF16 on the same inputs) and every configuration of our kernel that is
+    both faster (V's transpose included) and more accurate, fastest first; where none is, the fastest of the more
+    accurate ones. Empty without a cuDNN FP8 row."""
+    out = []
+    for (d_qk, d_v, causal), (s, at, _rs) in _longest_gaussian(rows).items():
+        fp8 = [r for r in at if r["impl"] == "cudnn-fp8" and _plausible(r)
+               and isinstance(r.get("rel_l2_vs_sdpa_bf16"), (int, float))]
+        ours = [r for r in at if r["impl"] == "triton-fp8" and _plausible(r)
+                and isinstance(r.get("rel_l2_vs_sdpa_bf16"), (int, float))]
+        if not fp8 or not ours:
             continue
-        s = max(r["s"] for r in gs)
-        at = [r for r in gs if r["s"] == s]
+        ref = max(fp8, key=lambda r: r["tflops"])
+        t_ref, e_ref = ref["tflops"], ref["rel_l2_vs_sdpa_bf16"]
+        better = sorted((r for r in ours if r["rel_l2_vs_sdpa_bf16"] < e_ref), key=headline_tflops, reverse=True)
+        both = [r for r in better if headline_tflops(r) > t_ref]
+
+        def cell(r, t_ref=t_ref):
+            return (f"{r['recipe']} ({headline_tflops(r):.0f}, {r['rel_l2_vs_sdpa_bf16']:.4f}, "
+                    f"{headline_tflops(r) / t_ref:.2f}×)")
+
+        found = "; ".join(cell(r) for r in both) if both else \
+            ("none; fastest more accurate: " + cell(better[0]) if better else "none more accurate")
+        shape = "MLA 192/128" if d_qk != d_v else f"hd{d_qk}"
+        out.append(f"| {shape} | {s} | {'causal' if causal else 'non-causal'} | {t_ref:.0f} | {e_ref:.4f} | "
+                   f"{found} |")
+    if not out:
+        return []
+    return ["## Against cuDNN FP8 on the speed–accuracy plane (same inputs, same run)", "",
+            "Our configurations that are both faster than cuDNN FP8 (TFLOP/s with V's transpose) and more accurate "
+            "(rel-L2 against SDPA BF16 on the same Gaussian inputs; cuDNN FP8's includes its FP8 output, ours is "
+            "bf16), fastest first, as recipe (TFLOP/s, error, × cuDNN FP8).", "",
+            "| shape | s | mask | cuDNN FP8 TFLOP/s | cuDNN FP8 error | faster and more accurate |",
+            "|" + "---|" * 6, *out, ""]
+
+
+def summary_lines(rows, ours="zyfa-hopper"):
+    """'Where we land': at each shape's longest Gaussian sequence, ``ours`` against the peers of the same run,
+    and its captured/Gaussian throughput ratio (the capture tiled to that length against Gaussian inputs of the
+    capture's shape) where both were timed. Our kernel's speeds include V's transpose where it was timed
+    (:func:`headline_tflops`). A row whose output is wrong (rel-L2 against SDPA BF16 above
+    :data:`WRONG_OUTPUT_REL_L2`) is shown as such, never as a speed."""
+    out = []
+    for (d_qk, d_v, causal), (s, at, rs) in _longest_gaussian(rows).items():
 
         def best(pred, at=at):
             c = [r for r in at if pred(r) and _plausible(r)]
-            return max(c, key=lambda r: r["tflops"]) if c else None
+            return max(c, key=headline_tflops) if c else None
 
         def wrong(pred, at=at):
             c = [r["rel_l2_vs_sdpa_bf16"] for r in at if pred(r) and not _plausible(r)]
@@ -555,9 +608,9 @@ def summary_lines(rows, ours="zyfa-hopper"):
         like = [r for r in same if r["input"] == "gaussian-like-capture"]
 
         def t(r, peer=None, peers=peers):
-            return f"{r['tflops']:.0f}" if r else (wrong(peers[peer]) if peer else "-")
+            return f"{headline_tflops(r):.0f}" if r else (wrong(peers[peer]) if peer else "-")
 
-        ratios = [f"{mine['tflops'] / p['tflops']:.2f}" if p else "-" for p in (cudnn, bf16, fp8, amd)]
+        ratios = [f"{headline_tflops(mine) / p['tflops']:.2f}" if p else "-" for p in (cudnn, bf16, fp8, amd)]
         ratios.append(f"{cap[0]['tflops'] / like[0]['tflops']:.2f}" if cap and like else "-")
         shape = "MLA 192/128" if d_qk != d_v else f"hd{d_qk}"
         out.append(f"| {shape} | {s} | {'causal' if causal else 'non-causal'} | {t(mine)} | "
@@ -567,6 +620,8 @@ def summary_lines(rows, ours="zyfa-hopper"):
     if not out:
         return []
     return ["## Where we land (TFLOP/s at each shape's longest Gaussian sequence, same run)", "",
+            "Our kernel's numbers include V's transpose (the one copy a caller with V as stored pays; 'incl.' "
+            "below); the peers read V as stored.", "",
             f"| shape | s | mask | {ours} | fastest of our recipes | cuDNN BF16 | best BF16 SDPA | cuDNN FP8 | "
             "AMD Triton FP8 | × cuDNN BF16 | × best BF16 | × cuDNN FP8 | × AMD Triton FP8 | captured / Gaussian |",
             "|" + "---|" * 14, *out, "", "## Every row", ""]

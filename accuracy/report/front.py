@@ -145,7 +145,10 @@ def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
     """(name -> TFLOP/s, shape label) at the longest head-dim-128 non-causal Gaussian sequence of the run (else
     the longest head-dim-128 one, else any): our kernel under recipe X as ``X`` (and ``triton:X``), recipes with
     overrides left out; cuDNN FP8 as ``cudnn-fp8``; the fastest BF16 SDPA as ``bf16``; any other peer by its
-    name and its recipe."""
+    name and its recipe. Our kernel's speeds include V's transpose where it was timed (as in the bench summary).
+    """
+    from zyfa.bench import headline_tflops
+
     ok = [r for r in bench_rows if "error" not in r and isinstance(r.get("tflops"), (int, float))
           and r.get("input", "gaussian") == "gaussian"]
     for pick in (lambda r: r.get("d_qk") == 128 and r.get("d_v") == 128 and not r.get("causal"),
@@ -168,7 +171,7 @@ def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
             out[key] = v
 
     for r in at:
-        impl, recipe, v = str(r.get("impl") or ""), str(r.get("recipe") or ""), float(r["tflops"])
+        impl, recipe, v = str(r.get("impl") or ""), str(r.get("recipe") or ""), headline_tflops(r)
         if impl == OURS:
             if ":" not in recipe:
                 put(recipe, v)

@@ -206,6 +206,40 @@ def test_key_permuted_p_operand_agrees(spec, shape_name):
     assert d.max().item() <= 2 * 2**-7 * out0.float().abs().max().item()
 
 
+@pytest.mark.parametrize("shape_name", ["hd256-b2", "hd128-causal-gqa", "mla-causal", "hd64-window",
+                                        "hd128-causal-sq>sk"])
+@pytest.mark.parametrize("spec", [H1, "fa3", "zyfa", "zyfa+block", "zyfa-hopper:v_scale=channel"])
+def test_split_pv_columns_are_bit_identical(spec, shape_name):
+    """DV_SPLIT 2 (O's columns in two halves, one P·V dot each: the default at d 256) gives the same bits as one
+    dot over all columns (DV_SPLIT 1), with every PV_MODE a recipe maps to (flush per tile through Triton's
+    partial accumulator or an explicit add, never flushed, per k-step for the fp32 recipes), V descales per
+    head, per channel and per tile, TMA or pointer loads, and masks, windows and GQA."""
+    shape = SHAPES[shape_name]
+    seed = hash(shape_name) % 1000
+    out1, lse1 = _kernel(spec, shape, seed=seed, config={"DV_SPLIT": 1})
+    for config in ({"DV_SPLIT": 2}, {"DV_SPLIT": 2, "TMA": False}):
+        out2, lse2 = _kernel(spec, shape, seed=seed, config=config)
+        assert torch.equal(out1, out2) and torch.equal(lse1, lse2), config
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 32768, 128), (2, 3, 1001, 128), (1, 8, 4096, 256), (1, 2, 7, 64),
+                                   (3, 1, 130, 16)])
+@pytest.mark.parametrize("permute", [True, False])
+def test_triton_v_transpose_gives_the_torch_copys_bytes(shape, permute):
+    """prepare_vt's Triton copy (the default for FP8 on CUDA) against its torch permute-and-copy: the same bytes,
+    zero padding included, for tails, batches and every head dim; the result says which key order it holds."""
+    from zyfa.kernels.attention_fp8 import prepare_vt
+
+    g = torch.Generator(device="cuda").manual_seed(sum(shape))
+    v = (torch.randn(shape, generator=g, device="cuda") * 100).to(torch.float8_e4m3fn)
+    a = prepare_vt(v, permute_k32=permute, copy="torch")
+    b = prepare_vt(v, permute_k32=permute)
+    assert a.shape == b.shape and b.is_contiguous() and b.zyfa_k32_permuted is permute
+    assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+    strided = v.transpose(1, 2).contiguous().transpose(1, 2)  # not contiguous: copied first
+    assert torch.equal(prepare_vt(strided, permute_k32=permute).view(torch.uint8), a.view(torch.uint8))
+
+
 @pytest.mark.parametrize("config", [{"TMA": False}, {"P_PERM": 0}, {"MAD_T": 1}, {"PIPELINE_QK": 1}])
 def test_tensor_core_row_sum_variants_agree(config):
     """rowsum='rounded_mma' (P8 · ones by TMA-loaded ones, or pointer loads) in the launch variants."""

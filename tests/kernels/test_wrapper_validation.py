@@ -323,3 +323,36 @@ def test_bench_render_summarises_the_committed_h200_run(tmp_path):
         render(str(bad))
     with pytest.raises(FileNotFoundError, match="missing.json"):
         render(str(tmp_path / "missing.json"))
+
+
+def test_prepare_vt_copy_argument_is_checked():
+    """copy='triton' is for a CUDA tensor of one byte per element and a power-of-two head dim: anything else is
+    one clear error naming what is wrong, before any kernel is imported; an unknown copy mode is refused too."""
+    v = torch.randn(1, 2, 40, 64).to(FP8)
+    with pytest.raises(ValueError, match="copy='triton' needs a CUDA tensor"):
+        prepare_vt(v, copy="triton")
+    with pytest.raises(ValueError, match="copy must be 'auto', 'torch' or 'triton', got 'numpy'"):
+        prepare_vt(v, copy="numpy")
+    # on a CPU tensor 'auto' is the torch copy: the same bytes as copy='torch'
+    assert torch.equal(prepare_vt(v).view(torch.uint8), prepare_vt(v, copy="torch").view(torch.uint8))
+
+
+def test_dv_split_is_the_default_at_head_dim_256_only_and_is_checked():
+    """O's columns in two halves (DV_SPLIT 2) at d 256, where it removes most spills; not at d_v 128 (slower
+    there, measured); never with the every-N-tiles flush (PV_MODE 3), which a user override of PV_MODE 3 drops
+    it for; values other than 1 and 2, and halves under 32 columns, are refused."""
+    hop = kernel_plan("zyfa-hopper")
+    assert default_config(256, 256, False, hop)["DV_SPLIT"] == 2
+    assert default_config(256, 256, True, kernel_plan("fa3"))["DV_SPLIT"] == 2
+    assert default_config(128, 128, False, hop).get("DV_SPLIT", 1) == 1
+    assert default_config(192, 128, True, hop).get("DV_SPLIT", 1) == 1
+    every2 = kernel_plan("zyfa-hopper:accum_flush_tiles=2")
+    assert every2.pv_mode == 3 and default_config(256, 256, False, every2).get("DV_SPLIT", 1) == 1
+    assert resolve_config(256, 256, False, hop, {"PV_MODE": 3})[0]["DV_SPLIT"] == 1
+    with pytest.raises(ValueError, match="DV_SPLIT=2 cannot be combined with PV_MODE 3"):
+        resolve_config(256, 256, False, hop, {"PV_MODE": 3, "DV_SPLIT": 2})
+    with pytest.raises(ValueError, match="DV_SPLIT=3: expected 1"):
+        resolve_config(128, 128, False, hop, {"DV_SPLIT": 3})
+    with pytest.raises(ValueError, match="DV_SPLIT=2 needs d_v >= 64"):
+        resolve_config(32, 32, False, hop, {"DV_SPLIT": 2})
+    assert resolve_config(128, 128, False, hop, {"DV_SPLIT": 2})[0]["DV_SPLIT"] == 2

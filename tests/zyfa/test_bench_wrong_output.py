@@ -30,3 +30,38 @@ def test_the_threshold_separates_fp8_error_from_a_wrong_output():
     assert cells[8] == "200" and cells[12] == "4.00"
     bad = [ok[0], _row("flash-attn-triton-amd", "triton-amd", 200.0, WRONG_OUTPUT_REL_L2 * 1.01, 128, 128)]
     assert _line(bad)[8].startswith("wrong output")
+
+
+def test_our_headline_speed_includes_v_transpose():
+    """The summary counts our kernel with V's transpose (what a caller with V as stored pays) where it was timed,
+    and a peer as timed; the ratios follow."""
+    from zyfa.bench import headline_tflops
+
+    ours = dict(_row("triton-fp8", "zyfa-hopper", 800.0, 0.056, 128, 128), tflops_incl_transpose=780.0)
+    peer = dict(_row("cudnn-fp8", "cudnn-fp8", 650.0, 0.06, 128, 128), tflops_incl_transpose=1.0)  # never read
+    assert headline_tflops(ours) == 780.0 and headline_tflops(peer) == 650.0
+    assert headline_tflops(_row("triton-fp8", "fa3", 900.0, 0.05)) == 900.0  # no transpose timed: as timed
+    cells = _line([ours, peer])
+    assert cells[3] == "780" and cells[11] == "1.20"
+
+
+def test_speed_accuracy_plane_lists_configurations_that_beat_cudnn_fp8_on_both():
+    """Per shape: our configurations faster (with V's transpose) and more accurate than cuDNN FP8, fastest first;
+    where none is, the fastest more accurate one is named as the closest; a wrong output is never a candidate."""
+    from zyfa.bench import plane_lines
+
+    def ours(recipe, t, incl, err, d=128):
+        return dict(_row("triton-fp8", recipe, t, err, d, d), tflops_incl_transpose=incl)
+
+    rows = [ours("fast-accurate", 1000.0, 990.0, 0.050), ours("faster-accurate", 1100.0, 1090.0, 0.055),
+            ours("fast-inaccurate", 1200.0, 1190.0, 0.070), ours("only-fast-without-transpose", 960.0, 940.0, 0.04),
+            ours("wrong", 2000.0, 2000.0, 0.9), _row("cudnn-fp8", "cudnn-fp8", 950.0, 0.06, 128, 128),
+            ours("slow-accurate", 800.0, 790.0, 0.05, 256), _row("cudnn-fp8", "cudnn-fp8", 1000.0, 0.06, 256, 256)]
+    table = [ln for ln in plane_lines(rows) if ln.startswith("| hd")]
+    assert len(table) == 2
+    hd128 = [c.strip() for c in table[0].strip("|").split("|")]
+    assert hd128[3:5] == ["950", "0.0600"]
+    assert hd128[5] == "faster-accurate (1090, 0.0550, 1.15×); fast-accurate (990, 0.0500, 1.04×)"
+    hd256 = [c.strip() for c in table[1].strip("|").split("|")]
+    assert hd256[5] == "none; fastest more accurate: slow-accurate (790, 0.0500, 0.79×)"
+    assert plane_lines([ours("x", 1.0, 1.0, 0.05)]) == []  # no cuDNN FP8 row: no table

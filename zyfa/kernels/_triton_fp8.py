@@ -130,6 +130,36 @@ def _qk_tile(q1, q2, k1_src, k2_src, start_n, seq_k,
 
 
 @triton.jit
+def _pv_update(acc, p8, v, alpha, vd_src, start_n, BLOCK_N: tl.constexpr, PV_MODE: tl.constexpr,
+               VD_TILE: tl.constexpr):
+    """acc·α + P8·V for one accumulator (all of O's columns, or one half with DV_SPLIT 2), by PV_MODE 0, 1, 2, 4.
+
+    With VD_TILE (per-block V descales) each tile's P·V is a fresh product (fp32 every k=32 step for the fp32
+    recipes, the tensor-core accumulator for one tile otherwise), scaled by the tile's V descale, then added.
+    """
+    if VD_TILE:
+        if PV_MODE == 1:
+            pv = tl.dot(p8, v, max_num_imprecise_acc=32)
+        else:
+            pv = tl.dot(p8, v)
+        acc = acc * alpha[:, None] + pv * tl.load(vd_src + start_n // BLOCK_N)
+    elif PV_MODE == 0:
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p8, v, acc)
+    elif PV_MODE == 1:
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p8, v, acc, max_num_imprecise_acc=32)
+    elif PV_MODE == 2:
+        acc = acc * alpha[:, None]
+        acc = tl.dot(p8, v, acc, max_num_imprecise_acc=BLOCK_N)
+    else:
+        # PV_MODE 4, flush every tile written out: a fresh tensor-core product added into the fp32 accumulator
+        pv = tl.dot(p8, v)
+        acc = acc * alpha[:, None] + pv
+    return acc
+
+
+@triton.jit
 def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
                      pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                      MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
@@ -139,13 +169,13 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
                      PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                      TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0,
                      kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                     vd_src=None, VD_TILE: tl.constexpr = 0):
+                     vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1):
     """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s.
 
-    c (and c8 = 8·c) is one scalar, or with QD_ROW == 1 one value per query row ([BLOCK_M]: per-row Q descales); with
-    KD_TILE it still lacks the K descale, which is one scalar per KV tile read here from kd_src (per-block K
-    descales): c = fl(fl(sm_scale·log2e·qd)·kd), the emulator's order. With VD_TILE (per-block V descales,
-    v_descale='tile') each tile's P·V is a fresh product scaled by the tile's V descale before it is added.
+    DV_SPLIT 2: O's columns in two halves, acc = columns [0, DV/2) and acc_tc = [DV/2, DV), each half's P·V a
+    dot of its own (any PV_MODE but 3, whose acc_tc is the unflushed accumulator). Every output element is the
+    same arithmetic as with one dot (a column of P·V does not depend on the others); only the per-tile fresh
+    product is half as large in registers.
     """
     if KD_TILE:
         c = c * tl.load(kd_src + start_n // BLOCK_N)
@@ -257,11 +287,18 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         elif ROWSUM_ROUNDED == 0:
             l_tile = tl.sum(p, 1)
     # ---- O += P8 · V8 (V read K-major from Vt)
+    DVH: tl.constexpr = DV // DV_SPLIT
     if TMA:
         vt = vt_src.load([0, start_n])
     else:
-        vt = _load_vt(vt_src, start_n, seq_k_pad, DV, BLOCK_N)
+        vt = _load_vt(vt_src, start_n, seq_k_pad, DVH, BLOCK_N)
     v = vt.T
+    if DV_SPLIT == 2:
+        if TMA:
+            vt_hi = vt_src.load([DVH, start_n])
+        else:
+            vt_hi = _load_vt(vt_src + DVH * seq_k_pad, start_n, seq_k_pad, DVH, BLOCK_N)
+        v_hi = vt_hi.T
     if P_PERM:
         # P·V sums over keys, so it may take them in any order that V's rows share. Within each 32-key wgmma
         # step, reorder P's columns so that its accumulator registers already sit where the FP8 A operand wants
@@ -278,28 +315,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         else:
             ones = tl.load(ones_src + tl.arange(0, 16)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
         l_tile = tl.dot(p8, ones.T)
-    if VD_TILE:
-        # per-block V descales: a fresh product per tile (fp32 every k=32 step for the fp32 recipes, the tensor-core
-        # accumulator for one tile otherwise), scaled by the tile's V descale, added into the fp32 accumulator
-        if PV_MODE == 1:
-            pv = tl.dot(p8, v, max_num_imprecise_acc=32)
-        else:
-            pv = tl.dot(p8, v)
-        acc = acc * alpha[:, None] + pv * tl.load(vd_src + start_n // BLOCK_N)
-    elif PV_MODE == 0:
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p8, v, acc)
-    elif PV_MODE == 1:
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p8, v, acc, max_num_imprecise_acc=32)
-    elif PV_MODE == 2:
-        acc = acc * alpha[:, None]
-        acc = tl.dot(p8, v, acc, max_num_imprecise_acc=BLOCK_N)
-    elif PV_MODE == 4:
-        # flush every tile, written out: a fresh tensor-core product added into the fp32 accumulator
-        pv = tl.dot(p8, v)
-        acc = acc * alpha[:, None] + pv
-    else:
+    if PV_MODE == 3:
         acc_tc = acc_tc * alpha[:, None]
         a_prod = a_prod * alpha
         acc_tc = tl.dot(p8, v, acc_tc)
@@ -307,6 +323,10 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             acc = acc * a_prod[:, None] + acc_tc
             acc_tc = tl.zeros_like(acc_tc)
             a_prod = tl.full(a_prod.shape, 1.0, tl.float32)
+    else:
+        acc = _pv_update(acc, p8, v, alpha, vd_src, start_n, BLOCK_N, PV_MODE, VD_TILE)
+        if DV_SPLIT == 2:
+            acc_tc = _pv_update(acc_tc, p8, v_hi, alpha, vd_src, start_n, BLOCK_N, PV_MODE, VD_TILE)
     if ROWSUM_ROUNDED == 2:
         l_i = l_i * alpha[:, None] + l_tile  # (BLOCK_M, 16), equal columns; reduced once in the epilogue
     else:
@@ -329,7 +349,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr,
                 PIPELINE_QK: tl.constexpr, P_PERM: tl.constexpr = 0,
                 kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                vd_src=None, VD_TILE: tl.constexpr = 0):
+                vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1):
     """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N).
 
     PIPELINE_QK (technique 2, FA3's intra-warpgroup overlap written by hand): S for tile j+1 is computed
@@ -350,7 +370,8 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE)
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
+                DV_SPLIT=DV_SPLIT)
             s = s_next
         if hi > lo:
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
@@ -359,7 +380,8 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE)
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
+                DV_SPLIT=DV_SPLIT)
     else:
         for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
             start_n = tl.multiple_of(start_n, BLOCK_N)
@@ -369,7 +391,8 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE)
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
+                DV_SPLIT=DV_SPLIT)
     return acc, acc_tc, a_prod, l_i, m_i, e_i
 
 
@@ -379,6 +402,38 @@ def _load_vt(vt_ptr, start_n, seq_k_pad, DV: tl.constexpr, BLOCK_N: tl.constexpr
     cols = start_n + tl.arange(0, BLOCK_N)
     ptrs = vt_ptr + r[:, None].to(tl.int64) * seq_k_pad + cols[None, :]
     return tl.load(ptrs, mask=cols[None, :] < seq_k_pad, other=0.0)
+
+
+@triton.jit
+def _store_o(O, bh, seq_q, offs_m, acc, col0, l_safe, has, row_ok, VD, bhk, vd, BLOCK_M: tl.constexpr,
+             DV: tl.constexpr, DVH: tl.constexpr, VD_MODE: tl.constexpr, RCP: tl.constexpr,
+             OUT_MODE: tl.constexpr):
+    """O[:, col0:col0+DVH] = acc / l · vd, written in the output format (acc: those columns' fp32 accumulator)."""
+    if VD_MODE == 2:  # V's descales are in acc already
+        if RCP:
+            o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None]
+        else:
+            o = tl.math.div_rn(acc, l_safe[:, None])
+    elif VD_MODE == 1:  # per channel, after the normalisation (the emulator's order)
+        vd_c = tl.load(VD + bhk.to(tl.int64) * DV + col0 + tl.arange(0, DVH))
+        if RCP:
+            o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None] * vd_c[None, :]
+        else:
+            o = tl.math.div_rn(acc, l_safe[:, None]) * vd_c[None, :]
+    elif RCP:
+        o = acc * (tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe) * vd)[:, None]
+    else:
+        o = tl.math.div_rn(acc, l_safe[:, None]) * vd
+    o = tl.where(has[:, None], o, 0.0)
+    offs_dv = col0 + tl.arange(0, DVH)
+    o_ptrs = O + bh.to(tl.int64) * seq_q * DV + offs_m[:, None].to(tl.int64) * DV + offs_dv[None, :]
+    if OUT_MODE == 0:
+        tl.store(o_ptrs, o.to(tl.bfloat16), mask=row_ok[:, None])
+    elif OUT_MODE == 1:
+        ob = (o.to(tl.int32, bitcast=True) >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
+        tl.store(o_ptrs, ob, mask=row_ok[:, None])
+    else:
+        tl.store(o_ptrs, o, mask=row_ok[:, None])
 
 
 @triton.jit
@@ -393,8 +448,9 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                  RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
                  DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1, PIPELINE_QK: tl.constexpr = 0,
                  P_PERM: tl.constexpr = 0, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                 VD_MODE: tl.constexpr = 0):
+                 VD_MODE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1):
     DQK: tl.constexpr = D1 + D2
+    DVH: tl.constexpr = DV // DV_SPLIT  # DV_SPLIT 2: O in two column halves (acc, acc_tc), see _softmax_pv_tile
     num_m = tl.cdiv(seq_q, BLOCK_M)
     start_m = num_m - 1 - tl.program_id(0)  # heavy (late, causal) row blocks first
     bh = tl.program_id(1)
@@ -435,6 +491,8 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         vd = tl.load(VD + bhk.to(tl.int64) * DV + tl.arange(0, DV))
     elif VD_MODE != 2:
         vd = tl.load(VD + bhk)
+    else:
+        vd = 1.0
     if KD_TILE:
         c = sm_scale_log2e * qd
     else:
@@ -466,7 +524,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         else:
             k2_src = k1_src
         vt_src = tl.make_tensor_descriptor(vt_base, shape=[DV, seq_k_pad], strides=[seq_k_pad, 1],
-                                           block_shape=[DV, BLOCK_N])
+                                           block_shape=[DVH, BLOCK_N])
         ones_src = tl.make_tensor_descriptor(ONES, shape=[16, BLOCK_N], strides=[BLOCK_N, 1],
                                              block_shape=[16, BLOCK_N])
     else:
@@ -509,9 +567,9 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         e_i = tl.zeros([BLOCK_M], tl.float32)
     else:
         e_i = tl.full([BLOCK_M], E_FIXED, tl.float32)
-    acc = tl.zeros([BLOCK_M, DV], tl.float32)
-    if PV_MODE == 3:
-        acc_tc = tl.zeros([BLOCK_M, DV], tl.float32)
+    acc = tl.zeros([BLOCK_M, DVH], tl.float32)
+    if PV_MODE == 3 or DV_SPLIT == 2:
+        acc_tc = tl.zeros([BLOCK_M, DVH], tl.float32)
     else:
         acc_tc = tl.zeros([1, 1], tl.float32)
     a_prod = tl.full([BLOCK_M], 1.0, tl.float32)
@@ -537,42 +595,56 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                 seg != 1, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
                 EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
                 QK_K32, PV_MODE, FLUSH, TMA, WS and seg == 1, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE)
+                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
+                DV_SPLIT=DV_SPLIT)
     if PV_MODE == 3:
         acc = acc * a_prod[:, None] + acc_tc
 
     # ---- epilogue: O = acc / l · vd (l in the same P scale as acc), LSE = ln2·(m + log2 l − e)
-    if ROWSUM_ROUNDED == 2:
-        l_i = tl.max(l_i, 1)
-    has = l_i > 0.0
-    l_safe = tl.where(has, l_i, 1.0)
-    if VD_MODE == 2:  # V's descales are in acc already
-        if RCP:
-            o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None]
-        else:
-            o = tl.math.div_rn(acc, l_safe[:, None])
-    elif VD_MODE == 1:  # per channel, after the normalisation (the emulator's order)
-        if RCP:
-            o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None] * vd[None, :]
-        else:
-            o = tl.math.div_rn(acc, l_safe[:, None]) * vd[None, :]
-    elif RCP:
-        o = acc * (tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe) * vd)[:, None]
+    if DV_SPLIT == 2:
+        if ROWSUM_ROUNDED == 2:
+            l_i = tl.max(l_i, 1)
+        has = l_i > 0.0
+        l_safe = tl.where(has, l_i, 1.0)
+        m_fin = tl.where(m_i == float("-inf"), 0.0, m_i)
+        lse = tl.where(has, (m_fin + tl.math.log2(l_safe) - e_i) * 0.6931471805599453, float("-inf"))
+        _store_o(O, bh, seq_q, offs_m, acc, 0, l_safe, has, row_ok, VD, bhk, vd, BLOCK_M, DV, DVH, VD_MODE, RCP,
+                 OUT_MODE)
+        _store_o(O, bh, seq_q, offs_m, acc_tc, DVH, l_safe, has, row_ok, VD, bhk, vd, BLOCK_M, DV, DVH, VD_MODE,
+                 RCP, OUT_MODE)
     else:
-        o = tl.math.div_rn(acc, l_safe[:, None]) * vd
-    o = tl.where(has[:, None], o, 0.0)
-    m_fin = tl.where(m_i == float("-inf"), 0.0, m_i)
-    lse = tl.where(has, (m_fin + tl.math.log2(l_safe) - e_i) * 0.6931471805599453, float("-inf"))
+        # one block for all of O's columns, as written before DV_SPLIT (its SASS is kept byte-identical)
+        if ROWSUM_ROUNDED == 2:
+            l_i = tl.max(l_i, 1)
+        has = l_i > 0.0
+        l_safe = tl.where(has, l_i, 1.0)
+        if VD_MODE == 2:  # V's descales are in acc already
+            if RCP:
+                o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None]
+            else:
+                o = tl.math.div_rn(acc, l_safe[:, None])
+        elif VD_MODE == 1:  # per channel, after the normalisation (the emulator's order)
+            if RCP:
+                o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None] * vd[None, :]
+            else:
+                o = tl.math.div_rn(acc, l_safe[:, None]) * vd[None, :]
+        elif RCP:
+            o = acc * (tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe) * vd)[:, None]
+        else:
+            o = tl.math.div_rn(acc, l_safe[:, None]) * vd
+        o = tl.where(has[:, None], o, 0.0)
+        m_fin = tl.where(m_i == float("-inf"), 0.0, m_i)
+        lse = tl.where(has, (m_fin + tl.math.log2(l_safe) - e_i) * 0.6931471805599453, float("-inf"))
 
-    offs_dv = tl.arange(0, DV)
-    o_ptrs = O + bh.to(tl.int64) * seq_q * DV + offs_m[:, None].to(tl.int64) * DV + offs_dv[None, :]
-    if OUT_MODE == 0:
-        tl.store(o_ptrs, o.to(tl.bfloat16), mask=row_ok[:, None])
-    elif OUT_MODE == 1:
-        ob = (o.to(tl.int32, bitcast=True) >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        tl.store(o_ptrs, ob, mask=row_ok[:, None])
-    else:
-        tl.store(o_ptrs, o, mask=row_ok[:, None])
+        offs_dv = tl.arange(0, DV)
+        o_ptrs = O + bh.to(tl.int64) * seq_q * DV + offs_m[:, None].to(tl.int64) * DV + offs_dv[None, :]
+        if OUT_MODE == 0:
+            tl.store(o_ptrs, o.to(tl.bfloat16), mask=row_ok[:, None])
+        elif OUT_MODE == 1:
+            ob = (o.to(tl.int32, bitcast=True) >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
+            tl.store(o_ptrs, ob, mask=row_ok[:, None])
+        else:
+            tl.store(o_ptrs, o, mask=row_ok[:, None])
     tl.store(LSE + bh.to(tl.int64) * seq_q + offs_m, lse, mask=offs_m < seq_q)
 
 

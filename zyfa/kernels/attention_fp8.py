@@ -251,6 +251,8 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
     P_PERM: 1 (P's columns and V's keys reordered within each 32-key step: no shuffles before the P·V wgmma).
     PV_MODE 2 instead of the plan's 4 at d 256 (the same per-tile flush, through Triton's partial accumulator).
     maxnreg 168 (three programs per SM) at d 64 and for hd128 causal (+15% measured in session 1).
+    DV_SPLIT 2 at d 256 (O's columns in two halves, one P·V dot each: fewer spills, the same output bit for bit);
+    at d_v 128 it is slower (measured), so 1 there.
     """
     # H200 sweeps (docs/kernel_notes.md): 64-row tiles, one warpgroup, two programs per SM (their softmax
     # and matmuls interleave) beat 128-row tiles on two warpgroups for d <= 192; d = 256 needs 128 rows.
@@ -261,6 +263,10 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
         cfg.update(BLOCK_M=128, num_warps=8, num_stages=3)
         if plan.pv_mode == 4:
             cfg["PV_MODE"] = 2  # per-tile flush through Triton's partial accumulator: fewer spills, +12% at hd256
+        if plan.pv_mode != 3:
+            # P·V as two dots over O's column halves: the per-tile product needs half the registers (spills
+            # 128/162 -> 24/24 LDL/STL), bit-identical output; +17% / +13% for zyfa-hopper at hd256 (kernel_notes)
+            cfg["DV_SPLIT"] = 2
         if plan.rowsum_rounded == 2:
             cfg["num_stages"] = 2  # the ones tile of the tensor-core row sum: 3 stages need 236.5 KB > 227 KB
     elif d_qk <= 64 and not plan.qk_k32:
@@ -440,6 +446,13 @@ def _check_device(q):
 
 # ---------------------------------------------------------------------------------------------- launch
 
+def _interpreting() -> bool:
+    """Whether Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def k32_key_order(n: int, device=None) -> torch.Tensor:
     """The key order the kernel's P operand uses when P_PERM=1: position 32s+16h+4t+2a+b holds key
     32s+16h+8a+2t+b (n a multiple of 32). A permutation within each 32-key wgmma step."""
@@ -453,7 +466,10 @@ def vt_key_order_for(config: dict | None) -> bool:
     return bool((config or {}).get("P_PERM", P_PERM_DEFAULT))
 
 
-def prepare_vt(v: torch.Tensor, permute_k32: bool = True) -> torch.Tensor:
+VT_COPY_BLOCK = 64  # keys per program of the Triton transpose (a multiple of 32)
+
+
+def prepare_vt(v: torch.Tensor, permute_k32: bool = True, copy: str = "auto") -> torch.Tensor:
     """V (b, h_kv, s_k, d_v) -> Vt (b, h_kv, d_v, s_k_pad) contiguous, zero-padded.
 
     Hopper's FP8 wgmma reads both operands K-major; for P·V the K dim is the sequence, so V is transposed
@@ -461,10 +477,32 @@ def prepare_vt(v: torch.Tensor, permute_k32: bool = True) -> torch.Tensor:
     the Triton kernel's default P_PERM=1 expects) the keys are also reordered within each 32-key block by
     :func:`k32_key_order` (padding to 32), so P needs no register shuffle before its wgmma. The result records
     which order it holds; :func:`launch` refuses a mismatch with its P_PERM.
+
+    copy: "triton" (one Triton copy kernel that moves the bytes at close to memory speed, docs/kernel_notes.md),
+    "torch" (a permute and a contiguous copy, any device and dtype), "auto" (Triton for a CUDA tensor of a
+    1-byte dtype, FP8, whose head dim is a power of two >= 16, else torch). Both give the same bytes.
     """
+    if copy not in ("auto", "torch", "triton"):
+        raise ValueError(f"copy must be 'auto', 'torch' or 'triton', got {copy!r}")
     b, h_kv, s_k, d_v = v.shape
     mult = 32 if permute_k32 else 16
     s_pad = -(-s_k // mult) * mult
+    fits = d_v >= 16 and d_v & (d_v - 1) == 0 and v.element_size() == 1
+    if copy == "triton" and not (fits and (v.is_cuda or _interpreting())):
+        raise ValueError(f"copy='triton' needs a CUDA tensor of a 1-byte dtype with a power-of-two head dim >= 16 "
+                         f"(got {v.dtype} on {v.device}, d_v={d_v})")
+    if copy == "triton" or copy == "auto" and v.is_cuda and fits:
+        from zyfa.kernels import _triton_vt
+
+        v = v.contiguous()
+        vt = torch.empty((b, h_kv, d_v, s_pad), dtype=v.dtype, device=v.device)
+        n = b * h_kv
+        if n and s_pad:
+            grid = (-(-s_pad // VT_COPY_BLOCK), n)
+            _triton_vt.vt_transpose[grid](v.view(torch.uint8), vt.view(torch.uint8), s_k, s_pad, DV=d_v,
+                                          BLOCK_S=VT_COPY_BLOCK, PERM=bool(permute_k32))
+        vt.zyfa_k32_permuted = bool(permute_k32)
+        return vt
     if permute_k32:
         if s_pad != s_k:
             vp = torch.zeros((b, h_kv, s_pad, d_v), dtype=v.dtype, device=v.device)
@@ -496,6 +534,16 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
         raise ValueError(f"recipe {plan.recipe!r} fixes BLOCK_M={plan.block_m} (per-tile P exponent)")
     if cfg.get("PIPELINE_QK") and cfg.get("PV_MODE") == 2 and "PV_MODE" not in (config or {}):
         cfg["PV_MODE"] = plan.pv_mode  # the hand-pipelined loop with PV_MODE 2 at d 256 needs 262 KB of shared memory
+    if cfg.get("PV_MODE", plan.pv_mode) == 3 and "DV_SPLIT" not in (config or {}):
+        cfg["DV_SPLIT"] = 1  # a PV_MODE 3 override keeps its second accumulator: no column halves
+    dv_split = cfg.get("DV_SPLIT", 1)
+    if dv_split not in (1, 2):
+        raise ValueError(f"DV_SPLIT={dv_split!r}: expected 1 (one P·V dot) or 2 (O's columns in two halves)")
+    if dv_split == 2 and cfg.get("PV_MODE", plan.pv_mode) == 3:
+        raise ValueError("DV_SPLIT=2 cannot be combined with PV_MODE 3 (the accumulator flushed every N tiles keeps "
+                         "its own second accumulator)")
+    if dv_split == 2 and d_v < 64:
+        raise ValueError(f"DV_SPLIT=2 needs d_v >= 64 (halves of at least 32 columns), got d_v={d_v}")
     mad_cvt = cfg["MAD_CVT"]
     if mad_cvt not in (0, 1, 2, 3, 4, 5):
         raise ValueError(f"MAD_CVT={mad_cvt!r}: expected 0 (magic add), 1 (cvt.rni/rzi), 3/4/5 (fma.rn.sat, "
@@ -585,7 +633,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
         DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"], PIPELINE_QK=cfg.get("PIPELINE_QK", 0),
         P_PERM=int(bool(cfg["P_PERM"])), QD_ROW=qd_row, KD_TILE=int(kd_tile),
-        VD_MODE=plan.vd_mode,
+        VD_MODE=plan.vd_mode, DV_SPLIT=cfg.get("DV_SPLIT", 1),
         num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
     )
@@ -619,7 +667,8 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
             :func:`fused_mad_is_exact`; see docs/kernel_notes.md),
             PIPELINE_QK (1: S of the next KV tile computed before this tile's softmax, FA3's intra-warpgroup
             overlap written by hand; Triton 3.6 serialises it on sm_90), maxnreg None/0 = no cap,
-            QK_K32 / PV_MODE (accumulation code, see the kernel).
+            QK_K32 / PV_MODE (accumulation code, see the kernel), DV_SPLIT (2: P·V as two dots over O's column
+            halves, the same arithmetic per element with half the registers for the per-tile product).
     Returns:
         (out, lse): out (b, h, s_q, d_v) bf16 (fp32 when the recipe's out_format is fp32), lse (b, h, s_q)
         fp32 natural log of the scores of the K it was given (for a K smoothed by the caller, without the
