@@ -10,11 +10,17 @@ Skipped without a Hopper GPU (tests/conftest.py).
 from __future__ import annotations
 
 import math
+import zlib
 
 import pytest
 import torch
 
 pytestmark = pytest.mark.gpu
+
+
+def _seed(name: str) -> int:
+    """A seed from a case's name, the same in every process (str hash() is salted per interpreter)."""
+    return zlib.crc32(name.encode()) % 1000
 
 H1 = "zyfa-hopper"  # zyfa with the Hopper accumulator flushed every KV tile
 H1_MMA = "zyfa-hopper:rowsum=rounded_mma"  # technique 3's rounded sum taken on the tensor core
@@ -114,7 +120,7 @@ def _assert_outputs_agree(out, em, ref, what, spec):
 @pytest.mark.parametrize("spec", RECIPES)
 def test_agrees_with_emulator(spec, shape_name):
     shape = SHAPES[shape_name]
-    out, lse, em, ref, ref_lse = _run(spec, shape, seed=hash(shape_name) % 1000)
+    out, lse, em, ref, ref_lse = _run(spec, shape, seed=_seed(shape_name))
     assert torch.isfinite(out.float()).all()
     e_k, e_e = _rel(out, ref), _rel(em.out, ref)
     print(f"{spec} {shape_name}: kernel {e_k:.5f} emulator {e_e:.5f} ratio {e_k / e_e:.4f}")
@@ -134,7 +140,7 @@ def test_softmax_scale_reaches_the_kernel(spec, shape_name, sm_scale):
     from reference.attention import attention_fp64
 
     shape = SHAPES[shape_name]
-    out, lse, em, ref, _ = _run(spec, shape, seed=hash(shape_name) % 1000 + 1, sm_scale=sm_scale)
+    out, lse, em, ref, _ = _run(spec, shape, seed=_seed(shape_name) + 1, sm_scale=sm_scale)
     e_k, e_e = _rel(out, ref), _rel(em.out, ref)
     print(f"{spec} {shape_name} sm_scale={sm_scale}: kernel {e_k:.5f} emulator {e_e:.5f} ratio {e_k / e_e:.4f}")
     assert abs(e_k / e_e - 1) <= 0.03
@@ -150,7 +156,7 @@ def test_softmax_scale_reaches_the_kernel(spec, shape_name, sm_scale):
 def test_exact_t_mad_form_agrees_with_emulator(spec, shape_name):
     """MAD_T=1 (t = fl(s·c) − m, then the MAD; the ablation of the default fused MAD_T=0) agrees too."""
     shape = SHAPES[shape_name]
-    out, _, em, ref, _ = _run(spec, shape, seed=hash(shape_name) % 1000, config={"MAD_T": 1})
+    out, _, em, ref, _ = _run(spec, shape, seed=_seed(shape_name), config={"MAD_T": 1})
     e_k, e_e = _rel(out, ref), _rel(em.out, ref)
     print(f"{spec} {shape_name} MAD_T=1: kernel {e_k:.5f} emulator {e_e:.5f} ratio {e_k / e_e:.4f}")
     assert abs(e_k / e_e - 1) <= 0.03
@@ -161,7 +167,7 @@ def test_pipelined_qk_loop_agrees(shape_name):
     """PIPELINE_QK=1 (S of tile j+1 computed before tile j's softmax; prologue/epilogue around the loop): same
     per-tile arithmetic, so it agrees with the emulator and with the default loop (masks, tails, windows)."""
     shape = SHAPES[shape_name]
-    seed = hash(shape_name) % 1000
+    seed = _seed(shape_name)
     out, lse, em, ref, _ = _run(H1, shape, seed=seed, config={"PIPELINE_QK": 1})
     out0, lse0, *_ = _run(H1, shape, seed=seed)
     e_k, e_e = _rel(out, ref), _rel(em.out, ref)
@@ -181,7 +187,7 @@ def test_saturating_mad_conversion_is_bit_identical(spec, shape_name):
     the default), packed u16x2 (5), or none where the bound is proven (4, exact t)) give the same bits as the
     two-clamp form (MAD_CVT=0)."""
     shape = SHAPES[shape_name]
-    seed = hash(shape_name) % 1000
+    seed = _seed(shape_name)
     for mad_t, fast in ((0, 5), (0, 3), (1, 4)):
         out0, lse0 = _kernel(spec, shape, seed=seed, config={"MAD_T": mad_t, "MAD_CVT": 0})
         out1, lse1 = _kernel(spec, shape, seed=seed, config={"MAD_T": mad_t, "MAD_CVT": fast})
@@ -194,7 +200,7 @@ def test_key_permuted_p_operand_agrees(spec, shape_name):
     """P_PERM=1 (the default: P's columns and V's keys reordered within each 32-key wgmma step, no shuffles)
     against P_PERM=0 (P shuffled into the operand layout): the same products in every k-step."""
     shape = SHAPES[shape_name]
-    seed = hash(shape_name) % 1000
+    seed = _seed(shape_name)
     out1, lse1, em, ref, _ = _run(spec, shape, seed=seed)
     out0, lse0 = _kernel(spec, shape, seed=seed, config={"P_PERM": 0})
     same = torch.equal(out1, out0) and torch.equal(lse1, lse0)
@@ -215,7 +221,7 @@ def test_split_pv_columns_are_bit_identical(spec, shape_name):
     partial accumulator or an explicit add, never flushed, per k-step for the fp32 recipes), V descales per
     head, per channel and per tile, TMA or pointer loads, and masks, windows and GQA."""
     shape = SHAPES[shape_name]
-    seed = hash(shape_name) % 1000
+    seed = _seed(shape_name)
     out1, lse1 = _kernel(spec, shape, seed=seed, config={"DV_SPLIT": 1})
     for config in ({"DV_SPLIT": 2}, {"DV_SPLIT": 2, "TMA": False}):
         out2, lse2 = _kernel(spec, shape, seed=seed, config=config)
@@ -245,7 +251,7 @@ def test_tensor_core_row_sum_variants_agree(config):
     """rowsum='rounded_mma' (P8 · ones by TMA-loaded ones, or pointer loads) in the launch variants."""
     for shape_name in ("hd128-causal-gqa", "hd64-window", "mla-causal"):
         shape = SHAPES[shape_name]
-        out, _, em, ref, _ = _run(H1_MMA, shape, seed=hash(shape_name) % 1000, config=config)
+        out, _, em, ref, _ = _run(H1_MMA, shape, seed=_seed(shape_name), config=config)
         e_k, e_e = _rel(out, ref), _rel(em.out, ref)
         print(f"{H1_MMA} {shape_name} {config}: kernel {e_k:.5f} emulator {e_e:.5f} ratio {e_k / e_e:.4f}")
         assert abs(e_k / e_e - 1) <= 0.03
@@ -404,7 +410,7 @@ def _gaussian_h200(name):
         x = make_gaussian(GaussianSpec(heads_q=4, heads_kv=4, seq=1024, head_dim=128, outlier_frac=0.001,
                                        outlier_scale=10.0, seed=3))
         return x.q.cuda(), x.k.cuda(), x.v.cuda(), False, None
-    q, k, v = _inputs(shape, seed=hash(name) % 1000)
+    q, k, v = _inputs(shape, seed=_seed(name))
     return q, k, v, shape[7], shape[8]
 
 

@@ -17,11 +17,13 @@ import math
 import pytest
 import torch
 
+from tests.kernels.test_attention_fp8_gpu import _seed
+
 pytestmark = pytest.mark.gpu
 
-# kernel/emulator error ratio bound by accumulator: 1% for both; the Hopper accumulator model is fitted bit for bit
-# on the H200 (docs/PLATFORMS.md). Measured on the H200 at 3efdc7e (reports/gpu_tests.txt): every case of this file
-# within 0.1% for the hopper_fp8 recipes
+# kernel/emulator error ratio bound by accumulator: 1% for both, against the emulation on the h200 platform, whose
+# Hopper accumulator model is fitted bit for bit on the H200 (docs/PLATFORMS.md). Measured on the H200 at 3efdc7e
+# (reports/gpu_tests.txt): every case of this file within 0.1% for the hopper_fp8 recipes
 ERR_RATIO_TOL = {"fp32": 0.01, "hopper_fp8": 0.01}
 # the existing agreement tests' bounds on the output-vs-output distance (measured on the H200, see that file)
 AGREE_BOUNDS = {"fp32": (0.35, 0.93), "hopper_fp8": (0.65, 0.78)}
@@ -78,7 +80,10 @@ def _run(spec, shape, seed, outliers, config=None, k_offset=None):
     if k_offset is not None:
         k = k + k_offset
     out, lse = attention_fp8_quantized(q, k, v, recipe=r, causal=causal, window=window, config=config)
-    em = emulate(q, k, v, r, causal=causal, window=window)
+    # on the h200 platform (the H200's wgmma accumulation, fitted bit for bit): an fp32 recipe's exact fp32 sums
+    # (its own platform) cannot run on the H200, whose per-k-step flush differed from them by up to 2.9% in error
+    # on outlier inputs (hd64, 64-key blocks, at a seed of str hash())
+    em = emulate(q, k, v, r, causal=causal, window=window, platform="h200")
     ref, ref_lse = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=causal, window=window)
     return out, lse, em, ref, ref_lse
 
@@ -117,7 +122,7 @@ def _skip_if_unrotatable(spec, shape):
 def test_remedy_agrees_with_emulator(spec, shape_name, outliers):
     shape = SHAPES[shape_name]
     _skip_if_unrotatable(spec, shape)
-    out, lse, em, ref, _ = _run(spec, shape, seed=hash(shape_name) % 1000 + 7 * outliers, outliers=outliers)
+    out, lse, em, ref, _ = _run(spec, shape, seed=_seed(shape_name) + 7 * outliers, outliers=outliers)
     _check(spec, f"{shape_name} {'outliers' if outliers else 'gauss'}", out, lse, em, ref)
 
 
@@ -132,7 +137,7 @@ def test_block_descales_with_exact_t_and_pipelined_loop(spec, shape_name):
             # the fp32-accumulator recipe's pipelined loop does not fit at hd256: Triton asks for 262216 bytes of
             # shared memory, the H200 has 232448 (measured on the H200); a launch limit, not a numerics question
             continue
-        out, lse, em, ref, _ = _run(spec, shape, seed=hash(shape_name) % 1000, outliers=True, config=config)
+        out, lse, em, ref, _ = _run(spec, shape, seed=_seed(shape_name), outliers=True, config=config)
         _check(spec, f"{shape_name} {config}", out, lse, em, ref)
 
 
