@@ -358,3 +358,30 @@ def test_dv_split_is_the_default_at_head_dim_256_only_and_is_checked():
     with pytest.raises(ValueError, match="DV_SPLIT=2 needs d_v >= 64"):
         resolve_config(32, 32, False, hop, {"DV_SPLIT": 2})
     assert resolve_config(128, 128, False, hop, {"DV_SPLIT": 2})[0]["DV_SPLIT"] == 2
+
+
+def test_triton_v_transpose_in_the_cpu_interpreter_gives_the_torch_copys_bytes():
+    """The Triton copy of V's transpose run by Triton's CPU interpreter (TRITON_INTERPRET=1, in a fresh process so
+    the kernel is built for it) against the torch copy: the same bytes for both key orders, tails and head dims."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    pytest.importorskip("triton", reason="triton is not installed here (the GPU image has it; the GPU test "
+                                         "test_triton_v_transpose_gives_the_torch_copys_bytes runs the copy there)")
+    code = (
+        "import torch\n"
+        "from zyfa.kernels.attention_fp8 import prepare_vt\n"
+        "torch.manual_seed(0)\n"
+        "for shape in [(1, 2, 100, 64), (2, 1, 64, 128), (1, 1, 7, 16), (1, 3, 130, 256)]:\n"
+        "    v = (torch.randn(shape) * 50).to(torch.float8_e4m3fn)\n"
+        "    for perm in (True, False):\n"
+        "        a = prepare_vt(v, permute_k32=perm, copy='torch')\n"
+        "        t = prepare_vt(v, permute_k32=perm, copy='triton')\n"
+        "        assert t.zyfa_k32_permuted is perm and a.shape == t.shape, shape\n"
+        "        assert torch.equal(a.view(torch.uint8), t.view(torch.uint8)), (shape, perm)\n"
+        "print('same bytes')\n")
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "same bytes" in r.stdout, r.stderr[-2000:]
