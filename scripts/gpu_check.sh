@@ -22,7 +22,8 @@
 #                             the bench gets what is left of it, at most --bench-timeout
 #   --wheels DIR              wheels to install with --no-deps into /tmp/site first (default .whl: the cuDNN
 #                             frontend wheel, for the cuDNN FP8 peer; without it that peer is left out)
-# ZYFA_GIT_COMMIT=<sha> names the commit in the results where the copy has no .git.
+# ZYFA_GIT_COMMIT=<sha> names the commit in the results where the copy has no .git or a stale one (a device copy
+# of the working tree may keep the .git of an earlier call: pass it there always).
 # While the tests run, scripts/warm_triton_cache.py compiles the bench's kernel variants in the background.
 # Every stage runs under its own timeout and a failing stage never stops the next; the exit status is the
 # test stage's.
