@@ -613,7 +613,9 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         _store_o(O, bh, seq_q, offs_m, acc_tc, DVH, l_safe, has, row_ok, VD, bhk, vd, BLOCK_M, DV, DVH, VD_MODE,
                  RCP, OUT_MODE)
     else:
-        # one block for all of O's columns, as written before DV_SPLIT (its SASS is kept byte-identical)
+        # one block for all of O's columns, as written before DV_SPLIT: its SASS stays byte-identical. One
+        # normalise/write helper pair for both branches gives the same SASS here but another DV_SPLIT 2 binary than
+        # the one measured (docs/kernel_notes.md, issue 16), so the near-copy stays until that one is timed
         if ROWSUM_ROUNDED == 2:
             l_i = tl.max(l_i, 1)
         has = l_i > 0.0
