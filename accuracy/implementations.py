@@ -19,6 +19,11 @@ Built-ins (:func:`builtin_names`):
   (``flash_attn.flash_attn_triton_amd.fwd_prefill``), installed as a package; the adapter sets its launch
   config (the AMD-only ``waves_per_eu`` hint left out) and imports its forward alone. docs/real_kernels.md says
   which numerics the released package has and why it is paired with ``triton-amd:p_scale=tile_amax``.
+- ``flashinfer-fa3``: FA3's FP8 forward as FlashInfer (``flashinfer-python``) builds it for sm_90
+  (``single_prefill_with_kv_cache`` with ``backend="fa3"``), paired with ``fa3`` with P scaled by 448, Q per
+  query head and FlashInfer's tiles (:data:`FLASHINFER_FA3_RECIPE`). FlashInfer compiles the kernel with nvcc
+  on first use, or loads it from its AOT folder; ``scripts/build_flashinfer_fa3.py`` does that build where the
+  GPU machine cannot.
 
 Plug-ins (:func:`load_plugin`): ``"module:function"`` or ``"path/to/file.py:function"`` with the contract in
 docs/CONTRACTS.md, ``fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse)``. Every failure (bad path,
@@ -60,6 +65,7 @@ import torch
 from accuracy.inputs import AttentionInput
 
 __all__ = [
+    "FLASHINFER_FA3_RECIPE",
     "FLASH_ATTN_AMD_RECIPE",
     "ImplResult",
     "Implementation",
@@ -71,6 +77,8 @@ __all__ = [
     "failed_implementation",
     "flash_attn_amd_descales",
     "flash_attn_amd_forward",
+    "flashinfer_fa3_forward",
+    "flashinfer_fa3_inputs",
     "get_implementation",
     "load_plugin",
     "load_plugins",
@@ -578,6 +586,77 @@ def _flash_attn_amd_impl() -> Implementation:
         description="AMD's Triton FP8 forward from flash-attn (flash_attn_triton_amd), run on Hopper")
 
 
+# ---------------------------------------------------------------------------------------------- FA3 via FlashInfer
+
+# What FlashInfer 0.7.4's FA3-derived FP8 prefill on sm_90 computes (its hopper/quantization mainloop and
+# hopper/variants.cuh StandardFP8Attention, docs/real_kernels.md): FA3's numerics (exp2 of the scaled score minus
+# the scaled row max, fp32 row sum of the unscaled P, the FP8 wgmma accumulator of P·V never flushed, O times
+# v_scale / (448 · l) at the end, bf16 out), except that P is multiplied by 448 (the e4m3 maximum) before its
+# cast where FA3 adds 8 to the exponent (×2^8), Q is scaled per query head (FA3 per KV head), and the tiles
+# differ.
+# FlashInfer's single-prefill FP8 tiles (CTA_Q x CTA_KV by head dim, prefill_sm90.cuh), not FA3's.
+FLASHINFER_FA3_RECIPE = "fa3:p_scale=fmax,q_scale=head,head_dim_tiles=64:192x128|128:128x192|256:128x128"
+FLASHINFER_VERSIONS = ("0.7.4",)  # released versions whose FP8 prefill was read (prefix match)
+FLASHINFER_FA3_DIMS = ((64, 64), (128, 128), (256, 256))  # its FP8 sm_90 prefill's head dims (prefill_sm90.cuh)
+
+
+def _flashinfer_check() -> tuple[bool, str]:
+    ok, why = _cuda(exact_major=9)
+    if not ok:
+        return ok, why
+    ok, why = _package("flashinfer", "flashinfer-python")
+    if not ok:
+        return ok, why
+    version = _dist_version("flashinfer-python") or "?"
+    if not version.startswith(FLASHINFER_VERSIONS):
+        return False, (f"flashinfer-python {version}: the FP8 prefill's numerics were read for "
+                       f"{', '.join(FLASHINFER_VERSIONS)} only (docs/real_kernels.md)")
+    return True, ""
+
+
+def flashinfer_fa3_forward(q8, k8, v8, scale_q, scale_k, scale_v, *, causal: bool, sm_scale: float):
+    """One call of FlashInfer's FA3 FP8 prefill (``single_prefill_with_kv_cache``, ``backend="fa3"``): one
+    sequence in its NHD layout, q8 (s_q, h, d), k8/v8 (s_k, h_kv, d) e4m3fn; the dequantization scales fp32 (h,)
+    for Q and (h_kv,) for K and V. Causal masks align bottom-right, as ours. Returns (out bf16 (s_q, h, d), lse
+    natural log (s_q, h)); FlashInfer's own LSE is in base 2. Used by the adapter and ``zyfa bench``."""
+    import flashinfer
+
+    out, lse2 = flashinfer.single_prefill_with_kv_cache(
+        q8, k8, v8, scale_q=scale_q, scale_k=scale_k, scale_v=scale_v, o_dtype=torch.bfloat16, causal=bool(causal),
+        sm_scale=float(sm_scale), backend="fa3", return_lse=True)
+    return out, lse2 * math.log(2.0)
+
+
+def flashinfer_fa3_inputs(qi, h: int, h_kv: int):
+    """The recipe quantizer's FP8 values and descales, per batch element in FlashInfer's layout: a list of
+    (q8 (s_q, h, d), k8 (s_k, h_kv, d), v8, scale_q (h,), scale_k (h_kv,), scale_v (h_kv,))."""
+    b = qi.q_values.shape[0]
+    qd, kd, vd = flash_attn_amd_descales(qi, b, h, h_kv)
+    fp8 = [t.to(torch.float8_e4m3fn) for t in (qi.q_values, qi.k_values, qi.v_values)]
+    return [tuple(t[i].transpose(0, 1).contiguous() for t in fp8) + (qd[i], kd[i], vd[i]) for i in range(b)]
+
+
+def _flashinfer_fa3_run(x: AttentionInput, context: dict) -> ImplResult:
+    from zyfa.emulator import quantize_inputs
+
+    qi = quantize_inputs(x.q, x.k, x.v, resolve_recipe(FLASHINFER_FA3_RECIPE))
+    outs, lses = [], []
+    for q8, k8, v8, sq, sk, sv in flashinfer_fa3_inputs(qi, x.q.shape[1], x.k.shape[1]):
+        out, lse = flashinfer_fa3_forward(q8, k8, v8, sq, sk, sv, causal=bool(x.causal), sm_scale=_sm(x))
+        outs.append(out.transpose(0, 1).float())
+        lses.append(lse.transpose(0, 1).float())
+    return ImplResult(torch.stack(outs), torch.stack(lses), {"flashinfer": _dist_version("flashinfer-python"),
+                                                             "backend": "fa3"})
+
+
+def _flashinfer_fa3_impl() -> Implementation:
+    return Implementation(
+        name="flashinfer-fa3", fn=_flashinfer_fa3_run, recipe=FLASHINFER_FA3_RECIPE, quantizes="recipe",
+        device="CUDA, Hopper (sm_90)", package="flashinfer-python", check=_flashinfer_check,
+        limits=_no_window_limits(equal_seq_causal=False, dims=FLASHINFER_FA3_DIMS),
+        description="FA3's FP8 forward as FlashInfer builds it for sm_90 (single_prefill_with_kv_cache, backend fa3)")
+
+
 # ---------------------------------------------------------------------------------------------- registry
 
 def _builtins() -> dict[str, Callable[[], Implementation]]:
@@ -589,6 +668,7 @@ def _builtins() -> dict[str, Callable[[], Implementation]]:
     reg["sdpa-bf16:cudnn"] = lambda: _sdpa_impl("cudnn")
     reg["sdpa-bf16:flash"] = lambda: _sdpa_impl("flash")
     reg["flash-attn-triton-amd"] = _flash_attn_amd_impl
+    reg["flashinfer-fa3"] = _flashinfer_fa3_impl
     return reg
 
 

@@ -21,7 +21,8 @@
 #   --budget S                wall-clock cap of the whole call (default 570 s, under a 10-minute device limit):
 #                             the bench gets what is left of it, at most --bench-timeout
 #   --wheels DIR              wheels to install with --no-deps into /tmp/site first (default .whl: the cuDNN
-#                             frontend wheel, for the cuDNN FP8 peer; without it that peer is left out)
+#                             frontend wheel, for the cuDNN FP8 peer; without it that peer is left out), and
+#                             *.tar.xz packs to unpack there (FlashInfer's FA3 FP8, scripts/build_flashinfer_fa3.py)
 # ZYFA_GIT_COMMIT=<sha> names the commit in the results where the copy has no .git or a stale one (a device copy
 # of the working tree may keep the .git of an earlier call: pass it there always).
 # While the tests run, scripts/warm_triton_cache.py compiles the bench's kernel variants in the background.
@@ -67,6 +68,11 @@ if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$WHEELS"/*.whl >/dev/null 2>&1 || echo "wheel install from $WHEELS failed: the cuDNN FP8 peer may be missing"
 fi
+# packed packages (scripts/build_flashinfer_fa3.py: FlashInfer's FA3 FP8 prefill, built for sm_90a)
+for pack in "$WHEELS"/*.tar.xz; do
+  [ -e "$pack" ] || continue
+  mkdir -p /tmp/site && tar -xJf "$pack" -C /tmp/site || echo "unpacking $pack failed"
+done
 export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export ZYFA_GIT_COMMIT=${ZYFA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 echo "commit $ZYFA_GIT_COMMIT"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Real kernels beside their emulations, on the H200. Run from the repo root on the GPU machine with the wheels
 # of .wheels/ carried (flash-attn built without its CUDA extension, nvidia-cudnn-frontend; made by
-# scripts/build_real_kernel_wheels.sh; docs/real_kernels.md):
+# scripts/build_real_kernel_wheels.sh; FlashInfer's FA3 FP8 pack and apache-tvm-ffi, made by
+# scripts/build_flashinfer_fa3.py; docs/real_kernels.md):
 #   bash scripts/gpu_real_kernels.sh        (writes under $OUT)
 # 1. which built-in implementations are available there, and why not;
 # 2. the GPU tests tests/kernels/test_real_implementations_gpu.py (each real kernel within 3% of its emulation
@@ -15,6 +16,9 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .wheels/*.whl \
   2>&1 | tail -3
+for pack in .wheels/*.tar.xz; do  # FlashInfer's FA3 FP8 prefill (scripts/build_flashinfer_fa3.py)
+  [ -e "$pack" ] && tar -xJf "$pack" -C /tmp/site
+done
 export PYTHONPATH=.:/tmp/site
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu_env.txt"
 python3 - <<'EOF' 2>&1 | tee "$OUT/real_kernels_available.txt"

@@ -4,10 +4,11 @@ Every case runs in one process on one GPU, so ratios between implementations com
 our kernel per recipe (kernel time; V's one-off transpose timed separately, and for recipes with ``qk_rotation``
 the rotation of Q and K before the kernel, also on its own: :func:`rotation_times`), PyTorch SDPA in bf16 with the
 cuDNN and flash backends, cuDNN's FP8 attention (``nvidia-cudnn-frontend`` graph ``sdpa_fp8``; FP8
-output on Hopper) and AMD's Triton FP8 forward from the ``flash-attn`` package (``flash-attn-triton-amd``: it
-reads V as stored, so it has no transpose to time; docs/real_kernels.md). Shapes: batch 1, ``--hidden`` / d_v
-heads (MLA: 16 heads, QK 192 / V 128), sequence lengths 8K, 16K, 32K (s_q = s_k). FLOPs = 4·b·h·s_q·s_k·d
-(2·(d_qk + d_v) for MLA), halved for causal.
+output on Hopper), AMD's Triton FP8 forward from the ``flash-attn`` package (``flash-attn-triton-amd``: it
+reads V as stored, so it has no transpose to time; docs/real_kernels.md) and FA3's FP8 forward as FlashInfer builds
+it for sm_90 (``flashinfer-fa3``, NHD layout, one launch per sequence; d_qk = d_v in 64, 128, 256 only).
+Shapes: batch 1, ``--hidden`` / d_v heads (MLA: 16 heads, QK 192 / V 128), sequence lengths 8K, 16K, 32K
+(s_q = s_k). FLOPs = 4·b·h·s_q·s_k·d (2·(d_qk + d_v) for MLA), halved for causal.
 
 Method (docs/DESIGN.md 'Measuring speed'): inputs never zeros (Gaussian, or a captured HDF5 slice tiled to the
 length), each output checked against an SDPA bf16 reference before timing, ``triton.testing.do_bench``
@@ -52,7 +53,7 @@ OTHER_RECIPES = (
     "fa3",
 )
 SHAPES = {"hd64": (64, 64), "hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128)}
-PEERS = ("sdpa-cudnn", "sdpa-flash", "cudnn-fp8", "flash-attn-triton-amd")
+PEERS = ("sdpa-cudnn", "sdpa-flash", "cudnn-fp8", "flash-attn-triton-amd", "flashinfer-fa3")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -271,8 +272,9 @@ def make_cudnn_fp8(q8, k8, v8, qd, kd, vd, causal, sm_scale):
     return fn, out_deq
 
 
-# = accuracy.implementations.FLASH_ATTN_AMD_RECIPE
+# = accuracy.implementations.FLASH_ATTN_AMD_RECIPE and FLASHINFER_FA3_RECIPE (the rows name them without an import)
 _FA_AMD_RECIPE = "triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1"
+_FLASHINFER_FA3_RECIPE = "fa3:p_scale=fmax,q_scale=head,head_dim_tiles=64:192x128|128:128x192|256:128x128"
 
 
 def make_flash_attn_amd(q, k, v, causal, sm_scale):
@@ -299,6 +301,33 @@ def make_flash_attn_amd(q, k, v, causal, sm_scale):
     out = fn()
     torch.cuda.synchronize()
     return fn, out.clone()
+
+
+def make_flashinfer_fa3(q, k, v, causal, sm_scale):
+    """FA3's FP8 forward from FlashInfer (accuracy.implementations' adapter), on the FP8 values of its recipe in
+    FlashInfer's NHD layout (made once, outside the timing; it reads V as stored). One launch per sequence.
+    Returns (fn, first output (b, h, s_q, d_v) fp32)."""
+    import torch
+
+    from accuracy.implementations import (
+        FLASHINFER_FA3_RECIPE,
+        flashinfer_fa3_forward,
+        flashinfer_fa3_inputs,
+        resolve_recipe,
+    )
+    from zyfa.emulator import quantize_inputs
+
+    if q.shape[-1] != v.shape[-1] or q.shape[-1] not in (64, 128, 256):
+        raise ValueError(f"FlashInfer's FP8 prefill takes d_qk = d_v in 64, 128, 256, not {q.shape[-1]}/{v.shape[-1]}")
+    qi = quantize_inputs(q, k, v, resolve_recipe(FLASHINFER_FA3_RECIPE))
+    per_seq = flashinfer_fa3_inputs(qi, q.shape[1], k.shape[1])
+
+    def fn():
+        return [flashinfer_fa3_forward(*t, causal=causal, sm_scale=sm_scale)[0] for t in per_seq]
+
+    outs = fn()
+    torch.cuda.synchronize()
+    return fn, torch.stack([o.transpose(0, 1).float() for o in outs])
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -441,9 +470,10 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
     for peer in peers:
         row = dict(base, impl=peer, recipe="bf16" if peer.startswith("sdpa") else "cudnn-fp8")
         try:
-            if peer == "flash-attn-triton-amd":
-                fn, out = make_flash_attn_amd(q, k, v, causal, sm_scale)
-                row["recipe"] = _FA_AMD_RECIPE
+            if peer in ("flash-attn-triton-amd", "flashinfer-fa3"):
+                make, row["recipe"] = ((make_flash_attn_amd, _FA_AMD_RECIPE) if peer == "flash-attn-triton-amd"
+                                       else (make_flashinfer_fa3, _FLASHINFER_FA3_RECIPE))
+                fn, out = make(q, k, v, causal, sm_scale)
                 if ref is None:
                     ref = sdpa_reference(q, k, v, causal, sm_scale).float()
                 row["rel_l2_vs_sdpa_bf16"] = rel_l2(out, ref)
@@ -601,8 +631,9 @@ def summary_lines(rows, ours="zyfa-hopper"):
             continue
         top = best(lambda r: r["impl"] == "triton-fp8")
         peers = {"cudnn": lambda r: r["impl"] == "sdpa-cudnn", "bf16": lambda r: r["impl"].startswith("sdpa-"),
-                 "fp8": lambda r: r["impl"] == "cudnn-fp8", "amd": lambda r: r["impl"] == "flash-attn-triton-amd"}
-        cudnn, bf16, fp8, amd = (best(peers[k]) for k in ("cudnn", "bf16", "fp8", "amd"))
+                 "fp8": lambda r: r["impl"] == "cudnn-fp8", "fa3": lambda r: r["impl"] == "flashinfer-fa3",
+                 "amd": lambda r: r["impl"] == "flash-attn-triton-amd"}
+        cudnn, bf16, fp8, fa3, amd = (best(peers[k]) for k in ("cudnn", "bf16", "fp8", "fa3", "amd"))
         same = [r for r in rs if r["s"] == s and r["impl"] == "triton-fp8" and r["recipe"] == ours]
         cap = [r for r in same if r["input"].startswith("captured")]
         like = [r for r in same if r["input"] == "gaussian-like-capture"]
@@ -610,12 +641,12 @@ def summary_lines(rows, ours="zyfa-hopper"):
         def t(r, peer=None, peers=peers):
             return f"{headline_tflops(r):.0f}" if r else (wrong(peers[peer]) if peer else "-")
 
-        ratios = [f"{headline_tflops(mine) / p['tflops']:.2f}" if p else "-" for p in (cudnn, bf16, fp8, amd)]
+        ratios = [f"{headline_tflops(mine) / p['tflops']:.2f}" if p else "-" for p in (cudnn, bf16, fp8, fa3, amd)]
         ratios.append(f"{cap[0]['tflops'] / like[0]['tflops']:.2f}" if cap and like else "-")
         shape = "MLA 192/128" if d_qk != d_v else f"hd{d_qk}"
         out.append(f"| {shape} | {s} | {'causal' if causal else 'non-causal'} | {t(mine)} | "
                    f"{t(top)} ({top['recipe']}) | {t(cudnn, 'cudnn')} | {t(bf16, 'bf16')} "
-                   f"({bf16['impl'][5:] if bf16 else '-'}) | {t(fp8, 'fp8')} | {t(amd, 'amd')} | "
+                   f"({bf16['impl'][5:] if bf16 else '-'}) | {t(fp8, 'fp8')} | {t(fa3, 'fa3')} | {t(amd, 'amd')} | "
                    + " | ".join(ratios) + " |")
     if not out:
         return []
@@ -623,8 +654,9 @@ def summary_lines(rows, ours="zyfa-hopper"):
             "Our kernel's numbers include V's transpose (the one copy a caller with V as stored pays; 'incl.' "
             "below); the peers read V as stored.", "",
             f"| shape | s | mask | {ours} | fastest of our recipes | cuDNN BF16 | best BF16 SDPA | cuDNN FP8 | "
-            "AMD Triton FP8 | × cuDNN BF16 | × best BF16 | × cuDNN FP8 | × AMD Triton FP8 | captured / Gaussian |",
-            "|" + "---|" * 14, *out, "", "## Every row", ""]
+            "FA3 FP8 (FlashInfer) | AMD Triton FP8 | × cuDNN BF16 | × best BF16 | × cuDNN FP8 | × FA3 FP8 | "
+            "× AMD Triton FP8 | captured / Gaussian |",
+            "|" + "---|" * 16, *out, "", "## Every row", ""]
 
 
 def render(path: str, ours: str = "zyfa-hopper") -> str:

@@ -42,7 +42,8 @@ def _input(seq=96, heads=4, heads_kv=2, d=64, causal=True, window=None, seed=0) 
 def test_builtins_cover_every_kind():
     names = builtin_names()
     assert {n.split(":", 1)[1] for n in names if n.startswith("triton:")} == TRITON_RECIPES
-    for n in ("cudnn-fp8", "cudnn-fp8:oracle-scale", "sdpa-bf16:cudnn", "sdpa-bf16:flash", "flash-attn-triton-amd"):
+    for n in ("cudnn-fp8", "cudnn-fp8:oracle-scale", "sdpa-bf16:cudnn", "sdpa-bf16:flash", "flash-attn-triton-amd",
+              "flashinfer-fa3"):
         assert n in names
     assert len(names) == len(set(names))
 
@@ -67,6 +68,15 @@ def test_builtin_fields(name):
         assert (r.block_m, r.block_n) == (128, 64)
         # its FP8 tl.dots keep their k chain in the matrix unit; each tile's P·V is a fresh dot
         assert r.accumulator == "hopper_fp8" and r.accum_flush_tiles == 1
+    if name == "flashinfer-fa3":
+        # FA3's numerics (never-flushed Hopper accumulator, fp32 sum, rcp) with P x448, Q per query head and
+        # FlashInfer's single-prefill FP8 tiles (CTA_Q x CTA_KV of prefill_sm90.cuh), on the H200
+        fa3 = resolve_recipe("fa3")
+        assert r.p_scale == "fmax" and r.q_scale == "head" and r.k_scale == fa3.k_scale == r.v_scale
+        assert r.accumulator == "hopper_fp8" and r.accum_flush_tiles == 0 and r.rowsum == fa3.rowsum
+        assert (r.reciprocal, r.out_format, r.platform) == ("rcp", "bf16_rne", "h200")
+        assert [r.tiles(d) for d in (64, 128, 256)] == [(192, 128), (128, 192), (128, 128)]
+        assert impl.quantizes == "recipe"
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reasons given on a machine without a GPU")
@@ -105,6 +115,44 @@ def test_limits_of_builtins():
     assert tri.limits(mla) is None
     absorbed = make_gaussian(GaussianSpec(seq=32, head_dim=576, head_dim_v=512, heads_q=1, heads_kv=1))
     assert "576/512 not supported" in tri.limits(absorbed)
+    fi = get_implementation("flashinfer-fa3")
+    assert "sliding window" in fi.limits(windowed)
+    assert "192/128 not supported" in fi.limits(mla)
+    assert "576/512 not supported" in fi.limits(absorbed)
+    # bottom-right causal alignment, as ours: s_q != s_k is fine
+    x = _input(seq=64, d=128)
+    x.q = x.q[:, :, :40]
+    assert fi.limits(x) is None and fa.limits(x) is None
+
+
+def test_flashinfer_inputs_are_the_recipe_quantizers_values_in_nhd():
+    """The adapter hands FlashInfer the recipe quantizer's FP8 values, per sequence in its (s, h, d) layout, with
+    Q's descale per query head (a GQA group's equal values) and K's and V's per KV head."""
+    from accuracy.implementations import FLASHINFER_FA3_RECIPE, flashinfer_fa3_inputs
+    from zyfa.emulator import quantize_inputs
+
+    x = make_gaussian(GaussianSpec(seq=48, heads_q=4, heads_kv=2, head_dim=64, batch=2, seed=3))
+    qi = quantize_inputs(x.q, x.k, x.v, resolve_recipe(FLASHINFER_FA3_RECIPE))
+    per = flashinfer_fa3_inputs(qi, 4, 2)
+    assert len(per) == 2
+    for i, (q8, k8, v8, sq, sk, sv) in enumerate(per):
+        assert q8.dtype == k8.dtype == v8.dtype == torch.float8_e4m3fn
+        assert q8.shape == (48, 4, 64) and k8.shape == v8.shape == (48, 2, 64) and q8.is_contiguous()
+        assert torch.equal(q8.float(), qi.q_values[i].transpose(0, 1).float())
+        assert torch.equal(v8.float(), qi.v_values[i].transpose(0, 1).float())
+        assert sq.shape == (4,) and sk.shape == sv.shape == (2,)
+        # values x descales are the dequantized inputs the emulation sees
+        dq, dk, dv = (t[i].transpose(0, 1) for t in qi.dequantized())
+        assert torch.equal(q8.float() * sq[None, :, None], dq)
+        assert torch.equal(k8.float() * sk[None, :, None], dk) and torch.equal(v8.float() * sv[None, :, None], dv)
+
+
+def test_bench_names_the_paired_recipes_as_the_registry():
+    """zyfa bench names the real peers' recipes without importing accuracy: the copies must stay equal."""
+    from accuracy.implementations import FLASH_ATTN_AMD_RECIPE, FLASHINFER_FA3_RECIPE
+    from zyfa import bench
+
+    assert bench._FA_AMD_RECIPE == FLASH_ATTN_AMD_RECIPE and bench._FLASHINFER_FA3_RECIPE == FLASHINFER_FA3_RECIPE
 
 
 # ---------------------------------------------------------------------------------------------- plug-in loader

@@ -171,6 +171,20 @@ def test_recipe_spec_overrides():
         recipe_from_spec("nope")
 
 
+def test_recipe_spec_head_dim_tiles():
+    """head_dim_tiles as D:MxN entries joined by '|' (commas separate overrides); 'none' clears them."""
+    r = recipe_from_spec("fa3:head_dim_tiles=64:192x128|128:128x192|256:128x128")
+    assert r.head_dim_tiles == ((64, 192, 128), (128, 128, 192), (256, 128, 128))
+    assert [r.tiles(d) for d in (64, 96, 128, 192, 256)] == [(192, 128), (128, 192), (128, 192), (128, 128),
+                                                             (128, 128)]
+    assert recipe_from_spec("fa3:head_dim_tiles=none").tiles(128) == (128, 128)  # fa3's own block_m x block_n
+    for bad in ("64x192x128", "64:192", "a:1x2", "64:192x128,128", "64:192x128|"):
+        with pytest.raises(ValueError, match="head_dim_tiles|bad recipe override"):
+            recipe_from_spec(f"fa3:head_dim_tiles={bad}")
+    with pytest.raises(ValueError, match="increasing head dim"):  # the Recipe's own check still applies
+        recipe_from_spec("fa3:head_dim_tiles=128:128x128|64:192x128")
+
+
 def test_quantized_helper_validates_first():
     q, k, v = qkv(dtype=torch.float32, d_qk=96, d_v=96)
     with pytest.raises(ValueError, match="unsupported head dims"):

@@ -18,18 +18,31 @@ def test_a_peer_with_wrong_output_is_no_speed():
     rows = [_row("triton-fp8", "zyfa-hopper", 800.0, 0.056), _row("sdpa-cudnn", "bf16", 600.0, 0.0),
             _row("cudnn-fp8", "cudnn-fp8", 700.0, 0.06), _row("flash-attn-triton-amd", "triton-amd", 65.0, 0.51)]
     cells = _line(rows)
-    assert cells[8] == "wrong output (rel-L2 0.51)"
-    assert cells[12] == "-"  # no ratio against a wrong output
-    assert cells[9] == "1.33" and cells[11] == "1.14"  # the plausible peers keep theirs
+    assert cells[9] == "wrong output (rel-L2 0.51)"
+    assert cells[14] == "-"  # no ratio against a wrong output
+    assert cells[10] == "1.33" and cells[12] == "1.14"  # the plausible peers keep theirs
+    assert cells[8] == "-" and cells[13] == "-"  # no FA3 row
 
 
 def test_the_threshold_separates_fp8_error_from_a_wrong_output():
     ok = [_row("triton-fp8", "zyfa-hopper", 800.0, 0.056, 128, 128),
           _row("flash-attn-triton-amd", "triton-amd", 200.0, WRONG_OUTPUT_REL_L2, 128, 128)]
     cells = _line(ok)
-    assert cells[8] == "200" and cells[12] == "4.00"
+    assert cells[9] == "200" and cells[14] == "4.00"
     bad = [ok[0], _row("flash-attn-triton-amd", "triton-amd", 200.0, WRONG_OUTPUT_REL_L2 * 1.01, 128, 128)]
-    assert _line(bad)[8].startswith("wrong output")
+    assert _line(bad)[9].startswith("wrong output")
+
+
+def test_fa3_through_flashinfer_has_its_own_columns():
+    """FlashInfer's FA3 FP8 row: its speed and our ratio against it, beside cuDNN FP8's (the header names both)."""
+    rows = [_row("triton-fp8", "zyfa-hopper", 800.0, 0.056, 128, 128), _row("cudnn-fp8", "cudnn-fp8", 1000.0, 0.06,
+                                                                           128, 128),
+            _row("flashinfer-fa3", "fa3:p_scale=fmax", 640.0, 0.05, 128, 128)]
+    cells = _line(rows)
+    assert cells[7] == "1000" and cells[8] == "640" and cells[12] == "0.80" and cells[13] == "1.25"
+    header = [ln for ln in summary_lines(rows) if ln.startswith("| shape")][0]
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert cols[8] == "FA3 FP8 (FlashInfer)" and cols[13] == "× FA3 FP8" and len(cols) == 16
 
 
 def test_our_headline_speed_includes_v_transpose():
@@ -42,7 +55,7 @@ def test_our_headline_speed_includes_v_transpose():
     assert headline_tflops(ours) == 780.0 and headline_tflops(peer) == 650.0
     assert headline_tflops(_row("triton-fp8", "fa3", 900.0, 0.05)) == 900.0  # no transpose timed: as timed
     cells = _line([ours, peer])
-    assert cells[3] == "780" and cells[11] == "1.20"
+    assert cells[3] == "780" and cells[12] == "1.20"
 
 
 def test_speed_accuracy_plane_lists_configurations_that_beat_cudnn_fp8_on_both():

@@ -405,26 +405,29 @@ def _load_vt(vt_ptr, start_n, seq_k_pad, DV: tl.constexpr, BLOCK_N: tl.constexpr
 
 
 @triton.jit
-def _store_o(O, bh, seq_q, offs_m, acc, col0, l_safe, has, row_ok, VD, bhk, vd, BLOCK_M: tl.constexpr,
-             DV: tl.constexpr, DVH: tl.constexpr, VD_MODE: tl.constexpr, RCP: tl.constexpr,
-             OUT_MODE: tl.constexpr):
-    """O[:, col0:col0+DVH] = acc / l · vd, written in the output format (acc: those columns' fp32 accumulator)."""
-    if VD_MODE == 2:  # V's descales are in acc already
+def _normalise_o(acc, l_safe, has, vd, BLOCK_M: tl.constexpr, VD_MODE: tl.constexpr, RCP: tl.constexpr):
+    """acc / l · vd for some of O's columns (acc: their fp32 accumulator; vd: V's scalar descale, or with VD_MODE 1
+    the descales of these columns; unused with VD_MODE 2, whose descales are in acc already); 0 on empty rows."""
+    if VD_MODE == 2:
         if RCP:
             o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None]
         else:
             o = tl.math.div_rn(acc, l_safe[:, None])
     elif VD_MODE == 1:  # per channel, after the normalisation (the emulator's order)
-        vd_c = tl.load(VD + bhk.to(tl.int64) * DV + col0 + tl.arange(0, DVH))
         if RCP:
-            o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None] * vd_c[None, :]
+            o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None] * vd[None, :]
         else:
-            o = tl.math.div_rn(acc, l_safe[:, None]) * vd_c[None, :]
+            o = tl.math.div_rn(acc, l_safe[:, None]) * vd[None, :]
     elif RCP:
         o = acc * (tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe) * vd)[:, None]
     else:
         o = tl.math.div_rn(acc, l_safe[:, None]) * vd
-    o = tl.where(has[:, None], o, 0.0)
+    return tl.where(has[:, None], o, 0.0)
+
+
+@triton.jit
+def _write_o(O, bh, seq_q, offs_m, o, col0, row_ok, DV: tl.constexpr, DVH: tl.constexpr, OUT_MODE: tl.constexpr):
+    """O[:, col0:col0+DVH] = o in the output format: bf16 rounded to nearest (0), bf16 truncated (1), fp32 (2)."""
     offs_dv = col0 + tl.arange(0, DVH)
     o_ptrs = O + bh.to(tl.int64) * seq_q * DV + offs_m[:, None].to(tl.int64) * DV + offs_dv[None, :]
     if OUT_MODE == 0:
@@ -487,8 +490,8 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         vd_src = VD + bhk.to(tl.int64) * tl.cdiv(seq_k, BLOCK_N)
     else:
         vd_src = VD
-    if VD_MODE == 1:
-        vd = tl.load(VD + bhk.to(tl.int64) * DV + tl.arange(0, DV))
+    if VD_MODE == 1:  # the descales of O's first DVH columns (all of them unless DV_SPLIT 2)
+        vd = tl.load(VD + bhk.to(tl.int64) * DV + tl.arange(0, DVH))
     elif VD_MODE != 2:
         vd = tl.load(VD + bhk)
     else:
@@ -601,52 +604,19 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         acc = acc * a_prod[:, None] + acc_tc
 
     # ---- epilogue: O = acc / l · vd (l in the same P scale as acc), LSE = ln2·(m + log2 l − e)
-    if DV_SPLIT == 2:
-        if ROWSUM_ROUNDED == 2:
-            l_i = tl.max(l_i, 1)
-        has = l_i > 0.0
-        l_safe = tl.where(has, l_i, 1.0)
-        m_fin = tl.where(m_i == float("-inf"), 0.0, m_i)
-        lse = tl.where(has, (m_fin + tl.math.log2(l_safe) - e_i) * 0.6931471805599453, float("-inf"))
-        _store_o(O, bh, seq_q, offs_m, acc, 0, l_safe, has, row_ok, VD, bhk, vd, BLOCK_M, DV, DVH, VD_MODE, RCP,
-                 OUT_MODE)
-        _store_o(O, bh, seq_q, offs_m, acc_tc, DVH, l_safe, has, row_ok, VD, bhk, vd, BLOCK_M, DV, DVH, VD_MODE,
-                 RCP, OUT_MODE)
-    else:
-        # one block for all of O's columns, as written before DV_SPLIT: its SASS stays byte-identical. One
-        # normalise/write helper pair for both branches gives the same SASS here but another DV_SPLIT 2 binary than
-        # the one measured (docs/kernel_notes.md, issue 16), so the near-copy stays until that one is timed
-        if ROWSUM_ROUNDED == 2:
-            l_i = tl.max(l_i, 1)
-        has = l_i > 0.0
-        l_safe = tl.where(has, l_i, 1.0)
-        if VD_MODE == 2:  # V's descales are in acc already
-            if RCP:
-                o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None]
-            else:
-                o = tl.math.div_rn(acc, l_safe[:, None])
-        elif VD_MODE == 1:  # per channel, after the normalisation (the emulator's order)
-            if RCP:
-                o = acc * tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe)[:, None] * vd[None, :]
-            else:
-                o = tl.math.div_rn(acc, l_safe[:, None]) * vd[None, :]
-        elif RCP:
-            o = acc * (tl.math.div_rn(tl.full([BLOCK_M], 1.0, tl.float32), l_safe) * vd)[:, None]
-        else:
-            o = tl.math.div_rn(acc, l_safe[:, None]) * vd
-        o = tl.where(has[:, None], o, 0.0)
-        m_fin = tl.where(m_i == float("-inf"), 0.0, m_i)
-        lse = tl.where(has, (m_fin + tl.math.log2(l_safe) - e_i) * 0.6931471805599453, float("-inf"))
-
-        offs_dv = tl.arange(0, DV)
-        o_ptrs = O + bh.to(tl.int64) * seq_q * DV + offs_m[:, None].to(tl.int64) * DV + offs_dv[None, :]
-        if OUT_MODE == 0:
-            tl.store(o_ptrs, o.to(tl.bfloat16), mask=row_ok[:, None])
-        elif OUT_MODE == 1:
-            ob = (o.to(tl.int32, bitcast=True) >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
-            tl.store(o_ptrs, ob, mask=row_ok[:, None])
-        else:
-            tl.store(o_ptrs, o, mask=row_ok[:, None])
+    if ROWSUM_ROUNDED == 2:
+        l_i = tl.max(l_i, 1)
+    has = l_i > 0.0
+    l_safe = tl.where(has, l_i, 1.0)
+    o = _normalise_o(acc, l_safe, has, vd, BLOCK_M, VD_MODE, RCP)
+    m_fin = tl.where(m_i == float("-inf"), 0.0, m_i)
+    lse = tl.where(has, (m_fin + tl.math.log2(l_safe) - e_i) * 0.6931471805599453, float("-inf"))
+    _write_o(O, bh, seq_q, offs_m, o, 0, row_ok, DV, DVH, OUT_MODE)
+    if DV_SPLIT == 2:  # the second half of O's columns, from acc_tc
+        if VD_MODE == 1:
+            vd = tl.load(VD + bhk.to(tl.int64) * DV + DVH + tl.arange(0, DVH))
+        o = _normalise_o(acc_tc, l_safe, has, vd, BLOCK_M, VD_MODE, RCP)
+        _write_o(O, bh, seq_q, offs_m, o, DVH, row_ok, DV, DVH, OUT_MODE)
     tl.store(LSE + bh.to(tl.int64) * seq_q + offs_m, lse, mask=offs_m < seq_q)
 
 

@@ -168,8 +168,28 @@ def kernel_recipe(spec: Recipe | str) -> Recipe:
     return r.replace(head_dim_tiles=()) if r.head_dim_tiles else r
 
 
+def _parse_head_dim_tiles(val: str, spec: str) -> tuple[tuple[int, int, int], ...]:
+    """``"64:192x128|128:128x192"`` -> ((64, 192, 128), (128, 128, 192)): (max d_qk, block_m, block_n) entries;
+    ``"none"`` -> () (the recipe's block_m x block_n at every head dim)."""
+    if val.lower() == "none":
+        return ()
+    out = []
+    for entry in val.split("|"):
+        d, colon, mn = entry.partition(":")
+        m, x, n = mn.partition("x")
+        try:
+            if not (colon and x):
+                raise ValueError
+            out.append((int(d), int(m), int(n)))
+        except ValueError:
+            raise ValueError(f"bad head_dim_tiles entry {entry!r} in {spec!r}: expected D:MxN entries joined by "
+                             "'|' (max head dim, block_m, block_n), e.g. 64:192x128|128:128x192, or none") from None
+    return tuple(out)
+
+
 def recipe_from_spec(spec: Recipe | str) -> Recipe:
     """A recipe name, optionally with field overrides: ``"zyfa:accumulator=hopper_fp8,accum_flush_tiles=1"``.
+    ``head_dim_tiles`` takes ``D:MxN`` entries joined by ``|`` (``fa3:head_dim_tiles=64:192x128|128:128x192``).
 
     The result is named by the whole spec, so tables and test ids say exactly what ran.
     """
@@ -186,7 +206,9 @@ def recipe_from_spec(spec: Recipe | str) -> Recipe:
         if not eq or not hasattr(r, key) or key in ("name", "source", "tags"):
             raise ValueError(f"bad recipe override {item!r} in {spec!r}: expected field=value with a Recipe field")
         cur = getattr(r, key)
-        if isinstance(cur, bool):
+        if key == "head_dim_tiles":
+            changes[key] = _parse_head_dim_tiles(val, spec)
+        elif isinstance(cur, bool):
             if val.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"recipe override {key}={val!r}: expected a bool")
             changes[key] = val.lower() in ("true", "1")
