@@ -21,6 +21,7 @@ install both. On 2 CPU cores the build takes about 25 minutes.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -53,6 +54,10 @@ HEAD_DIMS = (64, 128, 256)
 TEMPLATES = ("single_prefill_sm90_customize_config.jinja", "single_prefill_fp8_sm90_kernel_inst.jinja",
              "single_prefill_fp8_sm90.cu", "single_prefill_sm90_jit_binding.cu")
 PACK = "flashinfer-fa3-sm90.tar.xz"
+# what FlashInfer imports when it builds and loads the module, beside torch (all in the GPU machine's image)
+IMPORT_DEPS = (("pynvml", "nvidia-ml-py"), ("einops", "einops"), ("click", "click"), ("tabulate", "tabulate"),
+               ("jinja2", "jinja2"), ("filelock", "filelock"), ("requests", "requests"), ("tqdm", "tqdm"),
+               ("packaging", "packaging"))
 
 # Runs in a child process with the unpacked FlashInfer on its path: FlashInfer's JIT build of each module, then
 # (with the libraries in a copy of the AOT folder) the load the prefill API does, recording what it imports.
@@ -116,6 +121,12 @@ def main(argv=None) -> int:
     if py not in TVM_FFI:
         sys.exit(f"build_flashinfer_fa3: run it with Python {' or '.join(k[2] + '.' + k[3:] for k in TVM_FFI)}, "
                  f"not {sys.version.split()[0]} (the tvm-ffi wheel is pinned per Python)")
+    missing = [dist for mod, dist in IMPORT_DEPS if importlib.util.find_spec(mod) is None]
+    if shutil.which("ninja") is None:
+        missing.append("ninja")
+    if missing:
+        sys.exit(f"build_flashinfer_fa3: FlashInfer imports these at build time, install them first: "
+                 f"python3 -m pip install {' '.join(missing)}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="flashinfer-fa3-"))
@@ -133,7 +144,9 @@ def main(argv=None) -> int:
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
                         "--target", str(site), str(tvm_here)], check=True)
         cuda = _cuda_home()
-        env = dict(os.environ, PYTHONPATH=str(site), FLASHINFER_WORKSPACE_BASE=str(work / "ws"),
+        inherited = os.environ.get("PYTHONPATH")
+        env = dict(os.environ, PYTHONPATH=f"{site}:{inherited}" if inherited else str(site),
+                   FLASHINFER_WORKSPACE_BASE=str(work / "ws"),
                    FLASHINFER_CUDA_ARCH_LIST="9.0a", CUDA_HOME=str(cuda), MAX_JOBS=str(a.jobs))
         if not (cuda / "include" / "curand_kernel.h").exists():
             with zipfile.ZipFile(_fetch(CURAND, dl)) as z:
@@ -171,7 +184,7 @@ def main(argv=None) -> int:
         dist = next(site.glob("flashinfer_python-*.dist-info"))
         shutil.copytree(dist, stage / dist.name)
         # load from the staged package alone (tvm-ffi beside it), as the GPU machine will
-        env_load = dict(env, PYTHONPATH=f"{stage}:{work / 'tvmonly'}")
+        env_load = dict(env, PYTHONPATH=f"{stage}:{work / 'tvmonly'}" + (f":{inherited}" if inherited else ""))
         (work / "tvmonly").mkdir(exist_ok=True)
         for p in site.iterdir():
             if p.name.startswith(("tvm_ffi", "apache_tvm_ffi")) and not (work / "tvmonly" / p.name).exists():

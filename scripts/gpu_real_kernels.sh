@@ -24,7 +24,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv 
 python3 - <<'EOF' 2>&1 | tee "$OUT/real_kernels_available.txt"
 import importlib.metadata as md, torch
 from accuracy.implementations import builtin_names, get_implementation
-for dist in ("torch", "triton", "flash-attn", "nvidia-cudnn-frontend"):
+for dist in ("torch", "triton", "flash-attn", "nvidia-cudnn-frontend", "flashinfer-python", "apache-tvm-ffi"):
     try:
         print(f"{dist} {md.version(dist)}")
     except md.PackageNotFoundError:
@@ -52,6 +52,6 @@ if python3 -m zyfa.cli accuracy --help 2>/dev/null | grep -q -- "--implementatio
 fi
 # 4. speed beside the real peers at one shape (hd128, 8K and 16K tokens, both masks)
 timeout ${BENCH_TIMEOUT:-100} python3 -m zyfa.cli bench --shapes hd128 --seqlens 8192,16384 --captured none \
-  --recipes zyfa-hopper --recipes-other same --peers sdpa-cudnn,sdpa-flash,cudnn-fp8,flash-attn-triton-amd \
+  --recipes zyfa-hopper --recipes-other same --peers sdpa-cudnn,sdpa-flash,cudnn-fp8,flash-attn-triton-amd,flashinfer-fa3 \
   --warmup 10 --rep 40 --out "$OUT/bench_real_peers.json" 2>&1 | grep -v Warning | tail -12
 ls -la "$OUT"

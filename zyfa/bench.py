@@ -274,7 +274,8 @@ def make_cudnn_fp8(q8, k8, v8, qd, kd, vd, causal, sm_scale):
 
 # = accuracy.implementations.FLASH_ATTN_AMD_RECIPE and FLASHINFER_FA3_RECIPE (the rows name them without an import)
 _FA_AMD_RECIPE = "triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1"
-_FLASHINFER_FA3_RECIPE = "fa3:p_scale=fmax,q_scale=head,head_dim_tiles=64:192x128|128:128x192|256:128x128"
+_FLASHINFER_FA3_RECIPE = ("fa3:p_scale=fmax,q_scale=head,head_dim_tiles=64:192x128|128:128x192|256:128x128,"
+                          "kv_order=reverse")
 
 
 def make_flash_attn_amd(q, k, v, causal, sm_scale):

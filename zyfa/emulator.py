@@ -403,7 +403,8 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
 
         if two_level:
             acc_tc = torch.zeros_like(acc)
-        for c0 in range(t_first * block_n, t_last * block_n, block_n):
+        starts = range(t_first * block_n, t_last * block_n, block_n)
+        for c0 in (reversed(starts) if recipe.kv_order == "reverse" else starts):
             c1 = min(c0 + block_n, s_k)
             kp = k_pos[c0:c1]
             allowed = row_valid & torch.ones((1, c1 - c0), dtype=torch.bool, device=dev)

@@ -31,6 +31,7 @@ P_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
 P_SCALES = ("none", "fmax", "pow2", "pow2_block", "tile_amax")
 P_SCALE_GRANULARITIES = ("row", "tile")
 ROWSUMS = ("fp32", "rounded", "rounded_mma")
+KV_ORDERS = ("forward", "reverse")
 V_DESCALES = ("end", "tile")
 ACCUMULATORS = ("fp32", "hopper_fp8")
 RECIPROCALS = ("div", "rcp")
@@ -63,6 +64,11 @@ class Recipe:
         rotation_seed: seed of ``random_hadamard``'s signs.
         block_m, block_n: query rows per program and KV columns per tile: the online softmax runs over
             KV tiles of ``block_n``; ``tile_amax`` scaling spans a ``block_m × block_n`` tile.
+        kv_order: the order the online softmax visits KV tiles: ``forward`` (key 0 first, as our kernels and
+            CK) or ``reverse`` (the last tile first, as FA3's and FlashInfer's Hopper mainloops, which take the
+            masked diagonal tiles first). Where a few keys dominate (attention sinks at the first tokens) the
+            order decides how small the running sums are when the dominant keys arrive, so it moves the error of
+            an unflushed FP8 accumulator. Keys inside a tile stay in order.
         head_dim_tiles: tiles that depend on the head dim, as ``(max d_qk, block_m, block_n)`` entries in
             increasing order: the first entry with ``d_qk <= max d_qk`` applies, and ``block_m``/``block_n``
             above every entry (FA3's FP8 tiles, hopper/tile_size.h). Empty: ``block_m``/``block_n`` always.
@@ -127,6 +133,7 @@ class Recipe:
     block_m: int = 128
     block_n: int = 128
     head_dim_tiles: tuple[tuple[int, int, int], ...] = ()
+    kv_order: str = "forward"
     log2e_folded: bool = True
     exp_method: str = "exp2"
     mad_offset: float = 0.0
@@ -156,7 +163,7 @@ class Recipe:
             "p_scale": P_SCALES, "p_scale_granularity": P_SCALE_GRANULARITIES, "rowsum": ROWSUMS,
             "v_descale": V_DESCALES, "accumulator": ACCUMULATORS, "reciprocal": RECIPROCALS,
             "out_format": OUT_FORMATS, "mad_rounding": ("nearest", "trunc"), "status": STATUSES,
-            "qk_rotation": ROTATIONS,
+            "qk_rotation": ROTATIONS, "kv_order": KV_ORDERS,
             "platform": PLATFORM_NAMES,
         }
         for name, allowed in choices.items():

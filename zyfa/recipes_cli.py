@@ -16,7 +16,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("Q/K/V", ("q_format", "k_format", "v_format"), ()),
     ("scales", ("q_scale", "k_scale", "v_scale"),
      ("scale_block_q", "scale_block_kv", "k_smoothing", "qk_rotation", "rotation_seed")),
-    ("tiles", ("block_m", "block_n"), ("head_dim_tiles",)),
+    ("tiles", ("block_m", "block_n"), ("head_dim_tiles", "kv_order")),
     ("P handling", ("exp_method", "p_format", "p_scale"),
      ("log2e_folded", "mad_offset", "mad_rounding", "p_scale_log2", "p_scale_granularity", "p_block_max_log2")),
     ("row sum", ("rowsum",), ()),

@@ -76,6 +76,7 @@ def test_builtin_fields(name):
         assert r.accumulator == "hopper_fp8" and r.accum_flush_tiles == 0 and r.rowsum == fa3.rowsum
         assert (r.reciprocal, r.out_format, r.platform) == ("rcp", "bf16_rne", "h200")
         assert [r.tiles(d) for d in (64, 128, 256)] == [(192, 128), (128, 192), (128, 128)]
+        assert r.kv_order == "reverse"  # its mainloop takes the last KV tile first
         assert impl.quantizes == "recipe"
 
 

@@ -71,7 +71,7 @@ def _alternative(field: dataclasses.Field) -> list[R.Recipe]:
                "p_scale": R.P_SCALES, "p_scale_granularity": R.P_SCALE_GRANULARITIES, "rowsum": R.ROWSUMS,
                "v_descale": R.V_DESCALES, "accumulator": R.ACCUMULATORS, "reciprocal": R.RECIPROCALS,
                "out_format": R.OUT_FORMATS, "mad_rounding": ("nearest", "trunc"), "platform": R.PLATFORM_NAMES,
-               "head_dim_tiles": (((128, 64, 64),),), "qk_rotation": R.ROTATIONS}
+               "head_dim_tiles": (((128, 64, 64),),), "qk_rotation": R.ROTATIONS, "kv_order": R.KV_ORDERS}
     for base in R.RECIPES.values():
         value = getattr(base, field.name)
         if field.name in allowed:

@@ -342,3 +342,63 @@ def test_rowsum_on_the_matrix_unit_is_a_valid_recipe_field():
     assert kernel_plan("zyfa-hopper:rowsum=rounded_mma").rowsum_rounded == 2
     with pytest.raises(ValueError, match="rounded_mma.*tile_amax"):
         recipe_from_spec("aiter-triton:rowsum=rounded_mma")
+
+
+# ---------------------------------------------------------------------------------------------- KV order
+
+def _cols(trace):
+    return [t["cols"][0] for t in trace]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_reverse_kv_order_visits_the_last_tile_first_with_the_same_attention(causal):
+    """kv_order=reverse (FA3's and FlashInfer's mainloops) visits KV tiles last to first; with an fp32 accumulator
+    the result is the same attention up to fp32 rounding, and as close to the oracle as the forward order."""
+    q, k, v = _qkv(s_q=300, d=64, seed=4)
+    res, traces = {}, {}
+    for order in ("forward", "reverse"):
+        trace = traces[order] = []
+        r = get_recipe("fa3").replace(name=f"fa3-{order}", kv_order=order, accumulator="fp32", head_dim_tiles=())
+        em = emulate(q, k, v, r, causal=causal, trace=trace)
+        cols = _cols(trace)
+        res[order] = em
+        if order == "forward":
+            assert cols == sorted(cols) and cols[0] == 0
+        else:
+            # per chunk of query rows, the tiles it sees from the last to the first
+            assert cols[0] == max(cols) and cols[-1] == 0 and cols != sorted(cols)
+            assert sorted(cols) == sorted(_cols(traces["forward"]))
+    ref = attention_fp64(res["forward"].q_deq, res["forward"].k_deq, res["forward"].v_deq, causal=causal)[0]
+    e_f, e_r = _rel(res["forward"].out, ref), _rel(res["reverse"].out, ref)
+    assert e_r == pytest.approx(e_f, rel=0.1)  # P is rounded against another running max: as accurate
+    assert torch.allclose(res["reverse"].lse, res["forward"].lse, atol=1e-5)
+    # with P unrounded too, the two orders compute the same attention up to fp32 rounding
+    outs = [emulate(q, k, v, get_recipe("fa3").replace(name=o, kv_order=o, accumulator="fp32", p_format="fp32",
+                                                         p_scale="none", out_format="fp32", head_dim_tiles=()),
+                    causal=causal).out
+            for o in ("forward", "reverse")]
+    assert _rel(outs[1], outs[0].double()) < 1e-6
+
+
+def test_kv_order_moves_an_unflushed_hopper_accumulator_when_a_sink_dominates():
+    """With the Hopper FP8 accumulator never flushed and one key dominating every row (an attention sink at key
+    0), the order decides how large the running sum is when the sink arrives: the two orders' errors differ."""
+    q, k, v = _qkv(s_q=512, d=64, seed=5)
+    k[:, :, 0] = q.mean(dim=2) * 6.0  # key 0 aligned with every query: a sink
+    errs = {}
+    for order in ("forward", "reverse"):
+        r = get_recipe("fa3").replace(name=f"fa3-{order}", kv_order=order, platform="h200")
+        em = emulate(q, k, v, r)
+        ref = attention_fp64(em.q_deq, em.k_deq, em.v_deq)[0]
+        errs[order] = _rel(em.out, ref)
+    assert abs(errs["reverse"] / errs["forward"] - 1) > 0.01, errs
+
+
+def test_kv_order_is_checked_and_the_triton_kernel_visits_forward():
+    from zyfa.kernels.attention_fp8 import kernel_recipe
+
+    with pytest.raises(ValueError, match="kv_order"):
+        get_recipe("fa3").replace(kv_order="sideways")
+    r = kernel_recipe("fa3:kv_order=reverse")
+    assert r.kv_order == "forward" and r.head_dim_tiles == ()
+    assert kernel_recipe("zyfa-hopper") is not None and kernel_recipe("zyfa-hopper").kv_order == "forward"

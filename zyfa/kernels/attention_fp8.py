@@ -162,10 +162,15 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
 
 def kernel_recipe(spec: Recipe | str) -> Recipe:
     """The recipe as this kernel computes it. FA3's head-dim tiles (``head_dim_tiles``: 224 keys at hd128, 160 at
-    hd64 and hd192) are no Triton block size, so the kernel keeps the recipe's ``block_m`` x ``block_n``; an
-    emulation meant to match the kernel must use the same tiles."""
+    hd64 and hd192) are no Triton block size, so the kernel keeps the recipe's ``block_m`` x ``block_n``; and it
+    visits KV tiles from key 0 on (``kv_order`` forward). An emulation meant to match the kernel must do the same."""
     r = recipe_from_spec(spec)
-    return r.replace(head_dim_tiles=()) if r.head_dim_tiles else r
+    changes = {}
+    if r.head_dim_tiles:
+        changes["head_dim_tiles"] = ()
+    if r.kv_order != "forward":
+        changes["kv_order"] = "forward"
+    return r.replace(**changes) if changes else r
 
 
 def _parse_head_dim_tiles(val: str, spec: str) -> tuple[tuple[int, int, int], ...]:
