@@ -3,6 +3,7 @@
 Needs triton (3.6.x, as on the H200: `pip install triton==3.6.0`); no GPU, no CUDA toolkit.
 Usage: python scripts/inspect_sass.py [--recipe zyfa] [--dqk 128 --dv 128] [--causal] [--ws] [--no-tma]
        [--mad-t 0|1] [--pipeline-qk 0|1] [--p-perm 0|1] [--maxnreg N] [--block-m 64 --warps 4] [--dump file.sass]
+       [--const NAME=INT ...]   (any other constexpr of the kernel: DV_SPLIT, PV_MODE, VD_MODE, QD_ROW, ...)
 Prints registers, spills, shared memory and an instruction histogram (QGMMA, MUFU.EX2, F2I, F2FP, I2F ...).
 ``--dump FILE`` writes the SASS: compiling before and after a change and comparing the dumps shows whether a
 refactor changed the binary (docs/kernel_notes.md, 'Reproduce').
@@ -90,10 +91,21 @@ def main():
     ap.add_argument("--maxnreg", type=int, default=None)
     ap.add_argument("--p-perm", type=int, default=1, help="1: P columns / V keys reordered per 32-key step")
     ap.add_argument("--dump", default=None, help="write the SASS here")
+    ap.add_argument("--const", action="append", default=[], metavar="NAME=INT",
+                    help="another kernel constexpr, e.g. --const DV_SPLIT=2 --const PV_MODE=2 --const VD_MODE=1")
     a = ap.parse_args()
+    extra = {}
+    for item in a.const:
+        name, eq, val = item.partition("=")
+        try:
+            if not eq:
+                raise ValueError
+            extra[name.strip()] = int(val)
+        except ValueError:
+            ap.error(f"--const takes NAME=INT, got {item!r}")
     ck, dt = compile_variant(a.recipe, a.dqk, a.dv, a.causal, a.window, a.ws, not a.no_tma, a.block_m, a.warps,
-                             a.stages, a.mad_cvt, {"MAD_T": a.mad_t, "PIPELINE_QK": a.pipeline_qk, "P_PERM": a.p_perm},
-                             a.maxnreg)
+                             a.stages, a.mad_cvt,
+                             {"MAD_T": a.mad_t, "PIPELINE_QK": a.pipeline_qk, "P_PERM": a.p_perm, **extra}, a.maxnreg)
     sass, ops = sass_histogram(ck.asm["cubin"])
     if a.dump:
         with open(a.dump, "w") as f:
@@ -102,7 +114,7 @@ def main():
     res = re.search(r"REG:(\d+).*?STACK:(\d+).*?SHARED:(\d+).*?LOCAL:(\d+)", sass)
     print(f"compiled in {dt:.1f}s  {a.recipe} dqk={a.dqk} causal={a.causal} ws={a.ws} BM={a.block_m} "
           f"w={a.warps} st={a.stages} cvt={a.mad_cvt} mad_t={a.mad_t} pipe={a.pipeline_qk} maxnreg={a.maxnreg} "
-          f"p_perm={a.p_perm}  "
+          f"p_perm={a.p_perm}{''.join(f' {k}={v}' for k, v in extra.items())}  "
           f"REG/STACK/SHARED/LOCAL={res.groups() if res else '?'} shared={md.shared}")
     keys = ["QGMMA", "HGMMA", "WARPGROUP", "MUFU", "F2I", "I2F", "F2F", "F2FP", "FFMA", "FMUL", "FADD", "FMNMX",
             "PRMT", "SHF", "LOP3", "IMAD", "SHFL", "LDL", "STL", "SYNCS", "UTMALDG", "LDGSTS", "BAR", "STS", "LDS",

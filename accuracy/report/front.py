@@ -39,7 +39,7 @@ BENCH_PEERS = {"cudnn-fp8": "cudnn-fp8", "sdpa-cudnn": "bf16", "sdpa-flash": "bf
 OURS = "triton-fp8"  # the bench's name of our kernel
 # real kernels shown on the front page (our kernel's default recipe, the real peers, and any user plug-in); every
 # other real kernel (our kernel under each peer recipe and ablation) is in the "Real kernels" section
-FRONT_REAL = ("triton:zyfa-hopper", "cudnn-fp8", "sdpa-bf16:cudnn", "flash-attn-triton-amd")
+FRONT_REAL = ("triton:zyfa-hopper", "cudnn-fp8", "sdpa-bf16:cudnn", "flash-attn-triton-amd", "flashinfer-fa3")
 PLUGIN_PREFIX = "plugin:"
 REAL_SUFFIX = " (real)"  # a real kernel named like a recipe (cudnn-fp8) is told apart from its emulation
 # the speed picture's keys (recipes) -> the real kernel that was timed for them, whose error is then plotted
@@ -226,10 +226,16 @@ def _figure(points: dict[str, tuple[float, float, float, float]], front: list[st
         ax.step([points[n][0] for n in front], [points[n][1] for n in front], where="pre", color="#d62728", lw=1.0,
                 alpha=0.7, label="Pareto frontier")
         ax.legend(fontsize=7, loc="upper left")
-    for n, xi, yi in zip(names, x, y, strict=True):
-        ax.annotate(n, (xi, yi), textcoords="offset points", xytext=(5, 3), fontsize=8)
-    ax.set_yscale("log")
     span = float(np.nanmax(x) - np.nanmin(x)) or 1.0
+    placed: list[tuple[float, float, int]] = []  # labels so far: x, log10 y, vertical offset
+    for n, xi, yi in sorted(zip(names, x, y, strict=True), key=lambda t: t[1]):
+        # a label near an earlier one (close in speed and error) goes below it, then further down
+        near = [dy for px, py, dy in placed if abs(px - xi) < 0.12 * span
+                and abs(py - math.log10(max(yi, 1e-30))) < 0.15]
+        dy = min(near) - 11 if near else 3
+        placed.append((xi, math.log10(max(yi, 1e-30)), dy))
+        ax.annotate(n, (xi, yi), textcoords="offset points", xytext=(5, dy), fontsize=8)
+    ax.set_yscale("log")
     ax.set_xlim(float(np.nanmin(x)) - 0.08 * span, float(np.nanmax(x)) + 0.3 * span)
     ax.set_xlabel(f"TFLOP/s, {device}, {shape}", fontsize=8)
     ax.set_ylabel("rel L2 (deq), captures", fontsize=8)
