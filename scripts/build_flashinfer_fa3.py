@@ -117,16 +117,24 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2, help="parallel nvcc jobs")
     ap.add_argument("--head-dims", default=",".join(map(str, HEAD_DIMS)))
     a = ap.parse_args(argv)
-    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    if py not in TVM_FFI:
-        sys.exit(f"build_flashinfer_fa3: run it with Python {' or '.join(k[2] + '.' + k[3:] for k in TVM_FFI)}, "
-                 f"not {sys.version.split()[0]} (the tvm-ffi wheel is pinned per Python)")
     missing = [dist for mod, dist in IMPORT_DEPS if importlib.util.find_spec(mod) is None]
     if shutil.which("ninja") is None:
         missing.append("ninja")
     if missing:
         sys.exit(f"build_flashinfer_fa3: FlashInfer imports these at build time, install them first: "
                  f"python3 -m pip install {' '.join(missing)}")
+    py = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    if py not in TVM_FFI:
+        sys.exit(f"build_flashinfer_fa3: run it with Python {' or '.join(k[2] + '.' + k[3:] for k in TVM_FFI)}, "
+                 f"not {sys.version.split()[0]} (the tvm-ffi wheel is pinned per Python)")
+    try:
+        dims = [int(x) for x in a.head_dims.split(",")]
+    except ValueError:
+        dims = []
+    if not dims or any(d not in HEAD_DIMS for d in dims):
+        sys.exit(f"build_flashinfer_fa3: --head-dims takes some of {','.join(map(str, HEAD_DIMS))} (FlashInfer's FP8 "
+                 f"sm_90 prefill), not {a.head_dims!r}")
+    cuda = _cuda_home()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="flashinfer-fa3-"))
@@ -143,7 +151,6 @@ def main(argv=None) -> int:
             z.extractall(site)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--no-compile",
                         "--target", str(site), str(tvm_here)], check=True)
-        cuda = _cuda_home()
         inherited = os.environ.get("PYTHONPATH")
         env = dict(os.environ, PYTHONPATH=f"{site}:{inherited}" if inherited else str(site),
                    FLASHINFER_WORKSPACE_BASE=str(work / "ws"),
@@ -164,7 +171,7 @@ def main(argv=None) -> int:
                 else str(stub)
         print(f"building FlashInfer {VERSION}'s FA3 FP8 prefill for sm_90a at head dims {a.head_dims} "
               f"({a.jobs} jobs; nvcc from {cuda}) in {work}", flush=True)
-        res = subprocess.run([sys.executable, "-c", _CHILD, str(stage), a.head_dims], env=env, cwd=work,
+        res = subprocess.run([sys.executable, "-c", _CHILD, str(stage), ",".join(map(str, dims))], env=env, cwd=work,
                              capture_output=True, text=True)
         if res.returncode != 0:
             sys.stderr.write(res.stdout[-4000:] + res.stderr[-8000:])
@@ -189,7 +196,8 @@ def main(argv=None) -> int:
         for p in site.iterdir():
             if p.name.startswith(("tvm_ffi", "apache_tvm_ffi")) and not (work / "tvmonly" / p.name).exists():
                 (work / "tvmonly" / p.name).symlink_to(p)
-        res = subprocess.run([sys.executable, "-c", _LOAD, a.head_dims], env=env_load, cwd=work, capture_output=True,
+        res = subprocess.run([sys.executable, "-c", _LOAD, ",".join(map(str, dims))], env=env_load, cwd=work,
+                             capture_output=True,
                              text=True)
         if res.returncode != 0:
             sys.stderr.write(res.stderr[-6000:])

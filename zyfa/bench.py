@@ -314,10 +314,14 @@ def make_flashinfer_fa3(q, k, v, causal, sm_scale):
         FLASHINFER_FA3_RECIPE,
         flashinfer_fa3_forward,
         flashinfer_fa3_inputs,
+        get_implementation,
         resolve_recipe,
     )
     from zyfa.emulator import quantize_inputs
 
+    ok, why = get_implementation("flashinfer-fa3").available()
+    if not ok:
+        raise RuntimeError(f"{why} (scripts/build_flashinfer_fa3.py builds FlashInfer's FA3 FP8 prefill for the GPU)")
     if q.shape[-1] != v.shape[-1] or q.shape[-1] not in (64, 128, 256):
         raise ValueError(f"FlashInfer's FP8 prefill takes d_qk = d_v in 64, 128, 256, not {q.shape[-1]}/{v.shape[-1]}")
     qi = quantize_inputs(q, k, v, resolve_recipe(FLASHINFER_FA3_RECIPE))
