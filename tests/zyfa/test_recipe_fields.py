@@ -263,8 +263,9 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
             acc_tc = np.zeros((rows, d_v))
             n_tiles = -(-s_k // bn)
             # a row block skips a KV tile none of its rows sees (the kernels' loop bounds); the flush every N
-            # tiles counts tiles from key 0 (the kernel's start_n // BLOCK_N), whatever the mask
-            for tile in range(n_tiles):
+            # tiles counts tiles from key 0 (the kernel's start_n // BLOCK_N), whatever the mask; kv_order
+            # "reverse" visits the tiles from the last to the first (FA3's mainloop)
+            for tile in (range(n_tiles)[::-1] if r.kv_order == "reverse" else range(n_tiles)):
                 c0, c1 = tile * bn, min((tile + 1) * bn, s_k)
                 for r0 in range(0, rows, bm):
                     rs = slice(r0, r0 + bm)
@@ -463,6 +464,8 @@ VARIANTS: dict[str, tuple[Recipe, dict]] = {
     "qk_random_hadamard_smoothing": (_C, dict(qk_rotation="random_hadamard", k_smoothing=True)),
     # tiles
     "block_n32": (_E, dict(block_n=32)),
+    "kv_reverse": (_E, dict(kv_order="reverse")),
+    "kv_reverse_hopper": (_H8, dict(kv_order="reverse")),
     "block_m8_tile_exponent": (_Z, dict(block_m=8, p_scale_granularity="tile")),
     # exponentials and the MAD
     "exp2_bittrick": (_E, dict(exp_method="exp2_bittrick")),
