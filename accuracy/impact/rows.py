@@ -81,6 +81,8 @@ RECIPE_CHANGES: tuple[tuple[str, str, str, Callable[[Recipe], bool]], ...] = (
      lambda r: r.accumulator == "hopper_fp8"),
     ("435c315", "2026-11-30T00:21:18Z", "the Hopper accumulator model: row blocks skip the KV tiles they "
      "cannot see, one truncation fewer", lambda r: r.accumulator == "hopper_fp8"),
+    ("63828c4", "2026-12-01T22:49:34Z", "FA3's KV tiles visited from the last to the first (kv_order=reverse), "
+     "as its Hopper mainloop does", lambda r: r.kv_order == "reverse"),
 )
 
 

@@ -83,6 +83,14 @@ class Results:
     rows: list
     provenances: list  # (path, provenance dict)
     recipes: list  # in run order, zyfa first
+    replaced: int = 0  # rows measured again in a later file or later in a file: the later one is kept
+
+
+def _row_key(row: dict) -> tuple:
+    """What a result row measured: the input (name and content hash), the recipe, the implementation, the platform
+    and the emulation a real kernel was paired with. Two rows with one key are one measurement made twice."""
+    return (row.get("input"), row.get("input_content_hash"), row.get("recipe"), row.get("implementation"),
+            row.get("platform"), row.get("paired_spec"))
 
 
 def _read_one(path: Path) -> tuple[list[dict], dict]:
@@ -111,13 +119,20 @@ def load_results(paths: Sequence[str | Path]) -> Results:
         order += [x for x in prov.get("recipes", []) if x not in order]
     if not rows:
         raise ValueError(f"no result rows in {', '.join(map(str, paths))}")
+    # a measurement made again (a later file, or later in a file: a recipe whose numerics changed, measured anew)
+    # replaces the earlier row in place, so no input counts twice in a mean or an interval
+    kept: dict[tuple, dict] = {}
+    for row in rows:
+        kept[_row_key(row)] = row
+    replaced = len(rows) - len(kept)
+    rows = list(kept.values())
     order += [x for x in dict.fromkeys(r["recipe"] for r in rows) if x not in order]  # each once
     present = {r["recipe"] for r in rows}
     order = [x for x in order if x in present]
     if "zyfa" in order:
         order.remove("zyfa")
         order.insert(0, "zyfa")
-    return Results(rows, provs, order)
+    return Results(rows, provs, order, replaced)
 
 
 def _real_selected(row: dict, names: Sequence[str]) -> bool:
@@ -142,7 +157,7 @@ def select_recipes(res: Results, names: Sequence[str]) -> Results:
         raise ValueError(f"--recipes: not in the results: {', '.join(unknown)} (have {have})")
     rows = [r for r in res.rows if (_real_selected(r, names) if r.get("real") else r["recipe"] in names)]
     kept = {r["recipe"] for r in rows}
-    return Results(rows, res.provenances, [x for x in res.recipes if x in names or x in kept])
+    return Results(rows, res.provenances, [x for x in res.recipes if x in names or x in kept], res.replaced)
 
 
 def group_of(row: dict) -> str:
@@ -822,6 +837,9 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
                   ("inputs", "t-inputs"), ("provenance", "t-provenance")]
         section_front(doc, [*rows, *real_rows] if front_rows is None else front_rows, list(bench), plots, links)
         doc.h(2, "About this report")
+    if res.replaced:
+        notes = [*notes, f"{res.replaced} rows were measured again later (same input, recipe, implementation and "
+                 "platform): the later measurement is used, the earlier one left out."]
     study_cmds = [p["study_command"] for _, p in res.provenances if p.get("study_command")]
     cmds = list(dict.fromkeys([*extra_commands, *study_cmds, *([command] if command else [])]))
     doc.p("Regenerate this report with" + (" (the study, then the report alone from its results):"

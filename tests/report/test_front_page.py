@@ -241,3 +241,32 @@ def test_real_kernels_on_the_front_page_beside_their_emulations():
 
 def error_table_by_name(rows):
     return {e["name"]: e for e in front.error_table(rows)}
+
+
+def test_a_measurement_made_again_later_replaces_the_earlier_row(tmp_path):
+    """Two result files with the same (input, recipe) row: the later file's is used, once, and the report says
+    how many rows were replaced; distinct rows of both files are kept."""
+    import json
+
+    from accuracy.report.build import build_report, load_results
+    from accuracy.report.document import render_markdown
+
+    def write(path, rows):
+        prov = {"record": "provenance", "run_id": path.stem, "recipes": sorted({r["recipe"] for r in rows})}
+        path.write_text("\n".join(json.dumps(x) for x in [prov, *rows]) + "\n")
+
+    def row(inp, recipe, err):
+        return {"input": inp, "input_content_hash": inp, "recipe": recipe, "platform": "h200", "deq_rel_l2": err,
+                "orig_rel_l2": err, "input_source": "gaussian", "head_dim": 64, "seq_q": 64}
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write(a, [row("x", "fa3", 0.1), row("y", "fa3", 0.2), row("x", "zyfa", 0.3)])
+    write(b, [row("x", "fa3", 0.5)])
+    res = load_results([a, b])
+    assert res.replaced == 1 and len(res.rows) == 3
+    got = {(r["input"], r["recipe"]): r["deq_rel_l2"] for r in res.rows}
+    assert got == {("x", "fa3"): 0.5, ("y", "fa3"): 0.2, ("x", "zyfa"): 0.3}
+    assert res.rows[0]["_file"] == "b.jsonl"  # in the earlier row's place
+    md = render_markdown(build_report(res, plots=False, front=False))
+    assert "1 rows were measured again later" in md
+    assert load_results([a]).replaced == 0
