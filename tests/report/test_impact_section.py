@@ -18,7 +18,7 @@ from tests.report.conftest import html_tables, md_tables, numbers
 from zyfa.recipes import RECIPES
 
 N_TOKENS = 64
-POST_FIX = "2026-11-30T01:{:02d}:{:02d}Z"  # after commit 2f53d66: p_flushed_mean is a fraction
+POST_FIX = "2026-12-02T01:{:02d}:{:02d}Z"  # after 2f53d66 (p_flushed_mean a fraction) and every RECIPE_CHANGES
 PRE_FIX = "2026-11-29T22:{:02d}:{:02d}Z"  # a process started before it: p_flushed_mean inflated by the heads
 
 
