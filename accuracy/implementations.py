@@ -75,7 +75,6 @@ __all__ = [
     "call_implementation",
     "device_platform",
     "failed_implementation",
-    "flash_attn_amd_descales",
     "flash_attn_amd_forward",
     "flashinfer_fa3_forward",
     "flashinfer_fa3_inputs",
@@ -83,6 +82,7 @@ __all__ = [
     "load_plugin",
     "load_plugins",
     "pairing",
+    "per_head_descales",
     "parse_implementations",
     "resolve_recipe",
     "unsupported_reason",
@@ -553,9 +553,10 @@ def flash_attn_amd_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causa
     return out, lse
 
 
-def flash_attn_amd_descales(qi, b: int, h: int, h_kv: int):
-    """The recipe quantizer's descales as the forward takes them: (b, h) for Q (a per-KV-head Q descale
-    repeated over its GQA group), (b, h_kv) for K and V, contiguous fp32."""
+def per_head_descales(qi, b: int, h: int, h_kv: int):
+    """The recipe quantizer's descales as kernels with per-head descales take them (AMD's Triton forward,
+    FlashInfer's FA3): (b, h) for Q (a per-KV-head Q descale repeated over its GQA group), (b, h_kv) for K and V,
+    contiguous fp32."""
 
     def bh(dsc, heads):
         dsc = dsc.float().reshape(dsc.shape[0], dsc.shape[1])
@@ -572,7 +573,7 @@ def _flash_attn_amd_run(x: AttentionInput, context: dict) -> ImplResult:
     qi = quantize_inputs(x.q, x.k, x.v, resolve_recipe(FLASH_ATTN_AMD_RECIPE))
     b, h = x.q.shape[:2]
     q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
-    out, lse = flash_attn_amd_forward(q8, k8, v8, *flash_attn_amd_descales(qi, b, h, x.k.shape[1]),
+    out, lse = flash_attn_amd_forward(q8, k8, v8, *per_head_descales(qi, b, h, x.k.shape[1]),
                                       causal=bool(x.causal), sm_scale=_sm(x))
     return ImplResult(out, lse, {"flash_attn": _dist_version("flash-attn"),
                                   "launch_config": ",".join(f"{k}={v}" for k, v in FLASH_ATTN_AMD_CONFIG.items())})
@@ -633,7 +634,7 @@ def flashinfer_fa3_inputs(qi, h: int, h_kv: int):
     """The recipe quantizer's FP8 values and descales, per batch element in FlashInfer's layout: a list of
     (q8 (s_q, h, d), k8 (s_k, h_kv, d), v8, scale_q (h,), scale_k (h_kv,), scale_v (h_kv,))."""
     b = qi.q_values.shape[0]
-    qd, kd, vd = flash_attn_amd_descales(qi, b, h, h_kv)
+    qd, kd, vd = per_head_descales(qi, b, h, h_kv)
     fp8 = [t.to(torch.float8_e4m3fn) for t in (qi.q_values, qi.k_values, qi.v_values)]
     return [tuple(t[i].transpose(0, 1).contiguous() for t in fp8) + (qd[i], kd[i], vd[i]) for i in range(b)]
 

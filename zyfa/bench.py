@@ -285,15 +285,15 @@ def make_flash_attn_amd(q, k, v, causal, sm_scale):
 
     from accuracy.implementations import (
         FLASH_ATTN_AMD_RECIPE,
-        flash_attn_amd_descales,
         flash_attn_amd_forward,
+        per_head_descales,
         resolve_recipe,
     )
     from zyfa.emulator import quantize_inputs
 
     qi = quantize_inputs(q, k, v, resolve_recipe(FLASH_ATTN_AMD_RECIPE))
     q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
-    qd, kd, vd = flash_attn_amd_descales(qi, q.shape[0], q.shape[1], k.shape[1])
+    qd, kd, vd = per_head_descales(qi, q.shape[0], q.shape[1], k.shape[1])
     o = torch.zeros((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=torch.float32, device=q.device)
 
     def fn():
