@@ -485,19 +485,19 @@ def _sdpa_impl(backend: str) -> Implementation:
 
 # ---------------------------------------------------------------------------------------------- flash-attn Triton AMD
 
-def _flash_attn_amd_check() -> tuple[bool, str]:
-    ok, why = _cuda(min_major=9)
-    if not ok:
-        return ok, why
-    for mod, dist in (("triton", "triton"), ("flash_attn", "flash-attn"), ("einops", "einops")):
-        ok, why = _package(mod, dist)
-        if not ok:
-            return ok, why
-    version = _dist_version("flash-attn") or "?"
-    if not version.startswith(FLASH_ATTN_AMD_VERSIONS):
-        return False, (f"flash-attn {version}: the FP8 forward's numerics were read for "
-                       f"{', '.join(FLASH_ATTN_AMD_VERSIONS)} only (docs/real_kernels.md)")
+def _read_release(dist: str, versions: tuple[str, ...], what: str) -> tuple[bool, str]:
+    """Whether the installed ``dist`` is one of the releases whose numerics were read (prefix match)."""
+    version = _dist_version(dist) or "?"
+    if not version.startswith(versions):
+        return False, (f"{dist} {version}: {what} numerics were read for {', '.join(versions)} only "
+                       "(docs/real_kernels.md)")
     return True, ""
+
+
+_flash_attn_amd_check = _all(
+    lambda: _cuda(min_major=9), lambda: _package("triton", "triton"), lambda: _package("flash_attn", "flash-attn"),
+    lambda: _package("einops", "einops"),
+    lambda: _read_release("flash-attn", FLASH_ATTN_AMD_VERSIONS, "the FP8 forward's"))
 
 
 _FA_FWD = "flash_attn.flash_attn_triton_amd.fwd_prefill"
@@ -603,18 +603,9 @@ FLASHINFER_VERSIONS = ("0.7.4",)  # released versions whose FP8 prefill was read
 FLASHINFER_FA3_DIMS = ((64, 64), (128, 128), (256, 256))  # its FP8 sm_90 prefill's head dims (prefill_sm90.cuh)
 
 
-def _flashinfer_check() -> tuple[bool, str]:
-    ok, why = _cuda(exact_major=9)
-    if not ok:
-        return ok, why
-    ok, why = _package("flashinfer", "flashinfer-python")
-    if not ok:
-        return ok, why
-    version = _dist_version("flashinfer-python") or "?"
-    if not version.startswith(FLASHINFER_VERSIONS):
-        return False, (f"flashinfer-python {version}: the FP8 prefill's numerics were read for "
-                       f"{', '.join(FLASHINFER_VERSIONS)} only (docs/real_kernels.md)")
-    return True, ""
+_flashinfer_check = _all(
+    lambda: _cuda(exact_major=9), lambda: _package("flashinfer", "flashinfer-python"),
+    lambda: _read_release("flashinfer-python", FLASHINFER_VERSIONS, "the FP8 prefill's"))
 
 
 def flashinfer_fa3_forward(q8, k8, v8, scale_q, scale_k, scale_v, *, causal: bool, sm_scale: float):
