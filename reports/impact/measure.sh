@@ -76,5 +76,11 @@ python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 --recipes zyfa-hop
 python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 --recipes fa3,cudnn-fp8 --tokens 2048 \
   --windows 3 --text lee --out $D/results_emulation_changes.jsonl --resume
 
+# ---- fa3 with FA3's KV order (the last tile first, as its mainloop does; commit 63828c4, 2026-12-01): its rows
+# above measured the forward order and are superseded by these (latest by date). Written to .impact_work/ and the
+# file copied here.
+python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 --recipes fa3 --tokens 2048 \
+  --windows 3 --text lee --out $D/results_fa3_kv_reverse.jsonl --resume
+
 # ---- render impact.md from every results file; the study (zyfa study) renders the same section into its report
 python -m zyfa.cli impact --render-only --out "$D/results*.jsonl"
