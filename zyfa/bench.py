@@ -520,7 +520,7 @@ def to_markdown(meta, rows, ours="zyfa-hopper"):
              "- err = relative L2 of the output vs PyTorch SDPA bf16 on the same (bf16) inputs: a sanity check, "
              "not the accuracy study (cuDNN FP8's includes its FP8 output rounding).", ""]
     summary = summary_lines(rows, ours)  # ends with "", "## Every row", ""
-    lines += summary[:-2] + plane_lines(rows) + summary[-2:]
+    lines += summary[:-2] + plane_lines(rows) + plane_lines(rows, "flashinfer-fa3") + summary[-2:]
     hdr = ("| input | shape | s | causal | impl | recipe | TFLOP/s | ms | V^T ms | incl. | err | SM MHz | W | "
            "rotation ms (FWHT / matmul) |")
     lines += [hdr, "|" + "---|" * 14]
@@ -577,14 +577,19 @@ def _longest_gaussian(rows):
     return out
 
 
-def plane_lines(rows):
-    """'Against cuDNN FP8 on the speed–accuracy plane': at each shape's longest Gaussian sequence, cuDNN FP8's
-    speed and error (rel-L2 against SDPA BF16 on the same inputs) and every configuration of our kernel that is
-    both faster (V's transpose included) and more accurate, fastest first; where none is, the fastest of the more
-    accurate ones. Empty without a cuDNN FP8 row."""
+# the peers our configurations are set against on the speed–accuracy plane: bench name -> how the tables name it
+PLANE_PEERS = {"cudnn-fp8": "cuDNN FP8", "flashinfer-fa3": "FA3 FP8 (FlashInfer)"}
+
+
+def plane_lines(rows, peer="cudnn-fp8"):
+    """'Against <peer> on the speed–accuracy plane': at each shape's longest Gaussian sequence, the peer's speed and
+    error (rel-L2 against SDPA BF16 on the same inputs) and every configuration of our kernel that is both faster
+    (V's transpose included) and more accurate, fastest first; where none is, the fastest of the more accurate ones.
+    Empty without a row of that peer. ``peer``: a key of :data:`PLANE_PEERS`."""
+    name = PLANE_PEERS[peer]
     out = []
     for (d_qk, d_v, causal), (s, at, _rs) in _longest_gaussian(rows).items():
-        fp8 = [r for r in at if r["impl"] == "cudnn-fp8" and _plausible(r)
+        fp8 = [r for r in at if r["impl"] == peer and _plausible(r)
                and isinstance(r.get("rel_l2_vs_sdpa_bf16"), (int, float))]
         ours = [r for r in at if r["impl"] == "triton-fp8" and _plausible(r)
                 and isinstance(r.get("rel_l2_vs_sdpa_bf16"), (int, float))]
@@ -606,11 +611,13 @@ def plane_lines(rows):
                    f"{found} |")
     if not out:
         return []
-    return ["## Against cuDNN FP8 on the speed–accuracy plane (same inputs, same run)", "",
-            "Our configurations that are both faster than cuDNN FP8 (TFLOP/s with V's transpose) and more accurate "
-            "(rel-L2 against SDPA BF16 on the same Gaussian inputs; cuDNN FP8's includes its FP8 output, ours is "
-            "bf16), fastest first, as recipe (TFLOP/s, error, × cuDNN FP8).", "",
-            "| shape | s | mask | cuDNN FP8 TFLOP/s | cuDNN FP8 error | faster and more accurate |",
+    own = ("cuDNN FP8's includes its FP8 output, ours is bf16" if peer == "cudnn-fp8"
+           else "both write bf16")
+    return [f"## Against {name} on the speed–accuracy plane (same inputs, same run)", "",
+            f"Our configurations that are both faster than {name} (TFLOP/s with V's transpose) and more accurate "
+            f"(rel-L2 against SDPA BF16 on the same Gaussian inputs; {own}), fastest first, as recipe (TFLOP/s, "
+            f"error, × {name}).", "",
+            f"| shape | s | mask | {name} TFLOP/s | {name} error | faster and more accurate |",
             "|" + "---|" * 6, *out, ""]
 
 

@@ -78,3 +78,20 @@ def test_speed_accuracy_plane_lists_configurations_that_beat_cudnn_fp8_on_both()
     hd256 = [c.strip() for c in table[1].strip("|").split("|")]
     assert hd256[5] == "none; fastest more accurate: slow-accurate (790, 0.0500, 0.79×)"
     assert plane_lines([ours("x", 1.0, 1.0, 0.05)]) == []  # no cuDNN FP8 row: no table
+
+
+def test_speed_accuracy_plane_against_fa3_through_flashinfer():
+    """The same table against FlashInfer's FA3 FP8: its own rows are the reference, cuDNN FP8's are not used, and
+    the bench's Markdown carries both tables."""
+    from zyfa.bench import plane_lines
+
+    ours = dict(_row("triton-fp8", "zyfa-hopper", 900.0, 0.055, 256, 256), tflops_incl_transpose=890.0)
+    rows = [ours, _row("cudnn-fp8", "cudnn-fp8", 1000.0, 0.06, 256, 256),
+            _row("flashinfer-fa3", "fa3:p_scale=fmax", 850.0, 0.058, 256, 256)]
+    fa3 = plane_lines(rows, "flashinfer-fa3")
+    assert fa3[0] == "## Against FA3 FP8 (FlashInfer) on the speed–accuracy plane (same inputs, same run)"
+    cells = [c.strip() for c in [ln for ln in fa3 if ln.startswith("| hd")][0].strip("|").split("|")]
+    assert cells[3:5] == ["850", "0.0580"] and cells[5] == "zyfa-hopper (890, 0.0550, 1.05×)"
+    cud = [c.strip() for c in [ln for ln in plane_lines(rows) if ln.startswith("| hd")][0].strip("|").split("|")]
+    assert cud[5] == "none; fastest more accurate: zyfa-hopper (890, 0.0550, 0.89×)"
+    assert plane_lines(rows[:2], "flashinfer-fa3") == []  # no FA3 row: no table
