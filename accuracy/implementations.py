@@ -65,6 +65,7 @@ import torch
 from accuracy.inputs import AttentionInput
 
 __all__ = [
+    "FLASHINFER_FA3_DIMS",
     "FLASHINFER_FA3_RECIPE",
     "FLASH_ATTN_AMD_RECIPE",
     "ImplResult",

@@ -272,12 +272,6 @@ def make_cudnn_fp8(q8, k8, v8, qd, kd, vd, causal, sm_scale):
     return fn, out_deq
 
 
-# = accuracy.implementations.FLASH_ATTN_AMD_RECIPE and FLASHINFER_FA3_RECIPE (the rows name them without an import)
-_FA_AMD_RECIPE = "triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1"
-_FLASHINFER_FA3_RECIPE = ("fa3:p_scale=fmax,q_scale=head,head_dim_tiles=64:192x128|128:128x192|256:128x128,"
-                          "kv_order=reverse")
-
-
 def make_flash_attn_amd(q, k, v, causal, sm_scale):
     """AMD's Triton FP8 forward from the flash-attn package (accuracy.implementations' adapter), on the FP8
     values of its recipe; it reads V as stored (no transpose of ours). Returns (fn, first output)."""
@@ -311,6 +305,7 @@ def make_flashinfer_fa3(q, k, v, causal, sm_scale):
     import torch
 
     from accuracy.implementations import (
+        FLASHINFER_FA3_DIMS,
         FLASHINFER_FA3_RECIPE,
         flashinfer_fa3_forward,
         flashinfer_fa3_inputs,
@@ -322,8 +317,9 @@ def make_flashinfer_fa3(q, k, v, causal, sm_scale):
     ok, why = get_implementation("flashinfer-fa3").available()
     if not ok:
         raise RuntimeError(f"{why} (scripts/build_flashinfer_fa3.py builds FlashInfer's FA3 FP8 prefill for the GPU)")
-    if q.shape[-1] != v.shape[-1] or q.shape[-1] not in (64, 128, 256):
-        raise ValueError(f"FlashInfer's FP8 prefill takes d_qk = d_v in 64, 128, 256, not {q.shape[-1]}/{v.shape[-1]}")
+    if (q.shape[-1], v.shape[-1]) not in FLASHINFER_FA3_DIMS:
+        raise ValueError(f"FlashInfer's FP8 prefill takes d_qk = d_v in "
+                         f"{', '.join(str(d) for d, _ in FLASHINFER_FA3_DIMS)}, not {q.shape[-1]}/{v.shape[-1]}")
     qi = quantize_inputs(q, k, v, resolve_recipe(FLASHINFER_FA3_RECIPE))
     per_seq = flashinfer_fa3_inputs(qi, q.shape[1], k.shape[1])
 
@@ -476,8 +472,10 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
         row = dict(base, impl=peer, recipe="bf16" if peer.startswith("sdpa") else "cudnn-fp8")
         try:
             if peer in ("flash-attn-triton-amd", "flashinfer-fa3"):
-                make, row["recipe"] = ((make_flash_attn_amd, _FA_AMD_RECIPE) if peer == "flash-attn-triton-amd"
-                                       else (make_flashinfer_fa3, _FLASHINFER_FA3_RECIPE))
+                from accuracy.implementations import FLASH_ATTN_AMD_RECIPE, FLASHINFER_FA3_RECIPE
+
+                make, row["recipe"] = ((make_flash_attn_amd, FLASH_ATTN_AMD_RECIPE) if peer == "flash-attn-triton-amd"
+                                       else (make_flashinfer_fa3, FLASHINFER_FA3_RECIPE))
                 fn, out = make(q, k, v, causal, sm_scale)
                 if ref is None:
                     ref = sdpa_reference(q, k, v, causal, sm_scale).float()

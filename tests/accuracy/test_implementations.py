@@ -148,12 +148,22 @@ def test_flashinfer_inputs_are_the_recipe_quantizers_values_in_nhd():
         assert torch.equal(k8.float() * sk[None, :, None], dk) and torch.equal(v8.float() * sv[None, :, None], dv)
 
 
-def test_bench_names_the_paired_recipes_as_the_registry():
-    """zyfa bench names the real peers' recipes without importing accuracy: the copies must stay equal."""
+def test_bench_peer_rows_name_the_registrys_recipes():
+    """zyfa bench's rows of the real peers name the recipe the registry pairs them with, also where the peer
+    cannot run (here: no GPU, or no package), and carry the reason instead of a speed."""
     from accuracy.implementations import FLASH_ATTN_AMD_RECIPE, FLASHINFER_FA3_RECIPE
-    from zyfa import bench
+    from zyfa.bench import run_case
 
-    assert bench._FA_AMD_RECIPE == FLASH_ATTN_AMD_RECIPE and bench._FLASHINFER_FA3_RECIPE == FLASHINFER_FA3_RECIPE
+    if torch.cuda.is_available():
+        pytest.skip("checks the rows of peers that cannot run, on a machine without a GPU")
+    q = torch.randn(1, 2, 64, 128)
+    rows = run_case([], label="gaussian", inputs=(q, q, q), causal=False, recipes=[],
+                    peers=["flash-attn-triton-amd", "flashinfer-fa3"], warmup=1, rep=1, sampler=None, config=None,
+                    log=lambda r: None)
+    assert [(r["impl"], r["recipe"]) for r in rows] == [("flash-attn-triton-amd", FLASH_ATTN_AMD_RECIPE),
+                                                         ("flashinfer-fa3", FLASHINFER_FA3_RECIPE)]
+    assert all("error" in r and "tflops" not in r for r in rows)
+    assert "no CUDA device" in rows[1]["error"]
 
 
 # ---------------------------------------------------------------------------------------------- plug-in loader
