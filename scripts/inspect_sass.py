@@ -37,7 +37,7 @@ def compile_variant(recipe="zyfa", dqk=128, dv=128, causal=False, window=False, 
     sig = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "O": out_ty, "LSE": "*fp32", "QD": "*fp32",
            "KD": "*fp32", "VD": "*fp32", "ONES": "*fp8e4nv",
            "seq_q": "i32", "seq_k": "i32", "seq_k_pad": "i32", "heads_q": "i32",
-           "heads_kv": "i32", "window": "i32", "sm_scale_log2e": "fp32", "mad_bias": "fp32"}
+           "heads_kv": "i32", "window": "i32", "sm_scale_log2e": "fp32", "mad_bias": "fp32", "mad_m_safe": "fp32"}
     const = dict(CAUSAL=causal or window, WINDOW=window, BLOCK_M=block_m, BLOCK_N=plan.block_n, D1=d1, D2=d2,
                  DV=dv, EXP_MAD=plan.exp_mad, MAD_CVT=mad_cvt, P_SCALE=plan.p_scale, E_FIXED=plan.e_fixed,
                  TILE_GRAN=plan.tile_gran, E_CAP=plan.e_cap, ROWSUM_ROUNDED=plan.rowsum_rounded,

@@ -183,12 +183,13 @@ def test_pipelined_qk_loop_agrees(shape_name):
 @pytest.mark.parametrize("shape_name", ["hd128-causal-gqa", "hd64-window", "mla-causal", "hd256-b2", "hd128-b2-odd"])
 @pytest.mark.parametrize("spec", ["zyfa", H1, "zyfa-noscale", "zyfa-tilescale"])
 def test_saturating_mad_conversion_is_bit_identical(spec, shape_name):
-    """The saturating MAD conversions (fma.rn.sat of x/128 and the magic add; clamp at 126 as one fp32 min (3,
-    the default), packed u16x2 (5), or none where the bound is proven (4, exact t)) give the same bits as the
-    two-clamp form (MAD_CVT=0)."""
+    """The saturating MAD conversions (fma.rn.sat of x/128 and the magic add; clamp at 126 as one fp32 min (3),
+    packed u16x2 (5), none where the program's bound on its row maxima allows (6, the default; these inputs are
+    within it), or none where the bound is proven (4, exact t)) give the same bits as the two-clamp form
+    (MAD_CVT=0)."""
     shape = SHAPES[shape_name]
     seed = _seed(shape_name)
-    for mad_t, fast in ((0, 5), (0, 3), (1, 4)):
+    for mad_t, fast in ((0, 5), (0, 3), (0, 6), (1, 4)):
         out0, lse0 = _kernel(spec, shape, seed=seed, config={"MAD_T": mad_t, "MAD_CVT": 0})
         out1, lse1 = _kernel(spec, shape, seed=seed, config={"MAD_T": mad_t, "MAD_CVT": fast})
         assert torch.equal(out0, out1) and torch.equal(lse0, lse1), (mad_t, fast)
@@ -259,8 +260,8 @@ def test_tensor_core_row_sum_variants_agree(config):
 
 def test_huge_logits_stay_finite_and_exact_t_agrees():
     """Logits of ~1e6 (log2 units): the fused MAD's row bias is off by many codes there, but the clamp keeps
-    every P code finite (both forms); the exact-t form without a clamp at 126 (bound proven) matches the
-    emulator."""
+    every P code finite (every form; the default's per-program guard keeps it here); the exact-t form without a
+    clamp at 126 (bound proven) matches the emulator."""
     shape = (1, 2, 2, 192, 192, 128, 128, True, None)
     q, k, v = _inputs(shape, 21)
     q, k = q * 300.0, k * 300.0
@@ -271,14 +272,19 @@ def test_huge_logits_stay_finite_and_exact_t_agrees():
     q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, H1)
     em = emulate(q, k, v, H1, causal=True)
     ref, _ = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=True)
-    for config in (None, {"MAD_CVT": 5}, {"MAD_T": 1}):
+    outs = {}
+    for config in (None, {"MAD_CVT": 3}, {"MAD_CVT": 5}, {"MAD_T": 1}):
         out, lse = attention_fp8(q8, k8, v8, recipe=H1, causal=True, q_descale=qd, k_descale=kd, v_descale=vd,
                                  config=config)
+        outs[str(config)] = (out, lse)
         assert torch.isfinite(out.float()).all() and torch.isfinite(lse).all(), config
         e_k, e_e = _rel(out, ref), _rel(em.out, ref)
         print(f"huge logits {config}: kernel {e_k:.5f} emulator {e_e:.5f}")
         if config and config.get("MAD_T") == 1:
             assert e_k <= 1.03 * e_e + 1e-3
+    # the default (MAD_CVT 6) bounds these row maxima far past mad_m_safe, so it keeps the clamp: MAD_CVT 3's bits
+    (o6, l6), (o3, l3) = outs["None"], outs[str({"MAD_CVT": 3})]
+    assert torch.equal(o6, o3) and torch.equal(l6, l3)
 
 
 @pytest.mark.parametrize("spec", ["zyfa-exp2", "zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1",

@@ -12,6 +12,8 @@ import pytest
 import torch
 
 from zyfa.kernels.attention_fp8 import (
+    MAD_FUSED_DRIFT,
+    MAD_FUSED_DRIFT0,
     attention_fp8,
     attention_fp8_quantized,
     default_config,
@@ -21,6 +23,7 @@ from zyfa.kernels.attention_fp8 import (
     kernel_plan,
     mad_code_bound,
     mad_codes_bounded,
+    mad_m_safe,
     prepare_vt,
     recipe_from_spec,
     resolve_config,
@@ -255,15 +258,22 @@ def test_default_config_mad_form_and_register_caps():
 
 
 def test_mad_conversion_defaults_and_refusals():
-    """The fused MAD keeps one fp32 clamp at 126 (3); exact t on a bounded recipe drops it (4); a recipe whose
-    codes can pass 126.5 keeps it; MAD_CVT=4 is refused wherever the bound is not rigorous."""
+    """The fused MAD drops the clamp at 126 where the program's bound allows (6); exact t on a bounded recipe drops
+    it (4); a recipe whose codes can pass 126.5 keeps it (3); MAD_CVT=4 and 6 are refused wherever their bound is
+    not rigorous."""
     hop = kernel_plan("zyfa-hopper")
     assert mad_codes_bounded(hop) and abs(mad_code_bound(hop) - 126.021) < 1e-3
-    assert default_config(128, 128, False, hop)["MAD_CVT"] == 3
+    assert default_config(128, 128, False, hop)["MAD_CVT"] == 6  # fused MAD: the clamp only where unguarded
+    assert 176000 < mad_m_safe(hop) < 178000
     assert resolve_config(128, 128, False, hop, {"MAD_T": 1})[1] == 4
+    assert resolve_config(128, 128, False, hop, {"MAD_CVT": 3})[1] == 3
     assert default_config(128, 128, False, kernel_plan("fa3"))["MAD_CVT"] == 0  # exp2: unused
+    assert mad_m_safe(kernel_plan("fa3")) == 0.0
     high = kernel_plan("zyfa-hopper:mad_rounding=nearest,mad_offset=0.5")  # x reaches 126.96
     assert not mad_codes_bounded(high) and default_mad_cvt(high, 1) == 3
+    assert mad_m_safe(high) == 0.0 and default_mad_cvt(high, 0) == 3
+    with pytest.raises(ValueError, match="MAD_CVT=6.*126.959"):
+        resolve_config(128, 128, False, high, {"MAD_CVT": 6})
     with pytest.raises(ValueError, match="MAD_CVT=4.*MAD_T=1"):
         resolve_config(128, 128, False, hop, {"MAD_CVT": 4})  # fused t: bound not rigorous
     with pytest.raises(ValueError, match="MAD_CVT=4.*126.959"):
@@ -399,3 +409,42 @@ def test_triton_v_transpose_in_the_cpu_interpreter_gives_the_torch_copys_bytes()
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "same bytes" in r.stdout, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("spec", ["zyfa-hopper", "zyfa", "zyfa-pow2fixed"])
+def test_fused_mad_drift_stays_within_the_guards_bound(spec):
+    """The kernel's fused-MAD arithmetic at a row max, replayed in fp32 (the FFMA as an exact product and sum
+    rounded once): over row maxima |m| up to mad_m_safe, running maxima above the tile's by 0-12 (so t_max + e
+    sweeps up to log2(448), the largest code), and score scales c from 2^-12 to 2^4, the code sits at most
+    MAD_FUSED_DRIFT·|m| + MAD_FUSED_DRIFT0 above the exact bound, so RNE never passes 126 where MAD_CVT 6 leaves
+    the clamp out."""
+    import math
+
+    plan = kernel_plan(spec)
+    m_safe = mad_m_safe(plan)
+    assert m_safe > 0
+    f32 = torch.float32
+    gen = torch.Generator().manual_seed(0)
+    n = 400_000
+    m_abs = torch.exp(torch.rand(n, generator=gen, dtype=torch.float64) * math.log(m_safe))
+    sign = torch.where(torch.rand(n, generator=gen) < 0.5, -1.0, 1.0).double()
+    c = torch.exp2(torch.rand(n, generator=gen, dtype=torch.float64) * 16 - 12).to(f32)
+    s_max = (sign * m_abs / c.double()).to(f32)  # the tile's raw score maximum
+    m_tile = s_max * c  # fp32 product, as tl.max(s, 1) * c
+    gap = (torch.rand(n, generator=gen, dtype=torch.float64) * 12).to(f32)
+    gap[: n // 4] = 0.0  # the tile holds the running max
+    m_use = torch.maximum(m_tile, m_tile + gap)
+    if plan.p_scale == 3:
+        t_max = m_tile - m_use
+        e = torch.minimum(torch.floor(torch.tensor(math.log2(448.0), dtype=f32) - t_max), torch.tensor(plan.e_cap))
+    else:
+        e = torch.full_like(m_use, plan.e_fixed)
+    row_bias = torch.tensor(plan.mad_bias, dtype=f32) + 8.0 * (e - m_use)
+    big_c = (c * 8.0) * 0.0078125
+    big_b = row_bias * 0.0078125
+    y = (s_max.double() * big_c.double() + big_b.double()).to(f32)  # one FFMA: exact product, one rounding
+    x = 128.0 * y.double()
+    over = x - mad_code_bound(plan)  # how far past the recipe's exact bound the kernel's code can go
+    assert (over <= MAD_FUSED_DRIFT * m_use.double().abs() + MAD_FUSED_DRIFT0).all()
+    assert x.max().item() < 126.5  # RNE(x) <= 126 without the clamp
+    assert x.max().item() > mad_code_bound(plan) - 0.01  # the sweep reached the largest codes

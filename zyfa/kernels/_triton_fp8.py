@@ -21,10 +21,15 @@ import triton.language as tl
 PS_NONE, PS_FMAX, PS_POW2, PS_POW2_BLOCK = 0, 1, 2, 3
 # MAD integer conversions (MAD_CVT constexpr): magic-number add after two fp32 clamps; cvt.rni / cvt.rzi (F2I);
 # fma.rn.sat of x/128 (the FFMA clamps at 0 itself), then the magic add, with the clamp at 126 as an fp32 min (3),
-# left out where it provably cannot bind (4: attention_fp8.mad_codes_bounded), or on packed u16x2 pairs (5).
+# left out where it provably cannot bind (4: attention_fp8.mad_codes_bounded), or on packed u16x2 pairs (5); 6: left
+# out in the programs where a bound on the row maxima shows that no code can pass 126 (the runtime flag `guarded`,
+# one branch per tile), else the fp32 min of 3; the same bits as 3 either way.
 CVT_MAGIC, CVT_RNI, CVT_RZI = 0, 1, 2
 CVT_SAT_MAGIC = tl.constexpr(3)  # 4 (no clamp at 126) is the remaining sat case
 CVT_SAT_MAGIC_U16 = tl.constexpr(5)
+CVT_SAT_MAGIC_GUARDED = tl.constexpr(6)
+# 448^2: |q·k| <= DQK·448^2 for e4m3fn operands, so every row max of s·c is at most DQK·448^2·c in magnitude
+FP8_MAX_SQ = tl.constexpr(200704.0)
 # P·V accumulation (PV_MODE constexpr): hardware chain never flushed; Triton partial accumulator flushed every
 # k=32 (max_num_imprecise_acc=32); flushed every tile (max_num_imprecise_acc=BLOCK_N); manual every FLUSH tiles;
 # flushed every tile by a fresh product added in fp32 (same numerics as PV_TILE, other code).
@@ -161,7 +166,7 @@ def _pv_update(acc, p8, v, alpha, vd_src, start_n, BLOCK_N: tl.constexpr, PV_MOD
 
 @triton.jit
 def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
-                     pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                     pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
                      MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DV: tl.constexpr,
                      EXP_MAD: tl.constexpr, MAD_CVT: tl.constexpr, P_SCALE: tl.constexpr,
@@ -230,6 +235,11 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
                          tl.broadcast_to(((mad_bias + 8.0 * e_new) * 0.0078125)[:, None], s.shape))
         if MAD_CVT == CVT_SAT_MAGIC:
             y = tl.minimum(y, 0.984375)  # 126/128
+        elif MAD_CVT == CVT_SAT_MAGIC_GUARDED:  # noqa: SIM102 - a constexpr test around a runtime one
+            # below 126.5 the clamp changes nothing that RNE does not (x in (126, 126.5] rounds to 126), so where
+            # the program's bound holds it is left out: the same codes as MAD_CVT 3, bit for bit
+            if guarded == 0:
+                y = tl.minimum(y, 0.984375)
         bits = (y + MAGIC_SAT).to(tl.int32, bitcast=True)  # low byte = RNE(128·y); bits 8-19 are zero
         if MAD_CVT == CVT_SAT_MAGIC_U16:
             p8 = _codes_min126_u8(bits).to(tl.float8e4nv, bitcast=True)
@@ -339,7 +349,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
 @triton.jit
 def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 q1, q2, k1_src, k2_src, vt_src, ones_src,
-                lo, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                lo, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 D1: tl.constexpr, D2: tl.constexpr, DQK: tl.constexpr, DV: tl.constexpr,
@@ -367,7 +377,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                               TMA)
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
                 s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
-                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
@@ -377,7 +387,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
                 s, tl.multiple_of(hi - BLOCK_N, BLOCK_N), acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
                 ones_src,
-                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
@@ -388,7 +398,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
             s = _qk_tile(q1, q2, k1_src, k2_src, start_n, seq_k, BLOCK_N, D1, D2, DQK, QK_K32, TMA)
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
                 s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
-                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
@@ -441,7 +451,7 @@ def _write_o(O, bh, seq_q, offs_m, o, col0, row_ok, DV: tl.constexpr, DVH: tl.co
 
 @triton.jit
 def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
-                 seq_q, seq_k, seq_k_pad, heads_q, heads_kv, window, sm_scale_log2e, mad_bias,
+                 seq_q, seq_k, seq_k_pad, heads_q, heads_kv, window, sm_scale_log2e, mad_bias, mad_m_safe,
                  CAUSAL: tl.constexpr, WINDOW: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  D1: tl.constexpr, D2: tl.constexpr, DV: tl.constexpr,
@@ -501,6 +511,11 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
     else:
         c = sm_scale_log2e * qd * kd
     c8 = c * 8.0
+    if MAD_CVT == CVT_SAT_MAGIC_GUARDED:
+        # at or below mad_m_safe (attention_fp8.mad_m_safe) the fused MAD's codes stay below 126.5
+        guarded = (DQK * FP8_MAX_SQ * c <= mad_m_safe).to(tl.int32)
+    else:
+        guarded = 0
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     off = seq_k - seq_q  # bottom-right alignment: query i sits at key position i + off
@@ -594,7 +609,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         if seg != 0 or WINDOW:
             acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
                 acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
-                seg_lo, seg_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias,
+                seg_lo, seg_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
                 seg != 1, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
                 EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
                 QK_K32, PV_MODE, FLUSH, TMA, WS and seg == 1, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM,

@@ -53,6 +53,7 @@ __all__ = [
     "launch",
     "mad_code_bound",
     "mad_codes_bounded",
+    "mad_m_safe",
     "k32_key_order",
     "k_descale_per_tile",
     "q_descale_per_program",
@@ -258,15 +259,36 @@ def mad_codes_bounded(plan: KernelPlan) -> bool:
     return plan.exp_mad and mad_code_bound(plan) <= 126.375
 
 
+# How far the fused MAD's code at a row max can sit above the recipe's exact bound: the roundings of m = fl(s·c), of
+# t_max, of the row bias and of the FFMA add at most (2^-21 + 2^-20)·|m| (|m| the row max in log2 units) and a few
+# 1e-5 that do not grow with |m| (derivation in docs/kernel_notes.md); 2e-6 per unit of |m| and 1e-4 keep a margin
+# on both, and tests/kernels replay the arithmetic in fp32 to check it (measured: 4.8e-7·|m| and 3.4e-5 at most).
+MAD_FUSED_DRIFT = 2e-6
+MAD_FUSED_DRIFT0 = 1e-4
+
+
+def mad_m_safe(plan: KernelPlan) -> float:
+    """The largest |row max| (of s·c, log2 units) up to which the fused MAD's codes provably stay below 126.5 (0 if
+    the recipe's exact bound leaves no room): x <= mad_code_bound + MAD_FUSED_DRIFT·|m| + MAD_FUSED_DRIFT0, with the
+    0.125 codes of margin :func:`mad_codes_bounded` keeps. zyfa: (126.375 - 126.021 - 1e-4) / 2e-6 = 177K."""
+    if not plan.exp_mad:
+        return 0.0
+    return max(0.0, (126.375 - mad_code_bound(plan) - MAD_FUSED_DRIFT0) / MAD_FUSED_DRIFT)
+
+
 def default_mad_cvt(plan: KernelPlan, mad_t: int) -> int:
     """How MAD values become codes: fma.rn.sat of x/128 (the clamp at 0 for free) and the magic-number add,
-    with no clamp at 126 where it provably cannot bind (4: exact t and :func:`mad_codes_bounded`), else one fp32
-    min (3: the fused MAD's t is off by ~2^-19·|m| codes, so no bound is rigorous there). The packed u16x2 clamp
-    (5) has fewer instructions but measured the same as 3 on the H200 (docs/kernel_notes.md, session 3).
+    with no clamp at 126 where it provably cannot bind: 4 for exact t and :func:`mad_codes_bounded`; 6 for the
+    fused MAD, whose codes drift by up to MAD_FUSED_DRIFT·|m|: the kernel bounds every row max |m| of a program by
+    DQK·448²·c before its loops and runs them without the clamp where that is at most :func:`mad_m_safe`, with
+    one fp32 min (3) otherwise (the same bits as 3 either way). 3 where the recipe leaves no margin. The packed
+    u16x2 clamp (5) has fewer instructions but measured the same as 3 on the H200 (docs/kernel_notes.md).
     0 for exp2 recipes (unused)."""
     if not plan.exp_mad:
         return 0
-    return 4 if mad_t == 1 and mad_codes_bounded(plan) else 3
+    if mad_t == 1 and mad_codes_bounded(plan):
+        return 4
+    return 6 if mad_m_safe(plan) > 0 else 3
 
 
 def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
@@ -571,9 +593,13 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
     if dv_split == 2 and d_v < 64:
         raise ValueError(f"DV_SPLIT=2 needs d_v >= 64 (halves of at least 32 columns), got d_v={d_v}")
     mad_cvt = cfg["MAD_CVT"]
-    if mad_cvt not in (0, 1, 2, 3, 4, 5):
-        raise ValueError(f"MAD_CVT={mad_cvt!r}: expected 0 (magic add), 1 (cvt.rni/rzi), 3/4/5 (fma.rn.sat, "
-                         "with an fp32 clamp at 126 / none / a packed u16x2 clamp)")
+    if mad_cvt not in (0, 1, 2, 3, 4, 5, 6):
+        raise ValueError(f"MAD_CVT={mad_cvt!r}: expected 0 (magic add), 1 (cvt.rni/rzi), 3/4/5/6 (fma.rn.sat, "
+                         "with an fp32 clamp at 126 / none / a packed u16x2 clamp / none where a per-program "
+                         "bound allows)")
+    if mad_cvt == 6 and not (plan.exp_mad and mad_m_safe(plan) > 0):
+        raise ValueError(f"MAD_CVT=6 needs a MAD recipe whose codes stay below 126.375 in exact arithmetic (recipe "
+                         f"{plan.recipe!r}: x <= {mad_code_bound(plan):.3f}): use MAD_CVT=3 or 5")
     if mad_cvt == 4 and not (cfg["MAD_T"] == 1 and mad_codes_bounded(plan)):
         raise ValueError(f"MAD_CVT=4 leaves out the clamp at code 126, which is safe only with MAD_T=1 and a "
                          f"recipe whose codes stay below 126.5 (recipe {plan.recipe!r}: x <= "
@@ -632,6 +658,8 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         if qd_row < 0 or tuple(qd.shape[:2]) != (b, h):
             raise ValueError(f"q_descale must be ({b}, {h}), per row ({b}, {h}, {s_q}) or per program "
                              f"({b}, {h}, {triton.cdiv(s_q, cfg['BLOCK_M'])}), got {tuple(qd.shape)}")
+    if mad_cvt == 6 and (qd_row == 1 or kd_tile):
+        mad_cvt = 3  # the per-program bound needs one c for the whole program: not with per-row Q or per-tile K
     if kd_tile and tuple(kd.shape) != (b, h_kv, triton.cdiv(seq_k, block_n)):
         raise ValueError(f"per-tile k_descale must be ({b}, {h_kv}, {triton.cdiv(seq_k, block_n)}) for "
                          f"BLOCK_N={block_n} (k_descale_per_tile), got {tuple(kd.shape)}")
@@ -651,7 +679,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
     LAST_LAUNCH["kernel"] = K.attn_fwd_fp8[grid](
         q8, k8, vt, out, lse, qd, kd, vd, _ones_tile(q8.device, block_n),
         s_q, seq_k, s_k_pad, h, h_kv, int(window or 0), float(sm_scale) * LOG2E, float(mad_bias),
-        CAUSAL=bool(causal or window is not None), WINDOW=window is not None,
+        float(mad_m_safe(plan)), CAUSAL=bool(causal or window is not None), WINDOW=window is not None,
         BLOCK_M=cfg["BLOCK_M"], BLOCK_N=block_n, D1=d1, D2=d2, DV=d_v,
         EXP_MAD=plan.exp_mad, MAD_CVT=mad_cvt, P_SCALE=plan.p_scale, E_FIXED=plan.e_fixed,
         TILE_GRAN=plan.tile_gran, E_CAP=plan.e_cap, ROWSUM_ROUNDED=plan.rowsum_rounded,
@@ -687,8 +715,9 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
             (b, h_kv, 1, d_v), for ``v_scale='block'`` per key like k_descale. Default 1.0. Must be positive.
         config: launch overrides for tuning and ablations: BLOCK_M, num_warps, num_stages, maxnreg, TMA (device
             tensor descriptors, else pointer loads), WS (Triton's warp_specialize: no effect on sm_90 in Triton
-            3.6), MAD_CVT (0 magic-number add after two fp32 clamps, 1 cvt.rni/rzi, 3/4/5 fma.rn.sat of x/128
-            then the magic add, with an fp32 clamp at 126 / none / a packed one: :func:`default_mad_cvt`),
+            3.6), MAD_CVT (0 magic-number add after two fp32 clamps, 1 cvt.rni/rzi, 3/4/5/6 fma.rn.sat of x/128
+            then the magic add, with an fp32 clamp at 126 / none / a packed one / none where the program's
+            bound allows: :func:`default_mad_cvt`),
             MAD_T (1 exact t as the emulator; 0 one fused FFMA, 6-8% faster, the default where
             :func:`fused_mad_is_exact`; see docs/kernel_notes.md),
             PIPELINE_QK (1: S of the next KV tile computed before this tile's softmax, FA3's intra-warpgroup
