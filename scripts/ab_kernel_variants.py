@@ -2,7 +2,7 @@
 
 One call, from the repository root, with the cuDNN frontend wheel installed into /tmp/site:
 
-    PYTHONPATH=.:/tmp/site python3 scripts/ab_kernel_variants.py [--out DIR] [--seq 32768] [--rounds 2]
+    PYTHONPATH=.:/tmp/site python3 scripts/ab_kernel_variants.py [--set mad-guard|stages] [--out DIR] [--seq N]
 
 1. compiles every variant in parallel (256 tokens); 2. checks that each variant marked ``same_bits`` gives the
 default's output and LSE bit for bit (GQA, batch 2, 1000 tokens, causal or not, and inputs with huge logits);
@@ -10,9 +10,10 @@ default's output and LSE bit for bit (GQA, batch 2, 1000 tokens, causal or not, 
 DIR/ab_kernel_variants.txt (DIR = $OUT or /tmp). docs/kernel_notes.md has the numbers of its runs; the variants of
 earlier A/B runs are in git history (docs/kernel_notes.md, "Scripts in git history").
 
-The variants (name, shape, causal, recipe, config, same_bits): the MAD clamp at code 126 of the fused MAD, kept
-(MAD_CVT 3, the default before the per-program guard), left out where the program's bound allows (6, the default),
-or packed (5); and the register cap of 168 (three programs per SM) where it is not the default.
+The variant sets (--set; each variant is name, shape, causal, recipe, config, same_bits): ``mad-guard``, the MAD
+clamp at code 126 of the fused MAD kept (MAD_CVT 3, the default before the per-program guard), left out where the
+program's bound allows (6, the default) or packed (5), and the register cap of 168 (three programs per SM) where it
+is not the default; ``stages``, the depth of the TMA pipeline of K and V (num_stages).
 """
 import argparse
 import math
@@ -32,17 +33,37 @@ def add(name, shape, causal, recipe, cfg, same_bits=False):
     V.append((name, shape, causal, recipe, cfg, same_bits))
 
 
-for _c in (False, True):
-    for _shape in ("hd128", "hd256", "mla", "hd64"):
-        add("clamp (MAD_CVT 3)", _shape, _c, "zyfa-hopper", {"MAD_CVT": 3}, same_bits=True)
-        add("guarded (default, 6)", _shape, _c, "zyfa-hopper", None)
-    add("packed clamp (5)", "hd128", _c, "zyfa-hopper", {"MAD_CVT": 5}, same_bits=True)
-    add("fa3 flushed per tile", "hd128", _c, "fa3:accum_flush_tiles=1", None)
-    add("fa3 flushed per tile, maxnreg 168", "hd128", _c, "fa3:accum_flush_tiles=1", {"maxnreg": 168})
-    add("guarded, maxnreg 168", "mla", _c, "zyfa-hopper", {"maxnreg": 168}, same_bits=True)
-add("guarded, maxnreg 168", "hd128", False, "zyfa-hopper", {"maxnreg": 168}, same_bits=True)
-add("clamp (MAD_CVT 3), maxnreg 168", "hd128", False, "zyfa-hopper", {"MAD_CVT": 3, "maxnreg": 168})
-add("guarded, no maxnreg", "hd128", True, "zyfa-hopper", {"maxnreg": 0})
+def variant_set(name):
+    """The variants of one A/B run (``--set``)."""
+    V.clear()
+    if name == "mad-guard":
+        for c in (False, True):
+            for shape in ("hd128", "hd256", "mla", "hd64"):
+                add("clamp (MAD_CVT 3)", shape, c, "zyfa-hopper", {"MAD_CVT": 3}, same_bits=True)
+                add("guarded (default, 6)", shape, c, "zyfa-hopper", None)
+            add("packed clamp (5)", "hd128", c, "zyfa-hopper", {"MAD_CVT": 5}, same_bits=True)
+            add("fa3 flushed per tile", "hd128", c, "fa3:accum_flush_tiles=1", None)
+            add("fa3 flushed per tile, maxnreg 168", "hd128", c, "fa3:accum_flush_tiles=1", {"maxnreg": 168})
+            add("guarded, maxnreg 168", "mla", c, "zyfa-hopper", {"maxnreg": 168}, same_bits=True)
+        add("guarded, maxnreg 168", "hd128", False, "zyfa-hopper", {"maxnreg": 168}, same_bits=True)
+        add("clamp (MAD_CVT 3), maxnreg 168", "hd128", False, "zyfa-hopper", {"MAD_CVT": 3, "maxnreg": 168})
+        add("guarded, no maxnreg", "hd128", True, "zyfa-hopper", {"maxnreg": 0})
+    elif name == "stages":
+        for c in (False, True):
+            add("default", "hd128", c, "zyfa-hopper", None)
+            add("3 stages", "hd128", c, "zyfa-hopper", {"num_stages": 3}, same_bits=True)
+            add("3 stages, no maxnreg", "hd128", c, "zyfa-hopper", {"num_stages": 3, "maxnreg": 0})
+            add("default", "hd64", c, "zyfa-hopper", None)
+            add("3 stages", "hd64", c, "zyfa-hopper", {"num_stages": 3}, same_bits=True)
+            add("4 stages", "hd64", c, "zyfa-hopper", {"num_stages": 4})
+            add("default", "mla", c, "zyfa-hopper", None)
+            add("3 stages", "mla", c, "zyfa-hopper", {"num_stages": 3})
+            add("default", "hd256", c, "zyfa-hopper", None)
+            add("2 stages", "hd256", c, "zyfa-hopper", {"num_stages": 2})
+            add("fa3 flushed per tile", "hd128", c, "fa3:accum_flush_tiles=1", None)
+            add("fa3 flushed per tile, 3 stages", "hd128", c, "fa3:accum_flush_tiles=1", {"num_stages": 3})
+    else:
+        raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} (mad-guard, stages)")
 
 
 def _prep(shape, causal, recipe, cfg, s, seed=0):
@@ -104,7 +125,10 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--seq", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--set", default="mad-guard", help="mad-guard (the MAD clamp, register caps) or stages "
+                    "(the TMA pipeline depth)")
     a = ap.parse_args()
+    variant_set(a.set)
     import torch
     import triton
     log = open(os.path.join(a.out, "ab_kernel_variants.txt"), "w")  # noqa: SIM115 - open for the whole run
@@ -117,7 +141,7 @@ def main():
     p("torch", torch.__version__, "triton", triton.__version__, torch.cuda.get_device_name(), "commit",
       os.environ.get("ZYFA_GIT_COMMIT"))
     t0 = time.time()
-    with mp.get_context("spawn").Pool(14) as pool:
+    with mp.get_context("spawn").Pool(14, initializer=variant_set, initargs=(a.set,)) as pool:
         for line in pool.imap_unordered(_warm, V):
             p(line)
     p(f"warm {time.time()-t0:.0f}s")
