@@ -2,7 +2,7 @@
 
 One call, from the repository root, with the cuDNN frontend wheel installed into /tmp/site:
 
-    PYTHONPATH=.:/tmp/site python3 scripts/ab_kernel_variants.py [--set mad-guard|stages] [--out DIR] [--seq N]
+    PYTHONPATH=.:/tmp/site python3 scripts/ab_kernel_variants.py [--set mad-guard|stages|tiles] [--out DIR] [--seq N]
 
 1. compiles every variant in parallel (256 tokens); 2. checks that each variant marked ``same_bits`` gives the
 default's output and LSE bit for bit (GQA, batch 2, 1000 tokens, causal or not, and inputs with huge logits);
@@ -13,7 +13,8 @@ earlier A/B runs are in git history (docs/kernel_notes.md, "Scripts in git histo
 The variant sets (--set; each variant is name, shape, causal, recipe, config, same_bits): ``mad-guard``, the MAD
 clamp at code 126 of the fused MAD kept (MAD_CVT 3, the default before the per-program guard), left out where the
 program's bound allows (6, the default) or packed (5), and the register cap of 168 (three programs per SM) where it
-is not the default; ``stages``, the depth of the TMA pipeline of K and V (num_stages).
+is not the default; ``stages``, the depth of the TMA pipeline of K and V (num_stages); ``tiles``, 128-row programs
+of two warpgroups against the default 64-row ones.
 """
 import argparse
 import math
@@ -62,8 +63,18 @@ def variant_set(name):
             add("2 stages", "hd256", c, "zyfa-hopper", {"num_stages": 2})
             add("fa3 flushed per tile", "hd128", c, "fa3:accum_flush_tiles=1", None)
             add("fa3 flushed per tile, 3 stages", "hd128", c, "fa3:accum_flush_tiles=1", {"num_stages": 3})
+    elif name == "tiles":
+        bm128 = {"BLOCK_M": 128, "num_warps": 8}
+        for c in (False, True):
+            add("default", "hd128", c, "zyfa-hopper", None)
+            add("128 rows, 8 warps", "hd128", c, "zyfa-hopper", {**bm128, "maxnreg": 0}, same_bits=True)
+            add("128 rows, 8 warps, 3 stages", "hd128", c, "zyfa-hopper", {**bm128, "num_stages": 3, "maxnreg": 0})
+            add("default", "mla", c, "zyfa-hopper", None)
+            add("128 rows, 8 warps", "mla", c, "zyfa-hopper", bm128, same_bits=True)
+            add("default", "hd64", c, "zyfa-hopper", None)
+            add("128 rows, 8 warps, 3 stages", "hd64", c, "zyfa-hopper", {**bm128, "maxnreg": 0}, same_bits=True)
     else:
-        raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} (mad-guard, stages)")
+        raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} (mad-guard, stages, tiles)")
 
 
 def _prep(shape, causal, recipe, cfg, s, seed=0):
@@ -125,8 +136,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--seq", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--set", default="mad-guard", help="mad-guard (the MAD clamp, register caps) or stages "
-                    "(the TMA pipeline depth)")
+    ap.add_argument("--set", default="mad-guard", help="mad-guard (the MAD clamp, register caps), stages "
+                    "(the TMA pipeline depth) or tiles (rows per program)")
     a = ap.parse_args()
     variant_set(a.set)
     import torch
