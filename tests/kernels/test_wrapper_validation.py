@@ -252,9 +252,13 @@ def test_default_config_mad_form_and_register_caps():
             cfg = default_config(d_qk, d_v, causal, hop)
             assert cfg["PIPELINE_QK"] == 0 and cfg["P_PERM"] == 1
             assert cfg.get("PV_MODE", hop.pv_mode) == (2 if d_qk == 256 else 4)  # same per-tile flush
-            capped = d_qk == 64 or (d_qk == 128 and causal)
+            capped = (d_qk == 64 or d_qk == 128) and causal
+            assert cfg["BLOCK_M"] == (128 if d_qk == 256 or (d_qk == 64 and not causal) else 64), (d_qk, causal)
+            assert cfg["num_stages"] == (3 if d_qk in (64, 256) else 2), (d_qk, causal)
             assert (cfg.get("maxnreg") is not None) == capped, (d_qk, causal, cfg)
     assert "maxnreg" not in default_config(128, 128, True, kernel_plan("zyfa"))  # k=32 flush: no cap
+    fa3_64 = default_config(64, 64, False, kernel_plan("fa3"))  # exp2: the form measured before the MAD's changes
+    assert fa3_64["BLOCK_M"] == 64 and fa3_64["num_stages"] == 2 and fa3_64["maxnreg"] == 168
 
 
 def test_mad_conversion_defaults_and_refusals():
