@@ -2,7 +2,7 @@
 
 One call, from the repository root, with the cuDNN frontend wheel installed into /tmp/site:
 
-    PYTHONPATH=.:/tmp/site python3 scripts/ab_kernel_variants.py [--set mad-guard|stages|tiles] [--out DIR] [--seq N]
+    PYTHONPATH=.:/tmp/site python3 scripts/ab_kernel_variants.py [--set NAME] [--out DIR] [--seq N]
 
 1. compiles every variant in parallel (256 tokens); 2. checks that each variant marked ``same_bits`` gives the
 default's output and LSE bit for bit (GQA, batch 2, 1000 tokens, causal or not, and inputs with huge logits);
@@ -14,7 +14,7 @@ The variant sets (--set; each variant is name, shape, causal, recipe, config, sa
 clamp at code 126 of the fused MAD kept (MAD_CVT 3, the default before the per-program guard), left out where the
 program's bound allows (6, the default) or packed (5), and the register cap of 168 (three programs per SM) where it
 is not the default; ``stages``, the depth of the TMA pipeline of K and V (num_stages); ``tiles``, 128-row programs
-of two warpgroups against the default 64-row ones.
+of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer loads instead of TMA.
 """
 import argparse
 import math
@@ -73,8 +73,14 @@ def variant_set(name):
             add("128 rows, 8 warps", "mla", c, "zyfa-hopper", bm128, same_bits=True)
             add("default", "hd64", c, "zyfa-hopper", None)
             add("128 rows, 8 warps, 3 stages", "hd64", c, "zyfa-hopper", {**bm128, "maxnreg": 0}, same_bits=True)
+    elif name == "loads":
+        for c in (False, True):
+            for shape in ("hd128", "mla", "hd64"):
+                add("default (TMA)", shape, c, "zyfa-hopper", None)
+                add("pointer loads", shape, c, "zyfa-hopper", {"TMA": False}, same_bits=True)
+            add("pointer loads, 3 stages", "hd128", c, "zyfa-hopper", {"TMA": False, "num_stages": 3})
     else:
-        raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} (mad-guard, stages, tiles)")
+        raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} (mad-guard, stages, tiles, loads)")
 
 
 def _prep(shape, causal, recipe, cfg, s, seed=0):
@@ -137,7 +143,7 @@ def main():
     ap.add_argument("--seq", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--set", default="mad-guard", help="mad-guard (the MAD clamp, register caps), stages "
-                    "(the TMA pipeline depth) or tiles (rows per program)")
+                    "(the TMA pipeline depth) tiles (rows per program) or loads (TMA or pointer loads)")
     a = ap.parse_args()
     variant_set(a.set)
     import torch
