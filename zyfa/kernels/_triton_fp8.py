@@ -25,7 +25,7 @@ PS_NONE, PS_FMAX, PS_POW2, PS_POW2_BLOCK = 0, 1, 2, 3
 # out in the programs where a bound on the row maxima shows that no code can pass 126 (the runtime flag `guarded`,
 # one branch per tile), else the fp32 min of 3; the same bits as 3 either way.
 CVT_MAGIC, CVT_RNI, CVT_RZI = 0, 1, 2
-CVT_SAT_MAGIC = tl.constexpr(3)  # 4 (no clamp at 126) is the remaining sat case
+CVT_SAT_MAGIC = tl.constexpr(3)  # 4 (no clamp at 126) is the sat case that is none of 3, 5 and 6
 CVT_SAT_MAGIC_U16 = tl.constexpr(5)
 CVT_SAT_MAGIC_GUARDED = tl.constexpr(6)
 # 448^2: |q·k| <= DQK·448^2 for e4m3fn operands, so every row max of s·c is at most DQK·448^2·c in magnitude

@@ -610,7 +610,9 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
     if mad_cvt == 4 and not (cfg["MAD_T"] == 1 and mad_codes_bounded(plan)):
         raise ValueError(f"MAD_CVT=4 leaves out the clamp at code 126, which is safe only with MAD_T=1 and a "
                          f"recipe whose codes stay below 126.5 (recipe {plan.recipe!r}: x <= "
-                         f"{mad_code_bound(plan):.3f}, MAD_T={cfg['MAD_T']}): use MAD_CVT=3 or 5")
+                         f"{mad_code_bound(plan):.3f}, MAD_T={cfg['MAD_T']}): use MAD_CVT="
+                         + ("6 (no clamp where the program's bound allows), 3 or 5" if mad_m_safe(plan) > 0
+                            else "3 or 5"))
     if cfg.get("DEBUG", 0) and mad_cvt >= 3:
         raise ValueError("DEBUG routes exist only for MAD_CVT 0-2")
     mad_bias = plan.mad_bias
