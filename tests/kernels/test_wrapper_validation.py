@@ -23,6 +23,7 @@ from zyfa.kernels.attention_fp8 import (
     kernel_plan,
     mad_code_bound,
     mad_codes_bounded,
+    mad_cvt_for_descales,
     mad_m_safe,
     prepare_vt,
     recipe_from_spec,
@@ -278,6 +279,10 @@ def test_mad_conversion_defaults_and_refusals():
     assert mad_m_safe(high) == 0.0 and default_mad_cvt(high, 0) == 3
     with pytest.raises(ValueError, match="MAD_CVT=6.*126.959"):
         resolve_config(128, 128, False, high, {"MAD_CVT": 6})
+    # the guard needs one score scale per program: per-row Q or per-tile K descales keep the clamp
+    assert mad_cvt_for_descales(6, 0, False) == 6 and mad_cvt_for_descales(6, 2, False) == 6
+    assert mad_cvt_for_descales(6, 1, False) == 3 and mad_cvt_for_descales(6, 0, True) == 3
+    assert mad_cvt_for_descales(5, 1, True) == 5 and mad_cvt_for_descales(4, 1, False) == 4
     with pytest.raises(ValueError, match="MAD_CVT=4.*MAD_T=1"):
         resolve_config(128, 128, False, hop, {"MAD_CVT": 4})  # fused t: bound not rigorous
     with pytest.raises(ValueError, match="MAD_CVT=4.*126.959"):

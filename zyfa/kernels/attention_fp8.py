@@ -53,6 +53,7 @@ __all__ = [
     "launch",
     "mad_code_bound",
     "mad_codes_bounded",
+    "mad_cvt_for_descales",
     "mad_m_safe",
     "k32_key_order",
     "k_descale_per_tile",
@@ -274,6 +275,14 @@ def mad_m_safe(plan: KernelPlan) -> float:
     if not plan.exp_mad:
         return 0.0
     return max(0.0, (126.375 - mad_code_bound(plan) - MAD_FUSED_DRIFT0) / MAD_FUSED_DRIFT)
+
+
+def mad_cvt_for_descales(mad_cvt: int, qd_row: int, kd_tile: bool) -> int:
+    """MAD_CVT 6's per-program bound needs one score scale c for the whole program: with per-row Q descales
+    (QD_ROW 1) or per-tile K descales the kernel keeps the clamp (3). Other conversions pass unchanged."""
+    if mad_cvt == 6 and (qd_row == 1 or kd_tile):
+        return 3
+    return mad_cvt
 
 
 def default_mad_cvt(plan: KernelPlan, mad_t: int) -> int:
@@ -667,8 +676,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         if qd_row < 0 or tuple(qd.shape[:2]) != (b, h):
             raise ValueError(f"q_descale must be ({b}, {h}), per row ({b}, {h}, {s_q}) or per program "
                              f"({b}, {h}, {triton.cdiv(s_q, cfg['BLOCK_M'])}), got {tuple(qd.shape)}")
-    if mad_cvt == 6 and (qd_row == 1 or kd_tile):
-        mad_cvt = 3  # the per-program bound needs one c for the whole program: not with per-row Q or per-tile K
+    mad_cvt = mad_cvt_for_descales(mad_cvt, qd_row, kd_tile)
     if kd_tile and tuple(kd.shape) != (b, h_kv, triton.cdiv(seq_k, block_n)):
         raise ValueError(f"per-tile k_descale must be ({b}, {h_kv}, {triton.cdiv(seq_k, block_n)}) for "
                          f"BLOCK_N={block_n} (k_descale_per_tile), got {tuple(kd.shape)}")
