@@ -384,7 +384,13 @@ class CaptureWriter:
         self.compression = compression
         self._fail_after = fail_after_layers
         self._written = 0
-        ids = np.asarray(token_ids, dtype=np.int64)
+        raw = np.asarray(token_ids)
+        if raw.size and not (np.issubdtype(raw.dtype, np.integer) or np.array_equal(raw, np.round(raw))):
+            raise ValueError(f"token_ids must be integers, got {raw.dtype} values such as {raw.flat[0]!r}")
+        ids = raw.astype(np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
+            raise ValueError(f"token_ids must lie in [0, 2^31 - 1] (the file stores them as int32), got "
+                             f"{int(ids.min())} to {int(ids.max())}")
         if ids.ndim == 1:
             ids = ids[None]
         meta = dict(meta)

@@ -570,6 +570,21 @@ def test_token_ids_missing_or_misshapen(tmp_path):
     assert str(e.value) == f"{path}: dataset token_ids has shape None, expected (1, {S})"
 
 
+def test_token_ids_out_of_int32_range_or_not_integers_are_refused(tmp_path):
+    """The file stores token ids as int32: an id past 2^31 - 1 or below 0 would wrap, a fraction would be cut; the
+    writer names the problem before it creates the file."""
+    path = tmp_path / "c.h5"
+    for bad, msg in ((np.full((1, S), 2**31, np.int64), r"\[0, 2\^31 - 1\].*2147483648 to 2147483648"),
+                     (-np.ones((1, S), np.int64), r"\[0, 2\^31 - 1\].*-1 to -1"),
+                     (np.full((1, S), 1.5), "must be integers, got float64")):
+        with pytest.raises(ValueError, match=msg):
+            CaptureWriter(path, _meta(), bad)
+        assert not path.exists()
+    top = np.full((1, S), 2**31 - 1, np.int64)  # the largest id fits, and reads back unchanged
+    _write(path, ids=top)
+    assert torch.equal(read_token_ids(path), torch.from_numpy(top))
+
+
 def test_unknown_root_dtype(tmp_path):
     path = tmp_path / "c.h5"
     _write(path)
