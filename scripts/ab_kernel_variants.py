@@ -14,7 +14,8 @@ The variant sets (--set; each variant is name, shape, causal, recipe, config, sa
 clamp at code 126 of the fused MAD kept (MAD_CVT 3, the default before the per-program guard), left out where the
 program's bound allows (6, the default) or packed (5), and the register cap of 168 (three programs per SM) where it
 is not the default; ``stages``, the depth of the TMA pipeline of K and V (num_stages); ``tiles``, 128-row programs
-of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer loads instead of TMA.
+of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer loads instead of TMA; ``hd64-occupancy``, four
+programs per SM at hd64 (a cap of 128 registers).
 """
 import argparse
 import math
@@ -79,8 +80,17 @@ def variant_set(name):
                 add("default (TMA)", shape, c, "zyfa-hopper", None)
                 add("pointer loads", shape, c, "zyfa-hopper", {"TMA": False}, same_bits=True)
             add("pointer loads, 3 stages", "hd128", c, "zyfa-hopper", {"TMA": False, "num_stages": 3})
+    elif name == "hd64-occupancy":
+        four = {"BLOCK_M": 64, "num_warps": 4, "num_stages": 3, "maxnreg": 128}  # 128 registers: four programs
+        for c in (False, True):
+            add("default", "hd64", c, "zyfa-hopper", None)
+            add("64 rows, maxnreg 128 (four programs per SM)", "hd64", c, "zyfa-hopper", four, same_bits=True)
+            add("64 rows, maxnreg 128, 4 stages", "hd64", c, "zyfa-hopper", {**four, "num_stages": 4})
+            add("fa3 flushed per tile", "hd64", c, "fa3:accum_flush_tiles=1", None)
+            add("fa3 flushed per tile, maxnreg 128, 3 stages", "hd64", c, "fa3:accum_flush_tiles=1", four)
     else:
-        raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} (mad-guard, stages, tiles, loads)")
+        raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} (mad-guard, stages, tiles, loads, "
+                         "hd64-occupancy)")
 
 
 def _prep(shape, causal, recipe, cfg, s, seed=0):
