@@ -14,8 +14,8 @@ The variant sets (--set; each variant is name, shape, causal, recipe, config, sa
 clamp at code 126 of the fused MAD kept (MAD_CVT 3, the default before the per-program guard), left out where the
 program's bound allows (6, the default) or packed (5), and the register cap of 168 (three programs per SM) where it
 is not the default; ``stages``, the depth of the TMA pipeline of K and V (num_stages); ``tiles``, 128-row programs
-of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer loads instead of TMA; ``hd64-occupancy``, four
-programs per SM at hd64 (a cap of 128 registers).
+of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer loads instead of TMA;
+``hd64-occupancy``, four programs per SM at hd64 (a cap of 128 registers).
 """
 import argparse
 import math
