@@ -385,7 +385,8 @@ class CaptureWriter:
         self._fail_after = fail_after_layers
         self._written = 0
         raw = np.asarray(token_ids)
-        if raw.size and not (np.issubdtype(raw.dtype, np.integer) or np.array_equal(raw, np.round(raw))):
+        integral = raw.dtype.kind in "iub" or (raw.dtype.kind == "f" and bool(np.all(np.round(raw) == raw)))
+        if raw.size and not integral:
             raise ValueError(f"token_ids must be integers, got {raw.dtype} values such as {raw.flat[0]!r}")
         ids = raw.astype(np.int64)
         if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):

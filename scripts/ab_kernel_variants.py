@@ -25,8 +25,7 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
-HEADS = {"hd128": 16, "hd256": 8, "mla": 16, "hd64": 32}
-SH = {"hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128), "hd64": (64, 64)}
+SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy")
 
 V = []
 
@@ -89,26 +88,7 @@ def variant_set(name):
             add("fa3 flushed per tile", "hd64", c, "fa3:accum_flush_tiles=1", None)
             add("fa3 flushed per tile, maxnreg 128, 3 stages", "hd64", c, "fa3:accum_flush_tiles=1", four)
     else:
-        raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} (mad-guard, stages, tiles, loads, "
-                         "hd64-occupancy)")
-
-
-def _prep(shape, causal, recipe, cfg, s, seed=0):
-    from zyfa.bench import gaussian_qkv
-    from zyfa.kernels import attention_fp8 as A
-    d_qk, d_v = SH[shape]
-    h = HEADS[shape]
-    q, k, v = gaussian_qkv(1, h, h, s, d_qk, d_v, seed=seed)
-    r = A.recipe_from_spec(recipe)
-    q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, r)
-    vt = A.prepare_vt(v8, permute_k32=A.vt_key_order_for(cfg))
-    plan = A.kernel_plan(r)
-
-    def fn():
-        return A.launch(q8, k8, vt, qd, kd, vd, plan=plan, seq_k=s, causal=causal, sm_scale=1 / math.sqrt(d_qk),
-                        window=None, config=cfg)
-
-    return fn, (q, k, v)
+        raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 
 
 def _warm(task):
@@ -116,7 +96,9 @@ def _warm(task):
     t0 = time.time()
     try:
         import torch
-        fn, _ = _prep(shape, causal, recipe, cfg, 256)
+
+        from zyfa.bench import gaussian_kernel_call
+        fn, _ = gaussian_kernel_call(shape, 256, causal, recipe, cfg)
         fn()
         torch.cuda.synchronize()
         return f"ok {time.time()-t0:.0f}s {shape} {causal} {name}"
@@ -128,11 +110,12 @@ def _identity(p):
     """Each same_bits variant against the default, on GQA inputs at unit scale and with huge logits."""
     import torch
 
+    from zyfa.bench import SHAPES
     from zyfa.kernels import attention_fp8 as A
     for (name, shape, causal, recipe, cfg, same) in V:
         if not same:
             continue
-        d_qk, d_v = SH[shape]
+        d_qk, d_v = SHAPES[shape]
         for scale in (1.0, 300.0):
             g = torch.Generator(device="cuda").manual_seed(1)
             q = torch.randn(2, 4, 1000, d_qk, device="cuda", generator=g).to(torch.float8_e4m3fn)
@@ -152,8 +135,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp"))
     ap.add_argument("--seq", type=int, default=32768)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--set", default="mad-guard", help="mad-guard (the MAD clamp, register caps), stages "
-                    "(the TMA pipeline depth) tiles (rows per program) or loads (TMA or pointer loads)")
+    ap.add_argument("--set", default="mad-guard", choices=SETS, help="the variant set (module docstring)")
     a = ap.parse_args()
     variant_set(a.set)
     import torch
@@ -173,16 +155,16 @@ def main():
             p(line)
     p(f"warm {time.time()-t0:.0f}s")
     _identity(p)
-    from zyfa.bench import ClockSampler, flops, make_cudnn_fp8, timed
+    from zyfa.bench import SHAPES, ClockSampler, bench_heads, flops, gaussian_kernel_call, make_cudnn_fp8, timed
     from zyfa.kernels import attention_fp8 as A
     sampler = ClockSampler()
     res, peers = {}, {}
     for rnd in range(a.rounds):
         for (name, shape, causal, recipe, cfg, _same) in V:
-            d_qk, d_v = SH[shape]
-            fl = flops(1, HEADS[shape], a.seq, a.seq, d_qk, d_v, causal)
+            d_qk, d_v = SHAPES[shape]
+            fl = flops(1, bench_heads(shape), a.seq, a.seq, d_qk, d_v, causal)
             try:
-                fn, (q, k, v) = _prep(shape, causal, recipe, cfg, a.seq)
+                fn, (q, k, v) = gaussian_kernel_call(shape, a.seq, causal, recipe, cfg)
                 ms, _clk = timed(fn, 10, 60, sampler)
                 res.setdefault((name, shape, causal, recipe), []).append(fl / ms / 1e9)
             except Exception as e:  # noqa: BLE001

@@ -14,7 +14,6 @@ The recipe lists default to `zyfa bench`'s own (zyfa.bench.DEFAULT_RECIPES / OTH
 from __future__ import annotations
 
 import argparse
-import math
 import multiprocessing as mp
 import os
 import sys
@@ -22,7 +21,6 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-HEADS = {"hd64": 32, "hd128": 16, "hd256": 8, "mla": 16}  # zyfa bench: hidden 2048 / d_v, MLA 16
 
 
 def _task(task: tuple[str, bool, str]) -> str:
@@ -31,17 +29,10 @@ def _task(task: tuple[str, bool, str]) -> str:
     try:
         import torch
 
-        from zyfa.bench import SHAPES, gaussian_qkv
-        from zyfa.kernels import attention_fp8 as A
+        from zyfa.bench import gaussian_kernel_call
 
-        recipe = A.recipe_from_spec(spec)  # 'name' or 'name:field=value,...', as zyfa bench takes them
-        d_qk, d_v = SHAPES[shape]
-        h, s = HEADS[shape], 256
-        q, k, v = gaussian_qkv(1, h, h, s, d_qk, d_v)
-        q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, recipe)
-        vt = A.prepare_vt(v8, permute_k32=A.vt_key_order_for(None))
-        A.launch(q8, k8, vt, qd, kd, vd, plan=A.kernel_plan(recipe), seq_k=s, causal=causal,
-                 sm_scale=1 / math.sqrt(d_qk), window=None, config=None)
+        fn, _ = gaussian_kernel_call(shape, 256, causal, spec)  # spec: 'name' or 'name:field=value,...'
+        fn()
         torch.cuda.synchronize()
         return f"ok   {time.time() - t0:5.1f}s {shape} causal={causal} {spec}"
     except Exception as e:  # noqa: BLE001

@@ -149,6 +149,32 @@ def timed(fn, warmup, rep, sampler):
     return ms, sampler.summary()
 
 
+def bench_heads(shape: str, hidden: int = 2048) -> int:
+    """Query (= KV) heads of one bench shape: hidden // d_v, MLA 16."""
+    return 16 if shape == "mla" else hidden // SHAPES[shape][1]
+
+
+def gaussian_kernel_call(shape: str, s: int, causal: bool, spec: str, config: dict | None = None, seed: int = 0):
+    """Our kernel on Gaussian inputs of one bench shape (batch 1, :func:`bench_heads` heads, s tokens) with the
+    recipe's per-head descales: (fn, (q, k, v)), fn launching it once. For the scripts that time, warm or profile
+    launch variants; :func:`run_case` also handles per-block descales and checks the output."""
+    from zyfa.kernels import attention_fp8 as A
+
+    d_qk, d_v = SHAPES[shape]
+    h = bench_heads(shape)
+    q, k, v = gaussian_qkv(1, h, h, s, d_qk, d_v, seed=seed)
+    r = A.recipe_from_spec(spec)
+    q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, r)
+    vt = A.prepare_vt(v8, permute_k32=A.vt_key_order_for(config))
+    plan = A.kernel_plan(r)
+
+    def fn():
+        return A.launch(q8, k8, vt, qd, kd, vd, plan=plan, seq_k=s, causal=causal, sm_scale=1 / math.sqrt(d_qk),
+                        window=None, config=config)
+
+    return fn, (q, k, v)
+
+
 def rel_l2(a, b):
     a = a.float()
     b = b.float()
@@ -763,7 +789,7 @@ def main(args) -> int:
 
     for shape in shapes:
         d_qk, d_v = SHAPES[shape]
-        h = 16 if shape == "mla" else args.hidden // d_v
+        h = bench_heads(shape, args.hidden)
         for s in seqlens:
             inputs = gaussian_qkv(1, h, h, s, d_qk, d_v)
             for causal in causals:

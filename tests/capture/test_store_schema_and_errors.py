@@ -576,7 +576,8 @@ def test_token_ids_out_of_int32_range_or_not_integers_are_refused(tmp_path):
     path = tmp_path / "c.h5"
     for bad, msg in ((np.full((1, S), 2**31, np.int64), r"\[0, 2\^31 - 1\].*2147483648 to 2147483648"),
                      (-np.ones((1, S), np.int64), r"\[0, 2\^31 - 1\].*-1 to -1"),
-                     (np.full((1, S), 1.5), "must be integers, got float64")):
+                     (np.full((1, S), 1.5), "must be integers, got float64"),
+                     (np.full((1, S), "a"), "must be integers, got <U1")):
         with pytest.raises(ValueError, match=msg):
             CaptureWriter(path, _meta(), bad)
         assert not path.exists()
