@@ -15,7 +15,12 @@ clamp at code 126 of the fused MAD kept (MAD_CVT 3, the default before the per-p
 program's bound allows (6, the default) or packed (5), and the register cap of 168 (three programs per SM) where it
 is not the default; ``stages``, the depth of the TMA pipeline of K and V (num_stages); ``tiles``, 128-row programs
 of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer loads instead of TMA;
-``hd64-occupancy``, four programs per SM at hd64 (a cap of 128 registers).
+``hd64-occupancy``, four programs per SM at hd64 (a cap of 128 registers); ``block-n``, 64-key KV tiles (recipes
+with ``block_n=64``: their own numerics, so each row also reports its error) with the launch shapes they allow (four
+programs per SM at hd128, two of one warpgroup each at hd256).
+
+Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
+error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
 """
 import argparse
 import math
@@ -25,7 +30,7 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
-SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy")
+SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n")
 
 V = []
 
@@ -87,6 +92,28 @@ def variant_set(name):
             add("64 rows, maxnreg 128, 4 stages", "hd64", c, "zyfa-hopper", {**four, "num_stages": 4})
             add("fa3 flushed per tile", "hd64", c, "fa3:accum_flush_tiles=1", None)
             add("fa3 flushed per tile, maxnreg 128, 3 stages", "hd64", c, "fa3:accum_flush_tiles=1", four)
+    elif name == "block-n":
+        one_wg = {"BLOCK_M": 64, "num_warps": 4}
+        four = {"maxnreg": 128, "num_stages": 2}  # hd128, 64-key tiles: four programs per SM (41 KB, <= 128 regs)
+        never = "aiter:accumulator=hopper_fp8,accum_flush_tiles=0"
+        flushed = "aiter:accumulator=hopper_fp8,accum_flush_tiles=1"
+
+        def bn64(r):
+            return r + (",block_n=64" if ":" in r else ":block_n=64")
+        for c in (False, True):
+            for r in ("fa3", "zyfa-hopper", never):  # hd256: two one-warpgroup programs per SM (83 / 116 KB)
+                add("default", "hd256", c, r, None)
+                add("64-key tiles, 64 rows, 2 stages", "hd256", c, bn64(r), {**one_wg, "num_stages": 2})
+                add("64-key tiles, 64 rows, 3 stages", "hd256", c, bn64(r), {**one_wg, "num_stages": 3})
+            add("64-key tiles, 128 rows, 3 stages", "hd256", c, "fa3:block_n=64", {"num_stages": 3})
+            add("64-key tiles, 128 rows, 4 stages", "hd256", c, "fa3:block_n=64", {"num_stages": 4})
+            for r in ("zyfa-hopper", "fa3", "fa3:accum_flush_tiles=1", flushed, never):
+                add("default", "hd128", c, r, None)
+                add("64-key tiles, maxnreg 128, 2 stages (four programs)", "hd128", c, bn64(r), four)
+                if r in ("zyfa-hopper", "fa3"):
+                    add("64-key tiles, 3 stages, no cap", "hd128", c, bn64(r), {"num_stages": 3, "maxnreg": 0})
+                if r == "zyfa-hopper":
+                    add("64-key tiles, 2 stages, no cap", "hd128", c, bn64(r), {"num_stages": 2, "maxnreg": 0})
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 
@@ -155,16 +182,21 @@ def main():
             p(line)
     p(f"warm {time.time()-t0:.0f}s")
     _identity(p)
-    from zyfa.bench import SHAPES, ClockSampler, bench_heads, flops, gaussian_kernel_call, make_cudnn_fp8, timed
+    from zyfa.bench import SHAPES, ClockSampler, bench_heads, flops, gaussian_kernel_call, make_cudnn_fp8, rel_l2, timed
     from zyfa.kernels import attention_fp8 as A
     sampler = ClockSampler()
-    res, peers = {}, {}
+    res, peers, errs, refs = {}, {}, {}, {}
     for rnd in range(a.rounds):
         for (name, shape, causal, recipe, cfg, _same) in V:
             d_qk, d_v = SHAPES[shape]
             fl = flops(1, bench_heads(shape), a.seq, a.seq, d_qk, d_v, causal)
             try:
                 fn, (q, k, v) = gaussian_kernel_call(shape, a.seq, causal, recipe, cfg)
+                if (shape, causal) not in refs:  # SDPA BF16 on the same inputs: the bench's sanity reference
+                    refs[(shape, causal)] = torch.nn.functional.scaled_dot_product_attention(
+                        q, k, v, is_causal=causal)
+                if rnd == 0:
+                    errs[(name, shape, causal, recipe)] = rel_l2(fn()[0], refs[(shape, causal)])
                 ms, _clk = timed(fn, 10, 60, sampler)
                 res.setdefault((name, shape, causal, recipe), []).append(fl / ms / 1e9)
             except Exception as e:  # noqa: BLE001
@@ -173,7 +205,9 @@ def main():
             if len(peers.get((shape, causal), [])) <= rnd:
                 try:
                     q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, "ck")
-                    f2, _ = make_cudnn_fp8(q8, k8, v8, qd[0, 0], kd[0, 0], vd[0, 0], causal, 1 / math.sqrt(d_qk))
+                    f2, deq = make_cudnn_fp8(q8, k8, v8, qd[0, 0], kd[0, 0], vd[0, 0], causal, 1 / math.sqrt(d_qk))
+                    if rnd == 0:
+                        errs[("cuDNN FP8", shape, causal, "-")] = rel_l2(deq(), refs[(shape, causal)])
                     ms, _ = timed(f2, 10, 60, sampler)
                     peers.setdefault((shape, causal), []).append(fl / ms / 1e9)
                 except Exception as e:  # noqa: BLE001
@@ -182,13 +216,17 @@ def main():
             del q, k, v
             torch.cuda.empty_cache()
     p(f"\n{a.seq} tokens, batch 1, Gaussian inputs, TFLOP/s of the kernel alone ({a.rounds} rounds, interleaved)")
-    p("| shape | causal | variant | recipe | TFLOP/s | x cuDNN FP8 (best of each) |")
-    p("|---|---|---|---|---|---|")
-    for (name, shape, causal, recipe), ts in res.items():
-        pf = peers.get((shape, causal), [float("nan")])
-        p(f"| {shape} | {causal} | {name} | {recipe} | {' / '.join(f'{t:.0f}' for t in ts)} | {max(ts)/max(pf):.3f} |")
+    p("| shape | causal | variant | recipe | TFLOP/s | x cuDNN FP8 (best of each) | rel-L2 vs SDPA BF16 |")
+    p("|---|---|---|---|---|---|---|")
+    nan = float("nan")
+    for key, ts in res.items():
+        name, shape, causal, recipe = key
+        pf = peers.get((shape, causal), [nan])
+        p(f"| {shape} | {causal} | {name} | {recipe} | {' / '.join(f'{t:.0f}' for t in ts)} | {max(ts)/max(pf):.3f} "
+          f"| {errs.get(key, nan):.4f} |")
     for (shape, causal), pf in peers.items():
-        p(f"| {shape} | {causal} | cuDNN FP8 | - | {' / '.join(f'{t:.0f}' for t in pf)} | 1 |")
+        err = errs.get(("cuDNN FP8", shape, causal, "-"), nan)
+        p(f"| {shape} | {causal} | cuDNN FP8 | - | {' / '.join(f'{t:.0f}' for t in pf)} | 1 | {err:.4f} |")
 
 
 if __name__ == "__main__":

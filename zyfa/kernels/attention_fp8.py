@@ -686,7 +686,6 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
                          f"per KV tile), got {tuple(vd.shape)}")
     if cfg["TMA"]:
         K.ensure_allocator()
-    d1, d2 = (128, 64) if d_qk == 192 else (d_qk, 0)
     out_dtype = torch.float32 if plan.out_mode == 2 else torch.bfloat16
     if out is None:
         out = torch.empty((b, h, s_q, d_v), dtype=out_dtype, device=q8.device)
@@ -696,19 +695,34 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
     LAST_LAUNCH["kernel"] = K.attn_fwd_fp8[grid](
         q8, k8, vt, out, lse, qd, kd, vd, _ones_tile(q8.device, block_n),
         s_q, seq_k, s_k_pad, h, h_kv, int(window or 0), float(sm_scale) * LOG2E, float(mad_bias),
-        float(mad_m_safe(plan)), CAUSAL=bool(causal or window is not None), WINDOW=window is not None,
-        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=block_n, D1=d1, D2=d2, DV=d_v,
+        float(mad_m_safe(plan)),
+        **launch_constexprs(plan, cfg, mad_cvt, d_qk, d_v, causal, window is not None, qd_row, kd_tile),
+        **launch_options(cfg))
+    return out, lse
+
+
+def launch_constexprs(plan: KernelPlan, cfg: dict, mad_cvt: int, d_qk: int, d_v: int, causal: bool,
+                      window: bool = False, qd_row: int = 0, kd_tile: bool = False) -> dict:
+    """The kernel's constexpr arguments for a resolved config (:func:`resolve_config`) and MAD_CVT after
+    :func:`mad_cvt_for_descales`: what :func:`launch` passes, so an offline compile (``scripts/inspect_sass.py``)
+    builds the same binary."""
+    d1, d2 = (128, 64) if d_qk == 192 else (d_qk, 0)
+    return dict(
+        CAUSAL=bool(causal or window), WINDOW=bool(window),
+        BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg.get("BLOCK_N", plan.block_n), D1=d1, D2=d2, DV=d_v,
         EXP_MAD=plan.exp_mad, MAD_CVT=mad_cvt, P_SCALE=plan.p_scale, E_FIXED=plan.e_fixed,
         TILE_GRAN=plan.tile_gran, E_CAP=plan.e_cap, ROWSUM_ROUNDED=plan.rowsum_rounded,
         QK_K32=cfg.get("QK_K32", plan.qk_k32), PV_MODE=cfg.get("PV_MODE", plan.pv_mode),
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
         DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"], PIPELINE_QK=cfg.get("PIPELINE_QK", 0),
         P_PERM=int(bool(cfg["P_PERM"])), QD_ROW=qd_row, KD_TILE=int(kd_tile),
-        VD_MODE=plan.vd_mode, DV_SPLIT=cfg.get("DV_SPLIT", 1),
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-        **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
-    )
-    return out, lse
+        VD_MODE=plan.vd_mode, DV_SPLIT=cfg.get("DV_SPLIT", 1))
+
+
+def launch_options(cfg: dict) -> dict:
+    """Triton's launch options for a resolved config: warps, pipeline stages and the register cap if any."""
+    return {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"],
+            **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {})}
 
 
 def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = False, sm_scale: float | None = None,
