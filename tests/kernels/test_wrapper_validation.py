@@ -241,7 +241,8 @@ def test_launch_refuses_a_vt_in_the_other_key_order():
 
 def test_default_config_mad_form_and_register_caps():
     """The zyfa family runs the fused MAD (MAD_T=0); a MAD whose row max sits on a rounding tie keeps the exact
-    t (MAD_T=1); the hand-pipelined QK loop stays off; hd128 causal and d 64 get the register cap."""
+    t (MAD_T=1); the hand-pipelined QK loop stays off; hd128 causal and d 64 causal get the register cap (168: three
+    programs per SM; 128 at d 64: four), and so do the exp2 recipes at d 64 non-causal."""
     hop = kernel_plan("zyfa-hopper")
     assert fused_mad_is_exact(hop) and fused_mad_is_exact(kernel_plan("zyfa"))
     assert default_config(128, 128, False, hop)["MAD_T"] == 0
@@ -257,9 +258,14 @@ def test_default_config_mad_form_and_register_caps():
             assert cfg["BLOCK_M"] == (128 if d_qk == 256 or (d_qk == 64 and not causal) else 64), (d_qk, causal)
             assert cfg["num_stages"] == (3 if d_qk in (64, 256) else 2), (d_qk, causal)
             assert (cfg.get("maxnreg") is not None) == capped, (d_qk, causal, cfg)
+            if capped:  # four programs per SM at d 64 causal, three at hd128 causal
+                assert cfg["maxnreg"] == (128 if d_qk == 64 else 168), (d_qk, cfg)
     assert "maxnreg" not in default_config(128, 128, True, kernel_plan("zyfa"))  # k=32 flush: no cap
     fa3_64 = default_config(64, 64, False, kernel_plan("fa3"))  # exp2: the form measured before the MAD's changes
     assert fa3_64["BLOCK_M"] == 64 and fa3_64["num_stages"] == 2 and fa3_64["maxnreg"] == 168
+    for r in ("fa3", "fa3:accum_flush_tiles=1", "aiter:accumulator=hopper_fp8,accum_flush_tiles=1"):
+        c64 = default_config(64, 64, True, kernel_plan(r))  # d 64 causal: four programs per SM for every recipe
+        assert (c64["BLOCK_M"], c64["num_warps"], c64["num_stages"], c64["maxnreg"]) == (64, 4, 3, 128), (r, c64)
 
 
 def test_mad_conversion_defaults_and_refusals():

@@ -309,9 +309,10 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
     PIPELINE_QK: 0 (the hand-pipelined loop is serialised by Triton 3.6 on sm_90: docs/kernel_notes.md).
     P_PERM: 1 (P's columns and V's keys reordered within each 32-key step: no shuffles before the P·V wgmma).
     PV_MODE 2 instead of the plan's 4 at d 256 (the same per-tile flush, through Triton's partial accumulator).
-    maxnreg 168 (three programs per SM) at d 64 and for hd128 causal (+15% measured in session 1); for the MAD
-    recipes at d 64 three pipeline stages (+2-5%; at d 128 and MLA they cost 4% and 20%), and non-causal 128-row
-    programs of two warpgroups without the cap (+5%; -21% causal, -20% at d 128: docs/kernel_notes.md).
+    maxnreg 168 (three programs per SM) for hd128 causal (+15% measured in session 1) and for the exp2 recipes at
+    d 64 non-causal; at d 64 causal, for every recipe, three pipeline stages and maxnreg 128 (four programs per SM:
+    +2-12%); at d 64 non-causal for the MAD recipes three stages (+2-5%; at d 128 and MLA they cost 4% and 20%) in
+    128-row programs of two warpgroups without the cap (+5%; -21% causal, -20% at d 128: docs/kernel_notes.md).
     DV_SPLIT 2 at d 256 (O's columns in two halves, one P·V dot each: fewer spills, the same output bit for bit);
     at d_v 128 it is slower (measured), so 1 there.
     """
@@ -331,12 +332,15 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
         if plan.rowsum_rounded == 2:
             cfg["num_stages"] = 2  # the ones tile of the tensor-core row sum: 3 stages need 236.5 KB > 227 KB
     elif d_qk <= 64 and not plan.qk_k32:
-        if plan.exp_mad:  # measured with zyfa-hopper (docs/kernel_notes.md); the exp2 recipes keep the older form
-            cfg["num_stages"] = 3  # K/V three tiles deep: +2-5% (54 KB of shared memory, still three per SM)
-        if causal or not plan.exp_mad:
-            cfg["maxnreg"] = 168  # no spills at d 64: three programs per SM
+        if causal:
+            # four programs per SM (54 KB of shared memory each, at most 128 registers): +2-6% for zyfa-hopper,
+            # +12% for fa3 flushed per tile against three (docs/kernel_notes.md, "Four programs per SM at hd64")
+            cfg.update(num_stages=3, maxnreg=128)
+        elif plan.exp_mad:  # measured with zyfa-hopper; the exp2 recipes keep the older form
+            # K/V three tiles deep (+2-5%) and two warpgroups sharing K/V (+5% non-causal, -21% causal)
+            cfg.update(num_stages=3, BLOCK_M=128, num_warps=8)
         else:
-            cfg.update(BLOCK_M=128, num_warps=8)  # two warpgroups sharing K/V: +5% non-causal, -21% causal
+            cfg["maxnreg"] = 168  # no spills at d 64: three programs per SM
     elif d_qk == 128 and d_v == 128 and causal and not plan.qk_k32:
         cfg["maxnreg"] = HD128_CAUSAL_MAXNREG  # small spills, but three programs per SM
     if plan.block_m is not None:
