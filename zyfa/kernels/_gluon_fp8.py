@@ -205,7 +205,7 @@ def attn_fwd_gluon_1wg(Q, K, VT, O, LSE, QD, KD, VD, seq_q, seq_k, heads_q, head
 
 @gluon.jit
 def _pp_loader(Q, K, VT, seq_q, seq_k, heads_q, heads_kv, q_s, k_s, v_s, q_bar, full, empty):
-    """Producer (1 warp): Q for each consumer, then the K / Vᵀ ring."""
+    """Producer (1 warp): Q for both consumers, then the K / Vᵀ ring."""
     # tile sizes from the shared-memory shapes (constexprs do not pass through warp_specialize's arg tuples)
     BM: gl.constexpr = q_s.shape[1]
     D: gl.constexpr = q_s.shape[2]
@@ -218,10 +218,9 @@ def _pp_loader(Q, K, VT, seq_q, seq_k, heads_q, heads_kv, q_s, k_s, v_s, q_bar, 
     q_desc = tma.make_tensor_descriptor(Q + bh.to(gl.int64) * seq_q * D, [seq_q, D], [D, 1], [BM, D], smem)
     k_desc = tma.make_tensor_descriptor(K + bhk.to(gl.int64) * seq_k * D, [seq_k, D], [D, 1], [BN, D], smem)
     v_desc = tma.make_tensor_descriptor(VT + bhk.to(gl.int64) * D * seq_k, [D, seq_k], [seq_k, 1], [D, BN], smem)
-    NQ: gl.constexpr = q_s.shape[0]  # one 64-row Q block per consumer warpgroup
-    mbarrier.expect(q_bar, NQ * BM * D)
-    for w in gl.static_range(NQ):
-        tma.async_copy_global_to_shared(q_desc, [pid_m * NQ * BM + w * BM, 0], q_bar, q_s.index(w))
+    mbarrier.expect(q_bar, 2 * BM * D)
+    tma.async_copy_global_to_shared(q_desc, [pid_m * 2 * BM, 0], q_bar, q_s.index(0))
+    tma.async_copy_global_to_shared(q_desc, [pid_m * 2 * BM + BM, 0], q_bar, q_s.index(1))
     n = seq_k // BN
     for j in range(n):
         st = j % STAGES
@@ -242,7 +241,6 @@ def _pp_consumer(O, LSE, QD, KD, VD, seq_q, seq_k, heads_q, heads_kv, sm_scale_l
     is the Triton kernel's acc·alpha_j + P_j·V_j, one tile later.
     """
     LAG: gl.constexpr = cfg.shape[0]
-    NC: gl.constexpr = q_s.shape[0]  # consumers: 2 in ping-pong (turns), 1 beside the producer alone (no turns)
     BM: gl.constexpr = q_s.shape[1]
     D: gl.constexpr = q_s.shape[2]
     STAGES: gl.constexpr = k_s.shape[0]
@@ -268,11 +266,9 @@ def _pp_consumer(O, LSE, QD, KD, VD, seq_q, seq_k, heads_q, heads_kv, sm_scale_l
     mbarrier.wait(q_bar, 0)
     # ---- tile 0: S_0 only
     mbarrier.wait(full.index(0), 0)
-    if NC == 2:
-        mbarrier.wait(my_turn, PAR0)
+    mbarrier.wait(my_turn, PAR0)
     s_tok = warpgroup_mma(qs, k_s.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    if NC == 2:
-        mbarrier.arrive(other_turn)
+    mbarrier.arrive(other_turn)
     s = warpgroup_mma_wait(0, deps=[s_tok])
     p8, l_tile, alpha, m_i, e_i = _zyfa_p(s, m_i, e_i, c, c8, mad_bias, e_cap)
     l_i = l_i * alpha + l_tile
@@ -281,13 +277,11 @@ def _pp_consumer(O, LSE, QD, KD, VD, seq_q, seq_k, heads_q, heads_kv, sm_scale_l
         st = j % STAGES
         pst = (j - 1) % STAGES
         mbarrier.wait(full.index(st), (j // STAGES) & 1)
-        if NC == 2:
-            mbarrier.wait(my_turn, (j & 1) ^ PAR0)
+        mbarrier.wait(my_turn, (j & 1) ^ PAR0)
         # ---- my GEMM section: S_j and the fresh P_{j-1}·V_{j-1}
         s_tok = warpgroup_mma(qs, k_s.index(st).permute((1, 0)), zero_s, use_acc=False, is_async=True)
         pv_tok = warpgroup_mma(p8, v_s.index(pst).permute((1, 0)), zero_o, use_acc=False, is_async=True)
-        if NC == 2:
-            mbarrier.arrive(other_turn)
+        mbarrier.arrive(other_turn)
         alpha_o = gl.convert_layout(alpha, gl.SliceLayout(1, o_l))
         if LAG == 2:
             # groups retire in order: S_j done => P_{j-2}·V_{j-2} done, tile j-2 is free
@@ -309,15 +303,13 @@ def _pp_consumer(O, LSE, QD, KD, VD, seq_q, seq_k, heads_q, heads_kv, sm_scale_l
         p8 = p8n
     # ---- last P·V, in turn
     lst = (n - 1) % STAGES
-    if NC == 2:
-        mbarrier.wait(my_turn, (n & 1) ^ PAR0)
+    mbarrier.wait(my_turn, (n & 1) ^ PAR0)
     pv_tok = warpgroup_mma(p8, v_s.index(lst).permute((1, 0)), zero_o, use_acc=False, is_async=True)
-    if NC == 2:
-        mbarrier.arrive(other_turn)
+    mbarrier.arrive(other_turn)
     pv = warpgroup_mma_wait(0, deps=[pv_tok])
     mbarrier.arrive(empty.index(lst))
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_l))[:, None] + pv
-    _epilogue(acc, l_i, m_i, e_i, vd, O, LSE, bh, gl.program_id(0) * NC * BM + WG * BM, seq_q, o_l, D, BM)
+    _epilogue(acc, l_i, m_i, e_i, vd, O, LSE, bh, gl.program_id(0) * 2 * BM + WG * BM, seq_q, o_l, D, BM)
 
 
 @gluon.jit
@@ -364,34 +356,6 @@ def attn_fwd_gluon_pingpong(Q, K, VT, O, LSE, QD, KD, VD, seq_q, seq_k, heads_q,
     ], [4, 1], [REG_B, REG_LOAD])
 
 
-@gluon.jit
-def attn_fwd_gluon_producer(Q, K, VT, O, LSE, QD, KD, VD, seq_q, seq_k, heads_q, heads_kv, sm_scale_log2e,
-                            mad_bias, e_cap, BM: gl.constexpr, BN: gl.constexpr, D: gl.constexpr,
-                            STAGES: gl.constexpr, LAG: gl.constexpr, REG_LOAD: gl.constexpr):
-    """One consumer warpgroup (64 rows, the default partition) fed by a 1-warp TMA producer: the consumer waits
-    only on mbarriers (no CTA-wide barrier in its loop), small enough that several programs share an SM."""
-    smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8, rank=2)
-    q_s = gl.allocate_shared_memory(gl.float8e4nv, [1, BM, D], smem)
-    k_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, D], smem)
-    v_s = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, D, BN], smem)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # unused with one consumer
-    cfg = gl.allocate_shared_memory(gl.int8, [LAG, 16], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    mbarrier.init(q_bar, count=1)
-    for i in gl.static_range(STAGES):
-        mbarrier.init(full.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
-    fence_async_shared()
-    cargs = (O, LSE, QD, KD, VD, seq_q, seq_k, heads_q, heads_kv, sm_scale_log2e, mad_bias, e_cap,
-             q_s, k_s, v_s, q_bar, full, empty, turn, cfg)
-    gl.warp_specialize([
-        (_pp_consumer_a, cargs),
-        (_pp_loader, (Q, K, VT, seq_q, seq_k, heads_q, heads_kv, q_s, k_s, v_s, q_bar, full, empty)),
-    ], [1], [REG_LOAD])
-
-
 # ------------------------------------------------------------------------------------ configs and compile helpers
 
 # PINGPONG=1 defaults: STAGES 4, LAG 2 measured best by the ping-pong prototype (H200; docs/kernel_notes.md)
@@ -401,19 +365,9 @@ SIGNATURE = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "O": "*bf16", "
              "sm_scale_log2e": "fp32", "mad_bias": "fp32", "e_cap": "fp32"}
 
 
-PRODUCER_DEFAULTS = {"STAGES": 2, "LAG": 1, "REG_LOAD": 24}
-
-
-def kernel_and_constexprs(pingpong, seq_k: int, config: dict | None = None):
-    """(jit function, constexpr dict, rows per program) for one schedule: pingpong False (one warpgroup), True
-    (two consumers in ping-pong + producer) or "producer" (one consumer + producer)."""
+def kernel_and_constexprs(pingpong: bool, seq_k: int, config: dict | None = None):
+    """(jit function, constexpr dict, rows per program) for one schedule."""
     cfg = dict(config or {})
-    if pingpong == "producer":
-        const = {"BM": ROWS_PER_WG, "BN": BLOCK_N, "D": HEAD_DIM, **PRODUCER_DEFAULTS}
-        const.update({k: v for k, v in cfg.items() if k in PRODUCER_DEFAULTS})
-        if const["LAG"] == 2 and const["STAGES"] < 3:
-            raise ValueError("the producer schedule with LAG=2 needs STAGES >= 3")
-        return attn_fwd_gluon_producer, const, ROWS_PER_WG
     if pingpong:
         const = {"BM": ROWS_PER_WG, "BN": BLOCK_N, "D": HEAD_DIM, **PINGPONG_DEFAULTS}
         const.update({k: v for k, v in cfg.items() if k in PINGPONG_DEFAULTS})
@@ -438,6 +392,5 @@ def compile_sm90(pingpong: bool, config: dict | None = None, seq_k: int = 32768,
     fn, const, _ = kernel_and_constexprs(pingpong, seq_k, config)
     sig = dict(SIGNATURE, **{k: "constexpr" for k in const})
     src = GluonASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(k),): v for k, v in const.items()})
-    opts = {"num_warps": 4, **({"ptx_options": ptx_options} if ptx_options else {}),
-            **({"maxnreg": (config or {})["maxnreg"]} if (config or {}).get("maxnreg") else {})}
+    opts = {"num_warps": 4, **({"ptx_options": ptx_options} if ptx_options else {})}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)

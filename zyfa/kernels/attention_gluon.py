@@ -66,8 +66,8 @@ def attention_fp8_gluon(q8, k8, v8, q_descale, k_descale, v_descale, *, pingpong
     Returns:
         (out, lse): out (b, h, s_q, 128) bf16, lse (b, h, s_q) fp32 natural log.
     """
-    if not (isinstance(pingpong, bool) or pingpong == "producer"):
-        raise TypeError(f"pingpong must be a bool or 'producer', got {pingpong!r}")
+    if not isinstance(pingpong, bool):
+        raise TypeError(f"pingpong must be a bool, got {type(pingpong).__name__}")
     b, h, h_kv, s_q, s_k = _validate_gluon(q8, k8, v8, False, sm_scale)
     _check_fp8(q8, k8, v8, (q_descale, k_descale, v_descale))
     dev = q8.device
@@ -92,7 +92,7 @@ def attention_fp8_gluon(q8, k8, v8, q_descale, k_descale, v_descale, *, pingpong
     vt = prepare_vt(v8, permute_k32=False)  # (b, h_kv, 128, s_k): s_k % 128 == 0, so no padding
     out = torch.empty((b, h, s_q, 128), dtype=torch.bfloat16, device=dev)
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=dev)
-    extra = {k: cfg[k] for k in ("ptx_options", "maxnreg") if cfg.get(k)}
+    extra = {"ptx_options": cfg["ptx_options"]} if cfg.get("ptx_options") else {}
     grid = (s_q // rows, b * h)
     LAST_LAUNCH["kernel"] = fn[grid](q, k, vt, out, lse, qd, kd, vd, s_q, s_k, h, h_kv, sm * LOG2E,
                                      float(plan.mad_bias), float(plan.e_cap), num_warps=4, **const, **extra)
