@@ -17,7 +17,8 @@ is not the default; ``stages``, the depth of the TMA pipeline of K and V (num_st
 of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer loads instead of TMA;
 ``hd64-occupancy``, four programs per SM at hd64 (a cap of 128 registers); ``block-n``, 64-key KV tiles (recipes
 with ``block_n=64``: their own numerics, so each row also reports its error) with the launch shapes they allow (four
-programs per SM at hd128, two of one warpgroup each at hd256).
+programs per SM at hd128, two of one warpgroup each at hd256); ``vt-early``, Vᵀ's tile loaded at the top of the
+iteration beside K's (VT_EARLY 1: one mbarrier per stage for both) instead of after the softmax.
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -30,7 +31,7 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
-SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n")
+SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early")
 
 V = []
 
@@ -114,6 +115,15 @@ def variant_set(name):
                     add("64-key tiles, 3 stages, no cap", "hd128", c, bn64(r), {"num_stages": 3, "maxnreg": 0})
                 if r == "zyfa-hopper":
                     add("64-key tiles, 2 stages, no cap", "hd128", c, bn64(r), {"num_stages": 2, "maxnreg": 0})
+    elif name == "vt-early":
+        for c in (False, True):
+            for shape in ("hd128", "hd256", "mla", "hd64"):
+                add("default", shape, c, "zyfa-hopper", None)
+                add("V loaded beside K (one mbarrier)", shape, c, "zyfa-hopper", {"VT_EARLY": 1}, same_bits=True)
+            add("default", "hd128", c, "fa3:accum_flush_tiles=1", None)
+            add("V loaded beside K (one mbarrier)", "hd128", c, "fa3:accum_flush_tiles=1", {"VT_EARLY": 1})
+            add("default", "hd256", c, "fa3", None)
+            add("V loaded beside K (one mbarrier)", "hd256", c, "fa3", {"VT_EARLY": 1})
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 

@@ -174,8 +174,12 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
                      PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                      TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0,
                      kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                     vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1):
+                     vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1,
+                     vt_in=None, vt_hi_in=None, VT_EARLY: tl.constexpr = 0):
     """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s.
+
+    VT_EARLY 1: the caller loaded Vᵀ's tile (vt_in, and vt_hi_in with DV_SPLIT 2) beside K's, at the top of the
+    iteration, instead of here after the softmax.
 
     DV_SPLIT 2: O's columns in two halves, acc = columns [0, DV/2) and acc_tc = [DV/2, DV), each half's P·V a
     dot of its own (any PV_MODE but 3, whose acc_tc is the unflushed accumulator). Every output element is the
@@ -298,16 +302,16 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             l_tile = tl.sum(p, 1)
     # ---- O += P8 · V8 (V read K-major from Vt)
     DVH: tl.constexpr = DV // DV_SPLIT
-    if TMA:
-        vt = vt_src.load([0, start_n])
+    if VT_EARLY:
+        vt = vt_in
     else:
-        vt = _load_vt(vt_src, start_n, seq_k_pad, DVH, BLOCK_N)
+        vt = _vt_tile(vt_src, start_n, seq_k_pad, 0, DVH, BLOCK_N, TMA)
     v = vt.T
     if DV_SPLIT == 2:
-        if TMA:
-            vt_hi = vt_src.load([DVH, start_n])
+        if VT_EARLY:
+            vt_hi = vt_hi_in
         else:
-            vt_hi = _load_vt(vt_src + DVH * seq_k_pad, start_n, seq_k_pad, DVH, BLOCK_N)
+            vt_hi = _vt_tile(vt_src, start_n, seq_k_pad, DVH, DVH, BLOCK_N, TMA)
         v_hi = vt_hi.T
     if P_PERM:
         # P·V sums over keys, so it may take them in any order that V's rows share. Within each 32-key wgmma
@@ -359,7 +363,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr,
                 PIPELINE_QK: tl.constexpr, P_PERM: tl.constexpr = 0,
                 kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1):
+                vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0):
     """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N).
 
     PIPELINE_QK (technique 2, FA3's intra-warpgroup overlap written by hand): S for tile j+1 is computed
@@ -393,8 +397,15 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
                 DV_SPLIT=DV_SPLIT)
     else:
+        DVH: tl.constexpr = DV // DV_SPLIT
         for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
             start_n = tl.multiple_of(start_n, BLOCK_N)
+            vt_in = None
+            vt_hi_in = None
+            if VT_EARLY:
+                vt_in = _vt_tile(vt_src, start_n, seq_k_pad, 0, DVH, BLOCK_N, TMA)
+                if DV_SPLIT == 2:
+                    vt_hi_in = _vt_tile(vt_src, start_n, seq_k_pad, DVH, DVH, BLOCK_N, TMA)
             s = _qk_tile(q1, q2, k1_src, k2_src, start_n, seq_k, BLOCK_N, D1, D2, DQK, QK_K32, TMA)
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
                 s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
@@ -402,8 +413,18 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT)
+                DV_SPLIT=DV_SPLIT, vt_in=vt_in, vt_hi_in=vt_hi_in, VT_EARLY=VT_EARLY)
     return acc, acc_tc, a_prod, l_i, m_i, e_i
+
+
+@triton.jit
+def _vt_tile(vt_src, start_n, seq_k_pad, row0: tl.constexpr, DVH: tl.constexpr, BLOCK_N: tl.constexpr,
+             TMA: tl.constexpr):
+    """Rows [row0, row0 + DVH) of Vᵀ's KV tile at start_n (TMA descriptor or pointer)."""
+    if TMA:
+        return vt_src.load([row0, start_n])
+    else:
+        return _load_vt(vt_src + row0 * seq_k_pad, start_n, seq_k_pad, DVH, BLOCK_N)
 
 
 @triton.jit
@@ -461,7 +482,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                  RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
                  DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1, PIPELINE_QK: tl.constexpr = 0,
                  P_PERM: tl.constexpr = 0, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                 VD_MODE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1):
+                 VD_MODE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0):
     DQK: tl.constexpr = D1 + D2
     DVH: tl.constexpr = DV // DV_SPLIT  # DV_SPLIT 2: O in two column halves (acc, acc_tc), see _softmax_pv_tile
     num_m = tl.cdiv(seq_q, BLOCK_M)
@@ -614,7 +635,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                 EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
                 QK_K32, PV_MODE, FLUSH, TMA, WS and seg == 1, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT)
+                DV_SPLIT=DV_SPLIT, VT_EARLY=VT_EARLY)
     if PV_MODE == 3:
         acc = acc * a_prod[:, None] + acc_tc
 

@@ -720,7 +720,7 @@ def launch_constexprs(plan: KernelPlan, cfg: dict, mad_cvt: int, d_qk: int, d_v:
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
         DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"], PIPELINE_QK=cfg.get("PIPELINE_QK", 0),
         P_PERM=int(bool(cfg["P_PERM"])), QD_ROW=qd_row, KD_TILE=int(kd_tile),
-        VD_MODE=plan.vd_mode, DV_SPLIT=cfg.get("DV_SPLIT", 1))
+        VD_MODE=plan.vd_mode, DV_SPLIT=cfg.get("DV_SPLIT", 1), VT_EARLY=cfg.get("VT_EARLY", 0))
 
 
 def launch_options(cfg: dict) -> dict:
