@@ -229,6 +229,21 @@ def test_split_pv_columns_are_bit_identical(spec, shape_name):
         assert torch.equal(out1, out2) and torch.equal(lse1, lse2), config
 
 
+@pytest.mark.parametrize("shape_name", ["hd256-b2", "hd128-causal-gqa", "mla-causal", "hd64-window",
+                                        "hd128-causal-sq>sk"])
+@pytest.mark.parametrize("spec", [H1, "fa3", "zyfa", "zyfa-hopper:v_scale=channel"])
+def test_v_loaded_beside_k_is_bit_identical(spec, shape_name):
+    """VT_EARLY 1 (Vᵀ's tile loaded at the top of each iteration beside K's, one mbarrier per stage: the default at
+    d 256) and 0 (loaded after the softmax) give the same bits, with one or two P·V column halves, TMA or pointer
+    loads, masks, windows and GQA: only the load's place in the loop moves."""
+    shape = SHAPES[shape_name]
+    seed = _seed(shape_name)
+    out0, lse0 = _kernel(spec, shape, seed=seed, config={"VT_EARLY": 0})
+    for config in ({"VT_EARLY": 1}, {"VT_EARLY": 1, "DV_SPLIT": 1}, {"VT_EARLY": 1, "TMA": False}):
+        out1, lse1 = _kernel(spec, shape, seed=seed, config=config)
+        assert torch.equal(out0, out1) and torch.equal(lse0, lse1), config
+
+
 @pytest.mark.parametrize("shape", [(1, 16, 32768, 128), (2, 3, 1001, 128), (1, 8, 4096, 256), (1, 2, 7, 64),
                                    (3, 1, 130, 16)])
 @pytest.mark.parametrize("permute", [True, False])
