@@ -231,11 +231,13 @@ def test_split_pv_columns_are_bit_identical(spec, shape_name):
 
 @pytest.mark.parametrize("shape_name", ["hd256-b2", "hd128-causal-gqa", "mla-causal", "hd64-window",
                                         "hd128-causal-sq>sk"])
-@pytest.mark.parametrize("spec", [H1, "fa3", "zyfa", "zyfa-hopper:v_scale=channel"])
+@pytest.mark.parametrize("spec", [H1, "fa3", "zyfa-hopper:v_scale=channel",
+                                  "aiter:accumulator=hopper_fp8,accum_flush_tiles=0"])
 def test_v_loaded_beside_k_is_bit_identical(spec, shape_name):
     """VT_EARLY 1 (Vᵀ's tile loaded at the top of each iteration beside K's, one mbarrier per stage: the default at
-    d 256) and 0 (loaded after the softmax) give the same bits, with one or two P·V column halves, TMA or pointer
-    loads, masks, windows and GQA: only the load's place in the loop moves."""
+    d 256 for the Hopper-accumulator recipes) and 0 (loaded after the softmax) give the same bits, with one or two
+    P·V column halves, TMA or pointer loads, masks, windows and GQA: only the load's place in the loop moves. (The
+    fp32-accumulation recipes are refused VT_EARLY: Triton 3.6 compiled zyfa-exp2 at d 256 to wrong output.)"""
     shape = SHAPES[shape_name]
     seed = _seed(shape_name)
     out0, lse0 = _kernel(spec, shape, seed=seed, config={"VT_EARLY": 0})

@@ -264,10 +264,15 @@ def test_default_config_mad_form_and_register_caps():
     fa3_64 = default_config(64, 64, False, kernel_plan("fa3"))  # exp2: the form measured before the MAD's changes
     assert fa3_64["BLOCK_M"] == 64 and fa3_64["num_stages"] == 2 and fa3_64["maxnreg"] == 168
     for d_qk, d_v in ((64, 64), (128, 128), (192, 128), (256, 256)):  # V beside K only at d 256 (measured there)
-        for r in ("zyfa-hopper", "fa3", "zyfa"):
-            assert default_config(d_qk, d_v, False, kernel_plan(r)).get("VT_EARLY", 0) == (d_qk == 256), (d_qk, r)
+        for r in ("zyfa-hopper", "fa3", "zyfa", "zyfa-exp2"):
+            early = d_qk == 256 and not kernel_plan(r).qk_k32  # never for the fp32-accumulation recipes
+            assert default_config(d_qk, d_v, False, kernel_plan(r)).get("VT_EARLY", 0) == early, (d_qk, r)
     with pytest.raises(ValueError, match="VT_EARLY=2"):
         resolve_config(128, 128, False, hop, {"VT_EARLY": 2})
+    for r, cfg in (("zyfa-exp2", {"VT_EARLY": 1}), ("zyfa", {"VT_EARLY": 1}),
+                   ("zyfa-hopper", {"VT_EARLY": 1, "PV_MODE": 1})):
+        with pytest.raises(ValueError, match="VT_EARLY=1 is not supported with the fp32 accumulation"):
+            resolve_config(256, 256, False, kernel_plan(r), cfg)
     for r in ("fa3", "fa3:accum_flush_tiles=1", "aiter:accumulator=hopper_fp8,accum_flush_tiles=1"):
         c64 = default_config(64, 64, True, kernel_plan(r))  # d 64 causal: four programs per SM for every recipe
         assert (c64["BLOCK_M"], c64["num_warps"], c64["num_stages"], c64["maxnreg"]) == (64, 4, 3, 128), (r, c64)

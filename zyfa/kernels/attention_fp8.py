@@ -314,8 +314,8 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
     +2-12%); at d 64 non-causal for the MAD recipes three stages (+2-5%; at d 128 and MLA they cost 4% and 20%) in
     128-row programs of two warpgroups without the cap (+5%; -21% causal, -20% at d 128: docs/kernel_notes.md).
     DV_SPLIT 2 at d 256 (O's columns in two halves, one P·V dot each: fewer spills, the same output bit for bit);
-    at d_v 128 it is slower (measured), so 1 there. VT_EARLY 1 at d 256 (Vᵀ's tile loaded beside K's, the same
-    bits; +3-7% there, 0-3% slower below).
+    at d_v 128 it is slower (measured), so 1 there. VT_EARLY 1 at d 256 for the Hopper-accumulator recipes (Vᵀ's
+    tile loaded beside K's, the same bits; +3-7% there, 0-3% slower below).
     """
     # H200 sweeps (docs/kernel_notes.md): 64-row tiles, one warpgroup, two programs per SM (their softmax
     # and matmuls interleave) beat 128-row tiles on two warpgroups for d <= 192; d = 256 needs 128 rows.
@@ -332,9 +332,11 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
             cfg["DV_SPLIT"] = 2
         if plan.rowsum_rounded == 2:
             cfg["num_stages"] = 2  # the ones tile of the tensor-core row sum: 3 stages need 236.5 KB > 227 KB
-        # Vᵀ's tile loaded beside K's (one mbarrier per stage, no CTA barrier inside the softmax): +3% zyfa-hopper,
-        # +4-7% fa3 at hd256; at d <= 192 it is 0-3% slower (docs/kernel_notes.md, "V loaded beside K")
-        cfg["VT_EARLY"] = 1
+        if not plan.qk_k32:
+            # Vᵀ's tile loaded beside K's (one mbarrier per stage, no CTA barrier inside the softmax): +3%
+            # zyfa-hopper, +4-7% fa3 at hd256; at d <= 192 it is 0-3% slower (docs/kernel_notes.md, "V loaded
+            # beside K"); the fp32-accumulation recipes are refused it (resolve_config)
+            cfg["VT_EARLY"] = 1
     elif d_qk <= 64 and not plan.qk_k32:
         if causal:
             # four programs per SM (54 KB of shared memory each, at most 128 registers): +2-6% for zyfa-hopper,
@@ -610,6 +612,9 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
         cfg["DV_SPLIT"] = 1  # a PV_MODE 3 override keeps its second accumulator: no column halves
     if cfg.get("VT_EARLY", 0) not in (0, 1):
         raise ValueError(f"VT_EARLY={cfg['VT_EARLY']!r}: expected 0 (Vᵀ loaded after the softmax) or 1 (beside K)")
+    if cfg.get("VT_EARLY", 0) and (cfg.get("QK_K32", plan.qk_k32) or cfg.get("PV_MODE", plan.pv_mode) == 1):
+        raise ValueError(f"VT_EARLY=1 is not supported with the fp32 accumulation of recipe {plan.recipe!r} (QK_K32 / "
+                         "PV_MODE 1): Triton 3.6 compiled it to wrong output for zyfa-exp2 at d 256 on the H200")
     dv_split = cfg.get("DV_SPLIT", 1)
     if dv_split not in (1, 2):
         raise ValueError(f"DV_SPLIT={dv_split!r}: expected 1 (one P·V dot) or 2 (O's columns in two halves)")
@@ -766,7 +771,7 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
             QK_K32 / PV_MODE (accumulation code, see the kernel), DV_SPLIT (2: P·V as two dots over O's column
             halves, the same arithmetic per element with half the registers for the per-tile product), VT_EARLY
             (1: Vᵀ's tile loaded at the top of each iteration beside K's, the same bits; no effect with
-            PIPELINE_QK).
+            PIPELINE_QK; refused with the fp32-accumulation recipes, whose compile it broke).
     Returns:
         (out, lse): out (b, h, s_q, d_v) bf16 (fp32 when the recipe's out_format is fp32), lse (b, h, s_q)
         fp32 natural log of the scores of the K it was given (for a K smoothed by the caller, without the
