@@ -18,7 +18,8 @@ of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer
 ``hd64-occupancy``, four programs per SM at hd64 (a cap of 128 registers); ``block-n``, 64-key KV tiles (recipes
 with ``block_n=64``: their own numerics, so each row also reports its error) with the launch shapes they allow (four
 programs per SM at hd128, two of one warpgroup each at hd256); ``vt-early``, Vᵀ's tile loaded at the top of the
-iteration beside K's (VT_EARLY 1: one mbarrier per stage for both) instead of after the softmax.
+iteration beside K's (VT_EARLY 1: one mbarrier per stage for both) instead of after the softmax;
+``hd256-vt-early`` (not yet run), two stages and one P·V dot at hd256 with V beside K.
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -31,7 +32,7 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
-SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early")
+SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "hd256-vt-early")
 
 V = []
 
@@ -124,6 +125,14 @@ def variant_set(name):
             add("V loaded beside K (one mbarrier)", "hd128", c, "fa3:accum_flush_tiles=1", {"VT_EARLY": 1})
             add("default", "hd256", c, "fa3", None)
             add("V loaded beside K (one mbarrier)", "hd256", c, "fa3", {"VT_EARLY": 1})
+    elif name == "hd256-vt-early":  # not yet run: the hd256 launch shapes again, now that V comes beside K
+        never = "aiter:accumulator=hopper_fp8,accum_flush_tiles=0"
+        for c in (False, True):
+            for r in ("zyfa-hopper", "fa3", never):
+                add("default (V beside K)", "hd256", c, r, None)
+                add("V beside K, 2 stages", "hd256", c, r, {"num_stages": 2}, same_bits=True)
+                if r != "zyfa-hopper":  # never flushed: one dot over all of O's columns needs no second register set
+                    add("V beside K, one P·V dot (DV_SPLIT 1)", "hd256", c, r, {"DV_SPLIT": 1}, same_bits=True)
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 
