@@ -19,7 +19,8 @@ of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer
 with ``block_n=64``: their own numerics, so each row also reports its error) with the launch shapes they allow (four
 programs per SM at hd128, two of one warpgroup each at hd256); ``vt-early``, Vᵀ's tile loaded at the top of the
 iteration beside K's (VT_EARLY 1: one mbarrier per stage for both) instead of after the softmax;
-``hd256-vt-early`` (not yet run), two stages and one P·V dot at hd256 with V beside K.
+``vt-early-next`` (not yet run), with V beside K: two stages and one P·V dot at hd256, 128-row programs and three
+stages at hd128 and MLA.
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -32,7 +33,7 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
-SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "hd256-vt-early")
+SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next")
 
 V = []
 
@@ -125,9 +126,14 @@ def variant_set(name):
             add("V loaded beside K (one mbarrier)", "hd128", c, "fa3:accum_flush_tiles=1", {"VT_EARLY": 1})
             add("default", "hd256", c, "fa3", None)
             add("V loaded beside K (one mbarrier)", "hd256", c, "fa3", {"VT_EARLY": 1})
-    elif name == "hd256-vt-early":  # not yet run: the hd256 launch shapes again, now that V comes beside K
+    elif name == "vt-early-next":  # not yet run: launch shapes again, now that V can come beside K
         never = "aiter:accumulator=hopper_fp8,accum_flush_tiles=0"
         for c in (False, True):
+            for shape in ("hd128", "mla"):  # two warpgroups per program: what the barrier inside the softmax held back
+                add("default", shape, c, "zyfa-hopper", None)
+                add("128 rows, 8 warps, V beside K", shape, c, "zyfa-hopper",
+                    {"BLOCK_M": 128, "num_warps": 8, "maxnreg": 0, "VT_EARLY": 1}, same_bits=True)
+                add("V beside K, 3 stages", shape, c, "zyfa-hopper", {"VT_EARLY": 1, "num_stages": 3}, same_bits=True)
             for r in ("zyfa-hopper", "fa3", never):
                 add("default (V beside K)", "hd256", c, r, None)
                 add("V beside K, 2 stages", "hd256", c, r, {"num_stages": 2}, same_bits=True)
