@@ -175,11 +175,11 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
                      TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0,
                      kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
                      vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1,
-                     vt_in=None, vt_hi_in=None, VT_EARLY: tl.constexpr = 0):
+                     vt_in=None, vt_hi_in=None):
     """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s.
 
-    VT_EARLY 1: the caller loaded Vᵀ's tile (vt_in, and vt_hi_in with DV_SPLIT 2) beside K's, at the top of the
-    iteration, instead of here after the softmax.
+    vt_in (and vt_hi_in with DV_SPLIT 2): Vᵀ's tile, when the caller loaded it beside K's at the top of the
+    iteration (VT_EARLY); else (None) it is loaded here, after the softmax.
 
     DV_SPLIT 2: O's columns in two halves, acc = columns [0, DV/2) and acc_tc = [DV/2, DV), each half's P·V a
     dot of its own (any PV_MODE but 3, whose acc_tc is the unflushed accumulator). Every output element is the
@@ -302,17 +302,13 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             l_tile = tl.sum(p, 1)
     # ---- O += P8 · V8 (V read K-major from Vt)
     DVH: tl.constexpr = DV // DV_SPLIT
-    if VT_EARLY:
-        vt = vt_in
-    else:
-        vt = _vt_tile(vt_src, start_n, seq_k_pad, 0, DVH, BLOCK_N, TMA)
-    v = vt.T
+    if vt_in is None:
+        vt_in = _vt_tile(vt_src, start_n, seq_k_pad, 0, DVH, BLOCK_N, TMA)
+    v = vt_in.T
     if DV_SPLIT == 2:
-        if VT_EARLY:
-            vt_hi = vt_hi_in
-        else:
-            vt_hi = _vt_tile(vt_src, start_n, seq_k_pad, DVH, DVH, BLOCK_N, TMA)
-        v_hi = vt_hi.T
+        if vt_hi_in is None:
+            vt_hi_in = _vt_tile(vt_src, start_n, seq_k_pad, DVH, DVH, BLOCK_N, TMA)
+        v_hi = vt_hi_in.T
     if P_PERM:
         # P·V sums over keys, so it may take them in any order that V's rows share. Within each 32-key wgmma
         # step, reorder P's columns so that its accumulator registers already sit where the FP8 A operand wants
@@ -413,7 +409,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT, vt_in=vt_in, vt_hi_in=vt_hi_in, VT_EARLY=VT_EARLY)
+                DV_SPLIT=DV_SPLIT, vt_in=vt_in, vt_hi_in=vt_hi_in)
     return acc, acc_tc, a_prod, l_i, m_i, e_i
 
 

@@ -610,9 +610,10 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
         cfg["PV_MODE"] = plan.pv_mode  # the hand-pipelined loop with PV_MODE 2 at d 256 needs 262 KB of shared memory
     if cfg.get("PV_MODE", plan.pv_mode) == 3 and "DV_SPLIT" not in (config or {}):
         cfg["DV_SPLIT"] = 1  # a PV_MODE 3 override keeps its second accumulator: no column halves
-    if cfg.get("VT_EARLY", 0) not in (0, 1):
-        raise ValueError(f"VT_EARLY={cfg['VT_EARLY']!r}: expected 0 (Vᵀ loaded after the softmax) or 1 (beside K)")
-    if cfg.get("VT_EARLY", 0) and (cfg.get("QK_K32", plan.qk_k32) or cfg.get("PV_MODE", plan.pv_mode) == 1):
+    vt_early = cfg.get("VT_EARLY", 0)
+    if vt_early not in (0, 1):
+        raise ValueError(f"VT_EARLY={vt_early!r}: expected 0 (Vᵀ loaded after the softmax) or 1 (beside K)")
+    if vt_early and (cfg.get("QK_K32", plan.qk_k32) or cfg.get("PV_MODE", plan.pv_mode) == 1):
         raise ValueError(f"VT_EARLY=1 is not supported with the fp32 accumulation of recipe {plan.recipe!r} (QK_K32 / "
                          "PV_MODE 1): Triton 3.6 compiled it to wrong output for zyfa-exp2 at d 256 on the H200")
     dv_split = cfg.get("DV_SPLIT", 1)
