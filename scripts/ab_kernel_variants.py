@@ -19,7 +19,7 @@ of two warpgroups against the default 64-row ones; ``loads``, K and V by pointer
 with ``block_n=64``: their own numerics, so each row also reports its error) with the launch shapes they allow (four
 programs per SM at hd128, two of one warpgroup each at hd256); ``vt-early``, Vᵀ's tile loaded at the top of the
 iteration beside K's (VT_EARLY 1: one mbarrier per stage for both) instead of after the softmax;
-``vt-early-next`` (not yet run), with V beside K: two stages and one P·V dot at hd256, 128-row programs and three
+``vt-early-next``, with V beside K: two stages and one P·V dot at hd256, 128-row programs and three
 stages at hd128 and MLA.
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
@@ -126,7 +126,7 @@ def variant_set(name):
             add("V loaded beside K (one mbarrier)", "hd128", c, "fa3:accum_flush_tiles=1", {"VT_EARLY": 1})
             add("default", "hd256", c, "fa3", None)
             add("V loaded beside K (one mbarrier)", "hd256", c, "fa3", {"VT_EARLY": 1})
-    elif name == "vt-early-next":  # not yet run: launch shapes again, now that V can come beside K
+    elif name == "vt-early-next":  # launch shapes again, now that V can come beside K (all lost at fb79c9b)
         never = "aiter:accumulator=hopper_fp8,accum_flush_tiles=0"
         for c in (False, True):
             for shape in ("hd128", "mla"):  # two warpgroups per program: what the barrier inside the softmax held back
