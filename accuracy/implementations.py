@@ -542,7 +542,14 @@ def flash_attn_amd_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causa
                            out: torch.Tensor | None = None):
     """One call of flash-attn's Triton-AMD FP8 forward: q8 (b, h, s_q, d), k8/v8 (b, h_kv, s_k, d) e4m3fn;
     descales (b, h) for Q (this release indexes Q's by query head) and (b, h_kv) for K and V.
-    Returns (out fp32 (b, h, s_q, d), lse fp32 natural log (b, h, s_q)). Used by the adapter and ``zyfa bench``."""
+    Returns (out fp32 (b, h, s_q, d), lse fp32 natural log (b, h, s_q)). Used by the adapter and ``zyfa bench``.
+
+    ValueError where Q, K and V do not share one head size: the kernel takes its head size from Q and reads V's rows
+    with it (``ACTUAL_BLOCK_DMODEL``), so MLA's 192/128 would read past V's rows into the next ones."""
+    d_q, d_k, d_v = q8.shape[-1], k8.shape[-1], v8.shape[-1]
+    if not d_q == d_k == d_v:
+        raise ValueError(f"flash-attn's Triton-AMD FP8 forward takes one head size for Q, K and V, not "
+                         f"{d_q}/{d_k}/{d_v}")
     fwd = _flash_attn_amd_module()
     b, h, s_q, _ = q8.shape
     s_k = k8.shape[2]

@@ -569,8 +569,9 @@ def to_markdown(meta, rows, ours="zyfa-hopper"):
 
 
 # rel-L2 against SDPA BF16 on Gaussian inputs above which a row's output is wrong (an FP8 attention is at about
-# 0.05 there): such a row is no speed, and the summary shows it as a wrong output (AMD's Triton FP8 kernel at
-# MLA's 192/128 head dims gave 0.49-0.51 on the H200).
+# 0.05 there): such a row is no speed, and the summary shows it as a wrong output. (AMD's Triton FP8 kernel gave
+# 0.49 and NaN at MLA's 192/128 head dims on the H200 when the bench still ran it there: it takes one head size for
+# Q, K and V, and ``flash_attn_amd_forward`` now refuses such a shape.)
 WRONG_OUTPUT_REL_L2 = 0.3
 
 

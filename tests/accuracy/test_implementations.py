@@ -166,6 +166,24 @@ def test_bench_peer_rows_name_the_registrys_recipes():
     assert "no CUDA device" in rows[1]["error"]
 
 
+def test_amd_forward_refuses_mla_head_dims():
+    """AMD's Triton FP8 forward takes one head size (Q's) for Q, K and V, so MLA's 192/128 is refused in one line
+    before the kernel runs (it read past V's rows there and wrote NaN), and zyfa bench's row says why, with no speed."""
+    from accuracy.implementations import flash_attn_amd_forward
+    from zyfa.bench import run_case
+
+    q = torch.randn(1, 2, 64, 192).to(torch.float8_e4m3fn)
+    v = torch.randn(1, 2, 64, 128).to(torch.float8_e4m3fn)
+    d = torch.ones(1, 2)
+    with pytest.raises(ValueError, match="one head size for Q, K and V, not 192/192/128"):
+        flash_attn_amd_forward(q, q, v, d, d, d, causal=False, sm_scale=0.1)
+    qf, vf = torch.randn(1, 2, 64, 192), torch.randn(1, 2, 64, 128)
+    rows = run_case([], label="gaussian", inputs=(qf, qf, vf), causal=True, recipes=[],
+                    peers=["flash-attn-triton-amd"], warmup=1, rep=1, sampler=None, config=None, log=lambda r: None)
+    assert len(rows) == 1 and "tflops" not in rows[0]
+    assert "one head size for Q, K and V, not 192/192/128" in rows[0]["error"]
+
+
 # ---------------------------------------------------------------------------------------------- plug-in loader
 
 def _write(tmp_path: Path, body: str, name="kern.py") -> Path:
