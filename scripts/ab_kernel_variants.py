@@ -20,7 +20,8 @@ with ``block_n=64``: their own numerics, so each row also reports its error) wit
 programs per SM at hd128, two of one warpgroup each at hd256); ``vt-early``, Vᵀ's tile loaded at the top of the
 iteration beside K's (VT_EARLY 1: one mbarrier per stage for both) instead of after the softmax;
 ``vt-early-next``, with V beside K: two stages and one P·V dot at hd256, 128-row programs and three
-stages at hd128 and MLA.
+stages at hd128 and MLA; ``hd256-unserialized``, the per-tile flush at hd256 as an explicit fresh product and add
+(PV_MODE 4), which ptxas compiles without serializing the wgmma, against PV_MODE 2, which it serializes.
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -33,7 +34,8 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
-SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next")
+SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
+        "hd256-unserialized")
 
 V = []
 
@@ -139,6 +141,20 @@ def variant_set(name):
                 add("V beside K, 2 stages", "hd256", c, r, {"num_stages": 2}, same_bits=True)
                 if r != "zyfa-hopper":  # never flushed: one dot over all of O's columns needs no second register set
                     add("V beside K, one P·V dot (DV_SPLIT 1)", "hd256", c, r, {"DV_SPLIT": 1}, same_bits=True)
+    elif name == "hd256-unserialized":
+        # PV_MODE 2 (the per-tile flush through Triton's partial accumulator) makes ptxas serialize every wgmma of the
+        # kernel at hd256 (advisory C7514: each QGMMA waited before the next); the explicit fresh product and add
+        # (PV_MODE 4) with O's column halves and V beside K compiles without it
+        flushed = "aiter:accumulator=hopper_fp8,accum_flush_tiles=1"
+        for c in (False, True):
+            add("default (PV_MODE 2)", "hd256", c, "zyfa-hopper", None)
+            add("PV_MODE 4 (fresh product added: no serialized wgmma)", "hd256", c, "zyfa-hopper", {"PV_MODE": 4},
+                same_bits=True)
+            add("PV_MODE 4, 2 stages", "hd256", c, "zyfa-hopper", {"PV_MODE": 4, "num_stages": 2}, same_bits=True)
+            for r in ("fa3:accum_flush_tiles=1", flushed):
+                add("default (PV_MODE 2)", "hd256", c, r, None)
+                add("PV_MODE 4 (no serialized wgmma, 972 B of spills)", "hd256", c, r, {"PV_MODE": 4}, same_bits=True)
+            add("default (never flushed)", "hd256", c, "fa3", None)
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 
