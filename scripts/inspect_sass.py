@@ -9,8 +9,9 @@ Without launch flags it compiles the binary the wrapper launches for that recipe
 ``--maxnreg 0`` for no register cap, ``--const DV_SPLIT=1``). The arguments carry the hints the launch's
 specialization gives on the GPU (16-byte-aligned tensors, sequence lengths that are multiples of 16), so registers
 and code match the binary the H200 runs.
-Prints the resolved config, registers, spills, shared memory and an instruction histogram (QGMMA, MUFU.EX2, F2I,
-F2FP, I2F ...). ``--dump FILE`` writes the SASS: compiling before and after a change and comparing the dumps shows
+Prints the resolved config, registers, spills, shared memory, an instruction histogram (QGMMA, MUFU.EX2, F2I,
+F2FP, I2F ...) and whether ptxas serialized the wgmma (its advisory C7514, which Triton does not show).
+``--dump FILE`` writes the SASS: compiling before and after a change and comparing the dumps shows
 whether a refactor changed the binary (docs/kernel_notes.md, 'Reproduce').
 """
 from __future__ import annotations
@@ -79,6 +80,27 @@ def sass_histogram(cubin: bytes):
     return sass, ops
 
 
+def wgmma_serialized(ck, maxnreg=None) -> str | None:
+    """ptxas's advisory C7514 for this compile, or None: run the bundled ptxas again with -v on the kernel's PTX.
+
+    ptxas serializes every wgmma of a kernel (each QGMMA group waited before the next is issued) when it cannot
+    keep them in flight, e.g. where other instructions read a wgmma's accumulator between its issue and its wait
+    (docs/kernel_notes.md, "wgmma serialized by ptxas"); Triton does not show the advisory."""
+    import triton
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ck.asm["ptx"])
+        cap = [f"--maxrregcount={maxnreg}"] if maxnreg else []
+        r = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap, path, "-o", os.path.join(d, "k.cubin")],
+                           capture_output=True, text=True)
+    for line in (r.stdout + r.stderr).splitlines():
+        if "C7514" in line:
+            return line.split("Potential Performance Loss:", 1)[-1].strip()
+    return None
+
+
 def main():
     ap = argparse.ArgumentParser(description="Compile the kernel for sm_90a (no GPU) and count its SASS "
                                  "instructions; launch flags override the wrapper's default config.")
@@ -139,6 +161,8 @@ def main():
             "PRMT", "SHF", "LOP3", "IMAD", "SHFL", "LDL", "STL", "SYNCS", "UTMALDG", "LDGSTS", "BAR", "STS", "LDS",
             "LDSM", "STSM"]
     print("  ".join(f"{k}={ops.get(k, 0)}" for k in keys))
+    why = wgmma_serialized(ck, cfg.get("maxnreg"))
+    print(f"wgmma serialized by ptxas: {'yes (' + why + ')' if why else 'no'}")
 
 
 if __name__ == "__main__":

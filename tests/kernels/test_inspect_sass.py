@@ -49,3 +49,16 @@ def test_a_refused_config_is_one_line():
                         "--const", "VT_EARLY=1"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.strip().count("\n") == 0 and "VT_EARLY=1 is not supported" in r.stderr
+
+
+def test_serialized_wgmma_is_reported(inspect_sass):
+    """ptxas's advisory that it serialized every wgmma: absent from the default launches at hd128 and MLA, present
+    with the per-tile flush through Triton's partial accumulator at hd256 (PV_MODE 2) and absent with the explicit
+    fresh product (PV_MODE 4), the same bits (docs/kernel_notes.md)."""
+    for dqk, dv in ((128, 128), (192, 128)):
+        ck, cfg, _ = inspect_sass.compile_variant("zyfa-hopper", dqk, dv, True)
+        assert inspect_sass.wgmma_serialized(ck, cfg.get("maxnreg")) is None
+    ck, cfg, _ = inspect_sass.compile_variant("zyfa-hopper", 256, 256, False, config={"PV_MODE": 2})
+    assert "serialized" in inspect_sass.wgmma_serialized(ck, cfg.get("maxnreg"))
+    ck, cfg, _ = inspect_sass.compile_variant("zyfa-hopper", 256, 256, False, config={"PV_MODE": 4})
+    assert inspect_sass.wgmma_serialized(ck, cfg.get("maxnreg")) is None
