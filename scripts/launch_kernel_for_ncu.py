@@ -7,7 +7,13 @@ On the H200, from the repository root (`--clock-control none`: leave the GPU's c
         --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio' \\
         python3 scripts/launch_kernel_for_ncu.py --recipe zyfa-hopper --seq 16384
 
-``-s 2 -c 1`` skips the two warm-up launches and profiles the third. docs/kernel_notes.md has what it showed.
+``-s 2 -c 1`` skips the two warm-up launches and profiles the third. The last launch also runs alone between
+cudaProfilerStart and cudaProfilerStop, so ``ncu --profile-from-start off`` (no ``-k``/``-s``/``-c``) profiles
+just its kernels. docs/kernel_notes.md has what it showed.
+
+``--peer cudnn-fp8`` or ``--peer flashinfer-fa3`` launches that peer instead, on the same Gaussian inputs (the
+bench's adapters; the cuDNN frontend wheel, or FlashInfer's pack, installed into /tmp/site). Their kernel names
+are their own: profile them with ``--profile-from-start off`` (``scripts/profile_kernels_ncu.sh`` does).
 """
 import argparse
 import os
@@ -23,14 +29,32 @@ def main() -> int:
     ap.add_argument("--seq", type=int, default=16384)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--launches", type=int, default=3)
+    ap.add_argument("--peer", default=None, choices=("cudnn-fp8", "flashinfer-fa3"),
+                    help="launch this peer on the same inputs instead of our kernel")
     a = ap.parse_args()
+    import math
+
     import torch
 
     from zyfa.bench import gaussian_kernel_call
-    fn, _ = gaussian_kernel_call(a.shape, a.seq, a.causal, a.recipe)
-    for _ in range(a.launches):
+    fn, (q, k, v) = gaussian_kernel_call(a.shape, a.seq, a.causal, a.recipe)
+    sm_scale = 1 / math.sqrt(q.shape[-1])
+    if a.peer == "cudnn-fp8":
+        from zyfa.bench import make_cudnn_fp8
+        from zyfa.kernels.attention_fp8 import quantize_for_kernel
+        q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, "ck")  # per-tensor descales, as the bench
+        fn, _ = make_cudnn_fp8(q8, k8, v8, qd[0, 0], kd[0, 0], vd[0, 0], a.causal, sm_scale)
+    elif a.peer == "flashinfer-fa3":
+        from zyfa.bench import make_flashinfer_fa3
+        fn, _ = make_flashinfer_fa3(q, k, v, a.causal, sm_scale)
+    for _ in range(a.launches - 1):
         fn()
     torch.cuda.synchronize()
+    # the last call alone between cudaProfilerStart / Stop: `ncu --profile-from-start off` profiles just its kernels
+    torch.cuda.cudart().cudaProfilerStart()
+    fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
     return 0
 
 

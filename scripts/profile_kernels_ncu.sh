@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Nsight Compute launch statistics and stall profile of our kernel and of the FP8 peers, on the H200, same inputs.
+# From the repository root, with the peers' wheels and packs in DIR (as for scripts/gpu_check.sh --wheels):
+#
+#   bash scripts/profile_kernels_ncu.sh [--wheels DIR] [--out DIR] [--shape hd128] [--seq 16384] [--causal]
+#
+# Writes OUT/ncu_<target>.txt for zyfa-hopper, cuDNN FP8 and FA3's FP8 kernel (FlashInfer): grid, block, registers,
+# shared memory, cluster, occupancy, speed of light, warp states and scheduler statistics of each kernel of the
+# last of three calls (the first two warm up; a peer may launch more than one kernel per call: the attention kernel
+# is the long one). The clocks are left as they are (--clock-control none), so durations are the bench's.
+set -u
+cd "$(dirname "$0")/.."
+WHEELS=.wheels
+OUT=${OUT:-/tmp}
+SHAPE=hd128
+SEQ=16384
+CAUSAL=''
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --wheels) WHEELS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --shape) SHAPE=$2; shift 2 ;;
+    --seq) SEQ=$2; shift 2 ;;
+    --causal) CAUSAL=--causal; shift ;;
+    -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
+    *) echo "profile_kernels_ncu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+[ -x "$NCU" ] || { echo "profile_kernels_ncu.sh: ncu not found" >&2; exit 2; }
+ls "$WHEELS"/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+  --upgrade --target /tmp/site "$WHEELS"/*.whl
+for pack in "$WHEELS"/*.tar.xz; do
+  [ -e "$pack" ] && mkdir -p /tmp/site && tar -xJf "$pack" -C /tmp/site
+done
+export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+SECTIONS=(--section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats
+          --section SchedulerStats)
+for target in zyfa-hopper cudnn-fp8 flashinfer-fa3; do
+  peer=()
+  [ "$target" = zyfa-hopper ] || peer=(--peer "$target")
+  echo "== $target ($SHAPE, $SEQ tokens, ${CAUSAL:-non-causal})"
+  # the kernels of the last call only (launch_kernel_for_ncu.py brackets it with cudaProfilerStart / Stop)
+  timeout 120 "$NCU" --clock-control none --profile-from-start off "${SECTIONS[@]}" \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    python3 scripts/launch_kernel_for_ncu.py --shape "$SHAPE" --seq "$SEQ" "${peer[@]}" $CAUSAL \
+    > "$OUT/ncu_$target.txt" 2>&1
+  echo "rc=$? $(grep -c 'Duration' "$OUT/ncu_$target.txt") kernels profiled"
+done
