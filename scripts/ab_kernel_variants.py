@@ -21,7 +21,8 @@ programs per SM at hd128, two of one warpgroup each at hd256); ``vt-early``, Váµ
 iteration beside K's (VT_EARLY 1: one mbarrier per stage for both) instead of after the softmax;
 ``vt-early-next``, with V beside K: two stages and one PÂ·V dot at hd256, 128-row programs and three
 stages at hd128 and MLA; ``hd256-unserialized``, the per-tile flush at hd256 as an explicit fresh product and add
-(PV_MODE 4), which ptxas compiles without serializing the wgmma, against PV_MODE 2, which it serializes.
+(PV_MODE 4), which ptxas compiles without serializing the wgmma, against PV_MODE 2, which it serializes;
+``mla-occupancy``, three programs per SM at MLA through 64-key tiles (their own numerics).
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -35,7 +36,7 @@ import time
 
 sys.path.insert(0, os.getcwd())
 SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
-        "hd256-unserialized")
+        "hd256-unserialized", "mla-occupancy")
 
 V = []
 
@@ -155,6 +156,16 @@ def variant_set(name):
                 add("default (PV_MODE 2)", "hd256", c, r, None)
                 add("PV_MODE 4 (no serialized wgmma, 972 B of spills)", "hd256", c, r, {"PV_MODE": 4}, same_bits=True)
             add("default (never flushed)", "hd256", c, "fa3", None)
+    elif name == "mla-occupancy":
+        # MLA's 128-key tiles need 95 KB of shared memory: two programs per SM. 64-key tiles (their own numerics:
+        # each row carries its error) need 54 KB (two stages) or 75 KB (three) at 158 registers: three programs
+        for c in (False, True):
+            add("default (128-key tiles, two programs per SM)", "mla", c, "zyfa-hopper", None)
+            add("64-key tiles, 2 stages (three programs)", "mla", c, "zyfa-hopper:block_n=64", None)
+            add("64-key tiles, 3 stages (three programs)", "mla", c, "zyfa-hopper:block_n=64", {"num_stages": 3})
+            add("rounded sum on the tensor core", "mla", c, "zyfa-hopper:rowsum=rounded_mma", None)
+            add("default", "mla", c, "fa3", None)
+            add("64-key tiles, 2 stages", "mla", c, "fa3:block_n=64", None)
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 
