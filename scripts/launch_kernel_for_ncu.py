@@ -32,6 +32,8 @@ def main() -> int:
     ap.add_argument("--peer", default=None, choices=("cudnn-fp8", "flashinfer-fa3"),
                     help="launch this peer on the same inputs instead of our kernel")
     a = ap.parse_args()
+    if a.launches < 1:
+        ap.error("--launches must be at least 1 (the last one is the one profiled)")
     import math
 
     import torch

@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # Nsight Compute launch statistics and stall profile of our kernel and of the FP8 peers, on the H200, same inputs.
-# From the repository root, with the peers' wheels and packs in DIR (as for scripts/gpu_check.sh --wheels):
+# With the peers' wheels and packs in DIR (as for scripts/gpu_check.sh --wheels; default: the repository's .wheels):
 #
 #   bash scripts/profile_kernels_ncu.sh [--wheels DIR] [--out DIR] [--shape hd128] [--seq 16384] [--causal]
 #
-# Writes OUT/ncu_<target>.txt for zyfa-hopper, cuDNN FP8 and FA3's FP8 kernel (FlashInfer): grid, block, registers,
-# shared memory, cluster, occupancy, speed of light, warp states and scheduler statistics of each kernel of the
-# last of three calls (the first two warm up; a peer may launch more than one kernel per call: the attention kernel
+# Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper, cuDNN FP8 and FA3's FP8
+# kernel (FlashInfer): grid, block, registers, shared memory, cluster, occupancy, speed of light, warp states and
+# scheduler statistics of each kernel of the last of three calls (the first two warm up; a peer may launch more than one kernel per call: the attention kernel
 # is the long one). The clocks are left as they are (--clock-control none), so durations are the bench's.
 set -u
-cd "$(dirname "$0")/.."
-WHEELS=.wheels
-OUT=${OUT:-/tmp}
+OUT=$PWD  # the caller's directory, unless --out names another
+WHEELS=''
 SHAPE=hd128
 SEQ=16384
 CAUSAL=''
@@ -26,6 +25,11 @@ while [ $# -gt 0 ]; do
     *) echo "profile_kernels_ncu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+mkdir -p "$OUT" 2>/dev/null && OUT=$(cd "$OUT" && pwd) || { echo "profile_kernels_ncu.sh: cannot write to $OUT" >&2
+                                                            exit 2; }
+case "$WHEELS" in /*|'') ;; *) WHEELS=$PWD/$WHEELS ;; esac
+cd "$(dirname "$0")/.."
+WHEELS=${WHEELS:-$PWD/.wheels}
 NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 [ -x "$NCU" ] || { echo "profile_kernels_ncu.sh: ncu not found" >&2; exit 2; }
 ls "$WHEELS"/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
