@@ -7,7 +7,8 @@
 # Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper, cuDNN FP8 and FA3's FP8
 # kernel (FlashInfer): grid, block, registers, shared memory, cluster, occupancy, speed of light, warp states and
 # scheduler statistics of each kernel of the last of three calls (the first two warm up; a peer may launch more
-# than one kernel per call: the attention kernel is the long one). The clocks are left as they are (--clock-control none), so durations are the bench's.
+# than one kernel per call: the attention kernel is the long one). The clocks are left as they are
+# (--clock-control none), so durations are the bench's.
 set -u
 OUT=$PWD  # the caller's directory, unless --out names another
 WHEELS=''
