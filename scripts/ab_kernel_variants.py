@@ -234,8 +234,7 @@ def main():
             p(line)
     p(f"warm {time.time()-t0:.0f}s")
     _identity(p)
-    from zyfa.bench import SHAPES, ClockSampler, bench_heads, flops, gaussian_kernel_call, make_cudnn_fp8, rel_l2, timed
-    from zyfa.kernels import attention_fp8 as A
+    from zyfa.bench import SHAPES, ClockSampler, bench_heads, cudnn_fp8_call, flops, gaussian_kernel_call, rel_l2, timed
     sampler = ClockSampler()
     res, peers, errs, refs = {}, {}, {}, {}
     for rnd in range(a.rounds):
@@ -256,8 +255,7 @@ def main():
                 continue
             if len(peers.get((shape, causal), [])) <= rnd:
                 try:
-                    q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, "ck")
-                    f2, deq = make_cudnn_fp8(q8, k8, v8, qd[0, 0], kd[0, 0], vd[0, 0], causal, 1 / math.sqrt(d_qk))
+                    f2, deq = cudnn_fp8_call(q, k, v, causal, 1 / math.sqrt(d_qk))
                     if rnd == 0:
                         errs[("cuDNN FP8", shape, causal, "-")] = rel_l2(deq(), refs[(shape, causal)])
                     ms, _ = timed(f2, 10, 60, sampler)

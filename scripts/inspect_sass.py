@@ -63,9 +63,14 @@ def compile_variant(recipe="zyfa-hopper", dqk=128, dv=128, causal=False, window=
     return ck, {**cfg, "MAD_CVT": mad_cvt}, time.time() - t0
 
 
-def sass_histogram(cubin: bytes):
+def _triton_tool(name: str) -> str:
+    """The path of a CUDA tool Triton bundles (ptxas, cuobjdump)."""
     import triton
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def sass_histogram(cubin: bytes):
+    cuobjdump = _triton_tool("cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
         path = f.name
@@ -80,20 +85,20 @@ def sass_histogram(cubin: bytes):
     return sass, ops
 
 
-def wgmma_serialized(ck, maxnreg=None) -> str | None:
-    """ptxas's advisory C7514 for this compile, or None: run the bundled ptxas again with -v on the kernel's PTX.
+def wgmma_serialized(ck) -> str | None:
+    """ptxas's advisory C7514 for this compile, or None: run the bundled ptxas again with -v on the kernel's PTX
+    (with the compile's register cap).
 
     ptxas serializes every wgmma of a kernel (each QGMMA group waited before the next is issued) when it cannot
     keep them in flight, e.g. where other instructions read a wgmma's accumulator between its issue and its wait
     (docs/kernel_notes.md, "wgmma serialized by ptxas"); Triton does not show the advisory."""
-    import triton
-    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.ptx")
         with open(path, "w") as f:
             f.write(ck.asm["ptx"])
+        maxnreg = getattr(ck.metadata, "maxnreg", None)
         cap = [f"--maxrregcount={maxnreg}"] if maxnreg else []
-        r = subprocess.run([ptxas, "-arch=sm_90a", "-v", *cap, path, "-o", os.path.join(d, "k.cubin")],
+        r = subprocess.run([_triton_tool("ptxas"), "-arch=sm_90a", "-v", *cap, path, "-o", os.path.join(d, "k.cubin")],
                            capture_output=True, text=True)
     for line in (r.stdout + r.stderr).splitlines():
         if "C7514" in line:
@@ -161,7 +166,7 @@ def main():
             "PRMT", "SHF", "LOP3", "IMAD", "SHFL", "LDL", "STL", "SYNCS", "UTMALDG", "LDGSTS", "BAR", "STS", "LDS",
             "LDSM", "STSM"]
     print("  ".join(f"{k}={ops.get(k, 0)}" for k in keys))
-    why = wgmma_serialized(ck, cfg.get("maxnreg"))
+    why = wgmma_serialized(ck)
     print(f"wgmma serialized by ptxas: {'yes (' + why + ')' if why else 'no'}")
 
 

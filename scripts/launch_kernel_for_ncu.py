@@ -42,10 +42,8 @@ def main() -> int:
     fn, (q, k, v) = gaussian_kernel_call(a.shape, a.seq, a.causal, a.recipe)
     sm_scale = 1 / math.sqrt(q.shape[-1])
     if a.peer == "cudnn-fp8":
-        from zyfa.bench import make_cudnn_fp8
-        from zyfa.kernels.attention_fp8 import quantize_for_kernel
-        q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, "ck")  # per-tensor descales, as the bench
-        fn, _ = make_cudnn_fp8(q8, k8, v8, qd[0, 0], kd[0, 0], vd[0, 0], a.causal, sm_scale)
+        from zyfa.bench import cudnn_fp8_call
+        fn, _ = cudnn_fp8_call(q, k, v, a.causal, sm_scale)
     elif a.peer == "flashinfer-fa3":
         from zyfa.bench import make_flashinfer_fa3
         fn, _ = make_flashinfer_fa3(q, k, v, a.causal, sm_scale)

@@ -298,6 +298,15 @@ def make_cudnn_fp8(q8, k8, v8, qd, kd, vd, causal, sm_scale):
     return fn, out_deq
 
 
+def cudnn_fp8_call(q, k, v, causal, sm_scale):
+    """cuDNN FP8 SDPA on q, k, v (bf16, MHA) quantized with per-tensor descales, as the bench runs it:
+    :func:`make_cudnn_fp8`'s (fn, dequantized output)."""
+    from zyfa.kernels.attention_fp8 import quantize_for_kernel
+
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, "ck")
+    return make_cudnn_fp8(q8, k8, v8, qd[0, 0], kd[0, 0], vd[0, 0], causal, sm_scale)
+
+
 def make_flash_attn_amd(q, k, v, causal, sm_scale):
     """AMD's Triton FP8 forward from the flash-attn package (accuracy.implementations' adapter), on the FP8
     values of its recipe; it reads V as stored (no transpose of ours). Returns (fn, first output)."""
@@ -516,8 +525,7 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
             else:
                 if h_kv != h:
                     raise ValueError("cuDNN FP8 peer run with expanded K/V only for MHA shapes")
-                q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, "ck")  # per-tensor descales
-                fn, out_deq = make_cudnn_fp8(q8, k8, v8, qd[0, 0], kd[0, 0], vd[0, 0], causal, sm_scale)
+                fn, out_deq = cudnn_fp8_call(q, k, v, causal, sm_scale)
                 if ref is None:
                     ref = sdpa_reference(q, k, v, causal, sm_scale).float()
                 row["rel_l2_vs_sdpa_bf16"] = rel_l2(out_deq(), ref)

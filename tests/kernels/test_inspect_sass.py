@@ -57,8 +57,10 @@ def test_serialized_wgmma_is_reported(inspect_sass):
     fresh product (PV_MODE 4), the same bits (docs/kernel_notes.md)."""
     for dqk, dv in ((128, 128), (192, 128)):
         ck, cfg, _ = inspect_sass.compile_variant("zyfa-hopper", dqk, dv, True)
-        assert inspect_sass.wgmma_serialized(ck, cfg.get("maxnreg")) is None
+        # the check reruns ptxas with the compile's own register cap (168 at hd128 causal)
+        assert getattr(ck.metadata, "maxnreg", None) == cfg.get("maxnreg")
+        assert inspect_sass.wgmma_serialized(ck) is None
     ck, cfg, _ = inspect_sass.compile_variant("zyfa-hopper", 256, 256, False, config={"PV_MODE": 2})
-    assert "serialized" in inspect_sass.wgmma_serialized(ck, cfg.get("maxnreg"))
+    assert "serialized" in inspect_sass.wgmma_serialized(ck)
     ck, cfg, _ = inspect_sass.compile_variant("zyfa-hopper", 256, 256, False, config={"PV_MODE": 4})
-    assert inspect_sass.wgmma_serialized(ck, cfg.get("maxnreg")) is None
+    assert inspect_sass.wgmma_serialized(ck) is None
