@@ -15,6 +15,8 @@ Built-ins (:func:`builtin_names`):
   writes FP8 output, so ``scale_o`` must be chosen: ``cudnn-fp8`` takes 448 / amax(O) from a first pass,
   ``cudnn-fp8:oracle-scale`` from the FP64 oracle's output amax. The choice is in the row (``scale_o_choice``).
 - ``sdpa-bf16:cudnn``, ``sdpa-bf16:flash``: PyTorch SDPA in BF16 on one backend, paired with ``bf16``.
+- ``sdpa-fp32``: PyTorch SDPA in fp32 on any device and backend, paired with ``fp32``: the FP32 baseline of the
+  long-context tasks (a window or a causal mask with s_q != s_k is passed as an explicit bottom-right mask).
 - ``flash-attn-triton-amd``: AMD's Triton FP8 forward from the ``flash-attn`` package
   (``flash_attn.flash_attn_triton_amd.fwd_prefill``), installed as a package; the adapter sets its launch
   config (the AMD-only ``waves_per_eu`` hint left out) and imports its forward alone. docs/real_kernels.md says
@@ -484,6 +486,32 @@ def _sdpa_impl(backend: str) -> Implementation:
         description=f"PyTorch scaled_dot_product_attention in BF16, {backend} backend")
 
 
+def _sdpa_fp32_impl() -> Implementation:
+    def fn(x: AttentionInput, context: dict) -> ImplResult:
+        import torch.nn.functional as F
+
+        h = x.q.shape[1]
+        q = x.q.float()
+        k = _expand_kv(x.k.float(), h)
+        v = _expand_kv(x.v.float(), h)
+        s_q, s_k = q.shape[2], k.shape[2]
+        window = _effective_window(x)
+        mask = None
+        if window is not None or (x.causal and s_q != s_k):  # bottom-right causal (+ window), as the oracle
+            i = torch.arange(s_q, device=q.device).view(-1, 1) + (s_k - s_q)
+            j = torch.arange(s_k, device=q.device).view(1, -1)
+            mask = j <= i  # a window includes the causal bound (HF convention, as the oracle)
+            if window is not None:
+                mask = mask & (j > i - window)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(x.causal) and mask is None,
+                                             scale=_sm(x))
+        return ImplResult(out, None, {"sdpa_dtype": "float32"})
+
+    return Implementation(
+        name="sdpa-fp32", fn=fn, recipe="fp32", quantizes="none", device="any", package=None, check=None,
+        limits=None, description="PyTorch scaled_dot_product_attention in fp32 (any backend; the FP32 baseline)")
+
+
 # ---------------------------------------------------------------------------------------------- flash-attn Triton AMD
 
 def _read_release(dist: str, versions: tuple[str, ...], what: str) -> tuple[bool, str]:
@@ -669,6 +697,7 @@ def _builtins() -> dict[str, Callable[[], Implementation]]:
     reg["cudnn-fp8:oracle-scale"] = lambda: _cudnn_impl("cudnn-fp8:oracle-scale", "oracle")
     reg["sdpa-bf16:cudnn"] = lambda: _sdpa_impl("cudnn")
     reg["sdpa-bf16:flash"] = lambda: _sdpa_impl("flash")
+    reg["sdpa-fp32"] = _sdpa_fp32_impl
     reg["flash-attn-triton-amd"] = _flash_attn_amd_impl
     reg["flashinfer-fa3"] = _flashinfer_fa3_impl
     return reg

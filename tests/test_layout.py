@@ -57,13 +57,14 @@ def test_cli_lists_subcommands(capsys):
 
 # ---------------------------------------------------------------------------------------------- accuracy roles
 
-ROLES = ("report", "impact", "study")
+ROLES = ("report", "impact", "longctx", "study")
 # role -> what it may import inside accuracy ("core", a role, or "role.module")
 ROLE_ALLOWED = {
     "core": {"core"},
     "report": {"core", "report"},
     "impact": {"core", "impact", "report.blocks", "report.document", "report.plots"},
-    "study": {"core", "report", "impact", "study"},
+    "longctx": {"core", "longctx", "impact.model", "report"},
+    "study": {"core", "report", "impact", "longctx", "study"},
 }
 
 

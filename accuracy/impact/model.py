@@ -1,7 +1,16 @@
-"""A recipe's emulator as a model's attention, and the comparison of a model's logits against the stock ones.
+"""Any attention implementation as a model's attention, and the comparison of a model's logits against the stock
+ones.
 
-Exposed: ``RecipeAttention``, ``UnsupportedMaskError``, ``final_hidden``, ``logits_from_hidden``,
-``stock_logits``, ``compare_logits``.
+- :class:`RecipeAttention`: a recipe's emulator (CPU or CUDA) as a transformers attention function.
+- :class:`ModelAttention`: any implementation of the registry (:mod:`accuracy.implementations`: ``triton:<recipe>``,
+  cuDNN FP8, FA3 through FlashInfer, SDPA, a user's plug-in) or a recipe's emulator, with a record of what ran in
+  each layer. A layer the implementation refuses (a sliding window, a head dim) raises
+  :class:`UnsupportedLayerError` unless ``fallback="stock"`` is asked for; then that layer runs the model's own
+  attention and the record says so, with the reason. Nothing falls back silently.
+- :func:`model_attention`: a name (a built-in implementation, a recipe spec, ``stock``) -> the function to swap in.
+
+Exposed: ``RecipeAttention``, ``ModelAttention``, ``model_attention``, ``UnsupportedMaskError``,
+``UnsupportedLayerError``, ``STOCK``, ``final_hidden``, ``logits_from_hidden``, ``stock_logits``, ``compare_logits``.
 """
 
 from __future__ import annotations
@@ -19,6 +28,14 @@ from zyfa.recipes import Recipe, get_recipe
 
 class UnsupportedMaskError(ValueError):
     """The model passed an attention mask that causal/sliding-window emulation cannot express."""
+
+
+class UnsupportedLayerError(ValueError):
+    """An implementation refuses a layer's shape (a sliding window, a head dim) and no fallback was asked for."""
+
+
+# the model's own attention (transformers' sdpa in the model's dtype): a baseline, never swapped
+STOCK = "stock"
 
 
 # ------------------------------------------------------------------------------------------------- adaptor
@@ -105,6 +122,118 @@ class RecipeAttention:
             self.on_layer(layer)
         out = emu.out.to(query.dtype).transpose(1, 2).contiguous()
         return out, None
+
+
+class ModelAttention(RecipeAttention):
+    """Any implementation (a registry :class:`~accuracy.implementations.Implementation`, or a recipe's emulator)
+    as a transformers attention function, for ``capture.hook.swap_attention``.
+
+    Args:
+        impl: an Implementation (built-in or plug-in), a :class:`~zyfa.recipes.Recipe` or a recipe spec (the
+            emulator, ``NAME@PLATFORM`` included).
+        fallback: ``None`` (a layer the implementation refuses raises :class:`UnsupportedLayerError`) or
+            ``"stock"`` (that layer runs the model's own sdpa attention; :attr:`ran` records it with the reason).
+        on_output: called after each layer as ``on_output(layer, q, k, v, out, sm_scale, window)`` with the
+            layer's q, k, v (b, h, s, d) and the implementation's output (b, h, s_q, d_v): for operator error.
+        on_layer: called with the layer index after each layer (progress).
+
+    Attributes:
+        name: what runs (the implementation's name, or ``emulator:<recipe>``).
+        ran: layer -> what computed it in the last pass (``name``, or ``stock sdpa (fallback: <reason>)``).
+        p_flushed: layer -> the emulator's fraction of probabilities rounded to 0 (emulator only).
+    """
+
+    def __init__(self, impl, *, fallback: str | None = None, on_output: Callable[..., None] | None = None,
+                 on_layer: Callable[[int], None] | None = None):
+        if fallback not in (None, STOCK):
+            raise ValueError(f"fallback must be None or {STOCK!r}, not {fallback!r}")
+        from accuracy.implementations import Implementation
+
+        self.impl = impl if isinstance(impl, Implementation) else None
+        super().__init__(get_recipe("fp32") if self.impl is not None else _resolve(impl), on_layer=on_layer)
+        self.name = self.impl.name if self.impl is not None else f"emulator:{self.recipe.name}"
+        self.fallback = fallback
+        self.on_output = on_output
+        self.ran: dict[int, str] = {}
+
+    def __call__(self, module, query, key, value, attention_mask, *, scaling=None, sliding_window=None,
+                 dropout=0.0, softcap=None, is_causal=None, **kwargs):
+        from accuracy.implementations import call_implementation, unsupported_reason
+        from accuracy.inputs import AttentionInput
+
+        layer = int(getattr(module, "layer_idx", -1))
+        if softcap is not None:
+            raise UnsupportedMaskError(f"layer {layer}: attention logit softcapping is not supported")
+        if is_causal is False or not getattr(module, "is_causal", True):
+            raise UnsupportedMaskError(f"layer {layer}: non-causal attention is not supported (decoders only)")
+        if dropout and module.training:
+            raise ValueError(f"layer {layer}: attention dropout in training mode is not supported")
+        window = int(sliding_window) if sliding_window else None
+        s_q, s_k = query.shape[2], key.shape[2]
+        if attention_mask is not None:
+            self.check_mask(attention_mask, s_q, s_k, window, layer)
+        sm_scale = float(scaling if scaling is not None else module.scaling)
+        with torch.no_grad():
+            if self.impl is None:
+                emu = emulate(query, key, value, self.recipe, causal=True, sm_scale=sm_scale, window=window)
+                self.p_flushed[layer] = float(emu.stats.get("p_flushed_frac", 0.0))
+                out, what = emu.out, self.name
+            else:
+                x = AttentionInput(f"layer{layer}", query, key, value, causal=True, window=window, sm_scale=sm_scale)
+                reason = unsupported_reason(self.impl, x)
+                if reason is not None and self.fallback is None:
+                    raise UnsupportedLayerError(f"{self.impl.name} refuses layer {layer}: {reason}")
+                if reason is not None:
+                    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+                    self.ran[layer] = f"stock sdpa (fallback: {reason})"
+                    res = sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                                 sliding_window=sliding_window, dropout=0.0, **kwargs)
+                    if self.on_layer is not None:
+                        self.on_layer(layer)
+                    return res
+                out, what = call_implementation(self.impl, x).out, self.impl.name
+        self.ran[layer] = what
+        if self.on_output is not None:
+            self.on_output(layer, query, key, value, out, sm_scale, window)
+        if self.on_layer is not None:
+            self.on_layer(layer)
+        return out.to(query.dtype).transpose(1, 2).contiguous(), None
+
+    def ran_summary(self) -> dict[str, list[int]]:
+        """What ran -> the layers it computed, in the last pass."""
+        out: dict[str, list[int]] = {}
+        for layer, what in sorted(self.ran.items()):
+            out.setdefault(what, []).append(layer)
+        return out
+
+
+def _resolve(spec):
+    from accuracy.implementations import resolve_recipe
+
+    return resolve_recipe(spec)
+
+
+def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw) -> ModelAttention | None:
+    """The attention function for ``name``: ``stock`` -> None (the model's own attention, nothing swapped); a
+    built-in implementation (:func:`accuracy.implementations.builtin_names`) or a plug-in among ``plugins``
+    (loaded :class:`~accuracy.implementations.Implementation`, by name) -> that kernel; anything else is a recipe
+    spec run by the emulator. ValueError names an unknown one."""
+    from accuracy.implementations import builtin_names, get_implementation
+
+    if name == STOCK:
+        return None
+    for p in plugins:
+        if p.name == name:
+            return ModelAttention(p, fallback=fallback, **kw)
+    if name in builtin_names():
+        return ModelAttention(get_implementation(name), fallback=fallback, **kw)
+    try:
+        recipe = _resolve(name)
+    except ValueError as e:
+        raise ValueError(f"{name!r} is neither an implementation ({', '.join(builtin_names())}, {STOCK}) nor a "
+                         f"recipe: {e}") from None
+    return ModelAttention(recipe, fallback=fallback, **kw)
 
 
 # ------------------------------------------------------------------------------------------------- logits

@@ -1,0 +1,298 @@
+"""The long-context section of a report: what the baseline retrieves, each implementation's accuracy and paired
+log-probability difference against length (with intervals), the error curves beside them, the needle heatmaps
+(depth x length), the finding on Hopper's FP8 accumulator, and the length-cliff table when given.
+
+Exposed: ``RenderError``, ``section_blocks(rows, provs, cliff_table=None) -> (blocks, images, headline)``,
+``headline(rows)``, ``render_folder(results, out_dir, cliffs=None, force=False) -> Path``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from accuracy.longctx.scores import (
+    BASELINE_MIN,
+    baseline_of,
+    cell_table,
+    length_table,
+    load_rows,
+    retrieving_lengths,
+)
+from accuracy.report.blocks import md_cell, slug
+from accuracy.report.document import Doc, write_report
+from accuracy.report.plots import png, pyplot
+
+__all__ = ["RenderError", "accumulator_group", "headline", "render_folder", "section_blocks"]
+
+# which accumulator an implementation's FP8 dots have (the hypothesis of docs/LONGCTX.md)
+GROUPS = ("never flushed (Hopper FP8 accumulator)", "flushed per KV tile", "fp32 accumulation", "baseline / bf16")
+
+
+class RenderError(ValueError):
+    """Results that cannot be rendered (missing, not long-context rows, an output that exists)."""
+
+
+def accumulator_group(name: str, accumulation: str | None = None) -> str:
+    """The accumulator class of an implementation: from its rows' ``accumulation`` (what its paired recipe does
+    on the platform it ran on, :func:`accuracy.longctx.run.accumulation`), else guessed from its name."""
+    if accumulation:
+        if accumulation.startswith("hopper_fp8 never"):
+            return GROUPS[0]
+        if accumulation.startswith("hopper_fp8"):
+            return GROUPS[1]
+        if accumulation.startswith("fp32"):
+            return GROUPS[2]
+        return GROUPS[3]
+    n = name.lower()
+    if "mi355x" in n or "accumulator=fp32" in n:
+        return GROUPS[2]
+    if any(t in n for t in ("fa3", "cudnn-fp8")):
+        return GROUPS[0]
+    if "hopper" in n or "flush" in n:
+        return GROUPS[1]
+    if any(t in n for t in ("fp32", "bf16", "stock")):
+        return GROUPS[3]
+    return GROUPS[1] if n.startswith("triton:") else GROUPS[2]
+
+
+def _fmt_pct(x: float) -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.0f}%"
+
+
+def _fmt(x, spec=".2f") -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def _groups(rows: Sequence[dict]) -> dict[str, str]:
+    """implementation -> its accumulator group, from its rows."""
+    acc = {}
+    for r in rows:
+        if r.get("implementation") and r.get("accumulation"):
+            acc[r["implementation"]] = r["accumulation"]
+    names = {r.get("implementation") for r in rows if r.get("implementation")}
+    return {n: accumulator_group(n, acc.get(n)) for n in names}
+
+
+def _order(names: Sequence[str], baseline: str | None, groups: dict[str, str]) -> list[str]:
+    rank = {g: i for i, g in enumerate(GROUPS)}
+    return sorted(set(names), key=lambda n: (n != baseline, rank[groups.get(n, GROUPS[3])] if n != baseline else -1,
+                                             n))
+
+
+def headline(rows: Sequence[dict]) -> str | None:
+    """One sentence: at the longest length where the baseline retrieves, the largest accuracy drop and log p
+    change of the never-flushed FP8 accumulator against per-tile flushing, with the numbers."""
+    base = baseline_of(rows)
+    if base is None:
+        return None
+    lt = length_table(rows, base)
+    groups = _groups(rows)
+    best: dict[str, tuple] = {}
+    for (m, t, n, impl), s in lt.items():
+        if impl == base or s["n"] == 0:
+            continue
+        g = groups[impl]
+        cur = best.get(g)
+        score = (n, s["drop"] if not math.isnan(s["drop"]) else -1.0)
+        if cur is None or score > cur[0]:
+            best[g] = (score, m, t, n, impl, s)
+    never, flushed = best.get(GROUPS[0]), best.get(GROUPS[1])
+    if never is None:
+        return None
+    _, m, t, n, impl, s = never
+    text = (f"At {n} tokens ({m}, {t}), where the FP32 baseline retrieves, the never-flushed Hopper FP8 accumulator "
+            f"(`{impl}`) scores {_fmt_pct(s['acc'])} exact against the baseline's {_fmt_pct(s['base_acc'])} "
+            f"(log p(answer) {s['dlogp']:+.2f} nats, 95% CI {s['dlogp_low']:+.2f}..{s['dlogp_high']:+.2f})")
+    if flushed is not None:
+        f = lt.get((m, t, n, flushed[4]))
+        if f is not None:
+            text += (f"; flushed per KV tile (`{flushed[4]}`) {_fmt_pct(f['acc'])} "
+                     f"({f['dlogp']:+.2f} nats)")
+    return text + "."
+
+
+def _fig_curves(rows, lt, model, task, names, base) -> bytes:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
+    lengths = sorted({n for (m, t, n, _i) in lt if m == model and t == task})
+    for impl in names:
+        pts = [(n, lt.get((model, task, n, impl))) for n in lengths]
+        pts = [(n, s) for n, s in pts if s is not None and s["n"] > 0]
+        if not pts:
+            continue
+        xs = [n for n, _ in pts]
+        style = {"ls": "--", "color": "k"} if impl == base else {}
+        acc = [s["acc"] for _, s in pts]
+        err = [[s["acc"] - s["low"] for _, s in pts], [s["high"] - s["acc"] for _, s in pts]]
+        axes[0].errorbar(xs, acc, yerr=err, marker="o", ms=3, capsize=2, label=impl, **style)
+        if impl != base:
+            d = [s["dlogp"] for _, s in pts]
+            de = [[s["dlogp"] - s["dlogp_low"] for _, s in pts], [s["dlogp_high"] - s["dlogp"] for _, s in pts]]
+            axes[1].errorbar(xs, d, yerr=de, marker="o", ms=3, capsize=2, label=impl)
+        ops = [(n, s["op_rel_l2"]) for n, s in pts if s.get("op_rel_l2")]
+        if ops:
+            axes[2].plot([n for n, _ in ops], [v for _, v in ops], marker="o", ms=3, label=impl, **style)
+    for ax, title in zip(axes, ("exact match (retrieving cells, 95% Wilson)", "Δ log p(answer) vs baseline [nats]",
+                                "operator rel-L2 vs FP64 (sampled layers)"), strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("context length [tokens]")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylim(-0.05, 1.05)
+    axes[1].axhline(0, color="k", lw=0.5)
+    if any(ax.get_lines() for ax in axes[2:]):
+        axes[2].set_yscale("log")
+    axes[0].legend(fontsize=6, loc="lower left")
+    fig.suptitle(f"{model} — {task}", fontsize=10)
+    return png(fig)
+
+
+def _fig_heatmaps(cells, model, task, names, base) -> bytes:
+    plt = pyplot()
+    import numpy as np
+
+    lengths = sorted({n for (m, t, n, _d, _i) in cells if m == model and t == task})
+    depths = sorted({d for (m, t, _n, d, _i) in cells if m == model and t == task})
+    cols = min(4, len(names))
+    rows_n = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(3.2 * cols, 2.6 * rows_n), squeeze=False)
+    for ax in axes.flat[len(names):]:
+        ax.axis("off")
+    for ax, impl in zip(axes.flat, names, strict=False):
+        grid = np.full((len(depths), len(lengths)), np.nan)
+        for i, d in enumerate(depths):
+            for j, n in enumerate(lengths):
+                c = cells.get((model, task, n, d, impl))
+                if c is not None:
+                    grid[i, j] = c["acc"]
+        ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto", origin="upper")
+        for i, d in enumerate(depths):
+            for j, n in enumerate(lengths):
+                b = cells.get((model, task, n, d, base))
+                if b is not None and not b["baseline_ok"]:
+                    ax.text(j, i, "×", ha="center", va="center", fontsize=7, color="k")
+        ax.set_xticks(range(len(lengths)), [f"{n // 1024}K" if n >= 1024 else str(n) for n in lengths], fontsize=6)
+        ax.set_yticks(range(len(depths)), [f"{round(100 * d)}" for d in depths], fontsize=6)
+        ax.set_title(impl, fontsize=7)
+    fig.suptitle(f"{model} — {task}: exact match by needle depth [%] (rows) and length (columns); "
+                 "× = the baseline fails there", fontsize=8)
+    return png(fig)
+
+
+def section_blocks(rows: Sequence[dict], provs: Sequence[dict], cliff_table=None, *, level: int = 2):
+    """(blocks, images, headline) of the long-context section. ``cliff_table``: (header, rows) of the length-cliff
+    finder's flags, tabled as given."""
+    base = baseline_of(rows)
+    if base is None:
+        raise RenderError("no long-context rows with a baseline (sdpa-fp32, fp32 or stock) that ran")
+    blocks: list[tuple] = []
+    images: dict[str, bytes] = {}
+    lt = length_table(rows, base)
+    cells = cell_table(rows, base)
+    retr = retrieving_lengths(rows, base)
+    h = headline(rows)
+    groups = _groups(rows)
+    blocks.append(("h", level, "Long-context retrieval"))
+    if h:
+        blocks.append(("p", f"**Finding.** {h}"))
+    blocks.append(("p", (f"Needle-in-a-haystack and passkey prompts (docs/LONGCTX.md), every implementation as the "
+                         f"model's attention in every layer for the whole prefill, the answer scored by teacher "
+                         f"forcing. Baseline: `{base}`. A cell (model, task, length, depth) counts only where the "
+                         f"baseline is exact on at least {BASELINE_MIN:.0%} of its seeds; Δ log p is paired per "
+                         f"prompt against the baseline.")))
+    models = sorted({r["model"] for r in rows})
+    tasks = sorted({r["task"] for r in rows})
+    lines = []
+    for m in models:
+        for t in tasks:
+            ls = retr.get((m, t), [])
+            all_ls = sorted({int(r["length"]) for r in rows if r["model"] == m and r["task"] == t})
+            lines.append([m, t, ", ".join(map(str, ls)) or "none", ", ".join(str(n) for n in all_ls if n not in ls)
+                          or "–"])
+    blocks.append(("table", "longctx-baseline", ["model", "task", "baseline retrieves at", "baseline fails at"],
+                   lines, True))
+    for m in models:
+        for t in tasks:
+            names = _order([impl for (mm, tt, _n, impl) in lt if mm == m and tt == t], base, groups)
+            if not names:
+                continue
+            lengths = sorted({n for (mm, tt, n, _i) in lt if mm == m and tt == t})
+            blocks.append(("h", level + 1, f"{m} — {t}"))
+            header = ["implementation", "accumulator"] + [f"{n}" for n in lengths]
+            trs = []
+            for impl in names:
+                cellv = []
+                for n in lengths:
+                    s = lt.get((m, t, n, impl))
+                    if s is None or s["n"] == 0:
+                        cellv.append("–")
+                    elif impl == base:
+                        cellv.append(f"{_fmt_pct(s['acc'])} ({s['cells_kept']}/{s['cells']} cells)")
+                    else:
+                        cellv.append(f"{_fmt_pct(s['acc'])} Δ{s['dlogp']:+.2f}")
+                trs.append([md_cell(impl), groups.get(impl, "")] + cellv)
+            blocks.append(("table", f"longctx-{slug(m)}-{slug(t)}", header, trs, False))
+            blocks.append(("p", "Cells: exact match on the baseline's retrieving cells, and the mean paired "
+                                "Δ log p(answer) in nats against the baseline (negative: less sure of the answer)."))
+            name = f"fig_longctx_{slug(m)}_{slug(t)}.png"
+            images[name] = _fig_curves(rows, lt, m, t, names, base)
+            blocks.append(("img", name, f"{m}, {t}: accuracy, Δ log p and operator error against length"))
+            hname = f"fig_longctx_heat_{slug(m)}_{slug(t)}.png"
+            images[hname] = _fig_heatmaps(cells, m, t, names, base)
+            blocks.append(("img", hname, f"{m}, {t}: exact match by depth and length per implementation"))
+    unsupported = sorted({(r["model"], r["implementation"], r.get("error") or "") for r in rows
+                          if r.get("status") in ("unsupported", "failed")})
+    if unsupported:
+        blocks.append(("h", level + 1, "Not run"))
+        blocks.append(("table", "longctx-not-run", ["model", "implementation", "why"],
+                       [[m, md_cell(i), md_cell(e)] for m, i, e in unsupported], True))
+    fallbacks = sorted({(r["model"], r["implementation"], what) for r in rows if isinstance(r.get("ran"), dict)
+                        for what in r["ran"] if what.startswith("stock sdpa (fallback")})
+    if fallbacks:
+        blocks.append(("p", "Layers run by the model's own attention because the implementation refuses them: "
+                       + "; ".join(f"{m} `{i}`: {w}" for m, i, w in fallbacks) + "."))
+    if cliff_table is not None:
+        header, trs = cliff_table
+        blocks.append(("h", level + 1, "Length cliffs"))
+        blocks.append(("table", "longctx-cliffs", list(header), [list(r) for r in trs], True))
+    cmds = sorted({p.get("command") for p in provs if p.get("command")})
+    commits = sorted({str(p.get("git_commit")) for p in provs if p.get("git_commit")})
+    devices = sorted({str(p.get("device_name") or p.get("device")) for p in provs if p.get("device_name")
+                      or p.get("device")})
+    if cmds:
+        blocks.append(("p", "Made by: " + "; ".join(f"`{c}`" for c in cmds) + (f" (commit {', '.join(commits)}"
+                       f", {', '.join(devices)})" if commits else "")))
+    return blocks, images, h
+
+
+def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force: bool = False) -> Path:
+    """Render long-context results (JSONL paths or globs) into ``out_dir``: report.md, report.html, figures.
+    An existing report.md there is kept unless ``force``."""
+    try:
+        rows, provs = load_rows(results)
+    except (FileNotFoundError, ValueError) as e:
+        raise RenderError(str(e)) from None
+    if not rows:
+        raise RenderError(f"{results}: no long-context rows (kind 'longctx')")
+    out = Path(out_dir)
+    if (out / "report.md").exists() and not force:
+        raise RenderError(f"{out / 'report.md'} exists: add --force to replace it, or choose another --out")
+    table = None
+    if cliffs is not None:
+        table = _cliff_table(cliffs)
+    blocks, images, _ = section_blocks(rows, provs, table, level=2)
+    doc = Doc(title="ZYFA long-context retrieval")
+    doc.blocks = blocks
+    doc.images = images
+    return write_report(doc, out)["markdown"]
+
+
+def _cliff_table(path: str):
+    """(header, rows) of the cliff finder's flags in ``path`` (its JSONL), by its own renderer."""
+    try:
+        from accuracy.report.cliffs import flag_table  # the cliff finder's table, where that module exists
+    except ImportError:
+        raise RenderError("the cliff finder's renderer (accuracy.report.cliffs) is not installed") from None
+    return flag_table(path)
