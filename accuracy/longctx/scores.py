@@ -68,6 +68,10 @@ def wilson(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float, 
     if n <= 0:
         return math.nan, math.nan, math.nan
     p = k / n
+    if k == n:  # the closed forms, free of rounding at the edges
+        return 1.0, n / (n + z * z), 1.0
+    if k == 0:
+        return 0.0, 0.0, z * z / (n + z * z)
     den = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / den
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den

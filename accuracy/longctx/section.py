@@ -24,7 +24,7 @@ from accuracy.report.blocks import md_cell, slug
 from accuracy.report.document import Doc, write_report
 from accuracy.report.plots import png, pyplot
 
-__all__ = ["RenderError", "accumulator_group", "headline", "render_folder", "section_blocks"]
+__all__ = ["RenderError", "accumulator_group", "cliff_table", "headline", "render_folder", "section_blocks"]
 
 # which accumulator an implementation's FP8 dots have (the hypothesis of docs/LONGCTX.md)
 GROUPS = ("never flushed (Hopper FP8 accumulator)", "flushed per KV tile", "fp32 accumulation", "baseline / bf16")
@@ -279,9 +279,7 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
     out = Path(out_dir)
     if (out / "report.md").exists() and not force:
         raise RenderError(f"{out / 'report.md'} exists: add --force to replace it, or choose another --out")
-    table = None
-    if cliffs is not None:
-        table = _cliff_table(cliffs)
+    table = cliff_table(cliffs) if cliffs is not None else None
     blocks, images, _ = section_blocks(rows, provs, table, level=2)
     doc = Doc(title="ZYFA long-context retrieval")
     doc.blocks = blocks
@@ -289,7 +287,7 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
     return write_report(doc, out)["markdown"]
 
 
-def _cliff_table(path: str):
+def cliff_table(path: str):
     """(header, rows) of the cliff finder's flags in ``path`` (its JSONL), by its own renderer."""
     try:
         from accuracy.report.cliffs import flag_table  # the cliff finder's table, where that module exists

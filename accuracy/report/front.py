@@ -261,9 +261,9 @@ def _front_speed(header: list[str], body: list[list[str]]) -> tuple[list[str], l
 
 
 def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dict, list[dict]]], plots: bool,
-                  links: Sequence[tuple[str, str]] = ()) -> None:
-    """Append the front page: the error table, the speed table, the picture, and ``links`` (label, anchor) to
-    the details."""
+                  links: Sequence[tuple[str, str]] = (), findings: Sequence[str] = ()) -> None:
+    """Append the front page: the error table, the speed table, the picture, ``findings`` (one paragraph each,
+    e.g. the long-context finding) and ``links`` (label, anchor) to the details."""
     doc.h(2, "At a glance: error and speed")
     entries = error_table(rows)
     orig = {e["name"]: e["captures_orig_rel_l2"][0] for e in entries if e["captures_n"]}
@@ -322,6 +322,8 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
     elif len(points) < 2 and sh:
         doc.p("No speed-against-accuracy picture: fewer than two implementations have both a speed in the "
               "benchmark file and an error on the captures.")
+    for f in findings:
+        doc.p(f)
     if links:
         doc.p("Details: " + " · ".join(f"[{label}](#{anchor})" for label, anchor in links) + ".")
 

@@ -21,7 +21,9 @@ from accuracy.study import run as study_run
 from accuracy.study.compose import REPO_ROOT, find_bench, load_report_inputs, render, split_paths
 from accuracy.study.report_cli import report_command
 from accuracy.study.run import (
+    DEFAULT_CLIFFS,
     DEFAULT_IMPACT,
+    DEFAULT_LONGCTX,
     LONG_CAPTURE_COMMANDS,
     QUICK_RECIPES,
     STUDY_RECIPES,
@@ -68,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--impact", default=None,
                         help="zyfa impact result files for the report's model-impact section, comma-separated or "
                         f"a glob (default: {DEFAULT_IMPACT} when present, none with --long; 'none': no impact section)")
+    parser.add_argument("--longctx", default=None,
+                        help="zyfa longctx result files for the long-context section, comma-separated or a glob "
+                        f"(default with --long: {DEFAULT_LONGCTX} when present; 'none': no such section)")
+    parser.add_argument("--cliffs", default=None,
+                        help=f"zyfa cliffs results to table in the long-context section (default with --long: "
+                        f"{DEFAULT_CLIFFS} when present; 'none': no table)")
     parser.add_argument("--no-progress", action="store_true", help="no progress output")
     r = parser.add_argument_group("real kernels (beside their recipes' emulations; docs/real_kernels.md)")
     r.add_argument("--implementations", default=None, metavar="LIST",
@@ -103,7 +111,8 @@ def _command(args: argparse.Namespace) -> str:
         parts.append("--quick")
     if args.long:
         parts.append("--long")
-    for flag in ("captures", "recipes", "platform", "max_seq", "gaussian_filter", "max_tokens", "bench", "impact"):
+    for flag in ("captures", "recipes", "platform", "max_seq", "gaussian_filter", "max_tokens", "bench", "impact",
+                 "longctx", "cliffs"):
         v = getattr(args, flag)
         if v is not None:
             parts += [f"--{flag.replace('_', '-')}", str(v)]
@@ -118,6 +127,32 @@ def _command(args: argparse.Namespace) -> str:
     if args.out is not None:
         parts += ["--out", args.out]
     return shlex.join(parts)
+
+
+def longctx_files(spec: str | None, long: bool) -> tuple[list[Path], Path | None]:
+    """(long-context result files, cliff file) of ``--longctx`` / ``--cliffs``: unset -> the committed ones with
+    ``--long`` (those present), none otherwise; ``none`` -> none."""
+    if spec == "none" or (spec is None and not long):
+        return [], None
+    if spec is None:
+        return [Path(p) for p in sorted(glob.glob(str(REPO_ROOT / DEFAULT_LONGCTX)))], None
+    found = [Path(p) for part in spec.split(",") if part.strip() for p in (sorted(glob.glob(part.strip()))
+             if any(c in part for c in "*?[") else [part.strip()])]
+    missing = [str(p) for p in found if not p.is_file()]
+    if missing or not found:
+        raise FileNotFoundError(f"--longctx: no such file: {', '.join(missing) or spec}")
+    return found, None
+
+
+def cliffs_file(spec: str | None, long: bool) -> Path | None:
+    if spec == "none" or (spec is None and not long):
+        return None
+    if spec is None:
+        p = REPO_ROOT / DEFAULT_CLIFFS
+        return p if p.is_file() else None
+    if not Path(spec).is_file():
+        raise FileNotFoundError(f"--cliffs: no such file: {spec}")
+    return Path(spec)
 
 
 def _impact_default() -> list[Path]:
@@ -208,7 +243,9 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("no inputs: no captures and --gaussian-filter keeps no Gaussian input")
         bench = split_paths([args.bench]) if args.bench else find_bench()
         impact_paths = impact_files("none" if args.long and args.impact is None else args.impact)
-        extra = load_report_inputs(bench, impact_paths)
+        longctx_paths, _ = longctx_files(args.longctx, args.long)
+        cliffs_path = cliffs_file(args.cliffs, args.long)
+        extra = load_report_inputs(bench, impact_paths, longctx_paths, cliffs_path)
         # every argument is checked; now the output (before any work): writable, free space, refuse/force/resume
         stage = StagedFolder.open(out, force=args.force, resume=args.resume, need_bytes=STUDY_BYTES)
         rows_file = ResultsFile.open(stage.stage / ROWS_NAME, resume=True, flag="--out")
@@ -264,7 +301,9 @@ def main(args: argparse.Namespace) -> int:
         title = ("ZYFA long-context study: FP8 attention error at 8K-32K tokens" if args.long else
                  "ZYFA study: FP8 attention error on model captures and Gaussian inputs")
         rep_cmd = report_command([str(out / "results.jsonl")], str(out), bench, title,
-                                 shot=bool(shutil.which("chromium")), impact=[str(p) for p in impact_paths])
+                                 shot=bool(shutil.which("chromium")), impact=[str(p) for p in impact_paths],
+                                 longctx=[str(p) for p in longctx_paths], cliffs=str(cliffs_path) if cliffs_path
+                                 else None)
         _, paths = render(load_results([staged]), stage.stage, extra, command=rep_cmd, title=title)
         rc = save_screenshot(paths["html"]) if shutil.which("chromium") else 0
         removed = stage.commit(keep=lambda name: not _generated(name))

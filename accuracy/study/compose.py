@@ -67,14 +67,44 @@ class ReportInputs:
     bench: list = field(default_factory=list)  # accuracy.report.speed.load_bench
     impact_paths: list[str] = field(default_factory=list)
     impact: tuple[list, list] | None = None  # (rows, files) of accuracy.impact.rows.load_rows
+    longctx_paths: list[str] = field(default_factory=list)
+    longctx: tuple[list, list] | None = None  # (rows, provenances) of accuracy.longctx.scores.load_rows
+    cliffs_path: str | None = None  # the length-cliff finder's JSONL, tabled in the long-context section
 
 
 def load_report_inputs(bench_paths: Sequence[str | Path] = (),
-                       impact_paths: Sequence[str | Path] = ()) -> ReportInputs:
-    """Load the benchmark and impact files (ValueError, FileNotFoundError or OSError naming the bad one)."""
+                       impact_paths: Sequence[str | Path] = (), longctx_paths: Sequence[str | Path] = (),
+                       cliffs_path: str | Path | None = None) -> ReportInputs:
+    """Load the benchmark, impact and long-context files (ValueError, FileNotFoundError or OSError naming the bad
+    one)."""
+    from accuracy.longctx.scores import load_rows as load_longctx
+
     bench = load_bench(bench_paths)
     impact = load_rows(impact_paths) if impact_paths else None
-    return ReportInputs([str(p) for p in bench_paths], bench, [str(p) for p in impact_paths], impact)
+    longctx = load_longctx([str(p) for p in longctx_paths]) if longctx_paths else None
+    if cliffs_path is not None and not Path(cliffs_path).is_file():
+        raise FileNotFoundError(f"--cliffs: no such file: {cliffs_path}")
+    return ReportInputs([str(p) for p in bench_paths], bench, [str(p) for p in impact_paths], impact,
+                        [str(p) for p in longctx_paths], longctx, str(cliffs_path) if cliffs_path else None)
+
+
+def _longctx_section(inputs: ReportInputs):
+    """The long-context section as a report section (``add(doc, plots)``), and its one-sentence finding."""
+    from accuracy.longctx.section import cliff_table, section_blocks
+
+    rows, provs = inputs.longctx
+    table = cliff_table(inputs.cliffs_path) if inputs.cliffs_path else None
+    blocks, images, headline = section_blocks(rows, provs, table, level=2)
+
+    def add(doc: Doc, plots: bool) -> None:
+        for b in blocks:
+            if b[0] == "img":
+                if plots:
+                    doc.img(b[1], images[b[1]], b[2])
+            else:
+                doc.blocks.append(b)
+
+    return add, headline
 
 
 def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str = "", title: str,
@@ -86,6 +116,12 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
     impact = summarize(prepare_rows([dict(r) for r in inputs.impact[0]])[0]) if inputs.impact is not None else None
     sections = [quantization_section(recipe_rows)]
     sections += [report_section(*inputs.impact)] if inputs.impact is not None else []
+    front_lines = []
+    if inputs.longctx is not None and inputs.longctx[0]:
+        add, headline = _longctx_section(inputs)
+        sections.append(add)
+        if headline:
+            front_lines.append(f"**Long context** ([details](#longctx-baseline)): {headline}")
     closing = [recommendation_section(recipe_rows, impact, inputs.bench)]
     provs = [p for _, p in res.provenances]
     if real_rows or unavailable_of(provs):  # real kernels: their own section, and rows beside their recipes
@@ -93,5 +129,5 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
         res = Results(recipe_rows, res.provenances, [x for x in res.recipes if x in kept], res.replaced)
         sections.append(real_kernels_section(real_rows, provs))
     doc = build_report(res, bench=inputs.bench, command=command, title=title, plots=plots, sections=sections,
-                       front_rows=all_rows, real_rows=real_rows, closing=closing)
+                       front_rows=all_rows, real_rows=real_rows, closing=closing, front_lines=front_lines)
     return doc, write_report(doc, out)

@@ -42,6 +42,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="zyfa impact result files (JSONL) for the model-impact section: comma-separated, "
                         "repeated or a quoted glob (e.g. 'reports/impact/results*.jsonl'); several files are "
                         "merged (one per concurrent run)")
+    parser.add_argument("--longctx", action="append", default=None,
+                        help="zyfa longctx result files (JSONL) for the long-context section: comma-separated, "
+                        "repeated or a quoted glob")
+    parser.add_argument("--cliffs", default=None, help="zyfa cliffs results (JSONL) tabled in the long-context section")
     parser.add_argument("--out", required=True, help="output folder, e.g. reports/mine/")
     parser.add_argument("--title", default="FP8 attention accuracy report", help="report title")
     parser.add_argument("--recipes", default=None,
@@ -56,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def report_command(results: Sequence[str], out: str, bench: Sequence[str] = (), title: str | None = None,
-                   shot: bool = False, recipes: str | None = None, impact: Sequence[str] = ()) -> str:
+                   shot: bool = False, recipes: str | None = None, impact: Sequence[str] = (),
+                   longctx: Sequence[str] = (), cliffs: str | None = None) -> str:
     parts = ["zyfa", "report", "--results", ",".join(map(str, results))]
     if recipes:
         parts += ["--recipes", recipes]
@@ -64,6 +69,10 @@ def report_command(results: Sequence[str], out: str, bench: Sequence[str] = (), 
         parts += ["--bench", ",".join(map(str, bench))]
     if impact:
         parts += ["--impact", ",".join(map(str, impact))]
+    if longctx:
+        parts += ["--longctx", ",".join(map(str, longctx))]
+    if cliffs:
+        parts += ["--cliffs", str(cliffs)]
     parts += ["--out", str(out)]
     if title and title != "FP8 attention accuracy report":
         parts += ["--title", title]
@@ -77,6 +86,8 @@ def main(args: argparse.Namespace) -> int:
     results = split_paths(args.results)
     bench_paths = split_paths(args.bench)
     impact_paths = split_paths(args.impact)
+    longctx_paths = split_paths(getattr(args, "longctx", None))
+    cliffs = getattr(args, "cliffs", None)
     try:
         check_dir_writable(args.out, need_bytes=REPORT_BYTES)  # before any rendering
         if not results:
@@ -86,11 +97,14 @@ def main(args: argparse.Namespace) -> int:
             res = select_recipes(res, [x.strip() for x in args.recipes.split(",") if x.strip()])
         if args.impact is not None and not impact_paths:
             raise FileNotFoundError(f"--impact: no such file: {', '.join(args.impact)}")
-        extra = load_report_inputs(bench_paths, impact_paths)
+        if getattr(args, "longctx", None) is not None and not longctx_paths:
+            raise FileNotFoundError(f"--longctx: no such file: {', '.join(args.longctx)}")
+        extra = load_report_inputs(bench_paths, impact_paths, longctx_paths, cliffs)
     except (ValueError, FileNotFoundError, OSError) as e:
         print(f"zyfa report: error: {e}", file=sys.stderr)
         return 2
-    cmd = report_command(results, args.out, bench_paths, args.title, args.screenshot, args.recipes, impact_paths)
+    cmd = report_command(results, args.out, bench_paths, args.title, args.screenshot, args.recipes, impact_paths,
+                         longctx_paths, cliffs)
     try:
         doc, paths = render(res, args.out, extra, command=cmd, title=args.title, plots=not args.no_plots)
     except OSError as e:

@@ -1,7 +1,8 @@
 """The study's inputs (the shipped captures and the Gaussian inputs of each mode) and its run: the accuracy
 runner, then per-input features and per-head errors added to the rows.
 
-Exposed: ``STUDY_RECIPES``, ``QUICK_RECIPES``, ``HEAD_RECIPES``, ``DEFAULT_IMPACT``, ``LONG_CAPTURE_COMMANDS``,
+Exposed: ``STUDY_RECIPES``, ``QUICK_RECIPES``, ``HEAD_RECIPES``, ``DEFAULT_IMPACT``, ``DEFAULT_LONGCTX``,
+``DEFAULT_CLIFFS``, ``LONG_CAPTURE_COMMANDS``,
 ``gaussian_specs(...)``, ``default_captures(folder)``, ``study_inputs(...)``, ``refusals(...)``, ``run_study(...)``,
 ``log(msg)``.
 """
@@ -29,6 +30,9 @@ HEAD_DIMS = ((64, None), (128, None), (256, None), (192, 128))
 OUTLIERS = {"outlier_frac": 0.001, "outlier_scale": 10.0}  # FA3 paper's N(0,1) + N(0,100)·Bernoulli(0.001)
 # the committed model-impact results (zyfa impact; one file per concurrent run), rendered into the report
 DEFAULT_IMPACT = "reports/impact/results*.jsonl"
+# the committed long-context results (zyfa longctx) and length-cliff results (zyfa cliffs), for ``--long``
+DEFAULT_LONGCTX = "reports/longctx/results*.jsonl"
+DEFAULT_CLIFFS = "reports/cliffs/results.jsonl"
 
 
 def log(msg: str) -> None:

@@ -1,0 +1,136 @@
+"""Split large files into chunks for a machine that takes a limited size per transfer, and join them there.
+
+The GPU machine gets at most 64 MiB per call, the working tree included, and the three models' GGUF files are
+98, 253 and 491 MB. ``split`` cuts files into chunks of at most ``--chunk-mb`` under ``--out`` (git-ignored) and
+writes ``manifest.json`` with each file's size, sha256 and parts; each call carries one chunk, and the command on
+the other side copies it to a folder that lives as long as the machine. ``join`` puts the parts together there,
+checks each file's size and sha256 against the manifest before anything reads it, and moves it into place
+atomically (a partial or corrupt file is never left under its final name).
+
+    python3 scripts/stage_files.py split --out .stage --chunk-mb 56 FILE...
+    python3 scripts/stage_files.py join --parts /tmp/stage --into "$ZYFA_CACHE/models" [--manifest M]
+    python3 scripts/stage_files.py plan --out .stage           # which chunk each call carries, in order
+
+For the registry models, the pinned sha256 of ``capture.models.MODELS`` is checked too (``join`` refuses a file
+whose name is a registry model's and whose hash is not the pinned one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+_BLOCK = 1 << 20
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(_BLOCK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def split(files: list[Path], out: Path, chunk_mb: float) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    size = int(chunk_mb * 1e6)
+    manifest = {"chunk_bytes": size, "files": []}
+    for f in files:
+        parts = []
+        with f.open("rb") as src:
+            k = 0
+            while data := src.read(size):
+                name = f"{f.name}.part{k:03d}"
+                (out / name).write_bytes(data)
+                parts.append({"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
+                k += 1
+        manifest["files"].append({"name": f.name, "bytes": f.stat().st_size, "sha256": _sha256(f), "parts": parts})
+        print(f"{f.name}: {len(parts)} parts", file=sys.stderr)
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def _pinned() -> dict[str, str]:
+    try:
+        from capture.models import MODELS
+    except ImportError:  # the project is not importable there: the manifest's hashes still hold
+        return {}
+    return {m.file_name: m.file_sha256 for m in MODELS.values()}
+
+
+def join(parts: Path, into: Path, manifest: Path | None) -> int:
+    man = json.loads((manifest or parts / "manifest.json").read_text())
+    into.mkdir(parents=True, exist_ok=True)
+    pinned = _pinned()
+    bad = 0
+    for f in man["files"]:
+        dest = into / f["name"]
+        if dest.is_file() and dest.stat().st_size == f["bytes"] and _sha256(dest) == f["sha256"]:
+            print(f"{f['name']}: already in place", file=sys.stderr)
+            continue
+        missing = [p["name"] for p in f["parts"] if not (parts / p["name"]).is_file()]
+        if missing:
+            print(f"{f['name']}: {len(missing)} of {len(f['parts'])} parts missing (first {missing[0]})",
+                  file=sys.stderr)
+            bad += 1
+            continue
+        tmp = dest.with_name(dest.name + ".joining")
+        h = hashlib.sha256()
+        with tmp.open("wb") as out:
+            for p in f["parts"]:
+                data = (parts / p["name"]).read_bytes()
+                if hashlib.sha256(data).hexdigest() != p["sha256"]:
+                    raise SystemExit(f"{p['name']}: sha256 differs from the manifest (a corrupt transfer)")
+                h.update(data)
+                out.write(data)
+        want = pinned.get(f["name"], f["sha256"])
+        if h.hexdigest() != f["sha256"] or h.hexdigest() != want:
+            tmp.unlink()
+            raise SystemExit(f"{f['name']}: sha256 {h.hexdigest()} is not the pinned {want}")
+        os.replace(tmp, dest)
+        print(f"{f['name']}: joined and verified ({f['bytes']} bytes, sha256 {want[:12]}...)", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def plan(out: Path) -> None:
+    man = json.loads((out / "manifest.json").read_text())
+    for f in man["files"]:
+        for p in f["parts"]:
+            print(out / p["name"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("split")
+    s.add_argument("files", nargs="+", type=Path)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--chunk-mb", type=float, default=56.0)
+    j = sub.add_parser("join")
+    j.add_argument("--parts", type=Path, required=True)
+    j.add_argument("--into", type=Path, required=True)
+    j.add_argument("--manifest", type=Path, default=None)
+    p = sub.add_parser("plan")
+    p.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args(argv)
+    for f in getattr(a, "files", []):
+        if not f.is_file():
+            print(f"stage_files: {f}: no such file", file=sys.stderr)
+            return 2
+    if a.cmd == "split":
+        split(a.files, a.out, a.chunk_mb)
+        return 0
+    if a.cmd == "join":
+        return join(a.parts, a.into, a.manifest)
+    plan(a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
