@@ -179,7 +179,9 @@ class ModelAttention(RecipeAttention):
                 self.p_flushed[layer] = float(emu.stats.get("p_flushed_frac", 0.0))
                 out, what = emu.out, self.name
             else:
-                x = AttentionInput(f"layer{layer}", query, key, value, causal=True, window=window, sm_scale=sm_scale)
+                # contiguous (b, h, s, d) copies: the model's are transposed views, which kernels may refuse
+                x = AttentionInput(f"layer{layer}", query.contiguous(), key.contiguous(), value.contiguous(),
+                                   causal=True, window=window, sm_scale=sm_scale)
                 reason = unsupported_reason(self.impl, x)
                 if reason is not None and self.fallback is None:
                     raise UnsupportedLayerError(f"{self.impl.name} refuses layer {layer}: {reason}")
