@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from zyfa.outputs import AppendLog, OutputError, check_writable, partial_path, read_complete_lines
+from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
 
 __all__ = ["ResultsFile", "check_row", "jsonl_text", "read_jsonl", "row_key"]
 
@@ -99,6 +99,12 @@ class ResultsFile:
     partial file. So a killed run leaves the rows it finished in ``<out>.partial`` and the previous ``<out>``,
     if any, untouched.
 
+    One live run per output: :meth:`open` takes a :class:`zyfa.outputs.RunLock` (``fcntl.flock`` on
+    ``<out>.partial.lock``) before it looks at the files, and holds it until :meth:`finish` or :meth:`close` (or
+    the process's end, however it ends). While another process holds it, the run is refused, ``--force`` or
+    not, naming that process's PID and start time; so a ``<out>.partial`` is called an interrupted run only
+    when no live process is writing it.
+
     Policy, decided by :meth:`open` before any work:
         - ``<out>`` or ``<out>.partial`` exists, neither ``force`` nor ``resume``: refused (OutputError);
         - ``force``: start over (the old ``<out>`` is replaced only when the new run finishes);
@@ -107,7 +113,8 @@ class ResultsFile:
     """
 
     def __init__(self, path: Path, *, kept: list[dict], provenance: dict, resumed_from: Path | None,
-                 reader: Callable[[Path], tuple[list[dict], dict]]):
+                 reader: Callable[[Path], tuple[list[dict], dict]], lock: RunLock | None = None):
+        self.lock = lock
         self.path = path
         self.partial = partial_path(path)
         self.kept = kept
@@ -120,9 +127,12 @@ class ResultsFile:
 
     @classmethod
     def open(cls, path: str | Path, *, force: bool = False, resume: bool = False, n_rows: int = 0,
-             reader: Callable[[Path], tuple[list[dict], dict]] | None = None, flag: str = "--out") -> ResultsFile:
-        """Check ``path`` (writable, free space for ``n_rows``, the refuse/force/resume policy) and load the
-        rows a resumed run keeps. ``reader`` reads a finished ``path`` (default: :func:`read_jsonl`)."""
+             reader: Callable[[Path], tuple[list[dict], dict]] | None = None, flag: str = "--out",
+             lock: bool = True) -> ResultsFile:
+        """Check ``path`` (writable, free space for ``n_rows``, no live run on it, the refuse/force/resume
+        policy) and load the rows a resumed run keeps. ``reader`` reads a finished ``path`` (default:
+        :func:`read_jsonl`). ``lock=False``: the caller holds a lock covering ``path`` already (a study's
+        folder)."""
         path = Path(path)
         if force and resume:
             raise OutputError("--force and --resume exclude each other")
@@ -131,10 +141,27 @@ class ResultsFile:
         check_writable(path, need_bytes=n_rows * ROW_BYTES_ESTIMATE)
         if partial.is_dir():
             raise OutputError(f"{partial} is a directory; remove it or choose another {flag}")
+        run_lock = RunLock.acquire(partial, what=str(path)) if lock else None
+        try:
+            return cls._open_locked(path, partial, force=force, resume=resume, reader=reader, flag=flag,
+                                    run_lock=run_lock)
+        except BaseException:
+            if run_lock is not None:
+                run_lock.release()
+            raise
+
+    @classmethod
+    def _open_locked(cls, path: Path, partial: Path, *, force: bool, resume: bool, reader, flag: str,
+                     run_lock: RunLock | None) -> ResultsFile:
         exists = [p for p in (path, partial) if p.is_file()]
         if exists and not (force or resume):
-            what = ("an interrupted run's rows are in " + str(partial)) if partial.is_file() \
-                else f"{path} exists"
+            if partial.is_file():
+                dead = run_lock.stale if run_lock is not None else None
+                gone = (f" (its run, PID {dead['pid']}, started {dead.get('started')}, is no longer running)"
+                        if dead and "pid" in dead else " (no running process holds it)")
+                what = f"an interrupted run's rows are in {partial}{gone}"
+            else:
+                what = f"{path} exists"
             raise OutputError(f"{what}: add --resume to continue it, --force to start over, "
                               f"or choose another {flag}")
         kept, prov, source = [], {}, None
@@ -148,7 +175,7 @@ class ResultsFile:
             if not prov:
                 raise OutputError(f"{source} has no provenance record, so it is not a run to resume; "
                                   f"use --force to replace it or choose another {flag}")
-        return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader)
+        return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader, lock=run_lock)
 
     def check_plan(self, keys: Sequence[tuple]) -> None:
         """Refuse to resume a file that holds rows the planned run would not make (another run's rows)."""
@@ -190,13 +217,24 @@ class ResultsFile:
     def finish(self, rows: Sequence[dict], provenance: dict,
                write: Callable[[Sequence[dict], Path, dict], object]) -> Path:
         """Write the finished file atomically (``write(rows, path, provenance)``), then drop the partial."""
-        self.close()
+        self._close_log()
         write(rows, self.path, provenance)
         with contextlib.suppress(FileNotFoundError):
             self.partial.unlink()
+        self.release()
         return self.path
 
     def close(self) -> None:
+        """Stop writing (a run that ends without finishing): the partial file stays, the lock is dropped."""
+        self._close_log()
+        self.release()
+
+    def release(self) -> None:
+        """Drop the run's lock on the output (idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _close_log(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None
