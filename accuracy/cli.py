@@ -363,7 +363,7 @@ def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
     layers = _int_list(args.layers, "--layers") if args.layers is not None else None
     heads = _int_list(args.heads, "--heads") if (files and args.heads is not None) else None
     for f in files:
-        inputs.extend(capture_inputs(f, layers=layers, heads=heads, max_tokens=args.max_tokens))
+        inputs.extend(capture_inputs(f, layers=layers, heads=heads, max_tokens=args.max_tokens, device=device))
     return inputs
 
 

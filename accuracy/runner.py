@@ -24,7 +24,7 @@ Exposed:
     input_key(inp, recipe) -> the row key of (inp, recipe)
     write_results(rows, path, provenance=None)   .jsonl (provenance header record) or .csv (+ sidecar), atomic
     read_results(path) -> ResultRows             rows checked (a foreign file fails naming path and line)
-    memory_estimate_bytes(shape, device), check_memory(shape, device, what)
+    memory_estimate_bytes(shape, device), check_memory(shape, device, what), available_bytes(device)
     ResultRows: a list of flat dict rows with ``.provenance`` (dict) and ``.run_id``
 """
 
@@ -56,8 +56,8 @@ from zyfa.outputs import atomic_write_text
 from zyfa.platforms import get_platform
 from zyfa.recipes import Recipe, get_recipe
 
-__all__ = ["QUANT_FIELDS", "ResultRows", "check_memory", "input_key", "memory_estimate_bytes", "read_results",
-           "resolve_device", "run_accuracy", "write_results"]
+__all__ = ["QUANT_FIELDS", "ResultRows", "available_bytes", "check_memory", "input_key", "memory_estimate_bytes",
+           "read_results", "resolve_device", "run_accuracy", "write_results"]
 
 # Recipe fields that decide the dequantized inputs a kernel sees: recipes equal on these share a reference.
 QUANT_FIELDS = ("q_format", "k_format", "v_format", "q_scale", "k_scale", "v_scale", "scale_block_q",
@@ -216,7 +216,8 @@ def memory_estimate_bytes(shape: dict, device: str | torch.device = "cpu", *, ch
     return int(tensors + oracle + tiles)
 
 
-def _available_bytes(dev: torch.device) -> int | None:
+def available_bytes(dev: torch.device) -> int | None:
+    """Free memory of ``dev`` in bytes (CUDA: free device memory; CPU: MemAvailable), None where unknown."""
     if dev.type == "cuda":
         try:
             return int(torch.cuda.mem_get_info(dev)[0])
@@ -239,7 +240,7 @@ def check_memory(shape: dict, device: str | torch.device = "cpu", what: str = "i
     """ValueError (one line) when ``shape`` needs more memory than ``device`` has free; returns the estimate."""
     dev = torch.device(device)
     need = memory_estimate_bytes(shape, dev)
-    have = _available_bytes(dev)
+    have = available_bytes(dev)
     if have is not None and need > have:
         dims = (f"batch {shape['batch']}, heads {shape['heads_q']}/{shape['heads_kv']}, "
                 f"seq {shape['seq_q']}/{shape['seq_k']}, head dim {shape['head_dim']}/{shape['head_dim_v']}")
