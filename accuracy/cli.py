@@ -205,8 +205,10 @@ def main(args: argparse.Namespace) -> int:
     if nan_recipes:
         print(f"NaN/Inf in the output of: {', '.join(nan_recipes)}")
     for r in rows:
-        if r.get("real") and r.get("status") in ("failed", "unsupported"):
+        if r.get("real") and r.get("status") in ("failed", "unsupported", "nonconforming", "suspect"):
             print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
+    for w in (prov.get("implementations_pairing_warnings") or {}).values():
+        print(f"warning: {w}")
     for name, why in (prov.get("implementations_unavailable") or {}).items():
         print(f"not run: {name}: {why}")
     if results is not None:

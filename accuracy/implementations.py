@@ -842,6 +842,7 @@ def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
             out, lse = res, None
         return ImplResult(out, lse, {"plugin_source": where})
 
+    run.quantization = getattr(fn, "quantization", None)  # its granularity, if it says (accuracy.conformance)
     return Implementation(name=f"plugin:{spec}", fn=run, recipe=recipe, quantizes="self", device="the run's",
                           package=None, check=None, limits=None, description=f"user kernel {spec} ({where})",
                           plugin=True)
@@ -911,6 +912,8 @@ def call_implementation(impl: Implementation, x: AttentionInput, context: dict |
                                   f"of shape {(b, h, s_q, d_v)}")
     if not out.dtype.is_floating_point:
         raise ImplementationError(f"{label} returned a {out.dtype} output; expected a float dtype")
+    if out.device != x.q.device:
+        raise ImplementationError(f"{label} returned its output on {out.device}; the inputs are on {x.q.device}")
     if tuple(out.shape) != (b, h, s_q, d_v):
         raise ImplementationError(f"{label} returned shape {tuple(out.shape)}, expected (b, h, s_q, d_v) = "
                                   f"{(b, h, s_q, d_v)}")

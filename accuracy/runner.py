@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 
+from accuracy import conformance
 from accuracy.implementations import device_platform, pairing
 from accuracy.inputs import AttentionInput
 from accuracy.metrics import compute_metrics
@@ -161,6 +162,11 @@ def run_accuracy(
         real_plat = (get_platform(real_platform).name, "")
     for inp in inputs:
         check_memory(inp.shape, dev, what=f"input {inp.name}")
+    skip = set(skip)
+    # conformance probes (accuracy.conformance) of the kernels with rows to make, before any is scored
+    probed = [i for i in impls if any(input_key(inp, i.recipe, i.name) not in skip for inp in inputs)]
+    confs = {i.name: conformance.probe_cached(i, dev) for i in probed}
+    warnings = {i.name: w for i in probed if (w := conformance.pairing_warning(i)) is not None}
     torch.manual_seed(seed)
     run_id = run_id or uuid.uuid4().hex[:12]
     prov = provenance({
@@ -171,19 +177,21 @@ def run_accuracy(
         "recipes": [r.name for r in recipes],
         "inputs": [inp.name for inp in inputs],
         **({"implementations": [i.name for i in impls], "implementations_unavailable": unavailable,
-            "implementations_platform": real_plat[0], "implementations_platform_note": real_plat[1]}
+            "implementations_platform": real_plat[0], "implementations_platform_note": real_plat[1],
+            "implementations_conformance": {n: c.record() for n, c in confs.items()},
+            "implementations_pairing_warnings": warnings}
            if implementations else {}),
     })
     rows = ResultRows(provenance=prov)
     if on_start is not None:
         on_start(prov)
-    skip = set(skip)
     todo = [(inp, [r for r in recipes if input_key(inp, r.name) not in skip]
              + [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]) for inp in inputs]
     bar = _progress(sum(len(rs) for _, rs in todo), enabled=progress)
     try:
         for inp, _ in todo:
-            rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row, impls, real_plat))
+            rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row, impls, real_plat,
+                                   confs, warnings))
     finally:
         bar.close()
     return rows
@@ -250,7 +258,8 @@ def check_memory(shape: dict, device: str | torch.device = "cpu", what: str = "i
 
 
 def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch.device, run_id: str,
-               chunk_size: int, bar, on_row, impls=(), real_platform: tuple = (None, "")) -> list[dict]:
+               chunk_size: int, bar, on_row, impls=(), real_platform: tuple = (None, ""), confs=None,
+               warnings=None) -> list[dict]:
     todo = [r for r in recipes if input_key(inp, r.name) not in skip]
     impls_todo = [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]
     if not todo and not impls_todo:
@@ -341,6 +350,9 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
         bar.set_postfix_str(f"{inp.name} {impl.name}")
         row = implementation_row(impl, x, base={"run_id": run_id, **base}, ref_orig=ref_orig, paired=paired,
                                  device=dev, platform=real_platform)
+        conformance.apply(row, (confs or {}).get(impl.name))
+        if (warnings or {}).get(impl.name):
+            row["pairing_warning"] = warnings[impl.name]
         rows.append(row)
         if on_row is not None:
             on_row(row)

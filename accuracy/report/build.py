@@ -247,7 +247,7 @@ def _entries(rows: list, recipes: list, real_rows: Sequence[dict] = ()) -> list[
     by = _by_recipe(rows)
     real: dict[str, list[dict]] = defaultdict(list)
     for r in real_rows:
-        if r.get("status", "ok") == "ok":
+        if r.get("status", "ok") in ("ok", "suspect"):  # scored rows (suspect: flagged in its table)
             real[measured_label(r)].append(r)
     after: dict[str | None, list[_Entry]] = defaultdict(list)
     for label, rs in real.items():
@@ -794,7 +794,7 @@ def _real_count(real_rows: list) -> str:
         return ""
     impls = {r.get("implementation") for r in real_rows}
     devices = sorted({measured_on(r) for r in real_rows})
-    ok = sum(r.get("status", "ok") == "ok" for r in real_rows)
+    ok = sum(r.get("status", "ok") in ("ok", "suspect") for r in real_rows)
     rest = "" if ok == len(real_rows) else \
         "; the others failed or could not take the input, see [not run](#t-real-not-run)"
     return (f" Besides them, {len(real_rows)} real-kernel rows: {len(impls)} implementations measured on "
