@@ -4,7 +4,9 @@ The report generator reads results and never runs kernels, so nothing here impor
 
 Exposed:
     read_jsonl(path) -> (rows, provenance)        rows checked: a foreign file fails with path:line
-    check_row(row, where)                         the same check for one row (CSV readers use it)
+    check_row(row, where)                         the same check for one row (CSV readers use it): types, and
+                                                  metrics in range (no negative or infinite error)
+    loads_checked(text, where)                    json.loads with a depth limit, every error naming where
     row_key(row) -> (input, input hash, recipe, implementation)   what a resumed run skips
     jsonl_text(rows, provenance) -> str           a JSONL result file's text
     ResultsFile                                   ``--out`` of a run: refuse / force / resume, rows
@@ -16,17 +18,77 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
 
-__all__ = ["ResultsFile", "check_row", "jsonl_text", "read_jsonl", "row_key"]
+__all__ = ["MAX_JSON_DEPTH", "ResultsFile", "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl",
+           "row_key"]
 
 # Row keys of numbers (or null) in an operator result row: error metrics are prefixed with these.
 _METRIC_PREFIXES = ("deq_", "orig_")
 # Bytes per result row (about 1.5 KB in practice) used to estimate the free space a run needs.
 ROW_BYTES_ESTIMATE = 4096
+# Deepest nesting of [ and { a result line may have (rows are flat: per-head lists are depth 2): deeper lines
+# are refused before parsing, so no line can make the JSON reader recurse without bound.
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of JSON arrays and objects in ``text`` (brackets inside strings not counted)."""
+    depth = deepest = 0
+    in_str = esc = False
+    for c in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads_checked(text: str, where: str):
+    """``json.loads`` with the errors of a hostile line named by ``where`` (``path:line``): not JSON, nested
+    deeper than :data:`MAX_JSON_DEPTH`, or a number Python will not convert (an integer of more than 4300
+    digits). ValueError, never RecursionError."""
+    if (text.count("[") + text.count("{") > MAX_JSON_DEPTH) and json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels; not a result row")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not JSON ({e.msg})") from None
+    except (ValueError, RecursionError) as e:
+        msg = str(e).split(";")[0].strip() or type(e).__name__
+        raise ValueError(f"{where}: not JSON ({msg})") from None
+
+
+def _metric_problem(key: str, v) -> str | None:
+    """Why the number ``v`` cannot be the metric ``key`` (``deq_``/``orig_`` + a metric), or None. NaN is allowed
+    (an overflowed output's metrics are NaN, flagged by ``has_nan``); an error is finite and not negative;
+    a cosine lies in [-1, 1]; an SQNR in dB may be any number but NaN aside it must not be -inf."""
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    name = key.split("_", 1)[1]
+    if name.startswith("sqnr_db"):
+        return "must be a number in dB above -Infinity" if v == -math.inf else None
+    if name.startswith("cosine"):
+        return None if -1.0 - 1e-6 <= v <= 1.0 + 1e-6 else "must lie in [-1, 1]"
+    if not math.isfinite(v):
+        return "must be a finite number (or NaN for an overflowed output)"
+    if v < 0:
+        return "is an error, which cannot be negative"
+    return None
 
 
 def check_row(row, where: str) -> dict:
@@ -51,6 +113,11 @@ def check_row(row, where: str) -> dict:
         if k.startswith(_METRIC_PREFIXES) and v is not None and (isinstance(v, bool)
                                                                  or not isinstance(v, (int, float))):
             raise ValueError(f"{where}: metric {k!r} must be a number, got {v!r}")
+        if k.startswith(_METRIC_PREFIXES):
+            for x in (row[k] if isinstance(row[k], list) else [row[k]]):
+                why = _metric_problem(k, x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+                if why is not None:
+                    raise ValueError(f"{where}: metric {k!r} {why}, got {x!r}")
     if "has_nan" in row and not isinstance(row["has_nan"], bool):
         raise ValueError(f"{where}: 'has_nan' must be true or false, got {row['has_nan']!r}")
     return row
@@ -61,10 +128,7 @@ def _parse_lines(lines: Iterable[str], path) -> tuple[list[dict], dict]:
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        obj = loads_checked(line, f"{path}:{n}")
         if isinstance(obj, dict) and obj.get("record") == "provenance":
             prov = prov or {k: v for k, v in obj.items() if k != "record"}
         else:

@@ -50,7 +50,7 @@ from accuracy.inputs import AttentionInput
 from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name, provenance
 from accuracy.real_rows import implementation_row
-from accuracy.results_io import check_row, jsonl_text, read_jsonl, row_key
+from accuracy.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate, quantize_inputs
 from zyfa.outputs import atomic_write_text
@@ -493,8 +493,8 @@ def _parse(cell: str, kind: str | None):
         return float(cell)
     if kind == "json":
         try:
-            return json.loads(cell)
-        except json.JSONDecodeError:
+            return loads_checked(cell, "cell")
+        except ValueError:
             return cell
     # no sidecar: best guess
     if cell.lower() in ("true", "false"):
@@ -518,8 +518,8 @@ def read_results(path: str | Path) -> ResultRows:
     if suffix == ".csv":
         side = _sidecar(path)
         try:
-            meta = json.loads(side.read_text()) if side.is_file() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            meta = loads_checked(side.read_text(), str(side)) if side.is_file() else {}
+        except (ValueError, UnicodeDecodeError):
             raise ValueError(f"{side}: not JSON (the sidecar of {path.name})") from None
         if not isinstance(meta, dict):
             raise ValueError(f"{side}: not a provenance sidecar (expected a JSON object)")
@@ -531,7 +531,12 @@ def read_results(path: str | Path) -> ResultRows:
                 for n, r in enumerate(reader, 2):
                     if None in r or None in r.values():
                         raise ValueError(f"{path}:{n}: {'more' if None in r else 'fewer'} cells than columns")
-                    rows.append(check_row({k: _parse(v, types.get(k)) for k, v in r.items()}, f"{path}:{n}"))
+                    try:
+                        parsed = {k: _parse(v, types.get(k)) for k, v in r.items()}
+                    except (ValueError, RecursionError) as e:
+                        raise ValueError(f"{path}:{n}: a cell that is not what its column holds "
+                                         f"({str(e).split(';')[0][:200]})") from None
+                    rows.append(check_row(parsed, f"{path}:{n}"))
         except (UnicodeDecodeError, csv.Error) as e:
             raise ValueError(f"{path}: not a result CSV ({e})") from None
         return ResultRows(rows, meta.get("provenance", {}))
