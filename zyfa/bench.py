@@ -539,9 +539,15 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
 
 
 def to_markdown(meta, rows, ours="zyfa-hopper"):
+    from zyfa.markdown import md_escape
+
+    # every string of the file as inert Markdown (zyfa.markdown): names and notes add no column, row or heading
+    meta = {k: md_escape(v) if isinstance(v, str) else v for k, v in meta.items()}
+    rows = [{k: md_escape(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]
+    ours = md_escape(ours)
     lines = [f"# Benchmark: FP8 attention on {meta['device']}", "",
              f"- command: `{meta['command']}`", f"- date: {meta['date']}", f"- git commit: {meta['git_commit']}",
-             f"- versions: {json.dumps(meta['versions'])}",
+             f"- versions: {md_escape(json.dumps(meta['versions']))}",
              f"- inputs: {meta['inputs_note']}",
              "- TFLOP/s = FLOPs / median kernel time (triton.testing.do_bench); FLOPs = 4·b·h·s²·d "
              "(2·(d_qk+d_v) for MLA), halved for causal. Our kernel's 'ms' and 'TFLOP/s' exclude V's one-off "

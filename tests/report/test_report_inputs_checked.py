@@ -101,7 +101,8 @@ def test_nan_metrics_of_an_overflow_stay_readable(tmp_path, results):
 @pytest.mark.parametrize("line, words", [
     ("[" * 100_000 + "]" * 100_000, ["nested deeper than 32 levels"]),
     ('{"recipe": "zyfa", "input": "x", "n": ' + "7" * 5000 + "}", ["not JSON", "4300 digits"]),
-    ('{"recipe": "zyfa", "input": "x", "deq_rel_l2": ' + "7" * 5000 + ".0}", ["metric 'deq_rel_l2' must be a finite number"]),
+    ('{"recipe": "zyfa", "input": "x", "deq_rel_l2": ' + "7" * 5000 + ".0}",
+     ["metric 'deq_rel_l2' must be a finite number"]),
 ], ids=["deep", "5000-digit int", "5000-digit float"])
 def test_hostile_lines_name_file_and_line(tmp_path, capsys, results, line, words):
     p = _file(tmp_path, "r.jsonl", [results[0], line])
