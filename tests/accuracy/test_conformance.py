@@ -95,6 +95,13 @@ def test_output_on_another_device_and_a_kernel_that_raises(tmp_path):
                    "    return attention(q, k, v, causal=causal, sm_scale=sm_scale, window=window)\n")
     conf = conformance.probe(load_plugin(boom))
     assert conf.ok and "no masks here" in conf.skipped["causal"]  # could not run: skipped, not a finding
+    mha_only = _plugin(tmp_path, "mha", "    if q.shape[1] != k.shape[1]:\n        raise ValueError('MHA only')\n"
+                       "    return attention(q, k, v, causal=causal, sm_scale=sm_scale, window=window)\n")
+    conf = conformance.probe(load_plugin(mha_only))
+    assert conf.ok and "MHA only" in conf.skipped["gqa"] and sorted(conf.passed) == ["causal", "lse", "output",
+                                                                                     "window"]
+    nan = _plugin(tmp_path, "nanout", "    return q * float('nan')\n")
+    assert "non-finite output" in conformance.probe(load_plugin(nan)).failures["output"]  # returned: a finding
 
 
 def test_ratio_outside_the_band_is_suspect(tmp_path, capsys):
