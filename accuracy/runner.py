@@ -124,7 +124,11 @@ def run_accuracy(
         implementations: real kernels run beside the recipes on the same inputs and device
             (:class:`accuracy.implementations.Implementation`); rows by :func:`accuracy.real_rows.implementation_row`
             (``real: true``, ``implementation``, the paired recipe, ``status``). Those not available here
-            (device, package) are not run: the provenance's ``implementations_unavailable`` says why.
+            (device, package) are not run: the provenance's ``implementations_unavailable`` says why. Those with
+            rows to make are first probed (:mod:`accuracy.conformance`; ``implementations_conformance`` in the
+            provenance): a failed probe makes their ``ok`` rows ``nonconforming``, a paired row outside the
+            error-ratio band ``suspect``, and a quantization granularity that differs from the pairing's is
+            warned (``pairing_warning``).
         real_platform: the platform whose arithmetic the real implementations have, for their pairing
             (:func:`accuracy.implementations.pairing`): ``"auto"`` (the device's:
             :func:`accuracy.implementations.device_platform`, CUDA capability 9.0 -> ``h200``), a platform name,
