@@ -18,7 +18,10 @@ failed row with the reason and the run goes on; built-ins this machine lacks (de
 not run, with the reason.
 
 Bad input (an unknown recipe, an unsupported head dim, a missing file, an input too large for the device's
-memory) exits with status 2 and one line on stderr naming the problem.
+memory, a ``--kernel`` that does not load) exits with status 2 and one line on stderr naming the problem. A run
+whose rows include failed or nonconforming ones writes every row, counts them on stderr and exits with status 3
+(``--allow-failed``: 0). ``--kernel`` imports the named module or file: its top-level code runs in this
+process.
 
 ``--out``: checked before any work (its folder must exist and be writable, with free space for the rows). An
 existing file is refused unless ``--force`` (start over; the old file is replaced only when the new run
@@ -52,6 +55,12 @@ OTHER_COLUMNS = ("has_nan", "nonfinite_frac", "p_flushed_frac", "time_emulate_s"
                  "orig_zero_ref_rows_max_abs_err")
 GAUSSIAN_DEFAULTS = {"seq": 4096, "head_dim": 128, "heads": "4", "batch": 1, "std": 1.0, "outliers": 0.0,
                      "outlier_scale": 10.0, "outlier_tensors": "qk", "dtype": "bf16"}
+
+
+# Exit status of a run that wrote everything but has failed or nonconforming rows (--allow-failed: 0).
+EXIT_FAILED_ROWS = 3
+# Real-kernel row statuses that count as failures for the exit status.
+FAILED_STATUSES = ("failed", "nonconforming")
 
 
 class UsageError(ValueError):
@@ -107,6 +116,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per-input", action="store_true",
                         help="one table row per (input, recipe) instead of per recipe over all inputs")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--allow-failed", action="store_true",
+                        help=f"exit 0 even when rows failed or a kernel is nonconforming (default: exit "
+                             f"{EXIT_FAILED_ROWS} after writing every row)")
     r = parser.add_argument_group("real kernels (beside the recipes' emulations)")
     r.add_argument("--implementations", metavar="LIST",
                    help="built-in real implementations, comma-separated (triton:<recipe>, cudnn-fp8, "
@@ -114,7 +126,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "'available' or 'all'")
     r.add_argument("--kernel", action="append", metavar="MODULE:FUNCTION",
                    help="your own attention kernel, module:function or path/to/file.py:function, with "
-                        "fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse) (repeatable)")
+                        "fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse) (repeatable). This "
+                        "imports the module or file and so runs its top-level code in this process: name only "
+                        "code you trust")
     r.add_argument("--kernel-recipe", action="append", metavar="NAME",
                    help="pair --kernel with this recipe: also scored on its dequantized inputs and compared with "
                         "its emulation (once for every kernel, or once per --kernel)")
@@ -125,6 +139,7 @@ def main(args: argparse.Namespace) -> int:
     from accuracy.results_io import ROW_BYTES_ESTIMATE, ResultsFile
     from zyfa.outputs import check_writable
 
+    results = None
     try:
         recipes = _parse_recipes(args.recipes)
         if getattr(args, "platform", None) is not None:
@@ -147,6 +162,8 @@ def main(args: argparse.Namespace) -> int:
             check_writable(out, need_bytes=len(keys) * ROW_BYTES_ESTIMATE)
             results.check_plan(keys)
     except (ValueError, FileNotFoundError) as e:
+        if results is not None:
+            results.release()
         return _fail(e)
 
     first_prov = results.provenance if results is not None and results.resumed_from else {}
@@ -188,8 +205,10 @@ def main(args: argparse.Namespace) -> int:
     if nan_recipes:
         print(f"NaN/Inf in the output of: {', '.join(nan_recipes)}")
     for r in rows:
-        if r.get("real") and r.get("status") in ("failed", "unsupported"):
+        if r.get("real") and r.get("status") in ("failed", "unsupported", "nonconforming", "suspect"):
             print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
+    for w in (prov.get("implementations_pairing_warnings") or {}).values():
+        print(f"warning: {w}")
     for name, why in (prov.get("implementations_unavailable") or {}).items():
         print(f"not run: {name}: {why}")
     if results is not None:
@@ -199,7 +218,24 @@ def main(args: argparse.Namespace) -> int:
             return _fail(e, results)
         print(f"wrote {len(rows)} rows to {out}")
     print(f"wall time {wall:.1f} s;  repro: {repro_command(args)}")
-    return 0
+    return failed_rows_status(rows, "zyfa accuracy", allow=args.allow_failed)
+
+
+def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> int:
+    """The exit status of a finished run: :data:`EXIT_FAILED_ROWS` when rows failed (``status`` in
+    :data:`FAILED_STATUSES`), with a line on stderr counting them, unless ``allow`` (``--allow-failed``); else 0."""
+    bad = [r for r in rows if r.get("status") in FAILED_STATUSES]
+    if not bad:
+        return 0
+    kinds = ", ".join(f"{sum(r.get('status') == s for r in bad)} {s}" for s in FAILED_STATUSES
+                      if any(r.get("status") == s for r in bad))
+    if allow:
+        print(f"{command}: {len(bad)} of {len(rows)} rows failed ({kinds}); exit 0 (--allow-failed)",
+              file=sys.stderr)
+        return 0
+    print(f"{command}: {len(bad)} of {len(rows)} rows failed ({kinds}); every row was written; exit "
+          f"{EXIT_FAILED_ROWS} (--allow-failed: 0)", file=sys.stderr)
+    return EXIT_FAILED_ROWS
 
 
 def _read_finished(path: Path):
@@ -329,7 +365,7 @@ def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
     layers = _int_list(args.layers, "--layers") if args.layers is not None else None
     heads = _int_list(args.heads, "--heads") if (files and args.heads is not None) else None
     for f in files:
-        inputs.extend(capture_inputs(f, layers=layers, heads=heads, max_tokens=args.max_tokens))
+        inputs.extend(capture_inputs(f, layers=layers, heads=heads, max_tokens=args.max_tokens, device=device))
     return inputs
 
 

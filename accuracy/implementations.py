@@ -749,6 +749,7 @@ def _load_callable(spec: str) -> tuple[Callable, str]:
         path = Path(mod_part)
         if not path.is_file():
             raise ImplementationError(f"kernel {spec!r}: no such file {mod_part}")
+        _check_defines(spec, path, fn_name)
         mod_name = "zyfa_plugin_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
         try:
             loader_spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -757,15 +758,26 @@ def _load_callable(spec: str) -> tuple[Callable, str]:
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[mod_name] = module
             loader_spec.loader.exec_module(module)
-        except Exception as e:  # noqa: BLE001 - any import-time failure of the user's file
+        except KeyboardInterrupt:
+            sys.modules.pop(mod_name, None)
+            raise
+        except BaseException as e:  # noqa: BLE001 - any import-time failure of the user's file, SystemExit too
             sys.modules.pop(mod_name, None)
             raise ImplementationError(f"kernel {spec!r}: importing {mod_part} failed: {type(e).__name__}: {e}") \
                 from None
         where = str(path)
     else:
         try:
+            origin = getattr(importlib.util.find_spec(mod_part), "origin", None)
+        except (ImportError, ValueError):
+            origin = None
+        if origin and origin.endswith(".py") and Path(origin).is_file():
+            _check_defines(spec, Path(origin), fn_name)
+        try:
             module = importlib.import_module(mod_part)
-        except Exception as e:  # noqa: BLE001
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001 - SystemExit at import too
             raise ImplementationError(f"kernel {spec!r}: cannot import module {mod_part!r}: "
                                       f"{type(e).__name__}: {e}") from None
         where = getattr(module, "__file__", None) or mod_part
@@ -775,6 +787,32 @@ def _load_callable(spec: str) -> tuple[Callable, str]:
     if not callable(fn):
         raise ImplementationError(f"kernel {spec!r}: {fn_name!r} is not callable")
     return fn, where
+
+
+def _check_defines(spec: str, path: Path, fn_name: str) -> None:
+    """Refuse, before the file runs, a plug-in source that binds no top-level ``fn_name`` (def, class,
+    assignment or import): its top-level code is not executed for a kernel it does not have."""
+    import ast
+
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError) as e:
+        raise ImplementationError(f"kernel {spec!r}: {path} is not valid Python: {type(e).__name__}: {e}") \
+            from None
+    names: set[str] = set()
+    dynamic = False
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            dynamic = dynamic or node.id in ("globals", "setattr", "exec")
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            dynamic = dynamic or any(a.name == "*" for a in node.names)
+    if fn_name not in names and not dynamic:
+        raise ImplementationError(f"kernel {spec!r}: {path} defines no {fn_name!r} (the file was not run)")
 
 
 def _check_signature(spec: str, fn: Callable) -> None:
@@ -833,6 +871,7 @@ def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
             out, lse = res, None
         return ImplResult(out, lse, {"plugin_source": where})
 
+    run.quantization = getattr(fn, "quantization", None)  # its granularity, if it says (accuracy.conformance)
     return Implementation(name=f"plugin:{spec}", fn=run, recipe=recipe, quantizes="self", device="the run's",
                           package=None, check=None, limits=None, description=f"user kernel {spec} ({where})",
                           plugin=True)
@@ -840,11 +879,12 @@ def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
 
 def load_plugins(specs, recipes=None) -> list[Implementation]:
     """Plug-ins for ``--kernel`` (repeatable) and ``--kernel-recipe`` (none, one for all kernels, or one per
-    kernel in order). A kernel that does not load becomes an implementation whose every call fails with the
-    load error, so its rows are marked failed and the run goes on.
+    kernel in order), each resolved and its signature checked before any work.
 
     Raises:
-        ValueError: an unknown ``--kernel-recipe``, or more than one but not one per ``--kernel``.
+        ValueError: an unknown ``--kernel-recipe``, or more than one but not one per ``--kernel``; a kernel that
+            does not load (no such file or module, no such function, an import that fails, a wrong signature),
+            in one line naming it.
     """
     specs = list(specs or [])
     recipes = list(recipes or [])
@@ -862,7 +902,7 @@ def load_plugins(specs, recipes=None) -> list[Implementation]:
         try:
             out.append(load_plugin(spec, recipe=recipe))
         except ImplementationError as e:
-            out.append(failed_implementation(f"plugin:{spec}", str(e), recipe=None))
+            raise ValueError(str(e)) from None
     return out
 
 
@@ -890,9 +930,9 @@ def call_implementation(impl: Implementation, x: AttentionInput, context: dict |
     label = f"kernel {impl.name!r}" if not impl.plugin else f"kernel {impl.name[len('plugin:'):]!r}"
     try:
         res = impl.fn(x, dict(context or {}))
-    except ImplementationError:
+    except (ImplementationError, KeyboardInterrupt):
         raise
-    except Exception as e:  # noqa: BLE001 - the kernel's own failure becomes a failed row
+    except BaseException as e:  # noqa: BLE001 - the kernel's own failure (SystemExit too) becomes a failed row
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ImplementationError(f"{label} raised {type(e).__name__}: {msg}"[:500]) from e
     out = res.out
@@ -901,6 +941,8 @@ def call_implementation(impl: Implementation, x: AttentionInput, context: dict |
                                   f"of shape {(b, h, s_q, d_v)}")
     if not out.dtype.is_floating_point:
         raise ImplementationError(f"{label} returned a {out.dtype} output; expected a float dtype")
+    if out.device != x.q.device:
+        raise ImplementationError(f"{label} returned its output on {out.device}; the inputs are on {x.q.device}")
     if tuple(out.shape) != (b, h, s_q, d_v):
         raise ImplementationError(f"{label} returned shape {tuple(out.shape)}, expected (b, h, s_q, d_v) = "
                                   f"{(b, h, s_q, d_v)}")

@@ -27,6 +27,7 @@ __all__ = [
     "AttentionInput",
     "GaussianSpec",
     "capture_inputs",
+    "check_capture_memory",
     "content_hash",
     "file_sha256",
     "make_gaussian",
@@ -224,8 +225,13 @@ def capture_inputs(
     layers: list[int] | None = None,
     heads: list[int] | None = None,
     max_tokens: int | None = None,
+    *,
+    device: str | None = None,
 ) -> list[AttentionInput]:
     """One input per captured layer of an HDF5 capture (:func:`capture.store.read_capture`).
+
+    Before any data is read, each layer's declared size is checked (:func:`check_capture_memory`): a layer that
+    would not fit in memory is refused in one line naming the file and the layer.
 
     Args:
         path: capture file written by ``zyfa capture``.
@@ -242,14 +248,48 @@ def capture_inputs(
         raise FileNotFoundError(f"capture file not found: {path}")
     if max_tokens is not None and not (_is_int(max_tokens) and max_tokens >= 1):
         raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-    from capture.store import read_capture
+    from capture.store import open_capture, read_capture
 
+    check_capture_memory(open_capture(path), layers=layers, heads=heads, max_tokens=max_tokens, device=device)
     file_hash = file_sha256(path)
     inputs = [_from_record(rec, path, file_hash, max_tokens)
               for rec in read_capture(path, layers=layers, heads=heads)]
     if not inputs:
         raise ValueError(f"{path}: the capture holds no complete layers")
     return inputs
+
+
+# Host bytes reading a layer takes per stored byte: the array h5py reads, its torch view's checks (isfinite
+# masks) and the contiguous copies made from it.
+READ_COPIES = 3
+
+
+def check_capture_memory(info, *, layers=None, heads=None, max_tokens=None, device=None) -> None:
+    """ValueError naming the file and the layer when reading a capture's layer, or running it, would not fit.
+
+    ``info``: :func:`capture.store.open_capture`'s metadata (shapes from the file's structure, no data read).
+    Two needs per layer: reading (the stored q, k, v whole, :data:`READ_COPIES` times, against the host's
+    free memory) and the run (:func:`accuracy.runner.check_memory`, the rule Gaussian inputs are checked by,
+    on the selected heads and tokens, against ``device``'s)."""
+    from accuracy.runner import available_bytes, check_memory
+
+    want = info.complete_layers if layers is None else [i for i in sorted(set(int(x) for x in layers))
+                                                        if i in info.datasets]
+    host = available_bytes(torch.device("cpu"))
+    for i in want:
+        where = f"{info.path}: layer {i}"
+        need = READ_COPIES * info.read_bytes(i)
+        if host is not None and need > host:
+            shapes = ", ".join(f"{n} {tuple(s)}" for n, (s, _) in info.datasets[i].items())
+            raise ValueError(f"{where} declares {shapes}: reading it needs about {need / 2**30:.1f} GiB, but the "
+                             f"host has {host / 2**30:.1f} GiB free (use another capture, or fewer --layers)")
+        (b, hq, s, d), (_, hkv, _, _), (_, _, _, dv) = (info.datasets[i][n][0] for n in ("q", "k", "v"))
+        if heads is not None:
+            hq = min(hq, len(set(heads)))
+            hkv = min(hkv, hq)
+        s = min(s, max_tokens) if max_tokens is not None else s
+        check_memory({"batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": s, "seq_k": s, "head_dim": d,
+                      "head_dim_v": dv}, device or "cpu", what=where)
 
 
 # root attributes of a capture copied into each input's meta (capture.store.REQUIRED_ROOT and friends)

@@ -13,7 +13,9 @@ Row fields (besides the input's fields and ``run_id``):
   (the emulated recipe's name, e.g. ``zyfa@h200``; `` (scale_o: oracle amax)`` appended where its FP8 output is
   scaled by the oracle's amax, as the kernel's), ``paired_platform`` and ``pairing_note`` (why not the device's
   platform; empty when it is);
-- ``status``: ``ok``, ``failed`` (``error``: one line naming the kernel) or ``unsupported`` (``reason``);
+- ``status``: ``ok``, ``failed`` (``error``: one line naming the kernel) or ``unsupported`` (``reason``); the
+  runner then makes an ``ok`` row ``nonconforming`` (the kernel failed a conformance probe) or ``suspect`` (its
+  error ratio is outside the band), with ``reason`` (:func:`accuracy.conformance.apply`);
 - ``orig_*`` metrics against FP64 on the original inputs; with a paired recipe also ``deq_*`` against FP64
   on the recipe's dequantized inputs, the emulation's ``emu_deq_rel_l2`` and ``emu_orig_rel_l2``,
   ``ratio_basis`` (``deq``, or ``orig`` for kernels that quantize for themselves), ``real_emu_ratio`` (real

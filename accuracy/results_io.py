@@ -4,7 +4,9 @@ The report generator reads results and never runs kernels, so nothing here impor
 
 Exposed:
     read_jsonl(path) -> (rows, provenance)        rows checked: a foreign file fails with path:line
-    check_row(row, where)                         the same check for one row (CSV readers use it)
+    check_row(row, where)                         the same check for one row (CSV readers use it): types, and
+                                                  metrics in range (no negative or infinite error)
+    loads_checked(text, where)                    json.loads with a depth limit, every error naming where
     row_key(row) -> (input, input hash, recipe, implementation)   what a resumed run skips
     jsonl_text(rows, provenance) -> str           a JSONL result file's text
     ResultsFile                                   ``--out`` of a run: refuse / force / resume, rows
@@ -16,17 +18,77 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from zyfa.outputs import AppendLog, OutputError, check_writable, partial_path, read_complete_lines
+from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
 
-__all__ = ["ResultsFile", "check_row", "jsonl_text", "read_jsonl", "row_key"]
+__all__ = ["MAX_JSON_DEPTH", "ResultsFile", "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl",
+           "row_key"]
 
 # Row keys of numbers (or null) in an operator result row: error metrics are prefixed with these.
 _METRIC_PREFIXES = ("deq_", "orig_")
 # Bytes per result row (about 1.5 KB in practice) used to estimate the free space a run needs.
 ROW_BYTES_ESTIMATE = 4096
+# Deepest nesting of [ and { a result line may have (rows are flat: per-head lists are depth 2): deeper lines
+# are refused before parsing, so no line can make the JSON reader recurse without bound.
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of JSON arrays and objects in ``text`` (brackets inside strings not counted)."""
+    depth = deepest = 0
+    in_str = esc = False
+    for c in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif c == "\\":
+                esc = True
+            elif c == '"':
+                in_str = False
+        elif c == '"':
+            in_str = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads_checked(text: str, where: str):
+    """``json.loads`` with the errors of a hostile line named by ``where`` (``path:line``): not JSON, nested
+    deeper than :data:`MAX_JSON_DEPTH`, or a number Python will not convert (an integer of more than 4300
+    digits). ValueError, never RecursionError."""
+    if (text.count("[") + text.count("{") > MAX_JSON_DEPTH) and json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"{where}: nested deeper than {MAX_JSON_DEPTH} levels; not a result row")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: not JSON ({e.msg})") from None
+    except (ValueError, RecursionError) as e:
+        msg = str(e).split(";")[0].strip() or type(e).__name__
+        raise ValueError(f"{where}: not JSON ({msg})") from None
+
+
+def _metric_problem(key: str, v) -> str | None:
+    """Why the number ``v`` cannot be the metric ``key`` (``deq_``/``orig_`` + a metric), or None. NaN is allowed
+    (an overflowed output's metrics are NaN, flagged by ``has_nan``); an error is finite and not negative;
+    a cosine lies in [-1, 1]; an SQNR in dB may be any number but NaN aside it must not be -inf."""
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    name = key.split("_", 1)[1]
+    if name.startswith("sqnr_db"):
+        return "must be a number in dB above -Infinity" if v == -math.inf else None
+    if name.startswith("cosine"):
+        return None if -1.0 - 1e-6 <= v <= 1.0 + 1e-6 else "must lie in [-1, 1]"
+    if not math.isfinite(v):
+        return "must be a finite number (or NaN for an overflowed output)"
+    if v < 0:
+        return "is an error, which cannot be negative"
+    return None
 
 
 def check_row(row, where: str) -> dict:
@@ -51,6 +113,11 @@ def check_row(row, where: str) -> dict:
         if k.startswith(_METRIC_PREFIXES) and v is not None and (isinstance(v, bool)
                                                                  or not isinstance(v, (int, float))):
             raise ValueError(f"{where}: metric {k!r} must be a number, got {v!r}")
+        if k.startswith(_METRIC_PREFIXES):
+            for x in (row[k] if isinstance(row[k], list) else [row[k]]):
+                why = _metric_problem(k, x) if isinstance(x, (int, float)) and not isinstance(x, bool) else None
+                if why is not None:
+                    raise ValueError(f"{where}: metric {k!r} {why}, got {x!r}")
     if "has_nan" in row and not isinstance(row["has_nan"], bool):
         raise ValueError(f"{where}: 'has_nan' must be true or false, got {row['has_nan']!r}")
     return row
@@ -61,10 +128,7 @@ def _parse_lines(lines: Iterable[str], path) -> tuple[list[dict], dict]:
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        obj = loads_checked(line, f"{path}:{n}")
         if isinstance(obj, dict) and obj.get("record") == "provenance":
             prov = prov or {k: v for k, v in obj.items() if k != "record"}
         else:
@@ -99,6 +163,12 @@ class ResultsFile:
     partial file. So a killed run leaves the rows it finished in ``<out>.partial`` and the previous ``<out>``,
     if any, untouched.
 
+    One live run per output: :meth:`open` takes a :class:`zyfa.outputs.RunLock` (``fcntl.flock`` on
+    ``<out>.partial.lock``) before it looks at the files, and holds it until :meth:`finish` or :meth:`close` (or
+    the process's end, however it ends). While another process holds it, the run is refused, ``--force`` or
+    not, naming that process's PID and start time; so a ``<out>.partial`` is called an interrupted run only
+    when no live process is writing it.
+
     Policy, decided by :meth:`open` before any work:
         - ``<out>`` or ``<out>.partial`` exists, neither ``force`` nor ``resume``: refused (OutputError);
         - ``force``: start over (the old ``<out>`` is replaced only when the new run finishes);
@@ -107,7 +177,8 @@ class ResultsFile:
     """
 
     def __init__(self, path: Path, *, kept: list[dict], provenance: dict, resumed_from: Path | None,
-                 reader: Callable[[Path], tuple[list[dict], dict]]):
+                 reader: Callable[[Path], tuple[list[dict], dict]], lock: RunLock | None = None):
+        self.lock = lock
         self.path = path
         self.partial = partial_path(path)
         self.kept = kept
@@ -120,9 +191,12 @@ class ResultsFile:
 
     @classmethod
     def open(cls, path: str | Path, *, force: bool = False, resume: bool = False, n_rows: int = 0,
-             reader: Callable[[Path], tuple[list[dict], dict]] | None = None, flag: str = "--out") -> ResultsFile:
-        """Check ``path`` (writable, free space for ``n_rows``, the refuse/force/resume policy) and load the
-        rows a resumed run keeps. ``reader`` reads a finished ``path`` (default: :func:`read_jsonl`)."""
+             reader: Callable[[Path], tuple[list[dict], dict]] | None = None, flag: str = "--out",
+             lock: bool = True) -> ResultsFile:
+        """Check ``path`` (writable, free space for ``n_rows``, no live run on it, the refuse/force/resume
+        policy) and load the rows a resumed run keeps. ``reader`` reads a finished ``path`` (default:
+        :func:`read_jsonl`). ``lock=False``: the caller holds a lock covering ``path`` already (a study's
+        folder)."""
         path = Path(path)
         if force and resume:
             raise OutputError("--force and --resume exclude each other")
@@ -131,10 +205,27 @@ class ResultsFile:
         check_writable(path, need_bytes=n_rows * ROW_BYTES_ESTIMATE)
         if partial.is_dir():
             raise OutputError(f"{partial} is a directory; remove it or choose another {flag}")
+        run_lock = RunLock.acquire(partial, what=str(path)) if lock else None
+        try:
+            return cls._open_locked(path, partial, force=force, resume=resume, reader=reader, flag=flag,
+                                    run_lock=run_lock)
+        except BaseException:
+            if run_lock is not None:
+                run_lock.release()
+            raise
+
+    @classmethod
+    def _open_locked(cls, path: Path, partial: Path, *, force: bool, resume: bool, reader, flag: str,
+                     run_lock: RunLock | None) -> ResultsFile:
         exists = [p for p in (path, partial) if p.is_file()]
         if exists and not (force or resume):
-            what = ("an interrupted run's rows are in " + str(partial)) if partial.is_file() \
-                else f"{path} exists"
+            if partial.is_file():
+                dead = run_lock.stale if run_lock is not None else None
+                gone = (f" (its run, PID {dead['pid']}, started {dead.get('started')}, is no longer running)"
+                        if dead and "pid" in dead else " (no running process holds it)")
+                what = f"an interrupted run's rows are in {partial}{gone}"
+            else:
+                what = f"{path} exists"
             raise OutputError(f"{what}: add --resume to continue it, --force to start over, "
                               f"or choose another {flag}")
         kept, prov, source = [], {}, None
@@ -148,7 +239,7 @@ class ResultsFile:
             if not prov:
                 raise OutputError(f"{source} has no provenance record, so it is not a run to resume; "
                                   f"use --force to replace it or choose another {flag}")
-        return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader)
+        return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader, lock=run_lock)
 
     def check_plan(self, keys: Sequence[tuple]) -> None:
         """Refuse to resume a file that holds rows the planned run would not make (another run's rows)."""
@@ -190,13 +281,24 @@ class ResultsFile:
     def finish(self, rows: Sequence[dict], provenance: dict,
                write: Callable[[Sequence[dict], Path, dict], object]) -> Path:
         """Write the finished file atomically (``write(rows, path, provenance)``), then drop the partial."""
-        self.close()
+        self._close_log()
         write(rows, self.path, provenance)
         with contextlib.suppress(FileNotFoundError):
             self.partial.unlink()
+        self.release()
         return self.path
 
     def close(self) -> None:
+        """Stop writing (a run that ends without finishing): the partial file stays, the lock is dropped."""
+        self._close_log()
+        self.release()
+
+    def release(self) -> None:
+        """Drop the run's lock on the output (idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _close_log(self) -> None:
         if self._log is not None:
             self._log.close()
             self._log = None

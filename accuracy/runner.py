@@ -24,7 +24,7 @@ Exposed:
     input_key(inp, recipe) -> the row key of (inp, recipe)
     write_results(rows, path, provenance=None)   .jsonl (provenance header record) or .csv (+ sidecar), atomic
     read_results(path) -> ResultRows             rows checked (a foreign file fails naming path and line)
-    memory_estimate_bytes(shape, device), check_memory(shape, device, what)
+    memory_estimate_bytes(shape, device), check_memory(shape, device, what), available_bytes(device)
     ResultRows: a list of flat dict rows with ``.provenance`` (dict) and ``.run_id``
 """
 
@@ -44,20 +44,21 @@ from typing import Any
 
 import torch
 
+from accuracy import conformance
 from accuracy.implementations import device_platform, pairing
 from accuracy.inputs import AttentionInput
 from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name, provenance
 from accuracy.real_rows import implementation_row
-from accuracy.results_io import check_row, jsonl_text, read_jsonl, row_key
+from accuracy.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate, quantize_inputs
 from zyfa.outputs import atomic_write_text
 from zyfa.platforms import get_platform
 from zyfa.recipes import Recipe, get_recipe
 
-__all__ = ["QUANT_FIELDS", "ResultRows", "check_memory", "input_key", "memory_estimate_bytes", "read_results",
-           "resolve_device", "run_accuracy", "write_results"]
+__all__ = ["QUANT_FIELDS", "ResultRows", "available_bytes", "check_memory", "input_key", "memory_estimate_bytes",
+           "read_results", "resolve_device", "run_accuracy", "write_results"]
 
 # Recipe fields that decide the dequantized inputs a kernel sees: recipes equal on these share a reference.
 QUANT_FIELDS = ("q_format", "k_format", "v_format", "q_scale", "k_scale", "v_scale", "scale_block_q",
@@ -123,7 +124,11 @@ def run_accuracy(
         implementations: real kernels run beside the recipes on the same inputs and device
             (:class:`accuracy.implementations.Implementation`); rows by :func:`accuracy.real_rows.implementation_row`
             (``real: true``, ``implementation``, the paired recipe, ``status``). Those not available here
-            (device, package) are not run: the provenance's ``implementations_unavailable`` says why.
+            (device, package) are not run: the provenance's ``implementations_unavailable`` says why. Those with
+            rows to make are first probed (:mod:`accuracy.conformance`; ``implementations_conformance`` in the
+            provenance): a failed probe makes their ``ok`` rows ``nonconforming``, a paired row outside the
+            error-ratio band ``suspect``, and a quantization granularity that differs from the pairing's is
+            warned (``pairing_warning``).
         real_platform: the platform whose arithmetic the real implementations have, for their pairing
             (:func:`accuracy.implementations.pairing`): ``"auto"`` (the device's:
             :func:`accuracy.implementations.device_platform`, CUDA capability 9.0 -> ``h200``), a platform name,
@@ -161,6 +166,11 @@ def run_accuracy(
         real_plat = (get_platform(real_platform).name, "")
     for inp in inputs:
         check_memory(inp.shape, dev, what=f"input {inp.name}")
+    skip = set(skip)
+    # conformance probes (accuracy.conformance) of the kernels with rows to make, before any is scored
+    probed = [i for i in impls if any(input_key(inp, i.recipe, i.name) not in skip for inp in inputs)]
+    confs = {i.name: conformance.probe_cached(i, dev) for i in probed}
+    warnings = {i.name: w for i in probed if (w := conformance.pairing_warning(i)) is not None}
     torch.manual_seed(seed)
     run_id = run_id or uuid.uuid4().hex[:12]
     prov = provenance({
@@ -171,19 +181,21 @@ def run_accuracy(
         "recipes": [r.name for r in recipes],
         "inputs": [inp.name for inp in inputs],
         **({"implementations": [i.name for i in impls], "implementations_unavailable": unavailable,
-            "implementations_platform": real_plat[0], "implementations_platform_note": real_plat[1]}
+            "implementations_platform": real_plat[0], "implementations_platform_note": real_plat[1],
+            "implementations_conformance": {n: c.record() for n, c in confs.items()},
+            "implementations_pairing_warnings": warnings}
            if implementations else {}),
     })
     rows = ResultRows(provenance=prov)
     if on_start is not None:
         on_start(prov)
-    skip = set(skip)
     todo = [(inp, [r for r in recipes if input_key(inp, r.name) not in skip]
              + [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]) for inp in inputs]
     bar = _progress(sum(len(rs) for _, rs in todo), enabled=progress)
     try:
         for inp, _ in todo:
-            rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row, impls, real_plat))
+            rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row, impls, real_plat,
+                                   confs, warnings))
     finally:
         bar.close()
     return rows
@@ -216,7 +228,8 @@ def memory_estimate_bytes(shape: dict, device: str | torch.device = "cpu", *, ch
     return int(tensors + oracle + tiles)
 
 
-def _available_bytes(dev: torch.device) -> int | None:
+def available_bytes(dev: torch.device) -> int | None:
+    """Free memory of ``dev`` in bytes (CUDA: free device memory; CPU: MemAvailable), None where unknown."""
     if dev.type == "cuda":
         try:
             return int(torch.cuda.mem_get_info(dev)[0])
@@ -239,7 +252,7 @@ def check_memory(shape: dict, device: str | torch.device = "cpu", what: str = "i
     """ValueError (one line) when ``shape`` needs more memory than ``device`` has free; returns the estimate."""
     dev = torch.device(device)
     need = memory_estimate_bytes(shape, dev)
-    have = _available_bytes(dev)
+    have = available_bytes(dev)
     if have is not None and need > have:
         dims = (f"batch {shape['batch']}, heads {shape['heads_q']}/{shape['heads_kv']}, "
                 f"seq {shape['seq_q']}/{shape['seq_k']}, head dim {shape['head_dim']}/{shape['head_dim_v']}")
@@ -249,7 +262,8 @@ def check_memory(shape: dict, device: str | torch.device = "cpu", what: str = "i
 
 
 def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch.device, run_id: str,
-               chunk_size: int, bar, on_row, impls=(), real_platform: tuple = (None, "")) -> list[dict]:
+               chunk_size: int, bar, on_row, impls=(), real_platform: tuple = (None, ""), confs=None,
+               warnings=None) -> list[dict]:
     todo = [r for r in recipes if input_key(inp, r.name) not in skip]
     impls_todo = [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]
     if not todo and not impls_todo:
@@ -340,6 +354,9 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
         bar.set_postfix_str(f"{inp.name} {impl.name}")
         row = implementation_row(impl, x, base={"run_id": run_id, **base}, ref_orig=ref_orig, paired=paired,
                                  device=dev, platform=real_platform)
+        conformance.apply(row, (confs or {}).get(impl.name))
+        if (warnings or {}).get(impl.name):
+            row["pairing_warning"] = warnings[impl.name]
         rows.append(row)
         if on_row is not None:
             on_row(row)
@@ -480,8 +497,8 @@ def _parse(cell: str, kind: str | None):
         return float(cell)
     if kind == "json":
         try:
-            return json.loads(cell)
-        except json.JSONDecodeError:
+            return loads_checked(cell, "cell")
+        except ValueError:
             return cell
     # no sidecar: best guess
     if cell.lower() in ("true", "false"):
@@ -505,8 +522,8 @@ def read_results(path: str | Path) -> ResultRows:
     if suffix == ".csv":
         side = _sidecar(path)
         try:
-            meta = json.loads(side.read_text()) if side.is_file() else {}
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            meta = loads_checked(side.read_text(), str(side)) if side.is_file() else {}
+        except (ValueError, UnicodeDecodeError):
             raise ValueError(f"{side}: not JSON (the sidecar of {path.name})") from None
         if not isinstance(meta, dict):
             raise ValueError(f"{side}: not a provenance sidecar (expected a JSON object)")
@@ -518,7 +535,12 @@ def read_results(path: str | Path) -> ResultRows:
                 for n, r in enumerate(reader, 2):
                     if None in r or None in r.values():
                         raise ValueError(f"{path}:{n}: {'more' if None in r else 'fewer'} cells than columns")
-                    rows.append(check_row({k: _parse(v, types.get(k)) for k, v in r.items()}, f"{path}:{n}"))
+                    try:
+                        parsed = {k: _parse(v, types.get(k)) for k, v in r.items()}
+                    except (ValueError, RecursionError) as e:
+                        raise ValueError(f"{path}:{n}: a cell that is not what its column holds "
+                                         f"({str(e).split(';')[0][:200]})") from None
+                    rows.append(check_row(parsed, f"{path}:{n}"))
         except (UnicodeDecodeError, csv.Error) as e:
             raise ValueError(f"{path}: not a result CSV ({e})") from None
         return ResultRows(rows, meta.get("provenance", {}))

@@ -29,7 +29,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -135,6 +135,69 @@ def _open_h5(path: Path, mode: str) -> h5py.File:
             f"{path} cannot be read as an HDF5 file (truncated or corrupted? an interrupted copy?): {e}") from None
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _check_types(a: dict, where: str, schema: dict[str, str]) -> None:
+    """CaptureFormatError naming ``where`` and the attribute unless each attribute of ``schema`` has its type:
+    ``bool`` (a real boolean, or the integer 0 or 1), ``int``, ``posint`` (>= 1), ``window`` (>= 1, or -1 for
+    none), ``ints`` (a list of integers), ``scale`` (a finite float > 0)."""
+    for name, kind in schema.items():
+        if name not in a:
+            continue
+        v = a[name]
+        if kind == "bool":
+            ok = isinstance(v, (bool, np.bool_)) or (_is_int(v) and v in (0, 1))
+            want = "true/false (or 0/1)"
+        elif kind == "int":
+            ok, want = _is_int(v), "an integer"
+        elif kind == "posint":
+            ok, want = _is_int(v) and v >= 1, "an integer >= 1"
+        elif kind == "window":
+            ok, want = _is_int(v) and (v >= 1 or v == -1), "an integer >= 1 (or -1 for no window)"
+        elif kind == "ints":
+            ok = isinstance(v, list) and all(_is_int(x) for x in v)
+            want = "a list of integers"
+        else:  # scale
+            ok = (isinstance(v, (float, int, np.floating, np.integer)) and not isinstance(v, (bool, np.bool_))
+                  and bool(np.isfinite(v)) and v > 0)
+            want = "a finite number > 0"
+        if not ok:
+            raise CaptureFormatError(f"{where}: attribute {name!r} must be {want}, got {v!r} "
+                                     f"({type(v).__name__})")
+
+
+# The types of the attributes the reader uses (see _check_types); a wrong one is refused, never coerced.
+ROOT_TYPES = {"complete": "bool", "schema_version": "int", "seq_len": "posint", "batch": "posint",
+              "num_layers": "posint", "num_q_heads": "posint", "num_kv_heads": "posint", "head_dim": "posint",
+              "layers": "ints", "q_heads": "ints"}
+LAYER_TYPES = {"complete": "bool", "layer": "int", "sm_scale": "scale", "causal": "bool", "window": "window",
+               "q_heads": "ints", "kv_heads": "ints", "kv_head_of_q": "ints", "num_q_heads": "posint",
+               "num_kv_heads": "posint"}
+
+
+def _check_stored_here(f: h5py.File | h5py.Group, name: str, where: str) -> None:
+    """Refuse a member that is not an object stored in this file: a soft or external link, or a dataset whose
+    data lives elsewhere (external raw storage, a virtual dataset)."""
+    link = f.get(name, getlink=True)
+    if isinstance(link, h5py.SoftLink):
+        raise CaptureFormatError(f"{where}/{name} is a soft link to {link.path}; a capture's datasets must be "
+                                 "stored in it, not linked")
+    if isinstance(link, h5py.ExternalLink):
+        raise CaptureFormatError(f"{where}/{name} is an external link to {link.filename}:{link.path}; a "
+                                 "capture's datasets must be stored in it, not linked")
+    obj = f.get(name)
+    if isinstance(obj, h5py.Dataset):
+        if obj.external:
+            raise CaptureFormatError(f"{where}/{name} keeps its data in external file(s) "
+                                     f"{', '.join(str(e[0]) for e in obj.external)}; a capture's datasets must be "
+                                     "stored in it")
+        if obj.is_virtual:
+            raise CaptureFormatError(f"{where}/{name} is a virtual dataset (its data lives in other datasets or "
+                                     "files); a capture's datasets must be stored in it")
+
+
 def _validate_root(f: h5py.File, path: Path) -> dict:
     schema = _attr(f.attrs.get("schema"))
     if schema != SCHEMA:
@@ -150,6 +213,10 @@ def _validate_root(f: h5py.File, path: Path) -> dict:
     if missing:
         raise CaptureFormatError(f"{path}: root attributes missing: {', '.join(missing)}")
     attrs = {k: _attr(v) for k, v in f.attrs.items()}
+    _check_types(attrs, f"{path} (root)", ROOT_TYPES)
+    for name in ("token_ids", "layers"):
+        if f.get(name, getlink=True) is not None:  # a dangling link too (``name in f`` is False for one)
+            _check_stored_here(f, name, str(path) + ":")
     if "token_ids" not in f or tuple(f["token_ids"].shape) != (attrs["batch"], attrs["seq_len"]):
         got = tuple(f["token_ids"].shape) if "token_ids" in f else None
         raise CaptureFormatError(
@@ -168,12 +235,17 @@ def _validate_layer(g: h5py.Group, root: dict, path: Path) -> dict:
     if missing:
         raise CaptureFormatError(f"{where}: layer attributes missing: {', '.join(missing)}")
     a = {k: _attr(v) for k, v in g.attrs.items()}
+    _check_types(a, where, LAYER_TYPES)
     b, s = root["batch"], root["seq_len"]
     nq, nkv = len(a["q_heads"]), len(a["kv_heads"])
     for name, heads in (("q", nq), ("k", nkv), ("v", nkv)):
+        if g.get(name, getlink=True) is not None:
+            _check_stored_here(g, name, where)
         if name not in g:
             raise CaptureFormatError(f"{where}: dataset {name} missing")
         ds = g[name]
+        if not isinstance(ds, h5py.Dataset):
+            raise CaptureFormatError(f"{where}/{name} is a {type(ds).__name__}, not a dataset")
         shape = tuple(ds.shape)
         if len(shape) != 4 or shape[:3] != (b, heads, s):
             raise CaptureFormatError(f"{where}/{name}: shape {shape}, expected ({b}, {heads}, {s}, head_dim)")
@@ -193,6 +265,12 @@ class CaptureInfo:
     attrs: dict
     layers: dict[int, dict]  # layer index -> layer attributes, for every group present
     complete: bool
+    # complete layer index -> {"q"|"k"|"v": (stored shape, bytes per stored value)}: what reading it allocates
+    datasets: dict[int, dict[str, tuple[tuple[int, ...], int]]] = field(default_factory=dict)
+
+    def read_bytes(self, layer: int) -> int:
+        """Bytes of the stored q, k, v of ``layer`` (the arrays :func:`read_capture` reads whole)."""
+        return sum(int(np.prod(shape, dtype=object)) * size for shape, size in self.datasets[layer].values())
 
     @property
     def complete_layers(self) -> list[int]:
@@ -205,13 +283,17 @@ def open_capture(path: str | os.PathLike) -> CaptureInfo:
     with _open_h5(path, "r") as f:
         try:
             root = _validate_root(f, path)
-            layers = {}
+            layers, datasets = {}, {}
             for key in f.get("layers", []):
+                _check_stored_here(f["layers"], key, f"{path}:/layers")
                 g = f["layers"][key]  # not .items(): it turns a dangling link into None instead of a KeyError
                 if not isinstance(g, h5py.Group):
                     raise CaptureFormatError(f"{path}: layers/{key} is a {type(g).__name__}, not a layer group")
                 a = _validate_layer(g, root, path)
                 layers[int(a["layer"])] = a
+                if a["complete"]:
+                    datasets[int(a["layer"])] = {n: (tuple(int(x) for x in g[n].shape), int(g[n].dtype.itemsize))
+                                                 for n in ("q", "k", "v")}
                 if layer_key(int(a["layer"])) != key:
                     raise CaptureFormatError(f"{path}: group layers/{key} holds layer {a['layer']}")
         except (OSError, KeyError) as e:
@@ -220,7 +302,7 @@ def open_capture(path: str | os.PathLike) -> CaptureInfo:
         lost = [i for i in root["layers"] if not layers.get(i, {}).get("complete")]
         if lost:
             raise CaptureFormatError(f"{path} is marked complete but layers {lost} are missing or incomplete")
-    return CaptureInfo(path=path, attrs=root, layers=layers, complete=bool(root["complete"]))
+    return CaptureInfo(path=path, attrs=root, layers=layers, complete=bool(root["complete"]), datasets=datasets)
 
 
 def read_capture(

@@ -539,9 +539,15 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
 
 
 def to_markdown(meta, rows, ours="zyfa-hopper"):
+    from zyfa.markdown import md_escape
+
+    # every string of the file as inert Markdown (zyfa.markdown): names and notes add no column, row or heading
+    meta = {k: md_escape(v) if isinstance(v, str) else v for k, v in meta.items()}
+    rows = [{k: md_escape(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]
+    ours = md_escape(ours)
     lines = [f"# Benchmark: FP8 attention on {meta['device']}", "",
              f"- command: `{meta['command']}`", f"- date: {meta['date']}", f"- git commit: {meta['git_commit']}",
-             f"- versions: {json.dumps(meta['versions'])}",
+             f"- versions: {md_escape(json.dumps(meta['versions']))}",
              f"- inputs: {meta['inputs_note']}",
              "- TFLOP/s = FLOPs / median kernel time (triton.testing.do_bench); FLOPs = 4·b·h·s²·d "
              "(2·(d_qk+d_v) for MLA), halved for causal. Our kernel's 'ms' and 'TFLOP/s' exclude V's one-off "
@@ -704,6 +710,30 @@ def summary_lines(rows, ours="zyfa-hopper"):
             "|" + "---|" * 16, *out, "", "## Every row", ""]
 
 
+# Row fields that count something (heads, tokens, dims): positive integers; and measured numbers: finite, >= 0
+# (the error against SDPA may be NaN: a NaN output).
+_BENCH_COUNTS = ("b", "h", "h_kv", "s", "d_qk", "d_v")
+_BENCH_NUMBERS = ("ms", "tflops", "v_transpose_ms", "tflops_incl_transpose", "rel_l2_vs_sdpa_bf16", "sm_clock_mhz",
+                  "power_w", "rotation_ms", "rotation_matmul_ms")
+
+
+def _check_bench_row(r: dict, where: str) -> None:
+    """ValueError naming the row and field for a count that is not a positive integer (a NaN or negative head
+    count) or a measured number that is not finite and >= 0."""
+    for k in _BENCH_COUNTS:
+        v = r.get(k)
+        if k in r and not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            raise ValueError(f"{where}: {k!r} must be a positive integer, got {v!r}; the Markdown was left as it was")
+    for k in _BENCH_NUMBERS:
+        v = r.get(k)
+        if k == "rel_l2_vs_sdpa_bf16" and isinstance(v, float) and math.isnan(v):
+            continue  # a NaN output: shown as a wrong output, not a speed
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                  and v >= 0):
+            raise ValueError(f"{where}: {k!r} must be a finite number >= 0, got {v!r}; the Markdown was left as it "
+                             "was")
+
+
 def render(path: str, ours: str = "zyfa-hopper") -> str:
     """Rewrite ``<stem>.md`` from ``<stem>.json`` (no GPU); returns the Markdown path.
 
@@ -721,11 +751,17 @@ def render(path: str, ours: str = "zyfa-hopper") -> str:
         raise ValueError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a text file") from None
+    except RecursionError:
+        raise ValueError(f"{path}: not a zyfa bench file (nested too deeply to read)") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise ValueError(f"{path}: not JSON ({str(e).split(';')[0]})") from None
     if not isinstance(data, dict) or "meta" not in data or "rows" not in data:
         raise ValueError(f"{path}: not a zyfa bench file (expected 'meta' and 'rows')")
     if not isinstance(data["meta"], dict) or not isinstance(data["rows"], list) \
             or not all(isinstance(r, dict) for r in data["rows"]):
         raise ValueError(f"{path}: not a zyfa bench file ('meta' must be an object, 'rows' a list of objects)")
+    for i, r in enumerate(data["rows"]):
+        _check_bench_row(r, f"{path}: rows[{i}]")
     try:
         text = to_markdown(data["meta"], data["rows"], ours)
     except KeyError as e:

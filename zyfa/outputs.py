@@ -11,6 +11,10 @@ Every command that writes results uses these primitives (standard library only, 
   line it finished; :func:`read_complete_lines` drops a torn last line).
 - :class:`StagedFolder`: an output folder whose files change together: a run writes into ``<out>.partial/``
   (kept across a kill, so the run can resume), then the finished folder is renamed into place.
+- :class:`RunLock`: one live run per output. An OS lock (``fcntl.flock``) on ``<out>.partial.lock``, held from
+  the moment the output is checked until the run ends (the kernel drops it when the process dies, however it
+  dies), so a second run on the same output, ``--force`` or not, is refused naming the live run's PID and start
+  time, and a lock file left by a dead run is recognised as stale and taken over.
 
 Failures raise :class:`OutputError` (a ``ValueError``) whose message is one line naming the path and the cause.
 """
@@ -18,15 +22,20 @@ Failures raise :class:`OutputError` (a ``ValueError``) whose message is one line
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import errno
+import fcntl
+import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["OutputError", "AppendLog", "StagedFolder", "atomic_write_bytes", "atomic_write_text", "check_dir_writable",
-           "check_writable", "partial_path", "read_complete_lines"]
+__all__ = ["OutputError", "AppendLog", "RunLock", "RunLockedError", "StagedFolder", "atomic_write_bytes",
+           "atomic_write_text", "check_dir_writable", "check_writable", "lock_path", "partial_path",
+           "read_complete_lines"]
 
 # Free space a run keeps in hand beyond its own estimate (other writers share the disk).
 MIN_FREE_BYTES = 1 << 20
@@ -48,6 +57,104 @@ def partial_path(path: str | Path) -> Path:
     """Where an unfinished run keeps its rows: ``<name>.partial`` next to ``path``."""
     path = Path(path)
     return path.with_name(path.name + ".partial")
+
+
+def lock_path(partial: str | Path) -> Path:
+    """The lock file guarding ``partial`` (a run's ``<out>.partial`` file or folder): ``<out>.partial.lock``.
+
+    The lock is not taken on ``<out>.partial`` itself because that file is truncated when a run starts over and
+    removed (a folder: renamed) when it finishes; a lock on it would be lost with it."""
+    partial = Path(partial)
+    return partial.with_name(partial.name + ".lock")
+
+
+class RunLockedError(OutputError):
+    """Another live process holds the output's :class:`RunLock`."""
+
+
+class RunLock:
+    """An exclusive, non-blocking ``fcntl.flock`` on ``<out>.partial.lock`` for the whole of a run.
+
+    :meth:`acquire` refuses (:class:`RunLockedError`, one line naming the live holder's PID and start time) while
+    another process holds it. The kernel releases a flock when its process exits, even by SIGKILL, so a lock file
+    that can be locked belongs to a dead run: it is stale, and is taken over (:attr:`stale` holds what that run
+    wrote: ``pid``, ``started``). The file records the holder (``{"pid", "started", "argv"}``); :meth:`release`
+    removes it while still locked. A process that opened the file just before its removal sees, once it gets the
+    lock, that the path no longer names the inode it locked, and starts again, so two runs never both hold it.
+    """
+
+    def __init__(self, path: Path, fd: int, stale: dict | None):
+        self.path = path
+        self._fd: int | None = fd
+        self.stale = stale
+
+    @classmethod
+    def acquire(cls, partial: str | Path, *, what: str | None = None) -> RunLock:
+        path = lock_path(partial)
+        what = what or str(Path(partial))
+        for _ in range(100):
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise OutputError(f"cannot create the lock file {path}: {_reason(e)}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                holder = _read_holder(fd)
+                os.close(fd)
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise OutputError(f"cannot lock {path}: {_reason(e)}") from None
+                raise RunLockedError(
+                    f"another run is writing {what}: {_holder_words(holder)} holds {path}; wait for it to "
+                    "finish or stop it (--force does not replace a live run's output)") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # removed (or replaced) by the holder that just released it: lock the new one
+                os.close(fd)
+                continue
+            stale = _read_holder(fd)
+            try:
+                data = json.dumps({"pid": os.getpid(), "started": _dt.datetime.now(_dt.timezone.utc)
+                                   .strftime("%Y-%m-%d %H:%M:%S UTC"), "argv": sys.argv[:8]}).encode()
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, data + b"\n", 0)
+                os.fsync(fd)
+            except OSError as e:
+                os.close(fd)
+                raise OutputError(f"cannot write the lock file {path}: {_reason(e)}") from None
+            return cls(path, fd, stale)
+        raise OutputError(f"cannot lock {path}: it keeps being replaced by another process")
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Remove the lock file and drop the lock (idempotent)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = None
+
+
+def _read_holder(fd: int) -> dict | None:
+    try:
+        data = os.pread(fd, 4096, 0)
+        obj = json.loads(data.decode("utf-8")) if data.strip() else None
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _holder_words(holder: dict | None) -> str:
+    if not holder or not isinstance(holder.get("pid"), int):
+        return "a live process (PID not yet recorded)"
+    return f"PID {holder['pid']}, started {holder.get('started', 'at an unknown time')},"
 
 
 def _probe(folder: Path) -> None:
@@ -234,10 +341,11 @@ class StagedFolder:
     or ``resume`` (continue in the existing stage; a finished ``<out>`` alone has nothing to resume).
     """
 
-    def __init__(self, final: Path, *, resumed: bool):
+    def __init__(self, final: Path, *, resumed: bool, lock: RunLock | None = None):
         self.final = final
         self.stage = final.with_name(final.name + ".partial")
         self.resumed = resumed
+        self.lock = lock
 
     @classmethod
     def open(cls, final: str | Path, *, force: bool = False, resume: bool = False, need_bytes: int = 0,
@@ -252,21 +360,31 @@ class StagedFolder:
             if p.exists() and not p.is_dir():
                 raise OutputError(f"{p} exists and is not a folder; choose another {flag}")
         check_dir_writable(final.parent, need_bytes=need_bytes)
-        if (final.exists() or stage.exists()) and not (force or resume):
-            what = (f"an interrupted run is in {stage}" if stage.exists() else f"{final} exists")
-            raise OutputError(f"{what}: add --resume to continue it, --force to start over, or choose another "
-                              f"{flag}")
-        if resume and not stage.exists() and final.exists():
-            raise OutputError(f"{final} is a finished run and there is no interrupted one ({stage}) to resume; "
-                              "use --force to run it again")
-        resumed = resume and stage.exists()
+        lock = RunLock.acquire(stage, what=str(final))  # a live run on this folder: refused, --force or not
         try:
-            if force and stage.exists():
-                shutil.rmtree(stage)
-            stage.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise OutputError(f"cannot create {stage}: {_reason(e)}") from None
-        return cls(final, resumed=resumed)
+            if (final.exists() or stage.exists()) and not (force or resume):
+                what = (f"an interrupted run is in {stage}" if stage.exists() else f"{final} exists")
+                raise OutputError(f"{what}: add --resume to continue it, --force to start over, or choose "
+                                  f"another {flag}")
+            if resume and not stage.exists() and final.exists():
+                raise OutputError(f"{final} is a finished run and there is no interrupted one ({stage}) to "
+                                  "resume; use --force to run it again")
+            resumed = resume and stage.exists()
+            try:
+                if force and stage.exists():
+                    shutil.rmtree(stage)
+                stage.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise OutputError(f"cannot create {stage}: {_reason(e)}") from None
+        except BaseException:
+            lock.release()
+            raise
+        return cls(final, resumed=resumed, lock=lock)
+
+    def release(self) -> None:
+        """Drop the run's lock (:meth:`commit` does; call it when a run ends without committing)."""
+        if self.lock is not None:
+            self.lock.release()
 
     def commit(self, keep: Callable[[str], bool] = lambda name: False) -> list[str]:
         """Rename the stage to ``<out>``. Files of the old ``<out>`` for which ``keep(name)`` is true and that
@@ -293,4 +411,5 @@ class StagedFolder:
             raise OutputError(f"cannot move {self.stage} to {self.final}: {_reason(e)} (the finished run stays "
                               f"in {self.stage})") from None
         _fsync_dir(self.final.parent)
+        self.release()
         return removed

@@ -9,10 +9,12 @@ from __future__ import annotations
 import math
 import re
 
+from zyfa.markdown import code_fence, md_escape
+
 
 def md_cell(s: object) -> str:
-    """A table cell: pipes escaped, newlines flattened."""
-    return str(s).replace("|", "\\|").replace("\n", " ")
+    """A table cell: :func:`zyfa.markdown.md_escape` (line breaks flattened, backslashes and pipes escaped)."""
+    return md_escape(s)
 
 
 def blocks_markdown(blocks: list[tuple], *, anchors: bool = False) -> list[str]:
@@ -20,11 +22,12 @@ def blocks_markdown(blocks: list[tuple], *, anchors: bool = False) -> list[str]:
     out: list[str] = []
     for b in blocks:
         if b[0] == "h":
-            out += ["#" * b[1] + " " + b[2], ""]
+            out += ["#" * b[1] + " " + md_escape(b[2]), ""]
         elif b[0] == "p":
-            out += [b[1], ""]
+            out += [md_escape(b[1], table=False), ""]
         elif b[0] == "code":
-            out += ["```", b[1], "```", ""]
+            fence = code_fence(b[1])
+            out += [fence, b[1], fence, ""]
         elif b[0] == "table":
             _, key, header, rows, _prose = b
             if anchors:
@@ -34,7 +37,8 @@ def blocks_markdown(blocks: list[tuple], *, anchors: bool = False) -> list[str]:
             out += ["| " + " | ".join(md_cell(c) for c in r) + " |" for r in rows]
             out.append("")
         elif b[0] == "img":
-            out += [f"![{b[2]}]({b[1]})", "", f"*{b[2]}*", ""]
+            cap = md_escape(b[2], table=False)
+            out += [f"![{cap}]({b[1]})", "", f"*{cap}*", ""]
     return out
 
 

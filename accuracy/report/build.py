@@ -84,6 +84,7 @@ class Results:
     provenances: list  # (path, provenance dict)
     recipes: list  # in run order, zyfa first
     replaced: int = 0  # rows measured again in a later file or later in a file: the later one is kept
+    orphans: int = 0  # rows whose run_id no provenance record of the files names (flagged in the report)
 
 
 def _row_key(row: dict) -> tuple:
@@ -119,6 +120,12 @@ def load_results(paths: Sequence[str | Path]) -> Results:
         order += [x for x in prov.get("recipes", []) if x not in order]
     if not rows:
         raise ValueError(f"no result rows in {', '.join(map(str, paths))}")
+    runs = {p.get("run_id") for _, p in provs} - {None}
+    orphans = 0
+    for row in rows:  # a row whose run has no provenance record: where it comes from is unknown
+        if row.get("run_id") not in runs:
+            row["_no_provenance"] = True
+            orphans += 1
     # a measurement made again (a later file, or later in a file: a recipe whose numerics changed, measured anew)
     # replaces the earlier row in place, so no input counts twice in a mean or an interval
     kept: dict[tuple, dict] = {}
@@ -132,7 +139,7 @@ def load_results(paths: Sequence[str | Path]) -> Results:
     if "zyfa" in order:
         order.remove("zyfa")
         order.insert(0, "zyfa")
-    return Results(rows, provs, order, replaced)
+    return Results(rows, provs, order, replaced, orphans)
 
 
 def _real_selected(row: dict, names: Sequence[str]) -> bool:
@@ -157,7 +164,8 @@ def select_recipes(res: Results, names: Sequence[str]) -> Results:
         raise ValueError(f"--recipes: not in the results: {', '.join(unknown)} (have {have})")
     rows = [r for r in res.rows if (_real_selected(r, names) if r.get("real") else r["recipe"] in names)]
     kept = {r["recipe"] for r in rows}
-    return Results(rows, res.provenances, [x for x in res.recipes if x in names or x in kept], res.replaced)
+    return Results(rows, res.provenances, [x for x in res.recipes if x in names or x in kept], res.replaced,
+                   sum(bool(r.get("_no_provenance")) for r in rows))
 
 
 def group_of(row: dict) -> str:
@@ -247,7 +255,7 @@ def _entries(rows: list, recipes: list, real_rows: Sequence[dict] = ()) -> list[
     by = _by_recipe(rows)
     real: dict[str, list[dict]] = defaultdict(list)
     for r in real_rows:
-        if r.get("status", "ok") == "ok":
+        if r.get("status", "ok") in ("ok", "suspect"):  # scored rows (suspect: flagged in its table)
             real[measured_label(r)].append(r)
     after: dict[str | None, list[_Entry]] = defaultdict(list)
     for label, rs in real.items():
@@ -794,7 +802,7 @@ def _real_count(real_rows: list) -> str:
         return ""
     impls = {r.get("implementation") for r in real_rows}
     devices = sorted({measured_on(r) for r in real_rows})
-    ok = sum(r.get("status", "ok") == "ok" for r in real_rows)
+    ok = sum(r.get("status", "ok") in ("ok", "suspect") for r in real_rows)
     rest = "" if ok == len(real_rows) else \
         "; the others failed or could not take the input, see [not run](#t-real-not-run)"
     return (f" Besides them, {len(real_rows)} real-kernel rows: {len(impls)} implementations measured on "
@@ -842,6 +850,11 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     if res.replaced:
         notes = [*notes, f"{res.replaced} rows were measured again later (same input, recipe, implementation and "
                  "platform): the later measurement is used, the earlier one left out."]
+    if res.orphans:
+        files = sorted({str(r.get("_file")) for r in [*rows, *(real_rows or [])] if r.get("_no_provenance")})
+        notes = [*notes, f"**{res.orphans} rows have no provenance record** (their `run_id` is named by no "
+                 f"provenance line of {', '.join(f'`{f}`' for f in files) or 'the files'}): when, where and how "
+                 "they were measured is unknown."]
     study_cmds = [p["study_command"] for _, p in res.provenances if p.get("study_command")]
     cmds = list(dict.fromkeys([*extra_commands, *study_cmds, *([command] if command else [])]))
     doc.p("Regenerate this report with" + (" (the study, then the report alone from its results):"

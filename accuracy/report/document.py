@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accuracy.report.blocks import blocks_markdown
+from zyfa.markdown import md_escape
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Doc:
 
 
 def render_markdown(doc: Doc) -> str:
-    return "\n".join([f"# {doc.title}", "", *blocks_markdown(doc.blocks, anchors=True)]).rstrip() + "\n"
+    return "\n".join([f"# {md_escape(doc.title)}", "", *blocks_markdown(doc.blocks, anchors=True)]).rstrip() + "\n"
 
 
 def _inline_html(text: str) -> str:

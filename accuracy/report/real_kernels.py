@@ -74,7 +74,7 @@ def real_vs_emulated(rows: Sequence[dict]) -> list[dict]:
     """
     out = []
     for r in rows:
-        if not r.get("real") or r.get("status", "ok") != "ok" or not r.get("recipe"):
+        if not r.get("real") or r.get("status", "ok") not in ("ok", "suspect") or not r.get("recipe"):
             continue
         basis = r.get("ratio_basis") or "deq"
         real, emu = _num(r.get(f"{basis}_rel_l2")), _num(r.get(f"emu_{basis}_rel_l2"))
@@ -102,7 +102,7 @@ def not_run(rows: Sequence[dict], provenance: dict | None = None) -> list[dict]:
     available (``implementations_unavailable``: name -> reason)."""
     out = [{"implementation": r.get("implementation"), "input": r.get("input"), "status": r.get("status"),
             "reason": r.get("error") or r.get("reason") or ""}
-           for r in rows if r.get("real") and r.get("status", "ok") != "ok"]
+           for r in rows if r.get("real") and r.get("status", "ok") not in ("ok", "suspect")]
     for name, reason in ((provenance or {}).get("implementations_unavailable") or {}).items():
         out.append({"implementation": name, "input": "all", "status": "unavailable", "reason": reason})
     return out

@@ -126,7 +126,8 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
     provs = [p for _, p in res.provenances]
     if real_rows or unavailable_of(provs):  # real kernels: their own section, and rows beside their recipes
         kept = {r["recipe"] for r in recipe_rows}
-        res = Results(recipe_rows, res.provenances, [x for x in res.recipes if x in kept], res.replaced)
+        res = Results(recipe_rows, res.provenances, [x for x in res.recipes if x in kept], res.replaced,
+                      res.orphans)
         sections.append(real_kernels_section(real_rows, provs))
     doc = build_report(res, bench=inputs.bench, command=command, title=title, plots=plots, sections=sections,
                        front_rows=all_rows, real_rows=real_rows, closing=closing, front_lines=front_lines)

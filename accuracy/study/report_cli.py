@@ -13,7 +13,12 @@ only and never runs a kernel. The content is :func:`accuracy.report.build.build_
 the model and Gaussian sections, with a figure of the KL per recipe. The report is composed as
 :mod:`accuracy.study.compose` composes the study's, so both commands give the same report from the same files.
 
-Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``report_command(...)``.
+A hand-written ``report.md`` or ``report.html`` already in ``--out`` (one without the "Regenerate" command every
+report carries) is never overwritten without ``--force``. Duplicate rows (one measurement made twice) keep the
+later one (a later file on the command line, or a later line of a file), with a one-line notice counting them;
+rows whose ``run_id`` no provenance record names are counted in a notice and flagged in the report.
+
+Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``report_command(...)``, ``check_not_hand_written``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,10 @@ from zyfa.outputs import check_dir_writable
 
 # Free space a report needs (Markdown, HTML with inlined plots, PNGs), checked before rendering.
 REPORT_BYTES = 32 << 20
+# Files zyfa report replaces in --out, and the text each one it wrote carries (its "Regenerate" command): a file
+# of these names without it was written by someone else and is replaced only with --force.
+WRITTEN = ("report.md", "report.html")
+WRITTEN_MARK = "zyfa report --results"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,9 +63,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "flash-attn-triton-amd, paired with triton-amd:p_scale=tile_amax), and a real "
                         "implementation's name (flash-attn-triton-amd, triton:zyfa) selects its rows")
     parser.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a report.md or report.html in --out that zyfa report did not write (without "
+                             "it, such a hand-written file is never overwritten)")
     parser.add_argument("--screenshot", action="store_true",
                         help="open report.html in headless Chromium, save report_screenshot.png, fail on console "
                         "errors")
+
+
+def check_not_hand_written(out: Path) -> None:
+    """ValueError naming the file when ``out`` holds a :data:`WRITTEN` file that zyfa report did not write (it
+    lacks :data:`WRITTEN_MARK`): such a file is replaced only with ``--force``."""
+    for name in WRITTEN:
+        f = out / name
+        if not f.is_file():
+            continue
+        try:
+            ours = WRITTEN_MARK in f.read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise ValueError(f"cannot read {f}: {e.strerror or e}") from None
+        if not ours:
+            raise ValueError(f"{f} was not written by zyfa report (it has no \"{WRITTEN_MARK}\" command): not "
+                             "overwritten; move it, choose another --out, or add --force to replace it")
 
 
 def report_command(results: Sequence[str], out: str, bench: Sequence[str] = (), title: str | None = None,
@@ -90,6 +118,8 @@ def main(args: argparse.Namespace) -> int:
     cliffs = getattr(args, "cliffs", None)
     try:
         check_dir_writable(args.out, need_bytes=REPORT_BYTES)  # before any rendering
+        if not getattr(args, "force", False):
+            check_not_hand_written(Path(args.out))
         if not results:
             raise ValueError("--results names no file")
         res = load_results(results)
@@ -103,6 +133,13 @@ def main(args: argparse.Namespace) -> int:
     except (ValueError, FileNotFoundError, OSError) as e:
         print(f"zyfa report: error: {e}", file=sys.stderr)
         return 2
+    if res.replaced:
+        print(f"notice: {res.replaced} duplicate row{'s' if res.replaced != 1 else ''} (same input, content hash, "
+              "recipe, implementation, platform and pairing): the later measurement is kept (a later file on the "
+              "command line, or a later line of one file), the earlier left out")
+    if res.orphans:
+        print(f"notice: {res.orphans} row{'s' if res.orphans != 1 else ''} with no provenance record (no provenance "
+              "line names their run_id): flagged in the report")
     cmd = report_command(results, args.out, bench_paths, args.title, args.screenshot, args.recipes, impact_paths,
                          longctx_paths, cliffs)
     try:

@@ -39,7 +39,7 @@ def test_example_plugin_through_zyfa_accuracy(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     argv = [*SMALL, "--recipes", "zyfa", "--kernel", EXAMPLE, "--kernel", f"{bad}:attn", "--kernel-recipe",
             "zyfa", "--kernel-recipe", "ck", "--implementations", "cudnn-fp8", "--out", str(out)]
-    assert main(argv) == 0
+    assert main(argv) == 3  # a failed row: every row written, then exit 3
     text = capsys.readouterr().out
     labels = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("| ")][1:]
     assert labels[0] == "zyfa" and labels[1] == f"plugin:{EXAMPLE}" and labels[2] == f"plugin:{bad}:attn"

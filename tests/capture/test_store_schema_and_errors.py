@@ -206,10 +206,11 @@ def test_record_fields_come_back(tmp_path):
         assert b.model == "synthetic" and b.path == str(path) and b.meta["text_sha256"] == "b" * 64
         assert all(torch.equal(getattr(b, n), getattr(r, n)) for n in "qkv")
     assert back[1].window == 5 and back[0].window is None
-    # a window of 0 stays 0 (only the stored -1 means none)
+    # a window of 0 is no window size at all (only the stored -1 means none): refused, naming file and layer
     path0 = tmp_path / "w0.h5"
     _write(path0, recs=[_record(0, window=0), _record(3)])
-    assert next(iter(read_capture(path0))).window == 0
+    with pytest.raises(CaptureFormatError, match=r"w0\.h5:/layers/000: attribute 'window' must be an integer >= 1"):
+        next(iter(read_capture(path0)))
 
 
 def test_layers_argument(tmp_path):

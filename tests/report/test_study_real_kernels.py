@@ -74,3 +74,21 @@ def test_study_with_a_kernel(tmp_path, monkeypatch, capsys):
             assert not any("plugin:" in cell for line in t for cell in line), key
     front_row = next(line for line in tables["t-front-error"] if line[0] == f"plugin:{EXAMPLE}")
     assert front_row[1].startswith("measured on ")
+
+
+@pytest.mark.skipif(not SAMPLE.is_file(), reason="shipped sample capture datasets/smollm2-lee-2048.h5 absent")
+def test_study_with_failed_rows_exits_3_unless_allowed(tmp_path, monkeypatch, capsys):
+    """Issue 32: the study is written whole, then exit 3 for its failed kernel rows; --allow-failed gives 0."""
+    from zyfa.cli import main
+
+    monkeypatch.setattr("accuracy.study.cli.shutil.which", lambda name: None)  # no screenshot
+    bad = tmp_path / "bad.py"
+    bad.write_text("def attn(q, k, v, *, causal, sm_scale, window):\n    raise RuntimeError('boom')\n")
+    out = tmp_path / "study"
+    argv = ["study", "--captures", str(SAMPLE), "--max-tokens", "64", "--gaussian-filter", "^$", "--recipes", "zyfa",
+            "--kernel", f"{bad}:attn", "--device", "cpu", "--impact", "none", "--no-progress", "--out", str(out)]
+    assert main(argv) == 3
+    assert "zyfa study: 3 of 6 rows failed (3 failed)" in capsys.readouterr().err
+    assert (out / "results.jsonl").is_file() and (out / "report.md").is_file()
+    assert not (tmp_path / "study.partial.lock").exists()
+    assert main([*argv, "--force", "--allow-failed"]) == 0

@@ -79,8 +79,11 @@ def test_staged_folder_refuses_forces_resumes_and_commits(tmp_path):
     st = StagedFolder.open(out, force=True)
     (st.stage / "results.jsonl").write_text("new rows")
     assert (out / "report.md").read_text() == "old report"  # the old folder stands until the commit
-    # killed here: the stage stays; a plain rerun is refused, --resume continues it
-    with pytest.raises(OutputError, match="interrupted run"):
+    # while it runs, any other open is refused (it holds the folder's lock)
+    with pytest.raises(OutputError, match="another run is writing"):
+        StagedFolder.open(out, resume=True)
+    st.release()  # killed here (the kernel drops its lock): the stage stays; a plain rerun is refused, --resume
+    with pytest.raises(OutputError, match="interrupted run"):  # continues it
         StagedFolder.open(out)
     st = StagedFolder.open(out, resume=True)
     assert st.resumed and (st.stage / "results.jsonl").read_text() == "new rows"

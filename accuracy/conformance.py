@@ -1,0 +1,312 @@
+"""Conformance probes: does a real kernel compute the attention the contract describes, before it is scored?
+
+A kernel that ignores ``causal``, returns its LSE in base 2, or maps query heads to the wrong KV heads still
+returns finite tensors of the right shape, and its rows would look like measurements. Each real implementation
+therefore runs a few small probes first (:func:`probe`, a few heads and at most 128 tokens, against the FP64
+oracle), built so that a broken kernel misses by orders of magnitude more than FP8 error:
+
+- ``output``: a plain input (4 heads, 128 tokens, head dim 128, no mask): the output must be a
+  float tensor of shape (b, h, s_q, d_v) on the inputs' device (checked by
+  :func:`accuracy.implementations.call_implementation`), with rel-L2 to FP64 below :data:`OUTPUT_REL_L2_MAX` (FP8
+  gives about 0.03; a kernel that masks when not asked gives about 0.5 or more).
+- ``lse`` (when it returns one): the natural-log LSE within :data:`LSE_ABS_MAX` of FP64's. A miss is named:
+  base 2 (ratio 1/ln 2 = 1.4427 to FP64's), unscaled (the LSE of Q·Kᵀ without ``sm_scale``), or off by so much.
+- ``causal``: the keys after the first half of the queries carry values of :data:`BIG` (1e3); under the mask
+  the first half never sees them (outputs of order 1), without it their outputs are of order BIG/2. A miss
+  above :data:`MASK_MISS` (BIG/10) is a mask ignored.
+- ``window``: causal with a window of 16 keys; the first 32 keys carry BIG, so queries from 48 on must not see
+  them.
+- ``gqa``: KV head j's values are offset by ``GQA_OFFSETS[j]`` (+100, -100): each query head's mean output says
+  which KV head it read; the contract is query head i -> KV head i // (h // h_kv).
+
+A probe the kernel cannot take (its ``limits``, e.g. no window) is skipped; one that raises is skipped too,
+with the error in the result (a kernel that fails on every input has failed rows anyway). A failed probe makes
+the kernel nonconforming: :func:`apply` turns its ``ok`` rows into ``status: nonconforming`` with one line
+naming the probe and what was seen, never ``ok``. Built-ins are probed once per session and device
+(:func:`probe_cached`); plug-ins every run.
+
+Also here: :func:`suspect_reason` (a paired row whose real/emulated error ratio is outside :data:`SUSPECT_BAND`
+gets ``status: suspect``), and :func:`pairing_warning` (a kernel that reports its quantization granularity, an
+optional attribute ``fn.quantization`` of a plug-in: ``"tensor"``, ``"head"``, ... or a dict per tensor
+``{"q": ..., "k": ..., "v": ...}``, paired with a recipe that quantizes otherwise).
+
+Exposed: ``Conformance``, ``probe(impl, device)``, ``probe_cached(impl, device)``, ``apply(row, conf)``,
+``suspect_reason(row)``, ``pairing_warning(impl)``, and the thresholds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from accuracy.implementations import (
+    Implementation,
+    ImplementationError,
+    call_implementation,
+    resolve_recipe,
+    unsupported_reason,
+)
+from accuracy.inputs import AttentionInput
+from reference.attention import attention_fp64
+
+__all__ = ["BIG", "GQA_OFFSETS", "LSE_ABS_MAX", "MASK_MISS", "OUTPUT_REL_L2_MAX", "SUSPECT_BAND", "Conformance",
+           "apply", "pairing_warning", "probe", "probe_cached", "suspect_reason"]
+
+BIG = 1e3  # the values of the keys a mask must hide
+MASK_MISS = BIG / 10  # a masked probe missing FP64 by more than this saw the hidden keys
+OUTPUT_REL_L2_MAX = 0.3  # rel-L2 to FP64 of the plain probe: FP8 kernels give about 0.03
+LSE_ABS_MAX = 0.5  # |LSE - FP64's| on the plain probe (LSE about 5.4 there; FP8 error about 0.05)
+GQA_OFFSETS = (100.0, -100.0)  # per-KV-head value offsets of the GQA probe
+# A paired real row's error over its emulation's error outside this band is `suspect` in `zyfa accuracy`: a
+# factor of two either way is far beyond the differences of faithful pairings (the report's tighter
+# accuracy.report.real_kernels.RATIO_BAND flags smaller ones in the study's table).
+SUSPECT_BAND = (0.5, 2.0)
+LN2 = math.log(2.0)
+_HEADS, _KV_HEADS, _TOKENS, _DIM, _WINDOW = 4, 2, 128, 128, 16
+
+
+@dataclass
+class Conformance:
+    """What the probes of one kernel found: ``failures`` (probe -> what was seen), ``skipped`` (probe -> why)."""
+
+    name: str
+    failures: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+    passed: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def line(self) -> str:
+        """One line naming the failed probes and what they saw ("" when it conforms)."""
+        return "; ".join(f"conformance probe '{p}': {what}" for p, what in self.failures.items())
+
+    def record(self) -> dict:
+        return {"ok": self.ok, "passed": list(self.passed), "failures": dict(self.failures),
+                "skipped": dict(self.skipped)}
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _qkv(seed: int, h: int = _HEADS, h_kv: int = _KV_HEADS, s: int = _TOKENS, d: int = _DIM):
+    g = _gen(seed)
+    return (torch.randn(1, h, s, d, generator=g), torch.randn(1, h_kv, s, d, generator=g),
+            torch.randn(1, h_kv, s, d, generator=g))
+
+
+def _inputs() -> dict[str, AttentionInput]:
+    """The probe inputs (bf16, the dtype of Gaussian inputs), on the CPU."""
+    if not _INPUTS:
+        _INPUTS.update(_make_inputs())
+    return _INPUTS
+
+
+_INPUTS: dict[str, AttentionInput] = {}
+
+
+def _make_inputs() -> dict[str, AttentionInput]:
+    plain = _qkv(1, h_kv=_HEADS)  # MHA: a kernel that takes no GQA still has its output and LSE checked
+    q, k, v = _qkv(2, h=2, h_kv=2)
+    v = v.clone()
+    v[:, :, _TOKENS // 2:] += BIG  # keys the first half of the queries must not see under the causal mask
+    causal = (q, k, v)
+    q, k, v = _qkv(3, h=2, h_kv=2)
+    v = v.clone()
+    v[:, :, :2 * _WINDOW] += BIG  # keys no query from 3 * window on sees through a window of `window` keys
+    window = (q, k, v)
+    q, k, v = _qkv(4)
+    v = v.clone()
+    for j, off in enumerate(GQA_OFFSETS):
+        v[:, j] += off
+    gqa = (q, k, v)
+
+    def mk(name, t, **kw):
+        return AttentionInput(f"conformance-{name}", *(x.to(torch.bfloat16) for x in t), **kw,
+                              meta={"source": "conformance probe"})
+
+    return {"output": mk("output", plain), "causal": mk("causal", causal, causal=True),
+            "window": mk("window", window, causal=True, window=_WINDOW), "gqa": mk("gqa", gqa)}
+
+
+_REFS: dict[tuple, tuple] = {}
+
+
+def _cached_ref(x: AttentionInput, sm_scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP64 (out, lse) of a probe input (the inputs are fixed, so once per session)."""
+    key = (x.name, sm_scale)
+    if key not in _REFS:
+        _REFS[key] = attention_fp64(x.q, x.k, x.v, causal=x.causal, window=x.window,
+                                    sm_scale=sm_scale if sm_scale is not None else x.sm_scale)
+    return _REFS[key]
+
+
+def _run(impl: Implementation, x: AttentionInput, dev: torch.device, ref) -> tuple:
+    """(out float64 on the CPU, lse float64 or None) of ``impl`` on ``x``; ImplementationError as raised."""
+    xd = x.to(dev)
+    res = call_implementation(impl, xd, {"oracle_out_amax": float(ref[0].abs().max())})  # checks the device too
+    lse = res.lse.detach().double().cpu() if res.lse is not None else None
+    return res.out.detach().double().cpu(), lse
+
+
+class _Nonconforming(Exception):
+    """A probe's finding (what was seen), raised inside :func:`probe`."""
+
+
+def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def _check_output(impl, x, dev, ref, conf: Conformance) -> None:
+    try:
+        out, lse = _run(impl, x, dev, ref)
+    except ImplementationError as e:
+        if e.__cause__ is not None:  # the kernel raised (an input it cannot take): skipped, as any probe
+            raise
+        raise _Nonconforming(f"on a plain input: {e}") from None  # what it returned breaks the contract
+    err = _rel_l2(out, ref[0])
+    if not err < OUTPUT_REL_L2_MAX:
+        raise _Nonconforming(f"rel-L2 {err:.3g} to FP64 on a plain input without a mask (FP8 error is about "
+                             f"0.03; above {OUTPUT_REL_L2_MAX}: a mask applied when not asked, or wrong arithmetic)")
+    if lse is None:
+        conf.skipped["lse"] = "the kernel returns no LSE"
+        return
+    ref_lse = ref[1]
+    miss = float((lse - ref_lse).abs().max())
+    if miss <= LSE_ABS_MAX:
+        conf.passed.append("lse")
+        return
+    ratio = float((lse / ref_lse).median())
+    scale = x.sm_scale if x.sm_scale is not None else 1.0 / math.sqrt(x.q.shape[-1])
+    to_unscaled = float((lse / _cached_ref(x, sm_scale=1.0)[1]).median())  # vs the LSE of Q·Kᵀ (about 30 here)
+    if abs(ratio - 1 / LN2) < 0.02:
+        what = f"LSE looks like log2: ratio {ratio:.4f} to FP64's natural-log LSE (1/ln 2 = {1 / LN2:.4f})"
+    elif abs(to_unscaled - 1) < 0.05:
+        what = (f"LSE looks unscaled: the LSE of Q·Kᵀ without sm_scale ({scale:.4g}), ratio {to_unscaled:.4f} to "
+                f"it; {ratio:.4f} to FP64's")
+    elif abs(to_unscaled - 1 / LN2) < 0.07:
+        what = f"LSE looks unscaled and in log2: ratio {to_unscaled:.4f} to the unscaled LSE's; {ratio:.4f} to FP64's"
+    else:
+        what = f"LSE off by up to {miss:.3g} from FP64's natural-log LSE (ratio {ratio:.4f})"
+    conf.failures["lse"] = what
+
+
+def _check_masked(name: str, impl, x, dev, ref, rows: slice) -> None:
+    out, _ = _run(impl, x, dev, ref)
+    miss = float((out[:, :, rows] - ref[0][:, :, rows]).abs().max())
+    if miss > MASK_MISS:
+        hidden = ("future keys" if name == "causal" else f"keys outside the window of {x.window}")
+        raise _Nonconforming(f"{name}={'True' if name == 'causal' else x.window} ignored: queries see {hidden} "
+                             f"(values {BIG:g}); output off by {miss:.3g} where FP64's is at most "
+                             f"{float(ref[0][:, :, rows].abs().max()):.3g}")
+
+
+def _check_gqa(impl, x, dev, ref) -> None:
+    out, _ = _run(impl, x, dev, ref)
+    h, h_kv = x.q.shape[1], x.k.shape[1]
+    group = h // h_kv
+    for i in range(h):
+        mean = float(out[:, i].mean())
+        read = min(range(h_kv), key=lambda j: abs(mean - GQA_OFFSETS[j]))
+        if abs(mean - GQA_OFFSETS[read]) > abs(GQA_OFFSETS[0]) / 2:
+            raise _Nonconforming(f"query head {i}'s output (mean {mean:.3g}) matches no KV head's values")
+        if read != i // group:
+            raise _Nonconforming(f"query head {i} reads KV head {read}; the contract maps query head i to KV "
+                                 f"head i // {group} = {i // group} (h {h}, h_kv {h_kv})")
+
+
+def probe(impl: Implementation, device: str | torch.device = "cpu") -> Conformance:
+    """Run every probe of ``impl`` on ``device``; never raises for the kernel's faults."""
+    dev = torch.device(device)
+    conf = Conformance(impl.name)
+    tokens = _TOKENS // 2
+    for name, x in _inputs().items():
+        why = unsupported_reason(impl, x)
+        if why is not None:
+            conf.skipped[name] = f"the kernel cannot take the input: {why}"
+            continue
+        ref = _cached_ref(x)
+        try:
+            if name == "output":
+                _check_output(impl, x, dev, ref, conf)
+            elif name == "causal":
+                _check_masked(name, impl, x, dev, ref, slice(0, tokens))
+            elif name == "window":
+                _check_masked(name, impl, x, dev, ref, slice(3 * _WINDOW, None))
+            else:
+                _check_gqa(impl, x, dev, ref)
+        except _Nonconforming as e:
+            conf.failures[name] = str(e)
+            continue
+        except ImplementationError as e:
+            conf.skipped[name] = f"could not run: {e}"
+            continue
+        conf.passed.append(name)
+    return conf
+
+
+_SESSION: dict[tuple[str, str], Conformance] = {}
+
+
+def probe_cached(impl: Implementation, device: str | torch.device = "cpu") -> Conformance:
+    """:func:`probe`, once per session and device for a built-in; every call for a plug-in (its file may
+    change between runs of one process)."""
+    if impl.plugin:
+        return probe(impl, device)
+    key = (impl.name, str(torch.device(device)))
+    if key not in _SESSION:
+        _SESSION[key] = probe(impl, device)
+    return _SESSION[key]
+
+
+def suspect_reason(row: dict) -> str | None:
+    """Why a paired real row is suspect (its ``real_emu_ratio`` outside :data:`SUSPECT_BAND`), or None."""
+    ratio = row.get("real_emu_ratio")
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
+        return None
+    lo, hi = SUSPECT_BAND
+    if math.isfinite(ratio) and lo <= ratio <= hi:
+        return None
+    return (f"its error is {ratio:.3g}x its paired emulation's ({row.get('paired_spec')}), outside "
+            f"[{lo}, {hi}]: the kernel does not compute what the recipe models")
+
+
+def apply(row: dict, conf: Conformance | None) -> dict:
+    """Mark a real row: ``nonconforming`` (the probes' line in ``reason``) or ``suspect`` in place of ``ok``;
+    failed and unsupported rows keep their status. Returns ``row``."""
+    if row.get("status") != "ok":
+        return row
+    if conf is not None and not conf.ok:
+        row.update(status="nonconforming", reason=conf.line())
+        return row
+    why = suspect_reason(row)
+    if why is not None:
+        row.update(status="suspect", reason=why)
+    return row
+
+
+_TENSORS = ("q", "k", "v")
+
+
+def pairing_warning(impl: Implementation) -> str | None:
+    """A warning when the kernel reports its quantization granularity (``fn.quantization``: one granularity or
+    a dict per tensor) and its paired recipe quantizes a tensor otherwise; None when they agree or it does not
+    say. Such a kernel is scored on the recipe's dequantized inputs, which it never saw."""
+    reported = getattr(impl.fn, "quantization", None)
+    if reported is None or impl.recipe is None:
+        return None
+    if isinstance(reported, str):
+        reported = dict.fromkeys(_TENSORS, reported)
+    if not isinstance(reported, dict):
+        return f"kernel {impl.name}: quantization attribute {reported!r} is neither a granularity nor a dict"
+    r = resolve_recipe(impl.recipe)
+    diff = [f"{t} per {reported[t]} (the recipe: per {getattr(r, f'{t}_scale')})" for t in _TENSORS
+            if t in reported and str(reported[t]) != getattr(r, f"{t}_scale")]
+    if not diff:
+        return None
+    return (f"{impl.name} paired with {r.name}, which quantizes otherwise: the kernel quantizes {', '.join(diff)}; "
+            "its deq_* metrics and ratio compare it on inputs it never saw")
