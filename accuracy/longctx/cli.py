@@ -191,6 +191,20 @@ def _run(args: argparse.Namespace) -> int:
         first = next(iter(unavailable))
         raise UsageError(f"implementation {first} cannot run here: {unavailable[first]}"
                          + (f" (and {len(unavailable) - 1} more)" if len(unavailable) > 1 else ""))
+    # conformance probes (accuracy.conformance) before any model loads: a kernel that ignores the mask or maps
+    # heads wrongly is not scored; its rows say why
+    from accuracy.conformance import probe_cached
+
+    nonconforming = {}
+    for n in names:
+        impl = next((p for p in plugins if p.name == n), None)
+        if impl is None and n != STOCK:
+            impl = model_attention(n).impl
+        if impl is not None:
+            conf = probe_cached(impl, device)
+            if not conf.ok:
+                nonconforming[n] = conf.line()
+                print(f"zyfa longctx: {n} is nonconforming: {conf.line()}", file=sys.stderr)
     out = Path(args.out or DEFAULT_OUT)
     if args.out is None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -205,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
                        "device": str(device), "models": models, "implementations": names, "tasks": tasks,
                        "lengths": lengths, "depths": depths, "seeds": spec.seeds, "text": args.text,
                        "model_dtype": args.dtype, "fallback": args.fallback, "layers": layers,
-                       "plugins": {p.name: p.description for p in plugins}})
+                       "plugins": {p.name: p.description for p in plugins}, "nonconforming": nonconforming})
     if results.provenance.get("run_id"):
         prov["run_id"] = results.provenance["run_id"]
     else:
@@ -218,7 +232,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
                               batch_tokens=batch_tokens, max_seconds=args.max_seconds,
-                              progress=not args.no_progress, run_id=prov["run_id"])
+                              progress=not args.no_progress, run_id=prov["run_id"], nonconforming=nonconforming)
         except ValueError as e:
             raise UsageError(str(e)) from None
         if device.type == "cuda":
@@ -231,7 +245,7 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     rows = results.rows_in_order(res["keys"])
     results.finish(rows, prov, lambda rs, path, p: atomic_write_text(path, jsonl_text(rs, p)))
-    failed = sum(1 for r in rows if r.get("status") == "failed")
+    failed = sum(1 for r in rows if r.get("status") in ("failed", "nonconforming"))
     print(f"zyfa longctx: wrote {len(rows)} rows to {out}" + (f" ({failed} failed)" if failed else ""),
           file=sys.stderr)
     if failed and not args.allow_failed:

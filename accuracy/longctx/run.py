@@ -107,9 +107,12 @@ def _max_context(model_name: str) -> int | None:
 
 def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "fp32", plugins=(),
                 batch_tokens: int = 8192, max_seconds: float | None = None, progress: bool = True,
-                run_id: str | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                run_id: str | None = None, log: Callable[[str], None] | None = None,
+                nonconforming: dict[str, str] | None = None) -> dict[str, Any]:
     """Run the grid into ``results`` (an opened :class:`~accuracy.results_io.ResultsFile`, started by the
-    caller); returns ``{"keys": planned row keys, "complete": bool, "made": rows made, "failed": n}``.
+    caller). ``nonconforming``: implementation -> the conformance probes' line (:mod:`accuracy.conformance`); such
+    an implementation is not run, its rows are ``status: nonconforming`` with that line. Returns
+    ``{"keys": planned row keys, "complete": bool, "made": rows made, "failed": n}``.
 
     Raises:
         ValueError: a length above a model's context, a prompt that cannot hold its needle, an unknown
@@ -158,6 +161,7 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                        "layers_swapped": spec.layers if spec.layers is not None else "all",
                        "decode": DECODE_NOTE}
         refused: dict[str, str] = {}  # implementation -> why it cannot run this model (skip its other prompts)
+        refused.update({n: f"nonconforming: {why}" for n, why in (nonconforming or {}).items()})
         grid = [(task, n, d, s) for task in spec.tasks for n in lengths for d in spec.depths for s in spec.seeds]
         prompts = {}
         for task, n, d, s in grid:
@@ -270,7 +274,7 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
               "accumulation": accumulation(fn, platform) if fn is not None else "stock attention"}
     rows = []
     error = refused.get(name)
-    status = "unsupported" if error else "ok"
+    status = ("nonconforming" if error.startswith("nonconforming: ") else "unsupported") if error else "ok"
     hidden = None
     ran: dict[str, list[int]] = {}
     if error is None:

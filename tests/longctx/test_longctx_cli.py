@@ -103,3 +103,20 @@ def test_render_section(full, tmp_path, capsys):
     assert main(["longctx", "--render", str(full), "--out", str(out)]) == 2  # report.md exists: not replaced
     assert "--force" in capsys.readouterr().err
     assert main(["longctx", "--render", str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
+
+
+def test_a_kernel_that_ignores_the_mask_is_not_scored(tmp_path, capsys):
+    plug = tmp_path / "nomask.py"
+    plug.write_text("import torch\n"
+                    "def attention(q, k, v, *, causal, sm_scale, window):\n"
+                    "    g = q.shape[1] // k.shape[1]\n"
+                    "    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)\n"
+                    "    return torch.softmax(q.float() @ k.float().transpose(-1, -2) * sm_scale, -1) @ v.float()\n")
+    out = tmp_path / "r.jsonl"
+    args = ["longctx", "--models", "smollm2", "--lengths", "128", "--depths", "0", "--seeds", "1", "--no-progress",
+            "--device", "cpu", "--tasks", "passkey", "--implementations", "sdpa-fp32",
+            "--kernel", f"{plug}:attention", "--out", str(out)]
+    assert main(args) == 3
+    assert "conformance probe 'causal'" in capsys.readouterr().err
+    bad = [r for r in _rows(out) if r["implementation"].startswith("plugin:")]
+    assert len(bad) == 1 and bad[0]["status"] == "nonconforming" and bad[0]["exact"] is None
