@@ -47,7 +47,17 @@ def _check_models(models: list[str]) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default="smollm2,gemma3,qwen25coder",
                         help="comma-separated registry names (smollm2, gemma3, qwen25coder) or model paths")
-    parser.add_argument("--recipes", default=DEFAULT_RECIPES, help="comma-separated recipe names")
+    parser.add_argument("--recipes", default=DEFAULT_RECIPES, help="comma-separated recipe names (the emulator)")
+    parser.add_argument("--implementations", default=None,
+                        help="real implementations as the model's attention, comma-separated: the registry's names "
+                        "(triton:<recipe>, cudnn-fp8, flashinfer-fa3, sdpa-bf16:cudnn, sdpa-fp32, ...); their rows "
+                        "carry the name in 'recipe' and what ran in each layer in 'ran'")
+    parser.add_argument("--kernel", action="append", metavar="MODULE:FUNCTION",
+                        help="your own attention kernel as the model's attention (docs/CONTRACTS.md); imports and "
+                        "runs the named file or module (repeatable)")
+    parser.add_argument("--kernel-recipe", action="append", metavar="NAME", help="the recipe a --kernel claims")
+    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
+                        help="where the model and its attention run (default cpu)")
     parser.add_argument("--tokens", type=int, default=2048, help="tokens per window (default 2048)")
     parser.add_argument("--windows", type=int, default=2, help="held-out windows per model (default 2)")
     parser.add_argument("--text", default="lee", help="text source: lee, shakespeare, pydoc (default lee)")
@@ -106,6 +116,21 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError("--force and --resume exclude each other")
         _check_models(split)
         recipes = [get_recipe(r.strip()).name for r in args.recipes.split(",") if r.strip()]
+        from accuracy.impact.model import model_attention
+        from accuracy.implementations import load_plugins
+
+        plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
+        impl_names = [n.strip() for n in (args.implementations or "").split(",") if n.strip()]
+        for n in impl_names:
+            fn = model_attention(n)
+            if fn.impl is None:
+                raise ValueError(f"--implementations: {n!r} is a recipe; give it with --recipes")
+            ok, why = fn.impl.available()
+            if not ok:
+                raise ValueError(f"implementation {n} cannot run here: {why}")
+        from accuracy.runner import resolve_device
+
+        device = resolve_device(args.device)
         layer_recipes = [get_recipe(r.strip()).name for r in args.layer_recipes.split(",") if r.strip()]
         try:
             layers = [int(x) for x in args.layers.split(",")] if args.layers else None
@@ -131,7 +156,8 @@ def main(args: argparse.Namespace) -> int:
     try:
         run_impact(split, recipes, n_tokens=args.tokens, windows=args.windows, text=args.text, per_layer=per_layer,
                    layer_recipes=layer_recipes, layer_windows=args.layer_windows, layers=layers, out=work,
-                   resume=args.resume, progress=not args.no_progress,
+                   resume=args.resume, progress=not args.no_progress, implementations=impl_names, plugins=plugins,
+                   device=device,
                    on_model_done=lambda: write_markdown(work, md, command=command))
     except (ValueError, OSError) as e:
         print(f"zyfa impact: error: {e}; the rows finished so far are in {work}"

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, stock_logits
+from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, model_attention, stock_logits
 from accuracy.impact.rows import json_default, read_rows, row_key
 from zyfa.recipes import get_recipe
 
@@ -89,8 +89,13 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
                text: str = "lee", per_layer: Iterable[str] = (), layer_recipes: list[str] | None = None,
                layer_windows: int = 1, layers: list[int] | None = None, out: str | Path,
                resume: bool = False, progress: bool = True,
-               on_model_done: Callable[[], None] | None = None) -> Path:
+               on_model_done: Callable[[], None] | None = None, implementations: Iterable[str] = (),
+               plugins=(), device: str | torch.device = "cpu") -> Path:
     """Run the measurement and append rows to ``out`` (JSONL); returns the path.
+
+    ``implementations``: registry names (:func:`accuracy.impact.model.model_attention`) run as the model's attention
+    beside the recipes' emulations, and ``plugins`` (loaded ``--kernel`` implementations); their rows carry the
+    name in ``recipe``, ``implementation`` and what ran in each layer (``ran``). ``device``: where the model runs.
 
     Rows: ``kind="impact_window"`` per (model, recipe, window), all layers swapped;
     ``kind="impact_layer"`` per (model, recipe, window, layer), one layer swapped, with operator error.
@@ -102,6 +107,8 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     from capture.text import load_text, num_windows, token_window
 
     recipes = [get_recipe(r).name for r in recipes]
+    impl_names = list(dict.fromkeys([*implementations, *(p.name for p in plugins)]))
+    dev = torch.device(device)
     layer_recipes = [get_recipe(r).name for r in (layer_recipes or DEFAULT_LAYER_RECIPES.split(","))]
     per_layer = set(per_layer)
     out = Path(out)
@@ -118,7 +125,7 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     for model_name in models:
         t_load = time.perf_counter()
         loaded = load_model(model_name)
-        model = loaded.model
+        model = loaded.model.to(dev)
         n_layers = len(attention_modules(model))
         sweep_layers = sorted(layers) if layers is not None else list(range(n_layers))
         avail = num_windows(loaded.tokenizer, text, n_tokens, "heldout")
@@ -138,12 +145,13 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
 
         for w in range(windows):
             tw = token_window(loaded.tokenizer, text, n_tokens, w, split="heldout")
-            ids = torch.tensor([tw.ids], dtype=torch.long)
+            ids = torch.tensor([tw.ids], dtype=torch.long, device=dev)
             base = {"model": model_name, "window": w, "split": "heldout", "text": text, "n_tokens": n_tokens,
                     "token_offset": tw.offset}
             prov = {**loaded.provenance, "text_sha256": text_sha, "token_ids_sha256": ids_hash(tw.ids),
                     "transformers": _version("transformers"), "run_started_utc": started}
-            todo = [r for r in recipes if ("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done]
+            todo = [r for r in [*recipes, *impl_names]
+                    if ("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done]
             sweep_here = do_sweep and w < layer_windows
             sweep_todo = [(lay, r) for lay in sweep_layers for r in layer_recipes
                           if ("impact_layer", model_name, r, w, lay, n_tokens, text) not in sink.done]
@@ -158,16 +166,20 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
             t_stock = time.perf_counter() - t0
             bar.update(n_layers)
 
-            for r in recipes:
+            for r in [*recipes, *impl_names]:
                 if r not in todo:
                     bar.update(n_layers)
                     continue
                 t0 = time.perf_counter()
-                fn = RecipeAttention(r, on_layer=tick)
+                if r in impl_names:
+                    fn = model_attention(r, plugins=plugins, on_layer=tick)
+                else:
+                    fn = RecipeAttention(r, on_layer=tick)
                 with swap_attention(model, fn):
                     h = final_hidden(model, ids)
                 cmp = compare_logits(model, ref_logits, h, ids[0])
-                row = {"kind": "impact_window", **base, "recipe": r, "layer": None, **_window_row(cmp),
+                extra = {"implementation": r, "ran": fn.ran_summary(), "device": str(dev)} if r in impl_names else {}
+                row = {"kind": "impact_window", **base, "recipe": r, "layer": None, **_window_row(cmp), **extra,
                        "p_flushed_mean": float(np.mean(list(fn.p_flushed.values()))) if fn.p_flushed else 0.0,
                        **checked, "seconds": time.perf_counter() - t0, "seconds_stock": t_stock,
                        "provenance": _provenance(prov)}
