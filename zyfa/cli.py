@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "report": ("accuracy.study.report_cli", "render result files into Markdown, PNG and HTML reports"),
     "study": ("accuracy.study.cli", "the one-command study: captures + Gaussian inputs -> accuracy -> report"),
     "impact": ("accuracy.impact.cli", "perplexity and next-token KL with each recipe swapped into a model"),
+    "cliffs": ("accuracy.study.cliffs_cli", "the length-cliff finder: error, NaN rows and refusals at every length"),
 }
 
 
