@@ -504,7 +504,7 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
             row.update(_errors(out, lse, ref_orig, "orig_"))
             if deq is not None:
                 row.update(_errors(out, lse, deq_ref(deq), "deq_"))
-        rows.append(row)
+        rows.append({k: row[k] for k in ROW_KEYS})
         bar.update(1)
     return rows
 

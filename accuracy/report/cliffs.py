@@ -17,6 +17,7 @@ Exposed:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -49,7 +50,8 @@ def _shape_label(r: dict) -> str:
 def flag_groups(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = None) -> list[dict]:
     """The flags of ``rows`` for a table: jumps one by one; ``nonfinite``, ``refused`` and ``failed`` flags at
     consecutive measured lengths of one series (same reason) merged into one entry. Each entry is its first
-    (shortest) flag with ``lengths`` (the merged lengths), ``reproducer`` (``zyfa cliffs`` at that first length)
+    (shortest) flag with ``lengths`` (the merged lengths; reasons that differ only in their numbers merge, the
+    first is kept), ``reproducer`` (``zyfa cliffs`` at that first length)
     and ``accuracy_reproducer``."""
     rule = rule or rule_of(provenance)
     flags = find_flags(rows, rule)
@@ -63,7 +65,7 @@ def flag_groups(rows: Sequence[dict], provenance: dict, rule: CliffRule | None =
         last = groups[-1] if groups else None
         if (last is not None and f["kind"] != "jump" and last["kind"] == f["kind"]
                 and (last["implementation"], last["mask"], last["shape"]) == key
-                and last.get("reason") == f.get("reason")
+                and _reason_kind(last.get("reason")) == _reason_kind(f.get("reason"))
                 and index[key][f["length"]] == index[key][last["lengths"][-1]] + 1):
             last["lengths"].append(f["length"])
             if (f.get("nonfinite_rows") or 0) > (last.get("nonfinite_rows") or 0):
@@ -73,6 +75,11 @@ def flag_groups(rows: Sequence[dict], provenance: dict, rule: CliffRule | None =
         groups.append({**f, "lengths": [f["length"]], "reproducer": rep["cliffs"],
                        "accuracy_reproducer": rep["accuracy"]})
     return groups
+
+
+def _reason_kind(reason) -> str | None:
+    """A reason with its numbers blanked: refusals that differ only in the length they name merge."""
+    return None if reason is None else re.sub(r"\d+", "N", str(reason))
 
 
 def _lengths_cell(ls: list[int]) -> str:
@@ -153,7 +160,7 @@ def plot_png(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = No
                 ys.append(e if isinstance(e, (int, float)) and math.isfinite(e) and e > 0 else math.nan)
                 prev = L
             any_err = any_err or any(not math.isnan(y) for y in ys)
-            ax.plot(xs, ys, lw=0.8, color=colour[name], label=name)
+            ax.plot(xs, ys, lw=0.8, color=colour[name], label=name, marker="." if len(pts) < 60 else None, ms=3)
         trans = ax.get_xaxis_transform()
         for f in flags:
             if (f["mask"], f["shape"]) != (mask, shape):
@@ -167,9 +174,18 @@ def plot_png(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = No
             else:
                 ax.scatter([f["length"]], [0.03], marker=_MARK[f["kind"]][0], s=40, color=c, transform=trans,
                            zorder=5, clip_on=False)
-        ax.set_xscale("log")
+        ls = [int(r["length"]) for r in rows if (r.get("mask"), r.get("shape")) == (mask, shape)]
+        lo, hi = min(ls), max(ls)
+        if hi >= 20 * lo:
+            ax.set_xscale("log")
+            ax.set_xlim(lo / 1.15, hi * 1.15)
+        else:
+            pad = max(1.0, 0.03 * (hi - lo))
+            ax.set_xlim(lo - pad, hi + pad)
         if any_err:
             ax.set_yscale("log")
+        else:
+            ax.set_ylim(0, 1)
         ax.set_xlabel("sequence length (keys)")
         ax.set_ylabel(rule.metric.replace("_", " "))
         ax.set_title(_shape_label(sample), fontsize=10)
@@ -211,9 +227,11 @@ def _summary(rows: Sequence[dict], provenance: dict, rule: CliffRule) -> str:
                 + (f", outliers {spec.get('outlier_frac')}x{spec.get('outlier_scale')}"
                    if spec.get("outlier_frac") else ""))
     commit = (provenance.get("git_commit") or "no git")[:10]
+    shapes = provenance.get("shapes") or []
+    chunk = (f" (chunk: the last {provenance.get('chunk')} query rows against all L keys, at L > "
+             f"{provenance.get('chunk')})" if "chunk" in shapes else "")
     return (f"{len(rows)} rows: {what}; lengths {provenance.get('lengths')}; masks "
-            f"{', '.join(provenance.get('masks') or [])}; shapes {', '.join(provenance.get('shapes') or [])} "
-            f"(chunk: the last {provenance.get('chunk')} query rows against all keys). Device "
+            f"{', '.join(provenance.get('masks') or [])}; shapes {', '.join(shapes)}{chunk}. Device "
             f"{provenance.get('device_name')}, zyfa {provenance.get('zyfa_version')} @ {commit}, "
             f"{provenance.get('date_utc')}. Flag rule: {rule.describe()}; NaN/Inf rows, refused and failed lengths "
             "are flagged at every length where they occur.")

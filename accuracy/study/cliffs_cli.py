@@ -181,6 +181,7 @@ class _Plan:
 def _plan(args) -> _Plan:
     from accuracy.cliffs import (
         DEFAULT_MAX_LENGTH,
+        check_lengths_fit,
         default_lengths,
         parse_lengths,
         plan_keys,
@@ -234,6 +235,7 @@ def _plan(args) -> _Plan:
     masks = ["none", "causal"] if mask == "both" else [mask]
     shapes = ["equal", "chunk"] if args.shapes == "both" else [args.shapes]
 
+    check_lengths_fit(source, lengths, device)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file; give a folder")
