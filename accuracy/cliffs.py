@@ -44,7 +44,8 @@ from typing import Any
 __all__ = [
     "DEFAULT_BASES", "DEFAULT_MAX_LENGTH", "FLAG_KINDS", "MASKS", "ROW_KEYS", "SHAPES", "WINDOW", "CaptureSource",
     "CliffRule", "GaussianSource", "Subject", "check_lengths_fit", "default_centres", "default_lengths",
-    "find_flags", "format_lengths", "parse_lengths", "plan_keys", "reproducers", "run_cliffs", "subjects",
+    "find_flags", "format_lengths", "operator_errors", "parse_lengths", "plan_keys", "reproducers", "run_cliffs",
+    "subjects",
 ]
 
 # Default ranges: every length in 1..1024, plus +-WINDOW around the centres m * 2^k > 1024 (m in DEFAULT_BASES),
@@ -58,6 +59,10 @@ SHAPES = ("equal", "chunk")
 FLAG_KINDS = ("nonfinite", "jump", "refused", "failed")
 # Query rows per block of the FP64 oracle.
 ORACLE_CHUNK = 1024
+# The recipe fields that decide the dequantized inputs (zyfa.emulator.quantize_inputs reads these): subjects equal
+# on them share one FP64 reference on the dequantized inputs.
+QUANT_KEY = ("qk_rotation", "rotation_seed", "k_smoothing", "q_format", "k_format", "v_format", "q_scale", "k_scale",
+             "v_scale", "scale_block_q", "scale_block_kv")
 
 # Every key of a sweep row (None where it does not apply).
 ROW_KEYS = (
@@ -415,20 +420,31 @@ def _finite(v) -> float | None:
     return v if isinstance(v, (int, float)) and math.isfinite(v) else None
 
 
-def _errors(out, lse, ref, prefix: str) -> dict:
-    """rel-L2 (and the LSE's max abs error) of ``out`` against ``ref`` = (out, lse): None where not finite or
-    not comparable."""
-    from accuracy.metrics import compute_metrics
+def operator_errors(out, lse, ref) -> dict[str, float | None]:
+    """``rel_l2`` (Frobenius, in float64: :func:`accuracy.metrics.compute_metrics`' definition) of ``out`` against
+    ``ref = (out, lse)`` of the FP64 oracle, and ``lse_max_abs_err`` over the rows whose reference LSE is finite
+    (None without an LSE, or where the two disagree on which rows are fully masked); None for a value that is
+    not finite (an output holding NaN/Inf). Computed on the device, read back once."""
+    import torch
 
-    m = None
-    if lse is not None:
-        try:
-            m = compute_metrics(out, ref[0], lse=lse, lse_ref=ref[1])
-        except ValueError:
-            m = None  # the -inf rows of the two LSEs disagree: no LSE error
-    if m is None:
-        m = compute_metrics(out, ref[0])
-    return {f"{prefix}rel_l2": _finite(m["rel_l2"]), f"{prefix}lse_max_abs_err": _finite(m.get("lse_max_abs_err"))}
+    o, r = out.double(), ref[0]
+    vals = [torch.linalg.vector_norm(o - r), torch.linalg.vector_norm(r)]
+    lse_ok = lse is not None
+    if lse_ok:
+        lr = ref[1]
+        lo = lse.double().reshape(lr.shape)
+        keep = torch.isfinite(lr)
+        vals.append(torch.where(keep, (lo - lr).abs(), torch.zeros_like(lr)).amax() if lr.numel() else lr.sum())
+        vals.append(((lo == -math.inf) != ~keep).any().double())  # masked rows that disagree
+    got = torch.stack(vals).tolist()
+    num, den = got[0], got[1]
+    rel = (num / den) if den > 0 else (0.0 if num == 0 else math.inf)
+    lse_err = None if not lse_ok or got[3] else got[2]
+    return {"rel_l2": _finite(rel), "lse_max_abs_err": _finite(lse_err)}
+
+
+def _errors(out, lse, ref, prefix: str) -> dict:
+    return {prefix + k: v for k, v in operator_errors(out, lse, ref).items()}
 
 
 def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[dict]:
@@ -449,17 +465,15 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
     _sync(dev)
     oracle_s = time.perf_counter() - t0
     orig32 = tuple(t.float() for t in (x.q, x.k, x.v))
-    refs: list[tuple] = []  # (dequantized q, k, v, their FP64 reference), shared across subjects
+    refs: dict[tuple, tuple] = {}  # quantization key -> FP64 reference on those dequantized inputs (shared)
 
-    def deq_ref(deq) -> tuple:
-        if all(torch.equal(a, b) for a, b in zip(deq, orig32, strict=True)):
-            return ref_orig
-        for *d, ref in refs:
-            if all(torch.equal(a, b) for a, b in zip(deq, d, strict=True)):
-                return ref
-        ref = attention_fp64(*deq, chunk_size=ORACLE_CHUNK, **kw)
-        refs.append((*deq, ref))
-        return ref
+    def deq_ref(recipe, deq=None) -> tuple:
+        key = tuple(getattr(recipe, f) for f in QUANT_KEY)
+        if key not in refs:
+            deq = deq if deq is not None else quantize_inputs(x.q, x.k, x.v, recipe).dequantized()
+            same = all(torch.equal(a, b) for a, b in zip(deq, orig32, strict=True))
+            refs[key] = ref_orig if same else attention_fp64(*deq, chunk_size=ORACLE_CHUNK, **kw)
+        return refs[key]
 
     b, h, s_q, _ = x.q.shape
     shape = {"seq_q": s_q, "seq_k": x.k.shape[2], "causal": bool(x.causal), "window": x.window, "batch": b,
@@ -475,12 +489,12 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
                                "deq_rel_l2": None, "orig_lse_max_abs_err": None, "deq_lse_max_abs_err": None,
                                "nonfinite_rows": None, "n_rows": b * h * s_q, "seconds": None,
                                "oracle_seconds": oracle_s, "device": str(dev)}
-        out = lse = deq = None
+        out = lse = deq = quant = None
         t0 = time.perf_counter()
         if s.kind == "recipe":
             em = emulate(x.q, x.k, x.v, s.recipe, **kw)
             _sync(dev)
-            out, lse, deq = em.out, em.lse, (em.q_deq, em.k_deq, em.v_deq)
+            out, lse, deq, quant = em.out, em.lse, (em.q_deq, em.k_deq, em.v_deq), s.recipe
             row["platform"] = em.platform
         else:
             row["platform"] = plat
@@ -496,14 +510,13 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
                     # raised inside the kernel (chained): it refuses this length; else a broken kernel or output
                     row.update(status="refused" if e.__cause__ is not None else "failed", reason=str(e))
                 if out is not None and s.impl.recipe is not None:
-                    pair = pairing(s.impl, plat)
-                    deq = quantize_inputs(x.q, x.k, x.v, pair.recipe).dequantized()
+                    quant = pairing(s.impl, plat).recipe
         if out is not None:
             row["seconds"] = time.perf_counter() - t0
-            row["nonfinite_rows"] = int((~torch.isfinite(out.float())).any(dim=-1).sum())
+            row["nonfinite_rows"] = int((~torch.isfinite(out)).any(dim=-1).sum())
             row.update(_errors(out, lse, ref_orig, "orig_"))
-            if deq is not None:
-                row.update(_errors(out, lse, deq_ref(deq), "deq_"))
+            if quant is not None:
+                row.update(_errors(out, lse, deq_ref(quant, deq), "deq_"))
         rows.append({k: row[k] for k in ROW_KEYS})
         bar.update(1)
     return rows

@@ -125,3 +125,28 @@ def test_default_ranges():
     assert set(centres) <= set(coarse) and 1345 not in coarse and 1348 in coarse
     assert default_lengths(300) == list(range(1, 301))
     assert max(default_lengths(5000)) == 4160
+
+
+def test_operator_errors_match_compute_metrics():
+    import torch
+
+    from accuracy.cliffs import operator_errors
+    from accuracy.metrics import compute_metrics
+    from reference.attention import attention_fp64
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 9, 64, generator=g) for _ in range(3))
+    ref = attention_fp64(q, k, v, causal=True)
+    out = ref[0].float() + 1e-3 * torch.randn(ref[0].shape, generator=g)
+    lse = ref[1].float() + 1e-4 * torch.randn(ref[1].shape, generator=g)
+    m = compute_metrics(out, ref[0], lse=lse, lse_ref=ref[1])
+    e = operator_errors(out, lse, ref)
+    assert e["rel_l2"] == pytest.approx(m["rel_l2"], rel=1e-9)
+    assert e["lse_max_abs_err"] == pytest.approx(m["lse_max_abs_err"], rel=1e-6)
+    assert operator_errors(out, None, ref)["lse_max_abs_err"] is None
+    bad = out.clone()
+    bad[0, 0, 3] = math.nan
+    assert operator_errors(bad, lse, ref)["rel_l2"] is None
+    masked = lse.clone()
+    masked[0, 1, 2] = -math.inf  # a row the kernel calls fully masked, the oracle does not: not comparable
+    assert operator_errors(out, masked, ref)["lse_max_abs_err"] is None
