@@ -450,12 +450,7 @@ def _errors(out, lse, ref, prefix: str) -> dict:
 def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[dict]:
     import torch
 
-    from accuracy.implementations import (
-        ImplementationError,
-        call_implementation,
-        pairing,
-        unsupported_reason,
-    )
+    from accuracy.implementations import ImplementationError, call_implementation, unsupported_reason
     from reference.attention import attention_fp64
     from zyfa.emulator import emulate, quantize_inputs
 
@@ -510,7 +505,7 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
                     # raised inside the kernel (chained): it refuses this length; else a broken kernel or output
                     row.update(status="refused" if e.__cause__ is not None else "failed", reason=str(e))
                 if out is not None and s.impl.recipe is not None:
-                    quant = pairing(s.impl, plat).recipe
+                    quant = _paired_recipe(s.impl, plat)
         if out is not None:
             row["seconds"] = time.perf_counter() - t0
             row["nonfinite_rows"] = int((~torch.isfinite(out)).any(dim=-1).sum())
@@ -520,6 +515,19 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
         rows.append({k: row[k] for k in ROW_KEYS})
         bar.update(1)
     return rows
+
+
+_PAIRED: dict = {}
+
+
+def _paired_recipe(impl, plat):
+    """The recipe whose quantization ``impl`` uses (:func:`accuracy.implementations.pairing`), once per run."""
+    from accuracy.implementations import pairing
+
+    key = (id(impl), plat)
+    if key not in _PAIRED:
+        _PAIRED[key] = (impl, pairing(impl, plat).recipe)  # the impl kept alive so its id stays unique
+    return _PAIRED[key][1]
 
 
 def _sync(dev) -> None:

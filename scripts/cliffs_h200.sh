@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
-# The length-cliff sweep (zyfa cliffs, docs/CLIFFS.md) on one H200, over our Triton kernel under every recipe it
-# honours (accuracy.implementations.builtin_names(): the triton:* names), cuDNN FP8, FA3 through FlashInfer, AMD's
-# Triton FP8 forward (flash-attn) and SDPA BF16 on cuDNN, at head dim 128 and 64, causal and not, s_q = s_k and
-# chunked prefill (the last 128 query rows against all L keys). From the repository root on the GPU machine:
+# The length-cliff sweep (zyfa cliffs, docs/CLIFFS.md) on one H200: our Triton kernel under every recipe it honours
+# (accuracy.implementations.builtin_names(): the triton:* names), cuDNN FP8, FA3 through FlashInfer, AMD's Triton
+# FP8 forward (flash-attn) and SDPA BF16 on cuDNN, at head dim 128 and 64, causal and not, s_q = s_k and chunked
+# prefill (the last 128 query rows against all L keys). From the repository root on the GPU machine:
 #
 #   bash scripts/cliffs_h200.sh OUT_DIR
 #
-# Writes OUT_DIR/hd128/ and OUT_DIR/hd64/, each cliffs.jsonl + cliffs.png + cliffs.md (zyfa cliffs --out), and
+# Writes OUT_DIR/hd128/ and OUT_DIR/hd64/: one zyfa cliffs folder per group of kernels (GROUP/cliffs.jsonl, .png,
+# .md) and the groups rendered together (cliffs.md, cliffs.png: zyfa cliffs --render a.jsonl,b.jsonl,...), and
 # OUT_DIR/cliffs_h200.log. Kernels this machine lacks (a package, the GPU) are listed as not run, with the reason.
 #
-# Budget: about 6 minutes on one H200. Each length's work is kept small: batch 1, 2 query heads on 1 KV head (GQA
-# 2:1), Gaussian inputs, FP64 oracle once per (length, mask, shape) shared by every kernel. Lengths: 1..1024 step
-# 1 at head dim 128 (step 2 at head dim 64), then the default windows +-64 around m*2^k > 1024 (m = 64, 128, 176,
-# 224, up to 32768) at a COARSER step than zyfa cliffs' default (step 4, so the jump rule still sees 8 neighbours
-# within +-16; every window centre itself is measured). Rows: about (1024 + 465) lengths x 2 masks x ~1.9 shapes x
-# 20 kernels = ~113K kernel calls at head dim 128, half that at 64.
-# Every zyfa cliffs call runs with --resume under its own timeout, so a run cut short by the device limit is
-# continued by calling the script again with the same OUT_DIR (the rows already made are kept and skipped).
+# Budget: about 6 minutes on one H200 (16 CPU cores). Every call is launch- and Python-bound at these sizes, so
+# the kernels run as 16 parallel zyfa cliffs processes (8 groups x 2 head dims), each with the FP64 oracle
+# computed once per (length, mask, shape) for its own kernels. Inputs: Gaussian, batch 1, 2 query heads on 1 KV
+# head (GQA 2:1), seed 0. Measured per call on the H200 (hd128, L <= 1040, with the oracle and the row's
+# metrics): our kernel about 2.3 ms, cuDNN FP8 about 80 ms and SDPA-cuDNN about 55 ms (both build a cuDNN graph
+# for every new length), AMD's Triton forward about 1.25 s (it compiles again for every new length). So each
+# group gets the lengths it can afford, all of them subsets of zyfa cliffs' default ranges (1..1024, then +-64
+# around m*2^k > 1024 for m = 64, 128, 176, 224, up to 32768):
+#   - our kernel (16 recipes, 4 groups of 4): 1..1024 step 1, then the default windows at step 4 (COARSER than the
+#     default step 1; step 4 still gives the jump rule its 8 neighbours within +-16; every centre measured):
+#     (1024 + 465) lengths x 2 masks x ~1.9 shapes ~ 5.6K points, ~22K calls per group;
+#   - cuDNN FP8 and SDPA-cuDNN: 1..256 step 1, 260..1024 step 4, and +-16 step 2 around every window centre
+#     (so a jump at a centre is still seen): 703 lengths, ~2.7K calls each;
+#   - AMD's Triton forward: 112..144 and 240..272 step 4, and 1, 2, 3, 16, 17, 64, 65, 1024, 1025, 4096, 4097, 32768:
+#     30 lengths, ~115 calls;
+#   - FA3 through FlashInfer: as cuDNN (its FP8 prefill is JIT-built per configuration, not per length).
+# Each process runs under its own timeout (GROUP_TIMEOUT, default 330 s) with --resume: a group cut short keeps
+# its rows in GROUP/cliffs.jsonl.partial, and calling the script again with the same OUT_DIR continues it.
 #
-# Environment overrides: HEADS (2), KV_HEADS (1), COARSE_STEP (4), LENGTHS_128 / LENGTHS_64 (zyfa cliffs --lengths
-# specs; default the ranges above), IMPLS (comma-separated implementations), HEAD_DIMS ("128 64"),
-# TIMEOUT_128 / TIMEOUT_64 (seconds per call; default 230 / 120), WHEELS (.wheels: installed with --no-deps into
+# Environment overrides: HEADS (2), KV_HEADS (1), HEAD_DIMS ("128 64"), GROUP_TIMEOUT (330), LENGTHS_TRITON,
+# LENGTHS_CUDNN, LENGTHS_AMD (zyfa cliffs --lengths specs), WHEELS (.wheels: installed with --no-deps into
 # /tmp/site first, with the *.tar.xz FlashInfer packs of scripts/build_flashinfer_fa3.py, as gpu_real_kernels.sh).
 set -u
 cd "$(dirname "$0")/.."
@@ -28,45 +38,70 @@ OUT=${1:?usage: bash scripts/cliffs_h200.sh OUT_DIR}
 mkdir -p "$OUT" || { echo "cliffs_h200.sh: cannot create $OUT" >&2; exit 2; }
 LOG="$OUT/cliffs_h200.log"
 export PYTHONUNBUFFERED=1
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 WHEELS=${WHEELS:-.wheels}
-export PYTHONPATH=.
 if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     "$WHEELS"/*.whl 2>&1 | tail -3
   for pack in "$WHEELS"/*.tar.xz; do [ -e "$pack" ] && tar -xJf "$pack" -C /tmp/site; done
-  export PYTHONPATH=.:/tmp/site
+  export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
 HEADS=${HEADS:-2}
 KV_HEADS=${KV_HEADS:-1}
-STEP=${COARSE_STEP:-4}
-IMPLS=${IMPLS:-$(python3 -c "
+T=${GROUP_TIMEOUT:-330}
+# the triton:* names in four groups, one per line
+TRITON_GROUPS=$(python3 -c "
 from accuracy.implementations import builtin_names
-print(','.join([n for n in builtin_names() if n.startswith('triton:')]
-               + ['cudnn-fp8', 'flashinfer-fa3', 'flash-attn-triton-amd', 'sdpa-bf16:cudnn']))")}
-# the default windows above 1024 at step $STEP (zyfa cliffs' own default ranges, coarser)
-WINDOWS=$(python3 -c "
+names = [n for n in builtin_names() if n.startswith('triton:')]
+k = -(-len(names) // 4)
+print('\n'.join(','.join(names[i:i + k]) for i in range(0, len(names), k)))")
+WINDOWS_4=$(python3 -c "
 from accuracy.cliffs import default_lengths, format_lengths
-print(format_lengths([n for n in default_lengths(coarse_step=$STEP) if n > 1024]))")
-LENGTHS_128=${LENGTHS_128:-1-1024,$WINDOWS}
-LENGTHS_64=${LENGTHS_64:-1-1024:2,$WINDOWS}
+print(format_lengths([n for n in default_lengths(coarse_step=4) if n > 1024]))")
+CENTRES_2=$(python3 -c "
+from accuracy.cliffs import default_centres, format_lengths
+print(format_lengths(sorted({n for c in default_centres() for n in range(c - 16, c + 17, 2) if n <= 32768})))")
+LENGTHS_TRITON=${LENGTHS_TRITON:-1-1024,$WINDOWS_4}
+LENGTHS_CUDNN=${LENGTHS_CUDNN:-1-256,260-1024:4,$CENTRES_2}
+LENGTHS_AMD=${LENGTHS_AMD:-112-144:4,240-272:4,1,2,3,16,17,64,65,1024,1025,4096,4097,32768}
 {
   echo "cliffs_h200.sh $(date -u +%FT%TZ) commit ${ZYFA_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null)}"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1
-  echo "implementations: $IMPLS"
 } | tee "$LOG"
+
+run_group() {  # head dim, group name, implementations, lengths
+  local dir="$OUT/hd$1/$2"
+  mkdir -p "$OUT/hd$1"
+  local t0=$SECONDS
+  timeout "$T" python3 -m zyfa.cli cliffs --implementations "$3" --head-dim "$1" --heads "$HEADS" \
+    --kv-heads "$KV_HEADS" --mask both --shapes both --chunk 128 --lengths "$4" --device cuda --no-progress \
+    --out "$dir" --resume >"$dir.log" 2>&1
+  local rc=$?
+  echo "hd$1 $2 ($3): exit $rc after $((SECONDS - t0)) s$([ -f "$dir/cliffs.jsonl.partial" ] && echo \
+    ", unfinished: call the script again with $OUT to resume")" >>"$LOG"
+}
+
+for hd in ${HEAD_DIMS:-128 64}; do
+  i=0
+  while read -r group; do
+    i=$((i + 1))
+    run_group "$hd" "triton$i" "$group" "$LENGTHS_TRITON" &
+  done <<<"$TRITON_GROUPS"
+  run_group "$hd" cudnn cudnn-fp8 "$LENGTHS_CUDNN" &
+  run_group "$hd" sdpa sdpa-bf16:cudnn "$LENGTHS_CUDNN" &
+  run_group "$hd" flashinfer flashinfer-fa3 "$LENGTHS_CUDNN" &
+  run_group "$hd" amd flash-attn-triton-amd "$LENGTHS_AMD" &
+done
+wait
 status=0
 for hd in ${HEAD_DIMS:-128 64}; do
-  if [ "$hd" = 64 ]; then lengths=$LENGTHS_64; limit=${TIMEOUT_64:-120}; else lengths=$LENGTHS_128; limit=${TIMEOUT_128:-230}; fi
-  t0=$(date +%s)
-  timeout "$limit" python3 -m zyfa.cli cliffs --implementations "$IMPLS" --head-dim "$hd" --heads "$HEADS" \
-    --kv-heads "$KV_HEADS" --mask both --shapes both --chunk 128 --lengths "$lengths" --device cuda --no-progress \
-    --out "$OUT/hd$hd" --resume 2>&1 | tee -a "$LOG" | tail -40
-  rc=${PIPESTATUS[0]}
-  echo "hd$hd: exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$LOG"
-  if [ "$rc" != 0 ]; then
-    status=$rc
-    [ -f "$OUT/hd$hd/cliffs.jsonl.partial" ] && echo "hd$hd: unfinished; call the script again with $OUT to resume" \
-      | tee -a "$LOG"
+  files=$(ls "$OUT/hd$hd"/*/cliffs.jsonl 2>/dev/null | paste -sd, -)
+  if [ -z "$files" ]; then
+    echo "hd$hd: no group finished" | tee -a "$LOG"
+    status=1
+    continue
   fi
+  python3 -m zyfa.cli cliffs --render "$files" --out "$OUT/hd$hd" 2>&1 | tee -a "$LOG"
 done
+grep -h "^not run\|error" "$OUT"/hd*/*.log 2>/dev/null | sort -u | tee -a "$LOG"
 exit "$status"

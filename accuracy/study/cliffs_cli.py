@@ -17,7 +17,7 @@ reproducer per implementation). Bad input exits with status 2 and one line on st
 
 The sweep is :mod:`accuracy.cliffs`, the rendering :mod:`accuracy.report.cliffs`.
 
-Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
+Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``merge_provenance(provs, names)``.
 """
 
 from __future__ import annotations
@@ -91,7 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="output folder (default ./cliffs): cliffs.jsonl, cliffs.png, cliffs.md")
     o.add_argument("--force", action="store_true", help="replace an existing DIR/cliffs.jsonl (when the run finishes)")
     o.add_argument("--resume", action="store_true", help="continue an interrupted (or finished) run in DIR")
-    o.add_argument("--render", metavar="JSONL", help="only render a finished cliffs.jsonl into --out (runs nothing)")
+    o.add_argument("--render", metavar="JSONL",
+                   help="only render finished cliffs.jsonl files (comma-separated: merged) into --out (runs nothing)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -142,14 +143,21 @@ def _render_only(args) -> int:
     from accuracy.results_io import read_jsonl
     from zyfa.outputs import check_dir_writable
 
-    path = Path(args.render)
-    if not path.is_file():
-        raise FileNotFoundError(f"--render: no such file {path}")
-    rows, prov = read_jsonl(path)
-    if prov.get("record_kind") != "cliffs":
-        raise UsageError(f"--render: {path} is not a zyfa cliffs result file (its provenance is not a sweep's)")
+    files = [Path(x.strip()) for x in args.render.split(",") if x.strip()]
+    if not files:
+        raise UsageError("--render names no file")
+    rows, provs = [], []
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"--render: no such file {path}")
+        r, p = read_jsonl(path)
+        if p.get("record_kind") != "cliffs":
+            raise UsageError(f"--render: {path} is not a zyfa cliffs result file (its provenance is not a sweep's)")
+        rows += r
+        provs.append(p)
     if not rows:
-        raise UsageError(f"--render: {path} holds no rows")
+        raise UsageError(f"--render: {args.render} holds no rows")
+    prov = merge_provenance(provs, [str(f) for f in files])
     rule = _rule(args, prov)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -159,6 +167,25 @@ def _render_only(args) -> int:
     _print_summary(rows, prov, rule)
     print(f"wrote {paths['png']} and {paths['markdown']}")
     return 0
+
+
+def merge_provenance(provs: list[dict], names: list[str]) -> dict:
+    """One provenance for rows of several sweeps rendered together (``--render a.jsonl,b.jsonl``: e.g. one file
+    per group of kernels run in parallel): the first's, with the subjects and the kernels not run of all, the
+    lengths of each file where they differ, and ``merged_from``."""
+    if len(provs) == 1:
+        return provs[0]
+    out = dict(provs[0])
+    out["subjects"] = [s for p in provs for s in p.get("subjects") or []]
+    out["implementations_unavailable"] = {k: v for p in provs for k, v in (p.get("implementations_unavailable")
+                                                                          or {}).items()}
+    specs = list(dict.fromkeys(p.get("lengths") for p in provs))
+    if len(specs) > 1:
+        out["lengths"] = "; ".join(
+            f"{', '.join(s['name'] for s in p.get('subjects') or []) or '-'}: {p.get('lengths')}" for p in provs)
+    out["merged_from"] = [{"file": n, "run_id": p.get("run_id"), "date_utc": p.get("date_utc")}
+                          for n, p in zip(names, provs, strict=True)]
+    return out
 
 
 @dataclasses.dataclass
@@ -342,9 +369,15 @@ def _run(args, plan: _Plan) -> int:
     rows = results.rows_in_order(plan.keys)
     try:
         results.finish(rows, prov, write_results)
-        paths = render(rows, prov, plan.out, rule=plan.rule)
     except (ValueError, OSError) as e:
         return _fail(e, results)
+    try:
+        paths = render(rows, prov, plan.out, rule=plan.rule)
+    except ImportError as e:  # no matplotlib here: the rows are written, render them elsewhere
+        return _fail(f"wrote {len(rows)} rows to {results.path} but cannot render here ({e}); render them with "
+                     f"zyfa cliffs --render {results.path} --out DIR where matplotlib is installed")
+    except (ValueError, OSError) as e:
+        return _fail(f"wrote {len(rows)} rows to {results.path} but rendering failed: {e}")
     _print_summary(rows, prov, plan.rule)
     print(f"wrote {len(rows)} rows to {results.path}, {paths['png']} and {paths['markdown']} ({wall:.1f} s)")
     return 0
