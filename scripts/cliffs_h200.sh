@@ -10,24 +10,25 @@
 # .md) and the groups rendered together (cliffs.md, cliffs.png: zyfa cliffs --render a.jsonl,b.jsonl,...), and
 # OUT_DIR/cliffs_h200.log. Kernels this machine lacks (a package, the GPU) are listed as not run, with the reason.
 #
-# Budget: about 6 minutes on one H200 (16 CPU cores). Every call is launch- and Python-bound at these sizes, so
-# the kernels run as 16 parallel zyfa cliffs processes (8 groups x 2 head dims), each with the FP64 oracle
-# computed once per (length, mask, shape) for its own kernels. Inputs: Gaussian, batch 1, 2 query heads on 1 KV
-# head (GQA 2:1), seed 0. Measured per call on the H200 (hd128, L <= 1040, with the oracle and the row's
-# metrics): our kernel about 2.3 ms, cuDNN FP8 about 80 ms and SDPA-cuDNN about 55 ms (both build a cuDNN graph
-# for every new length), AMD's Triton forward about 1.25 s (it compiles again for every new length). So each
-# group gets the lengths it can afford, all of them subsets of zyfa cliffs' default ranges (1..1024, then +-64
-# around m*2^k > 1024 for m = 64, 128, 176, 224, up to 32768):
-#   - our kernel (16 recipes, 4 groups of 4): 1..1024 step 1, then the default windows at step 4 (COARSER than the
-#     default step 1; step 4 still gives the jump rule its 8 neighbours within +-16; every centre measured):
-#     (1024 + 465) lengths x 2 masks x ~1.9 shapes ~ 5.6K points, ~22K calls per group;
-#   - cuDNN FP8 and SDPA-cuDNN: 1..256 step 1, 260..1024 step 4, and +-16 step 2 around every window centre
-#     (so a jump at a centre is still seen): 703 lengths, ~2.7K calls each;
-#   - AMD's Triton forward: 112..144 and 240..272 step 4, and 1, 2, 3, 16, 17, 64, 65, 1024, 1025, 4096, 4097, 32768:
-#     30 lengths, ~115 calls;
-#   - FA3 through FlashInfer: as cuDNN (its FP8 prefill is JIT-built per configuration, not per length).
-# Each process runs under its own timeout (GROUP_TIMEOUT, default 330 s) with --resume: a group cut short keeps
-# its rows in GROUP/cliffs.jsonl.partial, and calling the script again with the same OUT_DIR continues it.
+# Budget: about 6 minutes on one H200 (16 CPU cores). At these sizes every call is launch- and Python-bound, so
+# the kernels run as parallel zyfa cliffs processes (per head dim: our kernel's recipes in 5 groups, cuDNN FP8,
+# SDPA-cuDNN, FlashInfer FA3, AMD's Triton forward), each computing the FP64 oracle once per (length, mask, shape)
+# for its own kernels. Inputs: Gaussian, batch 1, 2 query heads on 1 KV head (GQA 2:1), seed 0.
+# Measured on the H200 (first run, 2026-12-02, 16 such processes at once): about 22 rows/s per group of 4 of our
+# kernel's recipes (compiles included: each recipe compiles per mask, head dim and length class), 5.5 rows/s for
+# cuDNN FP8 and 7.3 for SDPA-cuDNN (both build a cuDNN graph for every new length), 0.3 rows/s for AMD's Triton
+# forward (it compiles again for every new length). So the lengths are a subset of zyfa cliffs' default ranges
+# (1..1024 step 1, then +-64 around m*2^k > 1024 for m = 64, 128, 176, 224 up to 32768), COARSER than the default:
+#   - our kernel and FlashInfer FA3: 1..128 step 1, 132..1024 step 4, and +-16 at step 4 around each of the 15
+#     window centres (step 4 keeps the 8 neighbours within +-16 that the jump rule needs): 483 lengths, 1676
+#     points (2 masks; the chunk shape at L > 128), ~5.4K rows per group of ~3 recipes: ~4.5 minutes;
+#   - cuDNN FP8 and SDPA-cuDNN: 1..128 step 1, 136..1024 step 8 (NaN rows and refusals only: too sparse for
+#     jumps), and the same +-16 step 4 windows: 371 lengths, 1228 rows each: ~4 minutes;
+#   - AMD's Triton forward: 112..144 step 4, and 1, 2, 3, 16, 17, 64, 65, 1024, 1025, 4096, 4097, 32768: 21
+#     lengths, 60 rows: ~3 minutes.
+# About 35K kernel calls in all. Each process runs under its own timeout (GROUP_TIMEOUT, default 330 s) with
+# --resume: a group cut short keeps its rows in GROUP/cliffs.jsonl.partial (rendered all the same), and calling
+# the script again with the same OUT_DIR continues it.
 #
 # Environment overrides: HEADS (2), KV_HEADS (1), HEAD_DIMS ("128 64"), GROUP_TIMEOUT (330), LENGTHS_TRITON,
 # LENGTHS_CUDNN, LENGTHS_AMD (zyfa cliffs --lengths specs), WHEELS (.wheels: installed with --no-deps into
@@ -49,21 +50,17 @@ fi
 HEADS=${HEADS:-2}
 KV_HEADS=${KV_HEADS:-1}
 T=${GROUP_TIMEOUT:-330}
-# the triton:* names in four groups, one per line
+# the triton:* names in five groups, one per line
 TRITON_GROUPS=$(python3 -c "
 from accuracy.implementations import builtin_names
 names = [n for n in builtin_names() if n.startswith('triton:')]
-k = -(-len(names) // 4)
-print('\n'.join(','.join(names[i:i + k]) for i in range(0, len(names), k)))")
-WINDOWS_4=$(python3 -c "
-from accuracy.cliffs import default_lengths, format_lengths
-print(format_lengths([n for n in default_lengths(coarse_step=4) if n > 1024]))")
-CENTRES_2=$(python3 -c "
+print('\n'.join(','.join(names[i::5]) for i in range(min(5, len(names)))))")
+CENTRES_4=$(python3 -c "
 from accuracy.cliffs import default_centres, format_lengths
-print(format_lengths(sorted({n for c in default_centres() for n in range(c - 16, c + 17, 2) if n <= 32768})))")
-LENGTHS_TRITON=${LENGTHS_TRITON:-1-1024,$WINDOWS_4}
-LENGTHS_CUDNN=${LENGTHS_CUDNN:-1-256,260-1024:4,$CENTRES_2}
-LENGTHS_AMD=${LENGTHS_AMD:-112-144:4,240-272:4,1,2,3,16,17,64,65,1024,1025,4096,4097,32768}
+print(format_lengths(sorted({n for c in default_centres() for n in range(c - 16, c + 17, 4) if n <= 32768})))")
+LENGTHS_TRITON=${LENGTHS_TRITON:-1-128,132-1024:4,$CENTRES_4}
+LENGTHS_CUDNN=${LENGTHS_CUDNN:-1-128,136-1024:8,$CENTRES_4}
+LENGTHS_AMD=${LENGTHS_AMD:-112-144:4,1,2,3,16,17,64,65,1024,1025,4096,4097,32768}
 {
   echo "cliffs_h200.sh $(date -u +%FT%TZ) commit ${ZYFA_GIT_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null)}"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1
@@ -89,13 +86,15 @@ for hd in ${HEAD_DIMS:-128 64}; do
   done <<<"$TRITON_GROUPS"
   run_group "$hd" cudnn cudnn-fp8 "$LENGTHS_CUDNN" &
   run_group "$hd" sdpa sdpa-bf16:cudnn "$LENGTHS_CUDNN" &
-  run_group "$hd" flashinfer flashinfer-fa3 "$LENGTHS_CUDNN" &
+  run_group "$hd" flashinfer flashinfer-fa3 "$LENGTHS_TRITON" &
   run_group "$hd" amd flash-attn-triton-amd "$LENGTHS_AMD" &
 done
 wait
 status=0
 for hd in ${HEAD_DIMS:-128 64}; do
-  files=$(ls "$OUT/hd$hd"/*/cliffs.jsonl 2>/dev/null | paste -sd, -)
+  files=$(for d in "$OUT/hd$hd"/*/; do  # a finished group's file, else what a cut one has kept
+    if [ -f "$d/cliffs.jsonl" ]; then echo "$d/cliffs.jsonl"; elif [ -f "$d/cliffs.jsonl.partial" ]; then
+      echo "$d/cliffs.jsonl.partial"; fi; done | paste -sd, -)
   if [ -z "$files" ]; then
     echo "hd$hd: no group finished" | tee -a "$LOG"
     status=1

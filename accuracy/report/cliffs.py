@@ -234,7 +234,12 @@ def _summary(rows: Sequence[dict], provenance: dict, rule: CliffRule) -> str:
             f"{', '.join(provenance.get('masks') or [])}; shapes {', '.join(shapes)}{chunk}. Device "
             f"{provenance.get('device_name')}, zyfa {provenance.get('zyfa_version')} @ {commit}, "
             f"{provenance.get('date_utc')}. Flag rule: {rule.describe()}; NaN/Inf rows, refused and failed lengths "
-            "are flagged at every length where they occur.")
+            "are flagged at every length where they occur."
+            + (" Some runs were cut short: only the rows they finished are shown." if _partial(provenance) else ""))
+
+
+def _partial(provenance: dict) -> bool:
+    return bool(provenance.get("partial")) or any(m.get("partial") for m in provenance.get("merged_from") or [])
 
 
 def add_section(doc: Doc, rows: Sequence[dict], provenance: dict, *, rule: CliffRule | None = None, level: int = 2,

@@ -92,7 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--force", action="store_true", help="replace an existing DIR/cliffs.jsonl (when the run finishes)")
     o.add_argument("--resume", action="store_true", help="continue an interrupted (or finished) run in DIR")
     o.add_argument("--render", metavar="JSONL",
-                   help="only render finished cliffs.jsonl files (comma-separated: merged) into --out (runs nothing)")
+                   help="only render cliffs.jsonl files (comma-separated: merged; an unfinished run's "
+                        "cliffs.jsonl.partial too) into --out (runs nothing)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -150,7 +151,7 @@ def _render_only(args) -> int:
     for path in files:
         if not path.is_file():
             raise FileNotFoundError(f"--render: no such file {path}")
-        r, p = read_jsonl(path)
+        r, p = _read_partial(path) if path.name.endswith(".partial") else read_jsonl(path)
         if p.get("record_kind") != "cliffs":
             raise UsageError(f"--render: {path} is not a zyfa cliffs result file (its provenance is not a sweep's)")
         rows += r
@@ -169,6 +170,28 @@ def _render_only(args) -> int:
     return 0
 
 
+def _read_partial(path: Path) -> tuple[list[dict], dict]:
+    """(rows, provenance) of an unfinished run's ``cliffs.jsonl.partial`` (its complete lines), so what a run cut
+    short has measured can be rendered too; the provenance says ``partial: true``."""
+    import json
+
+    from accuracy.results_io import check_row
+    from zyfa.outputs import read_complete_lines
+
+    lines, _ = read_complete_lines(path)
+    rows, prov = [], {}
+    for n, line in enumerate(lines, 1):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise UsageError(f"{path}:{n}: not JSON ({e.msg})") from None
+        if isinstance(obj, dict) and obj.get("record") == "provenance":
+            prov = prov or {k: v for k, v in obj.items() if k != "record"}
+        else:
+            rows.append(check_row(obj, f"{path}:{n}"))
+    return rows, {**prov, "partial": True}
+
+
 def merge_provenance(provs: list[dict], names: list[str]) -> dict:
     """One provenance for rows of several sweeps rendered together (``--render a.jsonl,b.jsonl``: e.g. one file
     per group of kernels run in parallel): the first's, with the subjects and the kernels not run of all, the
@@ -183,8 +206,8 @@ def merge_provenance(provs: list[dict], names: list[str]) -> dict:
     if len(specs) > 1:
         out["lengths"] = "; ".join(
             f"{', '.join(s['name'] for s in p.get('subjects') or []) or '-'}: {p.get('lengths')}" for p in provs)
-    out["merged_from"] = [{"file": n, "run_id": p.get("run_id"), "date_utc": p.get("date_utc")}
-                          for n, p in zip(names, provs, strict=True)]
+    out["merged_from"] = [{"file": n, "run_id": p.get("run_id"), "date_utc": p.get("date_utc"),
+                           "partial": bool(p.get("partial"))} for n, p in zip(names, provs, strict=True)]
     return out
 
 

@@ -169,6 +169,9 @@ def test_kill_then_resume_gives_the_same_rows(tmp_path):
     at = kill_when([*args, "--out", "r"], tmp_path, partial, 1 + random.randrange(10, 60))
     if at != -2:
         assert partial.is_file() and not (tmp_path / "r" / "cliffs.jsonl").exists()
+        # what a cut run kept renders on its own, said to be partial
+        assert main(["cliffs", "--render", str(partial), "--out", str(tmp_path / "cut")]) == 0
+        assert "cut short" in (tmp_path / "cut" / "cliffs.md").read_text()
         refused = run_zyfa(*args, "--out", "r", cwd=tmp_path)
         assert refused.returncode == 2 and "--resume" in refused.stderr
         res = run_zyfa(*args, "--out", "r", "--resume", cwd=tmp_path)

@@ -42,13 +42,17 @@ def test_builtin_sweeps_every_point(name):
     for r in rows:
         assert r["status"] in ("ok", "refused", "failed"), r
         if r["status"] != "ok":
-            assert r["reason"], r
-        elif r["nonfinite_rows"] == 0:
-            assert r["orig_rel_l2"] is not None and 0 <= r["orig_rel_l2"] < 0.5, r
-            if r["deq_rel_l2"] is not None:
-                assert r["deq_rel_l2"] <= r["orig_rel_l2"] * 1.5 + 1e-3, r
+            assert r["reason"] and r["orig_rel_l2"] is None, r
+        elif r["nonfinite_rows"] == 0:  # a kernel's wrong answer is a finding for the flags, not a failure here
+            assert r["orig_rel_l2"] is not None and r["orig_rel_l2"] >= 0 and r["seconds"] > 0, r
+        else:
+            assert r["orig_rel_l2"] is None, r
     flags = find_flags(rows)
     assert all(f["kind"] in ("nonfinite", "jump", "refused", "failed") for f in flags)
+    flagged = {(f["length"], f["mask"], f["shape"]) for f in flags}
+    for r in rows:  # whatever is not ok, or holds NaN/Inf rows, is flagged
+        if r["status"] != "ok" or r["nonfinite_rows"]:
+            assert (r["length"], r["mask"], r["shape"]) in flagged, r
 
 
 @pytest.mark.gpu
