@@ -14,21 +14,23 @@
 # the kernels run as parallel zyfa cliffs processes (per head dim: our kernel's recipes in 5 groups, cuDNN FP8,
 # SDPA-cuDNN, FlashInfer FA3, AMD's Triton forward), each computing the FP64 oracle once per (length, mask, shape)
 # for its own kernels. Inputs: Gaussian, batch 1, 2 query heads on 1 KV head (GQA 2:1), seed 0.
-# Measured on the H200 (first run, 2026-12-02, 16 such processes at once): about 22 rows/s per group of 4 of our
-# kernel's recipes (compiles included: each recipe compiles per mask, head dim and length class), 5.5 rows/s for
-# cuDNN FP8 and 7.3 for SDPA-cuDNN (both build a cuDNN graph for every new length), 0.3 rows/s for AMD's Triton
-# forward (it compiles again for every new length). So the lengths are a subset of zyfa cliffs' default ranges
-# (1..1024 step 1, then +-64 around m*2^k > 1024 for m = 64, 128, 176, 224 up to 32768), COARSER than the default:
-#   - our kernel and FlashInfer FA3: 1..128 step 1, 132..1024 step 4, and +-16 at step 4 around each of the 15
-#     window centres (step 4 keeps the 8 neighbours within +-16 that the jump rule needs): 483 lengths, 1676
-#     points (2 masks; the chunk shape at L > 128), ~5.4K rows per group of ~3 recipes: ~4.5 minutes;
+# Measured on the H200 (2026-12-02, all groups at once): a group of ~3 of our kernel's recipes makes about 13
+# rows/s at head dim 128 and 16 at 64 (compiles included: each recipe compiles per mask, head dim and length
+# class), cuDNN FP8 about 4.5 rows/s and SDPA-cuDNN 6 (both build a cuDNN graph for every new length), AMD's
+# Triton forward 0.25-0.4 (it compiles again for every new length). So the lengths are subsets of zyfa cliffs'
+# default ranges (1..1024 step 1, then +-64 around m*2^k > 1024 for m = 64, 128, 176, 224 up to 32768), COARSER
+# than the default:
+#   - our kernel and FlashInfer FA3: 1..128 step 1, then +-16 at step 4 around every multiple of 128 up to 1024
+#     and around each of the 15 default window centres (step 4 keeps the 8 neighbours within +-16 the jump rule
+#     needs): 326 lengths, 1048 points (2 masks; the chunk shape at L > 128), ~3.4K rows per group: ~4.5-5 min;
 #   - cuDNN FP8 and SDPA-cuDNN: 1..128 step 1, 136..1024 step 8 (NaN rows and refusals only: too sparse for
-#     jumps), and the same +-16 step 4 windows: 371 lengths, 1228 rows each: ~4 minutes;
+#     jumps), and the same +-16 step 4 windows around the 15 centres: 371 lengths, 1228 rows each: 3.5-5 min;
 #   - AMD's Triton forward: 112..144 step 4, and 1, 2, 3, 16, 17, 64, 65, 1024, 1025, 4096, 4097, 32768: 21
-#     lengths, 60 rows: ~3 minutes.
-# About 35K kernel calls in all. Each process runs under its own timeout (GROUP_TIMEOUT, default 330 s) with
-# --resume: a group cut short keeps its rows in GROUP/cliffs.jsonl.partial (rendered all the same), and calling
-# the script again with the same OUT_DIR continues it.
+#     lengths, 60 rows: 2.5-4.5 min.
+# About 39K kernel calls in all (41K with FlashInfer); the whole script about 5.5 minutes plus the machine's
+# start. Each process runs under its own timeout (GROUP_TIMEOUT, default 330 s) with --resume: a group cut short
+# keeps its rows in GROUP/cliffs.jsonl.partial (rendered all the same), and calling the script again with the
+# same OUT_DIR continues it. The full default ranges of zyfa cliffs (2895 lengths) take about ten such calls.
 #
 # Environment overrides: HEADS (2), KV_HEADS (1), HEAD_DIMS ("128 64"), GROUP_TIMEOUT (330), LENGTHS_TRITON,
 # LENGTHS_CUDNN, LENGTHS_AMD (zyfa cliffs --lengths specs), WHEELS (.wheels: installed with --no-deps into
@@ -58,7 +60,10 @@ print('\n'.join(','.join(names[i::5]) for i in range(min(5, len(names)))))")
 CENTRES_4=$(python3 -c "
 from accuracy.cliffs import default_centres, format_lengths
 print(format_lengths(sorted({n for c in default_centres() for n in range(c - 16, c + 17, 4) if n <= 32768})))")
-LENGTHS_TRITON=${LENGTHS_TRITON:-1-128,132-1024:4,$CENTRES_4}
+TILES_4=$(python3 -c "
+from accuracy.cliffs import format_lengths
+print(format_lengths(sorted({n for m in range(128, 1025, 128) for n in range(m - 16, m + 17, 4) if n > 128})))")
+LENGTHS_TRITON=${LENGTHS_TRITON:-1-128,$TILES_4,$CENTRES_4}
 LENGTHS_CUDNN=${LENGTHS_CUDNN:-1-128,136-1024:8,$CENTRES_4}
 LENGTHS_AMD=${LENGTHS_AMD:-112-144:4,1,2,3,16,17,64,65,1024,1025,4096,4097,32768}
 {
