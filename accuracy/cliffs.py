@@ -26,6 +26,7 @@ Exposed:
     CliffRule, find_flags(rows, rule=CliffRule()) -> list[dict]
     reproducers(flag, provenance) -> {"cliffs": str, "accuracy": str | None}
     format_lengths(lengths) -> str            the inverse of parse_lengths (ranges with their step)
+    read_sweeps(paths) -> (rows, provenance)  sweep files (.jsonl or an unfinished .partial), several merged
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = [
     "DEFAULT_BASES", "DEFAULT_MAX_LENGTH", "FLAG_KINDS", "MASKS", "ROW_KEYS", "SHAPES", "WINDOW", "CaptureSource",
     "CliffRule", "GaussianSource", "Subject", "check_lengths_fit", "default_centres", "default_lengths",
-    "find_flags", "format_lengths", "operator_errors", "parse_lengths", "plan_keys", "reproducers", "run_cliffs",
-    "subjects",
+    "find_flags", "format_lengths", "merge_provenance", "operator_errors", "parse_lengths", "plan_keys",
+    "read_sweeps", "reproducers", "run_cliffs", "subjects",
 ]
 
 # Default ranges: every length in 1..1024, plus +-WINDOW around the centres m * 2^k > 1024 (m in DEFAULT_BASES),
@@ -585,13 +587,14 @@ class CliffRule:
 
 
 def _series_key(row: dict) -> tuple:
-    return (row.get("implementation"), row.get("mask"), row.get("shape"))
+    return (row.get("implementation"), row.get("mask"), row.get("shape"), row.get("head_dim"))
 
 
 def find_flags(rows: Sequence[dict], rule: CliffRule = CliffRule()) -> list[dict]:
-    """The flags of ``rows`` (sweep rows, any order), sorted by series, then length.
+    """The flags of ``rows`` (sweep rows, any order; a series is one implementation, mask, shape and head dim),
+    sorted by series, then length.
 
-    Each flag: ``implementation``, ``impl_kind``, ``recipe``, ``mask``, ``shape``, ``chunk``, ``seq_q``,
+    Each flag: ``implementation``, ``impl_kind``, ``recipe``, ``mask``, ``shape``, ``chunk``, ``seq_q``, ``head_dim``,
     ``length``, ``kind`` (one of :data:`FLAG_KINDS`), ``error`` (the metric at L, None if not finite),
     ``neighbour_median``, ``ratio`` and ``n_neighbours`` (for jumps), ``nonfinite_rows``, ``reason``.
     """
@@ -606,7 +609,8 @@ def find_flags(rows: Sequence[dict], rule: CliffRule = CliffRule()) -> list[dict
         err = {L: e for L, e in err.items() if e is not None}
         for L in lengths:
             r = by_len[L]
-            base = {k: r.get(k) for k in ("implementation", "impl_kind", "recipe", "mask", "shape", "chunk", "seq_q")}
+            base = {k: r.get(k) for k in ("implementation", "impl_kind", "recipe", "mask", "shape", "chunk", "seq_q",
+                                          "head_dim")}
             base.update(length=L, error=err.get(L), neighbour_median=None, ratio=None, n_neighbours=None,
                         nonfinite_rows=r.get("nonfinite_rows"), reason=r.get("reason"))
             status = r.get("status")
@@ -643,6 +647,14 @@ def _selector(flag: dict, command: str) -> list[str]:
     return lead + ["--implementations", name]
 
 
+def _with_head_dim(args, flag: dict) -> list[str]:
+    """``args`` with its ``--head-dim`` set to the flag's (rows of several head dims rendered together)."""
+    args = list(args or [])
+    if flag.get("head_dim") is not None and "--head-dim" in args:
+        args[args.index("--head-dim") + 1] = str(flag["head_dim"])
+    return args
+
+
 def reproducers(flag: dict, provenance: dict) -> dict[str, str | None]:
     """One-line commands reproducing ``flag``: ``cliffs`` (``zyfa cliffs`` at the flagged length, or the
     +-half window around it for a jump, which the rule needs) and ``accuracy`` (``zyfa accuracy`` on the same
@@ -652,7 +664,8 @@ def reproducers(flag: dict, provenance: dict) -> dict[str, str | None]:
     rule = provenance.get("rule") or {}
     half = int(rule.get("half_window", CliffRule.half_window))
     lengths = f"{max(1, L - half)}-{L + half}" if flag["kind"] == "jump" else str(L)
-    cl = ["zyfa", "cliffs", *(provenance.get("repro_args") or []), "--lengths", lengths, "--mask", flag["mask"]]
+    cl = ["zyfa", "cliffs", *_with_head_dim(provenance.get("repro_args"), flag), "--lengths", lengths, "--mask",
+          flag["mask"]]
     if flag["shape"] == "chunk":
         cl += ["--shapes", "chunk", "--chunk", str(flag.get("chunk"))]
     cl += _selector(flag, "cliffs")
@@ -664,10 +677,78 @@ def reproducers(flag: dict, provenance: dict) -> dict[str, str | None]:
     expressible = flag["shape"] == "equal" and base is not None and (
         src.get("source") == "gaussian" or flag["mask"] == own_mask)
     if expressible:
-        acc = ["zyfa", "accuracy", *base]
+        acc = ["zyfa", "accuracy", *_with_head_dim(base, flag)]
         acc += ["--seq", str(L)] if src.get("source") == "gaussian" else ["--max-tokens", str(L)]
         if flag["mask"] == "causal" and src.get("source") == "gaussian":
             acc.append("--causal")
         acc += _selector(flag, "accuracy")
         acc = shlex.join(acc)
     return {"cliffs": shlex.join(cl), "accuracy": acc}
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
+    """(rows, provenance) of one or several sweep files (a list, or comma-separated): finished ``cliffs.jsonl``
+    files or an unfinished run's ``cliffs.jsonl.partial``; several are merged (:func:`merge_provenance`).
+    FileNotFoundError / ValueError (one line, naming ``flag``) for a missing file, a file that is not a sweep's,
+    or no rows at all."""
+    from accuracy.results_io import read_jsonl
+
+    items = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else [str(p) for p in paths]
+    files = [Path(p) for p in items if p]
+    if not files:
+        raise ValueError(f"{flag} names no file")
+    rows, provs = [], []
+    for path in files:
+        if not path.is_file():
+            raise FileNotFoundError(f"{flag}: no such file {path}")
+        r, p = _read_partial(path) if path.name.endswith(".partial") else read_jsonl(path)
+        if p.get("record_kind") != "cliffs":
+            raise ValueError(f"{flag}: {path} is not a zyfa cliffs result file (its provenance is not a sweep's)")
+        rows += r
+        provs.append(p)
+    if not rows:
+        raise ValueError(f"{flag}: {', '.join(map(str, files))} holds no rows")
+    return rows, merge_provenance(provs, [str(f) for f in files])
+
+
+def _read_partial(path: Path) -> tuple[list[dict], dict]:
+    """(rows, provenance) of an unfinished run's ``cliffs.jsonl.partial`` (its complete lines), so what a run cut
+    short has measured can be rendered too; the provenance says ``partial: true``."""
+    import json
+
+    from accuracy.results_io import check_row
+    from zyfa.outputs import read_complete_lines
+
+    lines, _ = read_complete_lines(path)
+    rows, prov = [], {}
+    for n, line in enumerate(lines, 1):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        if isinstance(obj, dict) and obj.get("record") == "provenance":
+            prov = prov or {k: v for k, v in obj.items() if k != "record"}
+        else:
+            rows.append(check_row(obj, f"{path}:{n}"))
+    return rows, {**prov, "partial": True}
+
+
+def merge_provenance(provs: list[dict], names: list[str]) -> dict:
+    """One provenance for rows of several sweeps rendered together (``--render a.jsonl,b.jsonl``: e.g. one file
+    per group of kernels run in parallel): the first's, with the subjects and the kernels not run of all, the
+    lengths of each file where they differ, and ``merged_from``."""
+    if len(provs) == 1:
+        return provs[0]
+    out = dict(provs[0])
+    out["subjects"] = [s for p in provs for s in p.get("subjects") or []]
+    out["implementations_unavailable"] = {k: v for p in provs for k, v in (p.get("implementations_unavailable")
+                                                                          or {}).items()}
+    specs = list(dict.fromkeys(p.get("lengths") for p in provs))
+    if len(specs) > 1:
+        out["lengths"] = "; ".join(
+            f"{', '.join(s['name'] for s in p.get('subjects') or []) or '-'}: {p.get('lengths')}" for p in provs)
+    out["merged_from"] = [{"file": n, "run_id": p.get("run_id"), "date_utc": p.get("date_utc"),
+                           "partial": bool(p.get("partial"))} for n, p in zip(names, provs, strict=True)]
+    return out

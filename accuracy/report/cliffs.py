@@ -7,6 +7,7 @@ JSONL renders on any machine.
 Exposed:
     flag_groups(rows, provenance, rule=None) -> list[dict]   the flags, consecutive refused/NaN runs merged
     cliff_table(rows, provenance, rule=None) -> (header, body)   the table of flags (strings), for any renderer
+    flag_table(paths, rule=None) -> (header, body)   the same, read from sweep files (zyfa study, zyfa longctx)
     smallest_reproducers(rows, provenance, rule=None) -> list[dict]   per subject/mask/shape/kind: shortest length
     plot_png(rows, provenance, rule=None) -> bytes
     add_section(doc, rows, provenance, *, rule=None, level=2, image="cliffs.png")   into a report Doc
@@ -21,14 +22,14 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from accuracy.cliffs import WINDOW, CliffRule, find_flags, format_lengths, reproducers
+from accuracy.cliffs import WINDOW, CliffRule, find_flags, format_lengths, read_sweeps, reproducers
 from accuracy.report.blocks import blocks_markdown, fmt
 from accuracy.report.document import Doc
 from accuracy.report.plots import png, pyplot
 from zyfa.outputs import atomic_write_bytes, atomic_write_text
 
-__all__ = ["TABLE_HEADER", "add_section", "cliff_table", "flag_groups", "plot_png", "render", "rule_of",
-           "smallest_reproducers"]
+__all__ = ["TABLE_HEADER", "add_section", "cliff_table", "flag_groups", "flag_table", "plot_png", "render",
+           "rule_of", "smallest_reproducers"]
 
 TABLE_HEADER = ("implementation", "mask/shape", "length", "kind", "error", "neighbour median", "ratio",
                 "reproducer")
@@ -44,7 +45,12 @@ def rule_of(provenance: dict, **overrides) -> CliffRule:
 
 def _shape_label(r: dict) -> str:
     shape = "s_q=s_k" if r.get("shape") == "equal" else f"s_q={r.get('chunk')}<s_k"
-    return f"{'causal' if r.get('mask') == 'causal' else 'no mask'}, {shape}"
+    hd = f", d={r['head_dim']}" if r.get("head_dim") is not None else ""
+    return f"{'causal' if r.get('mask') == 'causal' else 'no mask'}, {shape}{hd}"
+
+
+def _key(r: dict) -> tuple:
+    return (r.get("implementation"), r.get("mask"), r.get("shape"), r.get("head_dim"))
 
 
 def flag_groups(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = None) -> list[dict]:
@@ -57,14 +63,13 @@ def flag_groups(rows: Sequence[dict], provenance: dict, rule: CliffRule | None =
     flags = find_flags(rows, rule)
     measured: dict[tuple, list[int]] = {}
     for r in rows:
-        measured.setdefault((r.get("implementation"), r.get("mask"), r.get("shape")), []).append(int(r["length"]))
+        measured.setdefault(_key(r), []).append(int(r["length"]))
     index = {k: {L: i for i, L in enumerate(sorted(set(v)))} for k, v in measured.items()}
     groups: list[dict] = []
     for f in flags:
-        key = (f["implementation"], f["mask"], f["shape"])
+        key = _key(f)
         last = groups[-1] if groups else None
-        if (last is not None and f["kind"] != "jump" and last["kind"] == f["kind"]
-                and (last["implementation"], last["mask"], last["shape"]) == key
+        if (last is not None and f["kind"] != "jump" and last["kind"] == f["kind"] and _key(last) == key
                 and _reason_kind(last.get("reason")) == _reason_kind(f.get("reason"))
                 and index[key][f["length"]] == index[key][last["lengths"][-1]] + 1):
             last["lengths"].append(f["length"])
@@ -105,10 +110,16 @@ def cliff_table(rows: Sequence[dict], provenance: dict, rule: CliffRule | None =
 
 def _n_rows(rows, g) -> str:
     for r in rows:
-        if (r.get("implementation"), r.get("mask"), r.get("shape"), int(r["length"])) == (
-                g["implementation"], g["mask"], g["shape"], g["length"]):
+        if _key(r) == _key(g) and int(r["length"]) == g["length"]:
             return str(r.get("n_rows"))
     return "?"
+
+
+def flag_table(paths, rule: CliffRule | None = None) -> tuple[list[str], list]:
+    """(header, body) of :func:`cliff_table` for sweep files (a path, a list or comma-separated; ``.partial``
+    too: :func:`accuracy.cliffs.read_sweeps`), for a report that tables another command's sweep."""
+    rows, prov = read_sweeps(paths, flag="cliffs")
+    return cliff_table(rows, prov, rule)
 
 
 def smallest_reproducers(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = None) -> list[dict]:
@@ -116,11 +127,11 @@ def smallest_reproducers(rows: Sequence[dict], provenance: dict, rule: CliffRule
     reproducers (``cliffs``, ``accuracy``); real kernels (built-ins, plug-ins) before recipes."""
     best: dict[tuple, dict] = {}
     for g in flag_groups(rows, provenance, rule):
-        key = (g["implementation"], g["mask"], g["shape"], g["kind"])
+        key = (*_key(g), g["kind"])
         if key not in best:
             best[key] = g
-    return sorted(best.values(), key=lambda g: (g.get("impl_kind") == "recipe", g["implementation"], g["mask"],
-                                                g["shape"], g["kind"]))
+    return sorted(best.values(), key=lambda g: (g.get("impl_kind") == "recipe", g["implementation"],
+                                                str(g.get("head_dim")), g["mask"], g["shape"], g["kind"]))
 
 
 # ---------------------------------------------------------------------------------------------- plot
@@ -136,7 +147,8 @@ def plot_png(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = No
     plt = pyplot()
     rule = rule or rule_of(provenance)
     flags = find_flags(rows, rule)
-    panels = sorted({(r.get("mask"), r.get("shape")) for r in rows}, key=lambda k: (k[1] != "equal", str(k)))
+    panels = sorted({(r.get("mask"), r.get("shape"), r.get("head_dim")) for r in rows},
+                    key=lambda k: (str(k[2]), k[1] != "equal", str(k)))
     names = list(dict.fromkeys(r["implementation"] for r in rows))
     cmap = plt.get_cmap("tab20" if len(names) > 10 else "tab10")
     colour = {n: cmap(i % cmap.N) for i, n in enumerate(names)}
@@ -145,12 +157,12 @@ def plot_png(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = No
     nrows = math.ceil(n / cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(7.5 * cols, 4.2 * nrows), squeeze=False)
     seen_kinds = set()
-    for ax, (mask, shape) in zip(axes.flat, panels, strict=False):
-        sample = next(r for r in rows if (r.get("mask"), r.get("shape")) == (mask, shape))
+    for ax, (mask, shape, hd) in zip(axes.flat, panels, strict=False):
+        sample = next(r for r in rows if (r.get("mask"), r.get("shape"), r.get("head_dim")) == (mask, shape, hd))
         any_err = False
         for name in names:
             pts = sorted((int(r["length"]), r.get(rule.metric)) for r in rows
-                         if (r["implementation"], r.get("mask"), r.get("shape")) == (name, mask, shape))
+                         if _key(r) == (name, mask, shape, hd))
             xs, ys, prev = [], [], None
             for L, e in pts:
                 if prev is not None and L - prev > WINDOW:
@@ -163,7 +175,7 @@ def plot_png(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = No
             ax.plot(xs, ys, lw=0.8, color=colour[name], label=name, marker="." if len(pts) < 60 else None, ms=3)
         trans = ax.get_xaxis_transform()
         for f in flags:
-            if (f["mask"], f["shape"]) != (mask, shape):
+            if (f["mask"], f["shape"], f.get("head_dim")) != (mask, shape, hd):
                 continue
             seen_kinds.add(f["kind"])
             c = colour[f["implementation"]]
@@ -174,7 +186,7 @@ def plot_png(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = No
             else:
                 ax.scatter([f["length"]], [0.03], marker=_MARK[f["kind"]][0], s=40, color=c, transform=trans,
                            zorder=5, clip_on=False)
-        ls = [int(r["length"]) for r in rows if (r.get("mask"), r.get("shape")) == (mask, shape)]
+        ls = [int(r["length"]) for r in rows if (r.get("mask"), r.get("shape"), r.get("head_dim")) == (mask, shape, hd)]
         lo, hi = min(ls), max(ls)
         if hi >= 20 * lo:
             ax.set_xscale("log")

@@ -17,7 +17,7 @@ reproducer per implementation). Bad input exits with status 2 and one line on st
 
 The sweep is :mod:`accuracy.cliffs`, the rendering :mod:`accuracy.report.cliffs`.
 
-Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``merge_provenance(provs, names)``.
+Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
 
 from __future__ import annotations
@@ -140,25 +140,11 @@ def _rule(args, provenance: dict | None = None):
 
 
 def _render_only(args) -> int:
+    from accuracy.cliffs import read_sweeps
     from accuracy.report.cliffs import render
-    from accuracy.results_io import read_jsonl
     from zyfa.outputs import check_dir_writable
 
-    files = [Path(x.strip()) for x in args.render.split(",") if x.strip()]
-    if not files:
-        raise UsageError("--render names no file")
-    rows, provs = [], []
-    for path in files:
-        if not path.is_file():
-            raise FileNotFoundError(f"--render: no such file {path}")
-        r, p = _read_partial(path) if path.name.endswith(".partial") else read_jsonl(path)
-        if p.get("record_kind") != "cliffs":
-            raise UsageError(f"--render: {path} is not a zyfa cliffs result file (its provenance is not a sweep's)")
-        rows += r
-        provs.append(p)
-    if not rows:
-        raise UsageError(f"--render: {args.render} holds no rows")
-    prov = merge_provenance(provs, [str(f) for f in files])
+    rows, prov = read_sweeps(args.render, flag="--render")
     rule = _rule(args, prov)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -168,47 +154,6 @@ def _render_only(args) -> int:
     _print_summary(rows, prov, rule)
     print(f"wrote {paths['png']} and {paths['markdown']}")
     return 0
-
-
-def _read_partial(path: Path) -> tuple[list[dict], dict]:
-    """(rows, provenance) of an unfinished run's ``cliffs.jsonl.partial`` (its complete lines), so what a run cut
-    short has measured can be rendered too; the provenance says ``partial: true``."""
-    import json
-
-    from accuracy.results_io import check_row
-    from zyfa.outputs import read_complete_lines
-
-    lines, _ = read_complete_lines(path)
-    rows, prov = [], {}
-    for n, line in enumerate(lines, 1):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise UsageError(f"{path}:{n}: not JSON ({e.msg})") from None
-        if isinstance(obj, dict) and obj.get("record") == "provenance":
-            prov = prov or {k: v for k, v in obj.items() if k != "record"}
-        else:
-            rows.append(check_row(obj, f"{path}:{n}"))
-    return rows, {**prov, "partial": True}
-
-
-def merge_provenance(provs: list[dict], names: list[str]) -> dict:
-    """One provenance for rows of several sweeps rendered together (``--render a.jsonl,b.jsonl``: e.g. one file
-    per group of kernels run in parallel): the first's, with the subjects and the kernels not run of all, the
-    lengths of each file where they differ, and ``merged_from``."""
-    if len(provs) == 1:
-        return provs[0]
-    out = dict(provs[0])
-    out["subjects"] = [s for p in provs for s in p.get("subjects") or []]
-    out["implementations_unavailable"] = {k: v for p in provs for k, v in (p.get("implementations_unavailable")
-                                                                          or {}).items()}
-    specs = list(dict.fromkeys(p.get("lengths") for p in provs))
-    if len(specs) > 1:
-        out["lengths"] = "; ".join(
-            f"{', '.join(s['name'] for s in p.get('subjects') or []) or '-'}: {p.get('lengths')}" for p in provs)
-    out["merged_from"] = [{"file": n, "run_id": p.get("run_id"), "date_utc": p.get("date_utc"),
-                           "partial": bool(p.get("partial"))} for n, p in zip(names, provs, strict=True)]
-    return out
 
 
 @dataclasses.dataclass

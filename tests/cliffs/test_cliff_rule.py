@@ -150,3 +150,9 @@ def test_operator_errors_match_compute_metrics():
     masked = lse.clone()
     masked[0, 1, 2] = -math.inf  # a row the kernel calls fully masked, the oracle does not: not comparable
     assert operator_errors(out, masked, ref)["lse_max_abs_err"] is None
+
+
+def test_head_dims_are_separate_series():
+    rows = [{**_row(L, 0.02), "head_dim": hd} for hd in (64, 128) for L in range(1, 50)]
+    rows[20] = {**_row(21, 0.2), "head_dim": 64}
+    assert [(f["head_dim"], f["length"]) for f in find_flags(rows)] == [(64, 21)]

@@ -248,3 +248,8 @@ def test_render_merges_several_sweeps(tmp_path):
     md = (merged / "cliffs.md").read_text()
     assert "nan_at_16" in md and "No flags: " in md and "plugins.py:exact" in md
     assert "Not run: `cudnn-fp8`" in md and "1-20" in md and "10-30" in md
+    # the table alone, for another report (zyfa study, zyfa longctx), from the same files
+    from accuracy.report.cliffs import TABLE_HEADER, flag_table
+
+    header, body = flag_table(f"{a / 'cliffs.jsonl'},{b / 'cliffs.jsonl'}")
+    assert tuple(header) == TABLE_HEADER and [r[2] for r in body] == ["16"] and body[0][3] == "nonfinite"
