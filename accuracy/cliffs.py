@@ -23,7 +23,7 @@ Exposed:
     GaussianSource, CaptureSource             .name_at(L, mask, shape, chunk), .input_at(L), .max_length
     plan_keys(source, subjects, lengths, masks, shapes, chunk) -> list[row key]
     run_cliffs(source, subjects, lengths, *, masks, shapes, chunk, device, ...) -> (rows, provenance)
-    CliffRule, find_flags(rows, rule=CliffRule()) -> list[dict]
+    CliffRule, find_flags(rows, rule=CliffRule()) -> list[dict];  flagged_rows(rows, rule) -> the rows they need
     reproducers(flag, provenance) -> {"cliffs": str, "accuracy": str | None}
     format_lengths(lengths) -> str            the inverse of parse_lengths (ranges with their step)
     read_sweeps(paths) -> (rows, provenance)  sweep files (.jsonl or an unfinished .partial), several merged
@@ -46,7 +46,7 @@ from typing import Any
 __all__ = [
     "DEFAULT_BASES", "DEFAULT_MAX_LENGTH", "FLAG_KINDS", "MASKS", "ROW_KEYS", "SHAPES", "WINDOW", "CaptureSource",
     "CliffRule", "GaussianSource", "Subject", "check_lengths_fit", "default_centres", "default_lengths",
-    "find_flags", "format_lengths", "merge_provenance", "operator_errors", "parse_lengths", "plan_keys",
+    "find_flags", "flagged_rows", "format_lengths", "merge_provenance", "operator_errors", "parse_lengths", "plan_keys",
     "read_sweeps", "reproducers", "run_cliffs", "subjects",
 ]
 
@@ -631,6 +631,18 @@ def find_flags(rows: Sequence[dict], rule: CliffRule = CliffRule()) -> list[dict
                 flags.append({**base, "kind": "jump", "neighbour_median": med,
                               "ratio": e / med if med > 0 else math.inf, "n_neighbours": len(near)})
     return flags
+
+
+def flagged_rows(rows: Sequence[dict], rule: CliffRule = CliffRule()) -> list[dict]:
+    """The rows :func:`find_flags` needs to find the same flags again: every flagged row, and the rows within
+    ``rule.half_window`` of each jump (its neighbours), in their order in ``rows``. A small file for reports that
+    table the flags of a large sweep (``zyfa cliffs --render ... --flagged-out``)."""
+    keep: set[tuple] = set()
+    for f in find_flags(rows, rule):
+        span = rule.half_window if f["kind"] == "jump" else 0
+        keep.update((f["implementation"], f["mask"], f["shape"], f.get("head_dim"), L)
+                    for L in range(f["length"] - span, f["length"] + span + 1))
+    return [r for r in rows if (*_series_key(r), int(r["length"])) in keep]
 
 
 # ---------------------------------------------------------------------------------------------- reproducers

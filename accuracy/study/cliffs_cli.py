@@ -94,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--render", metavar="JSONL",
                    help="only render cliffs.jsonl files (comma-separated: merged; an unfinished run's "
                         "cliffs.jsonl.partial too) into --out (runs nothing)")
+    o.add_argument("--flagged-out", metavar="JSONL",
+                   help="with --render: also write the flagged rows (and each jump's neighbours) to this JSONL, a "
+                        "small file that gives the same flags (for reports that table them)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -105,6 +108,8 @@ _GAUSSIAN_ONLY = ("kv_heads", "head_dim", "head_dim_v", "batch", "std", "outlier
 def main(args: argparse.Namespace) -> int:
     """Run (or with ``--render`` only render) a sweep; 0 on success, 2 on bad input (one line on stderr)."""
     try:
+        if args.flagged_out and not args.render:
+            raise UsageError("--flagged-out applies to --render")
         if args.render:
             return _render_only(args)
         plan = _plan(args)
@@ -153,6 +158,15 @@ def _render_only(args) -> int:
     paths = render(rows, prov, out, rule=rule)
     _print_summary(rows, prov, rule)
     print(f"wrote {paths['png']} and {paths['markdown']}")
+    if args.flagged_out:
+        from accuracy.cliffs import flagged_rows
+        from accuracy.runner import write_results
+
+        kept = flagged_rows(rows, rule)
+        write_results(kept, Path(args.flagged_out), {**prov, "rows_kept": (
+            f"the flagged rows and the +-{rule.half_window} neighbours of each jump only: {len(kept)} of "
+            f"{len(rows)} rows of {args.render}")})
+        print(f"wrote {len(kept)} of {len(rows)} rows (the flags and their neighbours) to {args.flagged_out}")
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from accuracy.cliffs import ROW_KEYS, GaussianSource, find_flags, run_cliffs, subjects
+from accuracy.cliffs import ROW_KEYS, GaussianSource, find_flags, read_sweeps, run_cliffs, subjects
 from accuracy.inputs import GaussianSpec
 from tests.faults import kill_when, run_zyfa
 from zyfa.cli import main
@@ -134,6 +134,14 @@ def test_planted_cliff_through_a_plugin_and_render_only(tmp_path):
     assert (other / "cliffs.md").read_text() == md
     assert (other / "cliffs.png").read_bytes()[:4] == b"\x89PNG"
     assert not (other / "cliffs.jsonl").exists()
+    # the flagged rows alone give the same flags (and the same table)
+    small = tmp_path / "flagged.jsonl"
+    assert main(["cliffs", "--render", str(out / "cliffs.jsonl"), "--out", str(other), "--flagged-out",
+                 str(small)]) == 0
+    kept, _ = read_sweeps(str(small))
+    assert sorted(r["length"] for r in kept) == list(range(8, 41))
+    assert flags_of(out) == [(f["implementation"], f["mask"], f["shape"], f["length"], f["kind"])
+                             for f in find_flags(kept)]
 
 
 def test_capture_prefixes(tmp_path):
