@@ -88,6 +88,21 @@ def load_report_inputs(bench_paths: Sequence[str | Path] = (),
                         [str(p) for p in longctx_paths], longctx, str(cliffs_path) if cliffs_path else None)
 
 
+def _cliffs_section(path: str):
+    """The length-cliff finder's flags (``zyfa cliffs``) as a report section of their own."""
+    from accuracy.longctx.section import cliff_table
+
+    header, rows = cliff_table(path)
+
+    def add(doc: Doc, plots: bool) -> None:
+        doc.h(2, "Length cliffs")
+        doc.p(f"Flags of the length-cliff finder (`zyfa cliffs`, docs/CLIFFS.md) from `{path}`: NaN rows, error jumps "
+              "above 3x the median of the lengths within ±16, and lengths a kernel refuses.")
+        doc.table("longctx-cliffs", header, rows, text=True)
+
+    return add
+
+
 def _longctx_section(inputs: ReportInputs):
     """The long-context section as a report section (``add(doc, plots)``), and its one-sentence finding."""
     from accuracy.longctx.section import cliff_table, section_blocks
@@ -122,6 +137,8 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
         sections.append(add)
         if headline:
             front_lines.append(f"**Long context** ([details](#longctx-baseline)): {headline}")
+    elif inputs.cliffs_path:  # the length-cliff table alone, until long-context rows exist
+        sections.append(_cliffs_section(inputs.cliffs_path))
     closing = [recommendation_section(recipe_rows, impact, inputs.bench)]
     provs = [p for _, p in res.provenances]
     if real_rows or unavailable_of(provs):  # real kernels: their own section, and rows beside their recipes
