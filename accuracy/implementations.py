@@ -66,8 +66,32 @@ from typing import Any
 import torch
 
 from accuracy.inputs import AttentionInput
+from zyfa.peers.common import all_checks as _all
+from zyfa.peers.common import cuda_check as _cuda
+from zyfa.peers.common import dist_version as _dist_version
+from zyfa.peers.common import expand_kv as _expand_kv
+from zyfa.peers.common import package_check as _package
+from zyfa.peers.common import per_head_descales, resolve_recipe
+from zyfa.peers.cudnn_fp8 import check as check_cudnn_fp8
+from zyfa.peers.cudnn_fp8 import cudnn_fp8_forward
+from zyfa.peers.flash_attn_amd import (
+    FLASH_ATTN_AMD_CONFIG,
+    FLASH_ATTN_AMD_RECIPE,
+    flash_attn_amd_forward,
+)
+from zyfa.peers.flash_attn_amd import check as check_flash_attn_amd
+from zyfa.peers.flashinfer_fa3 import (
+    FLASHINFER_FA3_DIMS,
+    FLASHINFER_FA3_RECIPE,
+    flashinfer_fa3_forward,
+    flashinfer_fa3_inputs,
+)
+from zyfa.peers.flashinfer_fa3 import check as check_flashinfer_fa3
+from zyfa.peers.sdpa import check_bf16 as check_sdpa_bf16
+from zyfa.peers.sdpa import sdpa_forward
 
 __all__ = [
+    "BASELINE_ONLY",
     "FLASHINFER_FA3_DIMS",
     "FLASHINFER_FA3_RECIPE",
     "FLASH_ATTN_AMD_RECIPE",
@@ -93,18 +117,6 @@ __all__ = [
 ]
 
 QUANTIZES = ("recipe", "self", "none")
-# What flash-attn 2.8.3's Triton-AMD FP8 forward does (docs/real_kernels.md): triton-amd's numerics with P
-# scaled by 448/amax over each BLOCK_M x BLOCK_N tile (the released code; later sources cast P unscaled). Its
-# FP8 tl.dots pass no max_num_imprecise_acc, so each dot's k chain stays in the matrix unit (Q·K over the head
-# dim; each tile's P·V a fresh dot, then scaled and added to its fp32 accumulator): accumulator=hopper_fp8 with a
-# flush every tile. On a platform whose matrix unit keeps fp32 sums (mi355x) the two fields change nothing; on
-# the H200 they are what it computes (scripts/compare_pairings.py: ratio 1.0000 on every input, where the
-# per-step fp32 flush left 1.86x on Qwen2.5-Coder's layer 0).
-FLASH_ATTN_AMD_RECIPE = "triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1"
-FLASH_ATTN_AMD_VERSIONS = ("2.8.3",)  # released versions whose forward was read (prefix match)
-FLASH_ATTN_AMD_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "PRE_LOAD_V": False, "num_stages": 1, "num_warps": 4}
-
-
 class ImplementationError(RuntimeError):
     """An implementation (built-in or plug-in) could not be loaded, failed, or returned a bad output."""
 
@@ -173,27 +185,6 @@ class Implementation:
     def paired_recipe(self):
         """The :class:`~zyfa.recipes.Recipe` it claims (overrides applied), or None."""
         return None if self.recipe is None else resolve_recipe(self.recipe)
-
-
-def resolve_recipe(spec):
-    """A recipe spec -> Recipe. Specs: a name, ``name:field=value,...`` (the kernel wrapper's syntax), either
-    with ``@PLATFORM`` (:meth:`zyfa.recipes.Recipe.on`), and ``triton:<spec>``: the recipe as our Triton kernel
-    computes it (:func:`zyfa.kernels.attention_fp8.kernel_recipe`: FA3's head-dim tiles become the recipe's
-    block_m x block_n), named ``triton:<spec>`` where that differs from the recipe. A Recipe passes through."""
-    from zyfa.kernels.attention_fp8 import kernel_recipe, recipe_from_spec
-    from zyfa.platforms import PLATFORM_NAMES
-    from zyfa.recipes import Recipe
-
-    if isinstance(spec, Recipe):
-        return spec
-    base, at, plat = str(spec).rpartition("@")
-    if at and base and plat in PLATFORM_NAMES:
-        return resolve_recipe(base).on(plat)
-    if str(spec).startswith("triton:"):
-        r = resolve_recipe(spec[len("triton:"):])
-        kr = kernel_recipe(r)
-        return r if kr == r else kr.replace(name=f"triton:{r.name}")
-    return recipe_from_spec(spec)
 
 
 # ---------------------------------------------------------------------------------------------- pairing
@@ -265,42 +256,6 @@ def pairing(impl: Implementation, platform: str | None, why_none: str = "") -> P
 
 # ---------------------------------------------------------------------------------------------- availability
 
-def _cuda(min_major: int = 0, exact_major: int | None = None) -> tuple[bool, str]:
-    if not torch.cuda.is_available():
-        return False, "no CUDA device"
-    major, minor = torch.cuda.get_device_capability()
-    name = torch.cuda.get_device_name()
-    if exact_major is not None and major != exact_major:
-        return False, f"needs compute capability {exact_major}.x, {name} is {major}.{minor}"
-    if major < min_major:
-        return False, f"needs compute capability >= {min_major}.0, {name} is {major}.{minor}"
-    return True, ""
-
-
-def _package(module: str, dist: str) -> tuple[bool, str]:
-    if importlib.util.find_spec(module) is None:
-        return False, f"package {dist} is not installed (import {module} not found)"
-    return True, ""
-
-
-def _all(*checks: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
-    def check() -> tuple[bool, str]:
-        for c in checks:
-            ok, why = c()
-            if not ok:
-                return ok, why
-        return True, ""
-
-    return check
-
-
-def _dist_version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 # ---------------------------------------------------------------------------------------------- input limits
 
 def _sm(x: AttentionInput) -> float:
@@ -335,11 +290,6 @@ def _no_window_limits(*, same_dims: bool = False, equal_seq_causal: bool = True,
 def unsupported_reason(impl: Implementation, x: AttentionInput) -> str | None:
     """Why ``impl`` cannot take input ``x`` (a mask, a shape), or None."""
     return impl.limits(x) if impl.limits is not None else None
-
-
-def _expand_kv(t: torch.Tensor, h: int) -> torch.Tensor:
-    g = h // t.shape[1]
-    return t if g == 1 else t.repeat_interleave(g, dim=1)
 
 
 # ---------------------------------------------------------------------------------------------- triton:<recipe>
@@ -383,8 +333,6 @@ def _triton_impl(recipe: str) -> Implementation:
 # ---------------------------------------------------------------------------------------------- cuDNN FP8
 
 def _cudnn_fp8_run(x: AttentionInput, context: dict, scale_o_choice: str) -> ImplResult:
-    import cudnn
-
     from zyfa.emulator import quantize_inputs
 
     qi = quantize_inputs(x.q, x.k, x.v, "cudnn-fp8")
@@ -393,73 +341,21 @@ def _cudnn_fp8_run(x: AttentionInput, context: dict, scale_o_choice: str) -> Imp
     # GQA: K/V heads repeated (same FP8 values, per-tensor descales), so no reliance on the graph's GQA support
     k8 = _expand_kv(qi.k_values, h).to(torch.float8_e4m3fn).contiguous()
     v8 = _expand_kv(qi.v_values, h).to(torch.float8_e4m3fn).contiguous()
-    b, _, s_q, _ = q8.shape
-    d_v = v8.shape[3]
-    dt = cudnn.data_type
-    g = cudnn.pygraph(io_data_type=dt.FP8_E4M3, intermediate_data_type=dt.FLOAT, compute_data_type=dt.FLOAT)
-
-    def tensor(name, t):
-        return g.tensor(name=name, dim=list(t.shape), stride=list(t.stride()), data_type=dt.FP8_E4M3)
-
-    def scalar(name):
-        return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=dt.FLOAT)
-
-    Q, K, V = tensor("Q", q8), tensor("K", k8), tensor("V", v8)
-    names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
-    S = {n: scalar(n) for n in names}
-    O, stats, amax_s, amax_o = g.sdpa_fp8(
-        Q, K, V, S["descale_q"], S["descale_k"], S["descale_v"], S["descale_s"], S["scale_s"], S["scale_o"],
-        generate_stats=True, attn_scale=_sm(x), use_causal_mask=bool(x.causal), name="sdpa_fp8")
-    O.set_output(True).set_dim([b, h, s_q, d_v]).set_stride([h * s_q * d_v, s_q * d_v, d_v, 1]).set_data_type(
-        dt.FP8_E4M3)
-    stats.set_output(True).set_data_type(dt.FLOAT)
-    for a in (amax_o, amax_s):
-        a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
-    g.validate()
-    g.build_operation_graph()
-    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    g.check_support()
-    g.build_plans()
-    dev = q8.device
-    ws = torch.empty(g.get_workspace_size(), device=dev, dtype=torch.uint8)
-    one = torch.ones((1, 1, 1, 1), dtype=torch.float32, device=dev)
-    scale_o = one.clone()
-    o = torch.empty((b, h, s_q, d_v), dtype=torch.float8_e4m3fn, device=dev)
-    lse = torch.empty((b, h, s_q, 1), dtype=torch.float32, device=dev)
-
-    def d(t):
-        return t.float().reshape(1, 1, 1, 1).contiguous()
-
-    pack = {Q: q8, K: k8, V: v8, S["descale_q"]: d(qi.q_descale), S["descale_k"]: d(qi.k_descale),
-            S["descale_v"]: d(qi.v_descale), S["descale_s"]: one / 448.0, S["scale_s"]: one * 448.0,
-            S["scale_o"]: scale_o, O: o, stats: lse, amax_o: torch.empty_like(one), amax_s: torch.empty_like(one)}
+    amax = None
     if scale_o_choice == "oracle":
         amax = context.get("oracle_out_amax")
         if amax is None:
             raise ImplementationError("cudnn-fp8:oracle-scale needs the oracle's output amax (runner context)")
-        choice = "oracle amax: 448 / max|O_fp64|"
-    else:
-        g.execute(pack, ws)  # first pass at scale_o = 1: its amax(O) (taken before the FP8 cast) sets the scale
-        torch.cuda.synchronize(dev)
-        amax = float(pack[amax_o].reshape(-1)[0])
-        choice = "first-pass amax: 448 / amax(O) of a run at scale_o=1"
-    amax = float(amax)
-    if not (math.isfinite(amax) and amax > 0):
-        amax = 448.0  # all-zero output: keep scale_o = 1
-    scale_o.fill_(448.0 / amax)
-    g.execute(pack, ws)
-    torch.cuda.synchronize(dev)
-    out = o.float() / scale_o
-    return ImplResult(out, lse.reshape(b, h, s_q), {"scale_o_choice": choice, "scale_o": 448.0 / amax,
-                                                   "cudnn_frontend": _dist_version("nvidia-cudnn-frontend"),
-                                                   "cudnn_backend": torch.backends.cudnn.version()})
+    out, lse, info = cudnn_fp8_forward(q8, k8, v8, qi.q_descale.float(), qi.k_descale.float(), qi.v_descale.float(),
+                                       causal=bool(x.causal), sm_scale=_sm(x), out_amax=amax)
+    return ImplResult(out, lse, info)
 
 
 def _cudnn_impl(name: str, scale_o_choice: str) -> Implementation:
     return Implementation(
         name=name, fn=lambda x, c: _cudnn_fp8_run(x, c, scale_o_choice), recipe="cudnn-fp8", quantizes="recipe",
         device="CUDA, Hopper (sm_90)", package="nvidia-cudnn-frontend",
-        check=_all(lambda: _cuda(exact_major=9), lambda: _package("cudnn", "nvidia-cudnn-frontend")),
+        check=check_cudnn_fp8,
         limits=_no_window_limits(same_dims=False),
         description=f"cuDNN FP8 SDPA (graph sdpa_fp8), FP8 output, scale_o from the {scale_o_choice} amax",
         scale_o="oracle" if scale_o_choice == "oracle" else None)
@@ -469,43 +365,20 @@ def _cudnn_impl(name: str, scale_o_choice: str) -> Implementation:
 
 def _sdpa_impl(backend: str) -> Implementation:
     def fn(x: AttentionInput, context: dict) -> ImplResult:
-        import torch.nn.functional as F
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        be = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
-        h = x.q.shape[1]
-        q = x.q.to(torch.bfloat16)
-        k = _expand_kv(x.k.to(torch.bfloat16), h)
-        v = _expand_kv(x.v.to(torch.bfloat16), h)
-        with sdpa_kernel([be]):
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=bool(x.causal), scale=_sm(x))
+        out = sdpa_forward(x.q, x.k, x.v, causal=bool(x.causal), sm_scale=_sm(x), dtype=torch.bfloat16,
+                           backend=backend)
         return ImplResult(out, None, {"sdpa_backend": backend})
 
     return Implementation(
         name=f"sdpa-bf16:{backend}", fn=fn, recipe="bf16", quantizes="none", device="CUDA (sm_80+)",
-        package=None, check=lambda: _cuda(min_major=8), limits=_no_window_limits(),
+        package=None, check=check_sdpa_bf16, limits=_no_window_limits(),
         description=f"PyTorch scaled_dot_product_attention in BF16, {backend} backend")
 
 
 def _sdpa_fp32_impl() -> Implementation:
     def fn(x: AttentionInput, context: dict) -> ImplResult:
-        import torch.nn.functional as F
-
-        h = x.q.shape[1]
-        q = x.q.float()
-        k = _expand_kv(x.k.float(), h)
-        v = _expand_kv(x.v.float(), h)
-        s_q, s_k = q.shape[2], k.shape[2]
-        window = _effective_window(x)
-        mask = None
-        if window is not None or (x.causal and s_q != s_k):  # bottom-right causal (+ window), as the oracle
-            i = torch.arange(s_q, device=q.device).view(-1, 1) + (s_k - s_q)
-            j = torch.arange(s_k, device=q.device).view(1, -1)
-            mask = j <= i  # a window includes the causal bound (HF convention, as the oracle)
-            if window is not None:
-                mask = mask & (j > i - window)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(x.causal) and mask is None,
-                                             scale=_sm(x))
+        out = sdpa_forward(x.q, x.k, x.v, causal=bool(x.causal), sm_scale=_sm(x), window=_effective_window(x),
+                           dtype=torch.float32)
         return ImplResult(out, None, {"sdpa_dtype": "float32"})
 
     return Implementation(
@@ -514,95 +387,6 @@ def _sdpa_fp32_impl() -> Implementation:
 
 
 # ---------------------------------------------------------------------------------------------- flash-attn Triton AMD
-
-def _read_release(dist: str, versions: tuple[str, ...], what: str) -> tuple[bool, str]:
-    """Whether the installed ``dist`` is one of the releases whose numerics were read (prefix match)."""
-    version = _dist_version(dist) or "?"
-    if not version.startswith(versions):
-        return False, (f"{dist} {version}: {what} numerics were read for {', '.join(versions)} only "
-                       "(docs/real_kernels.md)")
-    return True, ""
-
-
-_flash_attn_amd_check = _all(
-    lambda: _cuda(min_major=9), lambda: _package("triton", "triton"), lambda: _package("flash_attn", "flash-attn"),
-    lambda: _package("einops", "einops"),
-    lambda: _read_release("flash-attn", FLASH_ATTN_AMD_VERSIONS, "the FP8 forward's"))
-
-
-_FA_FWD = "flash_attn.flash_attn_triton_amd.fwd_prefill"
-
-
-def _flash_attn_amd_module():
-    """Import its forward module (and its utils) alone, and give it our launch config.
-
-    The package ``__init__`` imports the CUDA extension ``flash_attn_2_cuda``, or with the Triton-AMD switch
-    (``FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE``) the whole Triton interface with its backward kernels. Neither
-    is needed for the forward, so unless the package is already imported, the package module is created from
-    its spec without running its ``__init__`` while the forward module is imported, then removed again (a later
-    ``import flash_attn`` runs the real ``__init__``).
-    """
-    if _FA_FWD in sys.modules:
-        fwd = sys.modules[_FA_FWD]
-    elif "flash_attn" in sys.modules:
-        fwd = importlib.import_module(_FA_FWD)
-    else:
-        spec = importlib.util.find_spec("flash_attn")
-        if spec is None:
-            raise ImplementationError("flash-attn is not installed")
-        sys.modules["flash_attn"] = importlib.util.module_from_spec(spec)  # __init__ not run
-        try:
-            fwd = importlib.import_module(_FA_FWD)
-        finally:
-            sys.modules.pop("flash_attn", None)
-    import triton
-
-    # its FP8 path is gated on the AMD architecture (utils.arch_supports_fp8: HIP and gfx942), outside its numerics
-    utils = sys.modules[_FA_FWD.rsplit(".", 1)[0] + ".utils"]
-    utils.arch_supports_fp8 = lambda: True
-    cfg = dict(FLASH_ATTN_AMD_CONFIG)
-    stages, warps = cfg.pop("num_stages"), cfg.pop("num_warps")
-    # its default config carries the AMD-only launch hint waves_per_eu, which Triton's CUDA launcher rejects
-    fwd.attn_fwd.configs = [triton.Config(cfg, num_stages=stages, num_warps=warps)]
-    return fwd
-
-
-def flash_attn_amd_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool, sm_scale: float,
-                           out: torch.Tensor | None = None):
-    """One call of flash-attn's Triton-AMD FP8 forward: q8 (b, h, s_q, d), k8/v8 (b, h_kv, s_k, d) e4m3fn;
-    descales (b, h) for Q (this release indexes Q's by query head) and (b, h_kv) for K and V.
-    Returns (out fp32 (b, h, s_q, d), lse fp32 natural log (b, h, s_q)). Used by the adapter and ``zyfa bench``.
-
-    ValueError where Q, K and V do not share one head size: the kernel takes its head size from Q and reads V's rows
-    with it (``ACTUAL_BLOCK_DMODEL``), so MLA's 192/128 would read past V's rows into the next ones."""
-    d_q, d_k, d_v = q8.shape[-1], k8.shape[-1], v8.shape[-1]
-    if not d_q == d_k == d_v:
-        raise ValueError(f"flash-attn's Triton-AMD FP8 forward takes one head size for Q, K and V, not "
-                         f"{d_q}/{d_k}/{d_v}")
-    fwd = _flash_attn_amd_module()
-    b, h, s_q, _ = q8.shape
-    s_k = k8.shape[2]
-    if out is None:
-        out = torch.zeros((b, h, s_q, v8.shape[3]), dtype=torch.float32, device=q8.device)
-    lse, _ = fwd.attention_prefill_forward_triton_impl(
-        q8, k8, v8, out, float(sm_scale), None, bool(causal), None, "bhsd", None, None, s_q, s_k, None, None, 0.0,
-        None, None, False, True, q_descale, k_descale, v_descale, None)
-    return out, lse
-
-
-def per_head_descales(qi, b: int, h: int, h_kv: int):
-    """The recipe quantizer's descales as kernels with per-head descales take them (AMD's Triton forward,
-    FlashInfer's FA3): (b, h) for Q (a per-KV-head Q descale repeated over its GQA group), (b, h_kv) for K and V,
-    contiguous fp32."""
-
-    def bh(dsc, heads):
-        dsc = dsc.float().reshape(dsc.shape[0], dsc.shape[1])
-        if dsc.shape[1] != heads:
-            dsc = dsc.repeat_interleave(heads // dsc.shape[1], dim=1)
-        return dsc.expand(b, heads).contiguous()
-
-    return bh(qi.q_descale, h), bh(qi.k_descale, h_kv), bh(qi.v_descale, h_kv)
-
 
 def _flash_attn_amd_run(x: AttentionInput, context: dict) -> ImplResult:
     from zyfa.emulator import quantize_inputs
@@ -619,53 +403,12 @@ def _flash_attn_amd_run(x: AttentionInput, context: dict) -> ImplResult:
 def _flash_attn_amd_impl() -> Implementation:
     return Implementation(
         name="flash-attn-triton-amd", fn=_flash_attn_amd_run, recipe=FLASH_ATTN_AMD_RECIPE, quantizes="recipe",
-        device="CUDA, sm_90 (portable Triton)", package="flash-attn", check=_flash_attn_amd_check,
+        device="CUDA, sm_90 (portable Triton)", package="flash-attn", check=check_flash_attn_amd,
         limits=_no_window_limits(same_dims=True, equal_seq_causal=False),
         description="AMD's Triton FP8 forward from flash-attn (flash_attn_triton_amd), run on Hopper")
 
 
 # ---------------------------------------------------------------------------------------------- FA3 via FlashInfer
-
-# What FlashInfer 0.7.4's FA3-derived FP8 prefill on sm_90 computes (its hopper/quantization mainloop and
-# hopper/variants.cuh StandardFP8Attention, docs/real_kernels.md): FA3's numerics (exp2 of the scaled score minus
-# the scaled row max, fp32 row sum of the unscaled P, the FP8 wgmma accumulator of P·V never flushed, O times
-# v_scale / (448 · l) at the end, bf16 out), except that P is multiplied by 448 (the e4m3 maximum) before its
-# cast where FA3 adds 8 to the exponent (×2^8), Q is scaled per query head (FA3 per KV head), and the tiles
-# differ. Its mainloop visits KV tiles from the last to the first (kv_order=reverse), as FA3's does: on the H200
-# the forward-order emulation missed it by 6-22% in error on four of the real layers, the reverse one matched.
-# FlashInfer's single-prefill FP8 tiles (CTA_Q x CTA_KV by head dim, prefill_sm90.cuh), not FA3's; reverse KV order.
-FLASHINFER_FA3_RECIPE = ("fa3:p_scale=fmax,q_scale=head,head_dim_tiles=64:192x128|128:128x192|256:128x128,"
-                         "kv_order=reverse")
-FLASHINFER_VERSIONS = ("0.7.4",)  # released versions whose FP8 prefill was read (prefix match)
-FLASHINFER_FA3_DIMS = ((64, 64), (128, 128), (256, 256))  # its FP8 sm_90 prefill's head dims (prefill_sm90.cuh)
-
-
-_flashinfer_check = _all(
-    lambda: _cuda(exact_major=9), lambda: _package("flashinfer", "flashinfer-python"),
-    lambda: _read_release("flashinfer-python", FLASHINFER_VERSIONS, "the FP8 prefill's"))
-
-
-def flashinfer_fa3_forward(q8, k8, v8, scale_q, scale_k, scale_v, *, causal: bool, sm_scale: float):
-    """One call of FlashInfer's FA3 FP8 prefill (``single_prefill_with_kv_cache``, ``backend="fa3"``): one
-    sequence in its NHD layout, q8 (s_q, h, d), k8/v8 (s_k, h_kv, d) e4m3fn; the dequantization scales fp32 (h,)
-    for Q and (h_kv,) for K and V. Causal masks align bottom-right, as ours. Returns (out bf16 (s_q, h, d), lse
-    natural log (s_q, h)); FlashInfer's own LSE is in base 2. Used by the adapter and ``zyfa bench``."""
-    import flashinfer
-
-    out, lse2 = flashinfer.single_prefill_with_kv_cache(
-        q8, k8, v8, scale_q=scale_q, scale_k=scale_k, scale_v=scale_v, o_dtype=torch.bfloat16, causal=bool(causal),
-        sm_scale=float(sm_scale), backend="fa3", return_lse=True)
-    return out, lse2 * math.log(2.0)
-
-
-def flashinfer_fa3_inputs(qi, h: int, h_kv: int):
-    """The recipe quantizer's FP8 values and descales, per batch element in FlashInfer's layout: a list of
-    (q8 (s_q, h, d), k8 (s_k, h_kv, d), v8, scale_q (h,), scale_k (h_kv,), scale_v (h_kv,))."""
-    b = qi.q_values.shape[0]
-    qd, kd, vd = per_head_descales(qi, b, h, h_kv)
-    fp8 = [t.to(torch.float8_e4m3fn) for t in (qi.q_values, qi.k_values, qi.v_values)]
-    return [tuple(t[i].transpose(0, 1).contiguous() for t in fp8) + (qd[i], kd[i], vd[i]) for i in range(b)]
-
 
 def _flashinfer_fa3_run(x: AttentionInput, context: dict) -> ImplResult:
     from zyfa.emulator import quantize_inputs
@@ -683,7 +426,7 @@ def _flashinfer_fa3_run(x: AttentionInput, context: dict) -> ImplResult:
 def _flashinfer_fa3_impl() -> Implementation:
     return Implementation(
         name="flashinfer-fa3", fn=_flashinfer_fa3_run, recipe=FLASHINFER_FA3_RECIPE, quantizes="recipe",
-        device="CUDA, Hopper (sm_90)", package="flashinfer-python", check=_flashinfer_check,
+        device="CUDA, Hopper (sm_90)", package="flashinfer-python", check=check_flashinfer_fa3,
         limits=_no_window_limits(equal_seq_causal=False, dims=FLASHINFER_FA3_DIMS),
         description="FA3's FP8 forward as FlashInfer builds it for sm_90 (single_prefill_with_kv_cache, backend fa3)")
 
@@ -704,6 +447,10 @@ def _builtins() -> dict[str, Callable[[], Implementation]]:
     return reg
 
 
+# built-ins that are baselines, not kernels under study: named explicitly, never part of "all" or "available"
+BASELINE_ONLY = ("sdpa-fp32",)
+
+
 def builtin_names() -> list[str]:
     """Every built-in implementation's name, in a fixed order."""
     return list(_builtins())
@@ -719,15 +466,17 @@ def get_implementation(name: str) -> Implementation:
 
 
 def parse_implementations(spec: str | None) -> list[Implementation]:
-    """``"all"`` (every built-in), ``"available"`` (those whose device and package are here), ``"none"``/empty,
+    """``"all"`` (every built-in but the baselines of :data:`BASELINE_ONLY`), ``"available"`` (those of them whose
+    device and package are here), ``"none"``/empty,
     or comma-separated names; ValueError names an unknown one."""
     if spec is None or not spec.strip() or spec.strip() == "none":
         return []
     items = [s.strip() for s in spec.split(",") if s.strip()]
     if items == ["all"]:
-        return [get_implementation(n) for n in builtin_names()]
+        return [get_implementation(n) for n in builtin_names() if n not in BASELINE_ONLY]
     if items == ["available"]:
-        return [impl for impl in (get_implementation(n) for n in builtin_names()) if impl.available()[0]]
+        return [impl for impl in (get_implementation(n) for n in builtin_names() if n not in BASELINE_ONLY)
+                if impl.available()[0]]
     out: list[Implementation] = []
     for name in dict.fromkeys(items):
         out.append(get_implementation(name))

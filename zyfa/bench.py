@@ -308,17 +308,13 @@ def cudnn_fp8_call(q, k, v, causal, sm_scale):
 
 
 def make_flash_attn_amd(q, k, v, causal, sm_scale):
-    """AMD's Triton FP8 forward from the flash-attn package (accuracy.implementations' adapter), on the FP8
+    """AMD's Triton FP8 forward from the flash-attn package (zyfa.peers.flash_attn_amd), on the FP8
     values of its recipe; it reads V as stored (no transpose of ours). Returns (fn, first output)."""
     import torch
 
-    from accuracy.implementations import (
-        FLASH_ATTN_AMD_RECIPE,
-        flash_attn_amd_forward,
-        per_head_descales,
-        resolve_recipe,
-    )
     from zyfa.emulator import quantize_inputs
+    from zyfa.peers.common import per_head_descales, resolve_recipe
+    from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE, flash_attn_amd_forward
 
     qi = quantize_inputs(q, k, v, resolve_recipe(FLASH_ATTN_AMD_RECIPE))
     q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
@@ -334,22 +330,22 @@ def make_flash_attn_amd(q, k, v, causal, sm_scale):
 
 
 def make_flashinfer_fa3(q, k, v, causal, sm_scale):
-    """FA3's FP8 forward from FlashInfer (accuracy.implementations' adapter), on the FP8 values of its recipe in
+    """FA3's FP8 forward from FlashInfer (zyfa.peers.flashinfer_fa3), on the FP8 values of its recipe in
     FlashInfer's NHD layout (made once, outside the timing; it reads V as stored). One launch per sequence.
     Returns (fn, first output (b, h, s_q, d_v) fp32)."""
     import torch
 
-    from accuracy.implementations import (
+    from zyfa.emulator import quantize_inputs
+    from zyfa.peers.common import resolve_recipe
+    from zyfa.peers.flashinfer_fa3 import (
         FLASHINFER_FA3_DIMS,
         FLASHINFER_FA3_RECIPE,
+        check,
         flashinfer_fa3_forward,
         flashinfer_fa3_inputs,
-        get_implementation,
-        resolve_recipe,
     )
-    from zyfa.emulator import quantize_inputs
 
-    ok, why = get_implementation("flashinfer-fa3").available()
+    ok, why = check()
     if not ok:
         raise RuntimeError(f"{why} (scripts/build_flashinfer_fa3.py builds FlashInfer's FA3 FP8 prefill for the GPU)")
     if (q.shape[-1], v.shape[-1]) not in FLASHINFER_FA3_DIMS:
@@ -507,7 +503,8 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
         row = dict(base, impl=peer, recipe="bf16" if peer.startswith("sdpa") else "cudnn-fp8")
         try:
             if peer in ("flash-attn-triton-amd", "flashinfer-fa3"):
-                from accuracy.implementations import FLASH_ATTN_AMD_RECIPE, FLASHINFER_FA3_RECIPE
+                from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE
+                from zyfa.peers.flashinfer_fa3 import FLASHINFER_FA3_RECIPE
 
                 make, row["recipe"] = ((make_flash_attn_amd, FLASH_ATTN_AMD_RECIPE) if peer == "flash-attn-triton-amd"
                                        else (make_flashinfer_fa3, FLASHINFER_FA3_RECIPE))

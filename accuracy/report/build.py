@@ -180,7 +180,7 @@ def _val(row: dict, key: str) -> float:
     return math.nan if v is None else float(v)
 
 
-def _ci(values, *, log: bool = False):
+def mean_ci(values, *, log: bool = False):
     """Mean and bootstrap 95% CI (scipy BCa via accuracy.metrics.bootstrap_ci); log: geometric mean."""
     from accuracy.metrics import bootstrap_ci
 
@@ -205,7 +205,7 @@ def _hd(row: dict) -> str:
     return f"{d}" if dv in (None, d) else f"{d}/{dv}"
 
 
-def _input_key(row: dict):
+def input_key(row: dict):
     """The same inputs pair across result files: name and content hash (the file when there is no hash)."""
     return (row["input"], row.get("input_content_hash") or row.get("_file"))
 
@@ -307,7 +307,7 @@ def _style(name: str, recipes: list) -> dict:
 def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: bool,
                      real_rows: Sequence[dict] = ()) -> None:
     tkey = slug(gname)
-    n_inputs = len({_input_key(r) for r in rows})
+    n_inputs = len({input_key(r) for r in rows})
     entries = _entries(rows, recipes, real_rows)
     doc.h(3, f"{gname}: error by recipe")
     few = (" With so few inputs the intervals only show the spread; the per-head table below has more samples."
@@ -326,7 +326,7 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
         cells = [e.label, fmt(len(e.rows), "int")]
         for m in MAIN_METRICS:
             vals = e.values(m)
-            ci = _ci(vals)
+            ci = mean_ci(vals)
             cis[(e.label, m)] = ci
             cells.append(fmt_ci(ci, kind_of(m)) if vals else "-")
         body.append(cells)
@@ -372,9 +372,9 @@ def _section_recipes(doc: Doc, gname: str, rows: list, recipes: list, plots: boo
 
 
 def _paired_rows(ra: list, rb: list, metric: str) -> list[float]:
-    """Per input in both (by :func:`_input_key`), a's metric over b's (inputs where b's is not > 0 left out)."""
-    va = {_input_key(r): _val(r, metric) for r in ra}
-    vb = {_input_key(r): _val(r, metric) for r in rb}
+    """Per input in both (by :func:`input_key`), a's metric over b's (inputs where b's is not > 0 left out)."""
+    va = {input_key(r): _val(r, metric) for r in ra}
+    vb = {input_key(r): _val(r, metric) for r in rb}
     return [va[k] / vb[k] for k in va if k in vb and vb[k] > 0]
 
 
@@ -408,8 +408,8 @@ def _section_ratios(doc: Doc, gname: str, rows: list, recipes: list, real_rows: 
         if not deq and not (e.real and orig):
             continue
         wins = sum(x < 1 for x in deq)
-        body.append([e.label, fmt(len(deq or orig), "int"), fmt_ci(_ci(deq, log=True), "ratio") if deq else "-",
-                     fmt_ci(_ci(orig, log=True), "ratio") if orig else "-",
+        body.append([e.label, fmt(len(deq or orig), "int"), fmt_ci(mean_ci(deq, log=True), "ratio") if deq else "-",
+                     fmt_ci(mean_ci(orig, log=True), "ratio") if orig else "-",
                      f"{wins}/{len(deq)}" if deq else "-"])
     doc.table(f"t-{slug(gname)}-ratios", ["peer", "pairs", "zyfa/peer rel L2 (deq)",
                                            "zyfa/peer rel L2 (orig)", "zyfa lower"], body)
@@ -420,7 +420,7 @@ def _section_summary(doc: Doc, groups: list, rows: list, recipes: list, real_row
     doc.h(2, "Summary")
     per_group = {g: ([r for r in rows if group_of(r) == g], [r for r in real_rows if group_of(r) == g])
                  for g in groups}
-    n_in = {g: len({_input_key(r) for r in rs}) for g, (rs, _) in per_group.items()}
+    n_in = {g: len({input_key(r) for r in rs}) for g, (rs, _) in per_group.items()}
     by_group = {g: {e.label: e for e in _entries(rs, recipes, real)} for g, (rs, real) in per_group.items()}
     entries = _entries(rows, recipes, real_rows)
     doc.p("Each implementation's mean relative L2 error (deq: against the FP64 oracle on the inputs it computed "
@@ -445,7 +445,7 @@ def _section_summary(doc: Doc, groups: list, rows: list, recipes: list, real_row
             ge = by_group[g].get(e.label)
             metric = "orig_rel_l2" if e.self_quantizing else "deq_rel_l2"
             vals = ge.values(metric) if ge else []
-            cell = fmt_ci(_ci(vals), "err") + (" (orig)" if e.self_quantizing else "") if vals else "-"
+            cell = fmt_ci(mean_ci(vals), "err") + (" (orig)" if e.self_quantizing else "") if vals else "-"
             if vals and len(vals) < n_in[g]:
                 cell += f" ({fmt(len(vals), 'int')} of {fmt(n_in[g], 'int')} inputs)"
             cells.append(cell)
@@ -489,12 +489,12 @@ def _section_ablation(doc: Doc, gname: str, rows: list, recipes: list) -> None:
         if not rs:
             continue
         tech, what = ("-", "all three techniques on (reference)") if name == "zyfa" else ABLATIONS[name]
-        mean = fmt_ci(_ci([_val(r, "deq_rel_l2") for r in rs]), "err")
+        mean = fmt_ci(mean_ci([_val(r, "deq_rel_l2") for r in rs]), "err")
         if name == "zyfa":
             ratio_d = ratio_o = "1"
         else:
-            ratio_d = fmt_ci(_ci(_paired(rows, name, "zyfa", "deq_rel_l2"), log=True), "ratio")
-            ratio_o = fmt_ci(_ci(_paired(rows, name, "zyfa", "orig_rel_l2"), log=True), "ratio")
+            ratio_d = fmt_ci(mean_ci(_paired(rows, name, "zyfa", "deq_rel_l2"), log=True), "ratio")
+            ratio_o = fmt_ci(mean_ci(_paired(rows, name, "zyfa", "orig_rel_l2"), log=True), "ratio")
         flushed = fmt(float(np.mean([_val(r, "p_flushed_frac") for r in rs])), "err")
         body.append([name, tech, what, mean, ratio_d, ratio_o, flushed])
     doc.table(f"t-{slug(gname)}-ablation", ["recipe", "technique", "change", "rel L2 (deq)",
@@ -558,7 +558,7 @@ def _section_layers(doc: Doc, gname: str, rows: list, recipes: list, plots: bool
             if all(np.isnan(grid[n][i, j]) for n in with_heads):
                 continue
             body.append([f"L{lay} h{h}", *(fmt(grid[n][i, j], "err") for n in with_heads)])
-    body.append(["mean [95% CI]", *(fmt_ci(_ci(grid[n][~np.isnan(grid[n])]), "err") for n in with_heads)])
+    body.append(["mean [95% CI]", *(fmt_ci(mean_ci(grid[n][~np.isnan(grid[n])]), "err") for n in with_heads)])
     doc.table(f"t-{tkey}-heads", ["layer, head", *with_heads], body)
     if plots:
         plt = pyplot()
@@ -650,7 +650,7 @@ def _section_headdim(doc: Doc, gname: str, rows: list, recipes: list) -> None:
         cell[(_hd(r), r["recipe"])].append(_val(r, "deq_rel_l2"))
     body = []
     for h in hds:
-        n_in = len({_input_key(r) for r in rows if _hd(r) == h})
+        n_in = len({input_key(r) for r in rows if _hd(r) == h})
         body.append([h, fmt(n_in, "int"), *(fmt(float(np.mean(cell[(h, n)])), "err") if (h, n) in cell else "-"
                                             for n in recipes)])
     doc.table(f"t-{slug(gname)}-headdim", ["head dim", "inputs", *recipes], body)
@@ -764,7 +764,7 @@ def _section_inputs(doc: Doc, rows: list) -> None:
     feats = [c for c in ("feat_q_outlier", "feat_k_outlier", "feat_v_outlier", "feat_entropy_nats")
              if any(c in r for r in rows)]
     for r in rows:
-        k = _input_key(r)
+        k = input_key(r)
         if k in seen:
             continue
         seen.add(k)
@@ -784,7 +784,7 @@ def _section_all(doc: Doc, rows: list, recipes: list) -> None:
     doc.p("Relative L2 error (deq) of every (input, recipe) row.")
     cell, inputs = {}, []
     for r in rows:
-        k = _input_key(r)
+        k = input_key(r)
         if k not in cell:
             cell[k] = {}
             inputs.append((k, r["input"]))
@@ -860,7 +860,7 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     doc.p("Regenerate this report with" + (" (the study, then the report alone from its results):"
                                            if len(cmds) > 1 else ":"))
     doc.code("\n".join(cmds))
-    n_inputs = len({_input_key(r) for r in rows})
+    n_inputs = len({input_key(r) for r in rows})
     doc.p(f"{len(rows)} result rows: {n_inputs} inputs ({', '.join(groups)}) x {len(recipes)} recipes "
           f"({', '.join(recipes)}), from {', '.join(f'`{n}`' for n, _ in res.provenances)}."
           + _real_count(real_rows))

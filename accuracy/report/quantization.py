@@ -28,7 +28,7 @@ import shlex
 from collections.abc import Callable, Sequence
 
 from accuracy.report.blocks import fmt, fmt_ci
-from accuracy.report.build import _ci, _input_key, group_of
+from accuracy.report.build import group_of, input_key, mean_ci
 from accuracy.report.document import Doc
 from zyfa.recipes import QUANT_SCHEMES, RECIPES
 
@@ -79,9 +79,9 @@ def scheme_samples(rows: Sequence[dict], recipe: str) -> tuple[dict, str]:
             heads = r.get("input_q_heads") if isinstance(r.get("input_q_heads"), list) else \
                 list(range(len(r["orig_rel_l2_heads"])))
             for h, v in zip(heads, r["orig_rel_l2_heads"], strict=False):
-                out[(*_input_key(r), h)] = float(v)
+                out[(*input_key(r), h)] = float(v)
         return out, "head"
-    return {_input_key(r): float(r["orig_rel_l2"]) for r in mine if r.get("orig_rel_l2") is not None}, "input"
+    return {input_key(r): float(r["orig_rel_l2"]) for r in mine if r.get("orig_rel_l2") is not None}, "input"
 
 
 def _paired(a: dict, b: dict) -> list[float]:
@@ -123,13 +123,13 @@ def scheme_table(rows: Sequence[dict]) -> tuple[list[str], list[list[str]], dict
             if not s:
                 cells += ["-", "-"]
                 continue
-            err = _ci(list(s.values()))
+            err = mean_ci(list(s.values()))
             ratios = _paired(s, z) if name != BASELINE else []
-            ratio = _ci(ratios, log=True) if ratios else None
+            ratio = mean_ci(ratios, log=True) if ratios else None
             pooled += ratios
             details[(name, m)] = {"err": err, "ratio": ratio, "n": len(s), "unit": unit}
             cells += [fmt_ci(err, "err"), "1" if name == BASELINE else (fmt_ci(ratio, "ratio") if ratio else "-")]
-        allr = _ci(pooled, log=True) if pooled else None
+        allr = mean_ci(pooled, log=True) if pooled else None
         details[(name, "all")] = {"ratio": allr, "n": len(pooled)}
         cells.append("1" if name == BASELINE else (fmt_ci(allr, "ratio") if allr else "-"))
         body.append(cells)

@@ -357,7 +357,7 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
 
 # ---------------------------------------------------------------------------------------------- validation
 
-def _descale_to_bh(d, name: str, b: int, h: int, h_kv: int, device) -> torch.Tensor:
+def descale_to_bh(d, name: str, b: int, h: int, h_kv: int, device) -> torch.Tensor:
     """A descale (float, one-element tensor, (b, h) / (b, h, 1, 1), or for q (b, h_kv)) -> (b, h) fp32."""
     if isinstance(d, bool):
         raise TypeError(f"{name} must be a float or a tensor, got bool")
@@ -391,7 +391,7 @@ def _descale_to_bh(d, name: str, b: int, h: int, h_kv: int, device) -> torch.Ten
 
 def _per_row_descale(d, name: str, b: int, heads: int, seq: int, device):
     """A per-row (Q) or per-key (K) descale (b, heads, seq) or (b, heads, seq, 1) -> (b, heads, seq) fp32, or None
-    when ``d`` has another form (handled by :func:`_descale_to_bh`)."""
+    when ``d`` has another form (handled by :func:`descale_to_bh`)."""
     if not isinstance(d, torch.Tensor) or isinstance(d, bool) or not d.dtype.is_floating_point:
         return None
     shape = tuple(d.shape)
@@ -441,7 +441,7 @@ def _v_descale(d, plan: KernelPlan, b: int, h_kv: int, s_k: int, d_v: int, block
     (b, h_kv, s_k, 1). A float or one-element tensor is one value everywhere."""
     one = d is None or isinstance(d, (int, float)) or (isinstance(d, torch.Tensor) and d.numel() == 1)
     if plan.vd_mode == 0 or one:
-        vd = _descale_to_bh(1.0 if d is None else d, "v_descale", b, h_kv, h_kv, device)
+        vd = descale_to_bh(1.0 if d is None else d, "v_descale", b, h_kv, h_kv, device)
         if plan.vd_mode == 1:
             return vd[:, :, None].expand(b, h_kv, d_v).contiguous()
         if plan.vd_mode == 2:
@@ -461,7 +461,7 @@ def _v_descale(d, plan: KernelPlan, b: int, h_kv: int, s_k: int, d_v: int, block
     return _checked_descale(d, "v_descale", device, (b, h_kv, d_v))
 
 
-def _validate(q, k, v, causal, sm_scale, window):
+def validate_inputs(q, k, v, causal, sm_scale, window):
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -499,7 +499,7 @@ def _validate(q, k, v, causal, sm_scale, window):
     return b, h, h_kv, s_q, s_k, d_qk, d_v
 
 
-def _check_fp8(q, k, v, descales):
+def check_fp8(q, k, v, descales):
     bad = [n for n, x in (("q", q), ("k", k), ("v", v)) if x.dtype != _FP8]
     if bad:
         dtypes = ", ".join(f"{n}={x.dtype}" for n, x in (("q", q), ("k", k), ("v", v)))
@@ -510,7 +510,7 @@ def _check_fp8(q, k, v, descales):
                         "them as the recipe says")
 
 
-def _check_device(q):
+def check_device(q):
     if q.device.type != "cuda":
         raise ValueError(f"attention_fp8 runs on a CUDA GPU (Hopper, sm_90); the inputs are on {q.device}. "
                          "For CPU results use zyfa.emulator.emulate")
@@ -779,15 +779,15 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
         q·mean(k) term; :func:`attention_fp8_quantized` adds it back); a row that sees no key gets out 0 and
         lse -inf.
     """
-    b, h, h_kv, s_q, s_k, d_qk, d_v = _validate(q, k, v, causal, sm_scale, window)
-    _check_fp8(q, k, v, (q_descale, k_descale, v_descale))
+    b, h, h_kv, s_q, s_k, d_qk, d_v = validate_inputs(q, k, v, causal, sm_scale, window)
+    check_fp8(q, k, v, (q_descale, k_descale, v_descale))
     dev = q.device
     qd = _per_row_descale(q_descale, "q_descale", b, h, s_q, dev)
     if qd is None:
-        qd = _descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
+        qd = descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
     kd = _per_row_descale(k_descale, "k_descale", b, h_kv, s_k, dev)
     if kd is None:
-        kd = _descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
+        kd = descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
     plan = kernel_plan(recipe)
     block_n = (config or {}).get("BLOCK_N", plan.block_n)
     vd = _v_descale(v_descale, plan, b, h_kv, s_k, d_v, block_n, dev)
@@ -796,7 +796,7 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
     if qd.dim() == 3:  # one scalar per program where the Q blocks allow it (no per-row vector in the loop)
         qd_prog = q_descale_per_program(qd, resolve_config(d_qk, d_v, causal, plan, config)[0]["BLOCK_M"])
         qd = qd if qd_prog is None else qd_prog
-    _check_device(q)
+    check_device(q)
     sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
     vt = prepare_vt(v, permute_k32=vt_key_order_for(config))
     return launch(q.contiguous(), k.contiguous(), vt, qd, kd, vd, plan=plan, seq_k=s_k, causal=causal,
@@ -847,10 +847,10 @@ def attention_fp8_quantized(q, k, v, *, recipe: Recipe | str = "zyfa", causal: b
     constant q·mean(k)), and the LSE returned is corrected by sm_scale·q_deq·mean(k), as the emulator's is, so it
     is the LSE of the unsmoothed (dequantized) scores.
     """
-    _validate(q, k, v, causal, sm_scale, window)
+    validate_inputs(q, k, v, causal, sm_scale, window)
     recipe = recipe_from_spec(recipe)
     kernel_plan(recipe)
-    _check_device(q)
+    check_device(q)
     q8, k8, v8, qd, kd, vd, qi = _quantize(q, k, v, recipe)
     out, lse = attention_fp8(q8, k8, v8, recipe=recipe, causal=causal, sm_scale=sm_scale, window=window,
                              q_descale=qd, k_descale=kd, v_descale=vd, config=config)

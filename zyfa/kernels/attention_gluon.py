@@ -19,12 +19,12 @@ import torch
 
 from zyfa.kernels.attention_fp8 import (
     LOG2E,
-    _check_device,
-    _check_fp8,
-    _descale_to_bh,
-    _validate,
+    check_device,
+    check_fp8,
+    descale_to_bh,
     kernel_plan,
     prepare_vt,
+    validate_inputs,
 )
 
 __all__ = ["GLUON_RECIPE", "GLUON_TILE", "attention_fp8_gluon"]
@@ -36,7 +36,7 @@ LAST_LAUNCH: dict = {}
 
 def _validate_gluon(q, k, v, causal, sm_scale):
     """attention_fp8's checks, then the Gluon kernel's narrower scope (hd128, non-causal, whole tiles)."""
-    b, h, h_kv, s_q, s_k, d_qk, d_v = _validate(q, k, v, causal, sm_scale, None)
+    b, h, h_kv, s_q, s_k, d_qk, d_v = validate_inputs(q, k, v, causal, sm_scale, None)
     if causal:
         raise ValueError("attention_fp8_gluon is non-causal only (causal=True is not implemented in the Gluon "
                          "kernel); use attention_fp8(..., causal=True)")
@@ -69,12 +69,12 @@ def attention_fp8_gluon(q8, k8, v8, q_descale, k_descale, v_descale, *, pingpong
     if not isinstance(pingpong, bool):
         raise TypeError(f"pingpong must be a bool, got {type(pingpong).__name__}")
     b, h, h_kv, s_q, s_k = _validate_gluon(q8, k8, v8, False, sm_scale)
-    _check_fp8(q8, k8, v8, (q_descale, k_descale, v_descale))
+    check_fp8(q8, k8, v8, (q_descale, k_descale, v_descale))
     dev = q8.device
-    qd = _descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
-    kd = _descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
-    vd = _descale_to_bh(1.0 if v_descale is None else v_descale, "v_descale", b, h_kv, h_kv, dev)
-    _check_device(q8)
+    qd = descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
+    kd = descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
+    vd = descale_to_bh(1.0 if v_descale is None else v_descale, "v_descale", b, h_kv, h_kv, dev)
+    check_device(q8)
     plan = kernel_plan(GLUON_RECIPE)
     # the kernel hard-codes this plan's switches (see _gluon_fp8's docstring); a changed recipe must fail loudly
     assert (plan.exp_mad, plan.p_scale, plan.tile_gran, plan.rowsum_rounded, plan.pv_mode, plan.rcp,

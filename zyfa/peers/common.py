@@ -1,0 +1,102 @@
+"""What the peer adapters share: availability checks (device, package, the release whose numerics were read), the
+recipe-spec resolver a real kernel's claimed numerics are named with, and the descale layouts per-head kernels take.
+
+Exposed: ``cuda_check``, ``package_check``, ``all_checks``, ``dist_version``, ``read_release``, ``resolve_recipe``,
+``per_head_descales``, ``expand_kv``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["all_checks", "cuda_check", "dist_version", "expand_kv", "package_check", "per_head_descales",
+           "read_release", "resolve_recipe"]
+
+
+def resolve_recipe(spec):
+    """A recipe spec -> Recipe. Specs: a name, ``name:field=value,...`` (the kernel wrapper's syntax), either
+    with ``@PLATFORM`` (:meth:`zyfa.recipes.Recipe.on`), and ``triton:<spec>``: the recipe as our Triton kernel
+    computes it (:func:`zyfa.kernels.attention_fp8.kernel_recipe`: FA3's head-dim tiles become the recipe's
+    block_m x block_n), named ``triton:<spec>`` where that differs from the recipe. A Recipe passes through."""
+    from zyfa.kernels.attention_fp8 import kernel_recipe, recipe_from_spec
+    from zyfa.platforms import PLATFORM_NAMES
+    from zyfa.recipes import Recipe
+
+    if isinstance(spec, Recipe):
+        return spec
+    base, at, plat = str(spec).rpartition("@")
+    if at and base and plat in PLATFORM_NAMES:
+        return resolve_recipe(base).on(plat)
+    if str(spec).startswith("triton:"):
+        r = resolve_recipe(spec[len("triton:"):])
+        kr = kernel_recipe(r)
+        return r if kr == r else kr.replace(name=f"triton:{r.name}")
+    return recipe_from_spec(spec)
+
+
+def cuda_check(min_major: int = 0, exact_major: int | None = None) -> tuple[bool, str]:
+    if not torch.cuda.is_available():
+        return False, "no CUDA device"
+    major, minor = torch.cuda.get_device_capability()
+    name = torch.cuda.get_device_name()
+    if exact_major is not None and major != exact_major:
+        return False, f"needs compute capability {exact_major}.x, {name} is {major}.{minor}"
+    if major < min_major:
+        return False, f"needs compute capability >= {min_major}.0, {name} is {major}.{minor}"
+    return True, ""
+
+
+def package_check(module: str, dist: str) -> tuple[bool, str]:
+    if importlib.util.find_spec(module) is None:
+        return False, f"package {dist} is not installed (import {module} not found)"
+    return True, ""
+
+
+def all_checks(*checks: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
+    def check() -> tuple[bool, str]:
+        for c in checks:
+            ok, why = c()
+            if not ok:
+                return ok, why
+        return True, ""
+
+    return check
+
+
+def dist_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def read_release(dist: str, versions: tuple[str, ...], what: str) -> tuple[bool, str]:
+    """Whether the installed ``dist`` is one of the releases whose numerics were read (prefix match)."""
+    version = dist_version(dist) or "?"
+    if not version.startswith(versions):
+        return False, (f"{dist} {version}: {what} numerics were read for {', '.join(versions)} only "
+                       "(docs/real_kernels.md)")
+    return True, ""
+
+
+def per_head_descales(qi, b: int, h: int, h_kv: int):
+    """The recipe quantizer's descales as kernels with per-head descales take them (AMD's Triton forward,
+    FlashInfer's FA3): (b, h) for Q (a per-KV-head Q descale repeated over its GQA group), (b, h_kv) for K and V,
+    contiguous fp32."""
+
+    def bh(dsc, heads):
+        dsc = dsc.float().reshape(dsc.shape[0], dsc.shape[1])
+        if dsc.shape[1] != heads:
+            dsc = dsc.repeat_interleave(heads // dsc.shape[1], dim=1)
+        return dsc.expand(b, heads).contiguous()
+
+    return bh(qi.q_descale, h), bh(qi.k_descale, h_kv), bh(qi.v_descale, h_kv)
+
+
+def expand_kv(t: torch.Tensor, h: int) -> torch.Tensor:
+    g = h // t.shape[1]
+    return t if g == 1 else t.repeat_interleave(g, dim=1)

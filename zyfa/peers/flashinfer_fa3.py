@@ -1,0 +1,57 @@
+"""FA3's FP8 forward as FlashInfer (``flashinfer-python``) builds it for sm_90: one call of its single-sequence
+prefill, and the recipe quantizer's values laid out as it takes them.
+
+Exposed: ``FLASHINFER_FA3_RECIPE``, ``FLASHINFER_VERSIONS``, ``FLASHINFER_FA3_DIMS``, ``check()``,
+``flashinfer_fa3_forward(...)``, ``flashinfer_fa3_inputs(...)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from zyfa.peers.common import all_checks, cuda_check, package_check, per_head_descales, read_release
+
+__all__ = ["FLASHINFER_FA3_DIMS", "FLASHINFER_FA3_RECIPE", "FLASHINFER_VERSIONS", "check", "flashinfer_fa3_forward",
+           "flashinfer_fa3_inputs"]
+
+# What FlashInfer 0.7.4's FA3-derived FP8 prefill on sm_90 computes (its hopper/quantization mainloop and
+# hopper/variants.cuh StandardFP8Attention, docs/real_kernels.md): FA3's numerics (exp2 of the scaled score minus
+# the scaled row max, fp32 row sum of the unscaled P, the FP8 wgmma accumulator of P·V never flushed, O times
+# v_scale / (448 · l) at the end, bf16 out), except that P is multiplied by 448 (the e4m3 maximum) before its
+# cast where FA3 adds 8 to the exponent (×2^8), Q is scaled per query head (FA3 per KV head), and the tiles
+# differ. Its mainloop visits KV tiles from the last to the first (kv_order=reverse), as FA3's does: on the H200
+# the forward-order emulation missed it by 6-22% in error on four of the real layers, the reverse one matched.
+# FlashInfer's single-prefill FP8 tiles (CTA_Q x CTA_KV by head dim, prefill_sm90.cuh), not FA3's; reverse KV order.
+FLASHINFER_FA3_RECIPE = ("fa3:p_scale=fmax,q_scale=head,head_dim_tiles=64:192x128|128:128x192|256:128x128,"
+                         "kv_order=reverse")
+FLASHINFER_VERSIONS = ("0.7.4",)  # released versions whose FP8 prefill was read (prefix match)
+FLASHINFER_FA3_DIMS = ((64, 64), (128, 128), (256, 256))  # its FP8 sm_90 prefill's head dims (prefill_sm90.cuh)
+
+
+check = all_checks(
+    lambda: cuda_check(exact_major=9), lambda: package_check("flashinfer", "flashinfer-python"),
+    lambda: read_release("flashinfer-python", FLASHINFER_VERSIONS, "the FP8 prefill's"))
+
+
+def flashinfer_fa3_forward(q8, k8, v8, scale_q, scale_k, scale_v, *, causal: bool, sm_scale: float):
+    """One call of FlashInfer's FA3 FP8 prefill (``single_prefill_with_kv_cache``, ``backend="fa3"``): one
+    sequence in its NHD layout, q8 (s_q, h, d), k8/v8 (s_k, h_kv, d) e4m3fn; the dequantization scales fp32 (h,)
+    for Q and (h_kv,) for K and V. Causal masks align bottom-right, as ours. Returns (out bf16 (s_q, h, d), lse
+    natural log (s_q, h)); FlashInfer's own LSE is in base 2. Used by the adapter and ``zyfa bench``."""
+    import flashinfer
+
+    out, lse2 = flashinfer.single_prefill_with_kv_cache(
+        q8, k8, v8, scale_q=scale_q, scale_k=scale_k, scale_v=scale_v, o_dtype=torch.bfloat16, causal=bool(causal),
+        sm_scale=float(sm_scale), backend="fa3", return_lse=True)
+    return out, lse2 * math.log(2.0)
+
+
+def flashinfer_fa3_inputs(qi, h: int, h_kv: int):
+    """The recipe quantizer's FP8 values and descales, per batch element in FlashInfer's layout: a list of
+    (q8 (s_q, h, d), k8 (s_k, h_kv, d), v8, scale_q (h,), scale_k (h_kv,), scale_v (h_kv,))."""
+    b = qi.q_values.shape[0]
+    qd, kd, vd = per_head_descales(qi, b, h, h_kv)
+    fp8 = [t.to(torch.float8_e4m3fn) for t in (qi.q_values, qi.k_values, qi.v_values)]
+    return [tuple(t[i].transpose(0, 1).contiguous() for t in fp8) + (qd[i], kd[i], vd[i]) for i in range(b)]
