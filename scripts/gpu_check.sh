@@ -5,8 +5,8 @@
 #                             [--bench-args '...'] [--warm-args '...'] [--test-timeout S] [--bench-timeout S]
 #                             [--wheels DIR]
 #
-# Writes DIR/gpu_tests.txt (the pytest log) and DIR/bench.json + DIR/bench.md (zyfa bench), DIR = reports by
-# default, i.e. the committed reports/gpu_tests.txt and reports/bench.{json,md} are replaced; on a machine whose
+# Writes DIR/gpu_tests.txt (the pytest log) and DIR/bench.json + DIR/bench.md (zyfa bench); without --out, the
+# committed reports/tests/gpu_tests.txt and reports/bench/bench.{json,md} are replaced; on a machine whose
 # results come back through a folder, pass --out that folder and copy the three files into reports/ after.
 #   --no-tests / --no-bench   skip a stage
 #   --shards 'K1;K2;...'      run the GPU tests as parallel pytest processes, one per -k expression (compiling
@@ -31,7 +31,7 @@
 set -u
 cd "$(dirname "$0")/.."
 
-OUT=reports
+OUT=
 TESTS=1
 BENCH=1
 SHARDS='agrees_with_emulator;key_permuted or saturating;tensor_core_row_sum or pipelined or exact_t;not (agrees_with_emulator or key_permuted or saturating or tensor_core_row_sum or pipelined or exact_t)'
@@ -59,7 +59,9 @@ while [ $# -gt 0 ]; do
     *) echo "gpu_check.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-mkdir -p "$OUT"
+TESTS_OUT=${OUT:-reports/tests}
+BENCH_OUT=${OUT:-reports/bench}
+mkdir -p "$TESTS_OUT" "$BENCH_OUT"
 T0=$(date +%s)
 stage() { echo "=== $(date -u +%H:%M:%S) (+$(( $(date +%s) - T0 )) s) $*"; }
 
@@ -89,8 +91,8 @@ fi
 
 STATUS=0
 if [ "$TESTS" = 1 ]; then
-  stage "GPU tests -> $OUT/gpu_tests.txt"
-  LOG="$OUT/gpu_tests.txt"
+  stage "GPU tests -> $TESTS_OUT/gpu_tests.txt"
+  LOG="$TESTS_OUT/gpu_tests.txt"
   {
     echo "# GPU tests on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
     echo
@@ -129,9 +131,9 @@ if [ "$BENCH" = 1 ]; then
   BT=$(( BUDGET - ($(date +%s) - T0) ))
   [ "$BT" -gt "$BENCH_TIMEOUT" ] && BT=$BENCH_TIMEOUT
   [ "$BT" -lt 30 ] && BT=30
-  stage "zyfa bench -> $OUT/bench.json, $OUT/bench.md (at most $BT s)"
+  stage "zyfa bench -> $BENCH_OUT/bench.json, $BENCH_OUT/bench.md (at most $BT s)"
   # shellcheck disable=SC2086
-  timeout "$BT" python3 -m zyfa.cli bench --warmup 10 --rep 50 --out "$OUT/bench.json" --overwrite \
+  timeout "$BT" python3 -m zyfa.cli bench --warmup 10 --rep 50 --out "$BENCH_OUT/bench.json" --overwrite \
     $BENCH_ARGS 2>&1 | grep -v Warning | grep -v "return F.scaled" | tail -5
 fi
 stage "done"

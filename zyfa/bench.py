@@ -16,7 +16,7 @@ medians, SM clock and power sampled by NVML (nvidia-ml-py) in a background threa
 Writes ``--out`` (default ``bench.json`` in the current directory; never over an existing file unless
 ``--overwrite``) and the Markdown next to it (``bench.md``), with the command, date, versions, device and git
 commit inside; both are rewritten atomically after every shape, so an interrupted run keeps what it measured.
-The committed run is ``reports/bench.json`` / ``.md``, written by ``scripts/gpu_check.sh``.
+The committed run is ``reports/bench/bench.json`` / ``.md``, written by ``scripts/gpu_check.sh``.
 """
 
 from __future__ import annotations

@@ -314,7 +314,7 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
         doc.table(FRONT_KEYS[1], fh, fb)
     else:
         doc.p("**Speed**: no benchmark file with a \"where we land\" table was given (`zyfa bench` on a GPU writes "
-              "`reports/bench.json`; `--bench` names another).")
+              "`reports/bench/bench.json`; `--bench` names another).")
         doc.table(FRONT_KEYS[1], ["speed"], [["no benchmark file"]])
     if len(points) >= 2 and not plots:
         doc.p(f"Pareto frontier of speed and error: {', '.join(front)}."

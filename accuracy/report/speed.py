@@ -49,7 +49,7 @@ def bench_label(r: dict) -> str:
 def section_speed(doc: Doc, bench: list) -> None:
     doc.h(2, "Speed")
     if not bench:
-        doc.p("No benchmark results given (`zyfa bench` on a GPU writes `reports/bench_<date>.json`; pass it "
+        doc.p("No benchmark results given (`zyfa bench` on a GPU writes `reports/bench/bench_<date>.json`; pass it "
               "with `--bench`). Technique 2 of ZYFA (ping-pong) acts on speed only and is measured there.")
         return
     doc.p("From the benchmark files as written by `zyfa bench` (values as recorded: TFLOP/s = FLOPs / median "

@@ -66,7 +66,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-tokens", type=int, default=None, help="use the first N tokens of each capture")
     parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
     parser.add_argument("--bench", default=None, help="benchmark JSON files for the speed tables (default: the "
-                        "repository's reports/bench.json, else its newest reports/bench*.json, when present)")
+                        "repository's reports/bench/bench.json, else its newest reports/bench/bench*.json, when "
+                        "present)")
     parser.add_argument("--impact", default=None,
                         help="zyfa impact result files for the report's model-impact section, comma-separated or "
                         f"a glob (default: {DEFAULT_IMPACT} when present, none with --long; 'none': no impact section)")

@@ -43,9 +43,9 @@ def split_paths(values: Sequence[str] | None) -> list[str]:
 
 
 def find_bench(root: str | Path = REPO_ROOT) -> list[str]:
-    """The current benchmark JSON of ``root``: ``reports/bench.json``, else the last by name of
-    ``reports/bench*.json`` (names carry the date); [] when there is none."""
-    reports = Path(root).resolve() / "reports"
+    """The current benchmark JSON of ``root``: ``reports/bench/bench.json``, else the last by name of
+    ``reports/bench/bench*.json`` (names carry the date); [] when there is none."""
+    reports = Path(root).resolve() / "reports" / "bench"
     found = [reports / "bench.json"] if (reports / "bench.json").is_file() else [
         Path(p) for p in sorted(glob.glob(str(reports / "bench*.json")))[-1:]]
     return [_shown(p) for p in found]

@@ -2,7 +2,7 @@
 one HTML file.
 
     zyfa report --results reports/study/results.jsonl --out reports/study
-    zyfa report --results a.jsonl,b.jsonl --bench reports/bench.json --out reports/mine
+    zyfa report --results a.jsonl,b.jsonl --bench reports/bench/bench.json --out reports/mine
     zyfa report --results reports/study/results.jsonl --impact 'reports/impact/results*.jsonl' --out reports/mine
 
 Writes ``report.md`` (with ``fig_*.png`` next to it) and ``report.html`` (self-contained: the same content,

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.gpu
 
 # kernel/emulator error ratio bound by accumulator: 1% for both, against the emulation on the h200 platform, whose
 # Hopper accumulator model is fitted bit for bit on the H200 (docs/PLATFORMS.md). Measured on the H200 at 3efdc7e
-# (reports/gpu_tests.txt): every case of this file within 0.1% for the hopper_fp8 recipes
+# (reports/tests/gpu_tests.txt): every case of this file within 0.1% for the hopper_fp8 recipes
 ERR_RATIO_TOL = {"fp32": 0.01, "hopper_fp8": 0.01}
 # the existing agreement tests' bounds on the output-vs-output distance (measured on the H200, see that file)
 AGREE_BOUNDS = {"fp32": (0.35, 0.93), "hopper_fp8": (0.65, 0.78)}

@@ -199,7 +199,7 @@ def test_committed_study_reports_open_on_the_front_page():
 def test_the_study_finds_the_bench_from_the_repository_not_the_current_directory(tmp_path, monkeypatch):
     from accuracy.study.compose import REPO_ROOT, find_bench
 
-    reports = tmp_path / "repo" / "reports"
+    reports = tmp_path / "repo" / "reports" / "bench"
     reports.mkdir(parents=True)
     assert find_bench(tmp_path / "repo") == []
     for name in ("bench_2026-11-29.json", "bench_2026-11-30_s3b.json"):
@@ -208,7 +208,7 @@ def test_the_study_finds_the_bench_from_the_repository_not_the_current_directory
     (reports / "bench.json").write_text("{}")
     assert [Path(p).name for p in find_bench(tmp_path / "repo")] == ["bench.json"]  # the current one first
     monkeypatch.chdir(tmp_path)  # outside the repository: the repository's own file, by its full path
-    expect = sorted((REPO_ROOT / "reports").glob("bench*.json"))
+    expect = sorted((REPO_ROOT / "reports" / "bench").glob("bench*.json"))
     got = find_bench()
     assert got and Path(got[0]).is_absolute() and Path(got[0]).resolve() in [p.resolve() for p in expect]
     monkeypatch.chdir(REPO_ROOT)  # inside it: as a user would type it
