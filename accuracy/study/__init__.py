@@ -36,7 +36,8 @@ provenance header) and the report (``report.md``, ``fig_*.png``, ``report.html``
 The report opens on its front page (:mod:`accuracy.report.front`): each implementation's error with its interval
 and status, the speed table "where we land" with the GPU named, and speed against accuracy with the Pareto
 frontier. The speed comes from the repository's ``reports/bench/bench.json`` (else its newest
-``reports/bench/bench*.json``), found from the package's location, not the current directory; ``--bench`` names other files.
+``reports/bench/bench*.json``), found from the package's location, not the current directory; ``--bench`` names
+other files.
 Modules: :mod:`accuracy.study.run` (the inputs and the run), :mod:`accuracy.study.compose` (the report from
 results, benchmark and impact files), :mod:`accuracy.study.cli` (``zyfa study``) and
 :mod:`accuracy.study.report_cli` (``zyfa report``).
