@@ -199,14 +199,35 @@ def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
     return sorted(front, key=lambda n: points[n][0])
 
 
-def _front_cell(e: dict, src: str) -> str:
-    """The error cell of one entry and source: deq, or orig marked ``(orig)`` for a kernel that quantizes for
-    itself; ``-`` without inputs."""
-    if not e[f"{src}_n"]:
+def _front_cell(e: dict, src: str, metric: str = "deq") -> str:
+    """The error cell of one entry, source and metric (``deq`` or ``orig``); ``-`` without inputs, and for the
+    deq error of a kernel that quantizes for itself (it computed with its own FP8 values, not the recipe's)."""
+    if not e[f"{src}_n"] or (metric == "deq" and e["self_quantizing"]):
         return "-"
-    if e["self_quantizing"]:
-        return fmt_ci(e[f"{src}_orig_rel_l2"], "err") + " (orig)"
-    return fmt_ci(e[f"{src}_deq_rel_l2"], "err")
+    return fmt_ci(e[f"{src}_{metric}_rel_l2"], "err")
+
+
+# the columns of the bench's "where we land" table and the implementations whose error rows they stand beside
+SPEED_COLUMN_OF = {"zyfa-hopper": ("zyfa-hopper", "triton:zyfa-hopper"), "cuDNN BF16": ("bf16", "sdpa-bf16:cudnn"),
+                   "cuDNN FP8": ("cudnn-fp8",), "FA3 FP8 (FlashInfer)": ("flashinfer-fa3",),
+                   "AMD Triton FP8": ("flash-attn-triton-amd", "triton-amd")}
+
+
+def speed_columns_with_errors(header: list[str], body: list[list[str]], names: Sequence[str]):
+    """The speed table cut to the implementations with error rows in this report (``names``, real kernels as
+    ``name (real, device)``): (header, body, the timed implementations left out). A ratio column ``× X`` stays
+    with its column ``X``; shape columns always stay."""
+    base = {n.split(" (real", 1)[0] for n in names}
+    shown = {col for col, impls in SPEED_COLUMN_OF.items() if any(i in base for i in impls)}
+    keep, dropped = [], []
+    for i, h in enumerate(header):
+        col = h[2:] if h.startswith("× ") else h
+        peer = next((c for c in SPEED_COLUMN_OF if c == col or c.startswith(col)), None)
+        if peer is None or peer in shown:
+            keep.append(i)
+        elif not h.startswith("× "):
+            dropped.append(h)
+    return [header[i] for i in keep], [[r[i] if i < len(r) else "" for i in keep] for r in body], dropped
 
 
 def _figure(points: dict[str, tuple[float, float, float, float]], front: list[str], device: str,
@@ -243,8 +264,10 @@ def _figure(points: dict[str, tuple[float, float, float, float]], front: list[st
     ax.grid(alpha=0.3)
     ax.set_title(f"Speed against error, {device} (right and low is better)", fontsize=9)
     return ("fig_front_speed_accuracy.png", png(fig),
-            f"Red: the Pareto frontier ({', '.join(front)}). Speed: our kernel under the recipe, cuDNN's FP8 SDPA, "
-            "the fastest BF16 SDPA for bf16; error: mean over the captures (deq, 95% CI)."
+            f"Red: the Pareto frontier ({', '.join(front)}): the implementations no other beats on both speed and "
+            "error. The most accurate one (bf16: no FP8 rounding) and the fastest one are on it by definition; an FP8 "
+            "recipe in between is on it only where no faster one has less error. Speed: our kernel under the recipe, "
+            "cuDNN's FP8 SDPA, the fastest BF16 SDPA for bf16; error: mean over the captures (deq, 95% CI)."
             + (f" Timed, but without rows in these results: {', '.join(timed)}." if timed else ""))
 
 
@@ -273,9 +296,11 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
              f"to {fmt(max(fp8), 'err')} on the captures" + (f", bf16 at {fmt(orig['bf16'], 'err')}"
                                                              if math.isfinite(orig.get("bf16", math.nan)) else "")
              + " (details below)." if fp8 else "")
-    doc.p("**Error**: mean relative L2 error against the FP64 oracle on the inputs each implementation computed "
-          f"with (`deq`: what its arithmetic adds), [bootstrap 95% interval] over the inputs.{quant} Status: how far "
-          "an emulated recipe is backed; a real kernel is measured.")
+    doc.p("**Error**: mean relative L2 error against the FP64 oracle, [bootstrap 95% interval] over the inputs. "
+          "**deq**: against FP64 on the very FP8 inputs the implementation computed with, i.e. the error its "
+          "arithmetic adds (how kernels compare). **orig**: against FP64 on the original inputs, the quantization "
+          f"of Q, K and V included, i.e. what a model sees (about 10x deq for FP8).{quant} Status: how far an "
+          "emulated recipe is backed; a real kernel is measured.")
     name, meta, sh, sb = where_we_land(bench)
     device = str(meta.get("device") or "the GPU")
     speeds, shape = speed_points(next((r for n, _, r in bench if n == name), [])) if sh else ({}, "")
@@ -292,15 +317,15 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
              and k not in BENCH_PEERS.values() and k not in {e["name"] for e in entries}]
     if plots and len(points) >= 2:
         doc.img(*_figure(points, front, device, shape, timed), side=True)
-    header = ["implementation", "status", "captures: rel L2", "Gaussian: rel L2"]
-    body = [[e["name"], e["status"], *(_front_cell(e, src) for src in ("captures", "gaussian"))] for e in entries]
+    header = ["implementation", "status", "captures: deq", "captures: orig", "Gaussian: deq", "Gaussian: orig"]
+    body = [[e["name"], e["status"], *(_front_cell(e, src, m) for src in ("captures", "gaussian")
+                                       for m in ("deq", "orig"))] for e in entries]
     doc.table(FRONT_KEYS[0], header, body)
     own = [e["name"] for e in entries if e["self_quantizing"]]
     if own:
-        doc.p(f"Marked (orig): {', '.join(f'`{n}`' for n in own)} "
+        doc.p(f"{', '.join(f'`{n}`' for n in own)} "
               + ("quantizes for itself" if len(own) == 1 else "quantize for themselves")
-              + ", so the error shown is against the FP64 oracle on the original inputs (with the kernel's own "
-              "quantization of Q, K and V).")
+              + ", so only the orig error is defined (its FP8 inputs are its own).")
 
     if sh:
         about = [f"`{name}`"]
@@ -309,9 +334,14 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
         if meta.get("git_commit"):
             about.append(f"commit {meta['git_commit']}")
         fh, fb = _front_speed(sh, sb)
+        fh, fb, not_here = speed_columns_with_errors(fh, fb, [e["name"] for e in entries])
         doc.p(f"**Speed** on the **{device}** ({', '.join(about)}): where we land, TFLOP/s at each shape's longest "
-              "Gaussian sequence; zyfa-hopper is our kernel's default recipe, × its speed over the peer's.")
+              "Gaussian sequence, for the implementations with error rows above; zyfa-hopper is our kernel's "
+              "default recipe, × its speed over the peer's.")
         doc.table(FRONT_KEYS[1], fh, fb)
+        if not_here:
+            doc.p(f"Timed on the {device}, not in these results: {', '.join(not_here)} (the full table is in the "
+                  "speed section).")
     else:
         doc.p("**Speed**: no benchmark file with a \"where we land\" table was given (`zyfa bench` on a GPU writes "
               "`reports/bench/bench.json`; `--bench` names another).")

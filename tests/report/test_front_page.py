@@ -65,6 +65,32 @@ def _first_section_html(page: str) -> str:
     return parts[1]  # the text from the first <h2> to the second
 
 
+@pytest.fixture(scope="module")
+def front_doc_timed(small_results, bench_file):
+    """As front_doc, with rows for the timed implementations too (zyfa-hopper, bf16, cudnn-fp8: copies of zyfa's
+    rows under their names), so the speed table keeps their columns."""
+    import copy
+
+    path, _ = small_results
+    res = load_results([path])
+    inputs = sorted({r["input"] for r in res.rows})
+    for r in res.rows:
+        if r["input"] in inputs[: len(inputs) // 2]:
+            r["input_source"] = "capture"
+            r["input_model"] = "tiny"
+    extra = []
+    for r in res.rows:
+        if r["recipe"] == "zyfa":
+            for name in ("zyfa-hopper", "bf16", "cudnn-fp8"):
+                c = copy.deepcopy(r)
+                c["recipe"] = c["recipe_short"] = name
+                extra.append(c)
+    res.rows.extend(extra)
+    res.recipes.extend(["zyfa-hopper", "bf16", "cudnn-fp8"])
+    doc = build_report(res, bench=load_bench([bench_file]), plots=True)
+    return res.rows, doc, render_markdown(doc), render_html(doc)
+
+
 def test_the_first_section_holds_both_tables(front_doc):
     _, _, md, page = front_doc
     first = _first_section_html(page)
@@ -88,23 +114,45 @@ def test_error_table_means_intervals_and_status(front_doc):
     rows, _, md, page = front_doc
     t = md_tables(md)["t-front-error"]
     assert t == html_tables(page)["t-front-error"]
-    assert t[0] == ["implementation", "status", "captures: rel L2", "Gaussian: rel L2"]
+    assert t[0] == ["implementation", "status", "captures: deq", "captures: orig", "Gaussian: deq", "Gaussian: orig"]
     from zyfa.recipes import get_recipe
 
     shown = {line[0]: line for line in t[1:]}
     assert list(shown) == ["zyfa", "ck"]  # the ablation zyfa-exp2 is in the details only
     for name, line in shown.items():
         assert line[1] == get_recipe(name).status
-        for col, is_cap in ((2, True), (3, False)):
-            vals = [r["deq_rel_l2"] for r in rows if r["recipe"] == name
+        for col, is_cap, metric in ((2, True, "deq"), (3, True, "orig"), (4, False, "deq"), (5, False, "orig")):
+            vals = [r[f"{metric}_rel_l2"] for r in rows if r["recipe"] == name
                     and (r.get("input_source") == "capture") == is_cap]
             est, lo, hi = numbers(line[col])
             assert est == pytest.approx(float(np.mean(vals)), rel=6e-3)
             assert lo <= est <= hi and lo >= min(vals) * 0.99 and hi <= max(vals) * 1.01
 
 
-def test_speed_table_is_the_bench_where_we_land(front_doc):
+def test_error_table_explains_deq_and_orig(front_doc):
     _, _, md, _ = front_doc
+    first = md.split("\n## ", 2)[1]
+    assert "**deq**: against FP64 on the very FP8 inputs" in first and "**orig**: against FP64 on the original" in first
+
+
+def test_speed_columns_only_for_implementations_with_error_rows(front_doc):
+    _, _, md, _ = front_doc
+    t = md_tables(md)["t-front-speed"]
+    assert t[0] == ["shape", "s", "mask"]  # zyfa, ck: none of the timed implementations has error rows here
+    first = md.split("\n## ", 2)[1]
+    assert "Timed on the NVIDIA H200, not in these results: zyfa-hopper, cuDNN BF16, cuDNN FP8" in first
+
+
+def test_speed_columns_with_errors_keeps_ratio_columns_with_their_peer():
+    head = ["shape", "zyfa-hopper", "cuDNN FP8", "AMD Triton FP8", "× cuDNN FP8", "× AMD Triton FP8"]
+    body = [["hd128", "830", "927", "192", "0.90", "4.3"]]
+    h, b, dropped = front.speed_columns_with_errors(head, body, ["zyfa-hopper", "cudnn-fp8 (real, H200)"])
+    assert h == ["shape", "zyfa-hopper", "cuDNN FP8", "× cuDNN FP8"] and b == [["hd128", "830", "927", "0.90"]]
+    assert dropped == ["AMD Triton FP8"]
+
+
+def test_speed_table_is_the_bench_where_we_land(front_doc_timed):
+    _, _, md, _ = front_doc_timed
     t = md_tables(md)["t-front-speed"]
     head = t[0]
     assert head[:4] == ["shape", "s", "mask", "zyfa-hopper"]
@@ -144,6 +192,12 @@ def test_pareto_frontier_against_brute_force():
     assert front.pareto(pts) == ["slow-exact", "ours", "fast-rough"]
 
 
+def test_pareto_caption_says_why(front_doc_timed):
+    _, doc, _, _ = front_doc_timed
+    caps = [b[2] for b in doc.blocks if b[0] == "img" and b[1] == "fig_front_speed_accuracy.png"]
+    assert caps and "no other beats on both speed and error" in caps[0] and "by definition" in caps[0]
+
+
 def test_picture_and_frontier_line(front_doc):
     rows, doc, md, _ = front_doc
     assert "fig_front_speed_accuracy.png" in doc.images
@@ -155,7 +209,7 @@ def test_picture_and_frontier_line(front_doc):
     cap = {n: float(np.mean([r["deq_rel_l2"] for r in rows if r["recipe"] == n
                              and r.get("input_source") == "capture"])) for n in ("zyfa", "ck")}
     expect = ["zyfa", "ck"] if cap["zyfa"] < cap["ck"] else ["ck"]
-    assert f"Red: the Pareto frontier ({', '.join(expect)})." in md
+    assert f"Red: the Pareto frontier ({', '.join(expect)}): the implementations no other beats" in md
     assert "Timed, but without rows in these results: zyfa-hopper." in md  # timed, no error to plot
     assert "No speed-against-accuracy picture" not in md
     # each group keeps its own recipe figure next to the front page's
@@ -270,3 +324,46 @@ def test_a_measurement_made_again_later_replaces_the_earlier_row(tmp_path):
     md = render_markdown(build_report(res, plots=False, front=False))
     assert "1 rows were measured again later" in md
     assert load_results([a]).replaced == 0
+
+
+def _page_widths(page: Path, width: int, work: Path) -> tuple[int, int]:
+    """(document scroll width, viewport width) of ``page`` in headless Chromium at ``width`` px: a copy of the
+    page in ``work`` with a one-line script that writes both into the title (the report itself has no script)."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    from accuracy.report.document import CHROMIUM_FLAGS
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    probe = work / f"{page.parent.name}-width_probe.html"
+    probe.write_text(page.read_text(encoding="utf-8").replace(
+        "</body>", "<script>document.title = 'W' + document.documentElement.scrollWidth + 'x' + "
+                   "document.documentElement.clientWidth;</script></body>"), encoding="utf-8")
+    with tempfile.TemporaryDirectory() as prof:
+        res = subprocess.run([exe, *CHROMIUM_FLAGS, f"--user-data-dir={prof}", f"--window-size={width},1000",
+                              "--dump-dom", probe.resolve().as_uri()], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "HOME": prof})
+    m = re.search(r"<title>W(\d+)x(\d+)</title>", res.stdout)
+    assert m, res.stderr[-500:]
+    return int(m.group(1)), int(m.group(2))
+
+
+@pytest.mark.skipif(__import__("shutil").which("chromium") is None, reason="needs Debian's chromium (CI installs it)")
+def test_first_screen_fits_1280_px_without_horizontal_scroll(front_doc_timed, tmp_path):
+    from accuracy.report.document import write_report
+
+    _, doc, _, _ = front_doc_timed
+    page = write_report(doc, tmp_path / "report")["html"]
+    scroll, view = _page_widths(page, 1280, tmp_path)
+    assert view <= 1280 and scroll <= view, f"the page scrolls sideways: {scroll} px of content in {view} px"
+    for committed in ("study", "study-long"):
+        scroll, view = _page_widths(ROOT / "reports" / committed / "report.html", 1280, tmp_path)
+        assert scroll <= view, (committed, scroll, view)
+    # the measurement itself: a page wider than the window is seen as one
+    wide = tmp_path / "wide" / "report.html"
+    wide.parent.mkdir()
+    wide.write_text("<html><body><div style='width:3000px'>x</div></body></html>")
+    scroll, view = _page_widths(wide, 1280, tmp_path)
+    assert scroll > view
