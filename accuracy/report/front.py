@@ -204,7 +204,14 @@ def _front_cell(e: dict, src: str, metric: str = "deq") -> str:
     deq error of a kernel that quantizes for itself (it computed with its own FP8 values, not the recipe's)."""
     if not e[f"{src}_n"] or (metric == "deq" and e["self_quantizing"]):
         return "-"
-    return fmt_ci(e[f"{src}_{metric}_rel_l2"], "err")
+    est, lo, hi = e[f"{src}_{metric}_rel_l2"]
+    if not all(math.isfinite(v) for v in (est, lo, hi)):
+        return fmt_ci((est, lo, hi), "err")
+
+    def short(v: float) -> str:  # three digits, a one-digit exponent: six columns fit the first screen
+        return f"{v:.2e}".replace("e-0", "e-").replace("e+0", "e+")
+
+    return f"{short(est)} [{short(lo)}, {short(hi)}]"
 
 
 # the columns of the bench's "where we land" table and the implementations whose error rows they stand beside
@@ -315,8 +322,6 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
     front = pareto({n: (p[0], p[1]) for n, p in points.items()}) if len(points) >= 2 else []
     timed = [k for k in speeds if ":" not in k and k not in points and k not in BENCH_PEERS
              and k not in BENCH_PEERS.values() and k not in {e["name"] for e in entries}]
-    if plots and len(points) >= 2:
-        doc.img(*_figure(points, front, device, shape, timed), side=True)
     header = ["implementation", "status", "captures: deq", "captures: orig", "Gaussian: deq", "Gaussian: orig"]
     body = [[e["name"], e["status"], *(_front_cell(e, src, m) for src in ("captures", "gaussian")
                                        for m in ("deq", "orig"))] for e in entries]
@@ -326,6 +331,8 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
         doc.p(f"{', '.join(f'`{n}`' for n in own)} "
               + ("quantizes for itself" if len(own) == 1 else "quantize for themselves")
               + ", so only the orig error is defined (its FP8 inputs are its own).")
+    if plots and len(points) >= 2:  # below the error table, which keeps the page's full width for its six columns
+        doc.img(*_figure(points, front, device, shape, timed))
 
     if sh:
         about = [f"`{name}`"]
