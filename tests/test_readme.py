@@ -1,0 +1,38 @@
+"""The README is a front door: short, its findings table names where each answer comes from, and what it names
+exists in the repository."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_readme_is_short_and_in_order():
+    assert len(README.splitlines()) < 120
+    heads = [line[3:] for line in README.splitlines() if line.startswith("## ")]
+    assert heads[:5] == ["Set up and run", "Test", "What we found", "Commands", "Your own kernel through the study"]
+    assert 'python3 -m pytest -m "not gpu and not slow" -q' in README  # the command CI runs (.ci/run)
+    assert 'python3 -m pytest -m "not gpu and not slow" -q' in (ROOT / ".ci" / "run").read_text()
+
+
+def test_findings_table_names_existing_sources_backed_by_findings_md():
+    block = README.split("## What we found", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in block.splitlines() if line.startswith("| ") and not line.startswith("| question")]
+    assert len(rows) >= 6
+    findings = (ROOT / "docs" / "FINDINGS.md").read_text(encoding="utf-8")
+    for row in rows:
+        source = row.rstrip(" |").rsplit("|", 1)[1]
+        paths = re.findall(r"`?((?:reports|docs)/[\w./-]+)`?", source) + re.findall(r"(docs/[\w.]+\.md)", source)
+        assert paths, row
+        for p in paths:
+            assert (ROOT / p).exists(), f"{p} named in the README's findings table does not exist"
+    for number in ("0.40–0.84", "1.9×", "0.60×", "830", "1.000"):
+        assert number in README and number in findings, number
+
+
+def test_docs_the_readme_points_to_exist():
+    for p in set(re.findall(r"\b(docs/[\w]+\.md)", README)):
+        assert (ROOT / p).is_file(), p
