@@ -99,20 +99,26 @@ class RecipeAttention:
                 f"sequences?); the emulator expresses only causal and sliding-window attention, so run one "
                 f"unpadded sequence at a time")
 
-    def __call__(self, module, query, key, value, attention_mask, *, scaling=None, sliding_window=None,
-                 dropout=0.0, softcap=None, is_causal=None, **kwargs):
+    def layer_call(self, module, query, key, attention_mask, *, scaling, sliding_window, dropout, softcap,
+                   is_causal, what: str = "emulated") -> tuple[int, int | None, float]:
+        """Check one layer's call (mask, softcap, causality, dropout): (layer index, window, softmax scale)."""
         layer = int(getattr(module, "layer_idx", -1))
         if softcap is not None:
-            raise UnsupportedMaskError(f"layer {layer}: attention logit softcapping is not emulated")
+            raise UnsupportedMaskError(f"layer {layer}: attention logit softcapping is not {what}")
         if is_causal is False or not getattr(module, "is_causal", True):
             raise UnsupportedMaskError(f"layer {layer}: non-causal attention is not supported (decoders only)")
         if dropout and module.training:
-            raise ValueError(f"layer {layer}: attention dropout in training mode is not emulated")
+            raise ValueError(f"layer {layer}: attention dropout in training mode is not {what}")
         window = int(sliding_window) if sliding_window else None
-        s_q, s_k = query.shape[2], key.shape[2]
         if attention_mask is not None:
-            self.check_mask(attention_mask, s_q, s_k, window, layer)
-        sm_scale = float(scaling if scaling is not None else module.scaling)
+            self.check_mask(attention_mask, query.shape[2], key.shape[2], window, layer)
+        return layer, window, float(scaling if scaling is not None else module.scaling)
+
+    def __call__(self, module, query, key, value, attention_mask, *, scaling=None, sliding_window=None,
+                 dropout=0.0, softcap=None, is_causal=None, **kwargs):
+        layer, window, sm_scale = self.layer_call(module, query, key, attention_mask, scaling=scaling,
+                                                  sliding_window=sliding_window, dropout=dropout, softcap=softcap,
+                                                  is_causal=is_causal)
         with torch.no_grad():
             emu = emulate(query, key, value, self.recipe, causal=True, sm_scale=sm_scale, window=window)
         self.p_flushed[layer] = float(emu.stats.get("p_flushed_frac", 0.0))
@@ -161,18 +167,9 @@ class ModelAttention(RecipeAttention):
         from accuracy.implementations import call_implementation, unsupported_reason
         from accuracy.inputs import AttentionInput
 
-        layer = int(getattr(module, "layer_idx", -1))
-        if softcap is not None:
-            raise UnsupportedMaskError(f"layer {layer}: attention logit softcapping is not supported")
-        if is_causal is False or not getattr(module, "is_causal", True):
-            raise UnsupportedMaskError(f"layer {layer}: non-causal attention is not supported (decoders only)")
-        if dropout and module.training:
-            raise ValueError(f"layer {layer}: attention dropout in training mode is not supported")
-        window = int(sliding_window) if sliding_window else None
-        s_q, s_k = query.shape[2], key.shape[2]
-        if attention_mask is not None:
-            self.check_mask(attention_mask, s_q, s_k, window, layer)
-        sm_scale = float(scaling if scaling is not None else module.scaling)
+        layer, window, sm_scale = self.layer_call(module, query, key, attention_mask, scaling=scaling,
+                                                  sliding_window=sliding_window, dropout=dropout, softcap=softcap,
+                                                  is_causal=is_causal, what="supported")
         with torch.no_grad():
             if self.impl is None:
                 emu = emulate(query, key, value, self.recipe, causal=True, sm_scale=sm_scale, window=window)
