@@ -344,7 +344,7 @@ def test_bench_render_summarises_the_committed_h200_run(tmp_path):
 
     from zyfa.bench import render
 
-    src = Path(__file__).resolve().parents[2] / "reports" / "bench.json"
+    src = Path(__file__).resolve().parents[2] / "reports" / "bench" / "bench.json"
     dst = tmp_path / "bench_x.json"
     shutil.copy(src, dst)
 
