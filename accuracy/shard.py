@@ -41,8 +41,10 @@ __all__ = ["UNITS_PER_SECOND", "Dist", "ShardedResults", "format_plan", "launch"
 
 # Cost units (multiply-adds of the FP64 oracle, roughly) per second, by device kind: for --dry-run estimates.
 UNITS_PER_SECOND = {"cpu": 2.0e8, "cuda": 5.0e10}
-# Barrier and broadcast timeout of the process group (a dead peer makes the others fail, not hang forever).
-DEFAULT_TIMEOUT_S = 1800
+# Timeout of the process group's collectives: ranks that finish early wait at the barrier for the slowest, so it
+# is long (a grid's share can take hours); a dead peer still ends the wait (torchrun also stops the others).
+# ZYFA_SHARD_TIMEOUT_S overrides it.
+DEFAULT_TIMEOUT_S = 24 * 3600
 
 
 def sharded_launch() -> bool:
@@ -76,6 +78,16 @@ class Dist:
         td.broadcast_object_list(box, src=0)
         return box[0]
 
+    def gather(self, obj) -> list:
+        """Every rank's ``obj``, by rank, on every rank."""
+        if not self.grouped:
+            return [obj]
+        import torch.distributed as td
+
+        box: list = [None] * self.world
+        td.all_gather_object(box, obj)
+        return box
+
     def close(self) -> None:
         if self.grouped:
             import torch.distributed as td
@@ -85,7 +97,7 @@ class Dist:
             self.backend = None
 
 
-def launch(backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> Dist:
+def launch(backend: str | None = None, timeout_s: float | None = None) -> Dist:
     """Join the process group of a torchrun launch: gloo on CPU, nccl (one process per GPU, ``LOCAL_RANK``'s
     device made current) when CUDA is there; ``backend`` overrides. Outside torchrun: a 1-rank :class:`Dist`."""
     if not sharded_launch():
@@ -95,6 +107,11 @@ def launch(backend: str | None = None, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
         local = int(os.environ.get("LOCAL_RANK", rank))
     except ValueError:
         raise OutputError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (set by torchrun)") from None
+    if timeout_s is None:
+        try:
+            timeout_s = float(os.environ.get("ZYFA_SHARD_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
+        except ValueError:
+            raise OutputError("ZYFA_SHARD_TIMEOUT_S must be a number of seconds") from None
     import torch
     import torch.distributed as td
 
@@ -183,7 +200,7 @@ class ShardedResults:
 
     @classmethod
     def open(cls, path: str | Path, dist: Dist, *, force: bool = False, resume: bool = False,
-             planned: Sequence[tuple] = (), reader: Callable[[Path], tuple[list[dict], dict]],
+             planned: Sequence[tuple] | None = None, reader: Callable[[Path], tuple[list[dict], dict]],
              need_bytes: int = 0, flag: str = "--out") -> ShardedResults:
         path = Path(path)
         lock, answer = None, None
@@ -239,8 +256,8 @@ class ShardedResults:
             if kept and not prov:
                 raise OutputError(f"{folder} has no provenance record, so it is not a run to resume; use --force "
                                   f"or choose another {flag}")
-            planned_set = set(planned)
-            foreign = [k for k in (row_key(r) for r in kept) if k not in planned_set]
+            planned_set = set(planned) if planned is not None else None
+            foreign = [k for k in (row_key(r) for r in kept) if planned_set is not None and k not in planned_set]
             if foreign:
                 raise OutputError(f"{folder} holds rows this run would not make ({len(foreign)}, e.g. input "
                                   f"{foreign[0][0]!r} recipe {foreign[0][2]!r}): resume it with the same arguments, "
@@ -269,8 +286,10 @@ class ShardedResults:
         self._log.write_line(json.dumps({"record": "provenance", **provenance}))
 
     def add(self, row: dict) -> None:
+        """Append one finished row, stamped with this rank (fsync'd before returning)."""
         if self._log is None:
             raise RuntimeError("ShardedResults.start() first")
+        row["rank"] = self.dist.rank
         self._log.write_line(json.dumps(row))
 
     def _close_log(self) -> None:
@@ -278,8 +297,9 @@ class ShardedResults:
             self._log.close()
             self._log = None
 
-    def merge(self, keys: Sequence[tuple]) -> list[dict]:
-        """Every row of the rank files, in the planned order ``keys`` (RuntimeError naming a missing one)."""
+    def merge(self, keys: Sequence[tuple], order: Callable[[dict], tuple] | None = None) -> list[dict]:
+        """Every row of the rank files (the first of each :func:`row_key`): in the planned order ``keys``, or,
+        with ``order``, all of them sorted by ``order(row)``. RuntimeError naming a key of ``keys`` not made."""
         by: dict[tuple, dict] = {}
         for f in _rank_files(self.folder):
             for r in _read_rows(f)[0]:
@@ -288,17 +308,21 @@ class ShardedResults:
         if missing:
             raise RuntimeError(f"{len(missing)} planned rows were not made, e.g. {missing[0]}; the rows made are in "
                                f"{self.folder} (rerun with --resume)")
+        if order is not None:
+            return sorted(by.values(), key=order)
         return [by[k] for k in keys]
 
     def finish(self, keys: Sequence[tuple], provenance: Callable[[list[dict]], dict],
-               write: Callable[[Sequence[dict], Path, dict], object]) -> list[dict] | None:
-        """Collective: close this rank's file, barrier; rank 0 merges, writes ``<out>`` atomically, removes
-        ``<out>.partial/`` and drops the lock. Returns the merged rows on rank 0, None elsewhere."""
+               write: Callable[[Sequence[dict], Path, dict], object],
+               order: Callable[[dict], tuple] | None = None) -> list[dict] | None:
+        """Collective: close this rank's file, barrier; rank 0 merges (:meth:`merge`), writes ``<out>``
+        atomically, removes ``<out>.partial/`` and drops the lock. Returns the merged rows on rank 0, None
+        elsewhere."""
         self._close_log()
         self.dist.barrier()
         if self.dist.rank != 0:
             return None
-        rows = self.merge(keys)
+        rows = self.merge(keys, order)
         write(rows, self.path, provenance(rows))
         shutil.rmtree(self.folder, ignore_errors=True)
         self.release()
