@@ -308,7 +308,6 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
               + ", ".join(f"rank {k} {len(s)} rows" for k, s in enumerate(shares)))
 
     def add(row: dict) -> None:
-        row["rank"] = dist.rank
         row.setdefault("device", str(device))
         results.add(row)
 

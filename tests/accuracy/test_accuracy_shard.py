@@ -45,7 +45,7 @@ def _single(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _torchrun_cmd(n: int, *args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-addr",
-            "127.0.0.1", "--master-port", str(_free_port()), "-m", "zyfa.cli", *args]
+            "127.0.0.1", "--master-port", str(_free_port()), "-m", "zyfa", *args]  # zyfa/__main__.py
 
 
 def _torchrun(cwd: Path, n: int, *args: str) -> subprocess.CompletedProcess:
@@ -201,3 +201,18 @@ def test_plain_process_continues_a_sharded_partial(tmp_path, single):
     assert f"3 of {N_ROWS} rows done" in res.stdout
     _, rows = _lines(tmp_path / "p.jsonl")
     assert _what(rows) == single
+
+
+def test_torchrun_continues_a_single_process_partial(tmp_path, single):
+    """A single-process ``<out>.partial`` file (an interrupted plain run) is continued by 2 ranks."""
+    res = _single(tmp_path, *ARGS, RECIPES, "--out", "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    text = (tmp_path / "s.jsonl").read_text().splitlines()
+    (tmp_path / "s.jsonl.partial").write_text("\n".join(text[:3]) + "\n" + text[3][:50])  # 2 rows and a torn one
+    (tmp_path / "s.jsonl").unlink()
+    res = _torchrun(tmp_path, 2, *ARGS, RECIPES, "--out", "s.jsonl", "--resume")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"2 of {N_ROWS} rows done" in res.stdout
+    _, rows = _lines(tmp_path / "s.jsonl")
+    assert _what(rows) == single
+    assert not (tmp_path / "s.jsonl.partial").exists()
