@@ -29,6 +29,11 @@ finishes) or ``--resume`` (keep its rows, run only the (input, recipe) pairs not
 ``<out>.partial`` as they finish, so a killed run keeps them and ``--resume`` continues it; the finished file
 is written atomically and equals an uninterrupted run's rows (provenance and wall times aside).
 
+Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa accuracy ... --out r.jsonl`` gives each rank a
+share of the rows (:mod:`accuracy.shard`: longest first to the least-loaded rank, cost batch x heads x s_q x s_k x
+(d + d_v)); ranks write ``<out>.partial/rank-K.jsonl`` and rank 0 merges them into the file one process writes;
+``--resume`` works across any change of N; ``--dry-run [N]`` prints the plan and runs nothing.
+
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
 
@@ -256,7 +261,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     import uuid
 
     from accuracy.results_io import ROW_BYTES_ESTIMATE
-    from accuracy.shard import UNITS_PER_SECOND, Dist, ShardedResults, format_plan, launch, plan
+    from accuracy.shard import UNITS_PER_SECOND, Dist, ShardedResults, SharedOutputError, format_plan, launch, plan
     from zyfa.outputs import OutputError
 
     dry = args.dry_run is not None
@@ -292,9 +297,12 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, planned=keys,
                                       reader=_read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE)
     except (ValueError, FileNotFoundError, OutputError) as e:
+        status = _fail(e)
         if dist is not None:
+            if isinstance(e, SharedOutputError):
+                dist.settle()  # every rank has said it before any exits
             dist.close()
-        return _fail(e)
+        return status
 
     first_prov = results.provenance
     todo = [i for i, k in enumerate(keys) if k not in results.done]

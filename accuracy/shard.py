@@ -37,7 +37,8 @@ from pathlib import Path
 from accuracy.results_io import check_row, loads_checked, row_key
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
 
-__all__ = ["UNITS_PER_SECOND", "Dist", "ShardedResults", "format_plan", "launch", "plan", "sharded_launch"]
+__all__ = ["UNITS_PER_SECOND", "Dist", "SharedOutputError", "ShardedResults", "format_plan", "launch", "plan",
+           "sharded_launch"]
 
 # Cost units (multiply-adds of the FP64 oracle, roughly) per second, by device kind: for --dry-run estimates.
 UNITS_PER_SECOND = {"cpu": 2.0e8, "cuda": 5.0e10}
@@ -45,6 +46,11 @@ UNITS_PER_SECOND = {"cpu": 2.0e8, "cuda": 5.0e10}
 # is long (a grid's share can take hours); a dead peer still ends the wait (torchrun also stops the others).
 # ZYFA_SHARD_TIMEOUT_S overrides it.
 DEFAULT_TIMEOUT_S = 24 * 3600
+
+
+class SharedOutputError(OutputError):
+    """An ``--out`` refusal every rank raises alike (rank 0 decided it and broadcast it): the ranks can meet at a
+    barrier after reporting it (:meth:`Dist.settle`), so each rank's line is printed before torchrun stops any."""
 
 
 def sharded_launch() -> bool:
@@ -87,6 +93,11 @@ class Dist:
         box: list = [None] * self.world
         td.all_gather_object(box, obj)
         return box
+
+    def settle(self) -> None:
+        """A barrier that never raises: after a :class:`SharedOutputError`, before exiting."""
+        with contextlib.suppress(Exception):
+            self.barrier()
 
     def close(self) -> None:
         if self.grouped:
@@ -214,7 +225,7 @@ class ShardedResults:
         if "error" in answer:
             if lock is not None:
                 lock.release()
-            raise OutputError(answer["error"])
+            raise SharedOutputError(answer["error"])
         done = {tuple(k) for k in answer["done"]}
         return cls(path, dist, done=done, provenance=answer["provenance"], resumed=answer["resumed"],
                    reader=reader, lock=lock)

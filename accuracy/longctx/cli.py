@@ -21,6 +21,10 @@ Output: ``--out`` (default ``./zyfa-longctx/results.jsonl``) as in ``zyfa accura
 batches (rerun with ``--resume``). Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
 3 when rows failed (after writing everything; ``--allow-failed`` gives 0).
 
+Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` splits the (model, task, length,
+implementation) cells over the ranks; each rank loads only its models and rank 0 merges the rows in the grid's order;
+``--dry-run [N]`` prints the plan.
+
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
 
@@ -298,7 +302,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     from accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
     from accuracy.provenance import provenance
     from accuracy.results_io import jsonl_text, read_jsonl
-    from accuracy.shard import UNITS_PER_SECOND, Dist, ShardedResults, format_plan, launch, plan
+    from accuracy.shard import UNITS_PER_SECOND, Dist, ShardedResults, SharedOutputError, format_plan, launch, plan
     from capture.models import MODELS
     from zyfa.outputs import OutputError, atomic_write_text
 
@@ -328,6 +332,11 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
             device = torch.device("cuda", torch.cuda.current_device())
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=read_jsonl)
     except OutputError as e:
+        if isinstance(e, SharedOutputError):
+            print(f"zyfa longctx: {e}", file=sys.stderr)
+            dist.settle()  # every rank has said it before any exits
+            dist.close()
+            return 2
         dist.close()
         raise UsageError(str(e)) from None
 

@@ -216,3 +216,18 @@ def test_torchrun_continues_a_single_process_partial(tmp_path, single):
     _, rows = _lines(tmp_path / "s.jsonl")
     assert _what(rows) == single
     assert not (tmp_path / "s.jsonl.partial").exists()
+
+
+def test_a_live_run_on_the_output_refuses_every_rank(tmp_path):
+    """Rank 0 takes the same lock a single-process run holds: a live run on --out refuses all ranks, none hangs."""
+    from zyfa.outputs import RunLock
+
+    lock = RunLock.acquire(tmp_path / "l.jsonl.partial")
+    try:
+        res = _torchrun(tmp_path, 2, *ARGS, "zyfa,ck", "--out", "l.jsonl")
+    finally:
+        lock.release()
+    assert res.returncode != 0
+    said = [line for line in res.stderr.splitlines() if line.startswith("zyfa accuracy: error:")]
+    assert len(said) == 2 and all("another run is writing" in line for line in said), res.stderr
+    assert not (tmp_path / "l.jsonl").exists() and not (tmp_path / "l.jsonl.partial").exists()
