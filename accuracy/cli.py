@@ -29,6 +29,11 @@ finishes) or ``--resume`` (keep its rows, run only the (input, recipe) pairs not
 ``<out>.partial`` as they finish, so a killed run keeps them and ``--resume`` continues it; the finished file
 is written atomically and equals an uninterrupted run's rows (provenance and wall times aside).
 
+Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa accuracy ... --out r.jsonl`` gives each rank a
+share of the rows (:mod:`accuracy.shard`: longest first to the least-loaded rank, cost batch x heads x s_q x s_k x
+(d + d_v)); ranks write ``<out>.partial/rank-K.jsonl`` and rank 0 merges them into the file one process writes;
+``--resume`` works across any change of N; ``--dry-run [N]`` prints the plan and runs nothing.
+
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
 
@@ -119,6 +124,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-failed", action="store_true",
                         help=f"exit 0 even when rows failed or a kernel is nonconforming (default: exit "
                              f"{EXIT_FAILED_ROWS} after writing every row)")
+    s = parser.add_argument_group("sharding (torchrun --nproc-per-node N -m zyfa.cli accuracy ...; docs/SHARDING.md)")
+    s.add_argument("--dry-run", nargs="?", type=int, const=0, default=None, metavar="N",
+                   help="print the plan (cells per rank, estimated seconds) for N ranks (default: torchrun's "
+                        "WORLD_SIZE, else 1) and run nothing")
+    s.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                   help="process-group backend under torchrun (default: nccl with CUDA, else gloo)")
     r = parser.add_argument_group("real kernels (beside the recipes' emulations)")
     r.add_argument("--implementations", metavar="LIST",
                    help="built-in real implementations, comma-separated (triton:<recipe>, cudnn-fp8, "
@@ -148,6 +159,8 @@ def main(args: argparse.Namespace) -> int:
         out = _check_out(args.out)
         if out is None and (args.force or args.resume):
             raise UsageError("--force and --resume apply to --out")
+        if _sharded(args, out):
+            return _main_sharded(args, recipes, columns, out)
         results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=_read_finished) \
             if out is not None else None
         from accuracy.runner import input_key, resolve_device, run_accuracy, write_results
@@ -189,6 +202,18 @@ def main(args: argparse.Namespace) -> int:
                                                 "device", "device_name")}]}
     if results is not None:
         rows = results.rows_in_order(keys)
+    _print_report(rows, prov, inputs, columns, args)
+    if results is not None:
+        try:
+            results.finish(rows, prov, write_results)
+        except ValueError as e:
+            return _fail(e, results)
+        print(f"wrote {len(rows)} rows to {out}")
+    print(f"wall time {wall:.1f} s;  repro: {repro_command(args)}")
+    return failed_rows_status(rows, "zyfa accuracy", allow=args.allow_failed)
+
+
+def _print_report(rows, prov: dict, inputs, columns, args) -> None:
     commit = (prov.get("git_commit") or "no git")[:10] + ("+dirty" if prov.get("git_dirty") else "")
     print(f"zyfa accuracy  run {prov.get('run_id')}  zyfa {prov.get('zyfa_version')} @ {commit}  "
           f"torch {prov.get('torch')}  device {prov.get('device')} ({prov.get('device_name')})")
@@ -211,14 +236,137 @@ def main(args: argparse.Namespace) -> int:
         print(f"warning: {w}")
     for name, why in (prov.get("implementations_unavailable") or {}).items():
         print(f"not run: {name}: {why}")
-    if results is not None:
-        try:
-            results.finish(rows, prov, write_results)
-        except ValueError as e:
-            return _fail(e, results)
-        print(f"wrote {len(rows)} rows to {out}")
-    print(f"wall time {wall:.1f} s;  repro: {repro_command(args)}")
+
+
+# ---------------------------------------------------------------------------------------------- sharded runs
+
+def _sharded(args: argparse.Namespace, out: Path | None) -> bool:
+    """torchrun launched this process, a plan is asked for, or --out has a sharded run's ``<out>.partial/``."""
+    from accuracy.shard import sharded_launch
+    from zyfa.outputs import partial_path
+
+    return (sharded_launch() or args.dry_run is not None or args.backend is not None
+            or (out is not None and partial_path(out).is_dir()))
+
+
+def cell_cost(shape: dict) -> float:
+    """The estimated cost of one row on an input of ``shape``: batch x query heads x s_q x s_k x (d + d_v)."""
+    d_v = shape.get("head_dim_v") or shape["head_dim"]
+    return float(shape["batch"] * shape["heads_q"] * shape["seq_q"] * shape["seq_k"] * (shape["head_dim"] + d_v))
+
+
+def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) -> int:
+    """One rank of a sharded run (or its --dry-run): its share of the rows, rank 0 merging them into --out."""
+    import os
+    import uuid
+
+    from accuracy.results_io import ROW_BYTES_ESTIMATE
+    from accuracy.shard import UNITS_PER_SECOND, Dist, ShardedResults, SharedOutputError, format_plan, launch, plan
+    from zyfa.outputs import OutputError
+
+    dry = args.dry_run is not None
+    if dry and args.dry_run < 0:
+        return _fail("--dry-run takes a number of ranks of at least 1")
+    if not dry and out is None:
+        return _fail("a sharded run (torchrun) needs --out: the ranks' rows are merged into it")
+    results = None
+    dist = Dist(rank=int(os.environ.get("RANK", 0) or 0)) if dry else None
+    try:
+        if dist is None:
+            dist = launch(args.backend)
+        from accuracy.runner import input_key, resolve_device, run_accuracy, write_results
+
+        device = resolve_device(args.device)
+        if device.type == "cuda" and dist.grouped:
+            import torch
+
+            device = torch.device("cuda", torch.cuda.current_device())
+        impls = _parse_implementations(args)
+        inputs = _load_inputs(args, device)
+        usable = [i for i in impls if i.available()[0]]
+        cells = [(inp, input_key(inp, r.name), r.name) for inp in inputs for r in recipes]
+        cells += [(inp, input_key(inp, i.recipe, i.name), i.name) for inp in inputs for i in usable]
+        keys = [k for _, k, _ in cells]
+        costs = [cell_cost(inp.shape) for inp, _, _ in cells]
+        if dry:
+            world = args.dry_run or int(os.environ.get("WORLD_SIZE", 1) or 1)
+            if dist.rank == 0:
+                labels = [f"{inp.name} {name}" for inp, _, name in cells]
+                print(format_plan(labels, costs, plan(costs, world), UNITS_PER_SECOND.get(device.type, 2e8)))
+            return 0
+        results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, planned=keys,
+                                      reader=_read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE)
+    except (ValueError, FileNotFoundError, OutputError) as e:
+        status = _fail(e)
+        if dist is not None:
+            if isinstance(e, SharedOutputError):
+                dist.settle()  # every rank has said it before any exits
+            dist.close()
+        return status
+
+    first_prov = results.provenance
+    todo = [i for i, k in enumerate(keys) if k not in results.done]
+    shares = plan([costs[i] for i in todo], dist.world)
+    mine = {keys[todo[j]] for j in shares[dist.rank]}
+    run_id = first_prov.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
+    if dist.rank == 0:
+        if results.done:
+            print(f"resuming {results.folder}: {len(results.done)} of {len(keys)} rows done")
+        print(f"{dist.world} rank(s) ({dist.backend or 'one process'}): "
+              + ", ".join(f"rank {k} {len(s)} rows" for k, s in enumerate(shares)))
+
+    def add(row: dict) -> None:
+        row.setdefault("device", str(device))
+        results.add(row)
+
+    t0 = time.perf_counter()
+    try:
+        made = run_accuracy(inputs, recipes, device=device, progress=not args.no_progress and dist.rank == 0,
+                            seed=args.seed, skip=set(keys) - mine, on_start=results.start, on_row=add,
+                            run_id=run_id, implementations=impls)
+    except ValueError as e:
+        dist.close()
+        return _fail(e, results)
+    except KeyboardInterrupt:
+        dist.close()
+        return _fail("interrupted", results, status=130)
+
+    def merged_provenance(rows: list[dict]) -> dict:
+        prov = made.provenance
+        if first_prov:
+            prov = {**first_prov, "resumed": [*first_prov.get("resumed", []), {
+                k: made.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
+                                                    "device", "device_name")}]}
+        ranks = sorted({r.get("rank") for r in rows if isinstance(r.get("rank"), int)})
+        return {**prov, "world_size": dist.world, "backend": dist.backend,
+                "wall_time_s": time.perf_counter() - t0,
+                "ranks": [{"rank": k, "rows": sum(r.get("rank") == k for r in rows),
+                           "devices": sorted({str(r.get("device")) for r in rows if r.get("rank") == k})}
+                          for k in ranks]}
+
+    try:
+        rows = results.finish(keys, merged_provenance, write_results)
+    except (ValueError, RuntimeError, OutputError) as e:
+        dist.close()
+        return _fail(e, results)
+    dist.close()
+    if rows is None:  # not rank 0: its rows are merged there
+        return 0
+    prov = read_provenance(out)
+    _print_report(rows, prov, inputs, columns, args)
+    print(f"wrote {len(rows)} rows to {out} ({dist.world} rank(s), wall time {prov.get('wall_time_s', 0):.1f} s)")
+    print(f"repro: {repro_command(args)}")
     return failed_rows_status(rows, "zyfa accuracy", allow=args.allow_failed)
+
+
+def read_provenance(path: Path) -> dict:
+    """The provenance of a finished result file (empty if it has none)."""
+    from accuracy.runner import read_results
+
+    try:
+        return read_results(path).provenance
+    except (ValueError, OSError):
+        return {}
 
 
 def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> int:
@@ -249,7 +397,7 @@ def _fail(e: BaseException | str, results=None, status: int = 2) -> int:
     kept = ""
     if results is not None:
         results.close()
-        if results.partial.is_file():
+        if results.partial.exists():
             kept = f"; the rows finished so far are in {results.partial} (rerun with --resume to continue)"
     print(f"zyfa accuracy: error: {e}{kept}", file=sys.stderr)
     return status

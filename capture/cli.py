@@ -29,6 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="which capture window of the text (default 0); windows never overlap")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                         help="dtype the model runs in and Q/K/V are stored in, exactly (default fp32)")
+    parser.add_argument("--device-map", default=None, metavar="MAP",
+                        help="spread the model over devices through accelerate (a model larger than one GPU): "
+                             "auto, balanced, sequential, one device (cpu, cuda:1), or a JSON object (inline or a "
+                             ".json file) of module name -> device; default: the whole model on the CPU")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing different capture")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--list", action="store_true", help="list registry models and texts, then exit")
@@ -44,6 +48,8 @@ def _command(args: argparse.Namespace) -> str:
             parts += [flag, value]
     if args.window_index:
         parts += ["--window-index", str(args.window_index)]
+    if getattr(args, "device_map", None) is not None:
+        parts += ["--device-map", args.device_map]
     parts += ["--dtype", args.dtype, "--out", args.out]
     return " ".join(shlex.quote(p) for p in parts)
 
@@ -71,11 +77,14 @@ def main(args: argparse.Namespace) -> int:
         return 2
     command = _command(args)
     try:
+        from capture.models import parse_device_map
+
+        device_map = parse_device_map(getattr(args, "device_map", None))
         res = run_capture(
             args.model, args.text, args.tokens, args.out,
             layers=parse_index_list(args.layers), heads=parse_index_list(args.heads),
             window_index=args.window_index, dtype=args.dtype, overwrite=args.overwrite,
-            progress=not args.no_progress, command=command,
+            progress=not args.no_progress, command=command, device_map=device_map,
         )
     except (UnknownModelError, UnknownTextError, ContextTooLongError, WindowOutOfRangeError,
             NoAttentionInterfaceError, CaptureMismatchError, CaptureFormatError, ValueError) as e:

@@ -16,7 +16,8 @@ whose sha256 is checked too, and written atomically. transformers dequantizes th
 
 Any Hugging Face model directory, ``.gguf`` file or hub id is accepted as well.
 
-Exposed: ``MODELS``, ``ModelSpec``, ``get_model_spec``, ``fetch_model``, ``load_model``, ``LoadedModel``,
+Exposed: ``MODELS``, ``ModelSpec``, ``get_model_spec``, ``fetch_model``, ``load_model``, ``parse_device_map``,
+``LoadedModel``,
 ``check_context``, and the errors ``UnknownModelError``, ``NoAttentionInterfaceError``,
 ``ContextTooLongError`` (plus ``capture.fetch.FetchError``/``HashMismatchError``).
 """
@@ -236,11 +237,14 @@ def load_model(
     *,
     dtype: str = "fp32",
     progress: Callable[[str, int, int], None] | None = None,
+    device_map: str | dict | None = None,
 ) -> LoadedModel:
     """Load a registry model (offline, from the cache) or any HF directory / ``.gguf`` file / hub id.
 
     The model is in eval mode, runs stock ``"sdpa"`` attention, and is checked to use transformers'
-    AttentionInterface (else NoAttentionInterfaceError).
+    AttentionInterface (else NoAttentionInterfaceError). ``device_map`` (:func:`parse_device_map`): placed by
+    accelerate across devices (``"auto"`` spreads a model larger than one GPU over all of them, then CPU); None
+    loads it whole on the CPU.
     """
     import torch  # noqa: F401  (imported before transformers so that its version is the one recorded)
 
@@ -282,6 +286,12 @@ def load_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kw = {"gguf_file": gguf_file} if gguf_file else {}
+    if device_map is not None:
+        try:
+            import accelerate  # noqa: F401
+        except ImportError:
+            raise ValueError("--device-map needs the accelerate package (pip install accelerate)") from None
+        kw["device_map"] = device_map
     if local_only:
         kw["local_files_only"] = True
     with _offline(local_only):
@@ -312,6 +322,55 @@ def load_model(
     )
     return LoadedModel(model=model, tokenizer=tokenizer, name=provenance["model"], max_context=max_context,
                        provenance=provenance)
+
+
+DEVICE_MAP_WORDS = ("auto", "balanced", "balanced_low_0", "sequential")
+
+
+def parse_device_map(spec: str | None) -> str | dict | None:
+    """``--device-map``: None; ``auto`` / ``balanced`` / ``balanced_low_0`` / ``sequential`` (accelerate places
+    the layers); one device (``cpu``, ``cuda:1``, ``0``: the whole model there); or a JSON object, inline or in a
+    ``.json`` file, of module name -> device (``{"model.embed_tokens": 0, "model.layers.0": 1, ..., "": "cpu"}``).
+    ValueError (one line) for anything else."""
+    if spec is None:
+        return None
+    text = spec.strip()
+    if text in DEVICE_MAP_WORDS:
+        return text
+    if text.endswith(".json") and not text.startswith("{"):
+        try:
+            text = Path(text).expanduser().read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"--device-map: cannot read {spec}: {getattr(e, 'strerror', None) or e}") from None
+    if text.startswith("{"):
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--device-map: not a JSON object ({e.msg})") from None
+        if not isinstance(obj, dict) or not obj:
+            raise ValueError("--device-map: a JSON object of module name -> device is expected")
+        for k, v in obj.items():
+            if isinstance(v, bool) or not isinstance(v, (int, str)):
+                raise ValueError(f"--device-map: device of {k!r} must be a GPU index or a name like 'cpu' or "
+                                 f"'cuda:1', got {v!r}")
+            _check_device(v)
+        return obj
+    if text.isdigit():
+        return {"": int(text)}
+    _check_device(text)
+    return {"": text}
+
+
+def _check_device(v: int | str) -> None:
+    import torch
+
+    if isinstance(v, int) or v in ("disk",):
+        return
+    try:
+        torch.device(v)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"--device-map: {v!r} is not a device (use auto, cpu, cuda:N, a GPU index or a JSON "
+                         "object of module -> device)") from None
 
 
 @contextlib.contextmanager

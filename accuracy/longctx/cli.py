@@ -21,6 +21,10 @@ Output: ``--out`` (default ``./zyfa-longctx/results.jsonl``) as in ``zyfa accura
 batches (rerun with ``--resume``). Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
 3 when rows failed (after writing everything; ``--allow-failed`` gives 0).
 
+Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` splits the (model, task, length,
+implementation) cells over the ranks; each rank loads only its models and rank 0 merges the rows in the grid's order;
+``--dry-run [N]`` prints the plan.
+
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
@@ -80,6 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help=f"results JSONL (default ./{DEFAULT_OUT})")
     parser.add_argument("--force", action="store_true", help="replace an existing --out when the run finishes")
     parser.add_argument("--resume", action="store_true", help="continue --out: run only the missing rows")
+    parser.add_argument("--dry-run", nargs="?", type=int, const=0, default=None, metavar="N",
+                        help="print the plan of cells (model, task, length, implementation) per rank with estimated "
+                             "seconds for N ranks (default: torchrun's WORLD_SIZE, else 1); runs nothing")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                        help="process-group backend under torchrun (default: nccl with CUDA, else gloo)")
     parser.add_argument("--allow-failed", action="store_true", help="exit 0 even when rows failed")
     parser.add_argument("--render", default=None, metavar="RESULTS",
                         help="render RESULTS (JSONL files, comma-separated or a quoted glob) into --out (a folder: "
@@ -211,6 +221,11 @@ def _run(args: argparse.Namespace) -> int:
     spec = GridSpec(models=models, implementations=names, tasks=tasks, lengths=lengths, depths=depths,
                     seeds=list(range(args.seeds)), text=args.text, layers=layers, op_layers=args.op_layers,
                     fallback=None if args.fallback == "none" else "stock")
+    from accuracy.shard import sharded_launch
+    from zyfa.outputs import partial_path
+
+    if sharded_launch() or args.dry_run is not None or args.backend is not None or partial_path(out).is_dir():
+        return _run_sharded(args, spec, device, plugins, nonconforming, out)
     try:
         results = ResultsFile.open(out, force=args.force, resume=args.resume)
     except OutputError as e:
@@ -248,6 +263,145 @@ def _run(args: argparse.Namespace) -> int:
     failed = sum(1 for r in rows if r.get("status") in ("failed", "nonconforming"))
     print(f"zyfa longctx: wrote {len(rows)} rows to {out}" + (f" ({failed} failed)" if failed else ""),
           file=sys.stderr)
+    if failed and not args.allow_failed:
+        return EXIT_FAILED_ROWS
+    return 0
+
+
+def cell_cost(length: int, prompts: int) -> float:
+    """Estimated cost of a (model, task, length, implementation) cell: prompts x length x (length + 2048), the
+    attention (length^2) beside the rest of the prefill (linear in length; 2048 weighs it for a small model)."""
+    return float(prompts * length * (length + 2048))
+
+
+def grid_order(spec) -> Callable[[dict], tuple]:
+    """The sort key that puts rows in a single-process run's order: model, task, length, depth, seed,
+    implementation, each in the order asked."""
+    lengths = {n: i for i, n in enumerate(spec.lengths)} if spec.lengths else {}
+
+    def key(row: dict) -> tuple:
+        def at(seq, v):
+            return seq.index(v) if v in seq else len(seq)
+
+        n = row.get("length") or 0
+        return (at(spec.models, row.get("model")), at(spec.tasks, row.get("task")), lengths.get(n, n),
+                at(spec.depths, row.get("depth")), at(spec.seeds, row.get("seed")),
+                at(spec.implementations, row.get("implementation")), str(row.get("input")))
+    return key
+
+
+def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming: dict, out: Path) -> int:
+    """One rank of a sharded ``zyfa longctx`` (or its --dry-run): cells (model, task, length, implementation)
+    planned by :func:`accuracy.shard.plan` over :func:`cell_cost`, rank 0 merging in :func:`grid_order`."""
+    import os
+    import time
+    import uuid
+
+    import torch
+
+    from accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
+    from accuracy.provenance import provenance
+    from accuracy.results_io import jsonl_text, read_jsonl
+    from accuracy.shard import UNITS_PER_SECOND, Dist, ShardedResults, SharedOutputError, format_plan, launch, plan
+    from capture.models import MODELS
+    from zyfa.outputs import OutputError, atomic_write_text
+
+    cells = []
+    for m in spec.models:
+        ctx = MODELS[m].max_context if m in MODELS else None
+        try:
+            lengths = plan_lengths(spec.lengths, ctx, m)[0] if ctx is not None else list(spec.lengths or
+                                                                                         DEFAULT_LENGTHS)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        cells += [(m, t, n, name) for t in spec.tasks for n in lengths for name in spec.implementations]
+    per_cell = len(spec.depths) * len(spec.seeds)
+    rate = UNITS_PER_SECOND.get(device.type, 2e8) / 50  # a model's prefill, not one attention operator
+    if args.dry_run is not None:
+        if args.dry_run < 0:
+            raise UsageError("--dry-run takes a number of ranks of at least 1")
+        world = args.dry_run or int(os.environ.get("WORLD_SIZE", 1) or 1)
+        if int(os.environ.get("RANK", 0) or 0) == 0:
+            costs = [cell_cost(n, per_cell) for _, _, n, _ in cells]
+            print(format_plan([f"{m} {t} L{n} {name}" for m, t, n, name in cells], costs, plan(costs, world), rate))
+        return 0
+    dist = Dist()
+    try:
+        dist = launch(args.backend)
+        if device.type == "cuda" and dist.grouped:
+            device = torch.device("cuda", torch.cuda.current_device())
+        results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=read_jsonl)
+    except OutputError as e:
+        if isinstance(e, SharedOutputError):
+            print(f"zyfa longctx: {e}", file=sys.stderr)
+            dist.settle()  # every rank has said it before any exits
+            dist.close()
+            return 2
+        dist.close()
+        raise UsageError(str(e)) from None
+
+    def left(cell) -> int:
+        m, t, n, name = cell
+        head = row_input(m, t, n, 0, 0).rsplit("/", 2)[0] + "/"
+        return per_cell - sum(1 for k in results.done if str(k[0]).startswith(head) and k[3] == name)
+
+    todo = [c for c in cells if left(c) > 0]
+    shares = plan([cell_cost(c[2], left(c)) for c in todo], dist.world)
+    owned = {todo[i] for i in shares[dist.rank]}
+    run_id = results.provenance.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
+    prov = provenance({"command": "zyfa longctx " + " ".join(shlex.quote(a) for a in sys.argv[2:]),
+                       "device": str(device), "models": spec.models, "implementations": spec.implementations,
+                       "tasks": spec.tasks, "lengths": spec.lengths, "depths": spec.depths, "seeds": spec.seeds,
+                       "text": spec.text, "model_dtype": args.dtype, "fallback": args.fallback,
+                       "layers": spec.layers, "plugins": {p.name: p.description for p in plugins},
+                       "nonconforming": nonconforming, "run_id": run_id})
+    if dist.rank == 0:
+        print(f"zyfa longctx: {dist.world} rank(s), " + ", ".join(f"rank {k} {len(s)} cells"
+                                                             for k, s in enumerate(shares)), file=sys.stderr)
+    results.start(prov)
+    batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 8192)
+    t0 = time.perf_counter()
+    try:
+        res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
+                          batch_tokens=batch_tokens, max_seconds=args.max_seconds,
+                          progress=not args.no_progress and dist.rank == 0, run_id=run_id,
+                          nonconforming=nonconforming, owns=lambda m, t, n, name: (m, t, n, name) in owned)
+    except ValueError as e:
+        results.close()
+        dist.close()
+        raise UsageError(str(e)) from None
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    states = dist.gather((res["complete"], res["keys"]))
+    if not all(c for c, _ in states):
+        results.close()
+        dist.close()
+        if dist.rank == 0:
+            print(f"zyfa longctx: stopped at the --max-seconds budget; the rows made are in {results.folder}; run "
+                  "the same command with --resume to continue", file=sys.stderr)
+        return 0
+    keys = [tuple(k) for _, ks in states for k in ks]
+
+    def merged_provenance(rows: list[dict]) -> dict:
+        first = results.provenance
+        p = {**first, "resumed": [*first.get("resumed", []), {k: prov.get(k) for k in (
+            "date_utc", "git_commit", "git_dirty", "zyfa_version", "argv", "device")}]} if first else prov
+        return {**p, "world_size": dist.world, "backend": dist.backend, "wall_time_s": time.perf_counter() - t0,
+                "ranks": [{"rank": k, "rows": sum(r.get("rank") == k for r in rows)} for k in range(dist.world)]}
+
+    try:
+        rows = results.finish(keys, merged_provenance, lambda rs, path, p: atomic_write_text(path, jsonl_text(rs, p)),
+                              order=grid_order(spec))
+    except (RuntimeError, OutputError) as e:
+        results.close()
+        dist.close()
+        raise UsageError(str(e)) from None
+    dist.close()
+    if rows is None:
+        return 0
+    failed = sum(1 for r in rows if r.get("status") in ("failed", "nonconforming"))
+    print(f"zyfa longctx: wrote {len(rows)} rows to {out} ({dist.world} rank(s))"
+          + (f" ({failed} failed)" if failed else ""), file=sys.stderr)
     if failed and not args.allow_failed:
         return EXIT_FAILED_ROWS
     return 0

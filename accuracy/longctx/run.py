@@ -108,11 +108,16 @@ def _max_context(model_name: str) -> int | None:
 def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "fp32", plugins=(),
                 batch_tokens: int = 8192, max_seconds: float | None = None, progress: bool = True,
                 run_id: str | None = None, log: Callable[[str], None] | None = None,
-                nonconforming: dict[str, str] | None = None) -> dict[str, Any]:
+                nonconforming: dict[str, str] | None = None,
+                owns: Callable[[str, str, int, str], bool] | None = None) -> dict[str, Any]:
     """Run the grid into ``results`` (an opened :class:`~accuracy.results_io.ResultsFile`, started by the
     caller). ``nonconforming``: implementation -> the conformance probes' line (:mod:`accuracy.conformance`); such
     an implementation is not run, its rows are ``status: nonconforming`` with that line. Returns
-    ``{"keys": planned row keys, "complete": bool, "made": rows made, "failed": n}``.
+    ``{"keys": planned row keys, "order": their places in a whole grid's order, "complete": bool, "made": rows made,
+    "failed": n}``.
+
+    ``owns(model, task, length, implementation)``: a sharded run's share (:mod:`accuracy.shard`); cells it does not
+    own are neither run nor planned here, and a model with no owned cell is not loaded.
 
     Raises:
         ValueError: a length above a model's context, a prompt that cannot hold its needle, an unknown
@@ -128,6 +133,7 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
     t_start = time.perf_counter()
     plat, plat_note = device_platform(device)
     keys: list[tuple] = []
+    order: list[tuple] = []
     made = failed = 0
     complete = True
     for name in spec.implementations:  # every name checked before any model loads
@@ -137,7 +143,12 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
         ctx = _max_context(model_name)
         if ctx is not None:
             plan_lengths(spec.lengths, ctx, model_name)  # refuse before the (slow) load
-    for model_name in spec.models:
+    for mi, model_name in enumerate(spec.models):
+        ctx = _max_context(model_name)
+        if owns is not None and ctx is not None and not any(
+                owns(model_name, task, n, name) for task in spec.tasks
+                for n in plan_lengths(spec.lengths, ctx, model_name)[0] for name in spec.implementations):
+            continue  # none of this model's cells is this rank's: not loaded here
         t0 = time.perf_counter()
         loaded = load_model(model_name, dtype=dtype)
         model = loaded.model.to(device)
@@ -169,10 +180,18 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                 prompts[(task, n, d, s)] = build_prompt(tok, task, n, d, s, text=spec.text)
             except PromptError as e:
                 raise ValueError(f"{model_name}: {e}") from None
+        def mine(task, n, name, model_name=model_name):
+            return owns is None or owns(model_name, task, n, name)
+
         todo_total = sum(1 for (task, n, d, s), p in prompts.items() for name in spec.implementations
-                         if _key(model_name, task, n, d, s, p, name, plugins) not in results.done)
+                         if mine(task, n, name)
+                         and _key(model_name, task, n, d, s, p, name, plugins) not in results.done)
         for (task, n, d, s), p in prompts.items():
-            keys += [_key(model_name, task, n, d, s, p, name, plugins) for name in spec.implementations]
+            for ii, name in enumerate(spec.implementations):
+                if mine(task, n, name):
+                    keys.append(_key(model_name, task, n, d, s, p, name, plugins))
+                    order.append((mi, spec.tasks.index(task), lengths.index(n), spec.depths.index(d),
+                                  spec.seeds.index(s), ii))
         bar = tqdm(total=todo_total, desc=model_name, unit="prompt", disable=not progress, dynamic_ncols=True,
                    file=sys.stderr)
         try:
@@ -180,6 +199,8 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                 for n in lengths:
                     cell = [(d, s, prompts[(task, n, d, s)]) for d in spec.depths for s in spec.seeds]
                     for name in spec.implementations:
+                        if not mine(task, n, name):
+                            continue
                         todo = [(d, s, p) for d, s, p in cell
                                 if _key(model_name, task, n, d, s, p, name, plugins) not in results.done]
                         per_batch = max(1, batch_tokens // n)
@@ -189,7 +210,8 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                                 complete = False
                                 log(f"[longctx] stopping: {max_seconds:.0f} s budget reached; run again with "
                                     "--resume to continue")
-                                return {"keys": keys, "complete": False, "made": made, "failed": failed}
+                                return {"keys": keys, "order": order, "complete": False, "made": made,
+                                        "failed": failed}
                             batch = todo[i:i + per_batch]
                             rows = _score_batch(model, name, batch, task=task, length=n, device=device,
                                                 plugins=plugins, spec=spec, op_layers=op_layers if i == 0 else [],
@@ -209,7 +231,7 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
         del loaded, model
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return {"keys": keys, "complete": complete, "made": made, "failed": failed}
+    return {"keys": keys, "order": order, "complete": complete, "made": made, "failed": failed}
 
 
 def _paired_recipe(name: str, plugins) -> str | None:

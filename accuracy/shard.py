@@ -1,0 +1,350 @@
+"""Sharded sweeps under ``torchrun``: which rank runs which cell, per-rank row files, the merge by rank 0.
+
+A sweep is a list of independent cells, each with an estimated cost. Under ``torchrun --nproc-per-node N``
+every rank makes the same list, :func:`plan` gives each rank its share, each rank writes its rows to its own
+``<out>.partial/rank-K.jsonl`` (one fsync'd line per row, :class:`zyfa.outputs.AppendLog`), and after a barrier
+rank 0 merges every rank file into ``<out>``: the rows a single process writes, in the same planned order.
+
+Plan rule (deterministic): cells sorted by cost, largest first (ties: planned order), each given to the rank
+with the least cost so far (ties: the lowest rank): LPT, within 4/3 of the best makespan. Cost models live with
+the commands (``accuracy``: batch x query heads x s_q x s_k x (d + d_v) per row); :data:`UNITS_PER_SECOND`
+turns cost units into the rough seconds ``--dry-run`` prints.
+
+Files and locks: rank 0 alone holds the output's :class:`zyfa.outputs.RunLock` (``<out>.partial.lock``, the lock
+a single-process run takes), decides refuse / ``--force`` / ``--resume`` and broadcasts the done set (the rows
+of every rank file in ``<out>.partial/``, of a single-process ``<out>.partial`` file, moved in as
+``single.jsonl``, and of a finished ``<out>``); the other ranks take no lock. So ``--resume`` works across any
+change of N, including N = 1 (a plain run finding ``<out>.partial/`` continues it here). A rank killed by
+SIGKILL loses only its row in flight (a torn last line is cut off when its file is continued).
+
+Exposed:
+    Dist / launch(backend=None)            the process group of a torchrun launch (a 1-rank stand-in otherwise)
+    plan(costs, world) -> [[cell index]]   LPT assignment, cells of a rank in planned order
+    format_plan(labels, costs, shares, units_per_s) -> str
+    ShardedResults                         the rank files, the done set, rank 0's merge
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from accuracy.results_io import check_row, loads_checked, row_key
+from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
+
+__all__ = ["UNITS_PER_SECOND", "Dist", "SharedOutputError", "ShardedResults", "format_plan", "launch", "plan",
+           "sharded_launch"]
+
+# Cost units (multiply-adds of the FP64 oracle, roughly) per second, by device kind: for --dry-run estimates.
+UNITS_PER_SECOND = {"cpu": 2.0e8, "cuda": 5.0e10}
+# Timeout of the process group's collectives: ranks that finish early wait at the barrier for the slowest, so it
+# is long (a grid's share can take hours); a dead peer still ends the wait (torchrun also stops the others).
+# ZYFA_SHARD_TIMEOUT_S overrides it.
+DEFAULT_TIMEOUT_S = 24 * 3600
+
+
+class SharedOutputError(OutputError):
+    """An ``--out`` refusal every rank raises alike (rank 0 decided it and broadcast it): the ranks can meet at a
+    barrier after reporting it (:meth:`Dist.settle`), so each rank's line is printed before torchrun stops any."""
+
+
+def sharded_launch() -> bool:
+    """Whether this process was started by torchrun (``WORLD_SIZE`` and ``RANK`` in the environment)."""
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+class Dist:
+    """A torchrun launch's rank, world size and collectives; world 1 without a process group otherwise."""
+
+    def __init__(self, rank: int = 0, world: int = 1, local_rank: int = 0, backend: str | None = None):
+        self.rank, self.world, self.local_rank, self.backend = rank, world, local_rank, backend
+
+    @property
+    def grouped(self) -> bool:
+        return self.backend is not None
+
+    def barrier(self) -> None:
+        if self.grouped:
+            import torch.distributed as td
+
+            td.barrier()
+
+    def broadcast(self, obj):
+        """Rank 0's ``obj`` on every rank."""
+        if not self.grouped:
+            return obj
+        import torch.distributed as td
+
+        box = [obj if self.rank == 0 else None]
+        td.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def gather(self, obj) -> list:
+        """Every rank's ``obj``, by rank, on every rank."""
+        if not self.grouped:
+            return [obj]
+        import torch.distributed as td
+
+        box: list = [None] * self.world
+        td.all_gather_object(box, obj)
+        return box
+
+    def settle(self) -> None:
+        """A barrier that never raises: after a :class:`SharedOutputError`, before exiting."""
+        with contextlib.suppress(Exception):
+            self.barrier()
+
+    def close(self) -> None:
+        if self.grouped:
+            import torch.distributed as td
+
+            with contextlib.suppress(Exception):
+                td.destroy_process_group()
+            self.backend = None
+
+
+def launch(backend: str | None = None, timeout_s: float | None = None) -> Dist:
+    """Join the process group of a torchrun launch: gloo on CPU, nccl (one process per GPU, ``LOCAL_RANK``'s
+    device made current) when CUDA is there; ``backend`` overrides. Outside torchrun: a 1-rank :class:`Dist`."""
+    if not sharded_launch():
+        return Dist()
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", rank))
+    except ValueError:
+        raise OutputError("RANK, WORLD_SIZE and LOCAL_RANK must be integers (set by torchrun)") from None
+    if timeout_s is None:
+        try:
+            timeout_s = float(os.environ.get("ZYFA_SHARD_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
+        except ValueError:
+            raise OutputError("ZYFA_SHARD_TIMEOUT_S must be a number of seconds") from None
+    import torch
+    import torch.distributed as td
+
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() and td.is_nccl_available() else "gloo"
+    if backend not in ("gloo", "nccl"):
+        raise OutputError(f"--backend must be gloo or nccl, got {backend!r}")
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise OutputError("--backend nccl needs CUDA, and this machine has none (use gloo)")
+        torch.cuda.set_device(local % torch.cuda.device_count())
+    td.init_process_group(backend=backend, timeout=_dt.timedelta(seconds=timeout_s))
+    return Dist(rank, world, local, backend)
+
+
+def plan(costs: Sequence[float], world: int) -> list[list[int]]:
+    """Each rank's cells (indices into ``costs``, in planned order): longest first to the least-loaded rank."""
+    if world < 1:
+        raise ValueError("world size must be at least 1")
+    loads = [0.0] * world
+    shares: list[list[int]] = [[] for _ in range(world)]
+    for i in sorted(range(len(costs)), key=lambda i: (-float(costs[i]), i)):
+        k = min(range(world), key=lambda r: (loads[r], r))
+        shares[k].append(i)
+        loads[k] += float(costs[i])
+    return [sorted(s) for s in shares]
+
+
+def format_plan(labels: Sequence[str], costs: Sequence[float], shares: Sequence[Sequence[int]],
+                units_per_s: float, done: set[int] = frozenset()) -> str:
+    """The plan as text: per rank, its cell count and estimated seconds, then its cells."""
+    total = sum(costs[i] for s in shares for i in s)
+    lines = [f"plan: {sum(len(s) for s in shares)} cells to run on {len(shares)} rank(s)"
+             + (f" ({len(done)} done already)" if done else "")
+             + f", estimated {total / units_per_s:.1f} s of work"]
+    for k, share in enumerate(shares):
+        est = sum(costs[i] for i in share) / units_per_s
+        lines.append(f"rank {k}: {len(share)} cells, estimated {est:.1f} s")
+        lines += [f"  {labels[i]}  ({costs[i] / units_per_s:.2f} s)" for i in share]
+    return "\n".join(lines)
+
+
+def _read_rows(path: Path) -> tuple[list[dict], dict]:
+    lines, _ = read_complete_lines(path)
+    rows, prov = [], {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        obj = loads_checked(line, f"{path}:{n}")
+        if isinstance(obj, dict) and obj.get("record") == "provenance":
+            prov = prov or {k: v for k, v in obj.items() if k != "record"}
+        else:
+            rows.append(check_row(obj, f"{path}:{n}"))
+    return rows, prov
+
+
+def _rank_files(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.iterdir() if p.suffix == ".jsonl" and p.is_file()), key=lambda p: p.name)
+
+
+class ShardedResults:
+    """``--out`` of a sharded run: this rank's ``<out>.partial/rank-K.jsonl``, the done set, rank 0's merge.
+
+    Every rank calls :meth:`open` (collective). Rank 0 takes the run lock, applies the refuse / force / resume
+    policy and broadcasts (error or done keys and the first run's provenance); a refused run raises the same
+    OutputError on every rank.
+    """
+
+    def __init__(self, path: Path, dist: Dist, *, done: set, provenance: dict, resumed: bool,
+                 reader: Callable[[Path], tuple[list[dict], dict]], lock: RunLock | None):
+        self.path, self.dist = path, dist
+        self.folder = partial_path(path)
+        self.partial = self.folder
+        self.done = done
+        self.provenance = provenance
+        self.resumed_from = self.folder if resumed else None
+        self._reader = reader
+        self.lock = lock
+        self._log: AppendLog | None = None
+
+    @property
+    def rank_file(self) -> Path:
+        return self.folder / f"rank-{self.dist.rank}.jsonl"
+
+    @classmethod
+    def open(cls, path: str | Path, dist: Dist, *, force: bool = False, resume: bool = False,
+             planned: Sequence[tuple] | None = None, reader: Callable[[Path], tuple[list[dict], dict]],
+             need_bytes: int = 0, flag: str = "--out") -> ShardedResults:
+        path = Path(path)
+        lock, answer = None, None
+        if dist.rank == 0:
+            try:
+                lock, answer = cls._prepare(path, force=force, resume=resume, planned=planned, reader=reader,
+                                            need_bytes=need_bytes, flag=flag)
+            except (OutputError, ValueError) as e:
+                answer = {"error": str(e)}
+        answer = dist.broadcast(answer)
+        if "error" in answer:
+            if lock is not None:
+                lock.release()
+            raise SharedOutputError(answer["error"])
+        done = {tuple(k) for k in answer["done"]}
+        return cls(path, dist, done=done, provenance=answer["provenance"], resumed=answer["resumed"],
+                   reader=reader, lock=lock)
+
+    @classmethod
+    def _prepare(cls, path: Path, *, force, resume, planned, reader, need_bytes, flag):
+        if force and resume:
+            raise OutputError("--force and --resume exclude each other")
+        check_writable(path, need_bytes=need_bytes)
+        folder = partial_path(path)
+        lock = RunLock.acquire(folder, what=str(path))
+        try:
+            exists = [p for p in (path, folder) if p.exists()]
+            if exists and not (force or resume):
+                what = (f"an interrupted run's rows are in {folder}" if folder.exists() else f"{path} exists")
+                raise OutputError(f"{what}: add --resume to continue it, --force to start over, "
+                                  f"or choose another {flag}")
+            try:
+                if force and folder.exists():
+                    shutil.rmtree(folder) if folder.is_dir() else folder.unlink()
+                if folder.is_file():  # a single-process run's partial file: continued as one more rank file
+                    moved = folder.with_name(folder.name + ".single")
+                    os.replace(folder, moved)
+                    folder.mkdir()
+                    os.replace(moved, folder / "single.jsonl")
+                folder.mkdir(exist_ok=True)
+            except OSError as e:
+                raise OutputError(f"cannot prepare {folder}: {e.strerror or e}") from None
+            kept, prov = [], {}
+            for f in _rank_files(folder):
+                rows, p = _read_rows(f)
+                kept += rows
+                if p and (not prov or f.name == "rank-0.jsonl"):
+                    prov = p
+            if resume and path.is_file():
+                rows, p = reader(path)
+                kept += rows
+                prov = prov or p
+            if kept and not prov:
+                raise OutputError(f"{folder} has no provenance record, so it is not a run to resume; use --force "
+                                  f"or choose another {flag}")
+            planned_set = set(planned) if planned is not None else None
+            foreign = [k for k in (row_key(r) for r in kept) if planned_set is not None and k not in planned_set]
+            if foreign:
+                raise OutputError(f"{folder} holds rows this run would not make ({len(foreign)}, e.g. input "
+                                  f"{foreign[0][0]!r} recipe {foreign[0][2]!r}): resume it with the same arguments, "
+                                  f"or use --force or another {flag}")
+            if resume and path.is_file():  # keep a finished file's rows as a rank file of their own
+                fin = folder / "finished.jsonl"
+                if not fin.exists():
+                    rows, p = reader(path)
+                    with AppendLog(fin, fresh=True) as log:
+                        log.write_line(json.dumps({"record": "provenance", **p}))
+                        for r in rows:
+                            log.write_line(json.dumps(r))
+        except BaseException:
+            lock.release()
+            raise
+        return lock, {"done": sorted((list(row_key(r)) for r in kept), key=repr), "provenance": prov,
+                      "resumed": bool(kept)}
+
+    def start(self, provenance: dict) -> None:
+        """Open this rank's file (continued after its last complete line if it exists)."""
+        f = self.rank_file
+        if f.is_file():
+            self._log = AppendLog(f, fresh=False)
+            return
+        self._log = AppendLog(f, fresh=True)
+        self._log.write_line(json.dumps({"record": "provenance", **provenance}))
+
+    def add(self, row: dict) -> None:
+        """Append one finished row, stamped with this rank (fsync'd before returning)."""
+        if self._log is None:
+            raise RuntimeError("ShardedResults.start() first")
+        row["rank"] = self.dist.rank
+        self._log.write_line(json.dumps(row))
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def merge(self, keys: Sequence[tuple], order: Callable[[dict], tuple] | None = None) -> list[dict]:
+        """Every row of the rank files (the first of each :func:`row_key`): in the planned order ``keys``, or,
+        with ``order``, all of them sorted by ``order(row)``. RuntimeError naming a key of ``keys`` not made."""
+        by: dict[tuple, dict] = {}
+        for f in _rank_files(self.folder):
+            for r in _read_rows(f)[0]:
+                by.setdefault(row_key(r), r)
+        missing = [k for k in keys if k not in by]
+        if missing:
+            raise RuntimeError(f"{len(missing)} planned rows were not made, e.g. {missing[0]}; the rows made are in "
+                               f"{self.folder} (rerun with --resume)")
+        if order is not None:
+            return sorted(by.values(), key=order)
+        return [by[k] for k in keys]
+
+    def finish(self, keys: Sequence[tuple], provenance: Callable[[list[dict]], dict],
+               write: Callable[[Sequence[dict], Path, dict], object],
+               order: Callable[[dict], tuple] | None = None) -> list[dict] | None:
+        """Collective: close this rank's file, barrier; rank 0 merges (:meth:`merge`), writes ``<out>``
+        atomically, removes ``<out>.partial/`` and drops the lock. Returns the merged rows on rank 0, None
+        elsewhere."""
+        self._close_log()
+        self.dist.barrier()
+        if self.dist.rank != 0:
+            return None
+        rows = self.merge(keys, order)
+        write(rows, self.path, provenance(rows))
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.release()
+        return rows
+
+    def close(self) -> None:
+        """Stop writing without finishing: the rank files stay, rank 0's lock is dropped."""
+        self._close_log()
+        self.release()
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None

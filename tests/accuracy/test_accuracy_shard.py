@@ -1,0 +1,233 @@
+"""Sharded ``zyfa accuracy`` under torchrun with gloo, in real processes: the merged file equals a single
+process's rows bit for bit (run ids, times, rank and device aside), resumes across rank counts, and a rank
+killed by SIGKILL loses only its row in flight."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from accuracy.shard import format_plan, plan
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPES = "zyfa,ck,aiter,fp32,bf16,zyfa-exp2,triton-amd"
+ARGS = ["accuracy", "--seq", "256", "--heads", "2", "--head-dim", "64", "--causal", "--no-progress",
+        "--device", "cpu", "--recipes"]
+N_ROWS = 7
+TIMEOUT_S = 240  # a hung rendezvous or barrier fails the test instead of hanging it
+
+
+def _env() -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _single(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zyfa.cli", *args], cwd=cwd, env=_env(), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+
+
+def _torchrun_cmd(n: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-addr",
+            "127.0.0.1", "--master-port", str(_free_port()), "-m", "zyfa", *args]  # zyfa/__main__.py
+
+
+def _torchrun(cwd: Path, n: int, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(_torchrun_cmd(n, *args), cwd=cwd, env=_env(), capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+
+
+def _lines(path: Path) -> tuple[dict, list[dict]]:
+    objs = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    assert objs[0]["record"] == "provenance"
+    return objs[0], objs[1:]
+
+
+def _what(rows: list[dict]) -> list[str]:
+    """The rows as JSON text without the fields that say how and when they ran (bit-for-bit comparison)."""
+    return [json.dumps({k: v for k, v in r.items() if k not in ("run_id", "rank", "device")
+                        and not k.startswith("time_")}, sort_keys=True) for r in rows]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> list[str]:
+    d = tmp_path_factory.mktemp("single")
+    res = _single(d, *ARGS, RECIPES, "--out", "single.jsonl")
+    assert res.returncode == 0, res.stderr
+    _, rows = _lines(d / "single.jsonl")
+    assert len(rows) == N_ROWS and "rank" not in rows[0]
+    return _what(rows)
+
+
+def test_plan_longest_first_to_least_loaded():
+    costs = [1, 5, 3, 3, 2, 2, 8]
+    shares = plan(costs, 3)
+    # LPT: 8 -> r0, 5 -> r1, 3 -> r2, 3 -> r2 (3 < 5), 2 -> r1 (loads 8, 5, 6), 2 -> r2 (8, 7, 6), 1 -> r1
+    assert shares == [[6], [0, 1, 4], [2, 3, 5]]
+    assert sorted(i for s in shares for i in s) == list(range(len(costs)))
+    assert plan(costs, 3) == shares, "the plan is deterministic"
+    assert plan([1.0] * 5, 2) == [[0, 2, 4], [1, 3]]
+    assert plan(costs, 1) == [list(range(len(costs)))]
+    text = format_plan([f"c{i}" for i in range(len(costs))], costs, shares, 1.0)
+    assert "rank 0: 1 cells, estimated 8.0 s" in text and "rank 2: 3 cells, estimated 8.0 s" in text
+
+
+def test_dry_run_prints_the_plan(tmp_path):
+    res = _single(tmp_path, *ARGS, RECIPES, "--dry-run", "3")
+    assert res.returncode == 0, res.stderr
+    assert "on 3 rank(s)" in res.stdout and "rank 2: 2 cells" in res.stdout and "rank 0: 3 cells" in res.stdout
+    assert not list(tmp_path.iterdir()), "a dry run writes nothing"
+    bad = _single(tmp_path, *ARGS, RECIPES, "--dry-run", "-1")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_two_ranks_equal_one_process(tmp_path, single):
+    res = _torchrun(tmp_path, 2, *ARGS, RECIPES, "--out", "two.jsonl")
+    assert res.returncode == 0, res.stdout + res.stderr
+    prov, rows = _lines(tmp_path / "two.jsonl")
+    assert _what(rows) == single
+    assert sorted({r["rank"] for r in rows}) == [0, 1] and all(r["device"] == "cpu" for r in rows)
+    assert prov["world_size"] == 2 and prov["backend"] == "gloo" and prov["wall_time_s"] > 0
+    assert [r["rows"] for r in prov["ranks"]] == [4, 3]
+    assert len({r["run_id"] for r in rows}) == 1, "the ranks share one run id"
+    assert not (tmp_path / "two.jsonl.partial").exists() and not (tmp_path / "two.jsonl.partial.lock").exists()
+
+
+def test_resume_from_two_ranks_to_three(tmp_path, single):
+    first = RECIPES.split(",")[:4]  # a 2-rank run of the first recipes, then 3 ranks resume with all of them
+    res = _torchrun(tmp_path, 2, *ARGS, ",".join(first), "--out", "r.jsonl")
+    assert res.returncode == 0, res.stdout + res.stderr
+    again = _torchrun(tmp_path, 3, *ARGS, RECIPES, "--out", "r.jsonl")
+    assert again.returncode != 0, "an existing --out is refused without --resume"  # torchrun: 1 when a rank fails
+    said = [line for line in again.stderr.splitlines() if line.startswith("zyfa accuracy: error:")]
+    assert len(said) == 3 and all("add --resume" in line for line in said), again.stderr
+    res = _torchrun(tmp_path, 3, *ARGS, RECIPES, "--out", "r.jsonl", "--resume")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"4 of {N_ROWS} rows done" in res.stdout
+    prov, rows = _lines(tmp_path / "r.jsonl")
+    assert _what(rows) == single
+    assert prov["world_size"] == 3 and len({r["run_id"] for r in rows}) == 1
+
+
+def _rank_pid(launcher: int, rank: int) -> int | None:
+    """The PID of the worker with RANK=rank among the launcher's descendants (from /proc)."""
+    todo, seen = [launcher], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"RANK={rank}".encode() in env and pid != launcher:
+                return pid
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return None
+
+
+def test_sigkilled_rank_loses_only_its_row_in_flight(tmp_path, single):
+    out, folder = tmp_path / "k.jsonl", tmp_path / "k.jsonl.partial"
+    proc = subprocess.Popen(_torchrun_cmd(2, *ARGS, RECIPES, "--out", "k.jsonl"), cwd=tmp_path, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = False
+    try:
+        rank1 = folder / "rank-1.jsonl"
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline and proc.poll() is None:
+            if rank1.is_file() and len(rank1.read_bytes().splitlines()) >= 2:  # provenance + its first row
+                pid = _rank_pid(proc.pid, 1)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+                    break
+            time.sleep(0.005)
+        log, _ = proc.communicate(timeout=TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    if not killed or out.exists():
+        pytest.skip("the run finished before the kill landed (machine too fast for this input)")
+    assert proc.returncode != 0, log
+    kept = {}
+    for f in sorted(folder.glob("rank-*.jsonl")):
+        _, rows = _lines(f)
+        kept[f.name] = rows
+    assert len(kept["rank-1.jsonl"]) >= 1, "the killed rank's finished rows are kept"
+    made = [r for rows in kept.values() for r in rows]
+    assert len(made) < N_ROWS and set(_what(made)) <= set(single), "kept rows are an uninterrupted run's rows"
+    res = _torchrun(tmp_path, 3, *ARGS, RECIPES, "--out", "k.jsonl", "--resume")
+    assert res.returncode == 0, res.stdout + res.stderr
+    _, rows = _lines(out)
+    assert _what(rows) == single
+    assert not folder.exists()
+
+
+def test_plain_process_continues_a_sharded_partial(tmp_path, single):
+    """N = 1 is a change of N too: a plain run with --resume continues ``<out>.partial/``."""
+    res = _torchrun(tmp_path, 2, *ARGS, ",".join(RECIPES.split(",")[:3]), "--out", "p.jsonl")
+    assert res.returncode == 0, res.stdout + res.stderr
+    # make it an interrupted sharded run: the finished rows back in rank files, no finished file
+    prov, rows = _lines(tmp_path / "p.jsonl")
+    folder = tmp_path / "p.jsonl.partial"
+    folder.mkdir()
+    (folder / "rank-0.jsonl").write_text("\n".join(json.dumps(o) for o in [{"record": "provenance", **prov},
+                                                                              *rows[:2]]) + "\n")
+    (folder / "rank-1.jsonl").write_text(json.dumps({"record": "provenance", **prov}) + "\n"
+                                         + json.dumps(rows[2]) + "\n" + json.dumps(rows[2])[:40])  # torn line
+    (tmp_path / "p.jsonl").unlink()
+    refused = _single(tmp_path, *ARGS, RECIPES, "--out", "p.jsonl")
+    assert refused.returncode == 2 and "interrupted" in refused.stderr and "Traceback" not in refused.stderr
+    res = _single(tmp_path, *ARGS, RECIPES, "--out", "p.jsonl", "--resume")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"3 of {N_ROWS} rows done" in res.stdout
+    _, rows = _lines(tmp_path / "p.jsonl")
+    assert _what(rows) == single
+
+
+def test_torchrun_continues_a_single_process_partial(tmp_path, single):
+    """A single-process ``<out>.partial`` file (an interrupted plain run) is continued by 2 ranks."""
+    res = _single(tmp_path, *ARGS, RECIPES, "--out", "s.jsonl")
+    assert res.returncode == 0, res.stderr
+    text = (tmp_path / "s.jsonl").read_text().splitlines()
+    (tmp_path / "s.jsonl.partial").write_text("\n".join(text[:3]) + "\n" + text[3][:50])  # 2 rows and a torn one
+    (tmp_path / "s.jsonl").unlink()
+    res = _torchrun(tmp_path, 2, *ARGS, RECIPES, "--out", "s.jsonl", "--resume")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert f"2 of {N_ROWS} rows done" in res.stdout
+    _, rows = _lines(tmp_path / "s.jsonl")
+    assert _what(rows) == single
+    assert not (tmp_path / "s.jsonl.partial").exists()
+
+
+def test_a_live_run_on_the_output_refuses_every_rank(tmp_path):
+    """Rank 0 takes the same lock a single-process run holds: a live run on --out refuses all ranks, none hangs."""
+    from zyfa.outputs import RunLock
+
+    lock = RunLock.acquire(tmp_path / "l.jsonl.partial")
+    try:
+        res = _torchrun(tmp_path, 2, *ARGS, "zyfa,ck", "--out", "l.jsonl")
+    finally:
+        lock.release()
+    assert res.returncode != 0
+    said = [line for line in res.stderr.splitlines() if line.startswith("zyfa accuracy: error:")]
+    assert len(said) == 2 and all("another run is writing" in line for line in said), res.stderr
+    assert not (tmp_path / "l.jsonl").exists() and not (tmp_path / "l.jsonl.partial").exists()
