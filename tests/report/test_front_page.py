@@ -45,16 +45,21 @@ def bench_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def front_doc(small_results, bench_file):
-    """The report of the small results with half the inputs relabelled as captures (rows of the real runner)."""
-    path, _ = small_results
-    res = load_results([path])
+def _half_as_captures(res) -> None:
+    """Relabel the first half of the inputs (by name) as captures of a model "tiny"."""
     inputs = sorted({r["input"] for r in res.rows})
     for r in res.rows:
         if r["input"] in inputs[: len(inputs) // 2]:
             r["input_source"] = "capture"
             r["input_model"] = "tiny"
+
+
+@pytest.fixture(scope="module")
+def front_doc(small_results, bench_file):
+    """The report of the small results with half the inputs relabelled as captures (rows of the real runner)."""
+    path, _ = small_results
+    res = load_results([path])
+    _half_as_captures(res)
     doc = build_report(res, bench=load_bench([bench_file]), plots=True)
     return res.rows, doc, render_markdown(doc), render_html(doc)
 
@@ -73,11 +78,7 @@ def front_doc_timed(small_results, bench_file):
 
     path, _ = small_results
     res = load_results([path])
-    inputs = sorted({r["input"] for r in res.rows})
-    for r in res.rows:
-        if r["input"] in inputs[: len(inputs) // 2]:
-            r["input_source"] = "capture"
-            r["input_model"] = "tiny"
+    _half_as_captures(res)
     extra = []
     for r in res.rows:
         if r["recipe"] == "zyfa":
