@@ -35,7 +35,6 @@ import dataclasses
 import math
 import shlex
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -390,7 +389,10 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
         left = [s for s in usable if _key(name, s) not in skip]
         if left:
             todo.setdefault(L, []).append((mask, shape, name, left))
-    bar = _progress(sum(len(p[3]) for pts in todo.values() for p in pts), progress)
+    from accuracy.runner import progress_bar
+
+    bar = progress_bar(sum(len(p[3]) for pts in todo.values() for p in pts), enabled=progress, unit="row",
+                       desc="cliffs")
     rows: list[dict] = []
     hashes: dict[int, str] = {}
     try:
@@ -453,13 +455,14 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
     import torch
 
     from accuracy.implementations import ImplementationError, call_implementation, unsupported_reason
+    from accuracy.runner import sync_device
     from reference.attention import attention_fp64
     from zyfa.emulator import emulate, quantize_inputs
 
     kw = {"causal": x.causal, "sm_scale": x.sm_scale, "window": x.window}
     t0 = time.perf_counter()
     ref_orig = attention_fp64(x.q, x.k, x.v, chunk_size=ORACLE_CHUNK, **kw)
-    _sync(dev)
+    sync_device(dev)
     oracle_s = time.perf_counter() - t0
     orig32 = tuple(t.float() for t in (x.q, x.k, x.v))
     refs: dict[tuple, tuple] = {}  # quantization key -> FP64 reference on those dequantized inputs (shared)
@@ -490,7 +493,7 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
         t0 = time.perf_counter()
         if s.kind == "recipe":
             em = emulate(x.q, x.k, x.v, s.recipe, **kw)
-            _sync(dev)
+            sync_device(dev)
             out, lse, deq, quant = em.out, em.lse, (em.q_deq, em.k_deq, em.v_deq), s.recipe
             row["platform"] = em.platform
         else:
@@ -501,7 +504,7 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
             else:
                 try:
                     res = call_implementation(s.impl, x, {"oracle_out_amax": amax}, allow_nonfinite=True)
-                    _sync(dev)
+                    sync_device(dev)
                     out, lse = res.out.to(dev), (None if res.lse is None else res.lse.to(dev))
                 except ImplementationError as e:
                     # raised inside the kernel (chained): it refuses this length; else a broken kernel or output
@@ -530,34 +533,6 @@ def _paired_recipe(impl, plat):
     if key not in _PAIRED:
         _PAIRED[key] = (impl, pairing(impl, plat).recipe)  # the impl kept alive so its id stays unique
     return _PAIRED[key][1]
-
-
-def _sync(dev) -> None:
-    import torch
-
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-class _NoBar:
-    def set_postfix_str(self, *a, **k):
-        pass
-
-    def update(self, n=1):
-        pass
-
-    def close(self):
-        pass
-
-
-def _progress(total: int, enabled: bool):
-    if not enabled:
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(total=total, file=sys.stderr, unit="row", desc="cliffs", dynamic_ncols=True)
 
 
 # ---------------------------------------------------------------------------------------------- the flag rule

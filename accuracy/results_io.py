@@ -123,7 +123,7 @@ def check_row(row, where: str) -> dict:
     return row
 
 
-def _parse_lines(lines: Iterable[str], path) -> tuple[list[dict], dict]:
+def parse_lines(lines: Iterable[str], path) -> tuple[list[dict], dict]:
     rows, prov = [], {}
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -142,7 +142,7 @@ def read_jsonl(path: str | Path) -> tuple[list[dict], dict]:
     Raises ValueError ``path:line: ...`` for a line that is not JSON or not a result row."""
     try:
         with open(path, encoding="utf-8") as f:
-            return _parse_lines(f, path)
+            return parse_lines(f, path)
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a text file (not UTF-8)") from None
     except IsADirectoryError:
@@ -233,7 +233,7 @@ class ResultsFile:
             source = partial if partial.is_file() else path
             if source == partial:
                 lines, _ = read_complete_lines(partial)
-                kept, prov = _parse_lines(lines, partial)
+                kept, prov = parse_lines(lines, partial)
             else:
                 kept, prov = reader(path)
             if not prov:

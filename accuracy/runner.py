@@ -191,7 +191,7 @@ def run_accuracy(
         on_start(prov)
     todo = [(inp, [r for r in recipes if input_key(inp, r.name) not in skip]
              + [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]) for inp in inputs]
-    bar = _progress(sum(len(rs) for _, rs in todo), enabled=progress)
+    bar = progress_bar(sum(len(rs) for _, rs in todo), enabled=progress)
     try:
         for inp, _ in todo:
             rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row, impls, real_plat,
@@ -292,7 +292,7 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
         bar.set_postfix_str(f"{inp.name} {recipe.name}")
         t0 = time.perf_counter()
         em = emulate(x.q, x.k, x.v, recipe, **kw)
-        _sync(dev)
+        sync_device(dev)
         time_emulate = time.perf_counter() - t0
 
         deq = (em.q_deq, em.k_deq, em.v_deq)
@@ -394,7 +394,8 @@ def _plain(v):
     return v
 
 
-def _sync(dev: torch.device) -> None:
+def sync_device(dev: torch.device) -> None:
+    """Wait for the device's queued work (CUDA), so wall times measure it."""
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
 
@@ -410,14 +411,15 @@ class _NoBar:
         pass
 
 
-def _progress(total: int, *, enabled: bool):
+def progress_bar(total: int, *, enabled: bool, unit: str = "run", desc: str = "accuracy"):
+    """A tqdm bar on stderr (a silent stand-in when disabled or tqdm is missing)."""
     if not enabled:
         return _NoBar()
     try:
         from tqdm import tqdm
     except ImportError:
         return _NoBar()
-    return tqdm(total=total, file=sys.stderr, unit="run", desc="accuracy", dynamic_ncols=True)
+    return tqdm(total=total, file=sys.stderr, unit=unit, desc=desc, dynamic_ncols=True)
 
 
 # ---------------------------------------------------------------------------------------------- result files

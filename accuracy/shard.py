@@ -34,7 +34,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from accuracy.results_io import check_row, loads_checked, row_key
+from accuracy.results_io import parse_lines, row_key
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
 
 __all__ = ["UNITS_PER_SECOND", "Dist", "SharedOutputError", "ShardedResults", "format_plan", "launch", "plan",
@@ -166,17 +166,7 @@ def format_plan(labels: Sequence[str], costs: Sequence[float], shares: Sequence[
 
 
 def _read_rows(path: Path) -> tuple[list[dict], dict]:
-    lines, _ = read_complete_lines(path)
-    rows, prov = [], {}
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        obj = loads_checked(line, f"{path}:{n}")
-        if isinstance(obj, dict) and obj.get("record") == "provenance":
-            prov = prov or {k: v for k, v in obj.items() if k != "record"}
-        else:
-            rows.append(check_row(obj, f"{path}:{n}"))
-    return rows, prov
+    return parse_lines(read_complete_lines(path)[0], path)
 
 
 def _rank_files(folder: Path) -> list[Path]:
