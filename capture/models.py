@@ -153,6 +153,18 @@ def get_model_spec(name: str) -> ModelSpec:
         ) from None
 
 
+def check_model_names(models: list[str]) -> None:
+    """UnknownModelError (one line) unless each of ``models`` is a registry name, an existing directory or file, or a
+    hub id (owner/name); ValueError for none at all. Checked before anything loads."""
+    if not models:
+        raise ValueError("--models names no model")
+    for m in models:
+        if m in MODELS or Path(m).expanduser().exists() or ("/" in m and not m.startswith(("/", ".", "~"))):
+            continue
+        raise UnknownModelError(f"unknown model {m!r}: give a registry name ({', '.join(MODELS)}), a model directory "
+                                "or .gguf file, or a hub id (owner/name)")
+
+
 def fetch_model(name: str, *, progress: Callable[[str, int, int], None] | None = None) -> Path:
     """Download, verify and assemble a registry model's GGUF file; return its path in the cache.
 

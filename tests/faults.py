@@ -13,6 +13,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -155,3 +156,19 @@ def result_rows(path: Path) -> list[dict]:
         rows.append({k: ("nan" if isinstance(v, float) and math.isnan(v) else v) for k, v in obj.items()
                      if k not in RUN_FIELDS and not k.startswith("time_")})
     return rows
+
+
+def torchrun_env(root: Path) -> dict:
+    """The environment for a torchrun launch of ``root``'s package: one thread per rank, no inherited launch
+    variables (a test run under torchrun must not leak its rank into the ranks it starts)."""
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    return env
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free now (torchrun's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

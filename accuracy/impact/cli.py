@@ -31,19 +31,6 @@ from zyfa.recipes import get_recipe
 DEFAULT_OUT = "zyfa-impact/results.jsonl"
 
 
-def _check_models(models: list[str]) -> None:
-    """ValueError unless each model is a registry name, an existing directory or file, or a hub id (owner/name)."""
-    from capture.models import MODELS
-
-    if not models:
-        raise ValueError("--models names no model")
-    for m in models:
-        if m in MODELS or Path(m).expanduser().exists() or ("/" in m and not m.startswith(("/", ".", "~"))):
-            continue
-        raise ValueError(f"unknown model {m!r}: give a registry name ({', '.join(MODELS)}), a model directory or "
-                         ".gguf file, or a hub id (owner/name)")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default="smollm2,gemma3,qwen25coder",
                         help="comma-separated registry names (smollm2, gemma3, qwen25coder) or model paths")
@@ -114,7 +101,9 @@ def main(args: argparse.Namespace) -> int:
     try:  # every argument before anything is written or deleted
         if args.force and args.resume:
             raise ValueError("--force and --resume exclude each other")
-        _check_models(split)
+        from capture.models import check_model_names
+
+        check_model_names(split)
         recipes = [get_recipe(r.strip()).name for r in args.recipes.split(",") if r.strip()]
         from accuracy.impact.model import model_attention
         from accuracy.implementations import load_plugins

@@ -159,9 +159,12 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.outputs import OutputError, atomic_write_text
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
-    if not models:
-        raise UsageError("--models names no model")
-    _check_models(models)
+    from capture.models import check_model_names
+
+    try:
+        check_model_names(models)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     bad = [t for t in tasks if t not in TASKS]
     if bad or not tasks:
@@ -405,16 +408,6 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     if failed and not args.allow_failed:
         return EXIT_FAILED_ROWS
     return 0
-
-
-def _check_models(models: list[str]) -> None:
-    from capture.models import MODELS
-
-    for m in models:
-        if m in MODELS or Path(m).expanduser().exists() or ("/" in m and not m.startswith(("/", ".", "~"))):
-            continue
-        raise UsageError(f"unknown model {m!r}: give a registry name ({', '.join(MODELS)}), a model directory or "
-                         ".gguf file, or a hub id (owner/name)")
 
 
 def _render(args: argparse.Namespace) -> int:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from accuracy.shard import format_plan, plan
+from tests.faults import free_port, torchrun_env
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = "zyfa,ck,aiter,fp32,bf16,zyfa-exp2,triton-amd"
@@ -26,16 +26,7 @@ TIMEOUT_S = 240  # a hung rendezvous or barrier fails the test instead of hangin
 
 
 def _env() -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return torchrun_env(ROOT)
 
 
 def _single(cwd: Path, *args: str) -> subprocess.CompletedProcess:
@@ -45,7 +36,7 @@ def _single(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 def _torchrun_cmd(n: int, *args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-addr",
-            "127.0.0.1", "--master-port", str(_free_port()), "-m", "zyfa", *args]  # zyfa/__main__.py
+            "127.0.0.1", "--master-port", str(free_port()), "-m", "zyfa", *args]  # zyfa/__main__.py
 
 
 def _torchrun(cwd: Path, n: int, *args: str) -> subprocess.CompletedProcess:

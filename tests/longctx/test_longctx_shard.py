@@ -6,13 +6,13 @@ process loads the model: tens of seconds on a small CPU)."""
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.faults import free_port, torchrun_env
 
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["longctx", "--models", "smollm2", "--lengths", "128", "--depths", "0,1", "--seeds", "1", "--tasks",
@@ -21,16 +21,7 @@ TIMEOUT_S = 420
 
 
 def _env() -> dict:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(k, None)
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return torchrun_env(ROOT)
 
 
 def _run(cwd: Path, cmd: list[str]) -> subprocess.CompletedProcess:
@@ -59,7 +50,7 @@ def test_two_ranks_equal_one_process(tmp_path):
     single = _run(tmp_path, [sys.executable, "-m", "zyfa.cli", *ARGS, "--out", "one.jsonl"])
     assert single.returncode == 0, single.stderr
     two = _run(tmp_path, [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
-                          "127.0.0.1", "--master-port", str(_free_port()), "-m", "zyfa.cli", *ARGS,
+                          "127.0.0.1", "--master-port", str(free_port()), "-m", "zyfa.cli", *ARGS,
                           "--out", "two.jsonl"])
     assert two.returncode == 0, two.stdout + two.stderr
     _, a = _rows(tmp_path / "one.jsonl")
