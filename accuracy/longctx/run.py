@@ -38,6 +38,7 @@ from accuracy.impact.model import (
 )
 from accuracy.implementations import ImplementationError, device_platform
 from accuracy.longctx.tasks import TASKS, PromptError, build_prompt, min_length
+from accuracy.results_io import row_key
 
 __all__ = ["DECODE_NOTE", "DEFAULT_DEPTHS", "DEFAULT_LENGTHS", "GridSpec", "accumulation", "plan_lengths", "row_input",
            "run_longctx"]
@@ -221,7 +222,7 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                             for row in rows:
                                 row.update(base_fields)
                                 results.add(row)
-                                results.done.add(_row_key(row))
+                                results.done.add(row_key(row))
                                 made += 1
                                 failed += row["status"] == "failed"
                             bar.update(len(batch))
@@ -245,8 +246,6 @@ def _paired_recipe(name: str, plugins) -> str | None:
 
 
 def _key(model_name, task, n, d, s, p, name, plugins) -> tuple:
-    from accuracy.results_io import row_key
-
     return row_key({"input": row_input(model_name, task, n, d, s), "input_content_hash": p.sha256,
                     "recipe": _paired_recipe_cached(name, plugins), "implementation": name})
 
@@ -259,12 +258,6 @@ def _paired_recipe_cached(name: str, plugins) -> str | None:
     if k not in _PAIRED:
         _PAIRED[k] = _paired_recipe(name, plugins)
     return _PAIRED[k]
-
-
-def _row_key(row: dict) -> tuple:
-    from accuracy.results_io import row_key
-
-    return row_key(row)
 
 
 def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_layers, refused, platform,

@@ -77,7 +77,7 @@ def _encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _rng(task: str, seed: int, length: int, depth: float) -> random.Random:
+def _rng(task: str, seed: int) -> random.Random:
     # the fact depends on the seed only, so one seed asks the same question at every length and depth
     return random.Random(f"zyfa-longctx/{task}/{int(seed)}")
 
@@ -101,7 +101,7 @@ def _parts(task: str, rng: random.Random) -> tuple[str, str, str, dict]:
 
 def min_length(tokenizer, task: str) -> int:
     """The fewest tokens a prompt of ``task`` can have (prefix, needle, question, answer; no haystack)."""
-    needle, question, answer, _ = _parts(task, _rng(task, 0, 0, 0.0))
+    needle, question, answer, _ = _parts(task, _rng(task, 0))
     return (len(tokenizer_prefix(tokenizer)) + len(_encode(tokenizer, needle)) + len(_encode(tokenizer, question))
             + len(_encode(tokenizer, answer)) - 1)
 
@@ -160,7 +160,7 @@ def build_prompt(tokenizer, task: str, length: int, depth: float, seed: int, *, 
         raise PromptError(f"unknown task {task!r}; tasks: {', '.join(TASKS)}")
     if not 0.0 <= float(depth) <= 1.0:
         raise PromptError(f"depth {depth} is outside 0..1")
-    rng = _rng(task, seed, length, depth)
+    rng = _rng(task, seed)
     needle_text, question_text, answer_text, meta = _parts(task, rng)
     prefix = tokenizer_prefix(tokenizer)
     needle, question, answer = (_encode(tokenizer, t) for t in (needle_text, question_text, answer_text))
