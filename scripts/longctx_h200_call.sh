@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# One call of the long-context session on the H200 (docs/LONGCTX.md, "Running the committed grid on the H200").
+# Every call of the session runs this same command: it takes what this call's .stage/ brought (a model chunk, the
+# manifest, the haystack text; the first call also .wheels/), joins each model whose parts are all there
+# (scripts/stage_files.py: hash-checked, moved into place atomically), starts the background session once
+# (scripts/longctx_h200_background.sh, from a private copy of the tree so later calls' copies cannot change its
+# code under it), prints where it stands, and packs its state into $OUT/longctx-state.tar.xz.
+#
+#   ZYFA_GIT_COMMIT=<sha> bash scripts/longctx_h200_call.sh [SECONDS]
+#
+# SECONDS (first call only, default 1500): the session's deadline from now. WAIT=N: stay up to N seconds, until the
+# background session has finished (the last calls). START="CMD": run CMD in the background from the private copy
+# (e.g. a further zyfa longctx slice once the grid is done), logged to $STATE/extra-<n>.log.
+set -u
+cd "$(dirname "$0")/.."
+export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache}
+STATE=${STATE:-/tmp/lc}
+SRC=/tmp/zyfa-src
+mkdir -p /tmp/stage "$STATE" "$ZYFA_CACHE/texts" /tmp/site
+if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .wheels/*.whl 2>&1 | tail -2
+  for pack in .wheels/*.tar.xz; do [ -e "$pack" ] && tar -xJf "$pack" -C /tmp/site; done
+  touch /tmp/site/.installed
+fi
+[ -f .stage/lee-v1.txt ] && cp .stage/lee-v1.txt "$ZYFA_CACHE/texts/"
+for f in .stage/*.part[0-9]*; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
+[ -f .stage/manifest.json ] && cp .stage/manifest.json /tmp/stage/
+if [ -f /tmp/stage/manifest.json ]; then
+  python3 scripts/stage_files.py join --parts /tmp/stage --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"
+fi
+if [ ! -f "$STATE/deadline" ]; then
+  echo $(( $(date +%s) + ${1:-1500} )) >"$STATE/deadline"
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  tar --exclude=./.stage --exclude=./.wheels --exclude=./.git -cf - . | tar -xf - -C "$SRC"
+  (cd "$SRC" && setsid nohup bash scripts/longctx_h200_background.sh "$STATE" "$(cat "$STATE/deadline")" \
+    >"$STATE/background.log" 2>&1 </dev/null &)
+  echo "background session started; deadline in ${1:-1500} s"
+fi
+if [ -n "${START:-}" ]; then
+  n=$(ls "$STATE"/extra-*.log 2>/dev/null | wc -l)
+  (cd "$SRC" && PYTHONPATH=.:/tmp/site PYTHONUNBUFFERED=1 setsid nohup bash -c "$START" \
+    >"$STATE/extra-$n.log" 2>&1 </dev/null &)
+  echo "started extra-$n: $START"
+fi
+running() { pgrep -f longctx_h200_background.sh >/dev/null || pgrep -f "zyfa.cli" >/dev/null; }
+if [ -n "${WAIT:-}" ]; then
+  t0=$SECONDS
+  while running && [ $((SECONDS - t0)) -lt "$WAIT" ]; do sleep 5; done
+fi
+echo "--- $(date -u +%T), $(( $(cat "$STATE/deadline") - $(date +%s) )) s to the deadline"
+tail -n 12 "$STATE/background.log"
+for f in "$STATE"/longctx-*.log "$STATE"/extra-*.log; do
+  [ -e "$f" ] && { echo "--- $(basename "$f")"; grep -v "^\[longctx\].* L[0-9]* .*: exact" "$f" | tail -n 3;
+                   grep "^\[longctx\]" "$f" | tail -n 2; }
+done
+for f in "$STATE"/results-*; do [ -e "$f" ] && echo "$(basename "$f"): $(wc -l <"$f") lines"; done
+nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+tar -cJf "${OUT:-/tmp}/longctx-state.tar.xz" -C "$STATE" --exclude=deadline . 2>/dev/null
