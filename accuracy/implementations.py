@@ -85,6 +85,7 @@ from zyfa.peers.flashinfer_fa3 import (
     FLASHINFER_FA3_RECIPE,
     flashinfer_fa3_forward,
     flashinfer_fa3_inputs,
+    packed_head_dims,
 )
 from zyfa.peers.flashinfer_fa3 import check as check_flashinfer_fa3
 from zyfa.peers.sdpa import check_bf16 as check_sdpa_bf16
@@ -423,11 +424,25 @@ def _flashinfer_fa3_run(x: AttentionInput, context: dict) -> ImplResult:
                                                              "backend": "fa3"})
 
 
+_FLASHINFER_SHAPES = _no_window_limits(equal_seq_causal=False, dims=FLASHINFER_FA3_DIMS)
+
+
+def _flashinfer_limits(x: AttentionInput) -> str | None:
+    """Its kernel's shapes, and on a packed install (scripts/build_flashinfer_fa3.py) the head dims packed."""
+    why = _FLASHINFER_SHAPES(x)
+    if why is None:
+        packed = packed_head_dims()
+        if packed is not None and x.q.shape[-1] not in packed:
+            why = (f"head dim {x.q.shape[-1]} is not in this FlashInfer FA3 pack (built for "
+                   f"{', '.join(map(str, packed))}; scripts/build_flashinfer_fa3.py --head-dims adds it)")
+    return why
+
+
 def _flashinfer_fa3_impl() -> Implementation:
     return Implementation(
         name="flashinfer-fa3", fn=_flashinfer_fa3_run, recipe=FLASHINFER_FA3_RECIPE, quantizes="recipe",
         device="CUDA, Hopper (sm_90)", package="flashinfer-python", check=check_flashinfer_fa3,
-        limits=_no_window_limits(equal_seq_causal=False, dims=FLASHINFER_FA3_DIMS),
+        limits=_flashinfer_limits,
         description="FA3's FP8 forward as FlashInfer builds it for sm_90 (single_prefill_with_kv_cache, backend fa3)")
 
 

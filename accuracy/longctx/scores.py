@@ -14,7 +14,7 @@ Rules (docs/LONGCTX.md):
   implementation's on the same prompts.
 
 Exposed: ``BASELINES``, ``BASELINE_MIN``, ``load_rows``, ``baseline_of``, ``wilson``, ``cell_table``,
-``length_table``, ``retrieving_lengths``.
+``length_table``, ``retrieving_lengths``, ``accumulator_comparison``.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from pathlib import Path
 from accuracy.metrics import bootstrap_ci
 from accuracy.results_io import read_jsonl
 
-__all__ = ["BASELINES", "BASELINE_MIN", "baseline_of", "cell_table", "length_table", "load_rows",
-           "retrieving_lengths", "wilson"]
+__all__ = ["BASELINES", "BASELINE_MIN", "accumulator_comparison", "baseline_of", "cell_table", "length_table",
+           "load_rows", "retrieving_lengths", "wilson"]
 
 BASELINES = ("sdpa-fp32", "fp32", "stock")
 BASELINE_MIN = 0.5
@@ -155,3 +155,71 @@ def retrieving_lengths(rows: Sequence[dict], baseline: str | None = None) -> dic
         if sum(oks) * 2 >= len(oks):
             out[(m, t)].append(n)
     return dict(out)
+
+
+def accumulator_comparison(rows: Sequence[dict], groups: dict[str, str], never: str, others: Sequence[str],
+                           baseline: str | None = None) -> dict[tuple, dict]:
+    """(model, task, length) -> the accumulator hypothesis tested on the baseline's retrieving cells, paired per
+    prompt: each class's accuracy (the mean over its implementations, per prompt, then over the prompts) and mean
+    Δ log p against the baseline, and the per-prompt difference ``never - other`` for each of ``others`` with a
+    95% bootstrap interval. ``groups``: implementation -> class; the classes ``never`` and ``others`` are compared,
+    on the prompts every compared class has rows for.
+
+    Returns per key: ``n`` prompts, ``base_acc``, ``classes`` {class: {acc, dlogp, impls: {impl: acc}}}, and
+    ``diffs`` {other: {acc: (est, low, high), dlogp: (est, low, high)}}."""
+    baseline = baseline or baseline_of(rows)
+    cells = cell_table(rows, baseline)
+    ok = _ok(rows)
+    base = {(r["model"], r["task"], int(r["length"]), float(r["depth"]), int(r["seed"])): r
+            for r in ok if r.get("implementation") == baseline}
+    wanted = [never, *others]
+    per: dict[tuple, dict[str, dict[tuple, list[tuple[float, float | None]]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list)))
+    impl_rows: dict[tuple, dict[str, dict[str, list[bool]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list)))
+    for r in ok:
+        g = groups.get(r.get("implementation"))
+        if g not in wanted:
+            continue
+        m, t, n, d, s = r["model"], r["task"], int(r["length"]), float(r["depth"]), int(r["seed"])
+        b = base.get((m, t, n, d, s))
+        if b is None or not cells.get((m, t, n, d, baseline), {}).get("baseline_ok"):
+            continue
+        dl = (r["answer_logprob"] - b["answer_logprob"]
+              if r.get("answer_logprob") is not None and b.get("answer_logprob") is not None else None)
+        per[(m, t, n)][g][(d, s)].append((float(bool(r["exact"])), dl))
+        impl_rows[(m, t, n)][g][r["implementation"]].append(bool(r["exact"]))
+    out = {}
+    for key, by_class in sorted(per.items()):
+        if any(c not in by_class for c in wanted):
+            continue
+        prompts = sorted(set.intersection(*(set(by_class[c]) for c in wanted)))
+        if not prompts:
+            continue
+
+        acc = {c: [_mean_at(by_class[c][p], 0) for p in prompts] for c in wanted}
+        dlp = {c: [_mean_at(by_class[c][p], 1) for p in prompts] for c in wanted}
+        m, t, n = key
+        base_acc = sum(bool(base[(m, t, n, d, s)]["exact"]) for d, s in prompts) / len(prompts)
+        classes = {c: {"acc": sum(acc[c]) / len(prompts), "dlogp": _nanmean(dlp[c]),
+                       "impls": {i: sum(v) / len(v) for i, v in sorted(impl_rows[key][c].items())}} for c in wanted}
+        diffs = {}
+        for o in others:
+            da = [a - b for a, b in zip(acc[never], acc[o], strict=True)]
+            dd = [a - b for a, b in zip(dlp[never], dlp[o], strict=True) if not (math.isnan(a) or math.isnan(b))]
+            ca = bootstrap_ci(da)
+            cd = bootstrap_ci(dd) if dd else None
+            diffs[o] = {"acc": (ca.estimate, ca.low, ca.high),
+                        "dlogp": (cd.estimate, cd.low, cd.high) if cd else (math.nan, math.nan, math.nan)}
+        out[key] = {"n": len(prompts), "base_acc": base_acc, "classes": classes, "diffs": diffs}
+    return out
+
+
+def _mean_at(pairs: Sequence[tuple[float, float | None]], i: int) -> float:
+    vals = [v[i] for v in pairs if v[i] is not None]
+    return sum(vals) / len(vals) if vals else math.nan
+
+
+def _nanmean(xs: Sequence[float]) -> float:
+    vals = [x for x in xs if not math.isnan(x)]
+    return sum(vals) / len(vals) if vals else math.nan

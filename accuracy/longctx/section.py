@@ -3,7 +3,8 @@ log-probability difference against length (with intervals), the error curves bes
 (depth x length), the finding on Hopper's FP8 accumulator, and the length-cliff table when given.
 
 Exposed: ``RenderError``, ``section_blocks(rows, provs, cliff_table=None) -> (blocks, images, headline)``,
-``headline(rows)``, ``render_folder(results, out_dir, cliffs=None, force=False) -> Path``.
+``headline(rows)``, ``hypothesis(rows)``, ``never_flushed_lower(v)``,
+``render_folder(results, out_dir, cliffs=None, force=False) -> Path``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from accuracy.longctx.scores import (
     BASELINE_MIN,
+    accumulator_comparison,
     baseline_of,
     cell_table,
     length_table,
@@ -24,7 +26,8 @@ from accuracy.report.blocks import md_cell, slug
 from accuracy.report.document import Doc, write_report
 from accuracy.report.plots import png, pyplot
 
-__all__ = ["RenderError", "accumulator_group", "cliff_table", "headline", "render_folder", "section_blocks"]
+__all__ = ["RenderError", "accumulator_group", "cliff_table", "headline", "hypothesis", "never_flushed_lower",
+           "render_folder", "section_blocks"]
 
 # which accumulator an implementation's FP8 dots have (the hypothesis of docs/LONGCTX.md)
 GROUPS = ("never flushed (Hopper FP8 accumulator)", "flushed per KV tile", "fp32 accumulation", "baseline / bf16")
@@ -81,36 +84,130 @@ def _order(names: Sequence[str], baseline: str | None, groups: dict[str, str]) -
                                              n))
 
 
-def headline(rows: Sequence[dict]) -> str | None:
-    """One sentence: at the longest length where the baseline retrieves, the largest accuracy drop and log p
-    change of the never-flushed FP8 accumulator against per-tile flushing, with the numbers."""
-    base = baseline_of(rows)
-    if base is None:
-        return None
-    lt = length_table(rows, base)
+def hypothesis(rows: Sequence[dict]) -> tuple[dict[tuple, dict], list[str]]:
+    """The accumulator hypothesis (docs/LONGCTX.md) per (model, task, length): the never-flushed class against
+    each other FP8 class present (flushed per KV tile, fp32 accumulation), paired per prompt
+    (:func:`accuracy.longctx.scores.accumulator_comparison`); and the classes compared."""
     groups = _groups(rows)
-    best: dict[str, tuple] = {}
-    for (m, t, n, impl), s in lt.items():
-        if impl == base or s["n"] == 0:
-            continue
-        g = groups[impl]
-        cur = best.get(g)
-        score = (n, s["drop"] if not math.isnan(s["drop"]) else -1.0)
-        if cur is None or score > cur[0]:
-            best[g] = (score, m, t, n, impl, s)
-    never, flushed = best.get(GROUPS[0]), best.get(GROUPS[1])
-    if never is None:
+    present = set(groups.values())
+    others = [g for g in GROUPS[1:3] if g in present]
+    if GROUPS[0] not in present or not others:
+        return {}, others
+    return accumulator_comparison(rows, groups, GROUPS[0], others), others
+
+
+# a log-p difference smaller than this (nats) is not called a loss, however tight its interval
+MATERIAL_NATS = 0.05
+# the headline counts and picks only comparisons with at least this many paired prompts
+MIN_PROMPTS = 20
+
+
+def never_flushed_lower(v: dict) -> bool:
+    """Whether the never-flushed class is below every other class beyond the 95% intervals of the paired
+    differences: in exact match, or in log p(answer) by more than :data:`MATERIAL_NATS`."""
+    diffs = v["diffs"].values()
+    return (all(d["acc"][2] < 0 for d in diffs)
+            or all(not math.isnan(d["dlogp"][2]) and d["dlogp"][2] < -MATERIAL_NATS for d in diffs))
+
+
+_SHORT = {GROUPS[0]: "never flushed", GROUPS[1]: "flushed per tile", GROUPS[2]: "fp32 accumulation"}
+
+
+def headline(rows: Sequence[dict]) -> str | None:
+    """One sentence on the accumulator hypothesis: in how many (model, task, length) comparisons the
+    never-flushed Hopper FP8 accumulator is below every other FP8 class beyond the intervals, where the largest
+    loss against the baseline is and what each class scores there, and which models lose nothing."""
+    comp, others = hypothesis(rows)
+    comp = {k: v for k, v in comp.items() if v["n"] >= MIN_PROMPTS}
+    if not comp:
         return None
-    _, m, t, n, impl, s = never
-    text = (f"At {n} tokens ({m}, {t}), where the FP32 baseline retrieves, the never-flushed Hopper FP8 accumulator "
-            f"(`{impl}`) scores {_fmt_pct(s['acc'])} exact against the baseline's {_fmt_pct(s['base_acc'])} "
-            f"(log p(answer) {s['dlogp']:+.2f} nats, 95% CI {s['dlogp_low']:+.2f}..{s['dlogp_high']:+.2f})")
-    if flushed is not None:
-        f = lt.get((m, t, n, flushed[4]))
-        if f is not None:
-            text += (f"; flushed per KV tile (`{flushed[4]}`) {_fmt_pct(f['acc'])} "
-                     f"({f['dlogp']:+.2f} nats)")
+    lower = [k for k, v in comp.items() if never_flushed_lower(v)]
+    longest = max(n for _m, _t, n in comp)
+    verdict = ("is not supported" if len(lower) * 4 < len(comp) else "holds in part" if len(lower) * 2 < len(comp)
+               else "is supported")
+    text = (f"The hypothesis that a never-flushed Hopper FP8 accumulator loses long-context retrieval which "
+            f"{' and '.join(_SHORT[o] for o in others)} keep {verdict} up to {longest} tokens: the never-flushed "
+            f"class is below every other FP8 class beyond the 95% intervals in {len(lower)} of {len(comp)} "
+            f"(model, task, length) comparisons with at least {MIN_PROMPTS} prompts")
+    if lower:
+        text += " (" + ", ".join(f"{m} {t} {n}" for m, t, n in lower[:3]) + ("; ..." if len(lower) > 3 else "") + ")"
+    worst = max(comp.items(), key=lambda kv: kv[1]["base_acc"] - min(c["acc"] for c in kv[1]["classes"].values()))
+    (m, t, n), v = worst
+    losing = [c for c, x in v["classes"].items() if v["base_acc"] - x["acc"] > 0.05]
+    who = ("shared by every class" if len(losing) == len(v["classes"])
+           else "in " + ", ".join(_SHORT[c] for c in losing) if losing else "within 5 points for every class")
+    text += (f". The largest loss is {m} {t} at {n} tokens, {who}: baseline "
+             f"{_fmt_pct(v['base_acc'])} exact, " + ", ".join(f"{_SHORT[c]} {_fmt_pct(x['acc'])}"
+                                                            for c, x in v["classes"].items()))
+    keep = sorted({mm for mm, _t, _n in comp} - {mm for (mm, _t, _n), x in comp.items()
+                                                if any(x["base_acc"] - c["acc"] > 0.05 for c in x["classes"].values())})
+    if keep:
+        text += (f"; {', '.join(keep)} stay{'s' if len(keep) == 1 else ''} within 5 points of the baseline at "
+                 "every length")
+    growth = _op_growth(rows)
+    if growth is not None:
+        (gm, gt, impl, lo_n, hi_n, a, b), (fa, fb) = growth
+        text += (f". Operator error grows with length most for a never-flushed kernel: `{impl}` on {gm} {gt}, rel-L2 "
+                 f"{a:.3f} at {lo_n} to {b:.3f} at {hi_n} tokens, against {fa:.3f} to {fb:.3f} flushed per tile")
     return text + "."
+
+
+def _op_growth(rows: Sequence[dict]):
+    """((model, task, kernel, shortest, longest, op there, op there), (flushed class's median op at both)) for the
+    never-flushed kernel whose operator rel-L2 grows most from the shortest to the longest length, or None."""
+    groups = _groups(rows)
+    lt = length_table(rows)
+    best = None
+    for m, t in sorted({(k[0], k[1]) for k in lt}):
+        lengths = sorted({k[2] for k in lt if k[:2] == (m, t)})
+        if len(lengths) < 2:
+            continue
+        lo_n, hi_n = lengths[0], lengths[-1]
+
+        def op(impl, n, m=m, t=t):
+            return (lt.get((m, t, n, impl)) or {}).get("op_rel_l2")
+
+        flushed = [i for i, g in groups.items() if g == GROUPS[1] and op(i, lo_n) and op(i, hi_n)]
+        if not flushed:
+            continue
+        fa = sorted(op(i, lo_n) for i in flushed)[len(flushed) // 2]
+        fb = sorted(op(i, hi_n) for i in flushed)[len(flushed) // 2]
+        for impl, g in groups.items():
+            a, b = op(impl, lo_n), op(impl, hi_n)
+            if g == GROUPS[0] and a and b and (best is None or b / a > best[0]):
+                best = (b / a, (m, t, impl, lo_n, hi_n, a, b), (fa, fb))
+    return best[1:] if best is not None else None
+
+
+def _hypothesis_block(rows: Sequence[dict]) -> tuple | None:
+    comp, others = hypothesis(rows)
+    if not comp:
+        return None
+    header = (["model", "task", "length", "prompts", "baseline"] + [_SHORT[c] for c in (GROUPS[0], *others)]
+              + [f"never − {_SHORT[o]}: Δ exact, Δ log p [95% CI]" for o in others]
+              + ["operator rel-L2 (" + " / ".join(_SHORT[c] for c in (GROUPS[0], *others)) + ")",
+                 "never flushed lower?"])
+    lt = length_table(rows)
+    groups = _groups(rows)
+    trs = []
+    for (m, t, n), v in comp.items():
+        cls = []
+        for c in (GROUPS[0], *others):
+            each = ", ".join(f"{i} {_fmt_pct(a)}" for i, a in v["classes"][c]["impls"].items())
+            cls.append(f"{_fmt_pct(v['classes'][c]['acc'])} ({each})")
+        ds = []
+        for o in others:
+            a, d = v["diffs"][o]["acc"], v["diffs"][o]["dlogp"]
+            ds.append(f"{100 * a[0]:+.0f} [{100 * a[1]:+.0f}, {100 * a[2]:+.0f}] pts, {_fmt(d[0], '+.2f')} "
+                      f"[{_fmt(d[1], '+.2f')}, {_fmt(d[2], '+.2f')}]")
+        ops = []
+        for c in (GROUPS[0], *others):
+            vals = sorted(x for i, g in groups.items() if g == c
+                          for x in [(lt.get((m, t, n, i)) or {}).get("op_rel_l2")] if x)
+            ops.append(f"{vals[len(vals) // 2]:.3f}" if vals else "–")
+        trs.append([m, t, str(n), str(v["n"]), _fmt_pct(v["base_acc"]), *cls, *ds, " / ".join(ops),
+                    "**yes**" if never_flushed_lower(v) else "no"])
+    return ("table", "longctx-hypothesis", header, trs, True)
 
 
 def _fig_curves(rows, lt, model, task, names, base) -> bytes:
@@ -213,6 +310,15 @@ def section_blocks(rows: Sequence[dict], provs: Sequence[dict], cliff_table=None
                           or "–"])
     blocks.append(("table", "longctx-baseline", ["model", "task", "baseline retrieves at", "baseline fails at"],
                    lines, True))
+    hyp = _hypothesis_block(rows)
+    if hyp is not None:
+        blocks.append(("h", level + 1, "The accumulator hypothesis"))
+        blocks.append(("p", "Each FP8 class's exact match on the baseline's retrieving cells (per prompt the mean over "
+                            "the class's kernels, then over the prompts; each kernel's own in brackets), and the "
+                            "never-flushed class minus each other class, paired per prompt, with 95% bootstrap "
+                            "intervals (points of exact match; nats of log p(answer) against the baseline). "
+                            "\"Lower\": below every other class beyond the interval, in exact match or in log p."))
+        blocks.append(hyp)
     for m in models:
         for t in tasks:
             names = _order([impl for (mm, tt, _n, impl) in lt if mm == m and tt == t], base, groups)

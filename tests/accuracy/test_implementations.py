@@ -328,3 +328,28 @@ def test_flash_attn_amd_pairing_fields_are_inert_where_the_matrix_unit_keeps_fp3
     assert torch.equal(on_mi[0], on_mi[1])
     on_h200 = [emulate(q, k, v, r.on("h200"), causal=True).out for r in (paired, plain)]
     assert not torch.equal(on_h200[0], on_h200[1])
+
+
+def test_flashinfer_pack_refuses_head_dims_it_does_not_hold(tmp_path, monkeypatch):
+    """A packed FlashInfer (scripts/build_flashinfer_fa3.py) holds some head dims; another would start a JIT build
+    the pack cannot do, so the implementation refuses it in one line (a whole install takes every head dim)."""
+    import json
+    import sys
+
+    from accuracy.implementations import get_implementation
+    from accuracy.inputs import GaussianSpec, make_gaussian
+    from zyfa.peers.flashinfer_fa3 import PACK_MANIFEST, packed_head_dims
+
+    site = tmp_path / "site"
+    (site / "flashinfer").mkdir(parents=True)
+    (site / "flashinfer" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.delitem(sys.modules, "flashinfer", raising=False)
+    impl = get_implementation("flashinfer-fa3")
+    x128 = make_gaussian(GaussianSpec(heads_q=2, heads_kv=2, head_dim=128, seq=64))
+    assert packed_head_dims() is None and impl.limits(x128) is None  # no manifest: a whole install
+    (site / PACK_MANIFEST).write_text(json.dumps({"modules": {"64": "m64", "256": "m256"}}))
+    assert packed_head_dims() == (64, 256)
+    why = impl.limits(x128)
+    assert why.startswith("head dim 128 is not in this FlashInfer FA3 pack (built for 64, 256;")
+    assert impl.limits(make_gaussian(GaussianSpec(heads_q=2, heads_kv=2, head_dim=64, seq=64))) is None

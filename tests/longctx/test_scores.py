@@ -63,3 +63,49 @@ def test_retrieving_lengths():
     assert retrieving_lengths(rows) == {("m", "needle"): [1024, 2048]}
     rows += [_row("sdpa-fp32", 4096, d, s, d == 0.0, -5.0) for d in (0.0, 0.5, 1.0) for s in range(2)]
     assert retrieving_lengths(rows)[("m", "needle")] == [1024, 2048]  # 1 of 3 cells is not half
+
+
+def _classes_grid(never_misses: bool, seeds=12):
+    """Baseline exact everywhere; three FP8 classes (by their rows' accumulation); the never-flushed kernel
+    misses every other prompt at the long length when ``never_misses``, else all classes miss the same ones."""
+    rows = []
+    for n in (1024, 32768):
+        for d in (0.0, 1.0):
+            for s in range(seeds):
+                rows.append({**_row("sdpa-fp32", n, d, s, True, -0.1), "accumulation": "high precision"})
+                miss_all = n == 32768 and s % 4 == 0 and not never_misses
+                for impl, acc in (("cudnn-fp8", "hopper_fp8 never flushed"),
+                                  ("triton:zyfa-hopper", "hopper_fp8 flushed every 1 KV tile"),
+                                  ("triton:zyfa", "fp32 via k=32 flushes")):
+                    miss = miss_all or (never_misses and impl == "cudnn-fp8" and n == 32768 and s % 2 == 0)
+                    rows.append({**_row(impl, n, d, s, not miss, -2.0 if miss else -0.2, op=0.05),
+                                 "accumulation": acc})
+    return rows
+
+
+def test_accumulator_comparison_pairs_classes_per_prompt():
+    from accuracy.longctx.scores import accumulator_comparison
+    from accuracy.longctx.section import GROUPS, _groups, never_flushed_lower
+
+    rows = _classes_grid(never_misses=True)
+    comp = accumulator_comparison(rows, _groups(rows), GROUPS[0], GROUPS[1:3])
+    long = comp[("m", "needle", 32768)]
+    assert long["n"] == 24 and long["base_acc"] == 1.0
+    assert long["classes"][GROUPS[0]]["acc"] == pytest.approx(0.5)
+    assert long["classes"][GROUPS[1]]["acc"] == 1.0 and long["classes"][GROUPS[2]]["acc"] == 1.0
+    est, lo, hi = long["diffs"][GROUPS[1]]["acc"]
+    assert est == pytest.approx(-0.5) and hi < 0 and never_flushed_lower(long)
+    assert long["diffs"][GROUPS[2]]["dlogp"][0] == pytest.approx(-0.9)  # half the prompts 1.8 nats lower
+    short = comp[("m", "needle", 1024)]
+    assert short["diffs"][GROUPS[1]]["acc"] == (0.0, 0.0, 0.0) and not never_flushed_lower(short)
+
+
+def test_headline_says_whether_the_hypothesis_holds():
+    from accuracy.longctx.section import headline
+
+    held = headline(_classes_grid(never_misses=True))
+    assert "is supported" in held or "holds in part" in held
+    assert "1 of 2" in held and "m needle 32768" in held
+    shared = headline(_classes_grid(never_misses=False))
+    assert "is not supported" in shared and "0 of 2" in shared
+    assert "shared by every class" in shared and "baseline 100% exact" in shared

@@ -1,8 +1,8 @@
 """FA3's FP8 forward as FlashInfer (``flashinfer-python``) builds it for sm_90: one call of its single-sequence
 prefill, and the recipe quantizer's values laid out as it takes them.
 
-Exposed: ``FLASHINFER_FA3_RECIPE``, ``FLASHINFER_VERSIONS``, ``FLASHINFER_FA3_DIMS``, ``check()``,
-``flashinfer_fa3_forward(...)``, ``flashinfer_fa3_inputs(...)``.
+Exposed: ``FLASHINFER_FA3_RECIPE``, ``FLASHINFER_VERSIONS``, ``FLASHINFER_FA3_DIMS``, ``PACK_MANIFEST``, ``check()``,
+``packed_head_dims()``, ``flashinfer_fa3_forward(...)``, ``flashinfer_fa3_inputs(...)``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 
 from zyfa.peers.common import all_checks, cuda_check, package_check, per_head_descales, read_release
 
-__all__ = ["FLASHINFER_FA3_DIMS", "FLASHINFER_FA3_RECIPE", "FLASHINFER_VERSIONS", "check", "flashinfer_fa3_forward",
-           "flashinfer_fa3_inputs"]
+__all__ = ["FLASHINFER_FA3_DIMS", "FLASHINFER_FA3_RECIPE", "FLASHINFER_VERSIONS", "PACK_MANIFEST", "check",
+           "flashinfer_fa3_forward", "flashinfer_fa3_inputs", "packed_head_dims"]
 
 # What FlashInfer 0.7.4's FA3-derived FP8 prefill on sm_90 computes (its hopper/quantization mainloop and
 # hopper/variants.cuh StandardFP8Attention, docs/real_kernels.md): FA3's numerics (exp2 of the scaled score minus
@@ -28,6 +28,30 @@ FLASHINFER_FA3_RECIPE = ("fa3:p_scale=fmax,q_scale=head,head_dim_tiles=64:192x12
                          "kv_order=reverse")
 FLASHINFER_VERSIONS = ("0.7.4",)  # released versions whose FP8 prefill was read (prefix match)
 FLASHINFER_FA3_DIMS = ((64, 64), (128, 128), (256, 256))  # its FP8 sm_90 prefill's head dims (prefill_sm90.cuh)
+
+
+# written beside the flashinfer package by scripts/build_flashinfer_fa3.py: the head dims whose modules it built
+PACK_MANIFEST = "flashinfer-fa3-pack.json"
+
+
+def packed_head_dims() -> tuple[int, ...] | None:
+    """The head dims a FlashInfer FA3 pack holds (its manifest beside the ``flashinfer`` package), or None where
+    FlashInfer is installed whole (it builds any head dim on first use). Another head dim on a packed install
+    would start FlashInfer's JIT build, which the pack cannot do: the implementation refuses it instead."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("flashinfer")
+    if spec is None or not spec.origin:
+        return None
+    manifest = Path(spec.origin).resolve().parent.parent / PACK_MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        return tuple(sorted(int(d) for d in json.loads(manifest.read_text())["modules"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 check = all_checks(
