@@ -158,6 +158,26 @@ def result_rows(path: Path) -> list[dict]:
     return rows
 
 
+def rows_match(got: list[dict], want: list[dict], rel: float = 1e-9) -> bool:
+    """Whether two runs' rows (:func:`result_rows`) are the same, floats to ``rel``: the CPU's float64 BLAS (MKL)
+    picks its kernels by buffer alignment, so the FP64 oracle of a resumed process can differ from an uninterrupted
+    one's in the 11th digit (what ran before it in the process moves its allocations); every other field must be
+    equal."""
+    if len(got) != len(want):
+        return False
+    for a, b in zip(got, want, strict=True):
+        if a.keys() != b.keys():
+            return False
+        for k, x in a.items():
+            y = b[k]
+            if isinstance(x, float) and isinstance(y, float):
+                if not math.isclose(x, y, rel_tol=rel, abs_tol=1e-300):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
 def torchrun_env(root: Path) -> dict:
     """The environment for a torchrun launch of ``root``'s package: one thread per rank, no inherited launch
     variables (a test run under torchrun must not leak its rank into the ranks it starts)."""

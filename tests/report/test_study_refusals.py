@@ -8,7 +8,7 @@ import errno
 import os
 
 from accuracy.study.run import refusals
-from tests.faults import result_rows
+from tests.faults import result_rows, rows_match
 from zyfa.cli import main as zyfa
 
 ARGS = ["study", "--max-seq", "128", "--captures", "none", "--gaussian-filter", "d64|d192",
@@ -58,4 +58,4 @@ def test_a_study_with_refusals_cut_short_resumes_to_the_uninterrupted_rows(tmp_p
     monkeypatch.setattr(os, "write", real_write)
     assert len(result_rows(tmp_path / "st.partial" / "accuracy_rows.jsonl.partial")) == 7
     assert zyfa([*ARGS, "--out", "st", "--resume"]) == 0
-    assert result_rows(tmp_path / "st" / "results.jsonl") == result_rows(tmp_path / "whole" / "results.jsonl")
+    assert rows_match(result_rows(tmp_path / "st" / "results.jsonl"), result_rows(tmp_path / "whole" / "results.jsonl"))
