@@ -87,8 +87,17 @@ def _reason_kind(reason) -> str | None:
     return None if reason is None else re.sub(r"\d+", "N", str(reason))
 
 
+# a flag's lengths written out in full up to this many characters; longer: first..last and the count
+LENGTHS_CELL_MAX = 60
+
+
 def _lengths_cell(ls: list[int]) -> str:
-    return str(ls[0]) if len(ls) == 1 else f"{format_lengths(ls)} ({len(ls)} lengths)"
+    if len(ls) == 1:
+        return str(ls[0])
+    spec = format_lengths(ls)
+    if len(spec) > LENGTHS_CELL_MAX:
+        spec = f"{ls[0]}..{ls[-1]}, not all"
+    return f"{spec} ({len(ls)} lengths)"
 
 
 def cliff_table(rows: Sequence[dict], provenance: dict, rule: CliffRule | None = None) -> tuple[list[str], list]:

@@ -156,3 +156,12 @@ def test_head_dims_are_separate_series():
     rows = [{**_row(L, 0.02), "head_dim": hd} for hd in (64, 128) for L in range(1, 50)]
     rows[20] = {**_row(21, 0.2), "head_dim": 64}
     assert [(f["head_dim"], f["length"]) for f in find_flags(rows)] == [(64, 21)]
+
+
+def test_a_long_list_of_flagged_lengths_is_shortened_in_the_table():
+    from accuracy.report.cliffs import LENGTHS_CELL_MAX, _lengths_cell
+
+    assert _lengths_cell([7]) == "7" and _lengths_cell(list(range(33, 41))) == "33-40 (8 lengths)"
+    many = [n for c in (1408, 1792, 2048, 2816, 3584, 4096, 5632, 22528) for n in range(c - 16, c + 17, 4)]
+    cell = _lengths_cell(many)
+    assert cell == f"1392..22544, not all ({len(many)} lengths)" and len(cell) < LENGTHS_CELL_MAX
