@@ -22,7 +22,7 @@ from accuracy.longctx.scores import (
     load_rows,
     retrieving_lengths,
 )
-from accuracy.report.blocks import md_cell, slug
+from accuracy.report.blocks import md_cell, sharding_line, slug
 from accuracy.report.document import Doc, write_report
 from accuracy.report.plots import png, pyplot
 
@@ -367,6 +367,9 @@ def section_blocks(rows: Sequence[dict], provs: Sequence[dict], cliff_table=None
     commits = sorted({str(p.get("git_commit")) for p in provs if p.get("git_commit")})
     devices = sorted({str(p.get("device_name") or p.get("device")) for p in provs if p.get("device_name")
                       or p.get("device")})
+    shards = [line for p in provs for line in [sharding_line(p)] if line]
+    if shards:
+        blocks.append(("p", "Sharded (torchrun, docs/SHARDING.md): " + "; ".join(shards) + "."))
     if cmds:
         blocks.append(("p", "Made by: " + "; ".join(f"`{c}`" for c in cmds) + (f" (commit {', '.join(commits)}"
                        f", {', '.join(devices)})" if commits else "")))

@@ -95,3 +95,24 @@ def fmt_ci(ci, kind: str = "err") -> str:
 def slug(s: object) -> str:
     """Lower-case letters and digits joined by ``-`` (table keys, figure names)."""
     return re.sub(r"[^a-z0-9]+", "-", str(s).lower()).strip("-")
+
+
+def sharding_line(prov: dict) -> str | None:
+    """One sentence on how a sharded run (``torchrun``, :mod:`accuracy.shard`) ran, from its merged provenance: the
+    number of ranks and the backend, each rank's rows (and devices, where recorded) and the wall time; None for a
+    run of one process without torchrun."""
+    world = prov.get("world_size")
+    if not isinstance(world, int):
+        return None
+    parts = []
+    for r in prov.get("ranks") or []:
+        if isinstance(r, dict) and "rank" in r:
+            devs = r.get("devices")
+            parts.append(f"rank {r['rank']} {r.get('rows', '?')} rows" + (f" on {', '.join(devs)}" if devs else ""))
+    wall = prov.get("wall_time_s")
+    text = f"{world} rank{'s' if world != 1 else ''} ({prov.get('backend') or 'no process group'})"
+    if parts:
+        text += ": " + "; ".join(parts)
+    if isinstance(wall, (int, float)):
+        text += f"; wall time {wall:.1f} s"
+    return text

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from accuracy.report.blocks import fmt, fmt_ci, kind_of, slug
+from accuracy.report.blocks import fmt, fmt_ci, kind_of, sharding_line, slug
 from accuracy.report.document import Doc
 from accuracy.report.front import model_anchor, section_front
 from accuracy.report.plots import png, pyplot
@@ -754,6 +754,10 @@ def _section_provenance(doc: Doc, res: Results) -> None:
             vals.append("-" if v is None else (fmt(v, "num") if isinstance(v, float) else str(v)))
         body.append([k, *vals])
     doc.table("t-provenance", ["", *(name for name, _ in res.provenances)], body, text=True)
+    for name, p in res.provenances:
+        line = sharding_line(p)
+        if line:
+            doc.p(f"`{name}` was a sharded run (torchrun, docs/SHARDING.md): {line}.")
 
 
 def _section_inputs(doc: Doc, rows: list) -> None:

@@ -109,3 +109,17 @@ def test_headline_says_whether_the_hypothesis_holds():
     shared = headline(_classes_grid(never_misses=False))
     assert "is not supported" in shared and "0 of 2" in shared
     assert "shared by every class" in shared and "baseline 100% exact" in shared
+
+
+def test_section_names_the_ranks_of_a_sharded_run():
+    from accuracy.longctx.section import section_blocks
+
+    rows = _classes_grid(never_misses=False, seeds=4)
+    prov = {"command": "zyfa longctx ...", "git_commit": "abc", "world_size": 3, "backend": "gloo",
+            "wall_time_s": 9.0, "ranks": [{"rank": k, "rows": 2} for k in range(3)]}
+    blocks, _, _ = section_blocks(rows, [prov])
+    texts = [b[1] for b in blocks if b[0] == "p"]
+    assert ("Sharded (torchrun, docs/SHARDING.md): 3 ranks (gloo): rank 0 2 rows; rank 1 2 rows; rank 2 2 rows; "
+            "wall time 9.0 s.") in texts
+    plain, _, _ = section_blocks(rows, [{"command": "zyfa longctx ..."}])
+    assert not any(b[0] == "p" and b[1].startswith("Sharded") for b in plain)
