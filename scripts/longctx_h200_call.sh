@@ -43,7 +43,11 @@ if [ -n "${START:-}" ]; then
     >"$STATE/extra-$n.log" 2>&1 </dev/null &)
   echo "started extra-$n: $START"
 fi
-running() { pgrep -f longctx_h200_background.sh >/dev/null || pgrep -f "zyfa.cli" >/dev/null; }
+# the program at the start of a command line (or after its folder): a bare pattern would also match this call's
+# own shell, whose command line holds it (in START=...), and keep WAIT waiting to its end
+running() {
+  pgrep -f "(^|/)bash scripts/longctx_h200_background.sh" >/dev/null || pgrep -f "(^|/)python3 -m zyfa[.]cli" >/dev/null
+}
 if [ -n "${WAIT:-}" ]; then
   t0=$SECONDS
   while running && [ $((SECONDS - t0)) -lt "$WAIT" ]; do sleep 5; done

@@ -216,8 +216,7 @@ def accumulator_comparison(rows: Sequence[dict], groups: dict[str, str], never: 
 
 
 def _mean_at(pairs: Sequence[tuple[float, float | None]], i: int) -> float:
-    vals = [v[i] for v in pairs if v[i] is not None]
-    return sum(vals) / len(vals) if vals else math.nan
+    return _nanmean([v[i] for v in pairs if v[i] is not None])
 
 
 def _nanmean(xs: Sequence[float]) -> float:

@@ -100,6 +100,8 @@ def hypothesis(rows: Sequence[dict]) -> tuple[dict[tuple, dict], list[str]]:
 MATERIAL_NATS = 0.05
 # the headline counts and picks only comparisons with at least this many paired prompts
 MIN_PROMPTS = 20
+# an accuracy drop against the baseline larger than this (a fraction) is a loss in the headline
+LOSS_POINTS = 0.05
 
 
 def never_flushed_lower(v: dict) -> bool:
@@ -117,7 +119,11 @@ def headline(rows: Sequence[dict]) -> str | None:
     """One sentence on the accumulator hypothesis: in how many (model, task, length) comparisons the
     never-flushed Hopper FP8 accumulator is below every other FP8 class beyond the intervals, where the largest
     loss against the baseline is and what each class scores there, and which models lose nothing."""
-    comp, others = hypothesis(rows)
+    lt = length_table(rows)
+    return _headline(*hypothesis(rows), lt, _groups(rows))
+
+
+def _headline(comp: dict, others: list[str], lt: dict, groups: dict[str, str]) -> str | None:
     comp = {k: v for k, v in comp.items() if v["n"] >= MIN_PROMPTS}
     if not comp:
         return None
@@ -133,18 +139,19 @@ def headline(rows: Sequence[dict]) -> str | None:
         text += " (" + ", ".join(f"{m} {t} {n}" for m, t, n in lower[:3]) + ("; ..." if len(lower) > 3 else "") + ")"
     worst = max(comp.items(), key=lambda kv: kv[1]["base_acc"] - min(c["acc"] for c in kv[1]["classes"].values()))
     (m, t, n), v = worst
-    losing = [c for c, x in v["classes"].items() if v["base_acc"] - x["acc"] > 0.05]
+    losing = [c for c, x in v["classes"].items() if v["base_acc"] - x["acc"] > LOSS_POINTS]
     who = ("shared by every class" if len(losing) == len(v["classes"])
            else "in " + ", ".join(_SHORT[c] for c in losing) if losing else "within 5 points for every class")
     text += (f". The largest loss is {m} {t} at {n} tokens, {who}: baseline "
              f"{_fmt_pct(v['base_acc'])} exact, " + ", ".join(f"{_SHORT[c]} {_fmt_pct(x['acc'])}"
                                                             for c, x in v["classes"].items()))
     keep = sorted({mm for mm, _t, _n in comp} - {mm for (mm, _t, _n), x in comp.items()
-                                                if any(x["base_acc"] - c["acc"] > 0.05 for c in x["classes"].values())})
+                                                if any(x["base_acc"] - c["acc"] > LOSS_POINTS
+                                                       for c in x["classes"].values())})
     if keep:
         text += (f"; {', '.join(keep)} stay{'s' if len(keep) == 1 else ''} within 5 points of the baseline at "
                  "every length")
-    growth = _op_growth(rows)
+    growth = _op_growth(lt, groups)
     if growth is not None:
         (gm, gt, impl, lo_n, hi_n, a, b), (fa, fb) = growth
         text += (f". Operator error grows with length most for a never-flushed kernel: `{impl}` on {gm} {gt}, rel-L2 "
@@ -152,43 +159,39 @@ def headline(rows: Sequence[dict]) -> str | None:
     return text + "."
 
 
-def _op_growth(rows: Sequence[dict]):
+def _class_op(lt: dict, groups: dict[str, str], cls: str, key: tuple) -> float | None:
+    """The median operator rel-L2 over the kernels of class ``cls`` at ``key`` = (model, task, length)."""
+    vals = sorted(x for i, g in groups.items() if g == cls for x in [(lt.get((*key, i)) or {}).get("op_rel_l2")]
+                  if x)
+    return vals[len(vals) // 2] if vals else None
+
+
+def _op_growth(lt: dict, groups: dict[str, str]):
     """((model, task, kernel, shortest, longest, op there, op there), (flushed class's median op at both)) for the
     never-flushed kernel whose operator rel-L2 grows most from the shortest to the longest length, or None."""
-    groups = _groups(rows)
-    lt = length_table(rows)
     best = None
     for m, t in sorted({(k[0], k[1]) for k in lt}):
         lengths = sorted({k[2] for k in lt if k[:2] == (m, t)})
         if len(lengths) < 2:
             continue
         lo_n, hi_n = lengths[0], lengths[-1]
-
-        def op(impl, n, m=m, t=t):
-            return (lt.get((m, t, n, impl)) or {}).get("op_rel_l2")
-
-        flushed = [i for i, g in groups.items() if g == GROUPS[1] and op(i, lo_n) and op(i, hi_n)]
-        if not flushed:
+        fa, fb = _class_op(lt, groups, GROUPS[1], (m, t, lo_n)), _class_op(lt, groups, GROUPS[1], (m, t, hi_n))
+        if fa is None or fb is None:
             continue
-        fa = sorted(op(i, lo_n) for i in flushed)[len(flushed) // 2]
-        fb = sorted(op(i, hi_n) for i in flushed)[len(flushed) // 2]
         for impl, g in groups.items():
-            a, b = op(impl, lo_n), op(impl, hi_n)
+            a, b = ((lt.get((m, t, n, impl)) or {}).get("op_rel_l2") for n in (lo_n, hi_n))
             if g == GROUPS[0] and a and b and (best is None or b / a > best[0]):
                 best = (b / a, (m, t, impl, lo_n, hi_n, a, b), (fa, fb))
     return best[1:] if best is not None else None
 
 
-def _hypothesis_block(rows: Sequence[dict]) -> tuple | None:
-    comp, others = hypothesis(rows)
+def _hypothesis_block(comp: dict, others: list[str], lt: dict, groups: dict[str, str]) -> tuple | None:
     if not comp:
         return None
     header = (["model", "task", "length", "prompts", "baseline"] + [_SHORT[c] for c in (GROUPS[0], *others)]
               + [f"never − {_SHORT[o]}: Δ exact, Δ log p [95% CI]" for o in others]
               + ["operator rel-L2 (" + " / ".join(_SHORT[c] for c in (GROUPS[0], *others)) + ")",
                  "never flushed lower?"])
-    lt = length_table(rows)
-    groups = _groups(rows)
     trs = []
     for (m, t, n), v in comp.items():
         cls = []
@@ -200,11 +203,7 @@ def _hypothesis_block(rows: Sequence[dict]) -> tuple | None:
             a, d = v["diffs"][o]["acc"], v["diffs"][o]["dlogp"]
             ds.append(f"{100 * a[0]:+.0f} [{100 * a[1]:+.0f}, {100 * a[2]:+.0f}] pts, {_fmt(d[0], '+.2f')} "
                       f"[{_fmt(d[1], '+.2f')}, {_fmt(d[2], '+.2f')}]")
-        ops = []
-        for c in (GROUPS[0], *others):
-            vals = sorted(x for i, g in groups.items() if g == c
-                          for x in [(lt.get((m, t, n, i)) or {}).get("op_rel_l2")] if x)
-            ops.append(f"{vals[len(vals) // 2]:.3f}" if vals else "–")
+        ops = [_fmt(_class_op(lt, groups, c, (m, t, n)), ".3f") for c in (GROUPS[0], *others)]
         trs.append([m, t, str(n), str(v["n"]), _fmt_pct(v["base_acc"]), *cls, *ds, " / ".join(ops),
                     "**yes**" if never_flushed_lower(v) else "no"])
     return ("table", "longctx-hypothesis", header, trs, True)
@@ -289,8 +288,9 @@ def section_blocks(rows: Sequence[dict], provs: Sequence[dict], cliff_table=None
     lt = length_table(rows, base)
     cells = cell_table(rows, base)
     retr = retrieving_lengths(rows, base)
-    h = headline(rows)
     groups = _groups(rows)
+    comp, others = hypothesis(rows)
+    h = _headline(comp, others, lt, groups)
     blocks.append(("h", level, "Long-context retrieval"))
     if h:
         blocks.append(("p", f"**Finding.** {h}"))
@@ -310,7 +310,7 @@ def section_blocks(rows: Sequence[dict], provs: Sequence[dict], cliff_table=None
                           or "–"])
     blocks.append(("table", "longctx-baseline", ["model", "task", "baseline retrieves at", "baseline fails at"],
                    lines, True))
-    hyp = _hypothesis_block(rows)
+    hyp = _hypothesis_block(comp, others, lt, groups)
     if hyp is not None:
         blocks.append(("h", level + 1, "The accumulator hypothesis"))
         blocks.append(("p", "Each FP8 class's exact match on the baseline's retrieving cells (per prompt the mean over "

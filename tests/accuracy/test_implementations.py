@@ -347,9 +347,12 @@ def test_flashinfer_pack_refuses_head_dims_it_does_not_hold(tmp_path, monkeypatc
     monkeypatch.delitem(sys.modules, "flashinfer", raising=False)
     impl = get_implementation("flashinfer-fa3")
     x128 = make_gaussian(GaussianSpec(heads_q=2, heads_kv=2, head_dim=128, seq=64))
+    packed_head_dims.cache_clear()  # read once per process: this test changes the install under it
     assert packed_head_dims() is None and impl.limits(x128) is None  # no manifest: a whole install
     (site / PACK_MANIFEST).write_text(json.dumps({"modules": {"64": "m64", "256": "m256"}}))
+    packed_head_dims.cache_clear()
     assert packed_head_dims() == (64, 256)
     why = impl.limits(x128)
     assert why.startswith("head dim 128 is not in this FlashInfer FA3 pack (built for 64, 256;")
     assert impl.limits(make_gaussian(GaussianSpec(heads_q=2, heads_kv=2, head_dim=64, seq=64))) is None
+    packed_head_dims.cache_clear()  # the next test's install is this process's own again

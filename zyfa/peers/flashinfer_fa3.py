@@ -7,6 +7,7 @@ Exposed: ``FLASHINFER_FA3_RECIPE``, ``FLASHINFER_VERSIONS``, ``FLASHINFER_FA3_DI
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -34,10 +35,12 @@ FLASHINFER_FA3_DIMS = ((64, 64), (128, 128), (256, 256))  # its FP8 sm_90 prefil
 PACK_MANIFEST = "flashinfer-fa3-pack.json"
 
 
+@functools.cache
 def packed_head_dims() -> tuple[int, ...] | None:
     """The head dims a FlashInfer FA3 pack holds (its manifest beside the ``flashinfer`` package), or None where
     FlashInfer is installed whole (it builds any head dim on first use). Another head dim on a packed install
-    would start FlashInfer's JIT build, which the pack cannot do: the implementation refuses it instead."""
+    would start FlashInfer's JIT build, which the pack cannot do: the implementation refuses it instead. Read once
+    per process (the implementation's limits ask on every call, a model's layers many times a pass)."""
     import importlib.util
     import json
     from pathlib import Path
