@@ -124,12 +124,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-failed", action="store_true",
                         help=f"exit 0 even when rows failed or a kernel is nonconforming (default: exit "
                              f"{EXIT_FAILED_ROWS} after writing every row)")
-    s = parser.add_argument_group("sharding (torchrun --nproc-per-node N -m zyfa.cli accuracy ...; docs/SHARDING.md)")
-    s.add_argument("--dry-run", nargs="?", type=int, const=0, default=None, metavar="N",
-                   help="print the plan (cells per rank, estimated seconds) for N ranks (default: torchrun's "
-                        "WORLD_SIZE, else 1) and run nothing")
-    s.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                   help="process-group backend under torchrun (default: nccl with CUDA, else gloo)")
+    from accuracy.shard import add_shard_arguments
+
+    add_shard_arguments(parser, "accuracy", "rows")
     r = parser.add_argument_group("real kernels (beside the recipes' emulations)")
     r.add_argument("--implementations", metavar="LIST",
                    help="built-in real implementations, comma-separated (triton:<recipe>, cudnn-fp8, "
@@ -161,7 +158,7 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError("--force and --resume apply to --out")
         if _sharded(args, out):
             return _main_sharded(args, recipes, columns, out)
-        results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=_read_finished) \
+        results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=read_finished) \
             if out is not None else None
         from accuracy.runner import input_key, resolve_device, run_accuracy, write_results
 
@@ -295,7 +292,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
                 print(format_plan(labels, costs, plan(costs, world), UNITS_PER_SECOND.get(device.type, 2e8)))
             return 0
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, planned=keys,
-                                      reader=_read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE)
+                                      reader=read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE)
     except (ValueError, FileNotFoundError, OutputError) as e:
         status = _fail(e)
         if dist is not None:
@@ -386,7 +383,8 @@ def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> in
     return EXIT_FAILED_ROWS
 
 
-def _read_finished(path: Path):
+def read_finished(path: Path):
+    """(rows, provenance) of a finished ``zyfa accuracy`` results file (the reader of resumed outputs)."""
     from accuracy.runner import read_results
 
     rows = read_results(path)
@@ -399,7 +397,9 @@ def _fail(e: BaseException | str, results=None, status: int = 2) -> int:
         results.close()
         if results.partial.exists():
             kept = f"; the rows finished so far are in {results.partial} (rerun with --resume to continue)"
-    print(f"zyfa accuracy: error: {e}{kept}", file=sys.stderr)
+    from accuracy.shard import say
+
+    say(f"zyfa accuracy: error: {e}{kept}")
     return status
 
 

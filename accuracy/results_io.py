@@ -123,7 +123,11 @@ def check_row(row, where: str) -> dict:
     return row
 
 
-def parse_lines(lines: Iterable[str], path) -> tuple[list[dict], dict]:
+def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict] | None = None
+                ) -> tuple[list[dict], dict]:
+    """(rows, provenance) of JSONL lines: the first ``{"record": "provenance"}`` line is the provenance, each other
+    line a row checked by ``check(obj, "path:line")`` (default :func:`check_row`, a ``zyfa accuracy`` row)."""
+    check = check or check_row
     rows, prov = [], {}
     for n, line in enumerate(lines, 1):
         if not line.strip():
@@ -132,7 +136,7 @@ def parse_lines(lines: Iterable[str], path) -> tuple[list[dict], dict]:
         if isinstance(obj, dict) and obj.get("record") == "provenance":
             prov = prov or {k: v for k, v in obj.items() if k != "record"}
         else:
-            rows.append(check_row(obj, f"{path}:{n}"))
+            rows.append(check(obj, f"{path}:{n}"))
     return rows, prov
 
 
@@ -240,6 +244,17 @@ class ResultsFile:
                 raise OutputError(f"{source} has no provenance record, so it is not a run to resume; "
                                   f"use --force to replace it or choose another {flag}")
         return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader, lock=run_lock)
+
+    @property
+    def skip(self) -> set:
+        """The planned rows this run does not make: those done before (a sharded rank's view skips other ranks'
+        too, :class:`accuracy.shard.RankRows`)."""
+        return self.done
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the run this file continues (None for a fresh file: the runner makes one)."""
+        return self.provenance.get("run_id") if self.resumed_from is not None else None
 
     def check_plan(self, keys: Sequence[tuple]) -> None:
         """Refuse to resume a file that holds rows the planned run would not make (another run's rows)."""

@@ -22,6 +22,7 @@ Exposed:
     plan(costs, world) -> [[cell index]]   LPT assignment, cells of a rank in planned order
     format_plan(labels, costs, shares, units_per_s) -> str
     ShardedResults                         the rank files, the done set, rank 0's merge
+    RankRows                               a rank's share with the ResultsFile interface run_study takes
 """
 
 from __future__ import annotations
@@ -31,14 +32,15 @@ import datetime as _dt
 import json
 import os
 import shutil
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from accuracy.results_io import parse_lines, row_key
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
 
-__all__ = ["UNITS_PER_SECOND", "Dist", "SharedOutputError", "ShardedResults", "format_plan", "launch", "plan",
-           "sharded_launch"]
+__all__ = ["UNITS_PER_SECOND", "Dist", "RankRows", "SharedOutputError", "ShardedResults", "add_shard_arguments",
+           "describe_key", "dry_run_world", "format_plan", "launch", "plan", "say", "sharded_launch"]
 
 # Cost units (multiply-adds of the FP64 oracle, roughly) per second, by device kind: for --dry-run estimates.
 UNITS_PER_SECOND = {"cpu": 2.0e8, "cuda": 5.0e10}
@@ -51,6 +53,30 @@ DEFAULT_TIMEOUT_S = 24 * 3600
 class SharedOutputError(OutputError):
     """An ``--out`` refusal every rank raises alike (rank 0 decided it and broadcast it): the ranks can meet at a
     barrier after reporting it (:meth:`Dist.settle`), so each rank's line is printed before torchrun stops any."""
+
+
+def add_shard_arguments(parser, command: str, cells: str) -> None:
+    """``--dry-run [N]`` and ``--backend`` on ``zyfa <command>``'s parser; ``cells`` names its cells."""
+    g = parser.add_argument_group(f"sharding (torchrun --nproc-per-node N -m zyfa {command} ...; docs/SHARDING.md)")
+    g.add_argument("--dry-run", nargs="?", type=int, const=0, default=None, metavar="N",
+                   help=f"print the plan ({cells} per rank, estimated seconds) for N ranks (default: torchrun's "
+                        "WORLD_SIZE, else 1) and run nothing")
+    g.add_argument("--backend", choices=("gloo", "nccl"), default=None,
+                   help="process-group backend under torchrun (default: nccl with CUDA, else gloo)")
+
+
+def dry_run_world(n: int) -> int:
+    """The number of ranks ``--dry-run N`` plans for: N, or torchrun's WORLD_SIZE (else 1) for 0."""
+    if n < 0:
+        raise OutputError("--dry-run takes a number of ranks of at least 1")
+    return n or int(os.environ.get("WORLD_SIZE", 1) or 1)
+
+
+def say(line: str) -> None:
+    """``line`` on stderr in one write, so that the lines of ranks sharing one pipe never run into each other
+    (``print`` writes the text and its newline separately)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
 
 
 def sharded_launch() -> bool:
@@ -165,8 +191,15 @@ def format_plan(labels: Sequence[str], costs: Sequence[float], shares: Sequence[
     return "\n".join(lines)
 
 
-def _read_rows(path: Path) -> tuple[list[dict], dict]:
-    return parse_lines(read_complete_lines(path)[0], path)
+def _read_rows(path: Path, check=None) -> tuple[list[dict], dict]:
+    return parse_lines(read_complete_lines(path)[0], path, check)
+
+
+def describe_key(key: tuple) -> str:
+    """A row key in an error message: an accuracy key as input and recipe, any other as its fields."""
+    if len(key) == 4:
+        return f"input {key[0]!r} recipe {key[2]!r}"
+    return "(" + ", ".join(repr(k) for k in key if k is not None) + ")"
 
 
 def _rank_files(folder: Path) -> list[Path]:
@@ -184,7 +217,9 @@ class ShardedResults:
     """
 
     def __init__(self, path: Path, dist: Dist, *, done: set, provenance: dict, resumed: bool,
-                 reader: Callable[[Path], tuple[list[dict], dict]], lock: RunLock | None):
+                 reader: Callable[[Path], tuple[list[dict], dict]], lock: RunLock | None,
+                 key: Callable[[dict], tuple] = row_key, check: Callable[[object, str], dict] | None = None,
+                 dumps: Callable[[dict], str] = json.dumps):
         self.path, self.dist = path, dist
         self.folder = partial_path(path)
         self.partial = self.folder
@@ -193,6 +228,7 @@ class ShardedResults:
         self.resumed_from = self.folder if resumed else None
         self._reader = reader
         self.lock = lock
+        self.key, self.check, self.dumps = key, check, dumps
         self._log: AppendLog | None = None
 
     @property
@@ -202,13 +238,19 @@ class ShardedResults:
     @classmethod
     def open(cls, path: str | Path, dist: Dist, *, force: bool = False, resume: bool = False,
              planned: Sequence[tuple] | None = None, reader: Callable[[Path], tuple[list[dict], dict]],
-             need_bytes: int = 0, flag: str = "--out") -> ShardedResults:
+             need_bytes: int = 0, flag: str = "--out", key: Callable[[dict], tuple] = row_key,
+             check: Callable[[object, str], dict] | None = None,
+             dumps: Callable[[dict], str] = json.dumps) -> ShardedResults:
+        """``key``: a row's identity (default :func:`accuracy.results_io.row_key`); ``check``: the row check of
+        the rank files (default a ``zyfa accuracy`` row, :func:`accuracy.results_io.check_row`); ``dumps``: a
+        row as one JSON line (rank files). A command whose rows differ (``zyfa impact``) passes its own."""
         path = Path(path)
         lock, answer = None, None
         if dist.rank == 0:
             try:
                 lock, answer = cls._prepare(path, force=force, resume=resume, planned=planned, reader=reader,
-                                            need_bytes=need_bytes, flag=flag)
+                                            need_bytes=need_bytes, flag=flag, key=key, check=check,
+                                            dumps=dumps)
             except (OutputError, ValueError) as e:
                 answer = {"error": str(e)}
         answer = dist.broadcast(answer)
@@ -218,10 +260,10 @@ class ShardedResults:
             raise SharedOutputError(answer["error"])
         done = {tuple(k) for k in answer["done"]}
         return cls(path, dist, done=done, provenance=answer["provenance"], resumed=answer["resumed"],
-                   reader=reader, lock=lock)
+                   reader=reader, lock=lock, key=key, check=check, dumps=dumps)
 
     @classmethod
-    def _prepare(cls, path: Path, *, force, resume, planned, reader, need_bytes, flag):
+    def _prepare(cls, path: Path, *, force, resume, planned, reader, need_bytes, flag, key, check, dumps):
         if force and resume:
             raise OutputError("--force and --resume exclude each other")
         check_writable(path, need_bytes=need_bytes)
@@ -246,7 +288,7 @@ class ShardedResults:
                 raise OutputError(f"cannot prepare {folder}: {e.strerror or e}") from None
             kept, prov = [], {}
             for f in _rank_files(folder):
-                rows, p = _read_rows(f)
+                rows, p = _read_rows(f, check)
                 kept += rows
                 if p and (not prov or f.name == "rank-0.jsonl"):
                     prov = p
@@ -258,23 +300,23 @@ class ShardedResults:
                 raise OutputError(f"{folder} has no provenance record, so it is not a run to resume; use --force "
                                   f"or choose another {flag}")
             planned_set = set(planned) if planned is not None else None
-            foreign = [k for k in (row_key(r) for r in kept) if planned_set is not None and k not in planned_set]
+            foreign = [k for k in (key(r) for r in kept) if planned_set is not None and k not in planned_set]
             if foreign:
-                raise OutputError(f"{folder} holds rows this run would not make ({len(foreign)}, e.g. input "
-                                  f"{foreign[0][0]!r} recipe {foreign[0][2]!r}): resume it with the same arguments, "
+                raise OutputError(f"{folder} holds rows this run would not make ({len(foreign)}, e.g. "
+                                  f"{describe_key(foreign[0])}): resume it with the same arguments, "
                                   f"or use --force or another {flag}")
             if resume and path.is_file():  # keep a finished file's rows as a rank file of their own
                 fin = folder / "finished.jsonl"
                 if not fin.exists():
                     rows, p = reader(path)
                     with AppendLog(fin, fresh=True) as log:
-                        log.write_line(json.dumps({"record": "provenance", **p}))
+                        log.write_line(dumps({"record": "provenance", **p}))
                         for r in rows:
-                            log.write_line(json.dumps(r))
+                            log.write_line(dumps(r))
         except BaseException:
             lock.release()
             raise
-        return lock, {"done": sorted((list(row_key(r)) for r in kept), key=repr), "provenance": prov,
+        return lock, {"done": sorted((list(key(r)) for r in kept), key=repr), "provenance": prov,
                       "resumed": bool(kept)}
 
     def start(self, provenance: dict) -> None:
@@ -284,14 +326,15 @@ class ShardedResults:
             self._log = AppendLog(f, fresh=False)
             return
         self._log = AppendLog(f, fresh=True)
-        self._log.write_line(json.dumps({"record": "provenance", **provenance}))
+        self._log.write_line(self.dumps({"record": "provenance", **provenance}))
 
     def add(self, row: dict) -> None:
-        """Append one finished row, stamped with this rank (fsync'd before returning)."""
+        """Append one finished row, stamped with this rank under torchrun (fsync'd before returning)."""
         if self._log is None:
             raise RuntimeError("ShardedResults.start() first")
-        row["rank"] = self.dist.rank
-        self._log.write_line(json.dumps(row))
+        if self.dist.grouped:
+            row["rank"] = self.dist.rank
+        self._log.write_line(self.dumps(row))
 
     def _close_log(self) -> None:
         if self._log is not None:
@@ -303,8 +346,8 @@ class ShardedResults:
         with ``order``, all of them sorted by ``order(row)``. RuntimeError naming a key of ``keys`` not made."""
         by: dict[tuple, dict] = {}
         for f in _rank_files(self.folder):
-            for r in _read_rows(f)[0]:
-                by.setdefault(row_key(r), r)
+            for r in _read_rows(f, self.check)[0]:
+                by.setdefault(self.key(r), r)
         missing = [k for k in keys if k not in by]
         if missing:
             raise RuntimeError(f"{len(missing)} planned rows were not made, e.g. {missing[0]}; the rows made are in "
@@ -338,3 +381,74 @@ class ShardedResults:
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+
+class RankRows:
+    """A rank's share of a runner's rows, with the interface of :class:`accuracy.results_io.ResultsFile` that
+    :func:`accuracy.study.run.run_study` uses (``check_plan``, ``done``, ``skip``, ``run_id``, ``start``, ``add``,
+    ``rows_in_order``, ``close``), over a :class:`ShardedResults` (open it first: a collective).
+
+    :meth:`check_plan` plans the rows not done over the ranks (:func:`plan`, ``cost(key)``); ``skip`` is then every
+    planned row this rank does not make. :meth:`rows_in_order` is collective: rank 0 gets the merged rows (written to
+    the ShardedResults' path), the other ranks None. ``device`` is stamped on rows that lack one; ``on_plan(shares)``
+    hears each rank's row keys once planned.
+    """
+
+    def __init__(self, results: ShardedResults, cost: Callable[[tuple], float], device: str, run_id: str,
+                 on_plan: Callable[[list[list[tuple]]], None] | None = None):
+        self.results, self.cost, self.device, self.run_id = results, cost, device, run_id
+        self.on_plan = on_plan
+        self.dist = results.dist
+        self.done = set(results.done)
+        self.skip: set = set(self.done)
+        self.shares: list[list[tuple]] = []
+        self.resumed_from = results.resumed_from
+        self.provenance = results.provenance
+        self._start: dict = {}
+        self._t0 = None
+
+    def check_plan(self, keys: Sequence[tuple]) -> None:
+        planned = set(keys)
+        foreign = [k for k in self.done if k not in planned]
+        if foreign:
+            raise OutputError(f"{self.results.folder} holds rows this run would not make ({len(foreign)}, e.g. "
+                              f"{describe_key(sorted(foreign, key=repr)[0])}): resume it with the same arguments, "
+                              "or use --force or another --out")
+        todo = [k for k in keys if k not in self.done]
+        self.shares = [[todo[i] for i in share] for share in plan([self.cost(k) for k in todo], self.dist.world)]
+        self.skip = planned - set(self.shares[self.dist.rank])
+        if self.on_plan is not None:
+            self.on_plan(self.shares)
+
+    def start(self, provenance: dict) -> None:
+        import time
+
+        self._start = {**provenance, "run_id": self.run_id}
+        self._t0 = time.perf_counter()
+        self.results.start(self._start)
+
+    def add(self, row: dict) -> None:
+        row.setdefault("device", self.device)
+        self.results.add(row)
+
+    def sharding(self, rows: Sequence[dict]) -> dict:
+        """The provenance of a sharded run (ranks, backend, rows and devices per rank, wall time); {} for one
+        process without torchrun."""
+        import time
+
+        if not self.dist.grouped:
+            return {}
+        wall = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
+        return {"world_size": self.dist.world, "backend": self.dist.backend, "wall_time_s": wall,
+                "ranks": [{"rank": k, "rows": sum(r.get("rank") == k for r in rows),
+                           "devices": sorted({str(r.get("device")) for r in rows if r.get("rank") == k})}
+                          for k in range(self.dist.world)]}
+
+    def rows_in_order(self, keys: Sequence[tuple]) -> list[dict] | None:
+        from accuracy.runner import write_results
+
+        return self.results.finish(keys, lambda rows: {**(self.provenance or self._start), **self.sharding(rows)},
+                                   write_results)
+
+    def close(self) -> None:
+        self.results.close()

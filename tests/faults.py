@@ -192,3 +192,52 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def torchrun_cmd(n: int, *args: str) -> list[str]:
+    """``python -m torch.distributed.run --nproc-per-node n ... -m zyfa *args`` on a free local port."""
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-addr",
+            "127.0.0.1", "--master-port", str(free_port()), "-m", "zyfa", *args]  # zyfa/__main__.py
+
+
+def rank_pid(launcher: int, rank: int) -> int | None:
+    """The PID of the worker with RANK=rank among the launcher's descendants (from /proc)."""
+    todo, seen = [launcher], set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"RANK={rank}".encode() in environ and pid != launcher:
+                return pid
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return None
+
+
+def kill_rank_when(cmd: list[str], cwd: Path, env_: dict, watch: Path, rank: int, lines: int,
+                   timeout: float = 240) -> tuple[bool, subprocess.CompletedProcess]:
+    """Start the torchrun ``cmd``, SIGKILL rank ``rank``'s worker once ``watch`` holds ``lines`` complete lines.
+    Returns (killed, the finished launcher's result, stdout with stderr)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env_, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    killed = False
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if count_lines(watch) >= lines:
+                pid = rank_pid(proc.pid, rank)
+                if pid is not None:
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+                    break
+            time.sleep(0.005)
+        log, _ = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    return killed, subprocess.CompletedProcess(cmd, proc.returncode, log, "")

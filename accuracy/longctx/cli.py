@@ -36,6 +36,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from accuracy.shard import say
+
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
 # the defaults by device: on a GPU the real kernels, on a CPU the emulator (slow: keep lengths short there)
 DEFAULT_IMPLEMENTATIONS = {
@@ -85,12 +87,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, help=f"results JSONL (default ./{DEFAULT_OUT})")
     parser.add_argument("--force", action="store_true", help="replace an existing --out when the run finishes")
     parser.add_argument("--resume", action="store_true", help="continue --out: run only the missing rows")
-    parser.add_argument("--dry-run", nargs="?", type=int, const=0, default=None, metavar="N",
-                        help="print the plan of cells (model, task, length, implementation) per rank with estimated "
-                             "seconds for N ranks (default: torchrun's WORLD_SIZE, else 1); runs nothing")
-    parser.add_argument("--backend", choices=("gloo", "nccl"), default=None,
-                        help="process-group backend under torchrun (default: nccl with CUDA, else gloo)")
     parser.add_argument("--allow-failed", action="store_true", help="exit 0 even when rows failed")
+    from accuracy.shard import add_shard_arguments
+
+    add_shard_arguments(parser, "longctx", "cells (model, task, length, implementation)")
     parser.add_argument("--render", default=None, metavar="RESULTS",
                         help="render RESULTS (JSONL files, comma-separated or a quoted glob) into --out (a folder: "
                              "longctx.md and figures); runs nothing")
@@ -142,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except UsageError as e:
-        print(f"zyfa longctx: {e}", file=sys.stderr)
+        say(f"zyfa longctx: {e}")
         return 2
 
 
@@ -336,7 +336,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=read_jsonl)
     except OutputError as e:
         if isinstance(e, SharedOutputError):
-            print(f"zyfa longctx: {e}", file=sys.stderr)
+            say(f"zyfa longctx: {e}")
             dist.settle()  # every rank has said it before any exits
             dist.close()
             return 2
@@ -417,7 +417,7 @@ def _render(args: argparse.Namespace) -> int:
         path = render_folder(args.render, Path(args.out or "zyfa-longctx-report"), cliffs=args.cliffs,
                              force=args.force)
     except RenderError as e:
-        print(f"zyfa longctx: {e}", file=sys.stderr)
+        say(f"zyfa longctx: {e}")
         return 2
     print(f"zyfa longctx: wrote {path}", file=sys.stderr)
     return 0

@@ -10,13 +10,26 @@ import glob
 import re
 import shlex
 import shutil
-import sys
 import time
+import uuid
 from pathlib import Path
 
+from accuracy.cli import cell_cost, read_finished
 from accuracy.report.build import load_results
 from accuracy.report.document import save_screenshot
-from accuracy.results_io import ResultsFile
+from accuracy.shard import (
+    UNITS_PER_SECOND,
+    Dist,
+    RankRows,
+    ShardedResults,
+    SharedOutputError,
+    add_shard_arguments,
+    dry_run_world,
+    format_plan,
+    launch,
+    plan,
+    say,
+)
 from accuracy.study import run as study_run
 from accuracy.study.compose import REPO_ROOT, find_bench, load_report_inputs, render, split_paths
 from accuracy.study.report_cli import report_command
@@ -29,10 +42,11 @@ from accuracy.study.run import (
     STUDY_RECIPES,
     gaussian_specs,
     log,
+    planned_keys,
     run_study,
     study_inputs,
 )
-from zyfa.outputs import StagedFolder
+from zyfa.outputs import OutputError, StagedFolder
 
 # The accuracy rows of a study in progress, kept in its <out>.partial/ folder as they finish.
 ROWS_NAME = "accuracy_rows.jsonl"
@@ -91,6 +105,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "code in this process: name only code you trust")
     r.add_argument("--kernel-recipe", action="append", metavar="NAME",
                    help="pair --kernel with a recipe's emulation (once for every kernel, or once per --kernel)")
+    add_shard_arguments(parser, "study", "accuracy rows")
 
 
 # Default output folders, in the current directory: a study never writes into the repository unless asked.
@@ -192,6 +207,58 @@ def impact_files(spec: str | None) -> list[Path]:
     return paths
 
 
+def _open_stage(out: Path, dist: Dist, *, force: bool, resume: bool) -> tuple[StagedFolder | None, Path, bool]:
+    """(the StagedFolder on rank 0 else None, the stage folder, resumed): rank 0 opens it (lock, refuse / force /
+    resume) and tells the other ranks; a refusal raises the same :class:`SharedOutputError` on every rank."""
+    stage, answer = None, None
+    if dist.rank == 0:
+        try:
+            stage = StagedFolder.open(out, force=force, resume=resume, need_bytes=STUDY_BYTES)
+            answer = {"stage": str(stage.stage), "resumed": stage.resumed}
+        except OutputError as e:
+            answer = {"error": str(e)}
+    answer = dist.broadcast(answer)
+    if "error" in answer:
+        raise SharedOutputError(answer["error"])
+    return stage, Path(answer["stage"]), bool(answer["resumed"])
+
+
+def _rank_device(device: str, dist: Dist):
+    """The study's device; under torchrun with CUDA, this rank's GPU (``LOCAL_RANK``'s, made current by launch)."""
+    import torch
+
+    from accuracy.runner import resolve_device
+
+    dev = resolve_device(device)
+    if dev.type == "cuda" and dist.grouped:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _say_plan(shares: list[list[tuple]]) -> None:
+    log(f"{len(shares)} ranks: " + ", ".join(f"rank {k} {len(s)} rows" for k, s in enumerate(shares)))
+
+
+def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes, impls) -> int:
+    """``--dry-run [N]``: the accuracy rows per rank with estimated seconds; writes nothing."""
+    import os
+
+    from accuracy.runner import resolve_device
+
+    world = dry_run_world(args.dry_run)
+    if int(os.environ.get("RANK", 0) or 0) != 0:
+        return 0
+    inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
+                          name_filter=args.gaussian_filter)
+    by_name = {inp.name: inp for inp in inputs}
+    keys = planned_keys(inputs, recipes, impls)
+    costs = [cell_cost(by_name[k[0]].shape) for k in keys]
+    labels = [f"{k[0]} {k[3] or k[2]}" for k in keys]
+    rate = UNITS_PER_SECOND.get(resolve_device(args.device).type, 2e8)
+    print(format_plan(labels, costs, plan(costs, world), rate))
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     """Run the study; 0 on success, 2 on bad input (one line on stderr), 3 when real-kernel rows failed or are
     nonconforming (after the study is written; ``--allow-failed``: 0)."""
@@ -199,7 +266,8 @@ def main(args: argparse.Namespace) -> int:
     mode = "quick" if args.quick else "long" if args.long else "default"
     out = Path(args.out or DEFAULT_OUT[mode])
     notes = []
-    stage = None
+    stage = rows_file = None
+    dist = Dist()
     try:
         if args.captures is not None and args.captures.strip().lower() == "none":
             captures = []
@@ -252,11 +320,20 @@ def main(args: argparse.Namespace) -> int:
         longctx_paths, _ = longctx_files(args.longctx, args.long)
         cliffs_path = cliffs_file(args.cliffs, args.long)
         extra = load_report_inputs(bench, impact_paths, longctx_paths, cliffs_path)
-        # every argument is checked; now the output (before any work): writable, free space, refuse/force/resume
-        stage = StagedFolder.open(out, force=args.force, resume=args.resume, need_bytes=STUDY_BYTES)
-        rows_file = ResultsFile.open(stage.stage / ROWS_NAME, resume=True, flag="--out", lock=False)
+        if args.dry_run is not None:
+            return _dry_run(args, mode, captures, max_tokens, recipes, impls)
+        # every argument is checked; now the output (before any work): writable, free space, refuse/force/resume,
+        # decided by rank 0 alone (it holds the folder's lock) and told to the others
+        dist = launch(args.backend)
+        stage, stage_dir, resumed = _open_stage(out, dist, force=args.force, resume=args.resume)
         inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
                               name_filter=args.gaussian_filter)
+        device = _rank_device(args.device, dist)
+        cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
+        shared = ShardedResults.open(stage_dir / ROWS_NAME, dist, resume=True, reader=read_finished, flag="--out")
+        run_id = shared.provenance.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
+        rows_file = RankRows(shared, lambda key: cost[key[0]], str(device), run_id,
+                             on_plan=_say_plan if dist.grouped and dist.rank == 0 else None)
         full = [g.name for g in gaussian_specs(mode)]
         ran = {i.name for i in inputs}
         left = [n for n in full if n not in ran]
@@ -270,7 +347,10 @@ def main(args: argparse.Namespace) -> int:
             stage.stage.rmdir()  # made by this run, still empty: leave nothing behind
         if stage is not None:
             stage.release()
-        print(f"zyfa study: error: {e}", file=sys.stderr)
+        say(f"zyfa study: error: {e}")
+        if isinstance(e, SharedOutputError):
+            dist.settle()  # every rank has said it before any exits
+        dist.close()
         return 2
 
     from accuracy.inputs import file_sha256
@@ -281,23 +361,30 @@ def main(args: argparse.Namespace) -> int:
             "study_captures": ", ".join(f"{p.name} (sha256 {file_sha256(p)[:16]})" for p in captures) or "none",
             "study_impact": "; ".join(f"{f['path']} (sha256 {f['sha256']}, {f['rows']} rows)"
                                       for f in (extra.impact[1] if extra.impact else [])) or "none"}
-    if stage.resumed:
-        log(f"resuming the interrupted study in {stage.stage}: {len(rows_file.done)} rows done")
+    if resumed and dist.rank == 0:
+        log(f"resuming the interrupted study in {stage_dir}: {len(rows_file.done)} rows done")
     try:
-        rows = run_study(inputs, recipes, device=args.device, progress=not args.no_progress, extra_provenance=prov,
-                         implementations=impls, rows_file=rows_file)
-    except ValueError as e:  # an output error (disk full) or a resumed folder of another study
+        rows = run_study(inputs, recipes, device=str(device), progress=not args.no_progress and dist.rank == 0,
+                         extra_provenance=prov, implementations=impls, rows_file=rows_file)
+    except (ValueError, RuntimeError) as e:  # an output error (disk full) or a resumed folder of another study
         rows_file.close()
-        stage.release()
-        print(f"zyfa study: error: {e}; the rows finished so far are in {stage.stage} (rerun with --resume)",
-              file=sys.stderr)
+        if stage is not None:
+            stage.release()
+        dist.close()
+        say(f"zyfa study: error: {e}; the rows finished so far are in {stage_dir} (rerun with --resume)")
         return 2
     except KeyboardInterrupt:
         rows_file.close()
-        stage.release()
-        print(f"zyfa study: interrupted; the rows finished so far are in {stage.stage} (rerun with --resume)",
-              file=sys.stderr)
+        if stage is not None:
+            stage.release()
+        dist.close()
+        say(f"zyfa study: interrupted; the rows finished so far are in {stage_dir} (rerun with --resume)")
         return 130
+    if rows is not None:
+        rows.provenance.update(rows_file.sharding(rows))
+    dist.close()
+    if rows is None:  # a rank other than 0: its rows are merged, rank 0 writes the study
+        return 0
     for name, why in (rows.provenance.get("implementations_unavailable") or {}).items():
         log(f"real implementation not run: {name}: {why}")
     rows.provenance["study_notes"].append(
@@ -317,10 +404,10 @@ def main(args: argparse.Namespace) -> int:
         _, paths = render(load_results([staged]), stage.stage, extra, command=rep_cmd, title=title)
         rc = save_screenshot(paths["html"]) if shutil.which("chromium") else 0
         removed = stage.commit(keep=lambda name: not _generated(name))
-        (out / (ROWS_NAME + ".partial")).unlink(missing_ok=True)
+        (out / ROWS_NAME).unlink(missing_ok=True)  # the merged accuracy rows: results.jsonl holds them
     except (ValueError, OSError) as e:
         stage.release()
-        print(f"zyfa study: error: {e}; the finished rows are in {stage.stage} (rerun with --resume)", file=sys.stderr)
+        say(f"zyfa study: error: {e}; the finished rows are in {stage.stage} (rerun with --resume)")
         return 2
     log(f"wrote {len(rows)} rows, report.md and report.html to {out}; total {time.perf_counter() - t0:.0f} s")
     if "report_screenshot.png" in removed:

@@ -3,8 +3,8 @@ runner, then per-input features and per-head errors added to the rows.
 
 Exposed: ``STUDY_RECIPES``, ``QUICK_RECIPES``, ``HEAD_RECIPES``, ``DEFAULT_IMPACT``, ``DEFAULT_LONGCTX``,
 ``DEFAULT_CLIFFS``, ``LONG_CAPTURE_COMMANDS``,
-``gaussian_specs(...)``, ``default_captures(folder)``, ``study_inputs(...)``, ``refusals(...)``, ``run_study(...)``,
-``log(msg)``.
+``gaussian_specs(...)``, ``default_captures(folder)``, ``study_inputs(...)``, ``refusals(...)``,
+``planned_keys(...)``, ``run_study(...)``, ``log(msg)``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,11 @@ DEFAULT_CLIFFS = "reports/cliffs/results.jsonl"
 
 
 def log(msg: str) -> None:
-    print(f"[zyfa study {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+    """One progress line on stderr; under torchrun (``WORLD_SIZE`` > 1) it names the rank."""
+    import os
+
+    rank = f" rank {os.environ.get('RANK')}" if int(os.environ.get("WORLD_SIZE", 1) or 1) > 1 else ""
+    print(f"[zyfa study {time.strftime('%H:%M:%S')}{rank}] {msg}", file=sys.stderr, flush=True)
 
 
 def gaussian_specs(mode: str, max_seq: int | None = None, name_filter: str | None = None) -> list:
@@ -125,6 +129,18 @@ def refusals(inputs: list, recipes: list[str]) -> dict[tuple[str, str], str]:
     return out
 
 
+def planned_keys(inputs: list, recipes: list[str], implementations=(), refused: dict | None = None) -> list[tuple]:
+    """The row keys (:func:`accuracy.runner.input_key`) a study of ``inputs`` makes, in its order: per input, the
+    recipes it takes (not in ``refused``, default :func:`refusals`), then the real implementations available
+    here."""
+    from accuracy.runner import input_key
+
+    refused = refusals(inputs, recipes) if refused is None else refused
+    usable = [i for i in implementations if i.available()[0]]
+    return [k for inp in inputs for k in [input_key(inp, r) for r in recipes if (inp.name, r) not in refused]
+            + [input_key(inp, i.recipe, i.name) for i in usable]]
+
+
 def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progress: bool = True,
               head_recipes=HEAD_RECIPES, extra_provenance: dict | None = None, implementations=(),
               rows_file=None):
@@ -134,18 +150,19 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     available on this machine are listed with the reason in the provenance (``implementations_unavailable``).
     ``rows_file`` (an :class:`accuracy.results_io.ResultsFile`, optional): the accuracy rows are appended to it as
     they finish, and the rows it already holds (a resumed study) are not run again; features and per-head errors
-    are then computed for every row, so a resumed study's rows equal an uninterrupted one's."""
+    are then computed for every row, so a resumed study's rows equal an uninterrupted one's. A sharded rank's
+    ``rows_file`` (:class:`accuracy.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
+    once their rows are merged (rank 0 computes the features of every row)."""
     from accuracy.features import head_errors, input_features
     from accuracy.p_flushed import flush_count_factor
-    from accuracy.runner import ResultRows, input_key, resolve_device, run_accuracy
+    from accuracy.runner import ResultRows, resolve_device, run_accuracy
 
     dev = resolve_device(device)
     t0 = time.perf_counter()
-    usable = [i for i in implementations if i.available()[0]]
     refused = refusals(inputs, recipes)
     takes = {inp.name: [r for r in recipes if (inp.name, r) not in refused] for inp in inputs}
-    keys = [k for inp in inputs for k in [input_key(inp, r) for r in takes[inp.name]]
-            + [input_key(inp, i.recipe, i.name) for i in usable]]
+    keys = planned_keys(inputs, recipes, implementations, refused)
+    usable = [i for i in implementations if i.available()[0]]
     if rows_file is not None:
         rows_file.check_plan(keys)
     resumed = rows_file is not None and rows_file.resumed_from is not None
@@ -167,13 +184,13 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
             rows_file.start({**prov, **plan})
         started.append(prov)
 
-    run_id = rows_file.provenance.get("run_id") if resumed else None
+    run_id = rows_file.run_id if rows_file is not None else None
     parts = []
     for group, names in groups:
         if not names and not usable:
             continue
         part = run_accuracy(group, names, device=dev, progress=progress,
-                            skip=rows_file.done if rows_file is not None else (), on_start=on_start,
+                            skip=rows_file.skip if rows_file is not None else (), on_start=on_start,
                             on_row=rows_file.add if rows_file is not None else None, run_id=run_id,
                             implementations=implementations)
         run_id = run_id or part.provenance.get("run_id")
@@ -186,8 +203,11 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
             prov = {**first, "resumed": [*first.get("resumed", []), {
                 k: rows.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
                                                     "device", "device_name")}]}
-        rows = ResultRows(rows_file.rows_in_order(keys), provenance=prov)
+        ordered = rows_file.rows_in_order(keys)
         rows_file.close()
+        if ordered is None:  # a sharded run's other rank: its rows are merged on rank 0, which goes on alone
+            return None
+        rows = ResultRows(ordered, provenance=prov)
     t_acc = time.perf_counter() - t0
     log(f"accuracy done in {t_acc:.0f} s; features and per-head errors")
     t1 = time.perf_counter()

@@ -5,17 +5,14 @@ killed by SIGKILL loses only its row in flight."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from accuracy.shard import format_plan, plan
-from tests.faults import free_port, torchrun_env
+from tests.faults import kill_rank_when, torchrun_cmd, torchrun_env
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = "zyfa,ck,aiter,fp32,bf16,zyfa-exp2,triton-amd"
@@ -34,13 +31,8 @@ def _single(cwd: Path, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=TIMEOUT_S)
 
 
-def _torchrun_cmd(n: int, *args: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n), "--master-addr",
-            "127.0.0.1", "--master-port", str(free_port()), "-m", "zyfa", *args]  # zyfa/__main__.py
-
-
 def _torchrun(cwd: Path, n: int, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(_torchrun_cmd(n, *args), cwd=cwd, env=_env(), capture_output=True, text=True,
+    return subprocess.run(torchrun_cmd(n, *args), cwd=cwd, env=_env(), capture_output=True, text=True,
                           timeout=TIMEOUT_S)
 
 
@@ -116,48 +108,13 @@ def test_resume_from_two_ranks_to_three(tmp_path, single):
     assert prov["world_size"] == 3 and len({r["run_id"] for r in rows}) == 1
 
 
-def _rank_pid(launcher: int, rank: int) -> int | None:
-    """The PID of the worker with RANK=rank among the launcher's descendants (from /proc)."""
-    todo, seen = [launcher], set()
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            if f"RANK={rank}".encode() in env and pid != launcher:
-                return pid
-            for task in Path(f"/proc/{pid}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            continue
-    return None
-
-
 def test_sigkilled_rank_loses_only_its_row_in_flight(tmp_path, single):
     out, folder = tmp_path / "k.jsonl", tmp_path / "k.jsonl.partial"
-    proc = subprocess.Popen(_torchrun_cmd(2, *ARGS, RECIPES, "--out", "k.jsonl"), cwd=tmp_path, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    killed = False
-    try:
-        rank1 = folder / "rank-1.jsonl"
-        deadline = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < deadline and proc.poll() is None:
-            if rank1.is_file() and len(rank1.read_bytes().splitlines()) >= 2:  # provenance + its first row
-                pid = _rank_pid(proc.pid, 1)
-                if pid is not None:
-                    os.kill(pid, signal.SIGKILL)
-                    killed = True
-                    break
-            time.sleep(0.005)
-        log, _ = proc.communicate(timeout=TIMEOUT_S)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    killed, res = kill_rank_when(torchrun_cmd(2, *ARGS, RECIPES, "--out", "k.jsonl"), tmp_path, _env(),
+                                 folder / "rank-1.jsonl", 1, 2)  # provenance + its first row
     if not killed or out.exists():
         pytest.skip("the run finished before the kill landed (machine too fast for this input)")
-    assert proc.returncode != 0, log
+    assert res.returncode != 0, res.stdout
     kept = {}
     for f in sorted(folder.glob("rank-*.jsonl")):
         _, rows = _lines(f)

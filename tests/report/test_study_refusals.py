@@ -56,6 +56,6 @@ def test_a_study_with_refusals_cut_short_resumes_to_the_uninterrupted_rows(tmp_p
     monkeypatch.setattr(os, "write", write_until_full)
     assert zyfa([*ARGS, "--out", "st"]) == 2
     monkeypatch.setattr(os, "write", real_write)
-    assert len(result_rows(tmp_path / "st.partial" / "accuracy_rows.jsonl.partial")) == 7
+    assert len(result_rows(tmp_path / "st.partial" / "accuracy_rows.jsonl.partial" / "rank-0.jsonl")) == 7
     assert zyfa([*ARGS, "--out", "st", "--resume"]) == 0
     assert rows_match(result_rows(tmp_path / "st" / "results.jsonl"), result_rows(tmp_path / "whole" / "results.jsonl"))

@@ -113,7 +113,7 @@ def test_disk_full_mid_study_keeps_the_old_study_and_resumes(tmp_path, monkeypat
     monkeypatch.setattr(os, "write", real_write)
     _one_line(capsys, "no space left on device", "st.partial", "--resume")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # report and results of the old study
-    kept = result_rows(tmp_path / "st.partial" / "accuracy_rows.jsonl.partial")
+    kept = result_rows(tmp_path / "st.partial" / "accuracy_rows.jsonl.partial" / "rank-0.jsonl")
     assert len(kept) == 2
     assert zyfa([*SMALL, "--out", "st", "--resume"]) == 0
     assert not (tmp_path / "st.partial").exists()
@@ -158,18 +158,19 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     # a finished study in "st", then a --force run killed at a random row: "st" must still be the old study
     assert _run(args + ["st"], tmp_path, env).returncode == 0
     old = {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()}
-    watch = tmp_path / "st.partial" / "accuracy_rows.jsonl.partial"
+    watch = tmp_path / "st.partial" / "accuracy_rows.jsonl.partial" / "rank-0.jsonl"
     seed = random.randrange(1 << 30)  # printed on failure, to replay the kill points
     rng = random.Random(seed)
     seen: list[dict] = []
     for extra, lines in ((["--force"], 1 + rng.randrange(1, N_ROWS - 2)), (["--resume"], N_ROWS)):
         at = kill_when([*args, "st", *extra], tmp_path, watch, lines, extra_delay=rng.uniform(0, 0.2),
                        env_extra=env)
+        if at == -2:  # it finished before the kill point (the rank files are merged and removed early)
+            break
         assert {p.name: p.read_bytes() for p in (tmp_path / "st").iterdir()} == old, \
             "a killed study changed the finished one (its report and results must change together)"
-        if at == -2:
-            break
-        kept = result_rows(watch)
+        merged = tmp_path / "st.partial" / "accuracy_rows.jsonl"  # killed after the rows were merged
+        kept = result_rows(watch if watch.exists() else merged)
         assert kept[:len(seen)] == seen, f"rows written before the kill were lost (seed {seed})"
         seen = kept
     if (tmp_path / "st.partial").exists():
