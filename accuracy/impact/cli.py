@@ -14,17 +14,20 @@ Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from accuracy.impact.rows import drop_rows, parse_drop_spec
+from accuracy.impact.rows import drop_rows, json_default, parse_drop_spec, read_rows, row_key
 from accuracy.impact.run import DEFAULT_LAYER_RECIPES, DEFAULT_RECIPES, run_impact
 from accuracy.impact.section import command_of, results_paths, write_markdown
-from zyfa.outputs import OutputError, check_writable, partial_path
+from accuracy.shard import add_shard_arguments, say, sharded_launch
+from zyfa.outputs import OutputError, atomic_write_text, check_writable, partial_path
 from zyfa.recipes import get_recipe
 
 # Default results file, in the current directory (never the committed reports/impact/).
@@ -69,6 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reason", default=None, help="with --drop-rows: why, recorded with the dropped rows")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_shard_arguments(parser, "impact", "cells: (model, window, recipe), and (model, window, layer recipe) of "
+                                          "a per-layer sweep")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -129,6 +134,11 @@ def main(args: argparse.Namespace) -> int:
         unknown = [m for m in per_layer if m not in split]
         if unknown:
             raise ValueError(f"--per-layer {unknown} not in --models")
+        if args.dry_run is None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        if sharded_launch() or args.dry_run is not None or args.backend is not None or partial_path(out).is_dir():
+            return _main_sharded(args, split, recipes, impl_names, plugins, device, layer_recipes, layers, per_layer,
+                                 out, md, command)
         if out.is_file() and not (args.resume or args.force):
             raise OutputError(f"{out} exists: add --resume to measure only the missing rows, --force to start over, "
                               "or choose another --out")
@@ -156,6 +166,163 @@ def main(args: argparse.Namespace) -> int:
         os.replace(work, out)
     write_markdown(out, md, command=command)
     print(f"wrote {out} and {md} in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+# Cost model of --dry-run and of the plan (accuracy.shard.plan): one forward pass of n tokens costs
+# n x (n + 2048) x (model file size / 1e8) units; a per-layer sweep cell makes one pass per swept layer, its
+# layer count from --layers or else SWEEP_LAYERS_GUESS (the model is not loaded to plan).
+SWEEP_LAYERS_GUESS = 24
+
+
+def cell_cost(cell: tuple, n_tokens: int, layers: list[int] | None) -> float:
+    """The estimated cost of one impact cell (:func:`accuracy.impact.run.impact_cells`)."""
+    from capture.models import MODELS
+
+    kind, model, _w, _r = cell
+    size = MODELS[model].file_size / 1e8 if model in MODELS else 1.0
+    passes = 1 if kind == "window" else (len(layers) if layers else SWEEP_LAYERS_GUESS)
+    return float(passes * n_tokens * (n_tokens + 2048) * size)
+
+
+def impact_order(models, recipes, layer_recipes) -> Callable[[dict], tuple]:
+    """The sort key of a single uninterrupted process's row order: model, window, its window rows (recipes then
+    implementations, as asked) before its per-layer rows (recipe, then layer)."""
+    def at(seq, v):
+        return seq.index(v) if v in seq else len(seq)
+
+    def key(row: dict) -> tuple:
+        layer = row.get("kind") == "impact_layer"
+        return (at(models, row.get("model")), int(row.get("window") or 0), layer,
+                at(layer_recipes if layer else recipes, row.get("recipe")), int(row.get("layer") or 0))
+    return key
+
+
+def _impact_row(obj, where: str) -> dict:
+    if not isinstance(obj, dict) or obj.get("kind") not in ("impact_window", "impact_layer"):
+        raise ValueError(f"{where}: not a zyfa impact row (no impact kind)")
+    return obj
+
+
+def _read_out(path: Path) -> tuple[list[dict], dict]:
+    rows = [r for r in read_rows(path) if r.get("kind") in ("impact_window", "impact_layer")]
+    return rows, (rows[0].get("provenance") or {"rows_of": str(path)}) if rows else {}
+
+
+class _RankSink:
+    """``run_impact``'s sink on one rank: the done set, rows into this rank's file."""
+
+    def __init__(self, results, device: str):
+        self.results, self.device, self.done = results, device, set(results.done)
+
+    def write(self, row: dict) -> None:
+        row = json.loads(json.dumps(row, default=json_default))
+        row.setdefault("device", self.device)
+        self.results.add(row)
+        self.done.add(row_key(row))
+
+
+def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_recipes, layers, per_layer, out: Path,
+                  md: Path, command) -> int:
+    """One rank of a sharded ``zyfa impact`` (or its --dry-run): cells planned over the ranks, each rank's rows in
+    ``<out>.partial/rank-K.jsonl``, rank 0 merging them into ``--out`` in a single process's order."""
+    from accuracy.impact.run import impact_cells
+    from accuracy.shard import (
+        UNITS_PER_SECOND,
+        Dist,
+        ShardedResults,
+        SharedOutputError,
+        dry_run_world,
+        format_plan,
+        launch,
+        plan,
+    )
+
+    cells = impact_cells(models, recipes, impl_names, windows=args.windows, per_layer=per_layer,
+                         layer_recipes=layer_recipes, layer_windows=args.layer_windows)
+    costs = [cell_cost(c, args.tokens, layers) for c in cells]
+    rate = UNITS_PER_SECOND.get(device.type, 2e8) / 50  # a model's forward pass, not one attention operator
+    if args.dry_run is not None:
+        try:
+            world = dry_run_world(args.dry_run)
+        except OutputError as e:
+            say(f"zyfa impact: error: {e}")
+            return 2
+        if int(os.environ.get("RANK", 0) or 0) == 0:
+            print(format_plan([" ".join(map(str, c)) for c in cells], costs, plan(costs, world), rate))
+        return 0
+    dist = Dist()
+    try:
+        dist = launch(args.backend)
+        if device.type == "cuda" and dist.grouped:
+            device = torch.device("cuda", torch.cuda.current_device())
+        results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=_read_out,
+                                      need_bytes=1 << 20, key=row_key, check=_impact_row,
+                                      dumps=lambda r: json.dumps(r, default=json_default))
+    except OutputError as e:
+        say(f"zyfa impact: error: {e}")
+        if isinstance(e, SharedOutputError):
+            dist.settle()  # every rank has said it before any exits
+        dist.close()
+        return 2
+
+    def done(cell) -> bool:  # a window cell is done when its row is; a sweep cell is planned until run
+        kind, m, w, r = cell
+        return kind == "window" and ("impact_window", m, r, w, None, args.tokens, args.text) in results.done
+
+    todo = [i for i, c in enumerate(cells) if not done(c)]
+    shares = plan([costs[i] for i in todo], dist.world)
+    mine = {cells[todo[j]] for j in shares[dist.rank]}
+    if dist.rank == 0:
+        if results.done:
+            print(f"zyfa impact: resuming {results.folder}: {len(results.done)} rows done", file=sys.stderr)
+        print(f"zyfa impact: {dist.world} rank(s) ({dist.backend or 'one process'}): "
+              + ", ".join(f"rank {k} {len(s)} cells" for k, s in enumerate(shares)), file=sys.stderr)
+    results.start({"command": command, "world_size": dist.world, "rank": dist.rank})
+    sink = _RankSink(results, str(device))
+    t0 = time.perf_counter()
+    try:
+        run_impact(models, recipes, n_tokens=args.tokens, windows=args.windows, text=args.text, per_layer=per_layer,
+                   layer_recipes=layer_recipes, layer_windows=args.layer_windows, layers=layers, out=out,
+                   progress=not args.no_progress and dist.rank == 0, implementations=impl_names, plugins=plugins,
+                   device=device, sink=sink, owns=lambda *c: c in mine)
+    except (ValueError, OSError) as e:
+        results.close()
+        dist.close()
+        say(f"zyfa impact: error: {e}; the rows finished so far are in {results.folder} (rerun with --resume)")
+        return 2
+    except KeyboardInterrupt:
+        results.close()
+        dist.close()
+        say(f"zyfa impact: interrupted; the rows finished so far are in {results.folder} (rerun with --resume)")
+        return 130
+    made = dist.gather(sorted((list(k) for k in sink.done), key=repr))
+    windows = [("impact_window", m, r, w, None, args.tokens, args.text) for kind, m, w, r in cells if kind == "window"]
+    keys = list(dict.fromkeys([*windows, *(tuple(k) for ks in made for k in ks)]))  # a window row missing: refused
+
+    def write(rows, path: Path, _prov) -> None:
+        sharding = {"world_size": dist.world, "backend": dist.backend, "wall_time_s": time.perf_counter() - t0,
+                    "ranks": [{"rank": k, "rows": sum(r.get("rank") == k for r in rows),
+                               "devices": sorted({str(r.get("device")) for r in rows if r.get("rank") == k})}
+                              for k in range(dist.world)]}
+        for r in rows:
+            if dist.grouped:
+                r["provenance"] = {**(r.get("provenance") or {}), "sharding": sharding}
+        atomic_write_text(path, "".join(json.dumps(r, default=json_default) + "\n" for r in rows))
+
+    try:
+        rows = results.finish(keys, lambda rows: {}, write,
+                              order=impact_order(models, [*recipes, *impl_names], layer_recipes))
+    except (RuntimeError, OutputError) as e:
+        results.close()
+        dist.close()
+        say(f"zyfa impact: error: {e}")
+        return 2
+    dist.close()
+    if rows is None:
+        return 0
+    write_markdown(out, md, command=command)
+    print(f"wrote {out} ({len(rows)} rows, {dist.world} rank(s)) and {md} in {time.perf_counter() - t0:.0f} s")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Running models with each recipe swapped in: ``zyfa impact``'s measurement, rows appended to a JSONL file.
 
-Exposed: ``run_impact``, ``ids_hash``, ``JsonlSink``, ``DEFAULT_RECIPES``, ``DEFAULT_LAYER_RECIPES``.
+Exposed: ``run_impact``, ``impact_cells``, ``ids_hash``, ``JsonlSink``, ``DEFAULT_RECIPES``,
+``DEFAULT_LAYER_RECIPES``.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
                layer_windows: int = 1, layers: list[int] | None = None, out: str | Path,
                resume: bool = False, progress: bool = True,
                on_model_done: Callable[[], None] | None = None, implementations: Iterable[str] = (),
-               plugins=(), device: str | torch.device = "cpu") -> Path:
+               plugins=(), device: str | torch.device = "cpu", sink=None,
+               owns: Callable[[str, str, int, str], bool] | None = None) -> Path:
     """Run the measurement and append rows to ``out`` (JSONL); returns the path.
 
     ``implementations``: registry names (:func:`accuracy.impact.model.model_attention`) run as the model's attention
@@ -98,7 +100,13 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     name in ``recipe``, ``implementation`` and what ran in each layer (``ran``). ``device``: where the model runs.
 
     Rows: ``kind="impact_window"`` per (model, recipe, window), all layers swapped;
-    ``kind="impact_layer"`` per (model, recipe, window, layer), one layer swapped, with operator error.
+    ``kind="impact_layer"`` per (model, recipe, window, layer), one layer swapped, with operator error. Every row
+    records the ``device`` it ran on.
+
+    A sharded rank (:mod:`accuracy.shard`) passes ``sink`` (an object with ``done``, the row keys made before,
+    and ``write(row)``; default a :class:`JsonlSink` on ``out``) and ``owns(kind, model, window, recipe)``, its
+    share of the cells (:func:`impact_cells`): the others are skipped, and a model with no cell of this rank is
+    not loaded.
     """
     from tqdm import tqdm
 
@@ -112,7 +120,8 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     layer_recipes = [get_recipe(r).name for r in (layer_recipes or DEFAULT_LAYER_RECIPES.split(","))]
     per_layer = set(per_layer)
     out = Path(out)
-    sink = JsonlSink(out, resume=resume)
+    sink = sink if sink is not None else JsonlSink(out, resume=resume)
+    owns = owns or (lambda kind, model, window, recipe: True)
     text_sha = load_text(text).sha256
     import datetime as dt
 
@@ -123,6 +132,12 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     checked = {"p_flushed_checked": True} if flush_count_factor() == 1.0 else {}
 
     for model_name in models:
+        mine = [c for c in impact_cells([model_name], recipes, impl_names, windows=windows,
+                                        per_layer=per_layer, layer_recipes=layer_recipes,
+                                        layer_windows=layer_windows) if owns(*c)]
+        if not any(k != "window" or ("impact_window", m, r, w, None, n_tokens, text) not in sink.done
+                   for k, m, w, r in mine):
+            continue  # nothing of this model left for this process
         t_load = time.perf_counter()
         loaded = load_model(model_name)
         model = loaded.model.to(dev)
@@ -151,10 +166,12 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
             prov = {**loaded.provenance, "text_sha256": text_sha, "token_ids_sha256": ids_hash(tw.ids),
                     "transformers": _version("transformers"), "run_started_utc": started}
             todo = [r for r in [*recipes, *impl_names]
-                    if ("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done]
+                    if ("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done
+                    and owns("window", model_name, w, r)]
             sweep_here = do_sweep and w < layer_windows
             sweep_todo = [(lay, r) for lay in sweep_layers for r in layer_recipes
-                          if ("impact_layer", model_name, r, w, lay, n_tokens, text) not in sink.done]
+                          if ("impact_layer", model_name, r, w, lay, n_tokens, text) not in sink.done
+                          and owns("layer", model_name, w, r)]
             if not todo and not (sweep_here and sweep_todo):
                 bar.update(n_layers * (1 + len(recipes)) + (n_layers * (1 + len(sweep_layers) * len(layer_recipes))
                                                             if sweep_here else 0))
@@ -178,8 +195,9 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
                 with swap_attention(model, fn):
                     h = final_hidden(model, ids)
                 cmp = compare_logits(model, ref_logits, h, ids[0])
-                extra = {"implementation": r, "ran": fn.ran_summary(), "device": str(dev)} if r in impl_names else {}
+                extra = {"implementation": r, "ran": fn.ran_summary()} if r in impl_names else {}
                 row = {"kind": "impact_window", **base, "recipe": r, "layer": None, **_window_row(cmp), **extra,
+                       "device": str(dev),
                        "p_flushed_mean": float(np.mean(list(fn.p_flushed.values()))) if fn.p_flushed else 0.0,
                        **checked, "seconds": time.perf_counter() - t0, "seconds_stock": t_stock,
                        "provenance": _provenance(prov)}
@@ -191,12 +209,29 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
             if sweep_here:
                 bar.update(n_layers)  # the stock pass the sweep shares
                 _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, sweep_todo, n_layers,
-                       {**base, **checked}, prov, sink, bar, swap_attention)
+                       {**base, **checked, "device": str(dev)}, prov, sink, bar, swap_attention)
         bar.close()
         if on_model_done is not None:
             on_model_done()
         del loaded, model
     return out
+
+
+def impact_cells(models: Iterable[str], recipes: Iterable[str], implementations: Iterable[str] = (), *,
+                 windows: int, per_layer: Iterable[str] = (), layer_recipes: Iterable[str] = (),
+                 layer_windows: int = 1) -> list[tuple[str, str, int, str]]:
+    """The cells of a ``zyfa impact`` run, in its order: ("window", model, window, recipe) for each model's windows
+    and recipes (then implementations), and ("layer", model, window, recipe) for the per-layer sweep of a
+    recipe (every swept layer, one at a time) on the first ``layer_windows`` windows of the ``per_layer``
+    models."""
+    per_layer = set(per_layer)
+    cells = []
+    for m in models:
+        for w in range(windows):
+            cells += [("window", m, w, r) for r in [*recipes, *implementations]]
+        if m in per_layer:
+            cells += [("layer", m, w, r) for w in range(min(layer_windows, windows)) for r in layer_recipes]
+    return cells
 
 
 def _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, todo, n_layers, base, prov, sink, bar,

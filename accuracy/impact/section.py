@@ -18,7 +18,7 @@ import numpy as np
 
 from accuracy.impact.rows import BLOCK_TOKENS, load_rows, prepare_rows, row_date
 from accuracy.report.blocks import blocks_markdown as _blocks_markdown
-from accuracy.report.blocks import fmt, fmt_ci, slug
+from accuracy.report.blocks import fmt, fmt_ci, sharding_line, slug
 from accuracy.report.document import Doc
 from accuracy.report.plots import png, pyplot
 
@@ -155,10 +155,15 @@ def _provenance_blocks(rows, files, key_prefix) -> list[tuple]:
                      f"{dates[0]} to {dates[-1]}" if dates else "-",
                      ", ".join(commits[:4]) + (f" (+{len(commits) - 4})" if len(commits) > 4 else "") + dirty,
                      *(_uniq(ps, k) for k in ("torch", "transformers", "cpu"))])
+    sharded = []  # files written by a sharded run (torchrun): its ranks, backend and wall time
+    for label in list(info) + [x for x in by_file if x not in info]:
+        runs = list(dict.fromkeys(line for r in by_file.get(label, [])
+                                  if (line := sharding_line((r.get("provenance") or {}).get("sharding") or {}))))
+        sharded += [("p", f"`{label}` was a sharded run (torchrun, docs/SHARDING.md): {line}.") for line in runs]
     return [("p", "Result files (rows: in the file / shown after merging; commits: HEAD when each row was written; "
                   "sha256: first 16 hex digits):"),
             ("table", f"{key_prefix}-files", ["file", "sha256", "rows", "shown", "written (UTC)", "commits", "torch",
-                                              "transformers", "cpu"], body, True)]
+                                              "transformers", "cpu"], body, True), *sharded]
 
 
 def _uniq(provs: list[dict], key: str) -> str:
