@@ -291,13 +291,15 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         else:
             p = tl.math.exp2(s * cs + (e_new - m_use)[:, None])
         p8 = p.to(tl.float8e4nv)
-        if ROWSUM_ROUNDED == 1 and WINDOW:
-            # With a window (three loops) the sum read back from p8 came out wrong on the H200 (an FP8
-            # tensor feeding both the P·V dot and a reduction); round p again in fp32 arithmetic instead.
-            l_tile = tl.sum(_round_e4m3_value(p), 1)
+        if ROWSUM_ROUNDED == 1 and DEBUG // 2 == 1:
+            # diagnostic route: the sum of p8 converted back to fp32 (a read of the FP8 tensor, see below)
+            l_tile = tl.sum(p8.to(tl.float32), 1)
         elif ROWSUM_ROUNDED == 1:
-            # sum of the rounded values, decoded from the code bits (no fp8->fp32 conversions)
-            l_tile = _code_value_sum(p8.to(tl.uint8, bitcast=True).to(tl.int32))
+            # The sum of the rounded values, p rounded again in fp32 arithmetic (the cast's value, bit for bit).
+            # Reading it back from p8, an FP8 tensor that also feeds the P·V dot, Triton 3.6 compiled to a wrong
+            # row sum on the H200 (the output right up to that factor): under a sliding window, with pointer loads
+            # (TMA off) at every length, and with TMA at one key or two query rows against one key.
+            l_tile = tl.sum(_round_e4m3_value(p), 1)
         elif ROWSUM_ROUNDED == 0:
             l_tile = tl.sum(p, 1)
     # ---- O += P8 · V8 (V read K-major from Vt)

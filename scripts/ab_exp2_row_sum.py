@@ -1,0 +1,72 @@
+"""A/B on the H200: zyfa-exp2's row sum re-rounded in fp32 (the kernel now) against an older kernel source.
+
+    git show 3ad4a44:zyfa/kernels/_triton_fp8.py > old_triton_fp8.py      # the sum read back from P's FP8 codes
+    PYTHONPATH=. python3 scripts/ab_exp2_row_sum.py --old old_triton_fp8.py [--out FILE]
+
+For zyfa-exp2 and zyfa-exp2 with the Hopper accumulator flushed per tile, at 8K tokens (b1, 16 heads; hd128 non-causal
+and causal, hd64 non-causal): the old kernel, the current one, and the current one with ``DEBUG: 2`` (the sum of P's
+FP8 tensor converted back to fp32) are launched through the same wrapper, their outputs and LSE compared bit for bit
+with the old kernel's, then timed interleaved (5 rounds of ``triton.testing.do_bench``, median). One JSON line per
+case, on stdout and in --out (default: $OUT/ab_exp2_row_sum.jsonl, or /tmp). docs/kernel_notes.md, "The exp2 row sum
+read back from P's FP8 codes", has the numbers.
+"""
+import argparse
+import functools
+import importlib.util
+import json
+import os
+
+import torch
+import triton.testing
+
+import zyfa.kernels._triton_fp8 as kernel_module
+from zyfa.kernels.attention_fp8 import attention_fp8, quantize_for_kernel
+
+RECIPES = ("zyfa-exp2", "zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1")
+SHAPES = ((128, 8192, False), (128, 8192, True), (64, 8192, False))  # (head dim, tokens, causal)
+
+
+def load_kernel(path: str):
+    spec = importlib.util.spec_from_file_location("old_triton_fp8", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.attn_fwd_fp8
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--old", required=True, help="an older zyfa/kernels/_triton_fp8.py")
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp"), "ab_exp2_row_sum.jsonl"))
+    args = ap.parse_args()
+    current = kernel_module.attn_fwd_fp8
+    variants = (("old", load_kernel(args.old), None), ("new", current, None), ("conv", current, {"DEBUG": 2}))
+    rows = []
+    for recipe in RECIPES:
+        for d, s, causal in SHAPES:
+            torch.manual_seed(0)
+            q, k, v = (torch.randn(1, 16, s, d, device="cuda") for _ in range(3))
+            q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, recipe)
+            calls, outs, times = {}, {}, {}
+            for name, fn, cfg in variants:
+                calls[name] = functools.partial(attention_fp8, q8, k8, v8, recipe=recipe, causal=causal, q_descale=qd,
+                                                k_descale=kd, v_descale=vd, config=cfg)
+                kernel_module.attn_fwd_fp8 = fn
+                outs[name] = calls[name]()
+                times[name] = []
+            for _ in range(5):
+                for name, fn, _cfg in variants:
+                    kernel_module.attn_fwd_fp8 = fn
+                    times[name].append(triton.testing.do_bench(calls[name], warmup=25, rep=100))
+            kernel_module.attn_fwd_fp8 = current
+            med = {n: sorted(t)[2] for n, t in times.items()}
+            same = {n: torch.equal(outs["old"][0], o[0]) and torch.equal(outs["old"][1], o[1]) for n, o in outs.items()}
+            row = {"recipe": recipe, "d": d, "s": s, "causal": causal, "ms": med,
+                   "over_old": {n: med[n] / med["old"] for n in med}, "same_bits": same}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    with open(args.out, "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+if __name__ == "__main__":
+    main()
