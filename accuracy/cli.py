@@ -258,12 +258,24 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     import uuid
 
     from accuracy.results_io import ROW_BYTES_ESTIMATE
-    from accuracy.shard import UNITS_PER_SECOND, Dist, ShardedResults, SharedOutputError, format_plan, launch, plan
+    from accuracy.shard import (
+        UNITS_PER_SECOND,
+        Dist,
+        ShardedResults,
+        SharedOutputError,
+        dry_run_world,
+        format_plan,
+        launch,
+        plan,
+    )
     from zyfa.outputs import OutputError
 
     dry = args.dry_run is not None
-    if dry and args.dry_run < 0:
-        return _fail("--dry-run takes a number of ranks of at least 1")
+    if dry:
+        try:
+            world = dry_run_world(args.dry_run)
+        except OutputError as e:
+            return _fail(str(e))
     if not dry and out is None:
         return _fail("a sharded run (torchrun) needs --out: the ranks' rows are merged into it")
     results = None
@@ -286,7 +298,6 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         keys = [k for _, k, _ in cells]
         costs = [cell_cost(inp.shape) for inp, _, _ in cells]
         if dry:
-            world = args.dry_run or int(os.environ.get("WORLD_SIZE", 1) or 1)
             if dist.rank == 0:
                 labels = [f"{inp.name} {name}" for inp, _, name in cells]
                 print(format_plan(labels, costs, plan(costs, world), UNITS_PER_SECOND.get(device.type, 2e8)))

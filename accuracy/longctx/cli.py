@@ -305,7 +305,16 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     from accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
     from accuracy.provenance import provenance
     from accuracy.results_io import jsonl_text, read_jsonl
-    from accuracy.shard import UNITS_PER_SECOND, Dist, ShardedResults, SharedOutputError, format_plan, launch, plan
+    from accuracy.shard import (
+        UNITS_PER_SECOND,
+        Dist,
+        ShardedResults,
+        SharedOutputError,
+        dry_run_world,
+        format_plan,
+        launch,
+        plan,
+    )
     from capture.models import MODELS
     from zyfa.outputs import OutputError, atomic_write_text
 
@@ -321,9 +330,10 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     per_cell = len(spec.depths) * len(spec.seeds)
     rate = UNITS_PER_SECOND.get(device.type, 2e8) / 50  # a model's prefill, not one attention operator
     if args.dry_run is not None:
-        if args.dry_run < 0:
-            raise UsageError("--dry-run takes a number of ranks of at least 1")
-        world = args.dry_run or int(os.environ.get("WORLD_SIZE", 1) or 1)
+        try:
+            world = dry_run_world(args.dry_run)
+        except OutputError as e:
+            raise UsageError(str(e)) from None
         if int(os.environ.get("RANK", 0) or 0) == 0:
             costs = [cell_cost(n, per_cell) for _, _, n, _ in cells]
             print(format_plan([f"{m} {t} L{n} {name}" for m, t, n, name in cells], costs, plan(costs, world), rate))
