@@ -43,6 +43,9 @@ def test_dry_run_plans_cells_per_rank(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "4 cells to run on 2 rank(s)" in res.stdout and "rank 1: 2 cells" in res.stdout
     assert "smollm2 passkey L128 stock" in res.stdout
+    bad = _run(tmp_path, [sys.executable, "-m", "zyfa.cli", *ARGS, "--dry-run", "-1"])
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == ["zyfa longctx: --dry-run takes a number of ranks of at least 1"]
 
 
 @pytest.mark.slow
