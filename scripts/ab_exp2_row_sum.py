@@ -1,16 +1,17 @@
-"""A/B on the H200: zyfa-exp2's row sum re-rounded in fp32 (the kernel now) against an older kernel source.
+"""A/B on the H200: zyfa-exp2's rounded row sum in the kernel's forms now, against an older kernel source.
 
     git show 3ad4a44:zyfa/kernels/_triton_fp8.py > old_triton_fp8.py      # the sum read back from P's FP8 codes
     PYTHONPATH=. python3 scripts/ab_exp2_row_sum.py --old old_triton_fp8.py [--technique-1] [--out FILE]
 
 For zyfa-exp2 and zyfa-exp2 with the Hopper accumulator flushed per tile, at 8K tokens (b1, 16 heads; hd128 non-causal
-and causal, hd64 non-causal): the old kernel, the current one, and the current one with ``DEBUG: 2`` (the sum of P's
-FP8 tensor converted back to fp32) are launched through the same wrapper, their outputs and LSE compared bit for bit
-with the old kernel's, then timed interleaved (5 rounds of ``triton.testing.do_bench``, median). --technique-1: the
-kernel notes' technique-1 comparison instead, at 32K tokens (hd128, 16 heads, non-causal and causal, bf16 inputs):
-zyfa-hopper (MAD) beside the Hopper-accumulator zyfa-exp2 in those three forms, with TFLOP/s. One JSON line per
-case, on stdout and in --out (default: $OUT/ab_exp2_row_sum.jsonl, or /tmp). docs/kernel_notes.md, "The exp2 row sum
-read back from P's FP8 codes", has the numbers.
+and causal, hd64 non-causal), through the same wrapper: the old kernel; the current one ("new": the default, the
+sum decoded from codes of a conversion of their own); with ``EXP2_SUM: 0`` (p rounded again in fp32); and with
+``DEBUG: 2`` (the sum of P's FP8 tensor converted back to fp32, wrong at tiny lengths). Outputs and LSE are compared
+bit for bit with the old kernel's, then timed interleaved (5 rounds of ``triton.testing.do_bench``, median).
+--technique-1: the kernel notes' technique-1 comparison instead, at 32K tokens (hd128, 16 heads, non-causal and
+causal, bf16 inputs): zyfa-hopper (MAD) beside the Hopper-accumulator zyfa-exp2 in those forms, with TFLOP/s. One
+JSON line per case, on stdout and in --out (default: $OUT/ab_exp2_row_sum.jsonl, or /tmp). docs/kernel_notes.md,
+"The exp2 row sum read back from P's FP8 codes", has the numbers.
 """
 import argparse
 import functools
@@ -28,11 +29,25 @@ RECIPES = ("zyfa-exp2", "zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1")
 SHAPES = ((128, 8192, False), (128, 8192, True), (64, 8192, False))  # (head dim, tokens, causal)
 
 
-def load_kernel(path: str):
+class _OlderKernel:
+    """An older ``attn_fwd_fp8`` launched through today's wrapper: constexprs it does not know are left out."""
+
+    OPTIONS = {"num_warps", "num_stages", "maxnreg"}
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.names = set(fn.arg_names) | self.OPTIONS
+
+    def __getitem__(self, grid):
+        launcher = self.fn[grid]
+        return lambda *a, **kw: launcher(*a, **{k: v for k, v in kw.items() if k in self.names})
+
+
+def load_kernel(path: str) -> _OlderKernel:
     spec = importlib.util.spec_from_file_location("old_triton_fp8", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.attn_fwd_fp8
+    return _OlderKernel(mod.attn_fwd_fp8)
 
 
 def main() -> None:
@@ -42,7 +57,8 @@ def main() -> None:
     ap.add_argument("--technique-1", action="store_true", help="zyfa-hopper against the exp2 forms at 32K, hd128")
     args = ap.parse_args()
     current = kernel_module.attn_fwd_fp8
-    variants = [("old", load_kernel(args.old), None), ("new", current, None), ("conv", current, {"DEBUG": 2})]
+    variants = [("old", load_kernel(args.old), None), ("new", current, None), ("conv", current, {"DEBUG": 2}),
+                ("fp32-resum", current, {"EXP2_SUM": 0})]
     cases = [(r, d, s, c) for r in RECIPES for d, s, c in SHAPES]
     if args.technique_1:
         variants.insert(0, ("zyfa-hopper", current, None))

@@ -320,13 +320,15 @@ def test_exp2_rounded_sum_with_window(spec):
 TINY = [(1, 1), (2, 1), (1, 2), (1, 3), (3, 3), (1, 17), (2, 65)]
 
 
-@pytest.mark.parametrize("config", [None, {"TMA": False}], ids=["tma", "pointer-loads"])
+@pytest.mark.parametrize("config", [None, {"TMA": False}, {"EXP2_SUM": 0}, {"EXP2_SUM": 0, "TMA": False}],
+                         ids=["tma", "pointer-loads", "fp32-resum-tma", "fp32-resum-pointer-loads"])
 @pytest.mark.parametrize("causal", [False, True], ids=["no-mask", "causal"])
 @pytest.mark.parametrize("spec", ["zyfa-exp2", "ck:rowsum=rounded", "zyfa", H1])
 def test_tiny_lengths_agree_with_emulator(spec, causal, config):
     """Regression: exp2 P with the rounded row sum, the sum read back from P's FP8 codes, came out wrong at one key
     without a mask (rel-L2 1.0, the cliff finder's flag) and with pointer loads at every length (H200, Triton 3.6);
-    the output was right up to the row sum's factor, so the LSE is checked as well."""
+    the output was right up to the row sum's factor, so the LSE is checked as well. Both correct forms of that sum
+    (EXP2_SUM 1, the default, and 0; no effect on the MAD recipes)."""
     for d in (64, 128):
         for s_q, s_k in TINY:
             shape = (1, 2, 1, s_q, s_k, d, d, causal, None)

@@ -269,6 +269,14 @@ def test_default_config_mad_form_and_register_caps():
             assert default_config(d_qk, d_v, False, kernel_plan(r)).get("VT_EARLY", 0) == early, (d_qk, r)
     with pytest.raises(ValueError, match="VT_EARLY=2"):
         resolve_config(128, 128, False, hop, {"VT_EARLY": 2})
+    # exp2 P's rounded sum from codes of their own, only where there is one (the MAD recipes' configs unchanged)
+    for r, want in (("zyfa-exp2", 1), ("ck:rowsum=rounded", 1), ("ck", None), ("fa3", None), ("zyfa", None),
+                    ("zyfa-hopper", None)):
+        for d_qk, d_v in ((64, 64), (128, 128), (192, 128), (256, 256)):
+            assert default_config(d_qk, d_v, True, kernel_plan(r)).get("EXP2_SUM") == want, (r, d_qk)
+    assert resolve_config(128, 128, False, kernel_plan("zyfa-exp2"), {"EXP2_SUM": 0})[0]["EXP2_SUM"] == 0
+    with pytest.raises(ValueError, match=r"EXP2_SUM=2: expected 0 .* or 1"):
+        resolve_config(128, 128, False, kernel_plan("zyfa-exp2"), {"EXP2_SUM": 2})
     for r, cfg in (("zyfa-exp2", {"VT_EARLY": 1}), ("zyfa", {"VT_EARLY": 1}),
                    ("zyfa-hopper", {"VT_EARLY": 1, "PV_MODE": 1})):
         with pytest.raises(ValueError, match="VT_EARLY=1 is not supported with the fp32 accumulation"):

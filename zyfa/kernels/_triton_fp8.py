@@ -83,6 +83,17 @@ def _codes_min126_u8(bits):
 
 
 @triton.jit
+def _e4m3_codes_u8(p):
+    """e4m3fn codes of fp32 p (RNE, saturating at 448) from the conversion instruction, four to a register: two
+    cvt.rn.satfinite.e4m3x2.f32, the instruction of Triton's own cast, but a tensor of codes of its own, apart from
+    the FP8 tensor the P·V dot reads (see the exp2 row sum in _softmax_pv_tile)."""
+    return tl.inline_asm_elementwise(
+        "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; "
+        "mov.b32 $0, {lo, hi}; }",
+        "=r,r,r,r,r", [p], dtype=tl.uint8, is_pure=True, pack=4)
+
+
+@triton.jit
 def _round_e4m3_value(p):
     """RNE of p >= 0 to an e4m3fn value (saturating at 448), in fp32 integer arithmetic: the value the
     hardware cast gives, without reading the FP8 tensor back (see the window workaround below)."""
@@ -175,7 +186,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
                      TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0,
                      kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
                      vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1,
-                     vt_in=None, vt_hi_in=None):
+                     vt_in=None, vt_hi_in=None, EXP2_SUM: tl.constexpr = 0):
     """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s.
 
     vt_in (and vt_hi_in with DV_SPLIT 2): Vᵀ's tile, when the caller loaded it beside K's at the top of the
@@ -290,15 +301,24 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             p = tl.math.exp2(s * cs - m_use[:, None]) * 448.0
         else:
             p = tl.math.exp2(s * cs + (e_new - m_use)[:, None])
-        p8 = p.to(tl.float8e4nv)
-        if ROWSUM_ROUNDED == 1 and DEBUG // 2 == 1:
-            # diagnostic route: the sum of p8 converted back to fp32 (a read of the FP8 tensor, see below)
+        # The rounded row sum must not read P's FP8 tensor back: read back from p8 (a bitcast to its codes, or a
+        # conversion to fp32), the tensor that also feeds the P·V dot, Triton 3.6 compiled a wrong row sum on the
+        # H200 (the output right up to that factor): under a sliding window, with pointer loads (TMA off) at every
+        # length, and with TMA at one key or two query rows against one key (docs/kernel_notes.md).
+        if ROWSUM_ROUNDED == 1 and EXP2_SUM == 1:
+            # the codes from a conversion of their own, P's tensor a bitcast of them, the sum decoded from the
+            # codes: the MAD branch's form (fewer instructions than re-rounding p)
+            codes = _e4m3_codes_u8(p)
+            p8 = codes.to(tl.float8e4nv, bitcast=True)
+        else:
+            p8 = p.to(tl.float8e4nv)
+        if ROWSUM_ROUNDED == 1 and EXP2_SUM == 1:
+            l_tile = _code_value_sum(codes.to(tl.int32))
+        elif ROWSUM_ROUNDED == 1 and DEBUG // 2 == 1:
+            # diagnostic route (wrong, see above): the sum of p8 converted back to fp32
             l_tile = tl.sum(p8.to(tl.float32), 1)
         elif ROWSUM_ROUNDED == 1:
-            # The sum of the rounded values, p rounded again in fp32 arithmetic (the cast's value, bit for bit).
-            # Reading it back from p8, an FP8 tensor that also feeds the P·V dot, Triton 3.6 compiled to a wrong
-            # row sum on the H200 (the output right up to that factor): under a sliding window, with pointer loads
-            # (TMA off) at every length, and with TMA at one key or two query rows against one key.
+            # EXP2_SUM 0: p rounded again in fp32 integer arithmetic (the cast's value, bit for bit)
             l_tile = tl.sum(_round_e4m3_value(p), 1)
         elif ROWSUM_ROUNDED == 0:
             l_tile = tl.sum(p, 1)
@@ -361,7 +381,8 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr,
                 PIPELINE_QK: tl.constexpr, P_PERM: tl.constexpr = 0,
                 kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0):
+                vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0,
+                EXP2_SUM: tl.constexpr = 0):
     """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N).
 
     PIPELINE_QK (technique 2, FA3's intra-warpgroup overlap written by hand): S for tile j+1 is computed
@@ -383,7 +404,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT)
+                DV_SPLIT=DV_SPLIT, EXP2_SUM=EXP2_SUM)
             s = s_next
         if hi > lo:
             acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
@@ -393,7 +414,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT)
+                DV_SPLIT=DV_SPLIT, EXP2_SUM=EXP2_SUM)
     else:
         DVH: tl.constexpr = DV // DV_SPLIT
         for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
@@ -411,7 +432,7 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
                 ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT, vt_in=vt_in, vt_hi_in=vt_hi_in)
+                DV_SPLIT=DV_SPLIT, vt_in=vt_in, vt_hi_in=vt_hi_in, EXP2_SUM=EXP2_SUM)
     return acc, acc_tc, a_prod, l_i, m_i, e_i
 
 
@@ -480,7 +501,8 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                  RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
                  DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1, PIPELINE_QK: tl.constexpr = 0,
                  P_PERM: tl.constexpr = 0, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                 VD_MODE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0):
+                 VD_MODE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0,
+                 EXP2_SUM: tl.constexpr = 0):
     DQK: tl.constexpr = D1 + D2
     DVH: tl.constexpr = DV // DV_SPLIT  # DV_SPLIT 2: O in two column halves (acc, acc_tc), see _softmax_pv_tile
     num_m = tl.cdiv(seq_q, BLOCK_M)
@@ -633,7 +655,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                 EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
                 QK_K32, PV_MODE, FLUSH, TMA, WS and seg == 1, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT, VT_EARLY=VT_EARLY)
+                DV_SPLIT=DV_SPLIT, VT_EARLY=VT_EARLY, EXP2_SUM=EXP2_SUM)
     if PV_MODE == 3:
         acc = acc * a_prod[:, None] + acc_tc
 

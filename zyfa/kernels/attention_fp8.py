@@ -315,7 +315,9 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
     128-row programs of two warpgroups without the cap (+5%; -21% causal, -20% at d 128: docs/kernel_notes.md).
     DV_SPLIT 2 at d 256 (O's columns in two halves, one P·V dot each: fewer spills, the same output bit for bit);
     at d_v 128 it is slower (measured), so 1 there. VT_EARLY 1 at d 256 for the Hopper-accumulator recipes (Vᵀ's
-    tile loaded beside K's, the same bits; +3-7% there, 0-3% slower below).
+    tile loaded beside K's, the same bits; +3-7% there, 0-3% slower below). EXP2_SUM 1 for exp2 recipes with the
+    rounded row sum (P's codes from a conversion of their own, the sum decoded from them; 0 re-rounds p in fp32:
+    the same bits, more instructions; the sum read back from P's FP8 tensor was compiled wrong, kernel_notes.md).
     """
     # H200 sweeps (docs/kernel_notes.md): 64-row tiles, one warpgroup, two programs per SM (their softmax
     # and matmuls interleave) beat 128-row tiles on two warpgroups for d <= 192; d = 256 needs 128 rows.
@@ -349,6 +351,8 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
             cfg["maxnreg"] = 168  # no spills at d 64: three programs per SM
     elif d_qk == 128 and d_v == 128 and causal and not plan.qk_k32:
         cfg["maxnreg"] = HD128_CAUSAL_MAXNREG  # small spills, but three programs per SM
+    if not plan.exp_mad and plan.rowsum_rounded == 1:
+        cfg["EXP2_SUM"] = 1  # exp2 P's rounded sum from codes of their own (docs/kernel_notes.md)
     if plan.block_m is not None:
         cfg["BLOCK_M"] = plan.block_m
         cfg["num_warps"] = 8 if plan.block_m >= 128 else 4
@@ -616,6 +620,9 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
     if vt_early and (cfg.get("QK_K32", plan.qk_k32) or cfg.get("PV_MODE", plan.pv_mode) == 1):
         raise ValueError(f"VT_EARLY=1 is not supported with the fp32 accumulation of recipe {plan.recipe!r} (QK_K32 / "
                          "PV_MODE 1): Triton 3.6 compiled it to wrong output for zyfa-exp2 at d 256 on the H200")
+    if cfg.get("EXP2_SUM", 0) not in (0, 1):
+        raise ValueError(f"EXP2_SUM={cfg['EXP2_SUM']!r}: expected 0 (the rounded sum of exp2 P from p rounded again in "
+                         "fp32) or 1 (from the codes of a conversion of their own)")
     dv_split = cfg.get("DV_SPLIT", 1)
     if dv_split not in (1, 2):
         raise ValueError(f"DV_SPLIT={dv_split!r}: expected 1 (one P·V dot) or 2 (O's columns in two halves)")
@@ -732,7 +739,8 @@ def launch_constexprs(plan: KernelPlan, cfg: dict, mad_cvt: int, d_qk: int, d_v:
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"], WS=cfg["WS"],
         DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"], PIPELINE_QK=cfg.get("PIPELINE_QK", 0),
         P_PERM=int(bool(cfg["P_PERM"])), QD_ROW=qd_row, KD_TILE=int(kd_tile),
-        VD_MODE=plan.vd_mode, DV_SPLIT=cfg.get("DV_SPLIT", 1), VT_EARLY=cfg.get("VT_EARLY", 0))
+        VD_MODE=plan.vd_mode, DV_SPLIT=cfg.get("DV_SPLIT", 1), VT_EARLY=cfg.get("VT_EARLY", 0),
+        EXP2_SUM=cfg.get("EXP2_SUM", 0))
 
 
 def launch_options(cfg: dict) -> dict:
@@ -772,7 +780,9 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
             QK_K32 / PV_MODE (accumulation code, see the kernel), DV_SPLIT (2: P·V as two dots over O's column
             halves, the same arithmetic per element with half the registers for the per-tile product), VT_EARLY
             (1: Vᵀ's tile loaded at the top of each iteration beside K's, the same bits; no effect with
-            PIPELINE_QK; refused with the fp32-accumulation recipes, whose compile it broke).
+            PIPELINE_QK; refused with the fp32-accumulation recipes, whose compile it broke), EXP2_SUM (the rounded
+            row sum of exp2 P: 1 from P's codes converted apart from its FP8 tensor, the default; 0 p rounded again
+            in fp32; the same bits).
     Returns:
         (out, lse): out (b, h, s_q, d_v) bf16 (fp32 when the recipe's out_format is fp32), lse (b, h, s_q)
         fp32 natural log of the scores of the K it was given (for a K smoothed by the caller, without the
