@@ -303,7 +303,8 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
                 print(format_plan(labels, costs, plan(costs, world), UNITS_PER_SECOND.get(device.type, 2e8)))
             return 0
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, planned=keys,
-                                      reader=read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE)
+                                      reader=read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE,
+                                      cells=list(zip(keys, costs, strict=True)))
     except (ValueError, FileNotFoundError, OutputError) as e:
         status = _fail(e)
         if dist is not None:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import json
 import os
 import shutil
@@ -40,7 +41,8 @@ from accuracy.results_io import parse_lines, row_key
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
 
 __all__ = ["UNITS_PER_SECOND", "Dist", "RankRows", "SharedOutputError", "ShardedResults", "add_shard_arguments",
-           "describe_key", "dry_run_world", "format_plan", "launch", "plan", "say", "sharded_launch"]
+           "cells_digest", "describe_key", "dry_run_world", "format_plan", "launch", "plan", "say",
+           "sharded_launch"]
 
 # Cost units (multiply-adds of the FP64 oracle, roughly) per second, by device kind: for --dry-run estimates.
 UNITS_PER_SECOND = {"cpu": 2.0e8, "cuda": 5.0e10}
@@ -191,6 +193,21 @@ def format_plan(labels: Sequence[str], costs: Sequence[float], shares: Sequence[
     return "\n".join(lines)
 
 
+def cells_digest(cells: Sequence) -> tuple[int, str]:
+    """(count, digest) of what a rank would run: its cells (any JSON-able items, others by repr), in order."""
+    text = json.dumps(list(cells), default=repr, separators=(",", ":"))
+    return len(cells), hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _cells_disagree(seen: Sequence[tuple[int, str]]) -> str | None:
+    """The error line when the ranks' :func:`cells_digest` differ, else None."""
+    if len(set(map(tuple, seen))) <= 1:
+        return None
+    counts = ", ".join(f"rank {k}: {n}" for k, (n, _) in enumerate(seen))
+    return (f"the ranks would run different cells ({counts} cells; their lists differ): every rank must see the "
+            "same inputs, implementations and arguments")
+
+
 def _read_rows(path: Path, check=None) -> tuple[list[dict], dict]:
     return parse_lines(read_complete_lines(path)[0], path, check)
 
@@ -240,11 +257,18 @@ class ShardedResults:
              planned: Sequence[tuple] | None = None, reader: Callable[[Path], tuple[list[dict], dict]],
              need_bytes: int = 0, flag: str = "--out", key: Callable[[dict], tuple] = row_key,
              check: Callable[[object, str], dict] | None = None,
-             dumps: Callable[[dict], str] = json.dumps) -> ShardedResults:
+             dumps: Callable[[dict], str] = json.dumps, cells: Sequence | None = None) -> ShardedResults:
         """``key``: a row's identity (default :func:`accuracy.results_io.row_key`); ``check``: the row check of
         the rank files (default a ``zyfa accuracy`` row, :func:`accuracy.results_io.check_row`); ``dumps``: a
-        row as one JSON line (rank files). A command whose rows differ (``zyfa impact``) passes its own."""
+        row as one JSON line (rank files). A command whose rows differ (``zyfa impact``) passes its own.
+        ``cells``: what this rank would run (cells and costs, inputs, implementations available here), compared
+        across the ranks first (:func:`cells_digest`): ranks that differ (another file, an implementation available
+        on one GPU only) all raise :class:`SharedOutputError` before anything is written."""
         path = Path(path)
+        if cells is not None and dist.grouped:
+            differ = _cells_disagree(dist.gather(cells_digest(cells)))
+            if differ:
+                raise SharedOutputError(differ)
         lock, answer = None, None
         if dist.rank == 0:
             try:

@@ -98,6 +98,10 @@ def env() -> dict:
     if e.get("MUTANT_UNDER_TEST") == "stats":
         del e["MUTANT_UNDER_TEST"]
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
+    # One thread per child, as torchrun_env gives each rank: with several, MKL's fp32 and fp64 sums vary from
+    # process to process (seen in the 8th digit of a bf16 row's metrics, the same command run four times), so
+    # the rows of a resumed process could not be compared with an uninterrupted one's
+    e.setdefault("OMP_NUM_THREADS", "1")
     return e
 
 

@@ -258,7 +258,8 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
             device = torch.device("cuda", torch.cuda.current_device())
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=_read_out,
                                       need_bytes=1 << 20, key=row_key, check=_impact_row,
-                                      dumps=lambda r: json.dumps(r, default=json_default))
+                                      dumps=lambda r: json.dumps(r, default=json_default),
+                                      cells=list(zip(cells, costs, strict=True)))
     except OutputError as e:
         say(f"zyfa impact: error: {e}")
         if isinstance(e, SharedOutputError):

@@ -343,7 +343,8 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
         dist = launch(args.backend)
         if device.type == "cuda" and dist.grouped:
             device = torch.device("cuda", torch.cuda.current_device())
-        results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=read_jsonl)
+        results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=read_jsonl,
+                                      cells=cells)
     except OutputError as e:
         if isinstance(e, SharedOutputError):
             say(f"zyfa longctx: {e}")

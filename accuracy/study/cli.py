@@ -330,7 +330,9 @@ def main(args: argparse.Namespace) -> int:
                               name_filter=args.gaussian_filter)
         device = _rank_device(args.device, dist)
         cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
-        shared = ShardedResults.open(stage_dir / ROWS_NAME, dist, resume=True, reader=read_finished, flag="--out")
+        shared = ShardedResults.open(stage_dir / ROWS_NAME, dist, resume=True, reader=read_finished, flag="--out",
+                                     cells=[*((i.name, list(i.shape)) for i in inputs), *recipes,
+                                            *((i.name, i.available()[0]) for i in impls)])
         run_id = shared.provenance.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
         rows_file = RankRows(shared, lambda key: cost[key[0]], str(device), run_id,
                              on_plan=_say_plan if dist.grouped and dist.rank == 0 else None)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from accuracy.shard import format_plan, plan
+from accuracy.cli import read_finished
+from accuracy.shard import Dist, ShardedResults, SharedOutputError, cells_digest, format_plan, plan
 from tests.faults import kill_rank_when, torchrun_cmd, torchrun_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +70,37 @@ def test_plan_longest_first_to_least_loaded():
     assert plan(costs, 1) == [list(range(len(costs)))]
     text = format_plan([f"c{i}" for i in range(len(costs))], costs, shares, 1.0)
     assert "rank 0: 1 cells, estimated 8.0 s" in text and "rank 2: 3 cells, estimated 8.0 s" in text
+
+
+class _TwoRanks(Dist):
+    """Rank 0 of two, the other rank's digest given: the collectives answered in process (one rank's view)."""
+
+    def __init__(self, other_cells):
+        super().__init__(rank=0, world=2, backend="gloo")
+        self.other = cells_digest(other_cells)
+
+    def gather(self, obj):
+        return [obj, self.other]
+
+    def broadcast(self, obj):
+        return obj
+
+
+def test_ranks_that_would_run_different_cells_refuse_before_writing(tmp_path):
+    """An implementation available on one GPU only, or another file on one node: the ranks' cells differ, and
+    every rank refuses in one line before anything is written."""
+    cells = [(("in-a", "zyfa"), 2.0), (("in-a", "ck"), 2.0), (("in-b", "zyfa"), 1.0)]
+    out = tmp_path / "r.jsonl"
+    for other in (cells[:2], [cells[0], cells[2], cells[1]], [*cells[:2], (("in-b", "zyfa"), 1.5)]):
+        with pytest.raises(SharedOutputError) as e:
+            ShardedResults.open(out, _TwoRanks(other), reader=read_finished, cells=cells)
+        msg = str(e.value)
+        assert msg.startswith("the ranks would run different cells (rank 0: 3, ") and "\n" not in msg
+        assert "every rank must see the same inputs, implementations and arguments" in msg
+        assert not list(tmp_path.iterdir()), "nothing written, no lock left"
+    same = ShardedResults.open(out, _TwoRanks(list(cells)), reader=read_finished, cells=cells)
+    same.close()
+    assert (tmp_path / "r.jsonl.partial").is_dir()
 
 
 def test_dry_run_prints_the_plan(tmp_path):
