@@ -310,18 +310,17 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             # codes: the MAD branch's form (fewer instructions than re-rounding p)
             codes = _e4m3_codes_u8(p)
             p8 = codes.to(tl.float8e4nv, bitcast=True)
+            l_tile = _code_value_sum(codes.to(tl.int32))
         else:
             p8 = p.to(tl.float8e4nv)
-        if ROWSUM_ROUNDED == 1 and EXP2_SUM == 1:
-            l_tile = _code_value_sum(codes.to(tl.int32))
-        elif ROWSUM_ROUNDED == 1 and DEBUG // 2 == 1:
-            # diagnostic route (wrong, see above): the sum of p8 converted back to fp32
-            l_tile = tl.sum(p8.to(tl.float32), 1)
-        elif ROWSUM_ROUNDED == 1:
-            # EXP2_SUM 0: p rounded again in fp32 integer arithmetic (the cast's value, bit for bit)
-            l_tile = tl.sum(_round_e4m3_value(p), 1)
-        elif ROWSUM_ROUNDED == 0:
-            l_tile = tl.sum(p, 1)
+            if ROWSUM_ROUNDED == 1 and DEBUG // 2 == 1:
+                # diagnostic route (wrong, see above): the sum of p8 converted back to fp32
+                l_tile = tl.sum(p8.to(tl.float32), 1)
+            elif ROWSUM_ROUNDED == 1:
+                # EXP2_SUM 0: p rounded again in fp32 integer arithmetic (the cast's value, bit for bit)
+                l_tile = tl.sum(_round_e4m3_value(p), 1)
+            elif ROWSUM_ROUNDED == 0:
+                l_tile = tl.sum(p, 1)
     # ---- O += P8 · V8 (V read K-major from Vt)
     DVH: tl.constexpr = DV // DV_SPLIT
     if vt_in is None:
