@@ -234,8 +234,9 @@ def main():
             p(line)
     p(f"warm {time.time()-t0:.0f}s")
     _identity(p)
-    from zyfa.bench import SHAPES, ClockSampler, bench_heads, cudnn_fp8_call, flops, gaussian_kernel_call, rel_l2, timed
-    sampler = ClockSampler()
+    from zyfa.bench import SHAPES, bench_heads, cudnn_fp8_call, flops, gaussian_kernel_call, rel_l2
+    from zyfa.timing import cuda_timer
+    timer = cuda_timer(10, 60)
     res, peers, errs, refs = {}, {}, {}, {}
     for rnd in range(a.rounds):
         for (name, shape, causal, recipe, cfg, _same) in V:
@@ -248,7 +249,7 @@ def main():
                         q, k, v, is_causal=causal)
                 if rnd == 0:
                     errs[(name, shape, causal, recipe)] = rel_l2(fn()[0], refs[(shape, causal)])
-                ms, _clk = timed(fn, 10, 60, sampler)
+                ms = timer(fn)
                 res.setdefault((name, shape, causal, recipe), []).append(fl / ms / 1e9)
             except Exception as e:  # noqa: BLE001
                 p("FAIL", name, shape, causal, type(e).__name__, str(e)[:200])
@@ -258,7 +259,7 @@ def main():
                     f2, deq = cudnn_fp8_call(q, k, v, causal, 1 / math.sqrt(d_qk))
                     if rnd == 0:
                         errs[("cuDNN FP8", shape, causal, "-")] = rel_l2(deq(), refs[(shape, causal)])
-                    ms, _ = timed(f2, 10, 60, sampler)
+                    ms = timer(f2)
                     peers.setdefault((shape, causal), []).append(fl / ms / 1e9)
                 except Exception as e:  # noqa: BLE001
                     peers.setdefault((shape, causal), []).append(float("nan"))

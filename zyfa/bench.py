@@ -29,10 +29,9 @@ import os
 import platform
 import subprocess
 import sys
-import threading
-import time
 
 from zyfa.outputs import atomic_write_text
+from zyfa.timing import NvmlClock, Sample, cuda_timer, ratio_summary, summarize, time_interleaved
 
 DEFAULT_RECIPES = (
     "zyfa",
@@ -53,7 +52,10 @@ OTHER_RECIPES = (
     "fa3",
 )
 SHAPES = {"hd64": (64, 64), "hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128)}
-PEERS = ("sdpa-cudnn", "sdpa-flash", "cudnn-fp8", "flash-attn-triton-amd", "flashinfer-fa3")
+# the peers, by the implementation registry's names (accuracy.implementations); older bench files' names map on
+PEERS = ("sdpa-bf16:cudnn", "sdpa-bf16:flash", "cudnn-fp8", "flash-attn-triton-amd", "flashinfer-fa3")
+OLD_PEER_NAMES = {"sdpa-cudnn": "sdpa-bf16:cudnn", "sdpa-flash": "sdpa-bf16:flash"}
+OURS_IMPL = "triton-fp8"  # the bench's name of our kernel (its recipe in the row's "recipe")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,11 +67,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--recipes-other", default=";".join(OTHER_RECIPES),
                    help="';'-separated recipe specs for the shapes other than hd128 ('same' = --recipes)")
     p.add_argument("--peers", default=",".join(PEERS), help=f"subset of {','.join(PEERS)} (or 'none')")
+    p.add_argument("--kernel", action="append", default=[], metavar="[NAME=]FILE.py:FN",
+                   help="a user's kernel (the plug-in contract, docs/CONTRACTS.md) timed beside the peers in the same "
+                        "interleaving, in this process; repeatable; NAME names it in the tables")
+    p.add_argument("--repeats", type=int, default=5,
+                   help="times each case is timed, every implementation once per repeat in rotating order (>= 1; "
+                        "ratios are taken within a repeat, then summarised)")
     p.add_argument("--hidden", type=int, default=2048, help="heads = hidden // d_v (MLA: 16 heads)")
     p.add_argument("--captured", default="auto",
                    help="HDF5 capture to time on (tiled to the length); 'auto' = first datasets/*.h5; 'none'")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetitions, ms")
+    p.add_argument("--warmup", type=int, default=10, help="do_bench warm-up per sample, ms")
+    p.add_argument("--rep", type=int, default=40, help="do_bench repetitions per sample, ms")
     p.add_argument("--out", default="bench.json",
                    help="result file (default ./bench.json); the Markdown goes next to it with .md; a folder "
                         "means FOLDER/bench.json")
@@ -85,68 +93,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def flops(b, h, s_q, s_k, d_qk, d_v, causal):
     f = 2.0 * b * h * s_q * s_k * (d_qk + d_v)
     return f / 2 if causal else f
-
-
-class ClockSampler:
-    """SM clock (MHz) and power (W) sampled by NVML every ``period`` s while active."""
-
-    def __init__(self, device_index=0, period=0.01):
-        self.period = period
-        self.samples = []
-        self._stop = threading.Event()
-        self._thread = None
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._nvml = pynvml
-            self._h = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-        except Exception:  # noqa: BLE001 - NVML missing: no samples, stated in the report
-            self._nvml = None
-
-    def _run(self):
-        nv = self._nvml
-        while not self._stop.is_set():
-            try:
-                clk = nv.nvmlDeviceGetClockInfo(self._h, nv.NVML_CLOCK_SM)
-                pw = nv.nvmlDeviceGetPowerUsage(self._h) / 1000.0
-                self.samples.append((clk, pw))
-            except Exception:  # noqa: BLE001
-                pass
-            time.sleep(self.period)
-
-    def __enter__(self):
-        self.samples = []
-        if self._nvml is not None:
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-
-    def summary(self):
-        if not self.samples:
-            return {"sm_clock_mhz": None, "power_w": None, "n_samples": 0}
-        clk = [c for c, _ in self.samples]
-        pw = [p for _, p in self.samples]
-        return {"sm_clock_mhz": sum(clk) / len(clk), "sm_clock_min_mhz": min(clk),
-                "power_w": sum(pw) / len(pw), "power_max_w": max(pw), "n_samples": len(clk)}
-
-
-def timed(fn, warmup, rep, sampler):
-    import triton
-
-    fn()  # compile / warm
-    import torch
-
-    torch.cuda.synchronize()
-    with sampler:
-        ms = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-    return ms, sampler.summary()
 
 
 def bench_heads(shape: str, hidden: int = 2048) -> int:
@@ -226,85 +172,45 @@ def sdpa_reference(q, k, v, causal, sm_scale):
 
 # ---------------------------------------------------------------------------------------------- peers
 
-def make_sdpa(q, k, v, causal, sm_scale, backend):
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    be = {"sdpa-cudnn": SDPBackend.CUDNN_ATTENTION, "sdpa-flash": SDPBackend.FLASH_ATTENTION}[backend]
-
-    def fn():
-        with sdpa_kernel([be]):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
-
-    return fn
-
-
-def make_cudnn_fp8(q8, k8, v8, qd, kd, vd, causal, sm_scale):
-    """cuDNN FP8 SDPA (frontend graph); per-tensor descales; FP8 e4m3 output scaled by scale_o."""
-    import cudnn
+def make_sdpa(q, k, v, causal, sm_scale, peer):
+    """PyTorch SDPA in bf16 on one backend (``sdpa-bf16:cudnn`` or ``sdpa-bf16:flash``; zyfa.peers.sdpa), GQA
+    expanded. Returns (fn, first output)."""
     import torch
 
-    dt = cudnn.data_type
-    g = cudnn.pygraph(io_data_type=dt.FP8_E4M3, intermediate_data_type=dt.FLOAT, compute_data_type=dt.FLOAT)
+    from zyfa.peers.sdpa import sdpa_forward
 
-    def t(name, x):
-        return g.tensor(name=name, dim=list(x.shape), stride=list(x.stride()), data_type=dt.FP8_E4M3)
-
-    def sc(name):
-        return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=dt.FLOAT)
-
-    Q, K, V = t("Q", q8), t("K", k8), t("V", v8)
-    names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
-    S = {n: sc(n) for n in names}
-    O, _stats, amax_s, amax_o = g.sdpa_fp8(Q, K, V, S["descale_q"], S["descale_k"], S["descale_v"],
-                                           S["descale_s"], S["scale_s"], S["scale_o"], generate_stats=False,
-                                           attn_scale=sm_scale, use_causal_mask=causal, name="sdpa_fp8")
-    b, h, s_q, _ = q8.shape
-    d_v = v8.shape[3]
-    O.set_output(True).set_dim([b, h, s_q, d_v]).set_stride([h * s_q * d_v, s_q * d_v, d_v, 1]).set_data_type(
-        dt.FP8_E4M3)
-    amax_o.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
-    amax_s.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
-    g.validate()
-    g.build_operation_graph()
-    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    g.check_support()
-    g.build_plans()
-    ws = torch.empty(g.get_workspace_size(), device="cuda", dtype=torch.uint8)
-    dev = q8.device
-    o = torch.empty((b, h, s_q, d_v), dtype=torch.float8_e4m3fn, device=dev)
-    one = torch.ones((1, 1, 1, 1), dtype=torch.float32, device=dev)
-    scale_o = torch.full((1, 1, 1, 1), 1.0, dtype=torch.float32, device=dev)
-    pack = {Q: q8, K: k8, V: v8, S["descale_q"]: qd.reshape(1, 1, 1, 1), S["descale_k"]: kd.reshape(1, 1, 1, 1),
-            S["descale_v"]: vd.reshape(1, 1, 1, 1), S["descale_s"]: one / 448.0,
-            S["scale_s"]: one * 448.0, S["scale_o"]: scale_o, O: o,
-            amax_o: torch.empty_like(one), amax_s: torch.empty_like(one)}
+    backend = peer.split(":", 1)[1]
 
     def fn():
-        g.execute(pack, ws)
-        return o
+        return sdpa_forward(q, k, v, causal=causal, sm_scale=sm_scale, dtype=torch.bfloat16, backend=backend)
 
-    # scale_o so the FP8 output uses its range: O values are about |v|max; 448 / amax(O) after one run
-    fn()
+    out = fn()
     torch.cuda.synchronize()
-    amax = float(pack[amax_o].reshape(-1)[0]) if torch.isfinite(pack[amax_o]).all() else 0.0
-    if amax > 0:
-        scale_o.fill_(448.0 / amax)
-
-    def out_deq():
-        fn()
-        return o.float() / scale_o.reshape(1, 1, 1, 1)
-
-    return fn, out_deq
+    return fn, out
 
 
 def cudnn_fp8_call(q, k, v, causal, sm_scale):
-    """cuDNN FP8 SDPA on q, k, v (bf16, MHA) quantized with per-tensor descales, as the bench runs it:
-    :func:`make_cudnn_fp8`'s (fn, dequantized output)."""
+    """cuDNN FP8 SDPA (zyfa.peers.cudnn_fp8's graph, built once) on q, k, v quantized with per-tensor descales (the
+    ``ck`` recipe's quantizer), GQA K/V heads repeated: (fn launching it, a function giving the last output
+    dequantized; FP8 output on Hopper)."""
     from zyfa.kernels.attention_fp8 import quantize_for_kernel
+    from zyfa.peers.common import expand_kv
+    from zyfa.peers.cudnn_fp8 import PreparedCudnnFp8
 
-    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, "ck")
-    return make_cudnn_fp8(q8, k8, v8, qd[0, 0], kd[0, 0], vd[0, 0], causal, sm_scale)
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1]), "ck")
+    prepared = PreparedCudnnFp8(q8, k8, v8, qd.reshape(-1)[0], kd.reshape(-1)[0], vd.reshape(-1)[0], causal=causal,
+                                sm_scale=sm_scale)
+    return prepared.call, prepared.output
+
+
+def make_cudnn_fp8(q, k, v, causal, sm_scale):
+    """:func:`cudnn_fp8_call` as (fn, first output dequantized)."""
+    import torch
+
+    fn, output = cudnn_fp8_call(q, k, v, causal, sm_scale)
+    fn()
+    torch.cuda.synchronize()
+    return fn, output().clone()
 
 
 def make_flash_attn_amd(q, k, v, causal, sm_scale):
@@ -409,12 +315,11 @@ def _find_capture(spec):
     return files[0] if files else None
 
 
-def rotation_times(q, k, recipe, sampler, warmup=5, rep=20):
+def rotation_times(q, k, recipe, timer):
     """GPU time of rotating Q and K along the head dim as ``recipe.qk_rotation`` says, before the kernel (issue 14):
     ``rotation_ms``: zyfa.rotation.rotate_qk on the CUDA tensors (the fast Walsh-Hadamard transform the quantizer
     runs, fp32 out); ``rotation_matmul_ms``: Q and K times the d x d rotation matrix as one bf16 matmul each (bf16
-    out, a cheaper form a pipeline feeding an FP8 quantizer could use). Both do_bench medians; neither includes
-    the quantization itself."""
+    out, a cheaper form a pipeline feeding an FP8 quantizer could use). Neither includes the quantization."""
     import torch
 
     from zyfa.rotation import rotate_qk, rotation_matrix
@@ -422,13 +327,45 @@ def rotation_times(q, k, recipe, sampler, warmup=5, rep=20):
     kind, seed = recipe.qk_rotation, recipe.rotation_seed
     m = rotation_matrix(q.shape[-1], kind, seed=seed, dtype=torch.bfloat16, device=q.device)
     qb, kb = q.to(torch.bfloat16), k.to(torch.bfloat16)
-    fwht_ms, _ = timed(lambda: rotate_qk(q, k, kind, seed=seed), warmup, rep, sampler)
-    mm_ms, _ = timed(lambda: (qb @ m, kb @ m), warmup, rep, sampler)
-    return {"rotation": kind, "rotation_ms": fwht_ms, "rotation_matmul_ms": mm_ms}
+    return {"rotation": kind, "rotation_ms": timer(lambda: rotate_qk(q, k, kind, seed=seed)),
+            "rotation_matmul_ms": timer(lambda: (qb @ m, kb @ m))}
 
 
-def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sampler, config, log):
-    """Time every implementation on one input (q, k, v bf16); append result rows."""
+def fp8_output_rel_l2(out, ref) -> float:
+    """rel-L2 against ``ref`` of ``out`` rounded to e4m3 with one scale 448 / amax(out), as cuDNN FP8 writes its output
+    on Hopper: our kernel's error at cuDNN's output format (an FP8 output against a BF16 one is no kernel
+    comparison)."""
+    import torch
+
+    o = out.float()
+    amax = float(o.abs().max())
+    scale = 448.0 / amax if math.isfinite(amax) and amax > 0 else 1.0
+    return rel_l2((o * scale).to(torch.float8_e4m3fn).float() / scale, ref)
+
+
+class Candidate:
+    """One implementation of one case, prepared (inputs quantized, graphs built) and checked: ``fn`` launches it;
+    ``row`` holds its result fields; ``extra``: callables timed beside it whose time it also pays (V's transpose)."""
+
+    def __init__(self, row: dict, fn=None, extra=None):
+        self.row, self.fn, self.extra = row, fn, extra or {}
+
+    @property
+    def key(self) -> str:
+        return f"{self.row['impl']}|{self.row['recipe']}"
+
+
+def _check_output(row: dict, out, ref) -> bool:
+    err = rel_l2(out, ref)
+    row["rel_l2_vs_sdpa_bf16"] = err
+    if not math.isfinite(err) or err > WRONG_OUTPUT_REL_L2:
+        row["error"] = f"correctness check failed: rel L2 vs SDPA bf16 = {err:.3g}"
+        return False
+    return True
+
+
+def prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref) -> Candidate:
+    """Our Triton kernel under recipe ``spec``, with the recipe's descales (per tensor, head or block)."""
     import torch
 
     from zyfa.kernels.attention_fp8 import (
@@ -443,138 +380,260 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
         vt_key_order_for,
     )
 
+    d_qk, s_k = q.shape[3], k.shape[2]
+    sm_scale = 1.0 / math.sqrt(d_qk)
+    row = dict(base, impl=OURS_IMPL, recipe=spec)
+    r = recipe_from_spec(spec)
+    plan = kernel_plan(r)
+    key = (r.q_scale, r.k_scale, r.v_scale, r.scale_block_q, r.scale_block_kv, r.k_smoothing, r.qk_rotation,
+           r.rotation_seed)
+    if key not in quant_cache:
+        quant_cache[key] = quantize_for_kernel(q, k, v, r)
+    q8, k8, v8, qd, kd, vd = quant_cache[key]
+    block_n = (config or {}).get("BLOCK_N", plan.block_n)
+    if kd.dim() == 3:  # per-block K descales: one per KV tile
+        kd = k_descale_per_tile(kd, block_n)
+    if plan.vd_mode == 2:  # per-block V descales: one per KV tile (per-channel ones go as they are)
+        vd = k_descale_per_tile(vd, block_n, "v_descale")
+    if qd.dim() == 3:  # per-block Q descales: one per program where the blocks allow it, else per row
+        qd_prog = q_descale_per_program(qd, resolve_config(d_qk, v.shape[3], causal, plan, config)[0]["BLOCK_M"])
+        qd = qd if qd_prog is None else qd_prog
+    perm = vt_key_order_for(config)
+    vt = prepare_vt(v8, permute_k32=perm)
+
+    def fn():
+        return launch(q8, k8, vt, qd, kd, vd, plan=plan, seq_k=s_k, causal=causal, sm_scale=sm_scale, window=None,
+                      config=config)
+
+    out, _lse = fn()
+    torch.cuda.synchronize()
+    if not _check_output(row, out, ref):
+        return Candidate(row)
+    row["rel_l2_fp8_out_vs_sdpa_bf16"] = fp8_output_rel_l2(out, ref)
+    if r.qk_rotation != "none":
+        row.update(rotation_times(q, k, r, cuda_timer(5, 20)))
+    return Candidate(row, fn, {"v_transpose": lambda: prepare_vt(v8, permute_k32=perm)})
+
+
+def prepare_peer(base, peer, q, k, v, causal, ref) -> Candidate:
+    """A real peer kernel (registry name) prepared once from ``zyfa.peers``."""
+    from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE
+    from zyfa.peers.flashinfer_fa3 import FLASHINFER_FA3_RECIPE
+
+    sm_scale = 1.0 / math.sqrt(q.shape[3])
+    recipe = {"flash-attn-triton-amd": FLASH_ATTN_AMD_RECIPE, "flashinfer-fa3": FLASHINFER_FA3_RECIPE,
+              "cudnn-fp8": "cudnn-fp8"}.get(peer, "bf16")
+    row = dict(base, impl=peer, recipe=recipe)
+    if peer == "flash-attn-triton-amd":
+        fn, out = make_flash_attn_amd(q, k, v, causal, sm_scale)
+    elif peer == "flashinfer-fa3":
+        fn, out = make_flashinfer_fa3(q, k, v, causal, sm_scale)
+    elif peer == "cudnn-fp8":
+        fn, out = make_cudnn_fp8(q, k, v, causal, sm_scale)
+    else:
+        fn, out = make_sdpa(q, k, v, causal, sm_scale, peer)
+    if not _check_output(row, out, ref):
+        return Candidate(row)
+    return Candidate(row, fn)
+
+
+def prepare_plugin(base, name, kernel, q, k, v, causal, ref) -> Candidate:
+    """A user's kernel (the plug-in contract of docs/CONTRACTS.md: ``fn(q, k, v, *, causal, sm_scale, window)``),
+    called in this process on the bf16 inputs, timed like the peers."""
+    import torch
+
+    sm_scale = 1.0 / math.sqrt(q.shape[3])
+    row = dict(base, impl=f"plugin:{name}", recipe="-")
+
+    def fn():
+        return kernel(q, k, v, causal=causal, sm_scale=sm_scale, window=None)
+
+    res = fn()
+    out = res[0] if isinstance(res, (tuple, list)) else res
+    torch.cuda.synchronize()
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (*q.shape[:3], v.shape[3]):
+        row["error"] = f"returned {type(out).__name__} of shape {tuple(getattr(out, 'shape', ()))}, expected " \
+                       f"{(*q.shape[:3], v.shape[3])}"
+        return Candidate(row)
+    if not _check_output(row, out, ref):
+        return Candidate(row)
+    row["rel_l2_fp8_out_vs_sdpa_bf16"] = fp8_output_rel_l2(out, ref)
+    return Candidate(row, fn)
+
+
+def run_case(rows, *, label, inputs, causal, recipes, peers, plugins=(), repeats, timer, clock, config, log):
+    """Every implementation of one input (q, k, v bf16) prepared and checked first, then timed interleaved
+    (:func:`zyfa.timing.time_interleaved`: rotating order, ``repeats`` times); appends one row per
+    implementation with its median, spread and clock, and for our kernel and the plug-ins the speed ratio against
+    each peer taken within each repeat (``vs``; with V's transpose included for ours: ``vs_incl_transpose``)."""
+    import torch
+
     q, k, v = inputs
     b, h, s_q, d_qk = q.shape
     h_kv, s_k, d_v = k.shape[1], k.shape[2], v.shape[3]
-    sm_scale = 1.0 / math.sqrt(d_qk)
     fl = flops(b, h, s_q, s_k, d_qk, d_v, causal)
     base = {"input": label, "b": b, "h": h, "h_kv": h_kv, "s": s_q, "d_qk": d_qk, "d_v": d_v, "causal": causal}
-    ref = None
-    quant_cache = {}
-    for spec in recipes:
-        row = dict(base, impl="triton-fp8", recipe=spec)
+    ref = sdpa_reference(q, k, v, causal, 1.0 / math.sqrt(d_qk)).float()
+    quant_cache: dict = {}
+    cands: list[Candidate] = []
+    jobs = [(lambda spec=spec: prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref),
+             dict(base, impl=OURS_IMPL, recipe=spec)) for spec in recipes]
+    jobs += [(lambda p=p: prepare_peer(base, p, q, k, v, causal, ref), dict(base, impl=p, recipe="-"))
+             for p in peers]
+    jobs += [(lambda n=n, f=f: prepare_plugin(base, n, f, q, k, v, causal, ref),
+              dict(base, impl=f"plugin:{n}", recipe="-")) for n, f in plugins]
+    for prepare, blank in jobs:
         try:
-            r = recipe_from_spec(spec)
-            plan = kernel_plan(r)
-            key = (r.q_scale, r.k_scale, r.v_scale, r.scale_block_q, r.scale_block_kv, r.k_smoothing,
-                   r.qk_rotation, r.rotation_seed)
-            if key not in quant_cache:
-                quant_cache[key] = quantize_for_kernel(q, k, v, r)
-            q8, k8, v8, qd, kd, vd = quant_cache[key]
-            block_n = (config or {}).get("BLOCK_N", plan.block_n)
-            if kd.dim() == 3:  # per-block K descales: one per KV tile
-                kd = k_descale_per_tile(kd, block_n)
-            if plan.vd_mode == 2:  # per-block V descales: one per KV tile (per-channel ones go as they are)
-                vd = k_descale_per_tile(vd, block_n, "v_descale")
-            if qd.dim() == 3:  # per-block Q descales: one per program where the blocks allow it, else per row
-                qd_prog = q_descale_per_program(qd, resolve_config(d_qk, d_v, causal, plan, config)[0]["BLOCK_M"])
-                qd = qd if qd_prog is None else qd_prog
-            perm = vt_key_order_for(config)
-            vt = prepare_vt(v8, permute_k32=perm)
-            if ref is None:
-                ref = sdpa_reference(q, k, v, causal, sm_scale).float()
-
-            def fn(q8=q8, k8=k8, vt=vt, qd=qd, kd=kd, vd=vd, plan=plan):
-                return launch(q8, k8, vt, qd, kd, vd, plan=plan, seq_k=s_k, causal=causal, sm_scale=sm_scale,
-                              window=None, config=config)
-
-            out, lse = fn()
-            torch.cuda.synchronize()
-            err = rel_l2(out, ref)
-            row["rel_l2_vs_sdpa_bf16"] = err
-            if not math.isfinite(err) or err > 0.25:
-                row["error"] = f"correctness check failed: rel L2 vs SDPA bf16 = {err:.3g}"
-                rows.append(row)
-                log(row)
-                continue
-            ms, clk = timed(fn, warmup, rep, sampler)
-            t_ms, _ = timed(lambda v8=v8, perm=perm: prepare_vt(v8, permute_k32=perm), 5, 20, sampler)
-            row.update(ms=ms, tflops=fl / ms / 1e9, v_transpose_ms=t_ms,
-                       tflops_incl_transpose=fl / (ms + t_ms) / 1e9, **clk)
-            if r.qk_rotation != "none":
-                row.update(rotation_times(q, k, r, sampler))
-        except Exception as e:  # noqa: BLE001 - one failing case must not end the run
-            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+            cands.append(prepare())
+        except Exception as e:  # noqa: BLE001 - one failing implementation must not end the run
+            cands.append(Candidate(dict(blank, error=f"{type(e).__name__}: {str(e)[:300]}")))
+    ready = [c for c in cands if c.fn is not None]
+    fns = {c.key: c.fn for c in ready}
+    for c in ready:
+        fns.update({f"{name}|{c.key}": f for name, f in c.extra.items()})
+    failures: dict[str, str] = {}
+    samples = time_interleaved(fns, repeats=repeats, timer=timer, clock=clock, failures=failures) if fns else []
+    for c in ready:
+        bad = {k: e for k, e in failures.items() if k == c.key or k.endswith(f"|{c.key}")}
+        if bad:
+            c.row["error"] = f"failed while timed: {next(iter(bad.values()))}"
+            c.fn = None
+    samples = [s for s in samples if s.name not in failures and s.name.split("|", 1)[-1] not in failures]
+    ready = [c for c in ready if c.fn is not None]
+    # our kernel's time with V's transpose (paid once per call by a caller with V as stored), per repeat
+    incl = []
+    for c in ready:
+        if "v_transpose" in c.extra:
+            vt = {s.repeat: s for s in samples if s.name == f"v_transpose|{c.key}"}
+            incl += [Sample(f"incl|{c.key}", s.repeat, s.position, s.ms + vt[s.repeat].ms, s.clock_mhz)
+                     for s in samples if s.name == c.key and s.repeat in vt]
+    stats = summarize([*samples, *incl])
+    peer_keys = [c.key for c in ready if c.row["impl"] in peers]
+    for c in cands:
+        row = c.row
+        if c.fn is not None:
+            st = stats[c.key]
+            row.update(ms=st["ms_median"], ms_min=st["ms_min"], ms_max=st["ms_max"], ms_q1=st["ms_q1"],
+                       ms_q3=st["ms_q3"], repeats=st["repeats"], tflops=fl / st["ms_median"] / 1e9,
+                       sm_clock_mhz=st["clock_mhz_median"], sm_clock_min_mhz=st["clock_mhz_min"],
+                       sm_clock_max_mhz=st["clock_mhz_max"])
+            if f"incl|{c.key}" in stats:
+                si, sv = stats[f"incl|{c.key}"], stats[f"v_transpose|{c.key}"]
+                row.update(v_transpose_ms=sv["ms_median"], tflops_incl_transpose=fl / si["ms_median"] / 1e9,
+                           tflops_incl_transpose_min=fl / si["ms_max"] / 1e9,
+                           tflops_incl_transpose_max=fl / si["ms_min"] / 1e9)
+            if c.row["impl"] not in peers:
+                row["vs"] = {pk.split("|")[0]: ratio_summary(samples, c.key, pk) for pk in peer_keys}
+                if f"incl|{c.key}" in stats:
+                    row["vs_incl_transpose"] = {pk.split("|")[0]: ratio_summary([*samples, *incl], f"incl|{c.key}",
+                                                                                  pk) for pk in peer_keys}
         rows.append(row)
         log(row)
-    g = h // h_kv
-    qb, kb, vb = q, (k.repeat_interleave(g, 1) if g > 1 else k), (v.repeat_interleave(g, 1) if g > 1 else v)
-    for peer in peers:
-        row = dict(base, impl=peer, recipe="bf16" if peer.startswith("sdpa") else "cudnn-fp8")
-        try:
-            if peer in ("flash-attn-triton-amd", "flashinfer-fa3"):
-                from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE
-                from zyfa.peers.flashinfer_fa3 import FLASHINFER_FA3_RECIPE
-
-                make, row["recipe"] = ((make_flash_attn_amd, FLASH_ATTN_AMD_RECIPE) if peer == "flash-attn-triton-amd"
-                                       else (make_flashinfer_fa3, FLASHINFER_FA3_RECIPE))
-                fn, out = make(q, k, v, causal, sm_scale)
-                if ref is None:
-                    ref = sdpa_reference(q, k, v, causal, sm_scale).float()
-                row["rel_l2_vs_sdpa_bf16"] = rel_l2(out, ref)
-            elif peer.startswith("sdpa"):
-                fn = make_sdpa(qb, kb, vb, causal, sm_scale, peer)
-                out = fn()
-                torch.cuda.synchronize()
-                if ref is None:
-                    ref = sdpa_reference(q, k, v, causal, sm_scale).float()
-                row["rel_l2_vs_sdpa_bf16"] = rel_l2(out, ref)
-            else:
-                if h_kv != h:
-                    raise ValueError("cuDNN FP8 peer run with expanded K/V only for MHA shapes")
-                fn, out_deq = cudnn_fp8_call(q, k, v, causal, sm_scale)
-                if ref is None:
-                    ref = sdpa_reference(q, k, v, causal, sm_scale).float()
-                row["rel_l2_vs_sdpa_bf16"] = rel_l2(out_deq(), ref)
-            ms, clk = timed(fn, warmup, rep, sampler)
-            row.update(ms=ms, tflops=fl / ms / 1e9, **clk)
-        except Exception as e:  # noqa: BLE001
-            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
-        rows.append(row)
-        log(row)
+    torch.cuda.synchronize()
     return rows
+
+
+def canonical_rows(rows):
+    """Bench rows with today's peer names (older files called SDPA's backends ``sdpa-cudnn``/``sdpa-flash``)."""
+    return [dict(r, impl=OLD_PEER_NAMES.get(r.get("impl"), r.get("impl"))) for r in rows]
+
+
+def _num(x, fmt):
+    return format(x, fmt) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else "-"
+
+
+def ratio_cell(row: dict, peer: str) -> str:
+    """``median [min–max]`` of the speed ratio against ``peer`` taken within each repeat (V's transpose included for
+    our kernel), with the ratio at matched SM clock after it; "-" without one."""
+    vs = (row.get("vs_incl_transpose") or row.get("vs") or {}).get(peer)
+    if not isinstance(vs, dict) or not isinstance(vs.get("median"), (int, float)):
+        return "-"
+    cell = f"{vs['median']:.2f} [{_num(vs.get('min'), '.2f')}–{_num(vs.get('max'), '.2f')}]"
+    if isinstance(vs.get("matched_clock_median"), (int, float)):
+        cell += f" (clock-matched {vs['matched_clock_median']:.2f})"
+    return cell
+
+
+def plugin_lines(rows) -> list[str]:
+    """'Your kernels': every user kernel (``plugin:NAME``) at each case it ran, its median TFLOP/s with the range
+    over the repeats, its error (bf16 and FP8 output), and its speed ratio against each peer of the same
+    interleaving (median [min–max] of the per-repeat ratios, clock-matched median)."""
+    mine = [r for r in canonical_rows(rows) if str(r.get("impl", "")).startswith("plugin:")]
+    if not mine:
+        return []
+    peers = [p for p in PEERS if any(p in (r.get("vs") or {}) for r in mine)]
+    out = ["## Your kernels (same run, interleaved with the peers)", "",
+           "| kernel | input | shape | s | mask | TFLOP/s | range | err | err FP8 out | "
+           + " | ".join(f"× {p}" for p in peers) + " |", "|" + "---|" * (9 + len(peers))]
+    for r in mine:
+        shape = f"h{r['h']}/{r['h_kv']} d{r['d_qk']}/{r['d_v']}"
+        mask = "causal" if r.get("causal") else "non-causal"
+        if "error" in r:
+            out.append(f"| {r['impl'][7:]} | {r['input']} | {shape} | {r['s']} | {mask} | failed: "
+                       f"{str(r['error'])[:160]} |" + "  |" * (3 + len(peers)))
+            continue
+        rng = "-"
+        if isinstance(r.get("ms_min"), (int, float)) and isinstance(r.get("ms_max"), (int, float)):
+            rng = f"{r['tflops'] * r['ms'] / r['ms_max']:.0f}–{r['tflops'] * r['ms'] / r['ms_min']:.0f}"
+        out.append(f"| {r['impl'][7:]} | {r['input']} | {shape} | {r['s']} | {mask} | {_num(r.get('tflops'), '.0f')} | "
+                   f"{rng} | {_num(r.get('rel_l2_vs_sdpa_bf16'), '.4f')} | "
+                   f"{_num(r.get('rel_l2_fp8_out_vs_sdpa_bf16'), '.4f')} | "
+                   + " | ".join(ratio_cell(r, p) for p in peers) + " |")
+    return [*out, ""]
 
 
 def to_markdown(meta, rows, ours="zyfa-hopper"):
     from zyfa.markdown import md_escape
 
+    rows = canonical_rows(rows)
     # every string of the file as inert Markdown (zyfa.markdown): names and notes add no column, row or heading
     meta = {k: md_escape(v) if isinstance(v, str) else v for k, v in meta.items()}
     rows = [{k: md_escape(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]
     ours = md_escape(ours)
+    repeats = meta.get("repeats")
+    method = (f"every implementation of a case timed once per repeat in rotating order, {repeats} repeats; a "
+              "row's TFLOP/s is the median over the repeats with their range beside it, and a speed ratio is taken "
+              "within each repeat, then summarised as median [min–max]" if repeats else
+              "one timing per implementation, in a fixed order (a file from before the interleaved bench)")
     lines = [f"# Benchmark: FP8 attention on {meta['device']}", "",
              f"- command: `{meta['command']}`", f"- date: {meta['date']}", f"- git commit: {meta['git_commit']}",
              f"- versions: {md_escape(json.dumps(meta['versions']))}",
              f"- inputs: {meta['inputs_note']}",
-             "- TFLOP/s = FLOPs / median kernel time (triton.testing.do_bench); FLOPs = 4·b·h·s²·d "
-             "(2·(d_qk+d_v) for MLA), halved for causal. Our kernel's 'ms' and 'TFLOP/s' exclude V's one-off "
-             "transpose (column 'V^T ms'); 'incl.' includes it, and the two summary tables use 'incl.'. "
-             "SM clock / power: NVML means during the timed run. "
-             "Recipes with qk_rotation: Q and K are rotated before the kernel, timed on their own in the last "
-             "column (zyfa.rotation's FWHT / one bf16 matmul by the rotation matrix), not in 'ms'.",
-             "- err = relative L2 of the output vs PyTorch SDPA bf16 on the same (bf16) inputs: a sanity check, "
-             "not the accuracy study (cuDNN FP8's includes its FP8 output rounding).", ""]
+             f"- method: {method}. Each sample is a triton.testing.do_bench median (CUDA events, L2 flushed). "
+             "TFLOP/s = FLOPs / time; FLOPs = 4·b·h·s²·d (2·(d_qk+d_v) for MLA), halved for causal. Our kernel's "
+             "'ms' and 'TFLOP/s' exclude V's one-off transpose (column 'V^T ms'); 'incl.' includes it, and the "
+             "summary tables use 'incl.'. SM clock: NVML, read every 5 ms during each sample; the clock-matched ratio "
+             "compares cycles (time × clock) and is what the ratio would be at one fixed clock if time scales with it. "
+             "No power column: NVML's power reading averages over about a second, longer than a sample.",
+             "- err = relative L2 of the output vs PyTorch SDPA bf16 on the same (bf16) inputs: a sanity check, not "
+             "the accuracy study. cuDNN FP8 writes FP8 on Hopper, so our kernel's error is also given with its output "
+             "rounded to FP8 the same way ('err FP8 out': one scale 448/amax); compare like with like.", ""]
     summary = summary_lines(rows, ours)  # ends with "", "## Every row", ""
-    lines += summary[:-2] + plane_lines(rows) + plane_lines(rows, "flashinfer-fa3") + summary[-2:]
-    hdr = ("| input | shape | s | causal | impl | recipe | TFLOP/s | ms | V^T ms | incl. | err | SM MHz | W | "
-           "rotation ms (FWHT / matmul) |")
-    lines += [hdr, "|" + "---|" * 14]
+    lines += (plugin_lines(rows) + summary[:-2] + plane_lines(rows) + plane_lines(rows, "flashinfer-fa3")
+              + summary[-2:])
+    hdr = ("| input | shape | s | causal | impl | recipe | TFLOP/s | range | ms | repeats | V^T ms | incl. | err | "
+           "err FP8 out | SM MHz | rotation ms (FWHT / matmul) |")
+    lines += [hdr, "|" + "---|" * 16]
     for r in rows:
         shape = f"h{r['h']}/{r['h_kv']} d{r['d_qk']}/{r['d_v']}"
         if "error" in r:
             lines.append(f"| {r['input']} | {shape} | {r['s']} | {r['causal']} | {r['impl']} | {r['recipe']} | "
-                         f"failed: {r['error'][:120]} |  |  |  |  |  |  |  |")
+                         f"failed: {str(r['error'])[:120]} |" + "  |" * 9)
             continue
-
-        def f(x, fmt):
-            return format(x, fmt) if isinstance(x, (int, float)) and x is not None else "-"
-
+        fl_lo, fl_hi = r.get("ms_max"), r.get("ms_min")
+        rng = "-"
+        if isinstance(fl_lo, (int, float)) and isinstance(fl_hi, (int, float)) and fl_lo > 0 and fl_hi > 0:
+            rng = f"{r['tflops'] * r['ms'] / fl_lo:.0f}–{r['tflops'] * r['ms'] / fl_hi:.0f}"
+        clk = _num(r.get("sm_clock_mhz"), ".0f")
+        if isinstance(r.get("sm_clock_min_mhz"), (int, float)):
+            clk += f" [{_num(r.get('sm_clock_min_mhz'), '.0f')}–{_num(r.get('sm_clock_max_mhz'), '.0f')}]"
         lines.append(
             f"| {r['input']} | {shape} | {r['s']} | {r['causal']} | {r['impl']} | {r['recipe']} | "
-            f"{f(r.get('tflops'), '.0f')} | {f(r.get('ms'), '.3f')} | {f(r.get('v_transpose_ms'), '.3f')} | "
-            f"{f(r.get('tflops_incl_transpose'), '.0f')} | {f(r.get('rel_l2_vs_sdpa_bf16'), '.4f')} | "
-            f"{f(r.get('sm_clock_mhz'), '.0f')} | {f(r.get('power_w'), '.0f')} | "
-            + (f"{f(r.get('rotation_ms'), '.3f')} / {f(r.get('rotation_matmul_ms'), '.3f')} |"
+            f"{_num(r.get('tflops'), '.0f')} | {rng} | {_num(r.get('ms'), '.3f')} | {r.get('repeats', 1)} | "
+            f"{_num(r.get('v_transpose_ms'), '.3f')} | {_num(r.get('tflops_incl_transpose'), '.0f')} | "
+            f"{_num(r.get('rel_l2_vs_sdpa_bf16'), '.4f')} | {_num(r.get('rel_l2_fp8_out_vs_sdpa_bf16'), '.4f')} | "
+            f"{clk} | "
+            + (f"{_num(r.get('rotation_ms'), '.3f')} / {_num(r.get('rotation_matmul_ms'), '.3f')} |"
                if r.get("rotation_ms") is not None else "- |"))
     return "\n".join(lines) + "\n"
 
@@ -623,21 +682,28 @@ def plane_lines(rows, peer="cudnn-fp8"):
     (V's transpose included) and more accurate, fastest first; where none is, the fastest of the more accurate ones.
     Empty without a row of that peer. ``peer``: a key of :data:`PLANE_PEERS`."""
     name = PLANE_PEERS[peer]
+    rows = canonical_rows(rows)
+    # cuDNN FP8 writes FP8: set against our error with the output rounded the same way, where the row has it
+    err_key = "rel_l2_fp8_out_vs_sdpa_bf16" if peer == "cudnn-fp8" else "rel_l2_vs_sdpa_bf16"
+
+    def ours_err(r):
+        v = r.get(err_key)
+        return v if isinstance(v, (int, float)) else r.get("rel_l2_vs_sdpa_bf16")
+
     out = []
     for (d_qk, d_v, causal), (s, at, _rs) in _longest_gaussian(rows).items():
         fp8 = [r for r in at if r["impl"] == peer and _plausible(r)
                and isinstance(r.get("rel_l2_vs_sdpa_bf16"), (int, float))]
-        ours = [r for r in at if r["impl"] == "triton-fp8" and _plausible(r)
-                and isinstance(r.get("rel_l2_vs_sdpa_bf16"), (int, float))]
+        ours = [r for r in at if r["impl"] == OURS_IMPL and _plausible(r) and isinstance(ours_err(r), (int, float))]
         if not fp8 or not ours:
             continue
         ref = max(fp8, key=lambda r: r["tflops"])
         t_ref, e_ref = ref["tflops"], ref["rel_l2_vs_sdpa_bf16"]
-        better = sorted((r for r in ours if r["rel_l2_vs_sdpa_bf16"] < e_ref), key=headline_tflops, reverse=True)
+        better = sorted((r for r in ours if ours_err(r) < e_ref), key=headline_tflops, reverse=True)
         both = [r for r in better if headline_tflops(r) > t_ref]
 
         def cell(r, t_ref=t_ref):
-            return (f"{r['recipe']} ({headline_tflops(r):.0f}, {r['rel_l2_vs_sdpa_bf16']:.4f}, "
+            return (f"{r['recipe']} ({headline_tflops(r):.0f}, {ours_err(r):.4f}, "
                     f"{headline_tflops(r) / t_ref:.2f}×)")
 
         found = "; ".join(cell(r) for r in both) if both else \
@@ -647,7 +713,9 @@ def plane_lines(rows, peer="cudnn-fp8"):
                    f"{found} |")
     if not out:
         return []
-    own = ("cuDNN FP8's includes its FP8 output, ours is bf16" if peer == "cudnn-fp8"
+    with_fp8 = any(isinstance(r.get("rel_l2_fp8_out_vs_sdpa_bf16"), (int, float)) for r in rows)
+    own = ("both with FP8 output: ours rounded to FP8 as cuDNN writes it" if peer == "cudnn-fp8" and with_fp8
+           else "cuDNN FP8's includes its FP8 output, ours is bf16: not like for like" if peer == "cudnn-fp8"
            else "both write bf16")
     return [f"## Against {name} on the speed–accuracy plane (same inputs, same run)", "",
             f"Our configurations that are both faster than {name} (TFLOP/s with V's transpose) and more accurate "
@@ -663,6 +731,7 @@ def summary_lines(rows, ours="zyfa-hopper"):
     capture's shape) where both were timed. Our kernel's speeds include V's transpose where it was timed
     (:func:`headline_tflops`). A row whose output is wrong (rel-L2 against SDPA BF16 above
     :data:`WRONG_OUTPUT_REL_L2`) is shown as such, never as a speed."""
+    rows = canonical_rows(rows)
     out = []
     for (d_qk, d_v, causal), (s, at, rs) in _longest_gaussian(rows).items():
 
@@ -678,7 +747,7 @@ def summary_lines(rows, ours="zyfa-hopper"):
         if mine is None:
             continue
         top = best(lambda r: r["impl"] == "triton-fp8")
-        peers = {"cudnn": lambda r: r["impl"] == "sdpa-cudnn", "bf16": lambda r: r["impl"].startswith("sdpa-"),
+        peers = {"cudnn": lambda r: r["impl"] == "sdpa-bf16:cudnn", "bf16": lambda r: r["impl"].startswith("sdpa-"),
                  "fp8": lambda r: r["impl"] == "cudnn-fp8", "fa3": lambda r: r["impl"] == "flashinfer-fa3",
                  "amd": lambda r: r["impl"] == "flash-attn-triton-amd"}
         cudnn, bf16, fp8, fa3, amd = (best(peers[k]) for k in ("cudnn", "bf16", "fp8", "fa3", "amd"))
@@ -689,18 +758,21 @@ def summary_lines(rows, ours="zyfa-hopper"):
         def t(r, peer=None, peers=peers):
             return f"{headline_tflops(r):.0f}" if r else (wrong(peers[peer]) if peer else "-")
 
-        ratios = [f"{headline_tflops(mine) / p['tflops']:.2f}" if p else "-" for p in (cudnn, bf16, fp8, fa3, amd)]
+        ratios = [(ratio_cell(mine, p["impl"]) if mine.get("vs") else f"{headline_tflops(mine) / p['tflops']:.2f}")
+                  if p else "-" for p in (cudnn, bf16, fp8, fa3, amd)]
         ratios.append(f"{cap[0]['tflops'] / like[0]['tflops']:.2f}" if cap and like else "-")
         shape = "MLA 192/128" if d_qk != d_v else f"hd{d_qk}"
         out.append(f"| {shape} | {s} | {'causal' if causal else 'non-causal'} | {t(mine)} | "
                    f"{t(top)} ({top['recipe']}) | {t(cudnn, 'cudnn')} | {t(bf16, 'bf16')} "
-                   f"({bf16['impl'][5:] if bf16 else '-'}) | {t(fp8, 'fp8')} | {t(fa3, 'fa3')} | {t(amd, 'amd')} | "
+                   f"({bf16['impl'].rpartition(':')[2] if bf16 else '-'}) | {t(fp8, 'fp8')} | {t(fa3, 'fa3')} | "
+                   f"{t(amd, 'amd')} | "
                    + " | ".join(ratios) + " |")
     if not out:
         return []
     return ["## Where we land (TFLOP/s at each shape's longest Gaussian sequence, same run)", "",
             "Our kernel's numbers include V's transpose (the one copy a caller with V as stored pays; 'incl.' "
-            "below); the peers read V as stored.", "",
+            "below); the peers read V as stored. Ratios: median [min–max] over the repeats, each taken within one "
+            "repeat, with the clock-matched median after it.", "",
             f"| shape | s | mask | {ours} | fastest of our recipes | cuDNN BF16 | best BF16 SDPA | cuDNN FP8 | "
             "FA3 FP8 (FlashInfer) | AMD Triton FP8 | × cuDNN BF16 | × best BF16 | × cuDNN FP8 | × FA3 FP8 | "
             "× AMD Triton FP8 | captured / Gaussian |",
@@ -711,7 +783,8 @@ def summary_lines(rows, ours="zyfa-hopper"):
 # (the error against SDPA may be NaN: a NaN output).
 _BENCH_COUNTS = ("b", "h", "h_kv", "s", "d_qk", "d_v")
 _BENCH_NUMBERS = ("ms", "tflops", "v_transpose_ms", "tflops_incl_transpose", "rel_l2_vs_sdpa_bf16", "sm_clock_mhz",
-                  "power_w", "rotation_ms", "rotation_matmul_ms")
+                  "power_w", "rotation_ms", "rotation_matmul_ms", "ms_min", "ms_max", "v_transpose_ms",
+                  "rel_l2_fp8_out_vs_sdpa_bf16")
 
 
 def _check_bench_row(r: dict, where: str) -> None:
@@ -780,6 +853,38 @@ def output_stem(out: str) -> str:
     return out[: -len(".json")]
 
 
+def parse_kernel_arg(arg: str) -> tuple[str, str]:
+    """``[NAME=]FILE.py:FN`` -> (name, spec); the name defaults to the function's name. ValueError in one line for
+    a missing file or function (checked without running the file: zyfa.plugins.check_defines)."""
+    from pathlib import Path
+
+    from zyfa.plugins import check_defines
+
+    name, eq, spec = arg.partition("=")
+    if not eq:
+        name, spec = "", arg
+    mod, colon, fn = spec.rpartition(":")
+    if not colon or not mod or not fn.isidentifier():
+        raise ValueError(f"--kernel {arg!r}: expected [NAME=]path/to/file.py:function or module:function")
+    if mod.endswith(".py"):
+        if not Path(mod).is_file():
+            raise ValueError(f"--kernel {arg!r}: no such file {mod}")
+        check_defines(spec, Path(mod), fn)
+    name = name or fn
+    if not name.replace("-", "_").replace(".", "_").isidentifier():
+        raise ValueError(f"--kernel {arg!r}: NAME may hold letters, digits, '-', '_' and '.', got {name!r}")
+    return name, spec
+
+
+def load_kernel(spec: str):
+    """The user's kernel, imported in this process and its signature checked (zyfa.plugins)."""
+    from zyfa.plugins import check_signature, load_callable
+
+    fn, _where = load_callable(spec)
+    check_signature(spec, fn)
+    return fn
+
+
 def main(args) -> int:
     if args.render:
         try:
@@ -797,6 +902,17 @@ def main(args) -> int:
     if existing and not args.overwrite:
         print(f"zyfa bench: {existing[0]} exists; choose another --out or pass --overwrite", file=sys.stderr)
         return 2
+    try:
+        plugins = [parse_kernel_arg(k) for k in args.kernel]
+        peers = [] if args.peers == "none" else [OLD_PEER_NAMES.get(p, p) for p in args.peers.split(",") if p]
+        unknown = [p for p in peers if p not in PEERS]
+        if unknown:
+            raise ValueError(f"--peers: unknown {', '.join(unknown)}; known: {', '.join(PEERS)}")
+        if args.repeats < 1:
+            raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
+    except ValueError as err:
+        print(f"zyfa bench: {err}", file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available():
@@ -804,17 +920,23 @@ def main(args) -> int:
         return 2
     recipes = [r for r in args.recipes.split(";") if r.strip()]
     other = recipes if args.recipes_other == "same" else [r for r in args.recipes_other.split(";") if r.strip()]
-    peers = [] if args.peers == "none" else [p for p in args.peers.split(",") if p]
     shapes = [s for s in args.shapes.split(",") if s]
     seqlens = [int(s) for s in args.seqlens.split(",") if s]
     causals = {"both": [False, True], "true": [True], "false": [False]}[args.causal]
     config = json.loads(args.config) if args.config else None
-    sampler = ClockSampler()
+    timer = cuda_timer(args.warmup, args.rep)
+    clock = NvmlClock if NvmlClock.available() else None
     rows = []
+    try:
+        kernels = [(name, load_kernel(spec)) for name, spec in plugins]
+    except ValueError as err:
+        print(f"zyfa bench: {err}", file=sys.stderr)
+        return 2
+    timing = dict(repeats=args.repeats, timer=timer, clock=clock, config=config)
 
     def log(row):
-        keys = ("input", "s", "d_qk", "causal", "impl", "recipe", "tflops", "rel_l2_vs_sdpa_bf16", "sm_clock_mhz",
-                "rotation_ms", "rotation_matmul_ms", "error")
+        keys = ("input", "s", "d_qk", "causal", "impl", "recipe", "tflops", "ms_min", "ms_max", "rel_l2_vs_sdpa_bf16",
+                "sm_clock_mhz", "rotation_ms", "rotation_matmul_ms", "error")
         print(" ".join(f"{k}={row[k]:.4g}" if isinstance(row.get(k), float) else f"{k}={row.get(k)}"
                        for k in keys if k in row), flush=True)
 
@@ -823,7 +945,8 @@ def main(args) -> int:
     meta = {"command": "zyfa bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
             "date": date.isoformat(timespec="seconds"), "git_commit": _git_commit(), "versions": _versions(),
             "device": torch.cuda.get_device_name(), "inputs_note": "Gaussian N(0,1) bf16 q, k, v (batch 1)",
-            "nvml": sampler._nvml is not None}
+            "nvml": clock is not None, "repeats": args.repeats, "warmup_ms": args.warmup, "rep_ms": args.rep,
+            "kernels": {name: spec for name, spec in plugins}}
 
     def write():
         atomic_write_text(stem + ".json", json.dumps({"meta": meta, "rows": rows}, indent=1))
@@ -836,8 +959,8 @@ def main(args) -> int:
             inputs = gaussian_qkv(1, h, h, s, d_qk, d_v)
             for causal in causals:
                 run_case(rows, label="gaussian", inputs=inputs, causal=causal,
-                         recipes=recipes if shape == "hd128" else other, peers=peers,
-                         warmup=args.warmup, rep=args.rep, sampler=sampler, config=config, log=log)
+                         recipes=recipes if shape == "hd128" else other, peers=peers, plugins=kernels, log=log,
+                         **timing)
             del inputs
             torch.cuda.empty_cache()
             write()
@@ -850,12 +973,10 @@ def main(args) -> int:
                 for causal in causals:
                     recs = ["zyfa-hopper", "fa3"]
                     run_case(rows, label=f"captured:{os.path.basename(cap)}", inputs=(q, k, v), causal=causal,
-                             recipes=recs, peers=[], warmup=args.warmup, rep=args.rep, sampler=sampler,
-                             config=config, log=log)
+                             recipes=recs, peers=[], log=log, **timing)
                     gq, gk, gv = gaussian_qkv(*q.shape[:2], k.shape[1], s, q.shape[3], v.shape[3], seed=1)
                     run_case(rows, label="gaussian-like-capture", inputs=(gq, gk, gv), causal=causal,
-                             recipes=recs, peers=[], warmup=args.warmup, rep=args.rep, sampler=sampler,
-                             config=config, log=log)
+                             recipes=recs, peers=[], log=log, **timing)
                     write()
             inputs_note += (f"; captured: first layer of {os.path.basename(cap)} ({rec.name}) tiled along the "
                             "sequence to each length, against Gaussian inputs of the same shape")

@@ -35,7 +35,7 @@ ABLATION_PREFIX = ("zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed"
 FRONT_KEYS = ("t-front-error", "t-front-speed")
 METRIC = "deq_rel_l2"  # the picture's error: what the implementation's arithmetic adds on its own inputs
 # bench peers -> the study's name of the same numerics
-BENCH_PEERS = {"cudnn-fp8": "cudnn-fp8", "sdpa-cudnn": "bf16", "sdpa-flash": "bf16"}
+BENCH_PEERS = {"cudnn-fp8": "cudnn-fp8", "sdpa-bf16:cudnn": "bf16", "sdpa-bf16:flash": "bf16"}
 OURS = "triton-fp8"  # the bench's name of our kernel
 # real kernels shown on the front page (our kernel's default recipe, the real peers, and any user plug-in); every
 # other real kernel (our kernel under each peer recipe and ablation) is in the "Real kernels" section
@@ -43,8 +43,10 @@ FRONT_REAL = ("triton:zyfa-hopper", "cudnn-fp8", "sdpa-bf16:cudnn", "flash-attn-
 PLUGIN_PREFIX = "plugin:"
 REAL_SUFFIX = " (real)"  # a real kernel named like a recipe (cudnn-fp8) is told apart from its emulation
 # the speed picture's keys (recipes) -> the real kernel that was timed for them, whose error is then plotted
-REAL_OF_SPEED = {"zyfa-hopper": "triton:zyfa-hopper", "cudnn-fp8": "cudnn-fp8" + REAL_SUFFIX,
-                 "bf16": "sdpa-bf16:cudnn"}
+REAL_OF_SPEED = {"cudnn-fp8": "cudnn-fp8" + REAL_SUFFIX}
+# a timed peer -> the recipe that emulates it (its error where the real kernel did not run in this study)
+EMULATION_OF_PEER = {"cudnn-fp8": "cudnn-fp8", "sdpa-bf16:cudnn": "bf16", "sdpa-bf16:flash": "bf16",
+                     "flashinfer-fa3": "fa3", "flash-attn-triton-amd": "triton-amd"}
 
 
 def is_real(row: dict) -> bool:
@@ -141,15 +143,21 @@ def where_we_land(bench: Sequence[tuple[str, dict, list[dict]]]) -> tuple[str, d
     return "", {}, [], []
 
 
+def emulation_of_timed(name: str) -> str:
+    """The emulated recipe whose numerics a timed kernel computes: ``triton:X`` -> ``X``; a peer -> its recipe."""
+    return name[len("triton:"):] if name.startswith("triton:") else EMULATION_OF_PEER.get(name, name)
+
+
 def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
     """(name -> TFLOP/s, shape label) at the longest head-dim-128 non-causal Gaussian sequence of the run (else
-    the longest head-dim-128 one, else any): our kernel under recipe X as ``X`` (and ``triton:X``), recipes with
-    overrides left out; cuDNN FP8 as ``cudnn-fp8``; the fastest BF16 SDPA as ``bf16``; any other peer by its
-    name and its recipe. Our kernel's speeds include V's transpose where it was timed (as in the bench summary).
+    the longest head-dim-128 one, else any), each under the name of the real kernel that was timed (the
+    implementation registry's): our kernel under recipe X as ``triton:X`` (never as ``X``, the emulation whose
+    numerics it borrows), every peer by its own name (``cudnn-fp8``, ``sdpa-bf16:cudnn``, ``flashinfer-fa3``, ...).
+    Our kernel's speeds include V's transpose where it was timed (as in the bench summary).
     """
-    from zyfa.bench import headline_tflops
+    from zyfa.bench import canonical_rows, headline_tflops
 
-    ok = [r for r in bench_rows if "error" not in r and isinstance(r.get("tflops"), (int, float))
+    ok = [r for r in canonical_rows(bench_rows) if "error" not in r and isinstance(r.get("tflops"), (int, float))
           and r.get("input", "gaussian") == "gaussian"]
     for pick in (lambda r: r.get("d_qk") == 128 and r.get("d_v") == 128 and not r.get("causal"),
                  lambda r: r.get("d_qk") == 128 and r.get("d_v") == 128, lambda r: True):
@@ -170,18 +178,12 @@ def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
         if key and v > out.get(key, -math.inf):
             out[key] = v
 
-    for r in at:
+    for r in at:  # every speed under the name of the real kernel that was timed, never under an emulation's name
         impl, recipe, v = str(r.get("impl") or ""), str(r.get("recipe") or ""), headline_tflops(r)
         if impl == OURS:
-            if ":" not in recipe:
-                put(recipe, v)
-                put(f"triton:{recipe}", v)
-        elif impl in BENCH_PEERS:
-            put(BENCH_PEERS[impl], v)
-            put(impl, v)
+            put(f"triton:{recipe}", v)
         else:
             put(impl, v)
-            put(recipe, v)
     return out, shape
 
 
@@ -273,8 +275,11 @@ def _figure(points: dict[str, tuple[float, float, float, float]], front: list[st
     return ("fig_front_speed_accuracy.png", png(fig),
             f"Red: the Pareto frontier ({', '.join(front)}): the implementations no other beats on both speed and "
             "error. The most accurate one (bf16: no FP8 rounding) and the fastest one are on it by definition; an FP8 "
-            "recipe in between is on it only where no faster one has less error. Speed: our kernel under the recipe, "
-            "cuDNN's FP8 SDPA, the fastest BF16 SDPA for bf16; error: mean over the captures (deq, 95% CI)."
+            "recipe in between is on it only where no faster one has less error. Each point is named by the kernel "
+            "that was timed (the committed bench file, not this run): triton:X is our Triton kernel under recipe X, "
+            "cudnn-fp8 and flashinfer-fa3 the vendors' kernels, sdpa-bf16:* PyTorch's BF16 SDPA. Error: mean over "
+            "the captures (deq, 95% CI) of that kernel's own rows where it ran in this study, else of the recipe "
+            "that emulates it (triton:X: X; cudnn-fp8: cudnn-fp8; sdpa-bf16: bf16; flashinfer-fa3: fa3)."
             + (f" Timed, but without rows in these results: {', '.join(timed)}." if timed else ""))
 
 
@@ -314,10 +319,10 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
     points = {}
     by_name = {e["name"]: e for e in entries}
     for key, speed in speeds.items():  # a timed kernel's error: the real kernel's where it ran, else its emulation's
-        for n in (REAL_OF_SPEED.get(key), key):
+        for n in (REAL_OF_SPEED.get(key, key), emulation_of_timed(key)):
             e = by_name.get(n)
             if e and e["captures_n"] and math.isfinite(e["captures_deq_rel_l2"][0]):
-                points[n] = (speed, *e["captures_deq_rel_l2"])
+                points[key] = (speed, *e["captures_deq_rel_l2"])  # named by the kernel that was timed
                 break
     front = pareto({n: (p[0], p[1]) for n, p in points.items()}) if len(points) >= 2 else []
     timed = [k for k in speeds if ":" not in k and k not in points and k not in BENCH_PEERS

@@ -166,14 +166,16 @@ def test_speed_table_is_the_bench_where_we_land(front_doc_timed):
     assert rows[("hd128", "causal")]["zyfa-hopper"] == "802"
 
 
-def test_speed_points_map_bench_entries_to_implementations():
+def test_speed_points_name_the_kernel_that_was_timed():
+    """Our kernel under recipe X is ``triton:X``, never ``X`` (the emulation whose numerics it borrows: a point
+    labelled "fa3" must be FA3); peers by their own names, old bench names mapped."""
     speeds, shape = front.speed_points(BENCH_ROWS)
     assert shape == "hd128, non-causal, 32K tokens"
-    assert speeds["zyfa-hopper"] == 813.2 and speeds["triton:zyfa-hopper"] == 813.2
-    assert speeds["zyfa"] == 405.7  # the 32K one, not the 16K one
-    assert speeds["bf16"] == 603.1  # the faster BF16 SDPA
+    assert speeds["triton:zyfa-hopper"] == 813.2 and "zyfa-hopper" not in speeds
+    assert speeds["triton:zyfa"] == 405.7 and "zyfa" not in speeds  # the 32K one, not the 16K one
+    assert speeds["sdpa-bf16:cudnn"] == 603.1 and "bf16" not in speeds
     assert speeds["cudnn-fp8"] == 933.3
-    assert "ck:accumulator=hopper_fp8" not in speeds and speeds["ck"] == 700.4  # overrides are other numerics
+    assert speeds["triton:ck"] == 700.4 and "ck" not in speeds
     causal_only = [r for r in BENCH_ROWS if r["causal"]]
     assert front.speed_points(causal_only)[1] == "hd128, causal, 32K tokens"
     assert front.speed_points([]) == ({}, "")
@@ -209,9 +211,9 @@ def test_picture_and_frontier_line(front_doc):
     # zyfa (405.7) and ck (700.4): on the frontier exactly when neither is both faster and more accurate
     cap = {n: float(np.mean([r["deq_rel_l2"] for r in rows if r["recipe"] == n
                              and r.get("input_source") == "capture"])) for n in ("zyfa", "ck")}
-    expect = ["zyfa", "ck"] if cap["zyfa"] < cap["ck"] else ["ck"]
+    expect = ["triton:zyfa", "triton:ck"] if cap["zyfa"] < cap["ck"] else ["triton:ck"]
     assert f"Red: the Pareto frontier ({', '.join(expect)}): the implementations no other beats" in md
-    assert "Timed, but without rows in these results: zyfa-hopper." in md  # timed, no error to plot
+    assert "the recipe that emulates it" in md  # a point's error where the timed kernel has no rows here
     assert "No speed-against-accuracy picture" not in md
     # each group keeps its own recipe figure next to the front page's
     assert {"fig_tiny_recipes.png", "fig_gaussian-inputs_recipes.png"} <= set(doc.images)

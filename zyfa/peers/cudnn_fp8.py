@@ -5,7 +5,8 @@ On Hopper it writes FP8 output only, so its output scale must be chosen: from a 
 before the FP8 cast) or from a given amax (the FP64 oracle's, for the ``oracle-scale`` variant). The choice is
 returned with the output.
 
-Exposed: ``check()``, ``cudnn_fp8_forward(...)``.
+Exposed: ``check()``, ``PreparedCudnnFp8`` (built once, launched many times: what the bench times),
+``cudnn_fp8_forward(...)`` (one forward).
 """
 
 from __future__ import annotations
@@ -16,9 +17,87 @@ import torch
 
 from zyfa.peers.common import all_checks, cuda_check, dist_version, package_check
 
-__all__ = ["check", "cudnn_fp8_forward"]
+__all__ = ["PreparedCudnnFp8", "check", "cudnn_fp8_forward"]
 
 check = all_checks(lambda: cuda_check(exact_major=9), lambda: package_check("cudnn", "nvidia-cudnn-frontend"))
+
+
+class PreparedCudnnFp8:
+    """cuDNN's FP8 SDPA graph built once for one shape, with its tensors bound: ``call()`` launches it (what a
+    benchmark times), ``output()`` is the last output dequantized (fp32 (b, h, s_q, d_v)), ``lse()`` its
+    log-sum-exp (b, h, s_q, natural log), ``details`` the output-scale choice and versions."""
+
+    def __init__(self, q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool, sm_scale: float,
+                 out_amax: float | None = None):
+        import cudnn
+
+        b, h, s_q, _ = q8.shape
+        d_v = v8.shape[3]
+        dt = cudnn.data_type
+        g = cudnn.pygraph(io_data_type=dt.FP8_E4M3, intermediate_data_type=dt.FLOAT, compute_data_type=dt.FLOAT)
+
+        def tensor(name, t):
+            return g.tensor(name=name, dim=list(t.shape), stride=list(t.stride()), data_type=dt.FP8_E4M3)
+
+        def scalar(name):
+            return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=dt.FLOAT)
+
+        Q, K, V = tensor("Q", q8), tensor("K", k8), tensor("V", v8)
+        names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+        S = {n: scalar(n) for n in names}
+        O, stats, amax_s, amax_o = g.sdpa_fp8(
+            Q, K, V, S["descale_q"], S["descale_k"], S["descale_v"], S["descale_s"], S["scale_s"], S["scale_o"],
+            generate_stats=True, attn_scale=float(sm_scale), use_causal_mask=bool(causal), name="sdpa_fp8")
+        O.set_output(True).set_dim([b, h, s_q, d_v]).set_stride([h * s_q * d_v, s_q * d_v, d_v, 1]).set_data_type(
+            dt.FP8_E4M3)
+        stats.set_output(True).set_data_type(dt.FLOAT)
+        for a in (amax_o, amax_s):
+            a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        g.check_support()
+        g.build_plans()
+        dev = q8.device
+        self._graph = g
+        self._ws = torch.empty(g.get_workspace_size(), device=dev, dtype=torch.uint8)
+        one = torch.ones((1, 1, 1, 1), dtype=torch.float32, device=dev)
+        self._scale_o = one.clone()
+        self._o = torch.empty((b, h, s_q, d_v), dtype=torch.float8_e4m3fn, device=dev)
+        self._lse = torch.empty((b, h, s_q, 1), dtype=torch.float32, device=dev)
+        self._shape = (b, h, s_q)
+
+        def d(t):
+            return torch.as_tensor(t, dtype=torch.float32, device=dev).reshape(1, 1, 1, 1).contiguous()
+
+        self._pack = {Q: q8, K: k8, V: v8, S["descale_q"]: d(q_descale), S["descale_k"]: d(k_descale),
+                      S["descale_v"]: d(v_descale), S["descale_s"]: one / 448.0, S["scale_s"]: one * 448.0,
+                      S["scale_o"]: self._scale_o, O: self._o, stats: self._lse, amax_o: torch.empty_like(one),
+                      amax_s: torch.empty_like(one)}
+        if out_amax is not None:
+            amax, choice = float(out_amax), "oracle amax: 448 / max|O_fp64|"
+        else:
+            self.call()  # first pass at scale_o = 1: its amax(O) (taken before the FP8 cast) sets the scale
+            torch.cuda.synchronize(dev)
+            amax = float(self._pack[amax_o].reshape(-1)[0])
+            choice = "first-pass amax: 448 / amax(O) of a run at scale_o=1"
+        if not (math.isfinite(amax) and amax > 0):
+            amax = 448.0  # all-zero output: keep scale_o = 1
+        self._scale_o.fill_(448.0 / amax)
+        self.details = {"scale_o_choice": choice, "scale_o": 448.0 / amax,
+                        "cudnn_frontend": dist_version("nvidia-cudnn-frontend"),
+                        "cudnn_backend": torch.backends.cudnn.version()}
+
+    def call(self) -> torch.Tensor:
+        """One launch; returns the FP8 output tensor (scaled by ``details['scale_o']``)."""
+        self._graph.execute(self._pack, self._ws)
+        return self._o
+
+    def output(self) -> torch.Tensor:
+        return self._o.float() / self._scale_o
+
+    def lse(self) -> torch.Tensor:
+        return self._lse.reshape(self._shape)
 
 
 def cudnn_fp8_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool, sm_scale: float,
@@ -27,61 +106,8 @@ def cudnn_fp8_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bo
     heads first), descales scalars. ``out_amax``: the output amax its FP8 output scale is set from (None: a first
     pass at scale 1 measures it). Returns (out fp32 (b, h, s_q, d_v) dequantized, lse (b, h, s_q) natural log,
     details: ``scale_o``, ``scale_o_choice``, versions)."""
-    import cudnn
-
-    b, h, s_q, _ = q8.shape
-    d_v = v8.shape[3]
-    dt = cudnn.data_type
-    g = cudnn.pygraph(io_data_type=dt.FP8_E4M3, intermediate_data_type=dt.FLOAT, compute_data_type=dt.FLOAT)
-
-    def tensor(name, t):
-        return g.tensor(name=name, dim=list(t.shape), stride=list(t.stride()), data_type=dt.FP8_E4M3)
-
-    def scalar(name):
-        return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=dt.FLOAT)
-
-    Q, K, V = tensor("Q", q8), tensor("K", k8), tensor("V", v8)
-    names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
-    S = {n: scalar(n) for n in names}
-    O, stats, amax_s, amax_o = g.sdpa_fp8(
-        Q, K, V, S["descale_q"], S["descale_k"], S["descale_v"], S["descale_s"], S["scale_s"], S["scale_o"],
-        generate_stats=True, attn_scale=float(sm_scale), use_causal_mask=bool(causal), name="sdpa_fp8")
-    O.set_output(True).set_dim([b, h, s_q, d_v]).set_stride([h * s_q * d_v, s_q * d_v, d_v, 1]).set_data_type(
-        dt.FP8_E4M3)
-    stats.set_output(True).set_data_type(dt.FLOAT)
-    for a in (amax_o, amax_s):
-        a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
-    g.validate()
-    g.build_operation_graph()
-    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-    g.check_support()
-    g.build_plans()
-    dev = q8.device
-    ws = torch.empty(g.get_workspace_size(), device=dev, dtype=torch.uint8)
-    one = torch.ones((1, 1, 1, 1), dtype=torch.float32, device=dev)
-    scale_o = one.clone()
-    o = torch.empty((b, h, s_q, d_v), dtype=torch.float8_e4m3fn, device=dev)
-    lse = torch.empty((b, h, s_q, 1), dtype=torch.float32, device=dev)
-
-    def d(t):
-        return torch.as_tensor(t, dtype=torch.float32, device=dev).reshape(1, 1, 1, 1).contiguous()
-
-    pack = {Q: q8, K: k8, V: v8, S["descale_q"]: d(q_descale), S["descale_k"]: d(k_descale),
-            S["descale_v"]: d(v_descale), S["descale_s"]: one / 448.0, S["scale_s"]: one * 448.0,
-            S["scale_o"]: scale_o, O: o, stats: lse, amax_o: torch.empty_like(one), amax_s: torch.empty_like(one)}
-    if out_amax is not None:
-        amax, choice = float(out_amax), "oracle amax: 448 / max|O_fp64|"
-    else:
-        g.execute(pack, ws)  # first pass at scale_o = 1: its amax(O) (taken before the FP8 cast) sets the scale
-        torch.cuda.synchronize(dev)
-        amax = float(pack[amax_o].reshape(-1)[0])
-        choice = "first-pass amax: 448 / amax(O) of a run at scale_o=1"
-    if not (math.isfinite(amax) and amax > 0):
-        amax = 448.0  # all-zero output: keep scale_o = 1
-    scale_o.fill_(448.0 / amax)
-    g.execute(pack, ws)
-    torch.cuda.synchronize(dev)
-    out = o.float() / scale_o
-    return out, lse.reshape(b, h, s_q), {"scale_o_choice": choice, "scale_o": 448.0 / amax,
-                                         "cudnn_frontend": dist_version("nvidia-cudnn-frontend"),
-                                         "cudnn_backend": torch.backends.cudnn.version()}
+    prepared = PreparedCudnnFp8(q8, k8, v8, q_descale, k_descale, v_descale, causal=causal, sm_scale=sm_scale,
+                                out_amax=out_amax)
+    prepared.call()
+    torch.cuda.synchronize(q8.device)
+    return prepared.output(), prepared.lse(), prepared.details

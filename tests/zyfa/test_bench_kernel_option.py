@@ -1,0 +1,99 @@
+"""``zyfa bench --kernel``: a user's kernel named and checked before any GPU work; refused in one line on a CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from zyfa.bench import parse_kernel_arg, plugin_lines, ratio_cell, to_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"
+
+
+def _bench(*argv, cwd):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "zyfa", "bench", *argv], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=300)
+
+
+def test_kernel_argument_names_and_checks_the_kernel(tmp_path):
+    assert parse_kernel_arg(f"{EXAMPLE}:attention") == ("attention", f"{EXAMPLE}:attention")
+    assert parse_kernel_arg(f"mine={EXAMPLE}:attention") == ("mine", f"{EXAMPLE}:attention")
+    with pytest.raises(ValueError, match="no such file"):
+        parse_kernel_arg(f"{tmp_path}/absent.py:attention")
+    with pytest.raises(ValueError, match="defines no 'nothing'"):
+        parse_kernel_arg(f"{EXAMPLE}:nothing")
+    with pytest.raises(ValueError, match="expected"):
+        parse_kernel_arg("no-colon-here")
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--kernel", "absent.py:fn"], "no such file absent.py"),
+    (["--repeats", "0"], "--repeats must be >= 1"),
+    (["--peers", "sdpa-mystery"], "--peers: unknown sdpa-mystery"),
+])
+def test_bad_arguments_are_refused_in_one_line(tmp_path, argv, line):
+    r = _bench(*argv, "--out", str(tmp_path / "b.json"), cwd=tmp_path)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and line in r.stderr, r.stderr
+    assert not (tmp_path / "b.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_a_valid_kernel_on_a_cpu_is_refused_in_one_line(tmp_path):
+    r = _bench("--kernel", f"mine={EXAMPLE}:attention", "--out", str(tmp_path / "b.json"), cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.strip() == "zyfa bench needs a CUDA GPU (Hopper); none found"
+
+
+def _row(impl, recipe, ms, **kw):
+    base = {"input": "gaussian", "b": 1, "h": 16, "h_kv": 16, "s": 8192, "d_qk": 128, "d_v": 128, "causal": False}
+    fl = 4 * 16 * 8192 * 8192 * 128
+    return dict(base, impl=impl, recipe=recipe, ms=ms, ms_min=ms * 0.98, ms_max=ms * 1.03, repeats=5,
+                tflops=fl / ms / 1e9, rel_l2_vs_sdpa_bf16=0.03, **kw)
+
+
+def test_plugin_rows_render_with_their_ratios_against_the_peers():
+    vs = {"cudnn-fp8": {"median": 0.91, "min": 0.88, "max": 0.95, "n": 5, "matched_clock_median": 0.97}}
+    rows = [_row("cudnn-fp8", "cudnn-fp8", 1.0),
+            _row("plugin:mine", "-", 1.1, vs=vs, rel_l2_fp8_out_vs_sdpa_bf16=0.04),
+            _row("plugin:broken", "-", 1.0) | {"error": "RuntimeError: boom"}]
+    assert ratio_cell(rows[1], "cudnn-fp8") == "0.91 [0.88–0.95] (clock-matched 0.97)"
+    text = "\n".join(plugin_lines(rows))
+    assert "| mine | gaussian |" in text and "0.91 [0.88–0.95]" in text and "failed: RuntimeError: boom" in text
+    meta = {"device": "H200", "command": "zyfa bench", "date": "d", "git_commit": "c", "versions": {},
+            "inputs_note": "n", "repeats": 5}
+    md = to_markdown(meta, rows)
+    assert "## Your kernels" in md and "rotating order, 5 repeats" in md and "| W |" not in md
+
+
+def test_an_old_bench_file_renders_with_todays_peer_names():
+    old = [_row("sdpa-cudnn", "bf16", 1.5), _row("triton-fp8", "zyfa-hopper", 1.0, tflops_incl_transpose=1000.0)]
+    md = to_markdown({"device": "H200", "command": "c", "date": "d", "git_commit": "g", "versions": {},
+                      "inputs_note": "n"}, old)
+    assert "sdpa-bf16:cudnn" in md and "sdpa-cudnn |" not in md and "fixed order" in md
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_bench_times_a_users_kernel_interleaved_with_the_peers(tmp_path):
+    import json
+
+    out = tmp_path / "b.json"
+    r = _bench("--shapes", "hd64", "--seqlens", "1024", "--causal", "false", "--recipes", "zyfa-hopper",
+               "--recipes-other", "same", "--peers", "sdpa-bf16:cudnn,cudnn-fp8", "--repeats", "2",
+               "--captured", "none", "--kernel", f"mine={EXAMPLE}:attention", "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    by = {row["impl"]: row for row in rows}
+    assert set(by) == {"triton-fp8", "sdpa-bf16:cudnn", "cudnn-fp8", "plugin:mine"}, [r.get("error") for r in rows]
+    for row in rows:
+        assert "error" not in row and row["repeats"] == 2 and row["ms_min"] <= row["ms"] <= row["ms_max"]
+    assert set(by["plugin:mine"]["vs"]) == {"sdpa-bf16:cudnn", "cudnn-fp8"}
+    assert by["triton-fp8"]["vs_incl_transpose"]["cudnn-fp8"]["n"] == 2
+    assert "## Your kernels" in (tmp_path / "b.md").read_text()
