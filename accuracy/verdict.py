@@ -156,6 +156,7 @@ class Verdict:
     higher_is_better: bool = True
     arm_a: str = "a"
     arm_b: str = "b"
+    p: float = math.nan
 
     @property
     def informative(self) -> bool:
@@ -279,12 +280,13 @@ def paired_verdict(a, b, *, units=None, clusters=None, threshold: float, alpha: 
         d = bv - av
     est, reps, k = _bootstrap(d, codes, "mean", n_boot, seed)
     if k < 2:
-        lo = hi = se = math.nan
+        lo = hi = se = p = math.nan
     else:
         plo, phi = np.quantile(reps, [alpha / 2, 1 - alpha / 2])
         se = float(np.std(reps, ddof=1)) * math.sqrt(k / (k - 1)) if reps.size > 1 else 0.0
         tq = float(stats.t.ppf(1 - alpha / 2, k - 1))
         lo, hi = min(float(plo), est - tq * se), max(float(phi), est + tq * se)
+        p = 1.0 if se == 0 and est == 0 else (0.0 if se == 0 else float(2 * stats.t.sf(abs(est) / se, k - 1)))
     half = (hi - lo) / 2 if math.isfinite(lo) else math.inf
     detect = mde(se, k, alpha)
     if ratio:
@@ -306,7 +308,7 @@ def paired_verdict(a, b, *, units=None, clusters=None, threshold: float, alpha: 
     label = {"effect": LABEL_EFFECT, "equivalent": f"no effect larger than {_fmt(threshold)}",
              "inconclusive": f"inconclusive (could detect only ≥ {_fmt(detect)})"}[kind]
     return Verdict(label=label, kind=kind, effect=float(est), lo=float(lo), hi=float(hi), n_clusters=k,
-                   half_width=float(half), detectable=float(detect), **common)
+                   half_width=float(half), detectable=float(detect), p=p, **common)
 
 
 # ---------------------------------------------------------------------------------------------- tests and tables

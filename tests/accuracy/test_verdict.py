@@ -28,6 +28,7 @@ def test_true_effect_is_found():
     v = paired_verdict(a, b, threshold=0.1, metric="Δ log p", arms=("flushed", "never"))
     assert v.label == LABEL_EFFECT and v.kind == "effect" and v.direction == "better"
     assert v.lo < 0.5 < v.hi and v.lo > 0.1
+    assert v.p < 1e-10
     assert v.n_units == v.n_clusters == 200
     s = v.sentence("smollm2 needle 4K")
     assert s.startswith("smollm2 needle 4K: Δ log p never vs flushed +0.4") and "n = 200" in s and "better" in s
@@ -49,6 +50,7 @@ def test_null_states_its_detectable_effect():
     assert v.label == f"inconclusive (could detect only ≥ {v.detectable:.3g})"
     assert f"could detect only effects ≥ {v.detectable:.3g}" in v.sentence("x")
     assert v.half_width == pytest.approx((v.hi - v.lo) / 2)
+    assert v.p == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue, abs=0.1)
 
 
 def test_equivalence_when_the_interval_lies_inside_the_threshold():
