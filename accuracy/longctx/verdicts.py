@@ -101,14 +101,14 @@ def plan_blocks(plan: Plan, rows: Sequence[dict], level: int = 2) -> list[tuple]
         c = r["contrast"]
         what = md_cell(c.label)
         if v is None:
-            trs.append([what, r["model"], r["task"], r["length"], METRICS[r["metric"]][0], "–", "0", "–", "–",
-                        r["label"]])
+            trs.append([what, r["model"], r["task"], str(r["length"]), METRICS[r["metric"]][0], "–", "0", "–",
+                        "–", r["label"]])
             continue
         interval = f"{_num(v.effect)} [{_num(v.lo)}, {_num(v.hi)}]"
         n = f"{v.n_units} ({v.n_clusters})" + (f", {r['dropped']} unpaired" if r["dropped"] else "")
         p = "–" if not math.isfinite(v.p) else (f"{v.p:.2g}" + (f" ({r['p_adjusted']:.2g})"
                                                                   if math.isfinite(r["p_adjusted"]) else ""))
-        trs.append([what, r["model"], r["task"], r["length"], v.metric, interval, n,
+        trs.append([what, r["model"], r["task"], str(r["length"]), v.metric, interval, n,
                     f"{v.detectable:.3g}" if math.isfinite(v.detectable) else "–", p, r["label"]])
     blocks.append(("table", f"plan-{plan.name}", header, trs, True))
     counted = [r for r in res if not r["contrast"].exploratory and r["verdict"] is not None
