@@ -69,7 +69,7 @@ INPUT_KINDS = {"capture": "real activations (captures)", "synthetic": "synthetic
 ERRORS = {"deq_rel_l2": "deq", "orig_rel_l2": "orig"}
 # technique 1's plausible variants: label -> recipe names whose rows stand for it (a spec and its named alias)
 VARIANTS = (
-    ("as assumed (`zyfa`: trunc, offset +1/16, exponent per row)", ("zyfa",)),
+    ("as assumed (zyfa: trunc, offset +1/16, exponent per row)", ("zyfa",)),
     ("trunc, offset 0", ("zyfa:mad_offset=0",)),
     ("nearest, offset 0", ("zyfa:mad_rounding=nearest,mad_offset=0",)),
     ("nearest, offset +1/16", ("zyfa:mad_rounding=nearest",)),
@@ -165,7 +165,7 @@ def _n(rec: dict) -> str:
         return "0"
     if rec["per_head"]:
         return f"{rec['n']} layer × head units ({rec['inputs']} inputs)"
-    return f"{rec['n']} inputs"
+    return f"{rec['n']} input" + ("s" if rec["n"] > 1 else "")
 
 
 def commands(missing: Sequence[str]) -> list[str]:
@@ -229,7 +229,7 @@ def claims_section(rows: Sequence[dict]):
         have = [s for s in sens if s["n"] > 0]
         doc.table("t-claims-sensitivity", ["technique-1 variant (recipe)", "claim", "inputs at hd128", "error",
                                            "zyfa / peer [95% interval]", "n", "verdict"],
-                  [[f"{s['variant']} (`{s['spec']}`)", s["claim"].key, INPUT_KINDS[s["kind"]], s["error"],
+                  [[f"{s['variant']} ({s['spec']})", s["claim"].key, INPUT_KINDS[s["kind"]], s["error"],
                     _interval(s), _n(s), s["verdict"]] for s in have], text=True)
         for kind, label in INPUT_KINDS.items():
             missing = [names[0] for _, names in VARIANTS
