@@ -47,6 +47,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from capture.models import UnknownModelError, get_model_spec
+from capture.text import TEXTS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -246,7 +249,8 @@ def parse_plan(data: dict, source: str = "<plan>") -> Plan:
 
 
 def check_plan(plan: Plan, *, tasks: Iterable[str], implementation_kind: Callable[[str], str]) -> None:
-    """Check a plan against what exists, before any work: each task among ``tasks``, each model in the registry
+    """Check a plan against what exists, before any work: the haystack text, each task among ``tasks``, each model
+    in the registry
     with every length within its context (:func:`capture.models.get_model_spec`), each implementation known
     (``implementation_kind(spec)`` returns what runs it, e.g. "kernel" or "emulator", and raises ValueError for an
     unknown spec), and the primary contrast's arms run by the same kind (a kernel against an emulation is not one
@@ -255,8 +259,8 @@ def check_plan(plan: Plan, *, tasks: Iterable[str], implementation_kind: Callabl
     Raises:
         PlanError: one line naming the file and the first problem.
     """
-    from capture.models import UnknownModelError, get_model_spec
-
+    if plan.text is not None and plan.text not in TEXTS:
+        raise PlanError(f"plan {plan.source}: unknown text {plan.text!r}; texts: {', '.join(sorted(TEXTS))}")
     known = tuple(tasks)
     for t in plan.tasks:
         if t not in known:

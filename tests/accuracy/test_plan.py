@@ -106,6 +106,7 @@ def test_unreadable_and_malformed_files(tmp_path):
     (('lengths = ["2k", 4096]', 'lengths = ["2k", "16k"]'), "length 16384 is above smollm2's context of 8192"),
     (('models = ["smollm2"]', 'models = ["llama9"]'), "unknown model 'llama9'"),
     (('a = "fa3"', 'a = "fa9"'), "unknown implementation 'fa9'"),
+    (('name = "t"', 'name = "t"\ntext = "lorem"'), "unknown text 'lorem'; texts: "),
     (('a = "fa3"', 'a = "triton:fa3"'),
      "the primary contrast is not one factor: triton:fa3 runs as kernel and fa3:accum_flush_tiles=1 as emulator"),
 ])
