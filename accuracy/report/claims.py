@@ -26,7 +26,7 @@ truncating or nearest conversion, the exponent's granularity), from rows of thos
 they do not, the table says so and gives the command. No recipe is tuned toward the paper's numbers.
 
 Exposed: ``CLAIMS``, ``VARIANTS``, ``Claim``, ``claim_verdict(lo, hi, low, high, n)``, ``claim_figures(rows)``,
-``sensitivity(rows)``, ``commands(missing)``, ``claims_section(rows) -> add(doc, plots)``,
+``sensitivity(rows)``, ``commands(missing)``, ``input_kind(row)``, ``claims_section(rows) -> add(doc, plots)``,
 ``claims_headline(rows)``.
 """
 
@@ -41,7 +41,7 @@ from accuracy.report.document import Doc
 from accuracy.verdict import paired_verdict
 
 __all__ = ["CLAIMS", "CONDITION_HEAD_DIM", "ERRORS", "INPUT_KINDS", "VARIANTS", "Claim", "claim_figures",
-           "claim_verdict", "claims_headline", "claims_section", "commands", "sensitivity"]
+           "claim_verdict", "claims_headline", "claims_section", "commands", "input_kind", "sensitivity"]
 
 CONDITION_HEAD_DIM = 128
 FEW_PERCENT = 0.05
@@ -108,10 +108,17 @@ def _units(row: dict, err: str) -> dict:
     return {} if v is None else {(*key, None): float(v)}
 
 
+def input_kind(row: dict) -> str | None:
+    """The row's input kind (a key of :data:`INPUT_KINDS`: ``synthetic:...`` sources count as synthetic), or None."""
+    src = str(row.get("input_source") or "")
+    kind = src.split(":", 1)[0]
+    return kind if kind in INPUT_KINDS else None
+
+
 def _arm(rows: Sequence[dict], names: Sequence[str], kind: str, err: str) -> dict:
     out: dict = {}
     for r in rows:
-        if r.get("recipe") in names and r.get("input_source") == kind and _ok(r):
+        if r.get("recipe") in names and input_kind(r) == kind and _ok(r):
             out.update(_units(r, err))
     return {k: v for k, v in out.items() if v > 0 and math.isfinite(v)}
 

@@ -130,9 +130,13 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
     recipe_rows, real_rows = split_real(res.rows)
     # (copies: prepare_rows corrects rows in place, and the impact section prepares them again, with its notes)
     impact = summarize(prepare_rows([dict(r) for r in inputs.impact[0]])[0]) if inputs.impact is not None else None
-    sections = [claims_section(recipe_rows), quantization_section(recipe_rows)]
+    # the paper's claims compare zyfa with its peers: where the rows have zyfa
+    has_zyfa = any(r.get("recipe") == "zyfa" for r in recipe_rows)
+    sections = [claims_section(recipe_rows)] if has_zyfa else []
+    sections += [quantization_section(recipe_rows)]
     sections += [report_section(*inputs.impact)] if inputs.impact is not None else []
-    front_lines = [f"**The paper's claims at head dim 128** ([details](#t-claims)): {claims_headline(recipe_rows)}"]
+    front_lines = [f"**The paper's claims at head dim 128** ([details](#t-claims)): {claims_headline(recipe_rows)}"
+                   ] if has_zyfa else []
     if inputs.longctx is not None and inputs.longctx[0]:
         add, headline = _longctx_section(inputs)
         sections.append(add)

@@ -100,6 +100,11 @@ def test_planted_hd128_captures_get_the_rules_verdicts():
     assert figs[("zyfa-aiter", "deq")]["verdict"] == "contradicted"
     assert figs[("zyfa-ck", "orig")]["verdict"] == "contradicted"
     assert figs[("zyfa-triton", "deq")]["verdict"] == "reproduced"
+    # a synthetic source ("synthetic:<spec>") is synthetic attention, not the captures
+    synth = [{**r, "input_source": "synthetic:entropy=3"} for r in rows]
+    kinds = {(f["kind"], f["claim"].key, f["error"]): f["verdict"] for f in claim_figures(synth)}
+    assert kinds[("synthetic", "zyfa-aiter", "deq")] == "contradicted"
+    assert kinds[("capture", "zyfa-aiter", "deq")] == "untested at the condition"
     # rows at another head dim are not the condition
     other = [{**r, "head_dim": 64, "head_dim_v": 64} for r in rows]
     assert all(f["verdict"] == "untested at the condition" for f in claim_figures(other) if f["kind"] == "capture")
