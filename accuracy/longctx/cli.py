@@ -7,6 +7,8 @@ Examples::
     zyfa longctx --device cuda --dtype bf16 --implementations sdpa-fp32,stock,triton:zyfa-hopper,triton:fa3,cudnn-fp8 \\
         --fallback stock --out longctx/results.jsonl --max-seconds 500      # then again with --resume
     zyfa longctx --render longctx/results.jsonl --out longctx-report
+    zyfa longctx --plan studies/accumulator.toml --device cuda --out study/results.jsonl   # a study plan
+    zyfa longctx --render study/results.jsonl --plan studies/accumulator.toml --out study-report  # its verdicts
 
 Implementations (``--implementations``, comma-separated): ``stock`` (the model's own attention), any built-in of the
 registry (``triton:<recipe>``, ``cudnn-fp8``, ``flashinfer-fa3``, ``sdpa-bf16:cudnn``, ``sdpa-fp32``, ...; the same
@@ -96,6 +98,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "longctx.md and figures); runs nothing")
     parser.add_argument("--cliffs", default=None, metavar="JSONL",
                         help="with --render: the cliff finder's results to table beside it")
+    parser.add_argument("--plan", default=None, metavar="FILE",
+                        help="a study plan (TOML, accuracy/plan.py; e.g. studies/accumulator.toml): it supplies the "
+                             "models, tasks, lengths, depths, implementations and facts (seeds), overriding those "
+                             "flags, and every row records its hash; with --render: the verdicts by its rule")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -140,10 +146,47 @@ def main(args: argparse.Namespace) -> int:
     if args.render is not None:
         return _render(args)
     try:
+        if getattr(args, "plan", None):
+            _apply_plan(args)
         return _run(args)
     except UsageError as e:
         say(f"zyfa longctx: {e}")
         return 2
+
+
+def _implementation_kind(name: str) -> str:
+    """What runs ``name`` as the model's attention: "stock", "kernel" or "emulator" (ValueError: unknown)."""
+    from accuracy.impact.model import STOCK, model_attention
+
+    if name == STOCK:
+        return "stock"
+    return "kernel" if model_attention(name).impl is not None else "emulator"
+
+
+def _apply_plan(args: argparse.Namespace) -> None:
+    """Check the plan before any work and let it supply the grid (models, tasks, lengths, depths, implementations,
+    facts as seeds); its name and hash go into every row (``args.plan_fields``)."""
+    from accuracy.longctx.tasks import TASKS
+    from accuracy.plan import PlanError, check_plan, load_plan
+
+    try:
+        plan = load_plan(args.plan)
+        check_plan(plan, tasks=TASKS, implementation_kind=_implementation_kind)
+    except PlanError as e:
+        raise UsageError(str(e)) from None
+    args.models = ",".join(plan.models)
+    args.tasks = ",".join(plan.tasks)
+    args.lengths = ",".join(map(str, plan.lengths))
+    args.depths = ",".join(map(str, plan.depths))
+    args.implementations = ",".join(plan.implementations)
+    args.seeds = plan.facts
+    for key in ("text", "dtype", "fallback"):
+        if getattr(plan, key) is not None:
+            setattr(args, key, getattr(plan, key))
+    args.plan_fields = {"plan": plan.name, "plan_hash": plan.hash}
+    print(f"zyfa longctx: plan {plan.name} ({args.plan}, hash {plan.short_hash}): {len(plan.models)} model(s), "
+          f"{len(plan.tasks)} task(s), lengths {args.lengths}, {len(plan.depths)} depths x {plan.facts} facts, "
+          f"implementations {args.implementations}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -223,7 +266,8 @@ def _run(args: argparse.Namespace) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     spec = GridSpec(models=models, implementations=names, tasks=tasks, lengths=lengths, depths=depths,
                     seeds=list(range(args.seeds)), text=args.text, layers=layers, op_layers=args.op_layers,
-                    fallback=None if args.fallback == "none" else "stock")
+                    fallback=None if args.fallback == "none" else "stock",
+                    row_fields=getattr(args, "plan_fields", None) or {})
     from accuracy.shard import sharded_launch
     from zyfa.outputs import partial_path
 
@@ -237,7 +281,8 @@ def _run(args: argparse.Namespace) -> int:
                        "device": str(device), "models": models, "implementations": names, "tasks": tasks,
                        "lengths": lengths, "depths": depths, "seeds": spec.seeds, "text": args.text,
                        "model_dtype": args.dtype, "fallback": args.fallback, "layers": layers,
-                       "plugins": {p.name: p.description for p in plugins}, "nonconforming": nonconforming})
+                       "plugins": {p.name: p.description for p in plugins}, "nonconforming": nonconforming,
+                       **(getattr(args, "plan_fields", None) or {})})
     if results.provenance.get("run_id"):
         prov["run_id"] = results.provenance["run_id"]
     else:
@@ -368,7 +413,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
                        "tasks": spec.tasks, "lengths": spec.lengths, "depths": spec.depths, "seeds": spec.seeds,
                        "text": spec.text, "model_dtype": args.dtype, "fallback": args.fallback,
                        "layers": spec.layers, "plugins": {p.name: p.description for p in plugins},
-                       "nonconforming": nonconforming, "run_id": run_id})
+                       "nonconforming": nonconforming, "run_id": run_id, **spec.row_fields})
     if dist.rank == 0:
         print(f"zyfa longctx: {dist.world} rank(s), " + ", ".join(f"rank {k} {len(s)} cells"
                                                              for k, s in enumerate(shares)), file=sys.stderr)
@@ -426,7 +471,7 @@ def _render(args: argparse.Namespace) -> int:
 
     try:
         path = render_folder(args.render, Path(args.out or "zyfa-longctx-report"), cliffs=args.cliffs,
-                             force=args.force)
+                             force=args.force, plan=getattr(args, "plan", None))
     except RenderError as e:
         say(f"zyfa longctx: {e}")
         return 2

@@ -64,6 +64,7 @@ class GridSpec:
     layers: list[int] | None = None  # swap only these layers (others run stock); None: all
     op_layers: int = 3  # layers whose operator error is measured (first, middle, last, ...)
     fallback: str | None = None  # "stock": layers an implementation refuses run the model's own attention
+    row_fields: dict[str, Any] = field(default_factory=dict)  # added to every row (a study plan's name and hash)
 
 
 def row_input(model: str, task: str, length: int, depth: float, seed: int) -> str:
@@ -171,7 +172,7 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
         base_fields = {"model": model_name, "model_sha256": loaded.provenance.get("model_sha256"),
                        "model_dtype": dtype, "text": spec.text, "run_id": run_id, "device": str(device),
                        "layers_swapped": spec.layers if spec.layers is not None else "all",
-                       "decode": DECODE_NOTE}
+                       "decode": DECODE_NOTE, **spec.row_fields}
         refused: dict[str, str] = {}  # implementation -> why it cannot run this model (skip its other prompts)
         refused.update({n: f"nonconforming: {why}" for n, why in (nonconforming or {}).items()})
         grid = [(task, n, d, s) for task in spec.tasks for n in lengths for d in spec.depths for s in spec.seeds]

@@ -4,7 +4,7 @@ log-probability difference against length (with intervals), the error curves bes
 
 Exposed: ``RenderError``, ``section_blocks(rows, provs, cliff_table=None) -> (blocks, images, headline)``,
 ``headline(rows)``, ``hypothesis(rows)``, ``never_flushed_lower(v)``,
-``render_folder(results, out_dir, cliffs=None, force=False) -> Path``.
+``render_folder(results, out_dir, cliffs=None, force=False, plan=None) -> Path``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from accuracy.longctx.scores import (
     load_rows,
     retrieving_lengths,
 )
+from accuracy.longctx.verdicts import plan_blocks
+from accuracy.plan import PlanError, check_rows, load_plan
 from accuracy.report.blocks import md_cell, sharding_line, slug
 from accuracy.report.document import Doc, write_report
 from accuracy.report.plots import png, pyplot
@@ -376,22 +378,32 @@ def section_blocks(rows: Sequence[dict], provs: Sequence[dict], cliff_table=None
     return blocks, images, h
 
 
-def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force: bool = False) -> Path:
+def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force: bool = False,
+                  plan: str | None = None) -> Path:
     """Render long-context results (JSONL paths or globs) into ``out_dir``: report.md, report.html, figures.
-    An existing report.md there is kept unless ``force``."""
+    An existing report.md there is kept unless ``force``. ``plan``: a study plan file; its verdicts lead the
+    report, and rows not written under the plan as it is now are refused (:func:`accuracy.plan.check_rows`)."""
     try:
         rows, provs = load_rows(results)
     except (FileNotFoundError, ValueError) as e:
         raise RenderError(str(e)) from None
     if not rows:
         raise RenderError(f"{results}: no long-context rows (kind 'longctx')")
+    lead: list[tuple] = []
+    if plan is not None:
+        try:
+            the_plan = load_plan(plan)
+            check_rows(the_plan, rows, str(results))
+        except PlanError as e:
+            raise RenderError(str(e)) from None
+        lead = plan_blocks(the_plan, rows, level=2)
     out = Path(out_dir)
     if (out / "report.md").exists() and not force:
         raise RenderError(f"{out / 'report.md'} exists: add --force to replace it, or choose another --out")
     table = cliff_table(cliffs) if cliffs is not None else None
     blocks, images, _ = section_blocks(rows, provs, table, level=2)
     doc = Doc(title="ZYFA long-context retrieval")
-    doc.blocks = blocks
+    doc.blocks = lead + blocks
     doc.images = images
     return write_report(doc, out)["markdown"]
 

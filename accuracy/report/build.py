@@ -8,10 +8,10 @@ Content: a summary of each implementation's absolute error with its interval per
 metric table with bootstrap 95% confidence intervals over the inputs; ``zyfa``'s paired error ratio against each
 peer on the same inputs (geometric mean, bootstrap CI); the ablation of ZYFA's techniques; per-layer tables and
 per-layer x per-head heatmaps (captures); error against sequence length (Gaussian); then, over all inputs, the
-error against its causes (Q/K outliers, attention entropy, flushed probabilities), the benchmark tables, every
-(input, recipe) error, and the inputs with their hashes. Provenance and the regenerating command come first.
-Sections made elsewhere (the model-impact section of :mod:`accuracy.impact.section`) are passed in as
-callables and placed after the model and Gaussian sections.
+rank correlations of the error with input properties (Q/K outliers, attention entropy, flushed probabilities;
+each ρ with its p and n), the benchmark tables, every (input, recipe) error, and the inputs with their hashes.
+Provenance and the regenerating command come first. Sections made elsewhere (the model-impact section of
+:mod:`accuracy.impact.section`) are passed in as callables and placed after the model and Gaussian sections.
 
 Real kernels (rows of :mod:`accuracy.real_rows`, ``real: true``) passed as ``real_rows`` are rows of their own
 in the summary, the recipe x metric tables and the paired ratio tables, labelled as measured on their device
@@ -41,6 +41,7 @@ from accuracy.report.plots import png, pyplot
 from accuracy.report.real_kernels import measured_label, measured_on, unavailable_of
 from accuracy.report.speed import section_speed
 from accuracy.results_io import read_jsonl
+from accuracy.verdict import spearman_with_p
 
 __all__ = ["GAUSSIAN", "Results", "build_report", "group_of", "load_results", "select_recipes"]
 
@@ -198,6 +199,17 @@ def mean_ci(values, *, log: bool = False):
         m = float(np.mean(x))
         return (m, m, m)
     return tuple(bootstrap_ci(x))
+
+
+# fewer inputs than this: a per-model table gives the mean alone, no interval (a bootstrap over 2-3 layers
+# carries no information; study_methods.md §1)
+MIN_INTERVAL_N = 5
+
+
+def _mean_or_ci(values, *, log: bool = False):
+    """:func:`mean_ci`, with the interval dropped (NaN bounds: the estimate alone) below :data:`MIN_INTERVAL_N`."""
+    est, lo, hi = mean_ci(values, log=log)
+    return (est, lo, hi) if len(values) >= MIN_INTERVAL_N else (est, math.nan, math.nan)
 
 
 def _hd(row: dict) -> str:
@@ -394,6 +406,9 @@ def _section_ratios(doc: Doc, gname: str, rows: list, recipes: list, real_rows: 
     doc.h(3, f"{gname}: zyfa against each peer, on the same inputs")
     doc.p("Per input, the ratio zyfa / peer of the relative L2 error; the geometric mean of the ratios with "
           "a bootstrap 95% CI (over inputs, on the log ratios). Below 1: zyfa is more accurate."
+          + (f" With {len({input_key(r) for r in rows})} inputs (fewer than {MIN_INTERVAL_N}) the geometric mean is "
+             "given alone: an interval over so few layers carries no information."
+             if len({input_key(r) for r in rows}) < MIN_INTERVAL_N else "")
           + (" A peer marked *(real, device)* is a real kernel measured on that device, paired with zyfa's emulation "
              "on the inputs both have." if any(e.real for e in entries) else "")
           + (" A kernel that quantizes for itself has no `deq` ratio." if any(e.self_quantizing for e in entries)
@@ -408,8 +423,9 @@ def _section_ratios(doc: Doc, gname: str, rows: list, recipes: list, real_rows: 
         if not deq and not (e.real and orig):
             continue
         wins = sum(x < 1 for x in deq)
-        body.append([e.label, fmt(len(deq or orig), "int"), fmt_ci(mean_ci(deq, log=True), "ratio") if deq else "-",
-                     fmt_ci(mean_ci(orig, log=True), "ratio") if orig else "-",
+        body.append([e.label, fmt(len(deq or orig), "int"),
+                     fmt_ci(_mean_or_ci(deq, log=True), "ratio") if deq else "-",
+                     fmt_ci(_mean_or_ci(orig, log=True), "ratio") if orig else "-",
                      f"{wins}/{len(deq)}" if deq else "-"])
     doc.table(f"t-{slug(gname)}-ratios", ["peer", "pairs", "zyfa/peer rel L2 (deq)",
                                            "zyfa/peer rel L2 (orig)", "zyfa lower"], body)
@@ -425,7 +441,8 @@ def _section_summary(doc: Doc, groups: list, rows: list, recipes: list, real_row
     entries = _entries(rows, recipes, real_rows)
     doc.p("Each implementation's mean relative L2 error (deq: against the FP64 oracle on the inputs it computed "
           "with) and its bootstrap 95% confidence interval over the inputs, per model and for the Gaussian "
-          f"inputs ({', '.join(f'{g}: {n_in[g]}' for g in groups)} inputs)."
+          f"inputs ({', '.join(f'{g}: {n_in[g]}' for g in groups)} inputs); with fewer than {MIN_INTERVAL_N} "
+          "inputs, the mean alone (an interval over 2-3 layers carries no information)."
           + (" Rows marked *(real, device)* are real kernels measured on that device, each after the recipe it is "
              "paired with (its emulation); the others are the emulator's recipes. Where a real kernel ran on "
              "fewer inputs, the cell says on how many." if any(e.real for e in entries) else ""))
@@ -445,7 +462,7 @@ def _section_summary(doc: Doc, groups: list, rows: list, recipes: list, real_row
             ge = by_group[g].get(e.label)
             metric = "orig_rel_l2" if e.self_quantizing else "deq_rel_l2"
             vals = ge.values(metric) if ge else []
-            cell = fmt_ci(mean_ci(vals), "err") + (" (orig)" if e.self_quantizing else "") if vals else "-"
+            cell = fmt_ci(_mean_or_ci(vals), "err") + (" (orig)" if e.self_quantizing else "") if vals else "-"
             if vals and len(vals) < n_in[g]:
                 cell += f" ({fmt(len(vals), 'int')} of {fmt(n_in[g], 'int')} inputs)"
             cells.append(cell)
@@ -657,9 +674,7 @@ def _section_headdim(doc: Doc, gname: str, rows: list, recipes: list) -> None:
 
 
 def _section_causes(doc: Doc, rows: list, recipes: list, plots: bool) -> None:
-    from scipy import stats
-
-    doc.h(2, "Error against its causes")
+    doc.h(2, "Error beside input properties (rank correlations)")
     present = [c for c in CAUSES if any(r.get(c) is not None for r in rows)]
     missing = [c for c in CAUSES if c not in present]
     doc.p("Spearman's rank correlation between each recipe's relative L2 error and a property of the input: "
@@ -668,7 +683,9 @@ def _section_causes(doc: Doc, rows: list, recipes: list, plots: bool) -> None:
           "against the `orig` error too), the mean attention entropy of the exact softmax (low: peaked "
           "attention, many tiny probabilities), and the fraction of probabilities the recipe rounds to zero. "
           "Over all inputs the correlations also carry the differences between sources (captures against "
-          "Gaussian inputs), hence the tables per source.")
+          "Gaussian inputs), hence the tables per source. Each cell is ρ with its two-sided p and n (the inputs "
+          "with both values); p is per cell, not corrected for the table's many tests (with n = 8, |ρ| below 0.74 "
+          "is not significant at 5%). A correlation is not a cause: these properties move together across inputs.")
     if missing:
         doc.p(f"Not in the results: {', '.join(f'`{c}`' for c in missing)} (`zyfa study` adds the input "
               "features; the runner's rows alone carry `p_flushed_frac`).")
@@ -691,12 +708,11 @@ def _section_causes(doc: Doc, rows: list, recipes: list, plots: bool) -> None:
             cells = [n, fmt(len(rs), "int")]
             for c, err, _ in columns:
                 pairs = [(_val(r, c), _val(r, err)) for r in rs if r.get(c) is not None]
-                pairs = [(a, b) for a, b in pairs if math.isfinite(a) and math.isfinite(b)]
-                if len(pairs) < 3 or len({a for a, _ in pairs}) < 2 or len({b for _, b in pairs}) < 2:
+                rho, p, n_pairs = spearman_with_p([a for a, _ in pairs], [b for _, b in pairs])
+                if not math.isfinite(rho):
                     cells.append("-")
                     continue
-                rho = stats.spearmanr([a for a, _ in pairs], [b for _, b in pairs]).statistic
-                cells.append(fmt(float(rho), "corr"))
+                cells.append(f"{fmt(rho, 'corr')} (p {p:.2g}, n {n_pairs})")
             body.append(cells)
         doc.p(f"**{label}** (error: deq unless marked orig):")
         doc.table(key, ["recipe", "inputs", *(h for _, _, h in columns)], body)
@@ -728,7 +744,7 @@ def _section_causes(doc: Doc, rows: list, recipes: list, plots: bool) -> None:
         if handles:
             fig.legend(list(handles.values()), list(handles), fontsize=7, loc="center left",
                        bbox_to_anchor=(1.0, 0.5))
-        doc.img("fig_causes.png", png(fig), "Error against its causes, one point per input (inputs with no "
+        doc.img("fig_causes.png", png(fig), "Error beside input properties, one point per input (inputs with no "
                 "flushed probability are left out of the last panel)")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from accuracy.impact.rows import load_rows, prepare_rows
 from accuracy.impact.section import report_section, summarize
 from accuracy.report.build import Results, build_report
+from accuracy.report.claims import claims_headline, claims_section
 from accuracy.report.document import Doc, write_report
 from accuracy.report.quantization import quantization_section, recommendation_section
 from accuracy.report.real_kernels import report_section as real_kernels_section
@@ -129,9 +130,13 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
     recipe_rows, real_rows = split_real(res.rows)
     # (copies: prepare_rows corrects rows in place, and the impact section prepares them again, with its notes)
     impact = summarize(prepare_rows([dict(r) for r in inputs.impact[0]])[0]) if inputs.impact is not None else None
-    sections = [quantization_section(recipe_rows)]
+    # the paper's claims compare zyfa with its peers: where the rows have zyfa
+    has_zyfa = any(r.get("recipe") == "zyfa" for r in recipe_rows)
+    sections = [claims_section(recipe_rows)] if has_zyfa else []
+    sections += [quantization_section(recipe_rows)]
     sections += [report_section(*inputs.impact)] if inputs.impact is not None else []
-    front_lines = []
+    front_lines = [f"**The paper's claims at head dim 128** ([details](#t-claims)): {claims_headline(recipe_rows)}"
+                   ] if has_zyfa else []
     if inputs.longctx is not None and inputs.longctx[0]:
         add, headline = _longctx_section(inputs)
         sections.append(add)

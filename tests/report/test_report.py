@@ -145,8 +145,11 @@ def test_causes_and_inputs(rendered):
     col = _col(t, build.CAUSES["feat_entropy_nats"])
     for line in t[1:]:
         rs = [r for r in rows if r["recipe"] == line[0]]
-        rho = stats.spearmanr([r["feat_entropy_nats"] for r in rs], [r["deq_rel_l2"] for r in rs]).statistic
-        assert abs(numbers(line[col])[0] - rho) <= 0.006
+        res = stats.spearmanr([r["feat_entropy_nats"] for r in rs], [r["deq_rel_l2"] for r in rs])
+        shown = numbers(line[col])  # rho, its p, its n
+        assert abs(shown[0] - res.statistic) <= 0.006
+        assert _close(shown[1], res.pvalue, 0.05, 1e-12) and shown[2] == len(rs), line[col]
+    assert "Error against its causes" not in md and "A correlation is not a cause" in md
     inp = tables["t-inputs"]
     hashes = {r["input"]: r["input_content_hash"] for r in rows}
     assert {line[0]: line[_col(inp, "content hash")] for line in inp[1:]} == hashes

@@ -1,0 +1,149 @@
+"""accuracy.plan: parsing, the canonical hash, validation in one line before any work, and rows refused when the
+plan changed after them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accuracy.plan import MIN_FACTS, PlanError, check_plan, check_rows, load_plan, parse_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """
+name = "t"
+models = ["smollm2"]
+tasks = ["needle"]
+lengths = ["2k", 4096]
+depths = [0.0, 1.0]
+facts = 50
+baselines = ["sdpa-fp32"]
+
+[primary]
+a = "fa3"
+b = "fa3:accum_flush_tiles=1"
+
+[metrics]
+answer_logprob = 0.05
+exact = 0.05
+
+[[exploratory]]
+a = "zyfa-hopper:accum_flush_tiles=0"
+b = "zyfa-hopper"
+"""
+
+
+def _kind(name: str) -> str:
+    """A registry stand-in with the real rule's shape: emulator recipe names, 'triton:' kernels, others unknown."""
+    from zyfa.recipes import get_recipe
+
+    if name.startswith("triton:") and ":" not in name[len("triton:"):]:
+        return "kernel"
+    if name == "sdpa-fp32":
+        return "kernel"
+    get_recipe(name.split(":")[0])  # ValueError for an unknown recipe
+    return "emulator"
+
+
+def _write(tmp_path, text, name="plan.toml"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_good_plan_parses_and_validates(tmp_path):
+    plan = load_plan(_write(tmp_path, GOOD))
+    assert plan.lengths == (2048, 4096) and plan.facts == 50 and plan.alpha == 0.05 and plan.correction == "holm"
+    assert plan.primary.a == "fa3" and not plan.primary.exploratory
+    assert plan.exploratory[0].exploratory and plan.exploratory[0].label.endswith("(exploratory)")
+    assert plan.implementations == ["sdpa-fp32", "fa3", "fa3:accum_flush_tiles=1", "zyfa-hopper:accum_flush_tiles=0",
+                                    "zyfa-hopper"]
+    check_plan(plan, tasks=("needle", "passkey"), implementation_kind=_kind)
+
+
+def test_hash_ignores_layout_and_comments_but_not_values(tmp_path):
+    a = load_plan(_write(tmp_path, GOOD, "a.toml"))
+    b = load_plan(_write(tmp_path, "# a comment\n" + GOOD.replace("facts = 50", "facts    =   50  # per cell"),
+                         "b.toml"))
+    c = load_plan(_write(tmp_path, GOOD.replace("exact = 0.05", "exact = 0.06"), "c.toml"))
+    assert a.hash == b.hash and a.hash != c.hash and len(a.hash) == 64
+
+
+@pytest.mark.parametrize("edit, line", [
+    (("facts = 50", "facts = 3"), f"facts = 3 is below {MIN_FACTS} per cell"),
+    (("facts = 50", "facts = 3\npilot = true"), None),
+    (("answer_logprob = 0.05", "perplexity = 0.05"), "unknown metric 'perplexity'"),
+    (("exact = 0.05", "exact = 0"), "metric exact's threshold must be a positive number"),
+    (('lengths = ["2k", 4096]', 'lengths = ["2q"]'), "lengths: '2q' is not a length"),
+    (('b = "fa3:accum_flush_tiles=1"', 'b = "fa3"'), "[primary] compares fa3 with itself"),
+    (("[primary]", "[primery]"), "unknown key 'primery'"),
+    (("name = \"t\"", "name = \"t\"\nalpha = 1.5"), "alpha must be a number in (0, 1)"),
+    (("name = \"t\"", "name = \"t\"\ncorrection = \"bonferoni\""), "correction 'bonferoni' is not one of"),
+    (("depths = [0.0, 1.0]", "depths = [0.0, 1.5]"), "depths must be a non-empty list of fractions"),
+])
+def test_shape_problems_are_one_line(tmp_path, edit, line):
+    text = GOOD.replace(*edit)
+    assert text != GOOD
+    if line is None:
+        assert load_plan(_write(tmp_path, text)).pilot
+        return
+    with pytest.raises(PlanError) as e:
+        load_plan(_write(tmp_path, text))
+    msg = str(e.value)
+    assert line in msg and "\n" not in msg and msg.startswith("plan ")
+
+
+def test_unreadable_and_malformed_files(tmp_path):
+    with pytest.raises(PlanError, match="cannot read it"):
+        load_plan(tmp_path / "missing.toml")
+    with pytest.raises(PlanError, match="not valid TOML"):
+        load_plan(_write(tmp_path, "name = \n"))
+
+
+@pytest.mark.parametrize("edit, line", [
+    (('tasks = ["needle"]', 'tasks = ["needle", "ruler"]'), "unknown task 'ruler'; tasks: needle, passkey"),
+    (('lengths = ["2k", 4096]', 'lengths = ["2k", "16k"]'), "length 16384 is above smollm2's context of 8192"),
+    (('models = ["smollm2"]', 'models = ["llama9"]'), "unknown model 'llama9'"),
+    (('a = "fa3"', 'a = "fa9"'), "unknown implementation 'fa9'"),
+    (('name = "t"', 'name = "t"\ntext = "lorem"'), "unknown text 'lorem'; texts: "),
+    (('a = "fa3"', 'a = "triton:fa3"'),
+     "the primary contrast is not one factor: triton:fa3 runs as kernel and fa3:accum_flush_tiles=1 as emulator"),
+])
+def test_registry_problems_are_one_line_before_any_work(tmp_path, edit, line):
+    plan = load_plan(_write(tmp_path, GOOD.replace(*edit)))
+    with pytest.raises(PlanError) as e:
+        check_plan(plan, tasks=("needle", "passkey"), implementation_kind=_kind)
+    assert line in str(e.value) and "\n" not in str(e.value)
+
+
+def test_rows_from_a_changed_plan_are_refused(tmp_path):
+    path = _write(tmp_path, GOOD)
+    plan = load_plan(path)
+    rows = [{"kind": "longctx", "plan_hash": plan.hash} for _ in range(4)]
+    check_rows(plan, rows)  # the same plan: accepted
+    path.write_text(GOOD.replace("exact = 0.05", "exact = 0.02"))  # the threshold moved after the data
+    changed = load_plan(path)
+    with pytest.raises(PlanError) as e:
+        check_rows(changed, rows, "r.jsonl")
+    assert str(e.value) == (f"r.jsonl: 4 of 4 rows were written under plan hash {plan.hash[:12]}, but {path} now "
+                            f"hashes to {changed.hash[:12]}: the plan changed after its rows were written (restore "
+                            "it, or run the new plan into a new --out)")
+    with pytest.raises(PlanError, match="2 of 2 rows carry no plan hash"):
+        check_rows(plan, [{}, {}])
+
+
+def test_the_shipped_accumulator_plan():
+    plan = load_plan(ROOT / "studies" / "accumulator.toml")
+    assert plan.primary.a == "triton:fa3" and plan.primary.b == "triton:fa3:accum_flush_tiles=1"
+    assert plan.facts >= MIN_FACTS and not plan.pilot and plan.correction == "holm"
+    assert [c.b for c in plan.exploratory] == ["triton:zyfa-hopper"]
+    check_plan(plan, tasks=("needle", "passkey"), implementation_kind=lambda n: "kernel")
+
+
+def test_parse_plan_from_data():
+    plan = parse_plan({"name": "d", "models": ["gemma3"], "tasks": ["passkey"], "lengths": [32768], "facts": 60,
+                       "primary": {"a": "fa3", "b": "zyfa"}, "metrics": {"exact": 0.1}})
+    assert plan.depths == tuple(i / 10 for i in range(11)) and plan.source == "<plan>"
+    with pytest.raises(PlanError, match="no \\[primary\\] contrast"):
+        parse_plan({"name": "d"})

@@ -1,0 +1,193 @@
+"""A study plan on long-context rows: verdicts by the plan's rule on planted rows (the fact as the unit, ceiling
+cells uninformative, Holm over the primary cells), the report refusing rows of a changed plan, and ``zyfa longctx
+--plan`` end to end on SmolLM2 (short prompts): the plan supplies the grid, every row carries its hash, bad plans
+are one line before any work."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from accuracy.longctx.section import RenderError, render_folder
+from accuracy.longctx.verdicts import plan_blocks, plan_verdicts
+from accuracy.plan import load_plan
+from accuracy.results_io import jsonl_text
+from zyfa.cli import main
+
+PLAN = """
+name = "planted"
+models = ["smollm2"]
+tasks = ["needle"]
+lengths = [128, 192]
+depths = [0.0, 0.5, 1.0]
+facts = 4
+pilot = true
+baselines = ["sdpa-fp32"]
+
+[primary]
+a = "fp8-never"
+b = "fp8-flushed"
+
+[metrics]
+answer_logprob = 0.05
+exact = 0.05
+
+[[exploratory]]
+a = "sdpa-fp32"
+b = "fp8-never"
+"""
+
+
+def _row(plan_hash, impl, length, depth, seed, exact, lp):
+    return {"kind": "longctx", "model": "smollm2", "task": "needle", "length": length, "depth": depth, "seed": seed,
+            "implementation": impl, "recipe": None, "exact": exact, "answer_logprob": lp, "status": "ok",
+            "plan_hash": plan_hash,
+            "input": f"smollm2/needle/L{length}/d{round(depth * 100)}/s{seed}"}
+
+
+def _planted(plan_hash):
+    """At 128 every arm is exact (ceiling) and the flushed kernel is 0.5 nats surer per prompt, the fact adding a
+    shared offset; at 192 the arms agree up to noise."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in (128, 192):
+        for s in range(4):
+            fact = rng.normal(0, 0.2)
+            for d in (0.0, 0.5, 1.0):
+                base = -0.2 + fact
+                rows.append(_row(plan_hash, "sdpa-fp32", n, d, s, True, base))
+                never = base - (0.5 if n == 128 else 0.0)
+                rows.append(_row(plan_hash, "fp8-never", n, d, s, True, never))
+                rows.append(_row(plan_hash, "fp8-flushed", n, d, s, n == 128 or (s, d) != (0, 0.0),
+                                 base + float(rng.normal(0, 0.3 if n == 192 else 0.01))))
+    return rows
+
+
+@pytest.fixture
+def plan_file(tmp_path):
+    p = tmp_path / "plan.toml"
+    p.write_text(PLAN)
+    return p
+
+
+def test_verdicts_by_the_plans_rule(plan_file):
+    plan = load_plan(plan_file)
+    res = plan_verdicts(plan, _planted(plan.hash))
+    by = {(r["contrast"].exploratory, r["length"], r["metric"]): r for r in res}
+    lp128 = by[(False, 128, "answer_logprob")]
+    assert lp128["verdict"].kind == "effect" and lp128["verdict"].direction == "better"
+    assert lp128["verdict"].n_units == 12 and lp128["verdict"].n_clusters == 4  # 3 depths x 4 facts
+    assert lp128["p_adjusted"] >= lp128["verdict"].p
+    assert by[(False, 128, "exact")]["label"] == "uninformative (ceiling)"
+    lp192 = by[(False, 192, "answer_logprob")]
+    assert lp192["verdict"].kind == "inconclusive" and math.isfinite(lp192["verdict"].detectable)
+    assert lp192["label"].startswith("inconclusive (could detect only ≥ ")
+    assert by[(True, 128, "answer_logprob")]["contrast"].exploratory
+    assert math.isnan(by[(True, 128, "answer_logprob")]["p_adjusted"])  # outside the family
+    blocks = plan_blocks(plan, _planted(plan.hash))
+    table = next(b for b in blocks if b[0] == "table")
+    assert len(table[3]) == len(res) == 2 * 2 * 2
+    text = " ".join(b[1] for b in blocks if b[0] == "p")
+    assert f"hash {plan.short_hash}" in text and "Pilot" in text and "1 uninformative" in text
+
+
+def test_holm_downgrades_an_effect_that_does_not_survive(plan_file):
+    """Two primary cell-metrics with p just under alpha: alone each is an effect; Holm over the family is not."""
+    plan = load_plan(plan_file)
+    rows = []
+    rng = np.random.default_rng(3)
+    for n in (128, 192):
+        for s in range(4):
+            for d in (0.0, 0.5, 1.0):
+                delta = [0.06, 0.02, 0.09, 0.05][s] + float(rng.normal(0, 0.0005))
+                rows.append(_row(plan.hash, "fp8-never", n, d, s, True, -1.0))
+                rows.append(_row(plan.hash, "fp8-flushed", n, d, s, True, -1.0 + delta))
+    res = [r for r in plan_verdicts(plan, rows) if r["metric"] == "answer_logprob" and not r["contrast"].exploratory]
+    assert all(r["verdict"].kind == "effect" for r in res)
+    assert all(r["verdict"].p < plan.alpha <= r["p_adjusted"] for r in res), [r["verdict"].p for r in res]
+    assert all(r["label"].startswith("inconclusive after holm (adjusted p = ") for r in res)
+
+
+def test_render_states_the_verdict_and_refuses_a_changed_plan(plan_file, tmp_path):
+    plan = load_plan(plan_file)
+    results = tmp_path / "r.jsonl"
+    results.write_text(jsonl_text(_planted(plan.hash), {"command": "planted"}))
+    md = render_folder(str(results), tmp_path / "out", plan=str(plan_file)).read_text()
+    assert "Study plan planted: verdicts by its rule" in md and "uninformative (ceiling)" in md
+    assert md.index("Study plan planted") < md.index("Long-context retrieval")
+    plan_file.write_text(PLAN.replace("answer_logprob = 0.05", "answer_logprob = 0.5"))  # moved after the data
+    with pytest.raises(RenderError, match="the plan changed after its rows were written"):
+        render_folder(str(results), tmp_path / "out2", plan=str(plan_file))
+    assert not (tmp_path / "out2").exists()
+
+
+# ---------------------------------------------------------------------------------------------- the CLI
+
+CLI_PLAN = """
+name = "cli"
+models = ["smollm2"]
+tasks = ["needle"]
+lengths = [128]
+depths = [0.5]
+facts = 2
+pilot = true
+
+[primary]
+a = "fp32"
+b = "bf16"
+
+[metrics]
+answer_logprob = 0.05
+exact = 0.05
+"""
+
+
+def _rows(path):
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == "longctx"]
+
+
+def test_longctx_plan_end_to_end(tmp_path, capsys):
+    plan_path = tmp_path / "cli.toml"
+    plan_path.write_text(CLI_PLAN)
+    out = tmp_path / "r.jsonl"
+    # the plan overrides --models/--tasks/--seeds: the grid is the plan's
+    assert main(["longctx", "--plan", str(plan_path), "--models", "gemma3", "--seeds", "9", "--device", "cpu",
+                 "--no-progress", "--out", str(out)]) == 0
+    assert "zyfa longctx: plan cli (" in capsys.readouterr().err
+    rows = _rows(out)
+    plan = load_plan(plan_path)
+    assert len(rows) == 1 * 1 * 1 * 2 * 2  # depths x facts x implementations
+    assert {r["implementation"] for r in rows} == {"fp32", "bf16"}
+    assert {r["model"] for r in rows} == {"smollm2"} and {r["seed"] for r in rows} == {0, 1}
+    assert all(r["plan_hash"] == plan.hash and r["plan"] == "cli" for r in rows)
+    prov = json.loads(out.read_text().splitlines()[0])
+    assert prov["plan_hash"] == plan.hash
+    report = tmp_path / "rep"
+    assert main(["longctx", "--render", str(out), "--plan", str(plan_path), "--out", str(report)]) == 0
+    assert "Study plan cli: verdicts by its rule" in (report / "report.md").read_text()
+    plan_path.write_text(CLI_PLAN.replace("exact = 0.05", "exact = 0.1"))
+    capsys.readouterr()
+    assert main(["longctx", "--render", str(out), "--plan", str(plan_path), "--out", str(tmp_path / "rep2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "the plan changed after its rows were written" in err
+
+
+@pytest.mark.parametrize("edit, line", [
+    (('tasks = ["needle"]', 'tasks = ["ruler"]'), "unknown task 'ruler'"),
+    (("lengths = [128]", "lengths = [16384]"), "length 16384 is above smollm2's context of 8192 tokens"),
+    (('b = "bf16"', 'b = "zyfa-nope"'), "unknown implementation 'zyfa-nope'"),
+    (('a = "fp32"', 'a = "sdpa-fp32"'), "the primary contrast is not one factor: sdpa-fp32 runs as kernel and bf16 "
+                                        "as emulator"),
+    (("facts = 2\npilot = true", "facts = 2"), "facts = 2 is below 50 per cell"),
+])
+def test_bad_plan_is_one_line_before_any_work(tmp_path, capsys, edit, line):
+    plan_path = tmp_path / "bad.toml"
+    plan_path.write_text(CLI_PLAN.replace(*edit))
+    out = tmp_path / "r.jsonl"
+    assert main(["longctx", "--plan", str(plan_path), "--device", "cpu", "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert line in err and err.count("\n") == 0 and err.startswith("zyfa longctx: plan ")
+    assert not list(tmp_path.glob("r.jsonl*"))
