@@ -38,6 +38,10 @@ SAMPLES = (
     SampleSpec("qwen25coder-pydoc-2048", "qwen25coder", "pydoc", 2048, (0, 8, 23), (0, 1),
                "layers 0 and 8 carry the QKV-bias K outliers (|k| up to about 216), layer 23 is the last; "
                "query heads 0-1 share KV head 0"),
+    SampleSpec("qwen25coder-1.5b-pydoc-1024", "qwen25coder-1.5b", "pydoc", 1024, (0, 14, 27), (0,),
+               "head dim 128 (the ZYFA paper's); first, middle and last layer; one query head (with its KV head 0) "
+               "at 1024 tokens keeps the file under 4 MB: all 28 layers and 12 heads at 2048 tokens are made on "
+               "demand with `zyfa capture` (datasets/qwen25coder-1.5b-pydoc-1024.md)"),
 )
 
 
