@@ -13,6 +13,7 @@ Exposed: ``weights_key``, ``weights_dir``, ``lookup``, ``store``, ``MANIFEST``.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -96,6 +97,39 @@ def lookup(gguf_sha256: str, dtype: str, *, progress: Progress = None) -> Path |
     return None
 
 
+def _save_weights(model, folder: Path, shard_bytes: int = 1 << 30) -> None:
+    """The state dict as safetensors shards of about ``shard_bytes`` with transformers' index file.
+
+    (transformers' ``save_pretrained`` refuses a model loaded from GGUF; shards keep the memory that
+    ``safetensors`` needs to serialize one file small.) Tensors sharing storage (tied weights) are stored apiece.
+    """
+    from safetensors.torch import save_file
+
+    shards: list[dict] = [{}]
+    size, seen = 0, set()
+    for name, t in model.state_dict().items():
+        t = t.detach().to("cpu").contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen:
+            t = t.clone()
+        seen.add(ptr)
+        n = t.numel() * t.element_size()
+        if shards[-1] and size + n > shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += n
+    weight_map, total = {}, 0
+    for i, shard in enumerate(shards, start=1):
+        fname = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, folder / fname, metadata={"format": "pt"})
+        for name, t in shard.items():
+            weight_map[name] = fname
+            total += t.numel() * t.element_size()
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=1) + "\n")
+
+
 def store(model, tokenizer, gguf_sha256: str, dtype: str, *, progress: Progress = None) -> Path:
     """Save ``model`` (safetensors) and ``tokenizer`` as the cache entry of this GGUF file and dtype, atomically.
 
@@ -107,7 +141,13 @@ def store(model, tokenizer, gguf_sha256: str, dtype: str, *, progress: Progress 
     try:
         if progress is not None:
             progress("write cached weights", 0, 1)
-        model.save_pretrained(tmp)
+        _save_weights(model, tmp)
+        config = copy.deepcopy(model.config)
+        if hasattr(config, "quantization_config"):  # the weights are plain tensors now; no quantizer on reload
+            del config.quantization_config
+        config.save_pretrained(tmp)
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         names = sorted(p.name for p in tmp.iterdir() if p.is_file())
         files = {}

@@ -5,10 +5,11 @@
 Each load runs ``capture.models.load_model`` in its own Python process (nothing warm in memory but the OS page
 cache) and reports the wall time of the load, where the weights came from (``model_weights`` provenance), the peak
 resident memory, the greedy continuation of "The capital of France is" and a sha256 of that prompt's next-token
-logits. The second load must come from the cache (``capture.weights_cache``) and give the same logits, bit for bit.
+logits, and a sha256 of the token ids of the first 2048-token window of the pydoc text (the tokenizer is cached too).
+The second load must come from the cache (``capture.weights_cache``) and give the same logits (bit for bit) and ids.
 ``--rebuild`` deletes the model's cache entry first, so that the first load dequantizes the GGUF file; without it
 an existing entry is kept and both loads come from the cache. Exit 1 if the second load is not from the cache, its
-logits differ, or the continuation does not start with " Paris".
+logits or ids differ, or the continuation does not start with " Paris".
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import hashlib, json, resource, sys, time
 t0 = time.perf_counter()
 import torch
 from capture.models import load_model
+from capture.text import token_window
 lm = load_model(sys.argv[1], dtype=sys.argv[2])
 load_s = time.perf_counter() - t0
 ids = lm.tokenizer(sys.argv[3], return_tensors="pt").input_ids
@@ -39,6 +41,7 @@ print(json.dumps({
     "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
     "continuation": lm.tokenizer.decode(out[0, ids.shape[1]:]),
     "logits_sha256": hashlib.sha256(logits.numpy().tobytes()).hexdigest(),
+    "pydoc_window_sha256": hashlib.sha256(str(token_window(lm.tokenizer, "pydoc", 2048, 0).ids).encode()).hexdigest(),
 }))
 """
 
@@ -75,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.out:
         Path(a.out).write_text(json.dumps(result, indent=1) + "\n")
     ok = (second["weights"].startswith("cached") and first["logits_sha256"] == second["logits_sha256"]
+          and first["pydoc_window_sha256"] == second["pydoc_window_sha256"]
           and first["continuation"].startswith(" Paris"))
     return 0 if ok else 1
 
