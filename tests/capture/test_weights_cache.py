@@ -10,15 +10,13 @@ import pytest
 import torch
 
 from capture import weights_cache
-from capture.models import MODELS, load_model
+from capture.models import MODELS, fetch_model, load_model
 
 
 @pytest.fixture
-def cache(tmp_path, monkeypatch, smollm2):
+def cache(tmp_path, monkeypatch):
     """A temporary cache holding the verified SmolLM2 GGUF file (linked), with smollm2 caching its weights."""
-    from capture.fetch import cache_dir
-
-    real = cache_dir() / "models" / MODELS["smollm2"].file_name  # present: the smollm2 fixture loaded it
+    real = fetch_model("smollm2")  # from the user cache (fetched there once)
     monkeypatch.setenv("ZYFA_CACHE", str(tmp_path))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / real.name).symlink_to(real)
