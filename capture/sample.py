@@ -46,7 +46,7 @@ safetensors. Measured with `python3 scripts/bench_model_load.py --model qwen25co
 | load (2026-12-03, fp32) | weights from | wall time | peak RSS | "The capital of France is" → |
 |---|---|---|---|---|
 | first | the GGUF file, dequantized, then written to the cache | 550 s | 8.65 GiB | " Paris. Paris is" |
-| second | the cache (7.1 GB of safetensors, sha256-checked: 27 s of it) | 46 s | 6.24 GiB | " Paris. Paris is" |
+| second | the cache: 7.1 GB of safetensors, sha256-checked (27 s of a later 48 s load) | 46 s | 6.24 GiB | " Paris. Paris is" |
 
 12× faster; both loads give the same next-token logits bit for bit (sha256 `dbf22786…`) and the same token ids.
 The load average was 9 to 14 on the 2 cores during the run (the job ran under `nice`, at about 21% of one core's
@@ -77,7 +77,7 @@ SAMPLES = (
                "query heads 0-1 share KV head 0"),
     SampleSpec("qwen25coder-1.5b-pydoc-1024", "qwen25coder-1.5b", "pydoc", 1024, (0, 14, 27), (0,),
                "head dim 128 (the ZYFA paper's); first, middle and last layer; one query head (with its KV head 0) "
-               "at 1024 tokens keeps the file under 4 MB: all 28 layers and 12 heads at 2048 tokens are made on "
+               "at 1024 tokens keeps the file at about 4 MB: all 28 layers and 12 heads at 2048 tokens are made on "
                "demand with `zyfa capture` (below)", notes=QWEN15_NOTES),
 )
 

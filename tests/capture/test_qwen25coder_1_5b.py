@@ -178,7 +178,7 @@ def test_the_committed_capture_is_head_dim_128_with_12_query_and_2_kv_heads():
     assert (a["model"], a["model_sha256"]) == (NAME, MODELS[NAME].file_sha256)
     assert (a["num_layers"], a["num_q_heads"], a["num_kv_heads"], a["head_dim"]) == (28, 12, 2, 128)
     assert a["model_type"] == "qwen2" and a["seq_len"] == 1024 and a["dtype"] == "float32"
-    assert SHIPPED.stat().st_size <= 4e6
+    assert SHIPPED.stat().st_size <= 4 * 2**20  # what the GPU transfer and CI can carry
     for rec in read_capture(SHIPPED):
         assert rec.q.shape == (1, 1, 1024, 128) and rec.k.shape == rec.v.shape == (1, 1, 1024, 128)
         assert rec.q_heads == (0,) and rec.kv_heads == (0,) and rec.causal and rec.window is None
