@@ -46,11 +46,12 @@ safetensors. Measured with `python3 scripts/bench_model_load.py --model qwen25co
 | load (2026-12-03, fp32) | weights from | wall time | peak RSS | "The capital of France is" → |
 |---|---|---|---|---|
 | first | the GGUF file, dequantized, then written to the cache | 550 s | 8.65 GiB | " Paris. Paris is" |
-| second | the cache: 7.1 GB of safetensors, sha256-checked (27 s of a later 48 s load) | 46 s | 6.24 GiB | " Paris. Paris is" |
+| second | the cache (7.1 GB of safetensors, sha256-checked) | 46 s | 6.24 GiB | " Paris. Paris is" |
 
-12× faster; both loads give the same next-token logits bit for bit (sha256 `dbf22786…`) and the same token ids.
-The load average was 9 to 14 on the 2 cores during the run (the job ran under `nice`, at about 21% of one core's
-time over both loads: 148 CPU-seconds in all), so the wall times are those of a busy machine.
+The sha256 check is 27 s of a cached load (measured in a later 48 s load). The second load is 12× faster; both
+give the same next-token logits bit for bit (sha256 `dbf22786…`) and the same token ids. The load average was 9
+to 14 on the 2 cores during the run (the job ran under `nice`, at about 21% of one core's time over both loads:
+148 CPU-seconds in all), so the wall times are those of a busy machine.
 """
 
 
