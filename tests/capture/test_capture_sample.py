@@ -17,7 +17,7 @@ def test_sample_file_is_valid(spec):
     path = DATASETS / f"{spec.name}.h5"
     info = open_capture(path)
     assert info.complete and info.complete_layers == list(spec.layers)
-    assert info.attrs["seq_len"] >= 2048 and info.attrs["model"] == spec.model
+    assert info.attrs["seq_len"] == spec.tokens and info.attrs["model"] == spec.model
     assert info.attrs["text_source"] == spec.text
     for rec in read_capture(path):
         assert rec.q_heads == spec.heads and rec.q.shape[2] == spec.tokens
@@ -30,4 +30,4 @@ def test_sample_file_is_valid(spec):
 
 def test_sample_is_small():
     total = sum((DATASETS / f"{s.name}.h5").stat().st_size for s in SAMPLES)
-    assert total <= 25e6, f"{total / 1e6:.1f} MB"
+    assert total <= 27e6, f"{total / 1e6:.1f} MB"  # 22.5 MB of three models, and at most 4 MB of head dim 128

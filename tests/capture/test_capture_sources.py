@@ -15,7 +15,7 @@ from capture.text import UnknownTextError, WindowOutOfRangeError, load_text, num
 
 
 def test_unknown_model_lists_known_ones():
-    with pytest.raises(UnknownModelError, match="unknown model 'gpt5'.*gemma3, qwen25coder, smollm2"):
+    with pytest.raises(UnknownModelError, match="unknown model 'gpt5'.*gemma3, qwen25coder, qwen25coder-1.5b, smollm2"):
         get_model_spec("gpt5")
     with pytest.raises(UnknownModelError, match="Known models"):
         load_model("no-such-model")
