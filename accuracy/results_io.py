@@ -22,10 +22,10 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
+from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
 __all__ = ["MAX_JSON_DEPTH", "ResultsFile", "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl",
-           "row_key"]
+           "read_log", "row_key"]
 
 # Row keys of numbers (or null) in an operator result row: error metrics are prefixed with these.
 _METRIC_PREFIXES = ("deq_", "orig_")
@@ -140,6 +140,21 @@ def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict]
     return rows, prov
 
 
+def read_log(path: str | Path, check: Callable[[object, str], dict] | None = None) -> tuple[list[dict], dict]:
+    """(rows, provenance) of a run's line log (``<out>.partial`` or a rank file): complete lines only (a last
+    line cut short by a kill is left out), each checked as :func:`parse_lines` does. A damaged log (bytes that
+    are not UTF-8, a line that is not JSON, nested too deep, or not a row) raises ValueError ``path:line: what``."""
+    data = Path(path).read_bytes()
+    lines = data[:data.rfind(b"\n") + 1].split(b"\n")[:-1]
+    text = []
+    for n, raw in enumerate(lines, 1):
+        try:
+            text.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}:{n}: not UTF-8 text (byte {e.start + 1} of the line); not a result row") from None
+    return parse_lines(text, path, check)
+
+
 def read_jsonl(path: str | Path) -> tuple[list[dict], dict]:
     """(rows, provenance) of a JSONL result file: its first ``{"record": "provenance"}`` line is the provenance.
 
@@ -235,11 +250,10 @@ class ResultsFile:
         kept, prov, source = [], {}, None
         if resume and exists:
             source = partial if partial.is_file() else path
-            if source == partial:
-                lines, _ = read_complete_lines(partial)
-                kept, prov = parse_lines(lines, partial)
-            else:
-                kept, prov = reader(path)
+            try:
+                kept, prov = read_log(partial) if source == partial else reader(path)
+            except ValueError as e:  # a damaged file: one line naming file and line, nothing written
+                raise OutputError(f"cannot resume: {e}; repair or remove it, or use --force") from None
             if not prov:
                 raise OutputError(f"{source} has no provenance record, so it is not a run to resume; "
                                   f"use --force to replace it or choose another {flag}")
@@ -283,15 +297,22 @@ class ResultsFile:
         self._log.write_line(json.dumps(row))
         self._new.append(row)
 
+    def unplanned(self, keys: Sequence[tuple]) -> list[dict]:
+        """The kept rows a run planning ``keys`` does not make (a resume asking for less than the file holds)."""
+        planned = set(keys)
+        return [r for r in self.kept if row_key(r) not in planned]
+
     def rows_in_order(self, keys: Sequence[tuple]) -> list[dict]:
         """Kept and new rows in the planned order (``keys``: row keys in the order an uninterrupted run makes
-        them), so a resumed file equals an uninterrupted one."""
+        them), so a resumed file equals an uninterrupted one; then the kept rows this run did not plan, in their
+        file's order (a resume that asks for less never deletes rows; :meth:`check_plan` refuses it instead for a
+        command that wants one run per file)."""
         by = {row_key(r): r for r in self.kept}
         by.update({row_key(r): r for r in self._new})
         missing = [k for k in keys if k not in by]
         if missing:
             raise RuntimeError(f"{len(missing)} planned rows were not made, e.g. {missing[0]}")
-        return [by[k] for k in keys]
+        return [by[k] for k in keys] + self.unplanned(keys)
 
     def finish(self, rows: Sequence[dict], provenance: dict,
                write: Callable[[Sequence[dict], Path, dict], object]) -> Path:
