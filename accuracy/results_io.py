@@ -196,14 +196,16 @@ class ResultsFile:
     """
 
     def __init__(self, path: Path, *, kept: list[dict], provenance: dict, resumed_from: Path | None,
-                 reader: Callable[[Path], tuple[list[dict], dict]], lock: RunLock | None = None):
+                 reader: Callable[[Path], tuple[list[dict], dict]], lock: RunLock | None = None,
+                 key: Callable[[dict], tuple] = row_key, dumps: Callable[[dict], str] = json.dumps):
         self.lock = lock
+        self.key, self.dumps = key, dumps
         self.path = path
         self.partial = partial_path(path)
         self.kept = kept
         self.provenance = provenance
         self.resumed_from = resumed_from
-        self.done = {row_key(r) for r in kept}
+        self.done = {key(r) for r in kept}
         self._new: list[dict] = []
         self._log: AppendLog | None = None
         self._reader = reader
@@ -211,11 +213,15 @@ class ResultsFile:
     @classmethod
     def open(cls, path: str | Path, *, force: bool = False, resume: bool = False, n_rows: int = 0,
              reader: Callable[[Path], tuple[list[dict], dict]] | None = None, flag: str = "--out",
-             lock: bool = True) -> ResultsFile:
+             lock: bool = True, key: Callable[[dict], tuple] = row_key,
+             check: Callable[[object, str], dict] | None = None,
+             dumps: Callable[[dict], str] = json.dumps) -> ResultsFile:
         """Check ``path`` (writable, free space for ``n_rows``, no live run on it, the refuse/force/resume
         policy) and load the rows a resumed run keeps. ``reader`` reads a finished ``path`` (default:
         :func:`read_jsonl`). ``lock=False``: the caller holds a lock covering ``path`` already (a study's
-        folder)."""
+        folder). A command whose rows are not ``zyfa accuracy`` rows (``zyfa impact``) passes their identity
+        ``key``, the ``check`` of a partial's lines and ``dumps`` (a row as one JSON line), as to
+        :class:`accuracy.shard.ShardedResults`."""
         path = Path(path)
         if force and resume:
             raise OutputError("--force and --resume exclude each other")
@@ -227,7 +233,7 @@ class ResultsFile:
         run_lock = RunLock.acquire(partial, what=str(path)) if lock else None
         try:
             return cls._open_locked(path, partial, force=force, resume=resume, reader=reader, flag=flag,
-                                    run_lock=run_lock)
+                                    run_lock=run_lock, key=key, check=check, dumps=dumps)
         except BaseException:
             if run_lock is not None:
                 run_lock.release()
@@ -235,7 +241,7 @@ class ResultsFile:
 
     @classmethod
     def _open_locked(cls, path: Path, partial: Path, *, force: bool, resume: bool, reader, flag: str,
-                     run_lock: RunLock | None) -> ResultsFile:
+                     run_lock: RunLock | None, key, check, dumps) -> ResultsFile:
         exists = [p for p in (path, partial) if p.is_file()]
         if exists and not (force or resume):
             if partial.is_file():
@@ -251,13 +257,19 @@ class ResultsFile:
         if resume and exists:
             source = partial if partial.is_file() else path
             try:
-                kept, prov = read_log(partial) if source == partial else reader(path)
+                kept, prov = read_log(partial, check) if source == partial else reader(path)
             except ValueError as e:  # a damaged file: one line naming file and line, nothing written
                 raise OutputError(f"cannot resume: {e}; repair or remove it, or use --force") from None
             if not prov:
                 raise OutputError(f"{source} has no provenance record, so it is not a run to resume; "
                                   f"use --force to replace it or choose another {flag}")
-        return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader, lock=run_lock)
+        return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader, lock=run_lock,
+                   key=key, dumps=dumps)
+
+    @property
+    def made(self) -> list[dict]:
+        """The rows this run added, in the order it made them."""
+        return list(self._new)
 
     @property
     def skip(self) -> set:
@@ -273,7 +285,7 @@ class ResultsFile:
     def check_plan(self, keys: Sequence[tuple]) -> None:
         """Refuse to resume a file that holds rows the planned run would not make (another run's rows)."""
         planned = set(keys)
-        foreign = [k for k in (row_key(r) for r in self.kept) if k not in planned]
+        foreign = [k for k in (self.key(r) for r in self.kept) if k not in planned]
         if foreign:
             name, _, recipe, *_ = foreign[0]
             raise OutputError(f"{self.resumed_from} holds rows this run would not make ({len(foreign)}, e.g. "
@@ -286,29 +298,29 @@ class ResultsFile:
             self._log = AppendLog(self.partial, fresh=False)
             return
         self._log = AppendLog(self.partial, fresh=True)
-        self._log.write_line(json.dumps({"record": "provenance", **provenance}))
+        self._log.write_line(self.dumps({"record": "provenance", **provenance}))
         for row in self.kept:  # resuming a finished file: its rows first
-            self._log.write_line(json.dumps(row))
+            self._log.write_line(self.dumps(row))
 
     def add(self, row: dict) -> None:
         """Append one finished row (fsync'd before returning)."""
         if self._log is None:
             raise RuntimeError("ResultsFile.start() first")
-        self._log.write_line(json.dumps(row))
+        self._log.write_line(self.dumps(row))
         self._new.append(row)
 
     def unplanned(self, keys: Sequence[tuple]) -> list[dict]:
         """The kept rows a run planning ``keys`` does not make (a resume asking for less than the file holds)."""
         planned = set(keys)
-        return [r for r in self.kept if row_key(r) not in planned]
+        return [r for r in self.kept if self.key(r) not in planned]
 
     def rows_in_order(self, keys: Sequence[tuple]) -> list[dict]:
         """Kept and new rows in the planned order (``keys``: row keys in the order an uninterrupted run makes
         them), so a resumed file equals an uninterrupted one; then the kept rows this run did not plan, in their
         file's order (a resume that asks for less never deletes rows; :meth:`check_plan` refuses it instead for a
         command that wants one run per file)."""
-        by = {row_key(r): r for r in self.kept}
-        by.update({row_key(r): r for r in self._new})
+        by = {self.key(r): r for r in self.kept}
+        by.update({self.key(r): r for r in self._new})
         missing = [k for k in keys if k not in by]
         if missing:
             raise RuntimeError(f"{len(missing)} planned rows were not made, e.g. {missing[0]}")

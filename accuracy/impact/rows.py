@@ -51,9 +51,12 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         if not line:
             continue
         try:
-            rows.append(json.loads(line))
+            obj = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(obj, dict) and obj.get("record") == "provenance":
+            continue  # the first line of a run's <out>.partial (accuracy.results_io.ResultsFile)
+        rows.append(obj)
     return rows
 
 

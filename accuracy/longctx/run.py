@@ -174,8 +174,8 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
         tok = loaded.tokenizer
         n_layers = len(attention_modules(model))
         if spec.layers is not None and max(spec.layers) >= n_layers:
-            raise ValueError(f"--layers: layer {max(spec.layers) + 1} does not exist; {model_name} has layers 1.."
-                             f"{n_layers}")
+            raise ValueError(f"--layers: layer {max(spec.layers)} does not exist; {model_name} has layers 0.."
+                             f"{n_layers - 1}")
         lengths, left_out = plan_lengths(spec.lengths, loaded.max_context, model_name)
         if left_out:
             log(f"[longctx] {model_name}: lengths {', '.join(map(str, left_out))} are above its context of "
