@@ -18,7 +18,9 @@ unless ``--fallback stock`` runs such layers with the model's own attention; eve
 
 Output: ``--out`` (default ``./zyfa-longctx/results.jsonl``) as in ``zyfa accuracy``: refused if it exists unless
 ``--force`` or ``--resume``; rows appended to ``<out>.partial`` batch by batch; ``--max-seconds`` stops between
-batches (rerun with ``--resume``). Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
+batches once scoring has taken that long (rerun with ``--resume``). A ``--resume`` whose command asks for less than
+the file holds keeps the other rows (after the planned ones). Nothing is written before the first model's checks.
+Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
 3 when rows failed (after writing everything; ``--allow-failed`` gives 0).
 
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` splits the (model, task, length,
@@ -83,7 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens per forward pass (prompts of one length are batched; default 8192 on a CPU, "
                              "131072 on a GPU)")
     parser.add_argument("--max-seconds", type=float, default=None,
-                        help="stop between batches after this many seconds (then --resume)")
+                        help="stop between batches after this many seconds of scoring (loading models is not "
+                             "counted; above 0 at least one batch runs), then --resume")
     parser.add_argument("--out", default=None, help=f"results JSONL (default ./{DEFAULT_OUT})")
     parser.add_argument("--force", action="store_true", help="replace an existing --out when the run finishes")
     parser.add_argument("--resume", action="store_true", help="continue --out: run only the missing rows")
