@@ -5,8 +5,9 @@
 
 Every argument (models, recipes, layers) is checked before anything is written or deleted. ``--out`` defaults
 to ``zyfa-impact/results.jsonl`` in the current directory; an existing file is refused unless ``--resume``
-(keep its rows, measure the missing ones) or ``--force`` (start over: the new rows go to ``<out>.partial``,
-which replaces ``<out>`` only when the run finishes).
+(keep its rows, measure the missing ones) or ``--force`` (start over). Rows go to ``<out>.partial`` as they finish
+(one fsync'd line each, under the run lock that refuses a second live run on the same output), and ``<out>`` is
+written whole when the run finishes (:class:`accuracy.results_io.ResultsFile`, as every command).
 
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
@@ -58,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layer-windows", type=int, default=1, help="windows of the per-layer sweep (default 1)")
     parser.add_argument("--layers", default=None, help="restrict the per-layer sweep to these layers (e.g. 0,5,29)")
     parser.add_argument("--out", default=DEFAULT_OUT,
-                        help=f"results JSONL (rows appended; default ./{DEFAULT_OUT}); with --render-only: one or "
+                        help=f"results JSONL (default ./{DEFAULT_OUT}); with --render-only: one or "
                         "several files, comma-separated or a quoted glob (e.g. 'reports/impact/results*.jsonl')")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing --out (the old file stays until the new run finishes)")
