@@ -210,7 +210,8 @@ def _impact_row(obj, where: str) -> dict:
 
 def _read_out(path: Path) -> tuple[list[dict], dict]:
     rows = [r for r in read_rows(path) if r.get("kind") in ("impact_window", "impact_layer")]
-    return rows, (rows[0].get("provenance") or {"rows_of": str(path)}) if rows else {}
+    # impact rows carry their own provenance; a file without rows still resumes (nothing kept)
+    return rows, (rows[0].get("provenance") if rows else None) or {"rows_of": str(path)}
 
 
 def _dumps(row: dict) -> str:
