@@ -42,17 +42,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capture.ranges import expand_ranges
+
 __all__ = [
-    "DEFAULT_BASES", "DEFAULT_MAX_LENGTH", "FLAG_KINDS", "MASKS", "ROW_KEYS", "SHAPES", "WINDOW", "CaptureSource",
-    "CliffRule", "GaussianSource", "Subject", "check_lengths_fit", "default_centres", "default_lengths",
-    "find_flags", "flagged_rows", "format_lengths", "merge_provenance", "operator_errors", "parse_lengths", "plan_keys",
-    "read_sweeps", "reproducers", "run_cliffs", "subjects",
+    "DEFAULT_BASES", "DEFAULT_MAX_LENGTH", "FLAG_KINDS", "LONGEST_LENGTH", "MASKS", "ROW_KEYS", "SHAPES", "WINDOW",
+    "CaptureSource", "CliffRule", "GaussianSource", "Subject", "check_lengths_fit", "default_centres",
+    "default_lengths", "find_flags", "flagged_rows", "format_lengths", "merge_provenance", "operator_errors",
+    "parse_lengths", "plan_keys", "read_sweeps", "reproducers", "run_cliffs", "subjects",
 ]
 
 # Default ranges: every length in 1..1024, plus +-WINDOW around the centres m * 2^k > 1024 (m in DEFAULT_BASES),
 # up to DEFAULT_MAX_LENGTH.
 DEFAULT_BASES = (64, 128, 176, 224)
 DEFAULT_MAX_LENGTH = 32768
+# The longest length --lengths accepts (2^20 tokens), checked before a range is expanded.
+LONGEST_LENGTH = 1 << 20
 DENSE_UP_TO = 1024
 WINDOW = 64
 MASKS = ("none", "causal")
@@ -105,27 +109,11 @@ def parse_lengths(spec: str) -> list[int]:
     ``default`` stands for :func:`default_lengths`. ValueError (one line) on a malformed item."""
     if spec is None or not str(spec).strip():
         raise ValueError("--lengths is empty")
-    out: set[int] = set()
-    for item in (s.strip() for s in str(spec).split(",")):
-        if not item:
-            raise ValueError(f"--lengths {spec!r}: an empty item (two commas?)")
-        if item == "default":
-            out.update(default_lengths())
-            continue
-        rng, colon, step_s = item.partition(":")
-        try:
-            step = int(step_s) if colon else 1
-            if "-" in rng:
-                a_s, _, b_s = rng.partition("-")
-                a, b = int(a_s), int(b_s)
-            else:
-                a = b = int(rng)
-        except ValueError:
-            raise ValueError(f"--lengths: bad item {item!r}; use N, A-B or A-B:STEP, comma-separated "
-                             "(e.g. 1-1024,2000-2100:4,4096)") from None
-        if a < 1 or b < a or step < 1:
-            raise ValueError(f"--lengths: bad item {item!r}; lengths are >= 1, ranges A-B have A <= B, steps >= 1")
-        out.update(range(a, b + 1, step))
+    items = [s.strip() for s in str(spec).split(",")]
+    out = set(default_lengths()) if "default" in items else set()
+    rest = ",".join(s for s in items if s != "default")
+    if rest or not out:
+        out.update(expand_ranges(rest, "--lengths", lowest=1, highest=LONGEST_LENGTH))
     return sorted(out)
 
 
@@ -302,9 +290,22 @@ def check_lengths_fit(source, lengths: Sequence[int], device) -> None:
     try:
         check_memory(_point_shape(source, max(lengths), "equal", 1), device, what=f"length {max(lengths)}")
     except ValueError as e:
-        fit = [L for L in lengths if _fits(source, L, device)]
-        hint = f"; lengths up to {max(fit)} fit (--max-length {max(fit)})" if fit else ""
+        fit = _longest_fitting(source, sorted(set(lengths)), device)
+        hint = f"; lengths up to {fit} fit (--max-length {fit})" if fit is not None else ""
         raise ValueError(f"{e}{hint}") from None
+
+
+def _longest_fitting(source, lengths: Sequence[int], device) -> int | None:
+    """The longest of the sorted ``lengths`` that fits ``device`` (memory grows with the length: a bisection, so a
+    long list is answered in a few checks), or None."""
+    lo, hi = 0, len(lengths)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _fits(source, lengths[mid], device):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lengths[lo - 1] if lo > 0 else None
 
 
 def _fits(source, L, device) -> bool:
@@ -703,22 +704,9 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
 def _read_partial(path: Path) -> tuple[list[dict], dict]:
     """(rows, provenance) of an unfinished run's ``cliffs.jsonl.partial`` (its complete lines), so what a run cut
     short has measured can be rendered too; the provenance says ``partial: true``."""
-    import json
+    from accuracy.results_io import read_log
 
-    from accuracy.results_io import check_row
-    from zyfa.outputs import read_complete_lines
-
-    lines, _ = read_complete_lines(path)
-    rows, prov = [], {}
-    for n, line in enumerate(lines, 1):
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-        if isinstance(obj, dict) and obj.get("record") == "provenance":
-            prov = prov or {k: v for k, v in obj.items() if k != "record"}
-        else:
-            rows.append(check_row(obj, f"{path}:{n}"))
+    rows, prov = read_log(path)
     return rows, {**prov, "partial": True}
 
 

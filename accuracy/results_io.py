@@ -22,10 +22,10 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
+from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
 __all__ = ["MAX_JSON_DEPTH", "ResultsFile", "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl",
-           "row_key"]
+           "read_log", "row_key"]
 
 # Row keys of numbers (or null) in an operator result row: error metrics are prefixed with these.
 _METRIC_PREFIXES = ("deq_", "orig_")
@@ -140,6 +140,21 @@ def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict]
     return rows, prov
 
 
+def read_log(path: str | Path, check: Callable[[object, str], dict] | None = None) -> tuple[list[dict], dict]:
+    """(rows, provenance) of a run's line log (``<out>.partial`` or a rank file): complete lines only (a last
+    line cut short by a kill is left out), each checked as :func:`parse_lines` does. A damaged log (bytes that
+    are not UTF-8, a line that is not JSON, nested too deep, or not a row) raises ValueError ``path:line: what``."""
+    data = Path(path).read_bytes()
+    lines = data[:data.rfind(b"\n") + 1].split(b"\n")[:-1]
+    text = []
+    for n, raw in enumerate(lines, 1):
+        try:
+            text.append(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}:{n}: not UTF-8 text (byte {e.start + 1} of the line); not a result row") from None
+    return parse_lines(text, path, check)
+
+
 def read_jsonl(path: str | Path) -> tuple[list[dict], dict]:
     """(rows, provenance) of a JSONL result file: its first ``{"record": "provenance"}`` line is the provenance.
 
@@ -181,14 +196,16 @@ class ResultsFile:
     """
 
     def __init__(self, path: Path, *, kept: list[dict], provenance: dict, resumed_from: Path | None,
-                 reader: Callable[[Path], tuple[list[dict], dict]], lock: RunLock | None = None):
+                 reader: Callable[[Path], tuple[list[dict], dict]], lock: RunLock | None = None,
+                 key: Callable[[dict], tuple] = row_key, dumps: Callable[[dict], str] = json.dumps):
         self.lock = lock
+        self.key, self.dumps = key, dumps
         self.path = path
         self.partial = partial_path(path)
         self.kept = kept
         self.provenance = provenance
         self.resumed_from = resumed_from
-        self.done = {row_key(r) for r in kept}
+        self.done = {key(r) for r in kept}
         self._new: list[dict] = []
         self._log: AppendLog | None = None
         self._reader = reader
@@ -196,11 +213,15 @@ class ResultsFile:
     @classmethod
     def open(cls, path: str | Path, *, force: bool = False, resume: bool = False, n_rows: int = 0,
              reader: Callable[[Path], tuple[list[dict], dict]] | None = None, flag: str = "--out",
-             lock: bool = True) -> ResultsFile:
+             lock: bool = True, key: Callable[[dict], tuple] = row_key,
+             check: Callable[[object, str], dict] | None = None,
+             dumps: Callable[[dict], str] = json.dumps) -> ResultsFile:
         """Check ``path`` (writable, free space for ``n_rows``, no live run on it, the refuse/force/resume
         policy) and load the rows a resumed run keeps. ``reader`` reads a finished ``path`` (default:
         :func:`read_jsonl`). ``lock=False``: the caller holds a lock covering ``path`` already (a study's
-        folder)."""
+        folder). A command whose rows are not ``zyfa accuracy`` rows (``zyfa impact``) passes their identity
+        ``key``, the ``check`` of a partial's lines and ``dumps`` (a row as one JSON line), as to
+        :class:`accuracy.shard.ShardedResults`."""
         path = Path(path)
         if force and resume:
             raise OutputError("--force and --resume exclude each other")
@@ -212,7 +233,7 @@ class ResultsFile:
         run_lock = RunLock.acquire(partial, what=str(path)) if lock else None
         try:
             return cls._open_locked(path, partial, force=force, resume=resume, reader=reader, flag=flag,
-                                    run_lock=run_lock)
+                                    run_lock=run_lock, key=key, check=check, dumps=dumps)
         except BaseException:
             if run_lock is not None:
                 run_lock.release()
@@ -220,7 +241,7 @@ class ResultsFile:
 
     @classmethod
     def _open_locked(cls, path: Path, partial: Path, *, force: bool, resume: bool, reader, flag: str,
-                     run_lock: RunLock | None) -> ResultsFile:
+                     run_lock: RunLock | None, key, check, dumps) -> ResultsFile:
         exists = [p for p in (path, partial) if p.is_file()]
         if exists and not (force or resume):
             if partial.is_file():
@@ -235,15 +256,20 @@ class ResultsFile:
         kept, prov, source = [], {}, None
         if resume and exists:
             source = partial if partial.is_file() else path
-            if source == partial:
-                lines, _ = read_complete_lines(partial)
-                kept, prov = parse_lines(lines, partial)
-            else:
-                kept, prov = reader(path)
+            try:
+                kept, prov = read_log(partial, check) if source == partial else reader(path)
+            except ValueError as e:  # a damaged file: one line naming file and line, nothing written
+                raise OutputError(f"cannot resume: {e}; repair or remove it, or use --force") from None
             if not prov:
                 raise OutputError(f"{source} has no provenance record, so it is not a run to resume; "
                                   f"use --force to replace it or choose another {flag}")
-        return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader, lock=run_lock)
+        return cls(path, kept=list(kept), provenance=dict(prov), resumed_from=source, reader=reader, lock=run_lock,
+                   key=key, dumps=dumps)
+
+    @property
+    def made(self) -> list[dict]:
+        """The rows this run added, in the order it made them."""
+        return list(self._new)
 
     @property
     def skip(self) -> set:
@@ -259,7 +285,7 @@ class ResultsFile:
     def check_plan(self, keys: Sequence[tuple]) -> None:
         """Refuse to resume a file that holds rows the planned run would not make (another run's rows)."""
         planned = set(keys)
-        foreign = [k for k in (row_key(r) for r in self.kept) if k not in planned]
+        foreign = [k for k in (self.key(r) for r in self.kept) if k not in planned]
         if foreign:
             name, _, recipe, *_ = foreign[0]
             raise OutputError(f"{self.resumed_from} holds rows this run would not make ({len(foreign)}, e.g. "
@@ -272,26 +298,33 @@ class ResultsFile:
             self._log = AppendLog(self.partial, fresh=False)
             return
         self._log = AppendLog(self.partial, fresh=True)
-        self._log.write_line(json.dumps({"record": "provenance", **provenance}))
+        self._log.write_line(self.dumps({"record": "provenance", **provenance}))
         for row in self.kept:  # resuming a finished file: its rows first
-            self._log.write_line(json.dumps(row))
+            self._log.write_line(self.dumps(row))
 
     def add(self, row: dict) -> None:
         """Append one finished row (fsync'd before returning)."""
         if self._log is None:
             raise RuntimeError("ResultsFile.start() first")
-        self._log.write_line(json.dumps(row))
+        self._log.write_line(self.dumps(row))
         self._new.append(row)
+
+    def unplanned(self, keys: Sequence[tuple]) -> list[dict]:
+        """The kept rows a run planning ``keys`` does not make (a resume asking for less than the file holds)."""
+        planned = set(keys)
+        return [r for r in self.kept if self.key(r) not in planned]
 
     def rows_in_order(self, keys: Sequence[tuple]) -> list[dict]:
         """Kept and new rows in the planned order (``keys``: row keys in the order an uninterrupted run makes
-        them), so a resumed file equals an uninterrupted one."""
-        by = {row_key(r): r for r in self.kept}
-        by.update({row_key(r): r for r in self._new})
+        them), so a resumed file equals an uninterrupted one; then the kept rows this run did not plan, in their
+        file's order (a resume that asks for less never deletes rows; :meth:`check_plan` refuses it instead for a
+        command that wants one run per file)."""
+        by = {self.key(r): r for r in self.kept}
+        by.update({self.key(r): r for r in self._new})
         missing = [k for k in keys if k not in by]
         if missing:
             raise RuntimeError(f"{len(missing)} planned rows were not made, e.g. {missing[0]}")
-        return [by[k] for k in keys]
+        return [by[k] for k in keys] + self.unplanned(keys)
 
     def finish(self, rows: Sequence[dict], provenance: dict,
                write: Callable[[Sequence[dict], Path, dict], object]) -> Path:

@@ -37,8 +37,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from accuracy.results_io import parse_lines, row_key
-from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path, read_complete_lines
+from accuracy.results_io import read_log, row_key
+from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
 __all__ = ["UNITS_PER_SECOND", "Dist", "RankRows", "SharedOutputError", "ShardedResults", "add_shard_arguments",
            "cells_digest", "describe_key", "dry_run_world", "format_plan", "launch", "plan", "say",
@@ -209,7 +209,7 @@ def _cells_disagree(seen: Sequence[tuple[int, str]]) -> str | None:
 
 
 def _read_rows(path: Path, check=None) -> tuple[list[dict], dict]:
-    return parse_lines(read_complete_lines(path)[0], path, check)
+    return read_log(path, check)
 
 
 def describe_key(key: tuple) -> str:
@@ -299,23 +299,14 @@ class ShardedResults:
                 what = (f"an interrupted run's rows are in {folder}" if folder.exists() else f"{path} exists")
                 raise OutputError(f"{what}: add --resume to continue it, --force to start over, "
                                   f"or choose another {flag}")
-            try:
-                if force and folder.exists():
-                    shutil.rmtree(folder) if folder.is_dir() else folder.unlink()
-                if folder.is_file():  # a single-process run's partial file: continued as one more rank file
-                    moved = folder.with_name(folder.name + ".single")
-                    os.replace(folder, moved)
-                    folder.mkdir()
-                    os.replace(moved, folder / "single.jsonl")
-                folder.mkdir(exist_ok=True)
-            except OSError as e:
-                raise OutputError(f"cannot prepare {folder}: {e.strerror or e}") from None
+            # every check before the first change on disk: a refused run leaves no folder behind
             kept, prov = [], {}
-            for f in _rank_files(folder):
-                rows, p = _read_rows(f, check)
-                kept += rows
-                if p and (not prov or f.name == "rank-0.jsonl"):
-                    prov = p
+            if not force:
+                for f in ([folder] if folder.is_file() else _rank_files(folder)):
+                    rows, p = _read_rows(f, check)
+                    kept += rows
+                    if p and (not prov or f.name == "rank-0.jsonl"):
+                        prov = p
             if resume and path.is_file():
                 rows, p = reader(path)
                 kept += rows
@@ -329,6 +320,17 @@ class ShardedResults:
                 raise OutputError(f"{folder} holds rows this run would not make ({len(foreign)}, e.g. "
                                   f"{describe_key(foreign[0])}): resume it with the same arguments, "
                                   f"or use --force or another {flag}")
+            try:
+                if force and folder.exists():
+                    shutil.rmtree(folder) if folder.is_dir() else folder.unlink()
+                if folder.is_file():  # a single-process run's partial file: continued as one more rank file
+                    moved = folder.with_name(folder.name + ".single")
+                    os.replace(folder, moved)
+                    folder.mkdir()
+                    os.replace(moved, folder / "single.jsonl")
+                folder.mkdir(exist_ok=True)
+            except OSError as e:
+                raise OutputError(f"cannot prepare {folder}: {e.strerror or e}") from None
             if resume and path.is_file():  # keep a finished file's rows as a rank file of their own
                 fin = folder / "finished.jsonl"
                 if not fin.exists():
@@ -397,8 +399,12 @@ class ShardedResults:
         return rows
 
     def close(self) -> None:
-        """Stop writing without finishing: the rank files stay, rank 0's lock is dropped."""
+        """Stop writing without finishing: the rank files stay, rank 0's lock is dropped; a folder no rank wrote
+        into (a run refused after :meth:`open`) is removed, so it does not pass for an interrupted run."""
         self._close_log()
+        if self.dist.rank == 0 and self.lock is not None:
+            with contextlib.suppress(OSError):
+                self.folder.rmdir()  # only when empty
         self.release()
 
     def release(self) -> None:

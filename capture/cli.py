@@ -82,7 +82,7 @@ def main(args: argparse.Namespace) -> int:
         device_map = parse_device_map(getattr(args, "device_map", None))
         res = run_capture(
             args.model, args.text, args.tokens, args.out,
-            layers=parse_index_list(args.layers), heads=parse_index_list(args.heads),
+            layers=parse_index_list(args.layers, "--layers"), heads=parse_index_list(args.heads, "--heads"),
             window_index=args.window_index, dtype=args.dtype, overwrite=args.overwrite,
             progress=not args.no_progress, command=command, device_map=device_map,
         )

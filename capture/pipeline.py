@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from capture.ranges import expand_ranges
+
 
 @dataclass
 class CaptureResult:
@@ -21,19 +23,16 @@ class CaptureResult:
     seconds: dict = field(default_factory=dict)
 
 
-def parse_index_list(spec: str | None) -> list[int] | None:
-    """"0,5,29" or "0-3,7" -> sorted list; None or "all" -> None."""
+# The largest layer or head index --layers and --heads accept, checked before a range is expanded.
+MAX_INDEX = 4095
+
+
+def parse_index_list(spec: str | None, flag: str = "--layers") -> list[int] | None:
+    """"0,5,29" or "0-3,7" -> sorted list; None or "all" -> None. ValueError (one line naming ``flag``) on a bad
+    item or an index above :data:`MAX_INDEX`, before any range is expanded."""
     if spec is None or spec.strip().lower() in ("", "all"):
         return None
-    out = set()
-    for part in spec.split(","):
-        part = part.strip()
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.update(range(int(lo), int(hi) + 1))
-        else:
-            out.add(int(part))
-    return sorted(out)
+    return expand_ranges(spec, flag, lowest=0, highest=MAX_INDEX, step=False)
 
 
 class _Bar:

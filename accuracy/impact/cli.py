@@ -5,8 +5,9 @@
 
 Every argument (models, recipes, layers) is checked before anything is written or deleted. ``--out`` defaults
 to ``zyfa-impact/results.jsonl`` in the current directory; an existing file is refused unless ``--resume``
-(keep its rows, measure the missing ones) or ``--force`` (start over: the new rows go to ``<out>.partial``,
-which replaces ``<out>`` only when the run finishes).
+(keep its rows, measure the missing ones) or ``--force`` (start over). Rows go to ``<out>.partial`` as they finish
+(one fsync'd line each, under the run lock that refuses a second live run on the same output), and ``<out>`` is
+written whole when the run finishes (:class:`accuracy.results_io.ResultsFile`, as every command).
 
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
@@ -26,8 +27,9 @@ import torch
 from accuracy.impact.rows import drop_rows, json_default, parse_drop_spec, read_rows, row_key
 from accuracy.impact.run import DEFAULT_LAYER_RECIPES, DEFAULT_RECIPES, run_impact
 from accuracy.impact.section import command_of, results_paths, write_markdown
+from accuracy.results_io import ResultsFile
 from accuracy.shard import add_shard_arguments, say, sharded_launch
-from zyfa.outputs import OutputError, atomic_write_text, check_writable, partial_path
+from zyfa.outputs import OutputError, atomic_write_text, partial_path
 from zyfa.recipes import get_recipe
 
 # Default results file, in the current directory (never the committed reports/impact/).
@@ -57,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layer-windows", type=int, default=1, help="windows of the per-layer sweep (default 1)")
     parser.add_argument("--layers", default=None, help="restrict the per-layer sweep to these layers (e.g. 0,5,29)")
     parser.add_argument("--out", default=DEFAULT_OUT,
-                        help=f"results JSONL (rows appended; default ./{DEFAULT_OUT}); with --render-only: one or "
+                        help=f"results JSONL (default ./{DEFAULT_OUT}); with --render-only: one or "
                         "several files, comma-separated or a quoted glob (e.g. 'reports/impact/results*.jsonl')")
     parser.add_argument("--force", action="store_true",
                         help="replace an existing --out (the old file stays until the new run finishes)")
@@ -139,31 +141,33 @@ def main(args: argparse.Namespace) -> int:
         if sharded_launch() or args.dry_run is not None or args.backend is not None or partial_path(out).is_dir():
             return _main_sharded(args, split, recipes, impl_names, plugins, device, layer_recipes, layers, per_layer,
                                  out, md, command)
-        if out.is_file() and not (args.resume or args.force):
-            raise OutputError(f"{out} exists: add --resume to measure only the missing rows, --force to start over, "
-                              "or choose another --out")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        check_writable(out, need_bytes=1 << 20)
+        results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=_read_out, n_rows=256,
+                                   key=row_key, check=_impact_row, dumps=_dumps)
     except (ValueError, OSError) as e:
         print(f"zyfa impact: error: {e}", file=sys.stderr)
         return 2
     if args.threads:
         torch.set_num_threads(args.threads)
-    # --force: the new rows go to <out>.partial, which replaces <out> when the run finishes
-    work = partial_path(out) if args.force else out
+    # rows go to <out>.partial (fsync'd, under the run lock); <out> is written whole when the run finishes
+    results.start({"command": command})
+    sink = _Sink(results, str(device))
     t0 = time.perf_counter()
     try:
         run_impact(split, recipes, n_tokens=args.tokens, windows=args.windows, text=args.text, per_layer=per_layer,
-                   layer_recipes=layer_recipes, layer_windows=args.layer_windows, layers=layers, out=work,
-                   resume=args.resume, progress=not args.no_progress, implementations=impl_names, plugins=plugins,
-                   device=device,
-                   on_model_done=lambda: write_markdown(work, md, command=command))
+                   layer_recipes=layer_recipes, layer_windows=args.layer_windows, layers=layers, out=out,
+                   progress=not args.no_progress, implementations=impl_names, plugins=plugins, device=device,
+                   sink=sink, on_model_done=lambda: write_markdown(results.partial, md, command=command))
     except (ValueError, OSError) as e:
-        print(f"zyfa impact: error: {e}; the rows finished so far are in {work}"
-              + (" (rerun with --resume)" if work == out else ""), file=sys.stderr)
+        results.close()
+        print(f"zyfa impact: error: {e}; the rows finished so far are in {results.partial} (rerun with --resume)",
+              file=sys.stderr)
         return 2
-    if work != out:
-        os.replace(work, out)
+    except KeyboardInterrupt:
+        results.close()
+        say(f"zyfa impact: interrupted; the rows finished so far are in {results.partial} (rerun with --resume)")
+        return 130
+    results.finish(results.kept + results.made, {},
+                   lambda rows, path, _prov: atomic_write_text(path, "".join(_dumps(r) + "\n" for r in rows)))
     write_markdown(out, md, command=command)
     print(f"wrote {out} and {md} in {time.perf_counter() - t0:.0f} s")
     return 0
@@ -206,11 +210,17 @@ def _impact_row(obj, where: str) -> dict:
 
 def _read_out(path: Path) -> tuple[list[dict], dict]:
     rows = [r for r in read_rows(path) if r.get("kind") in ("impact_window", "impact_layer")]
-    return rows, (rows[0].get("provenance") or {"rows_of": str(path)}) if rows else {}
+    # impact rows carry their own provenance; a file without rows still resumes (nothing kept)
+    return rows, (rows[0].get("provenance") if rows else None) or {"rows_of": str(path)}
 
 
-class _RankSink:
-    """``run_impact``'s sink on one rank: the done set, rows into this rank's file."""
+def _dumps(row: dict) -> str:
+    return json.dumps(row, default=json_default)
+
+
+class _Sink:
+    """``run_impact``'s sink: the done set, rows into the results file (a :class:`accuracy.results_io.ResultsFile`,
+    or one rank's file of an :class:`accuracy.shard.ShardedResults`)."""
 
     def __init__(self, results, device: str):
         self.results, self.device, self.done = results, device, set(results.done)
@@ -258,7 +268,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
             device = torch.device("cuda", torch.cuda.current_device())
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=_read_out,
                                       need_bytes=1 << 20, key=row_key, check=_impact_row,
-                                      dumps=lambda r: json.dumps(r, default=json_default),
+                                      dumps=_dumps,
                                       cells=list(zip(cells, costs, strict=True)))
     except OutputError as e:
         say(f"zyfa impact: error: {e}")
@@ -280,7 +290,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
         print(f"zyfa impact: {dist.world} rank(s) ({dist.backend or 'one process'}): "
               + ", ".join(f"rank {k} {len(s)} cells" for k, s in enumerate(shares)), file=sys.stderr)
     results.start({"command": command, "world_size": dist.world, "rank": dist.rank})
-    sink = _RankSink(results, str(device))
+    sink = _Sink(results, str(device))
     t0 = time.perf_counter()
     try:
         run_impact(models, recipes, n_tokens=args.tokens, windows=args.windows, text=args.text, per_layer=per_layer,

@@ -1,11 +1,11 @@
 """``zyfa impact`` result files: reading, merging, the corrections a report needs, and dropping rows.
 
-Results files hold one JSONL row per measurement, appended and flushed, so concurrent runs write one file each
-and a report merges them (:func:`load_rows`, then :func:`prepare_rows`: a measurement found twice counts once,
-the latest by date; the ``p_flushed_mean`` of rows written before the emulator fix of commit 2f53d66 is
-corrected at load time, with a note, see :func:`correct_p_flushed`). :func:`drop_rows` (``zyfa impact
---drop-rows model:recipe:window``) removes rows, keeping them in ``<file>.dropped``, so that a ``--resume`` run
-measures them again. Torch-free.
+Results files hold one JSONL row per measurement (written by :class:`accuracy.results_io.ResultsFile`), so
+concurrent runs write one file each and a report merges them (:func:`load_rows`, then :func:`prepare_rows`: a
+measurement found twice counts once, the latest by date; the ``p_flushed_mean`` of rows written before the
+emulator fix of commit 2f53d66 is corrected at load time, with a note, see :func:`correct_p_flushed`).
+:func:`drop_rows` (``zyfa impact --drop-rows model:recipe:window``) removes rows, keeping them in
+``<file>.dropped``, so that a ``--resume`` run measures them again. Torch-free.
 
 Exposed: ``read_rows``, ``row_key``, ``row_date``, ``json_default``, ``load_rows``, ``prepare_rows``,
 ``correct_p_flushed``, ``stale_rows``, ``dedup_rows``, ``file_sha256``, ``parse_drop_spec``, ``drop_rows``.
@@ -51,9 +51,12 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         if not line:
             continue
         try:
-            rows.append(json.loads(line))
+            obj = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(obj, dict) and obj.get("record") == "provenance":
+            continue  # the first line of a run's <out>.partial (accuracy.results_io.ResultsFile)
+        rows.append(obj)
     return rows
 
 

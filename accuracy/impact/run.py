@@ -1,13 +1,12 @@
-"""Running models with each recipe swapped in: ``zyfa impact``'s measurement, rows appended to a JSONL file.
+"""Running models with each recipe swapped in: ``zyfa impact``'s measurement, rows handed to the results file.
 
-Exposed: ``run_impact``, ``impact_cells``, ``ids_hash``, ``JsonlSink``, ``DEFAULT_RECIPES``,
+Exposed: ``run_impact``, ``impact_cells``, ``ids_hash``, ``DEFAULT_RECIPES``,
 ``DEFAULT_LAYER_RECIPES``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import sys
 import time
@@ -19,7 +18,6 @@ import numpy as np
 import torch
 
 from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, model_attention, stock_logits
-from accuracy.impact.rows import json_default, read_rows, row_key
 from zyfa.recipes import get_recipe
 
 DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
@@ -53,25 +51,6 @@ def _window_row(cmp: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class JsonlSink:
-    """Appends rows to a JSONL file, one flushed line each (a stopped run leaves usable rows)."""
-
-    def __init__(self, path: Path, *, resume: bool):
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.done: set[tuple] = set()
-        if resume and path.exists():
-            for row in read_rows(path):
-                self.done.add(row_key(row))
-        elif path.exists():
-            path.unlink()
-
-    def write(self, row: dict[str, Any]) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(row, default=json_default) + "\n")
-        self.done.add(row_key(row))
-
-
 def _provenance(extra: dict[str, Any]) -> dict[str, Any]:
     try:
         from accuracy.provenance import provenance
@@ -89,11 +68,11 @@ def _provenance(extra: dict[str, Any]) -> dict[str, Any]:
 def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, windows: int = 2,
                text: str = "lee", per_layer: Iterable[str] = (), layer_recipes: list[str] | None = None,
                layer_windows: int = 1, layers: list[int] | None = None, out: str | Path,
-               resume: bool = False, progress: bool = True,
+               progress: bool = True,
                on_model_done: Callable[[], None] | None = None, implementations: Iterable[str] = (),
-               plugins=(), device: str | torch.device = "cpu", sink=None,
+               plugins=(), device: str | torch.device = "cpu", sink,
                owns: Callable[[str, str, int, str], bool] | None = None) -> Path:
-    """Run the measurement and append rows to ``out`` (JSONL); returns the path.
+    """Run the measurement, each row to ``sink``; returns ``out`` (the results file the sink finishes).
 
     ``implementations``: registry names (:func:`accuracy.impact.model.model_attention`) run as the model's attention
     beside the recipes' emulations, and ``plugins`` (loaded ``--kernel`` implementations); their rows carry the
@@ -103,8 +82,9 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     ``kind="impact_layer"`` per (model, recipe, window, layer), one layer swapped, with operator error. Every row
     records the ``device`` it ran on.
 
-    A sharded rank (:mod:`accuracy.shard`) passes ``sink`` (an object with ``done``, the row keys made before,
-    and ``write(row)``; default a :class:`JsonlSink` on ``out``) and ``owns(kind, model, window, recipe)``, its
+    ``sink``: an object with ``done`` (the row keys made before) and ``write(row)``, over the command's results
+    file (:class:`accuracy.results_io.ResultsFile`, or a rank's file of :class:`accuracy.shard.ShardedResults`:
+    fsync'd rows under the run lock). A sharded rank passes ``owns(kind, model, window, recipe)``, its
     share of the cells (:func:`impact_cells`): the others are skipped, and a model with no cell of this rank is
     not loaded.
     """
@@ -120,7 +100,6 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     layer_recipes = [get_recipe(r).name for r in (layer_recipes or DEFAULT_LAYER_RECIPES.split(","))]
     per_layer = set(per_layer)
     out = Path(out)
-    sink = sink if sink is not None else JsonlSink(out, resume=resume)
     owns = owns or (lambda kind, model, window, recipe: True)
     text_sha = load_text(text).sha256
     import datetime as dt

@@ -20,7 +20,9 @@ unless ``--fallback stock`` runs such layers with the model's own attention; eve
 
 Output: ``--out`` (default ``./zyfa-longctx/results.jsonl``) as in ``zyfa accuracy``: refused if it exists unless
 ``--force`` or ``--resume``; rows appended to ``<out>.partial`` batch by batch; ``--max-seconds`` stops between
-batches (rerun with ``--resume``). Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
+batches once scoring has taken that long (rerun with ``--resume``). A ``--resume`` whose command asks for less than
+the file holds keeps the other rows (after the planned ones). Nothing is written before the first model's checks.
+Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
 3 when rows failed (after writing everything; ``--allow-failed`` gives 0).
 
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` splits the (model, task, length,
@@ -85,7 +87,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tokens per forward pass (prompts of one length are batched; default 8192 on a CPU, "
                              "131072 on a GPU)")
     parser.add_argument("--max-seconds", type=float, default=None,
-                        help="stop between batches after this many seconds (then --resume)")
+                        help="stop between batches after this many seconds of scoring (loading models is not "
+                             "counted; above 0 at least one batch runs), then --resume")
     parser.add_argument("--out", default=None, help=f"results JSONL (default ./{DEFAULT_OUT})")
     parser.add_argument("--force", action="store_true", help="replace an existing --out when the run finishes")
     parser.add_argument("--resume", action="store_true", help="continue --out: run only the missing rows")
@@ -198,7 +201,9 @@ def _run(args: argparse.Namespace) -> int:
     from accuracy.longctx.tasks import TASKS
     from accuracy.provenance import provenance
     from accuracy.results_io import ResultsFile, jsonl_text
+    from accuracy.run_harness import WorkBudget, refuse_unavailable
     from accuracy.runner import resolve_device
+    from capture.text import TEXTS
     from zyfa.outputs import OutputError, atomic_write_text
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -231,22 +236,24 @@ def _run(args: argparse.Namespace) -> int:
     names += [p.name for p in plugins if p.name not in names]
     if not names:
         raise UsageError("no implementations to run")
-    unavailable = {}
+    checked = []
     for n in names:
         if n == STOCK or any(p.name == n for p in plugins):
             continue
         try:
-            fn = model_attention(n)
+            checked.append((n, model_attention(n).impl))
         except ValueError as e:
             raise UsageError(f"--implementations: {e}") from None
-        if fn.impl is not None:
-            ok, why = fn.impl.available()
-            if not ok:
-                unavailable[n] = why
-    if unavailable:
-        first = next(iter(unavailable))
-        raise UsageError(f"implementation {first} cannot run here: {unavailable[first]}"
-                         + (f" (and {len(unavailable) - 1} more)" if len(unavailable) > 1 else ""))
+    try:
+        refuse_unavailable(checked)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.text not in TEXTS:
+        raise UsageError(f"--text: unknown text {args.text!r}; known texts: {', '.join(sorted(TEXTS))}")
+    try:
+        WorkBudget(args.max_seconds)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     # conformance probes (accuracy.conformance) before any model loads: a kernel that ignores the mask or maps
     # heads wrongly is not scored; its rows say why
     from accuracy.conformance import probe_cached
@@ -289,13 +296,13 @@ def _run(args: argparse.Namespace) -> int:
         import uuid
 
         prov["run_id"] = uuid.uuid4().hex[:12]
-    results.start(prov)
     batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 8192)
     try:
         try:
             res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
                               batch_tokens=batch_tokens, max_seconds=args.max_seconds,
-                              progress=not args.no_progress, run_id=prov["run_id"], nonconforming=nonconforming)
+                              progress=not args.no_progress, run_id=prov["run_id"], nonconforming=nonconforming,
+                              on_start=lambda: results.start(prov))
         except ValueError as e:
             raise UsageError(str(e)) from None
         if device.type == "cuda":
@@ -307,6 +314,11 @@ def _run(args: argparse.Namespace) -> int:
               f"{results.partial}; run the same command with --resume to continue", file=sys.stderr)
         return 0
     rows = results.rows_in_order(res["keys"])
+    kept = len(results.unplanned(res["keys"]))
+    if kept:
+        prov["kept_unplanned_rows"] = kept
+        print(f"zyfa longctx: kept {kept} rows of {results.resumed_from} that this command does not plan (other "
+              "implementations, lengths or seeds); --force starts over without them", file=sys.stderr)
     results.finish(rows, prov, lambda rs, path, p: atomic_write_text(path, jsonl_text(rs, p)))
     failed = sum(1 for r in rows if r.get("status") in ("failed", "nonconforming"))
     print(f"zyfa longctx: wrote {len(rows)} rows to {out}" + (f" ({failed} failed)" if failed else ""),
@@ -417,14 +429,14 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     if dist.rank == 0:
         print(f"zyfa longctx: {dist.world} rank(s), " + ", ".join(f"rank {k} {len(s)} cells"
                                                              for k, s in enumerate(shares)), file=sys.stderr)
-    results.start(prov)
     batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 8192)
     t0 = time.perf_counter()
     try:
         res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
                           batch_tokens=batch_tokens, max_seconds=args.max_seconds,
                           progress=not args.no_progress and dist.rank == 0, run_id=run_id,
-                          nonconforming=nonconforming, owns=lambda m, t, n, name: (m, t, n, name) in owned)
+                          nonconforming=nonconforming, owns=lambda m, t, n, name: (m, t, n, name) in owned,
+                          on_start=lambda: results.start(prov))
     except ValueError as e:
         results.close()
         dist.close()

@@ -39,6 +39,7 @@ from accuracy.impact.model import (
 from accuracy.implementations import ImplementationError, device_platform
 from accuracy.longctx.tasks import TASKS, PromptError, build_prompt, min_length
 from accuracy.results_io import row_key
+from accuracy.run_harness import WorkBudget
 
 __all__ = ["DECODE_NOTE", "DEFAULT_DEPTHS", "DEFAULT_LENGTHS", "GridSpec", "accumulation", "plan_lengths", "row_input",
            "run_longctx"]
@@ -111,7 +112,8 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                 batch_tokens: int = 8192, max_seconds: float | None = None, progress: bool = True,
                 run_id: str | None = None, log: Callable[[str], None] | None = None,
                 nonconforming: dict[str, str] | None = None,
-                owns: Callable[[str, str, int, str], bool] | None = None) -> dict[str, Any]:
+                owns: Callable[[str, str, int, str], bool] | None = None,
+                on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run the grid into ``results`` (an opened :class:`~accuracy.results_io.ResultsFile`, started by the
     caller). ``nonconforming``: implementation -> the conformance probes' line (:mod:`accuracy.conformance`); such
     an implementation is not run, its rows are ``status: nonconforming`` with that line. Returns
@@ -120,6 +122,15 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
 
     ``owns(model, task, length, implementation)``: a sharded run's share (:mod:`accuracy.shard`); cells it does not
     own are neither run nor planned here, and a model with no owned cell is not loaded.
+
+    ``on_start()``: called once, after the first model's checks (lengths, needle fit, layers) and before its first
+    row or a stop, so a refused run writes nothing (the caller starts its results file there).
+    ``max_seconds`` counts scoring work only (:class:`accuracy.run_harness.WorkBudget`), not model loading: a
+    budget above zero always makes at least one batch.
+
+    Batches are cut from a cell's full prompt list, never from what is left of it: a resumed run scores the same
+    batches as an uninterrupted one (a batch partly done is scored whole and only its missing rows are written), so
+    its rows are the same, the operator error included (measured on the cell's first batch).
 
     Raises:
         ValueError: a length above a model's context, a prompt that cannot hold its needle, an unknown
@@ -132,7 +143,14 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
 
     log = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
     run_id = run_id or uuid.uuid4().hex[:12]
-    t_start = time.perf_counter()
+    budget = WorkBudget(max_seconds)
+    started = False
+
+    def begin() -> None:
+        nonlocal started
+        if not started and on_start is not None:
+            on_start()
+        started = True
     plat, plat_note = device_platform(device)
     keys: list[tuple] = []
     order: list[tuple] = []
@@ -156,6 +174,9 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
         model = loaded.model.to(device)
         tok = loaded.tokenizer
         n_layers = len(attention_modules(model))
+        if spec.layers is not None and max(spec.layers) >= n_layers:
+            raise ValueError(f"--layers: layer {max(spec.layers)} does not exist; {model_name} has layers 0.."
+                             f"{n_layers - 1}")
         lengths, left_out = plan_lengths(spec.lengths, loaded.max_context, model_name)
         if left_out:
             log(f"[longctx] {model_name}: lengths {', '.join(map(str, left_out))} are above its context of "
@@ -194,6 +215,7 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                     keys.append(_key(model_name, task, n, d, s, p, name, plugins))
                     order.append((mi, spec.tasks.index(task), lengths.index(n), spec.depths.index(d),
                                   spec.seeds.index(s), ii))
+        begin()
         bar = tqdm(total=todo_total, desc=model_name, unit="prompt", disable=not progress, dynamic_ncols=True,
                    file=sys.stderr)
         try:
@@ -203,22 +225,27 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                     for name in spec.implementations:
                         if not mine(task, n, name):
                             continue
-                        todo = [(d, s, p) for d, s, p in cell
-                                if _key(model_name, task, n, d, s, p, name, plugins) not in results.done]
                         per_batch = max(1, batch_tokens // n)
                         cell_rows: list[dict] = []
-                        for i in range(0, len(todo), per_batch):
-                            if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
+                        for i in range(0, len(cell), per_batch):
+                            batch = cell[i:i + per_batch]
+                            missing = [_key(model_name, task, n, d, s, p, name, plugins) not in results.done
+                                       for d, s, p in batch]
+                            if not any(missing):
+                                continue
+                            if budget.spent_out():
                                 complete = False
                                 log(f"[longctx] stopping: {max_seconds:.0f} s budget reached; run again with "
                                     "--resume to continue")
                                 return {"keys": keys, "order": order, "complete": False, "made": made,
                                         "failed": failed}
-                            batch = todo[i:i + per_batch]
-                            rows = _score_batch(model, name, batch, task=task, length=n, device=device,
-                                                plugins=plugins, spec=spec, op_layers=op_layers if i == 0 else [],
-                                                refused=refused, platform=plat, platform_note=plat_note,
-                                                model_name=model_name, dtype=dtype, tokenizer=tok)
+                            with budget.working():
+                                rows = _score_batch(model, name, batch, task=task, length=n, device=device,
+                                                    plugins=plugins, spec=spec,
+                                                    op_layers=op_layers if i == 0 else [], refused=refused,
+                                                    platform=plat, platform_note=plat_note,
+                                                    model_name=model_name, dtype=dtype, tokenizer=tok)
+                            rows = [r for r, m in zip(rows, missing, strict=True) if m]
                             cell_rows += rows
                             for row in rows:
                                 row.update(base_fields)
@@ -226,13 +253,14 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                                 results.done.add(row_key(row))
                                 made += 1
                                 failed += row["status"] == "failed"
-                            bar.update(len(batch))
+                            bar.update(len(rows))
                         _log_cell(log, model_name, task, n, name, cell_rows)
         finally:
             bar.close()
         del loaded, model
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    begin()
     return {"keys": keys, "order": order, "complete": complete, "made": made, "failed": failed}
 
 

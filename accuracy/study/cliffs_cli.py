@@ -198,6 +198,7 @@ def _plan(args) -> _Plan:
     )
     from accuracy.implementations import load_plugins, parse_implementations
     from accuracy.results_io import ResultsFile
+    from accuracy.run_harness import refuse_unavailable
     from accuracy.runner import resolve_device
     from zyfa.recipes import parse_recipes
 
@@ -222,7 +223,10 @@ def _plan(args) -> _Plan:
     recipes = [] if args.recipes.strip() in ("", "none") else parse_recipes(args.recipes)
     if args.platform is not None:
         recipes = [r.on(args.platform) for r in recipes]
-    impls = parse_implementations(args.implementations) + load_plugins(args.kernel or [], args.kernel_recipe or [])
+    named = parse_implementations(args.implementations)
+    if args.implementations and not {t.strip() for t in args.implementations.split(",")} & {"all", "available"}:
+        refuse_unavailable((i.name, i) for i in named)  # named ones: refused here as by zyfa longctx
+    impls = named + load_plugins(args.kernel or [], args.kernel_recipe or [])
     subs = subjects(recipes, impls)
     if not subs:
         raise UsageError("nothing to sweep: name --recipes, --implementations or --kernel")

@@ -99,8 +99,9 @@ def test_ranks_that_would_run_different_cells_refuse_before_writing(tmp_path):
         assert "every rank must see the same inputs, implementations and arguments" in msg
         assert not list(tmp_path.iterdir()), "nothing written, no lock left"
     same = ShardedResults.open(out, _TwoRanks(list(cells)), reader=read_finished, cells=cells)
-    same.close()
     assert (tmp_path / "r.jsonl.partial").is_dir()
+    same.close()  # a run that wrote nothing leaves no folder behind (issue 44 fault 9)
+    assert not (tmp_path / "r.jsonl.partial").exists()
 
 
 def test_dry_run_prints_the_plan(tmp_path):

@@ -54,3 +54,22 @@ def test_existing_out_is_refused_without_resume_or_force(tmp_path, monkeypatch, 
     assert zyfa(["impact", "--models", "smollm2", "--recipes", "zyfa", "--out", str(out)]) == 2
     _one_line(capsys, "results.jsonl exists", "--resume", "--force")
     assert out.read_bytes() == ROWS
+
+
+def test_a_live_run_on_the_output_is_refused(tmp_path, monkeypatch, capsys):
+    """Issue 42/44: ``zyfa impact`` writes through the results file every command uses (fsync'd rows in
+    ``<out>.partial`` under the run lock), so a second run on a live output is refused naming the live PID, before
+    any model loads; the live run's files are untouched."""
+    import os
+
+    from zyfa.outputs import RunLock, partial_path
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "results.jsonl"
+    lock = RunLock.acquire(partial_path(out), what=str(out))
+    try:
+        assert zyfa(["impact", "--models", "smollm2", "--recipes", "zyfa", "--out", str(out)]) == 2
+        _one_line(capsys, "another run is writing", f"PID {os.getpid()}")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl.partial.lock"]
+    finally:
+        lock.release()

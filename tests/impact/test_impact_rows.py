@@ -11,7 +11,7 @@ import pytest
 
 from accuracy.impact import cli as impact_cli
 from accuracy.impact import rows as impact_rows
-from accuracy.impact import run as impact_run
+from accuracy.results_io import ResultsFile
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "reports" / "impact" / "results_7_recipes.jsonl"  # the first run: every row before the fix
@@ -51,7 +51,10 @@ def test_drop_rows_keeps_everything_else_and_resume_redoes_them(results, capsys)
     assert all(r["dropped"]["spec"] == "*:fa3:0" and r["dropped"]["reason"] == "earlier accumulator model"
                for r in side)
     # --resume semantics: the sink skips exactly what is still in the file, so it measures the dropped rows again
-    done = impact_run.JsonlSink(path, resume=True).done
+    rf = ResultsFile.open(path, resume=True, reader=lambda p: (impact_rows.read_rows(p), {"rows_of": str(p)}),
+                          key=impact_rows.row_key)
+    done = rf.done
+    rf.close()
     assert ("impact_window", "smollm2", "fa3", 0, None, 64, "lee") not in done
     assert ("impact_window", "smollm2", "fa3", 1, None, 64, "lee") in done
     assert len(done) == len(rows) - 2

@@ -14,6 +14,21 @@ BASE = ["longctx", "--models", "smollm2", "--lengths", "128,192", "--depths", "0
         "--no-progress", "--device", "cpu"]
 
 
+@pytest.fixture
+def quick_load(monkeypatch, smollm2):
+    """``load_model`` returning the session's SmolLM2 after 0.3 s (a load the budget must not count), so the tests
+    of the run discipline do not each spend a real load."""
+    import time
+
+    import capture.models
+
+    def load(name, **kw):
+        time.sleep(0.3)
+        return smollm2
+
+    monkeypatch.setattr(capture.models, "load_model", load)
+
+
 def _rows(path):
     return [r for r in map(json.loads, path.read_text().splitlines()) if r.get("kind") == "longctx"]
 
@@ -70,13 +85,43 @@ def test_stopped_run_resumes_to_the_same_rows(full, tmp_path, capsys):
     (["--tasks", "haystack"], "unknown task 'haystack'"),
     (["--depths", "0,2"], "outside 0..1"),
     (["--models", "gpt5"], "unknown model 'gpt5'"),
+    (["--layers", "100"], "--layers: layer 100 does not exist; smollm2 has layers 0..29"),
+    (["--text", "nope"], "--text: unknown text 'nope'"),
+    (["--max-seconds", "-1"], "--max-seconds must be 0 or more"),
 ])
-def test_bad_input_is_one_line(tmp_path, capsys, extra, message):
+def test_bad_input_is_one_line(tmp_path, capsys, extra, message, quick_load):
+    """Each refusal is one line and leaves nothing behind (issue 44 fault 9: a ``.partial`` left by a refused run
+    blocked the corrected command as "an interrupted run")."""
     args = BASE + ["--implementations", "sdpa-fp32", "--out", str(tmp_path / "r.jsonl")]
     assert main(args + extra) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert any(message in line for line in err), err
     assert not any("Traceback" in line for line in err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_damaged_partial_is_one_line(tmp_path, capsys):
+    """Issue 44 fault 8: a ``.partial`` with a line that is not UTF-8 (or not JSON, too deep, a list: the same path,
+    tests/accuracy/test_run_harness.py) is refused naming file and line, exit 2, before the model loads."""
+    partial = tmp_path / "r.jsonl.partial"
+    partial.write_bytes(b'{"record": "provenance", "run_id": "x"}\n{"input": "\xff"}\n')
+    assert main(BASE + ["--implementations", "sdpa-fp32", "--out", str(tmp_path / "r.jsonl"), "--resume"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{partial}:2: not UTF-8" in err[0], err
+
+
+def test_resume_asking_for_less_keeps_every_row(full, tmp_path, capsys, quick_load):
+    """Issue 44 fault 1: ``--resume`` with fewer implementations kept 1/3 of the rows and deleted the rest, exit 0.
+    The rows it does not plan are kept (after the planned ones), and it says so."""
+    out = tmp_path / "r.jsonl"
+    out.write_bytes(full.read_bytes())
+    assert main(BASE + ["--implementations", "sdpa-fp32", "--out", str(out), "--resume"]) == 0
+    assert "kept 32 rows" in capsys.readouterr().err
+    a, b = _rows(full), _rows(out)
+    assert len(b) == len(a) == 48
+    key = lambda r: (r["input"], r["implementation"])  # noqa: E731
+    assert sorted(b, key=key) == sorted(a, key=key)
+    assert [r["implementation"] for r in b[:16]] == ["sdpa-fp32"] * 16
 
 
 def test_failed_rows_exit_3_after_writing_them(tmp_path, capsys):
@@ -120,3 +165,60 @@ def test_a_kernel_that_ignores_the_mask_is_not_scored(tmp_path, capsys):
     assert "conformance probe 'causal'" in capsys.readouterr().err
     bad = [r for r in _rows(out) if r["implementation"].startswith("plugin:")]
     assert len(bad) == 1 and bad[0]["status"] == "nonconforming" and bad[0]["exact"] is None
+
+
+def test_budget_counts_work_and_a_resume_equals_an_uninterrupted_run(tmp_path, capsys, quick_load):
+    """Issue 44 faults 10 and 11. ``--max-seconds`` counted the model's load, so a budget below the load time
+    made no row, ever; now it counts scoring, and any budget above 0 makes at least one batch. A resume cut its
+    batches from what was left of a cell, so the first prompt left gained the operator error (``op_rel_l2``)
+    measured on a cell's first batch; now batches are cut from the whole cell and the resumed file equals an
+    uninterrupted run's rows (wall times aside)."""
+    from tests.faults import result_rows, rows_match
+
+    args = ["longctx", "--models", "smollm2", "--tasks", "passkey", "--lengths", "128", "--depths", "0,1",
+            "--seeds", "2", "--batch-tokens", "256", "--implementations", "sdpa-fp32,zyfa", "--no-progress",
+            "--device", "cpu"]
+    ref, out = tmp_path / "ref.jsonl", tmp_path / "r.jsonl"
+    assert main(args + ["--out", str(ref)]) == 0
+    assert main(args + ["--out", str(out), "--max-seconds", "0.001"]) == 0
+    assert "--resume" in capsys.readouterr().err
+    made = result_rows(tmp_path / "r.jsonl.partial")
+    assert len(made) == 2 and all(r["implementation"] == "sdpa-fp32" for r in made)  # one batch of two prompts
+    assert main(args + ["--out", str(out), "--resume"]) == 0
+
+    def rows(path):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in result_rows(path)]
+
+    a, b = rows(ref), rows(out)
+    # rows by prompt, then implementation: the operator error on each cell's first prompt only
+    assert len(a) == 8 and [r["op_rel_l2"] is not None for r in a] == [True, True] + [False] * 6
+    assert rows_match(b, a)
+
+
+def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """Issue 44 fault 11 with a real kill: ``zyfa longctx`` SIGKILLed once its partial holds a random number of
+    rows (inside a cell, possibly inside a batch), refused without ``--resume``, then resumed: the rows equal an
+    uninterrupted process's (wall times aside), ``op_rel_l2`` on the same rows."""
+    import random
+
+    from tests.faults import kill_when, result_rows, rows_match, run_zyfa
+
+    args = ["longctx", "--models", "smollm2", "--tasks", "passkey", "--lengths", "128", "--depths", "0,1",
+            "--seeds", "2", "--batch-tokens", "256", "--implementations", "sdpa-fp32,zyfa", "--no-progress",
+            "--device", "cpu"]
+    full = run_zyfa(*args, "--out", "full.jsonl", cwd=tmp_path)
+    assert full.returncode == 0, full.stderr
+    partial = tmp_path / "r.jsonl.partial"
+    at = kill_when([*args, "--out", "r.jsonl"], tmp_path, partial, 1 + random.randrange(1, 8))
+    if at != -2:
+        assert partial.is_file() and not (tmp_path / "r.jsonl").exists()
+        refused = run_zyfa(*args, "--out", "r.jsonl", cwd=tmp_path)
+        assert refused.returncode == 2 and "--resume" in refused.stderr
+        res = run_zyfa(*args, "--out", "r.jsonl", "--resume", cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+
+    def rows(path):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in result_rows(path)]
+
+    assert not partial.exists()
+    assert rows_match(rows(tmp_path / "r.jsonl"), rows(tmp_path / "full.jsonl")), f"killed at {at} lines"
