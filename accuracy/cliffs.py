@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from zyfa.norms import rel_l2_from_terms, rel_l2_terms
+
 __all__ = [
     "DEFAULT_BASES", "DEFAULT_MAX_LENGTH", "FLAG_KINDS", "MASKS", "ROW_KEYS", "SHAPES", "WINDOW", "CaptureSource",
     "CliffRule", "GaussianSource", "Subject", "check_lengths_fit", "default_centres", "default_lengths",
@@ -425,14 +427,13 @@ def _finite(v) -> float | None:
 
 
 def operator_errors(out, lse, ref) -> dict[str, float | None]:
-    """``rel_l2`` (Frobenius, in float64: :func:`accuracy.metrics.compute_metrics`' definition) of ``out`` against
+    """``rel_l2`` (:func:`zyfa.norms.rel_l2`, the study's definition) of ``out`` against
     ``ref = (out, lse)`` of the FP64 oracle, and ``lse_max_abs_err`` over the rows whose reference LSE is finite
     (None without an LSE, or where the two disagree on which rows are fully masked); None for a value that is
     not finite (an output holding NaN/Inf). Computed on the device, read back once."""
     import torch
 
-    o, r = out.double(), ref[0]
-    vals = [torch.linalg.vector_norm(o - r), torch.linalg.vector_norm(r)]
+    vals = list(rel_l2_terms(out, ref[0]))  # squared norms, read back with the rest
     lse_ok = lse is not None
     if lse_ok:
         lr = ref[1]
@@ -441,8 +442,7 @@ def operator_errors(out, lse, ref) -> dict[str, float | None]:
         vals.append(torch.where(keep, (lo - lr).abs(), torch.zeros_like(lr)).amax() if lr.numel() else lr.sum())
         vals.append(((lo == -math.inf) != ~keep).any().double())  # masked rows that disagree
     got = torch.stack(vals).tolist()
-    num, den = got[0], got[1]
-    rel = (num / den) if den > 0 else (0.0 if num == 0 else math.inf)
+    rel = rel_l2_from_terms(got[0], got[1])
     lse_err = None if not lse_ok or got[3] else got[2]
     return {"rel_l2": _finite(rel), "lse_max_abs_err": _finite(lse_err)}
 

@@ -50,6 +50,7 @@ from accuracy.implementations import (
 )
 from accuracy.inputs import AttentionInput
 from reference.attention import attention_fp64
+from zyfa.norms import rel_l2
 
 __all__ = ["BIG", "GQA_OFFSETS", "LSE_ABS_MAX", "MASK_MISS", "OUTPUT_REL_L2_MAX", "SUSPECT_BAND", "Conformance",
            "apply", "pairing_warning", "probe", "probe_cached", "suspect_reason"]
@@ -159,10 +160,6 @@ class _Nonconforming(Exception):
     """A probe's finding (what was seen), raised inside :func:`probe`."""
 
 
-def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm())
-
-
 def _check_output(impl, x, dev, ref, conf: Conformance) -> None:
     try:
         out, lse = _run(impl, x, dev, ref)
@@ -170,7 +167,7 @@ def _check_output(impl, x, dev, ref, conf: Conformance) -> None:
         if e.__cause__ is not None:  # the kernel raised (an input it cannot take): skipped, as any probe
             raise
         raise _Nonconforming(f"on a plain input: {e}") from None  # what it returned breaks the contract
-    err = _rel_l2(out, ref[0])
+    err = rel_l2(out, ref[0])
     if not err < OUTPUT_REL_L2_MAX:
         raise _Nonconforming(f"rel-L2 {err:.3g} to FP64 on a plain input without a mask (FP8 error is about "
                              f"0.03; above {OUTPUT_REL_L2_MAX}: a mask applied when not asked, or wrong arithmetic)")

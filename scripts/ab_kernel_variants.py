@@ -234,7 +234,8 @@ def main():
             p(line)
     p(f"warm {time.time()-t0:.0f}s")
     _identity(p)
-    from zyfa.bench import SHAPES, ClockSampler, bench_heads, cudnn_fp8_call, flops, gaussian_kernel_call, rel_l2, timed
+    from zyfa.bench import SHAPES, ClockSampler, bench_heads, cudnn_fp8_call, flops, gaussian_kernel_call, timed
+    from zyfa.norms import rel_l2
     sampler = ClockSampler()
     res, peers, errs, refs = {}, {}, {}, {}
     for rnd in range(a.rounds):

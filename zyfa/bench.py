@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 
+from zyfa.norms import rel_l2
 from zyfa.outputs import atomic_write_text
 
 DEFAULT_RECIPES = (
@@ -173,12 +174,6 @@ def gaussian_kernel_call(shape: str, s: int, causal: bool, spec: str, config: di
                         window=None, config=config)
 
     return fn, (q, k, v)
-
-
-def rel_l2(a, b):
-    a = a.float()
-    b = b.float()
-    return float((a - b).norm() / b.norm().clamp(min=1e-30))
 
 
 def gaussian_qkv(b, h, h_kv, s, d_qk, d_v, seed=0, device="cuda"):

@@ -20,6 +20,7 @@ import torch
 
 from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, model_attention, stock_logits
 from accuracy.impact.rows import json_default, read_rows, row_key
+from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe
 
 DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
@@ -33,12 +34,6 @@ def _sha256(data: bytes) -> str:
 def ids_hash(ids: Iterable[int]) -> str:
     """sha256 of the token ids as comma-separated decimal text."""
     return _sha256(",".join(str(int(i)) for i in ids).encode())
-
-
-def _rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
-    diff = out.double() - ref.double()
-    den = float(torch.linalg.vector_norm(ref.double()))
-    return float(torch.linalg.vector_norm(diff)) / den if den > 0 else math.nan
 
 
 def _window_row(cmp: dict[str, Any]) -> dict[str, Any]:
@@ -256,7 +251,7 @@ def _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, todo, n_layers, 
                     ref_orig[layer] = attention_fp64(q, k, v, causal=True, sm_scale=sm_scale, window=window)[0]
                 ref_deq = attention_fp64(emu.q_deq, emu.k_deq, emu.v_deq, causal=True, sm_scale=sm_scale,
                                          window=window)[0]
-                op.update(op_rel_l2=_rel_l2(emu.out, ref_orig[layer]), op_rel_l2_deq=_rel_l2(emu.out, ref_deq),
+                op.update(op_rel_l2=rel_l2(emu.out, ref_orig[layer]), op_rel_l2_deq=rel_l2(emu.out, ref_deq),
                           q_amax=float(q.abs().max()), k_amax=float(k.abs().max()), v_amax=float(v.abs().max()),
                           window_size=window)
 
