@@ -27,11 +27,11 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import threading
 import time
 
+from capture.version import git_label
 from zyfa.norms import rel_l2
 from zyfa.outputs import atomic_write_text
 
@@ -375,21 +375,6 @@ def _versions():
     except Exception:  # noqa: BLE001
         pass
     return v
-
-
-def _git_commit():
-    """HEAD's hash (+ '-dirty' with local changes); ZYFA_GIT_COMMIT overrides (copies without .git)."""
-    if os.environ.get("ZYFA_GIT_COMMIT"):
-        return os.environ["ZYFA_GIT_COMMIT"]
-    cwd = os.path.dirname(os.path.abspath(__file__))
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd).stdout.strip()
-        if len(head) != 40:
-            return "unknown (no git repository here)"
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=cwd).stdout
-        return head + ("-dirty" if dirty.strip() else "")
-    except Exception:  # noqa: BLE001
-        return "unknown"
 
 
 def _find_capture(spec):
@@ -816,7 +801,7 @@ def main(args) -> int:
     date = _dt.datetime.now(_dt.timezone.utc)
     os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
     meta = {"command": "zyfa bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
-            "date": date.isoformat(timespec="seconds"), "git_commit": _git_commit(), "versions": _versions(),
+            "date": date.isoformat(timespec="seconds"), "git_commit": git_label(), "versions": _versions(),
             "device": torch.cuda.get_device_name(), "inputs_note": "Gaussian N(0,1) bf16 q, k, v (batch 1)",
             "nvml": sampler._nvml is not None}
 

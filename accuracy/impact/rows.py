@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from capture.version import git_state
 from zyfa.recipes import Recipe, get_recipe
 
 BLOCK_TOKENS = 256  # tokens per block for the pooled block CI and the per-block KL in the rows
@@ -325,12 +326,7 @@ def drop_rows(path: str | Path, patterns: list[tuple[str, str, str, str]] | str,
     sidecar = path.with_name(path.name + ".dropped")
     if not dropped:
         return 0, sidecar
-    try:
-        from accuracy.provenance import git_state
-
-        commit = git_state()[0]
-    except Exception:  # noqa: BLE001
-        commit = None
+    commit = git_state().commit
     record = {"utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "spec": spec, "from": path.name, "git_commit": commit,
               "reason": reason}
