@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accuracy.results_io import row_key
 from zyfa.norms import rel_l2_from_terms, rel_l2_terms
 
 __all__ = [
@@ -62,10 +63,6 @@ SHAPES = ("equal", "chunk")
 FLAG_KINDS = ("nonfinite", "jump", "refused", "failed")
 # Query rows per block of the FP64 oracle.
 ORACLE_CHUNK = 1024
-# The recipe fields that decide the dequantized inputs (zyfa.emulator.quantize_inputs reads these): subjects equal
-# on them share one FP64 reference on the dequantized inputs.
-QUANT_KEY = ("qk_rotation", "rotation_seed", "k_smoothing", "q_format", "k_format", "v_format", "q_scale", "k_scale",
-             "v_scale", "scale_block_q", "scale_block_kv")
 
 # Every key of a sweep row (None where it does not apply).
 ROW_KEYS = (
@@ -259,8 +256,8 @@ class CaptureSource:
 
 
 def _key(name: str, subject: Subject) -> tuple:
-    """The row key of :func:`accuracy.results_io.row_key`: (input, no content hash, recipe, implementation)."""
-    return (name, None, subject.recipe_name, subject.name)
+    """The :func:`accuracy.results_io.row_key` of the row of ``subject`` at input ``name`` (no content hash)."""
+    return row_key({"input": name, "recipe": subject.recipe_name, "implementation": subject.name})
 
 
 def _points(lengths, masks, shapes, chunk):
@@ -457,7 +454,7 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
     from accuracy.implementations import ImplementationError, call_implementation, unsupported_reason
     from accuracy.runner import sync_device
     from reference.attention import attention_fp64
-    from zyfa.emulator import emulate, quantize_inputs
+    from zyfa.emulator import emulate, quantization_key, quantize_inputs
 
     kw = {"causal": x.causal, "sm_scale": x.sm_scale, "window": x.window}
     t0 = time.perf_counter()
@@ -468,7 +465,7 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
     refs: dict[tuple, tuple] = {}  # quantization key -> FP64 reference on those dequantized inputs (shared)
 
     def deq_ref(recipe, deq=None) -> tuple:
-        key = tuple(getattr(recipe, f) for f in QUANT_KEY)
+        key = quantization_key(recipe)
         if key not in refs:
             deq = deq if deq is not None else quantize_inputs(x.q, x.k, x.v, recipe).dequantized()
             same = all(torch.equal(a, b) for a, b in zip(deq, orig32, strict=True))

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, model_attention, stock_logits
-from accuracy.impact.rows import json_default, read_rows, row_key
+from accuracy.impact.rows import impact_key, json_default, read_rows, row_key
 from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe
 
@@ -130,7 +130,7 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
         mine = [c for c in impact_cells([model_name], recipes, impl_names, windows=windows,
                                         per_layer=per_layer, layer_recipes=layer_recipes,
                                         layer_windows=layer_windows) if owns(*c)]
-        if not any(k != "window" or ("impact_window", m, r, w, None, n_tokens, text) not in sink.done
+        if not any(k != "window" or impact_key("impact_window", m, r, w, None, n_tokens, text) not in sink.done
                    for k, m, w, r in mine):
             continue  # nothing of this model left for this process
         t_load = time.perf_counter()
@@ -161,11 +161,11 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
             prov = {**loaded.provenance, "text_sha256": text_sha, "token_ids_sha256": ids_hash(tw.ids),
                     "transformers": _version("transformers"), "run_started_utc": started}
             todo = [r for r in [*recipes, *impl_names]
-                    if ("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done
+                    if impact_key("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done
                     and owns("window", model_name, w, r)]
             sweep_here = do_sweep and w < layer_windows
             sweep_todo = [(lay, r) for lay in sweep_layers for r in layer_recipes
-                          if ("impact_layer", model_name, r, w, lay, n_tokens, text) not in sink.done
+                          if impact_key("impact_layer", model_name, r, w, lay, n_tokens, text) not in sink.done
                           and owns("layer", model_name, w, r)]
             if not todo and not (sweep_here and sweep_todo):
                 bar.update(n_layers * (1 + len(recipes)) + (n_layers * (1 + len(sweep_layers) * len(layer_recipes))
