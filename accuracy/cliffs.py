@@ -42,7 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from accuracy.results_io import row_key
 from capture.ranges import expand_ranges
+from zyfa.norms import rel_l2_from_terms, rel_l2_terms
 
 __all__ = [
     "DEFAULT_BASES", "DEFAULT_MAX_LENGTH", "FLAG_KINDS", "LONGEST_LENGTH", "MASKS", "ROW_KEYS", "SHAPES", "WINDOW",
@@ -64,10 +66,6 @@ SHAPES = ("equal", "chunk")
 FLAG_KINDS = ("nonfinite", "jump", "refused", "failed")
 # Query rows per block of the FP64 oracle.
 ORACLE_CHUNK = 1024
-# The recipe fields that decide the dequantized inputs (zyfa.emulator.quantize_inputs reads these): subjects equal
-# on them share one FP64 reference on the dequantized inputs.
-QUANT_KEY = ("qk_rotation", "rotation_seed", "k_smoothing", "q_format", "k_format", "v_format", "q_scale", "k_scale",
-             "v_scale", "scale_block_q", "scale_block_kv")
 
 # Every key of a sweep row (None where it does not apply).
 ROW_KEYS = (
@@ -245,8 +243,8 @@ class CaptureSource:
 
 
 def _key(name: str, subject: Subject) -> tuple:
-    """The row key of :func:`accuracy.results_io.row_key`: (input, no content hash, recipe, implementation)."""
-    return (name, None, subject.recipe_name, subject.name)
+    """The :func:`accuracy.results_io.row_key` of the row of ``subject`` at input ``name`` (no content hash)."""
+    return row_key({"input": name, "recipe": subject.recipe_name, "implementation": subject.name})
 
 
 def _points(lengths, masks, shapes, chunk):
@@ -426,14 +424,13 @@ def _finite(v) -> float | None:
 
 
 def operator_errors(out, lse, ref) -> dict[str, float | None]:
-    """``rel_l2`` (Frobenius, in float64: :func:`accuracy.metrics.compute_metrics`' definition) of ``out`` against
+    """``rel_l2`` (:func:`zyfa.norms.rel_l2`, the study's definition) of ``out`` against
     ``ref = (out, lse)`` of the FP64 oracle, and ``lse_max_abs_err`` over the rows whose reference LSE is finite
     (None without an LSE, or where the two disagree on which rows are fully masked); None for a value that is
     not finite (an output holding NaN/Inf). Computed on the device, read back once."""
     import torch
 
-    o, r = out.double(), ref[0]
-    vals = [torch.linalg.vector_norm(o - r), torch.linalg.vector_norm(r)]
+    vals = list(rel_l2_terms(out, ref[0]))  # squared norms, read back with the rest
     lse_ok = lse is not None
     if lse_ok:
         lr = ref[1]
@@ -442,8 +439,7 @@ def operator_errors(out, lse, ref) -> dict[str, float | None]:
         vals.append(torch.where(keep, (lo - lr).abs(), torch.zeros_like(lr)).amax() if lr.numel() else lr.sum())
         vals.append(((lo == -math.inf) != ~keep).any().double())  # masked rows that disagree
     got = torch.stack(vals).tolist()
-    num, den = got[0], got[1]
-    rel = (num / den) if den > 0 else (0.0 if num == 0 else math.inf)
+    rel = rel_l2_from_terms(got[0], got[1])
     lse_err = None if not lse_ok or got[3] else got[2]
     return {"rel_l2": _finite(rel), "lse_max_abs_err": _finite(lse_err)}
 
@@ -458,7 +454,7 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
     from accuracy.implementations import ImplementationError, call_implementation, unsupported_reason
     from accuracy.runner import sync_device
     from reference.attention import attention_fp64
-    from zyfa.emulator import emulate, quantize_inputs
+    from zyfa.emulator import emulate, quantization_key, quantize_inputs
 
     kw = {"causal": x.causal, "sm_scale": x.sm_scale, "window": x.window}
     t0 = time.perf_counter()
@@ -469,7 +465,7 @@ def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[d
     refs: dict[tuple, tuple] = {}  # quantization key -> FP64 reference on those dequantized inputs (shared)
 
     def deq_ref(recipe, deq=None) -> tuple:
-        key = tuple(getattr(recipe, f) for f in QUANT_KEY)
+        key = quantization_key(recipe)
         if key not in refs:
             deq = deq if deq is not None else quantize_inputs(x.q, x.k, x.v, recipe).dequantized()
             same = all(torch.equal(a, b) for a, b in zip(deq, orig32, strict=True))

@@ -25,10 +25,11 @@ the kernel nonconforming: :func:`apply` turns its ``ok`` rows into ``status: non
 naming the probe and what was seen, never ``ok``. Built-ins are probed once per session and device
 (:func:`probe_cached`); plug-ins every run.
 
-Also here: :func:`suspect_reason` (a paired row whose real/emulated error ratio is outside :data:`SUSPECT_BAND`
-gets ``status: suspect``), and :func:`pairing_warning` (a kernel that reports its quantization granularity, an
-optional attribute ``fn.quantization`` of a plug-in: ``"tensor"``, ``"head"``, ... or a dict per tensor
-``{"q": ..., "k": ..., "v": ...}``, paired with a recipe that quantizes otherwise).
+Also here: :func:`suspect_reason` (a paired row whose real/emulated error ratio is outside
+:data:`accuracy.tolerances.SUSPECT_BAND` gets ``status: suspect``), and :func:`pairing_warning` (a kernel that
+reports its quantization granularity, an optional attribute ``fn.quantization`` of a plug-in: ``"tensor"``,
+``"head"``, ... or a dict per tensor ``{"q": ..., "k": ..., "v": ...}``, paired with a recipe that quantizes
+otherwise).
 
 Exposed: ``Conformance``, ``probe(impl, device)``, ``probe_cached(impl, device)``, ``apply(row, conf)``,
 ``suspect_reason(row)``, ``pairing_warning(impl)``, and the thresholds.
@@ -49,9 +50,11 @@ from accuracy.implementations import (
     unsupported_reason,
 )
 from accuracy.inputs import AttentionInput
+from accuracy.tolerances import SUSPECT_BAND
 from reference.attention import attention_fp64
+from zyfa.norms import rel_l2
 
-__all__ = ["BIG", "GQA_OFFSETS", "LSE_ABS_MAX", "MASK_MISS", "OUTPUT_REL_L2_MAX", "SUSPECT_BAND", "Conformance",
+__all__ = ["BIG", "GQA_OFFSETS", "LSE_ABS_MAX", "MASK_MISS", "OUTPUT_REL_L2_MAX", "Conformance",
            "apply", "pairing_warning", "probe", "probe_cached", "suspect_reason"]
 
 BIG = 1e3  # the values of the keys a mask must hide
@@ -59,10 +62,6 @@ MASK_MISS = BIG / 10  # a masked probe missing FP64 by more than this saw the hi
 OUTPUT_REL_L2_MAX = 0.3  # rel-L2 to FP64 of the plain probe: FP8 kernels give about 0.03
 LSE_ABS_MAX = 0.5  # |LSE - FP64's| on the plain probe (LSE about 5.4 there; FP8 error about 0.05)
 GQA_OFFSETS = (100.0, -100.0)  # per-KV-head value offsets of the GQA probe
-# A paired real row's error over its emulation's error outside this band is `suspect` in `zyfa accuracy`: a
-# factor of two either way is far beyond the differences of faithful pairings (the report's tighter
-# accuracy.report.real_kernels.RATIO_BAND flags smaller ones in the study's table).
-SUSPECT_BAND = (0.5, 2.0)
 LN2 = math.log(2.0)
 # head dim 64: every kernel here takes it (FlashInfer's FA3 pack is built for 64 and 256 only; a head dim it lacks
 # would start a JIT build of minutes on the GPU machine)
@@ -159,10 +158,6 @@ class _Nonconforming(Exception):
     """A probe's finding (what was seen), raised inside :func:`probe`."""
 
 
-def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm())
-
-
 def _check_output(impl, x, dev, ref, conf: Conformance) -> None:
     try:
         out, lse = _run(impl, x, dev, ref)
@@ -170,7 +165,7 @@ def _check_output(impl, x, dev, ref, conf: Conformance) -> None:
         if e.__cause__ is not None:  # the kernel raised (an input it cannot take): skipped, as any probe
             raise
         raise _Nonconforming(f"on a plain input: {e}") from None  # what it returned breaks the contract
-    err = _rel_l2(out, ref[0])
+    err = rel_l2(out, ref[0])
     if not err < OUTPUT_REL_L2_MAX:
         raise _Nonconforming(f"rel-L2 {err:.3g} to FP64 on a plain input without a mask (FP8 error is about "
                              f"0.03; above {OUTPUT_REL_L2_MAX}: a mask applied when not asked, or wrong arithmetic)")
@@ -266,13 +261,14 @@ def probe_cached(impl: Implementation, device: str | torch.device = "cpu") -> Co
 
 
 def suspect_reason(row: dict) -> str | None:
-    """Why a paired real row is suspect (its ``real_emu_ratio`` outside :data:`SUSPECT_BAND`), or None."""
+    """Why a paired real row is suspect (its ``real_emu_ratio`` outside
+    :data:`accuracy.tolerances.SUSPECT_BAND`), or None."""
     ratio = row.get("real_emu_ratio")
     if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
         return None
-    lo, hi = SUSPECT_BAND
-    if math.isfinite(ratio) and lo <= ratio <= hi:
+    if SUSPECT_BAND.contains(ratio):
         return None
+    lo, hi = SUSPECT_BAND
     return (f"its error is {ratio:.3g}x its paired emulation's ({row.get('paired_spec')}), outside "
             f"[{lo}, {hi}]: the kernel does not compute what the recipe models")
 

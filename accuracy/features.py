@@ -30,6 +30,7 @@ import torch
 from accuracy.inputs import AttentionInput
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate
+from zyfa.norms import rel_l2_per
 from zyfa.recipes import Recipe, get_recipe
 
 __all__ = ["FEATURES", "head_errors", "input_features"]
@@ -105,13 +106,6 @@ def input_features(inp: AttentionInput, *, device: str | torch.device = "cpu", c
     }
 
 
-def _head_rel_l2(out: torch.Tensor, ref: torch.Tensor) -> list[float]:
-    d = (out.double() - ref.double()).pow(2).sum(dim=(0, 2, 3))
-    r = ref.double().pow(2).sum(dim=(0, 2, 3))
-    return [float(math.sqrt(a) / math.sqrt(c)) if c > 0 else math.nan for a, c in zip(d.tolist(), r.tolist(),
-                                                                                       strict=True)]
-
-
 @torch.no_grad()
 def head_errors(inp: AttentionInput, recipes: Sequence[Recipe | str], *, device: str | torch.device = "cpu",
                 chunk_size: int = 1024) -> dict[str, dict[str, list[float]]]:
@@ -133,6 +127,6 @@ def head_errors(inp: AttentionInput, recipes: Sequence[Recipe | str], *, device:
         if ref is None:
             ref = attention_fp64(*deq, chunk_size=chunk_size, **kw)[0]
             seen.append((*deq, ref))
-        res[recipe.name] = {"deq_rel_l2_heads": _head_rel_l2(em.out, ref),
-                            "orig_rel_l2_heads": _head_rel_l2(em.out, ref_orig)}
+        res[recipe.name] = {"deq_rel_l2_heads": rel_l2_per(em.out, ref, 1),
+                            "orig_rel_l2_heads": rel_l2_per(em.out, ref_orig, 1)}
     return res

@@ -10,7 +10,8 @@ Exposed functions:
     bootstrap_ci(values, stat=np.mean, n=1000, seed=0, alpha=0.05) -> CI(estimate, low, high)
 
 Metrics (``compute_metrics``):
-    rel_l2              ||o - r||_F / ||r||_F (Frobenius over the whole tensor)
+    rel_l2              ||o - r||_F / ||r||_F (Frobenius over the whole tensor): :func:`zyfa.norms.rel_l2`'s
+                        definition (0.0 when both are zero, inf when only the reference is)
     rmse                sqrt(mean((o - r)^2))
     max_abs_err         max |o - r|
     cosine              <o, r> / (||o|| ||r||), 1.0 when both are zero
@@ -39,6 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+
+from zyfa.norms import rel_l2_from_terms
 
 __all__ = ["ERROR_METRICS", "CI", "bootstrap_ci", "compute_metrics"]
 
@@ -140,7 +143,7 @@ def _output_metrics(o: torch.Tensor, r: torch.Tensor) -> dict[str, float]:
     ref_sq = float(torch.sum(r * r))
     out_sq = float(torch.sum(o * o))
     res = {
-        "rel_l2": _ratio(math.sqrt(err_sq), math.sqrt(ref_sq)),
+        "rel_l2": rel_l2_from_terms(err_sq, ref_sq),
         "rmse": math.sqrt(err_sq / d.numel()),
         "max_abs_err": float(d.abs().max()),
     }
@@ -182,12 +185,6 @@ def _nan_output_metrics(o: torch.Tensor, r: torch.Tensor) -> dict[str, float]:
     res["n_zero_ref_rows"] = int((rows_ref == 0).sum())
     res["zero_ref_rows_max_abs_err"] = math.nan
     return res
-
-
-def _ratio(num: float, den: float) -> float:
-    if den == 0.0:
-        return 0.0 if num == 0.0 else math.inf
-    return num / den
 
 
 def _lse_metrics(lse: torch.Tensor, lse_ref: torch.Tensor) -> dict[str, float]:

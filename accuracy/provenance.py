@@ -1,10 +1,10 @@
-"""Provenance of a run: which code, which libraries, which device, when, and the command line.
+"""Provenance of a run: which code (:func:`capture.version.git_state`), which libraries, which device, when, and
+the command line.
 
 No hostname, user name or install path is recorded, so result files can be shared.
 
 Exposed functions:
     provenance(extra=None) -> dict
-    git_state(root=None) -> (commit or None, dirty or None)
     device_name(device="cpu") -> str
 """
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,32 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["device_name", "git_state", "provenance"]
+from capture.version import git_state
 
-_REPO = Path(__file__).resolve().parents[1]
-
-
-def git_state(root: str | Path | None = None) -> tuple[str | None, bool | None]:
-    """(HEAD commit, whether tracked files differ from it), or (None, None) outside a git checkout.
-
-    ``ZYFA_GIT_COMMIT``, when set, names the commit instead (dirty unknown): for copies of a checkout whose
-    ``.git`` is missing or stale, such as the GPU machine's."""
-    root = Path(root) if root is not None else _REPO
-    if os.environ.get("ZYFA_GIT_COMMIT"):
-        return os.environ["ZYFA_GIT_COMMIT"], None
-
-    def git(*args: str) -> str | None:
-        try:
-            res = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return res.stdout.strip() if res.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if commit is None:
-        return None, None
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return commit, (None if status is None else bool(status))
+__all__ = ["device_name", "provenance"]
 
 
 def _cpu_model() -> str:

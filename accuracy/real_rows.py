@@ -48,6 +48,7 @@ from accuracy.inputs import AttentionInput
 from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name
 from zyfa.formats import round_to_fp8
+from zyfa.norms import rel_l2
 
 __all__ = ["implementation_row", "row_label"]
 
@@ -57,12 +58,6 @@ _UNPREFIXED = ("has_nan", "nonfinite_frac", "n_rows", "n_zero_ref_rows")
 def row_label(row: dict) -> str:
     """What a table calls the row: the implementation's name for real rows, else the recipe's."""
     return row.get("implementation") or row.get("recipe") or "?"
-
-
-def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double().to(a.device)
-    n = b.norm()
-    return float((a - b).norm() / n) if float(n) > 0 else float((a - b).norm())
 
 
 def _metrics(out, ref: tuple, lse, row: dict) -> dict:
@@ -137,13 +132,13 @@ def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, r
         m_deq = _metrics(out, ref_deq, lse, row)
         row["has_nan"] = bool(row["has_nan"] or m_deq["has_nan"])
         row.update({"deq_" + k: v for k, v in m_deq.items() if k not in _UNPREFIXED})
-        row["emu_deq_rel_l2"] = _rel_l2(em_out, ref_deq[0])
-        row["emu_orig_rel_l2"] = _rel_l2(em_out, ref_orig[0])
+        row["emu_deq_rel_l2"] = rel_l2(em_out, ref_deq[0])
+        row["emu_orig_rel_l2"] = rel_l2(em_out, ref_orig[0])
         basis = "orig" if impl.quantizes == "self" else "deq"
         emu = row[f"emu_{basis}_rel_l2"]
         row["ratio_basis"] = basis
         row["real_emu_ratio"] = row[f"{basis}_rel_l2"] / emu if emu > 0 else None
-        row["real_vs_emu_rel_l2"] = _rel_l2(out, em_out)
+        row["real_vs_emu_rel_l2"] = rel_l2(out, em_out)
     for k, v in res.info.items():
         if isinstance(v, (str, int, float, bool)) or v is None:
             row.setdefault(k, v)

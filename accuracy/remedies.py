@@ -30,6 +30,7 @@ import torch
 
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate
+from zyfa.norms import rel_l2
 from zyfa.recipes import Recipe, get_recipe
 
 __all__ = ["PUBLISHED", "SCHEMES", "fa3_outlier_experiment", "outlier_gaussian", "render", "run_scheme",
@@ -81,7 +82,7 @@ def run_scheme(q, k, v, scheme: str, *, base: Recipe | str = "fa3", seed: int = 
     err = out - ref
     return {"scheme": scheme, "recipe": recipe.short_str(), "rotation": rotation,
             "rmse": math.sqrt(err.pow(2).mean().item()),
-            "rel_l2": (err.norm() / ref.norm()).item()}
+            "rel_l2": rel_l2(out, ref)}
 
 
 def fa3_outlier_experiment(*, seq: int = 2048, heads: int = 4, head_dim: int = 128, seeds: Sequence[int] = (0, 1, 2),

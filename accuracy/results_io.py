@@ -7,7 +7,8 @@ Exposed:
     check_row(row, where)                         the same check for one row (CSV readers use it): types, and
                                                   metrics in range (no negative or infinite error)
     loads_checked(text, where)                    json.loads with a depth limit, every error naming where
-    row_key(row) -> (input, input hash, recipe, implementation)   what a resumed run skips
+    row_key(row, across_runs=False) -> tuple      a row's identity (operator and model-impact rows): what a
+                                                  resumed run skips and a report counts once
     jsonl_text(rows, provenance) -> str           a JSONL result file's text
     ResultsFile                                   ``--out`` of a run: refuse / force / resume, rows
                                                   appended to ``<out>.partial`` as they finish, the
@@ -24,8 +25,8 @@ from pathlib import Path
 
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
-__all__ = ["MAX_JSON_DEPTH", "ResultsFile", "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl",
-           "read_log", "row_key"]
+__all__ = ["ACROSS_RUNS_IDENTITY", "IMPACT_IDENTITY", "IMPACT_KINDS", "MAX_JSON_DEPTH", "RUN_IDENTITY", "ResultsFile",
+           "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl", "read_log", "row_key"]
 
 # Row keys of numbers (or null) in an operator result row: error metrics are prefixed with these.
 _METRIC_PREFIXES = ("deq_", "orig_")
@@ -168,10 +169,29 @@ def read_jsonl(path: str | Path) -> tuple[list[dict], dict]:
         raise ValueError(f"{path} is a directory, not a result file") from None
 
 
-def row_key(row: dict) -> tuple:
-    """The identity of a result row: (input name, input content hash, recipe, implementation); the last is None
-    for a recipe's emulation and a real implementation's name for its row (accuracy.real_rows)."""
-    return (row.get("input"), row.get("input_content_hash"), row.get("recipe"), row.get("implementation"))
+# A result row's identity, the one definition: two rows equal on it are one measurement made twice (a resumed run
+# skips it, a report keeps the later one).
+# Operator rows (zyfa accuracy, study, cliffs, longctx): inside one run the input (name and content hash), the recipe
+# and the implementation (None for a recipe's emulation) decide a row: what a resumed or sharded run plans and skips.
+# Across runs (files from different machines, which a report merges) the platform emulated and the emulation a real
+# kernel was paired with separate it too; inside one run they follow from the other four.
+RUN_IDENTITY = ("input", "input_content_hash", "recipe", "implementation")
+ACROSS_RUNS_IDENTITY = (*RUN_IDENTITY, "platform", "paired_spec")
+# Model-impact rows (``kind`` one of IMPACT_KINDS, accuracy.impact): the model, recipe, window, swapped layer (None:
+# all layers), token count and text.
+IMPACT_KINDS = ("impact_window", "impact_layer")
+IMPACT_IDENTITY = ("kind", "model", "recipe", "window", "layer", "n_tokens", "text")
+
+
+def row_key(row: dict, *, across_runs: bool = False) -> tuple:
+    """The identity of a result row (see :data:`RUN_IDENTITY` and the comments above it): its values of
+    :data:`IMPACT_IDENTITY` for a model-impact row, else of :data:`RUN_IDENTITY`, or of
+    :data:`ACROSS_RUNS_IDENTITY` with ``across_runs`` (merging files of different runs)."""
+    if row.get("kind") in IMPACT_KINDS:
+        fields = IMPACT_IDENTITY
+    else:
+        fields = ACROSS_RUNS_IDENTITY if across_runs else RUN_IDENTITY
+    return tuple(row.get(f) for f in fields)
 
 
 class ResultsFile:

@@ -52,17 +52,14 @@ from accuracy.provenance import device_name, provenance
 from accuracy.real_rows import implementation_row
 from accuracy.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
 from reference.attention import attention_fp64
-from zyfa.emulator import emulate, quantize_inputs
+from zyfa.emulator import emulate, quantization_key, quantize_inputs
 from zyfa.outputs import atomic_write_text
 from zyfa.platforms import get_platform
 from zyfa.recipes import Recipe, get_recipe
 
-__all__ = ["QUANT_FIELDS", "ResultRows", "available_bytes", "check_memory", "input_key", "memory_estimate_bytes",
+__all__ = ["ResultRows", "available_bytes", "check_memory", "input_key", "memory_estimate_bytes",
            "read_results", "resolve_device", "run_accuracy", "write_results"]
 
-# Recipe fields that decide the dequantized inputs a kernel sees: recipes equal on these share a reference.
-QUANT_FIELDS = ("q_format", "k_format", "v_format", "q_scale", "k_scale", "v_scale", "scale_block_q",
-                "scale_block_kv", "k_smoothing")
 # Per-metric keys of compute_metrics that describe the output, not the reference: kept once, unprefixed.
 _UNPREFIXED = ("has_nan", "nonfinite_frac", "n_rows", "n_zero_ref_rows")
 # Query rows per block of the FP64 oracle (run_accuracy's chunk_size default).
@@ -282,7 +279,7 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
     base = _input_fields(inp)
     rows = []
     for recipe in recipes:
-        key = tuple(getattr(recipe, f) for f in QUANT_FIELDS)
+        key = quantization_key(recipe)
         if recipe not in todo:
             if key not in cache:
                 deq = quantize_inputs(x.q, x.k, x.v, recipe).dequantized()
@@ -342,7 +339,7 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
         if r not in emulations:
             em = emulate(x.q, x.k, x.v, r, **kw)
             deq = (em.q_deq, em.k_deq, em.v_deq)
-            key = tuple(getattr(r, f) for f in QUANT_FIELDS)
+            key = quantization_key(r)
             if all(torch.equal(a, b) for a, b in zip(deq, orig32, strict=True)):
                 ref = ref_orig
             elif key in cache and cache[key][3] is not None and all(

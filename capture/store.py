@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from capture.record import LayerRecord
+from capture.version import git_label
 
 SCHEMA = "zyfa-capture"
 SCHEMA_VERSION = 1
@@ -104,22 +105,6 @@ def _attr(v):
     if isinstance(v, np.generic):
         return v.item()
     return v
-
-
-def git_commit(start: Path | None = None) -> str:
-    """HEAD of the git checkout holding this package (``+dirty`` with uncommitted changes), or "unknown"."""
-    import subprocess
-
-    cwd = start or Path(__file__).resolve().parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
-        if head.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10)
-        return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def _open_h5(path: Path, mode: str) -> h5py.File:
@@ -547,7 +532,7 @@ class CaptureWriter:
         f.attrs["schema_version"] = SCHEMA_VERSION
         f.attrs["complete"] = False
         f.attrs["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        f.attrs["git_commit"] = git_commit()
+        f.attrs["git_commit"] = git_label()
         for k, v in meta.items():
             if v is None:
                 continue

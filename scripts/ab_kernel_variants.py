@@ -234,7 +234,8 @@ def main():
             p(line)
     p(f"warm {time.time()-t0:.0f}s")
     _identity(p)
-    from zyfa.bench import SHAPES, bench_heads, cudnn_fp8_call, flops, gaussian_kernel_call, rel_l2
+    from zyfa.bench import SHAPES, bench_heads, cudnn_fp8_call, flops, gaussian_kernel_call
+    from zyfa.norms import rel_l2
     from zyfa.timing import cuda_timer
     timer = cuda_timer(10, 60)
     res, peers, errs, refs = {}, {}, {}, {}

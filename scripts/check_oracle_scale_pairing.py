@@ -17,13 +17,10 @@ from accuracy.real_rows import _paired_output
 from accuracy.study.run import gaussian_specs
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate
+from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe
 
 RESULTS = Path(__file__).resolve().parents[1] / "reports" / "study" / "results.jsonl"
-
-
-def rel(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm())
 
 
 def main():
@@ -50,7 +47,7 @@ def main():
 
         own, ref = _paired_output(Pairing(r), paired, 0.0)
         oracle, _ = _paired_output(Pairing(r, "oracle"), paired, float(ref_orig[0].abs().max()))
-        e_own, e_oracle = rel(own, ref[0]), rel(oracle, ref[0])
+        e_own, e_oracle = rel_l2(own, ref[0]), rel_l2(oracle, ref[0])
         real = committed.get(("cudnn-fp8:oracle-scale", x.name))
         print(f"{x.name}: emulation error, scale_o from its own amax {e_own:.4e}, from the oracle's amax "
               f"{e_oracle:.4e} (ratio {e_oracle / e_own:.3f}); committed cudnn-fp8:oracle-scale real error "

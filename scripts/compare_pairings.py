@@ -44,13 +44,6 @@ def split_specs(text: str) -> list[str]:
     return out
 
 
-def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """The project's rel-L2 (accuracy.metrics), in float64."""
-    from accuracy.metrics import compute_metrics
-
-    return compute_metrics(out, ref)["rel_l2"]
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--impl", required=True, help="a built-in implementation name (zyfa implementations)")
@@ -72,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from accuracy.inputs import capture_inputs
     from reference.attention import attention_fp64
     from zyfa.emulator import emulate
+    from zyfa.norms import rel_l2
 
     try:
         impl = get_implementation(args.impl)

@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from zyfa.norms import rel_l2  # noqa: E402
+
 PROBE_HEAD_DIMS = (64, 128, 256)
 PROBE_SEQ = 512
 PROBE_LOGIT_STD = 2.0
@@ -205,13 +207,6 @@ def candidates(head_dim: int, s_q: int, s_k: int, batch_heads: int) -> dict[str,
     }
 
 
-def _rel_l2(out, ref) -> float:
-    """The project's rel-L2 (accuracy.metrics), in float64."""
-    from accuracy.metrics import compute_metrics
-
-    return compute_metrics(out, ref)["rel_l2"]
-
-
 def fit(path: Path) -> None:
     from accuracy.inputs import make_gaussian
     from reference.attention import attention_fp64
@@ -243,13 +238,13 @@ def fit(path: Path) -> None:
         ref = attention_fp64(q[None, None], k[None, None], v[None, None], causal=bool(x.causal), sm_scale=sm)
         ref = (ref[0] if isinstance(ref, tuple) else ref)[0, 0]
         emu = emulate(q[None, None], k[None, None], v[None, None], "bf16", causal=bool(x.causal), sm_scale=sm)
-        e_emu = _rel_l2(emu.out[0, 0], ref)
+        e_emu = rel_l2(emu.out[0, 0], ref)
         real = rec["out"][0, 0]
         cells = []
         for label, cand in candidates(q.shape[-1], q.shape[0], k.shape[0], 1).items():
             got = fa2_model(q, k, v, sm_scale=sm, causal=bool(x.causal), **cand)
-            cells.append(f"{label}: {_rel_l2(got, ref) / e_emu:.4f}, {_rel_l2(got, real):.1e}")
-        print(f"| {rec['name']} | {_rel_l2(real, ref) / e_emu:.4f} | " + "; ".join(cells) + " |")
+            cells.append(f"{label}: {rel_l2(got, ref) / e_emu:.4f}, {rel_l2(got, real):.1e}")
+        print(f"| {rec['name']} | {rel_l2(real, ref) / e_emu:.4f} | " + "; ".join(cells) + " |")
 
 
 def main(argv=None) -> None:

@@ -18,15 +18,16 @@ import dataclasses
 from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate
+from zyfa.norms import rel_l2
 from zyfa.platforms import get_platform
 from zyfa.recipes import get_recipe
 
 
-def rel_l2(recipe, x, platform=None) -> float:
+def emulation_error(recipe, x, platform=None) -> float:
     kw = dict(causal=x.causal, window=x.window, sm_scale=x.sm_scale)
     em = emulate(x.q, x.k, x.v, recipe, platform=platform, **kw)
     ref = attention_fp64(em.q_deq, em.k_deq, em.v_deq, **kw)[0]
-    return float((em.out.double() - ref).norm() / ref.norm())
+    return rel_l2(em.out, ref)
 
 
 def main() -> None:
@@ -35,12 +36,12 @@ def main() -> None:
     inputs += [make_gaussian(GaussianSpec(heads_q=2, heads_kv=2, seq=1024, head_dim=128, outlier_frac=0.001, seed=0))]
     for x in inputs:
         for name in ("zyfa-hopper", "fa3", "cudnn-fp8", "zyfa@h200", "ck@h200", "aiter@h200"):
-            a, b = rel_l2(name, x, pv_only), rel_l2(name, x, "h200")
+            a, b = emulation_error(name, x, pv_only), emulation_error(name, x, "h200")
             print(f"{x.name} {name}: Q.K fp32 {a:.5e}  Q.K modelled {b:.5e}  ratio {b / a:.4f}", flush=True)
     for frac in (0.0, 0.001):
         x = make_gaussian(GaussianSpec(heads_q=2, heads_kv=2, seq=2048, head_dim=128, outlier_frac=frac, seed=0))
-        a = rel_l2(get_recipe("fa3").replace(name="fa3-128x128", head_dim_tiles=()), x)
-        b = rel_l2("fa3", x)
+        a = emulation_error(get_recipe("fa3").replace(name="fa3-128x128", head_dim_tiles=()), x)
+        b = emulation_error("fa3", x)
         print(f"fa3 tiles, {x.name}: 128x128 {a:.5e}  128x224 {b:.5e}  ratio {b / a:.4f}", flush=True)
 
 

@@ -13,6 +13,7 @@ import torch
 
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate
+from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe
 
 
@@ -49,7 +50,7 @@ def main() -> None:
                 if key not in cache:
                     cache[key] = attention_fp64(emu.q_deq, emu.k_deq, emu.v_deq)[0]
                 ref = cache[key]
-                errs.append(((emu.out.double() - ref).norm() / ref.norm()).item())
+                errs.append(rel_l2(emu.out, ref))
             cells.append(f"{100 * sum(errs) / len(errs):.3f}%")
         print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
 

@@ -16,15 +16,6 @@ import argparse
 import glob
 import sys
 
-import torch
-
-
-def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """The project's rel-L2 (accuracy.metrics), in float64."""
-    from accuracy.metrics import compute_metrics
-
-    return compute_metrics(out, ref)["rel_l2"]
-
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -37,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     from reference.attention import attention_fp64
     from zyfa.emulator import emulate
     from zyfa.kernels.attention_fp8 import recipe_from_spec
+    from zyfa.norms import rel_l2
 
     variants = [args.recipe] + [f"{args.recipe}:{t}_format=bf16" for t in "qkv"] + ["bf16"]
     try:

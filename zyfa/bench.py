@@ -27,9 +27,10 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 
+from capture.version import git_label
+from zyfa.norms import rel_l2
 from zyfa.outputs import atomic_write_text
 from zyfa.timing import NvmlClock, Sample, cuda_timer, ratio_summary, summarize, time_interleaved
 
@@ -119,12 +120,6 @@ def gaussian_kernel_call(shape: str, s: int, causal: bool, spec: str, config: di
                         window=None, config=config)
 
     return fn, (q, k, v)
-
-
-def rel_l2(a, b):
-    a = a.float()
-    b = b.float()
-    return float((a - b).norm() / b.norm().clamp(min=1e-30))
 
 
 def gaussian_qkv(b, h, h_kv, s, d_qk, d_v, seed=0, device="cuda"):
@@ -286,21 +281,6 @@ def _versions():
     except Exception:  # noqa: BLE001
         pass
     return v
-
-
-def _git_commit():
-    """HEAD's hash (+ '-dirty' with local changes); ZYFA_GIT_COMMIT overrides (copies without .git)."""
-    if os.environ.get("ZYFA_GIT_COMMIT"):
-        return os.environ["ZYFA_GIT_COMMIT"]
-    cwd = os.path.dirname(os.path.abspath(__file__))
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=cwd).stdout.strip()
-        if len(head) != 40:
-            return "unknown (no git repository here)"
-        dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=cwd).stdout
-        return head + ("-dirty" if dirty.strip() else "")
-    except Exception:  # noqa: BLE001
-        return "unknown"
 
 
 def _find_capture(spec):
@@ -943,7 +923,7 @@ def main(args) -> int:
     date = _dt.datetime.now(_dt.timezone.utc)
     os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
     meta = {"command": "zyfa bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
-            "date": date.isoformat(timespec="seconds"), "git_commit": _git_commit(), "versions": _versions(),
+            "date": date.isoformat(timespec="seconds"), "git_commit": git_label(), "versions": _versions(),
             "device": torch.cuda.get_device_name(), "inputs_note": "Gaussian N(0,1) bf16 q, k, v (batch 1)",
             "nvml": clock is not None, "repeats": args.repeats, "warmup_ms": args.warmup, "rep_ms": args.rep,
             "kernels": {name: spec for name, spec in plugins}}

@@ -11,9 +11,9 @@ import argparse
 import importlib
 import importlib.util
 import os
-import subprocess
 import sys
-from pathlib import Path
+
+from capture.version import git_label, git_state
 
 DESCRIPTION = "zyfa: speed and numerical error of FP8 FlashAttention, one subcommand per capability."
 
@@ -40,32 +40,12 @@ def _available() -> dict[str, tuple[str, str]]:
     return found
 
 
-def git_commit() -> str | None:
-    """The checkout's commit (12 hex digits, '-dirty' with local changes) when zyfa runs from a git checkout of
-    this project; ``$ZYFA_GIT_COMMIT`` where set (a copy without .git); None for an installed copy."""
-    if os.environ.get("ZYFA_GIT_COMMIT"):
-        return os.environ["ZYFA_GIT_COMMIT"]
-    root = Path(__file__).resolve().parent.parent
-    try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, cwd=root,
-                             timeout=10)
-        if top.returncode or Path(top.stdout.strip()).resolve() != root:
-            return None  # not a checkout, or zyfa installed inside someone else's repository
-        head = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
-                              cwd=root, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=root, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return (head + ("-dirty" if dirty else "")) if head else None
-
-
 def version_string() -> str:
-    """'zyfa 0.1.0 (git 0123456789ab)', the commit only where there is one."""
+    """'zyfa 0.1.0 (git <commit>[+dirty])' (:func:`capture.version.git_label`), the commit only where there is one."""
     from zyfa import __version__
 
-    commit = git_commit()
-    return f"zyfa {__version__}" + (f" (git {commit})" if commit else "")
+    state = git_state()
+    return f"zyfa {__version__}" + (f" (git {git_label(state)})" if state.commit else "")
 
 
 def build_parser() -> argparse.ArgumentParser:

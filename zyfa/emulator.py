@@ -8,7 +8,8 @@ order of fp32 sums differs from hardware, far below FP8 error (docs/DESIGN.md, '
 The GPU's own arithmetic comes from a platform (:mod:`zyfa.platforms`, default the recipe's ``platform``): on
 one whose matrix unit truncates FP8 sums (``h200``) both Q·K and P·V go through its accumulator model.
 
-Exposed: :func:`emulate`, :func:`quantize_inputs`, :class:`Emulation`, :class:`QuantizedInputs`.
+Exposed: :func:`emulate`, :func:`quantize_inputs`, :func:`quantization_key` (with :data:`QUANT_FIELDS`),
+:class:`Emulation`, :class:`QuantizedInputs`.
 """
 
 from __future__ import annotations
@@ -186,6 +187,19 @@ def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, h
     if granularity == "block":
         descale = descale.repeat_interleave(block, dim=2)[:, :, :s]
     return values, descale
+
+
+# The recipe fields quantize_inputs reads: recipes equal on them see the same dequantized inputs and so share one FP64
+# reference on those (accuracy.runner, accuracy.cliffs; tests/zyfa/test_quantization_key.py checks it against the code)
+QUANT_FIELDS = ("qk_rotation", "rotation_seed", "k_smoothing", "q_format", "q_scale", "scale_block_q", "k_format",
+                "k_scale", "scale_block_kv", "v_format", "v_scale")
+
+
+def quantization_key(recipe: Recipe) -> tuple:
+    """``recipe``'s values of :data:`QUANT_FIELDS` (the seed only where Q and K are rotated): the key of a shared
+    FP64 reference on its dequantized inputs."""
+    return tuple(None if f == "rotation_seed" and recipe.qk_rotation == "none" else getattr(recipe, f)
+                 for f in QUANT_FIELDS)
 
 
 def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:

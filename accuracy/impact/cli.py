@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from accuracy.impact.rows import drop_rows, json_default, parse_drop_spec, read_rows, row_key
+from accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
 from accuracy.impact.run import DEFAULT_LAYER_RECIPES, DEFAULT_RECIPES, run_impact
 from accuracy.impact.section import command_of, results_paths, write_markdown
 from accuracy.results_io import ResultsFile
@@ -279,7 +279,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
 
     def done(cell) -> bool:  # a window cell is done when its row is; a sweep cell is planned until run
         kind, m, w, r = cell
-        return kind == "window" and ("impact_window", m, r, w, None, args.tokens, args.text) in results.done
+        return kind == "window" and impact_key("impact_window", m, r, w, None, args.tokens, args.text) in results.done
 
     todo = [i for i, c in enumerate(cells) if not done(c)]
     shares = plan([costs[i] for i in todo], dist.world)
@@ -308,7 +308,8 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
         say(f"zyfa impact: interrupted; the rows finished so far are in {results.folder} (rerun with --resume)")
         return 130
     made = dist.gather(sorted((list(k) for k in sink.done), key=repr))
-    windows = [("impact_window", m, r, w, None, args.tokens, args.text) for kind, m, w, r in cells if kind == "window"]
+    windows = [impact_key("impact_window", m, r, w, None, args.tokens, args.text) for kind, m, w, r in cells
+               if kind == "window"]
     keys = list(dict.fromkeys([*windows, *(tuple(k) for ks in made for k in ks)]))  # a window row missing: refused
 
     def write(rows, path: Path, _prov) -> None:

@@ -7,8 +7,9 @@ emulator fix of commit 2f53d66 is corrected at load time, with a note, see :func
 :func:`drop_rows` (``zyfa impact --drop-rows model:recipe:window``) removes rows, keeping them in
 ``<file>.dropped``, so that a ``--resume`` run measures them again. Torch-free.
 
-Exposed: ``read_rows``, ``row_key``, ``row_date``, ``json_default``, ``load_rows``, ``prepare_rows``,
-``correct_p_flushed``, ``stale_rows``, ``dedup_rows``, ``file_sha256``, ``parse_drop_spec``, ``drop_rows``.
+Exposed: ``read_rows``, ``row_key`` (:func:`accuracy.results_io.row_key`, re-exported), ``impact_key``, ``row_date``,
+``json_default``, ``load_rows``, ``prepare_rows``, ``correct_p_flushed``, ``stale_rows``, ``dedup_rows``,
+``file_sha256``, ``parse_drop_spec``, ``drop_rows``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from accuracy.results_io import row_key
+from capture.version import git_state
 from zyfa.recipes import Recipe, get_recipe
 
 BLOCK_TOKENS = 256  # tokens per block for the pooled block CI and the per-block KL in the rows
@@ -37,10 +40,11 @@ def json_default(x):
     raise TypeError(f"not JSON serializable: {type(x)}")
 
 
-def row_key(row: dict[str, Any]) -> tuple:
-    """What one row measures: two rows with the same key are the same measurement."""
-    return (row.get("kind"), row.get("model"), row.get("recipe"), row.get("window"), row.get("layer"),
-            row.get("n_tokens"), row.get("text"))
+def impact_key(kind: str, model: str, recipe: str, window: int, layer: int | None, n_tokens: int,
+               text: str) -> tuple:
+    """The :func:`accuracy.results_io.row_key` of the impact row these values describe (what a run plans and skips)."""
+    return row_key({"kind": kind, "model": model, "recipe": recipe, "window": window, "layer": layer,
+                    "n_tokens": n_tokens, "text": text})
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
@@ -328,12 +332,7 @@ def drop_rows(path: str | Path, patterns: list[tuple[str, str, str, str]] | str,
     sidecar = path.with_name(path.name + ".dropped")
     if not dropped:
         return 0, sidecar
-    try:
-        from accuracy.provenance import git_state
-
-        commit = git_state()[0]
-    except Exception:  # noqa: BLE001
-        commit = None
+    commit = git_state().commit
     record = {"utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "spec": spec, "from": path.name, "git_commit": commit,
               "reason": reason}

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 
 from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, model_attention, stock_logits
+from accuracy.impact.rows import impact_key
+from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe
 
 DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
@@ -31,12 +33,6 @@ def _sha256(data: bytes) -> str:
 def ids_hash(ids: Iterable[int]) -> str:
     """sha256 of the token ids as comma-separated decimal text."""
     return _sha256(",".join(str(int(i)) for i in ids).encode())
-
-
-def _rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
-    diff = out.double() - ref.double()
-    den = float(torch.linalg.vector_norm(ref.double()))
-    return float(torch.linalg.vector_norm(diff)) / den if den > 0 else math.nan
 
 
 def _window_row(cmp: dict[str, Any]) -> dict[str, Any]:
@@ -114,7 +110,7 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
         mine = [c for c in impact_cells([model_name], recipes, impl_names, windows=windows,
                                         per_layer=per_layer, layer_recipes=layer_recipes,
                                         layer_windows=layer_windows) if owns(*c)]
-        if not any(k != "window" or ("impact_window", m, r, w, None, n_tokens, text) not in sink.done
+        if not any(k != "window" or impact_key("impact_window", m, r, w, None, n_tokens, text) not in sink.done
                    for k, m, w, r in mine):
             continue  # nothing of this model left for this process
         t_load = time.perf_counter()
@@ -145,11 +141,11 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
             prov = {**loaded.provenance, "text_sha256": text_sha, "token_ids_sha256": ids_hash(tw.ids),
                     "transformers": _version("transformers"), "run_started_utc": started}
             todo = [r for r in [*recipes, *impl_names]
-                    if ("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done
+                    if impact_key("impact_window", model_name, r, w, None, n_tokens, text) not in sink.done
                     and owns("window", model_name, w, r)]
             sweep_here = do_sweep and w < layer_windows
             sweep_todo = [(lay, r) for lay in sweep_layers for r in layer_recipes
-                          if ("impact_layer", model_name, r, w, lay, n_tokens, text) not in sink.done
+                          if impact_key("impact_layer", model_name, r, w, lay, n_tokens, text) not in sink.done
                           and owns("layer", model_name, w, r)]
             if not todo and not (sweep_here and sweep_todo):
                 bar.update(n_layers * (1 + len(recipes)) + (n_layers * (1 + len(sweep_layers) * len(layer_recipes))
@@ -235,7 +231,7 @@ def _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, todo, n_layers, 
                     ref_orig[layer] = attention_fp64(q, k, v, causal=True, sm_scale=sm_scale, window=window)[0]
                 ref_deq = attention_fp64(emu.q_deq, emu.k_deq, emu.v_deq, causal=True, sm_scale=sm_scale,
                                          window=window)[0]
-                op.update(op_rel_l2=_rel_l2(emu.out, ref_orig[layer]), op_rel_l2_deq=_rel_l2(emu.out, ref_deq),
+                op.update(op_rel_l2=rel_l2(emu.out, ref_orig[layer]), op_rel_l2_deq=rel_l2(emu.out, ref_deq),
                           q_amax=float(q.abs().max()), k_amax=float(k.abs().max()), v_amax=float(v.abs().max()),
                           window_size=window)
 

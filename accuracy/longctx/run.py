@@ -40,6 +40,7 @@ from accuracy.implementations import ImplementationError, device_platform
 from accuracy.longctx.tasks import TASKS, PromptError, build_prompt, min_length
 from accuracy.results_io import row_key
 from accuracy.run_harness import WorkBudget
+from zyfa.norms import rel_l2
 
 __all__ = ["DECODE_NOTE", "DEFAULT_DEPTHS", "DEFAULT_LENGTHS", "GridSpec", "accumulation", "plan_lengths", "row_input",
            "run_longctx"]
@@ -95,11 +96,6 @@ def _op_layer_set(n_layers: int, k: int) -> list[int]:
     if k == 1:
         return [n_layers // 2]
     return sorted({round(i * (n_layers - 1) / (k - 1)) for i in range(k)})
-
-
-def _rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
-    den = float(torch.linalg.vector_norm(ref.double()))
-    return float(torch.linalg.vector_norm(out.double() - ref.double())) / den if den > 0 else math.nan
 
 
 def _max_context(model_name: str) -> int | None:
@@ -302,7 +298,7 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
         if layer in op_layers and str(layer) not in op:
             ref = attention_fp64(q[:1], k[:1], v[:1], causal=True, sm_scale=sm_scale, window=window,
                                  device=q.device)[0]
-            op[str(layer)] = _rel_l2(out[:1], ref)
+            op[str(layer)] = rel_l2(out[:1], ref)
 
     fn = None if name == STOCK else model_attention(name, fallback=spec.fallback, plugins=plugins,
                                                     on_output=on_output)

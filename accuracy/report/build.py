@@ -40,7 +40,7 @@ from accuracy.report.front import model_anchor, section_front
 from accuracy.report.plots import png, pyplot
 from accuracy.report.real_kernels import measured_label, measured_on, unavailable_of
 from accuracy.report.speed import section_speed
-from accuracy.results_io import read_jsonl
+from accuracy.results_io import read_jsonl, row_key
 from accuracy.verdict import spearman_with_p
 
 __all__ = ["GAUSSIAN", "Results", "build_report", "group_of", "load_results", "select_recipes"]
@@ -88,13 +88,6 @@ class Results:
     orphans: int = 0  # rows whose run_id no provenance record of the files names (flagged in the report)
 
 
-def _row_key(row: dict) -> tuple:
-    """What a result row measured: the input (name and content hash), the recipe, the implementation, the platform
-    and the emulation a real kernel was paired with. Two rows with one key are one measurement made twice."""
-    return (row.get("input"), row.get("input_content_hash"), row.get("recipe"), row.get("implementation"),
-            row.get("platform"), row.get("paired_spec"))
-
-
 def _read_one(path: Path) -> tuple[list[dict], dict]:
     if path.suffix.lower() == ".jsonl":  # no torch import needed for JSONL
         return read_jsonl(path)
@@ -131,7 +124,7 @@ def load_results(paths: Sequence[str | Path]) -> Results:
     # replaces the earlier row in place, so no input counts twice in a mean or an interval
     kept: dict[tuple, dict] = {}
     for row in rows:
-        kept[_row_key(row)] = row
+        kept[row_key(row, across_runs=True)] = row
     replaced = len(rows) - len(kept)
     rows = list(kept.values())
     order += [x for x in dict.fromkeys(r["recipe"] for r in rows) if x not in order]  # each once

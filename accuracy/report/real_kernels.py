@@ -3,12 +3,11 @@
 Built from result rows only (``real: true`` rows of :func:`accuracy.runner.run_accuracy` with implementations):
 one table row per (implementation, input) with the real kernel's error against the FP64 oracle, its paired
 recipe's emulation error on the same reference, their ratio and the rel-L2 between the two outputs; rows whose
-ratio falls outside :data:`RATIO_BAND` are flagged. Implementations that failed, could not take an input, or
-were not available on the machine are listed with the reason.
+ratio falls outside :data:`accuracy.tolerances.KERNEL_VS_EMULATION` are flagged. Implementations that failed, could
+not take an input, or were not available on the machine are listed with the reason.
 
 Exposed:
-    RATIO_BAND
-    MEASURED_CAUSES: {implementation: why its rows fall outside RATIO_BAND}, each measured (docs/real_kernels.md)
+    MEASURED_CAUSES: {implementation: why its rows fall outside the band}, each measured (docs/real_kernels.md)
     real_vs_emulated(rows) -> list[dict]     one dict per compared (implementation, input)
     not_run(rows, provenance=None) -> list[dict]   failed / unsupported rows and unavailable implementations
     real_kernel_blocks(rows, provenance=None) -> list[tuple]   report blocks (accuracy.report.blocks)
@@ -24,13 +23,12 @@ import math
 from collections.abc import Sequence
 
 from accuracy.report.blocks import fmt
+from accuracy.tolerances import KERNEL_VS_EMULATION
 
-__all__ = ["MEASURED_CAUSES", "RATIO_BAND", "measured_label", "measured_on", "not_run", "real_kernel_blocks",
+__all__ = ["MEASURED_CAUSES", "measured_label", "measured_on", "not_run", "real_kernel_blocks",
            "real_vs_emulated", "report_section", "split_real", "unavailable_of"]
 
-RATIO_BAND = (0.97, 1.03)
-
-# Why a built-in implementation's rows fall outside RATIO_BAND, where that was measured; the report names the
+# Why a built-in implementation's rows fall outside KERNEL_VS_EMULATION, where that was measured; the report names the
 # cause under its table, and says "cause not established" for a flagged implementation missing here.
 MEASURED_CAUSES = {
     "sdpa-bf16:flash": (
@@ -91,7 +89,7 @@ def real_vs_emulated(rows: Sequence[dict]) -> list[dict]:
             "no_platform_model": no_model,
             "device_name": r.get("device_name"), "basis": basis, "real_rel_l2": real, "emu_rel_l2": emu,
             "ratio": ratio, "real_vs_emu_rel_l2": _num(r.get("real_vs_emu_rel_l2")),
-            "flagged": ratio is None or not (RATIO_BAND[0] <= ratio <= RATIO_BAND[1]),
+            "flagged": not KERNEL_VS_EMULATION.contains(ratio),
             "scale_o_choice": r.get("scale_o_choice"),
         })
     return out
@@ -143,7 +141,7 @@ def real_kernel_blocks(rows: Sequence[dict], provenance: dict | None = None) -> 
     missing = not_run(rows, provenance)
     if not table and not missing:
         return []
-    lo, hi = RATIO_BAND
+    lo, hi = KERNEL_VS_EMULATION
     blocks: list[tuple] = [("h", 2, "Real kernels vs their emulations")]
     if table:
         devices = sorted({t["device_name"] for t in table if t["device_name"]})

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 import zyfa
-from accuracy.provenance import device_name, git_state, provenance
+from accuracy.provenance import device_name, provenance
+from capture.version import git_state
 
 HOST = "zyfa-test-host-4e7c1d"  # a name no real field could contain by chance
 

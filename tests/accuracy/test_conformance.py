@@ -22,6 +22,7 @@ from accuracy.implementations import (
     load_plugin,
 )
 from accuracy.runner import read_results
+from accuracy.tolerances import SUSPECT_BAND
 from zyfa.cli import main
 
 EXAMPLE_FILE = Path(__file__).resolve().parents[2] / "examples" / "fp8_torch_attention.py"
@@ -109,7 +110,7 @@ def test_ratio_outside_the_band_is_suspect(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
     assert main([*SMALL, "--kernel", EXAMPLE, "--kernel-recipe", "fp32", "--out", str(out)]) == 0
     row = read_results(out)[-1]
-    lo, hi = conformance.SUSPECT_BAND
+    lo, hi = SUSPECT_BAND
     assert row["status"] == "suspect" and not lo <= row["real_emu_ratio"] <= hi
     assert f"outside [{lo}, {hi}]" in row["reason"]
     assert "suspect: plugin:" in capsys.readouterr().out

@@ -20,6 +20,7 @@ from accuracy.implementations import (
 )
 from accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
 from reference.attention import attention_fp64
+from zyfa.norms import rel_l2
 from zyfa.recipes import Recipe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -296,12 +297,12 @@ def test_example_plugin_matches_independent_reference(kw):
     for spec in (f"{EXAMPLE}:attention", "examples.fp8_torch_attention:attention"):
         res = call_implementation(load_plugin(spec), x)
         ref_out, ref_lse = _expected_example(x)
-        err_vs_expected = float((res.out.double() - ref_out).norm() / ref_out.norm())
+        err_vs_expected = rel_l2(res.out, ref_out)
         assert err_vs_expected < 2e-6, err_vs_expected  # the same maths in fp32
         assert float((res.lse.double() - ref_lse).abs().max()) < 1e-4
         # and a sensible FP8 error against FP64 on the original inputs: per-tensor e4m3 costs a few percent
         orig = attention_fp64(x.q, x.k, x.v, causal=x.causal, window=x.window)[0]
-        err = float((res.out.double() - orig).norm() / orig.norm())
+        err = rel_l2(res.out, orig)
         assert 0.005 < err < 0.08, err
 
 

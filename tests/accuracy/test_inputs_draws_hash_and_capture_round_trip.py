@@ -13,6 +13,7 @@ import torch
 from accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, content_hash, file_sha256, make_gaussian
 from capture.record import LayerRecord
 from capture.store import CaptureWriter
+from capture.version import git_label
 
 
 def _draws(spec: GaussianSpec):
@@ -240,7 +241,8 @@ def test_capture_round_trip_tensors_and_provenance(tmp_path):
             "org/Sub/Model", "local", "pkg", "a" * 64)
         assert (m["text_source"], m["text_sha256"], m["dtype"], m["transformers_version"]) == (
             "txt", "b" * 64, "bfloat16", "none")
-        assert int(m["seq_len"]) == SEQ and isinstance(m["created"], str) and "git_commit" in m
+        assert int(m["seq_len"]) == SEQ and isinstance(m["created"], str)
+        assert m["git_commit"] == git_label()  # capture.version's one format
         assert "torch_version" not in m and "num_q_heads" not in m  # only the listed provenance keys
         assert m["layer"] == layer and isinstance(m["layer"], int)
         assert m["layer_type"] == "full" and m["q_heads"] == [0, 1, 2, 3] and m["kv_heads"] == [0, 1]

@@ -13,6 +13,7 @@ from accuracy.inputs import GaussianSpec, make_gaussian
 from accuracy.real_rows import implementation_row, row_label
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate
+from zyfa.norms import rel_l2
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fp8_torch_attention.py"
 CPU = torch.device("cpu")
@@ -32,10 +33,6 @@ def _paired(x):
     return paired
 
 
-def _rel(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm())
-
-
 def test_plugin_row_paired_with_a_recipe(x):
     ref_orig = attention_fp64(x.q, x.k, x.v, causal=True)
     row = implementation_row(load_plugin(f"{EXAMPLE}:attention", recipe="zyfa"), x, base={"input": x.name},
@@ -51,10 +48,10 @@ def test_plugin_row_paired_with_a_recipe(x):
     spec.loader.exec_module(mod)
     out, _ = mod.attention(x.q, x.k, x.v, causal=True, sm_scale=64 ** -0.5, window=None)
     em = emulate(x.q, x.k, x.v, "zyfa", causal=True)
-    assert row["orig_rel_l2"] == pytest.approx(_rel(out, ref_orig[0]), rel=1e-9)
-    assert row["emu_orig_rel_l2"] == pytest.approx(_rel(em.out, ref_orig[0]), rel=1e-9)
+    assert row["orig_rel_l2"] == pytest.approx(rel_l2(out, ref_orig[0]), rel=1e-9)
+    assert row["emu_orig_rel_l2"] == pytest.approx(rel_l2(em.out, ref_orig[0]), rel=1e-9)
     assert row["real_emu_ratio"] == pytest.approx(row["orig_rel_l2"] / row["emu_orig_rel_l2"], rel=1e-12)
-    assert row["real_vs_emu_rel_l2"] == pytest.approx(_rel(out, em.out), rel=1e-9)
+    assert row["real_vs_emu_rel_l2"] == pytest.approx(rel_l2(out, em.out), rel=1e-9)
     assert "deq_rel_l2" in row and "orig_lse_max_abs_err" in row
     # per-tensor FP8 like zyfa's quantizer: total errors of the same order
     assert 0.5 < row["real_emu_ratio"] < 2.0

@@ -1,4 +1,5 @@
-"""``capture.store.git_commit``: the ``git_commit`` provenance attribute of every capture, on real git repositories."""
+"""``capture.version``: the one git reader (``git_state``, ``git_label``), whose label is the ``git_commit`` attribute
+of every capture (``capture.store``), on real git repositories."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import capture.store
-from capture.store import git_commit
+import capture.version
+from capture.version import GitState, git_label, git_state
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -23,6 +24,15 @@ def _git(repo: Path, *args: str) -> str:
     out = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True,
                          env={**os.environ, **ENV})
     return out.stdout.strip()
+
+
+@pytest.fixture(autouse=True)
+def _no_override(monkeypatch):
+    monkeypatch.delenv("ZYFA_GIT_COMMIT", raising=False)
+
+
+def git_commit(start=None) -> str:
+    return git_label(git_state(start))
 
 
 @pytest.fixture
@@ -73,14 +83,29 @@ def test_missing_git_gives_unknown(repo, monkeypatch):
     assert git_commit(repo) == "unknown"
 
 
-def test_default_is_the_package_folder():
-    here = Path(capture.store.__file__).resolve().parent
-    assert git_commit() == git_commit(here)
+def test_state_is_commit_and_dirty_flag(repo):
+    head = _git(repo, "log", "-1", "--format=%H")
+    assert git_state(repo) == GitState(head, False)
+    (repo / "a.txt").write_text("two\n")
+    assert git_state(repo) == (head, True)
+    assert git_label(GitState(None, None)) == "unknown"
+
+
+def test_environment_names_the_commit_with_dirty_unknown(repo, monkeypatch):
+    monkeypatch.setenv("ZYFA_GIT_COMMIT", "0123abc")
+    assert git_state(repo) == GitState("0123abc", None)
+    assert git_label() == "0123abc"
+
+
+def test_default_is_this_projects_checkout():
+    root = Path(capture.version.__file__).resolve().parents[1]
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True)
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True)
     except OSError:
         return
-    if head.returncode == 0:
-        assert git_commit().removesuffix("+dirty") == head.stdout.strip()
+    if top.returncode == 0 and Path(top.stdout.strip()).resolve() == root:
+        assert git_state() == git_state(root)
+        assert git_commit().removesuffix("+dirty") == _git(root, "rev-parse", "HEAD")
     else:
-        assert git_commit() == "unknown"
+        assert git_state() == (None, None)
+

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.kernels.test_attention_fp8_gpu import H1, _inputs, _rel, _seed
+from tests.kernels.test_attention_fp8_gpu import H1, _inputs, _seed
+from zyfa.norms import rel_l2
 
 pytestmark = pytest.mark.gpu
 
@@ -43,7 +44,7 @@ def test_gluon_agrees_with_emulator(pingpong, shape_name):
     out, lse, em, ref = _run_gluon(shape, _seed(shape_name), pingpong)
     torch.cuda.synchronize()
     assert torch.isfinite(out.float()).all()
-    e_k, e_e = _rel(out, ref), _rel(em.out, ref)
+    e_k, e_e = rel_l2(out, ref), rel_l2(em.out, ref)
     print(f"gluon pingpong={pingpong} {shape_name}: kernel {e_k:.5f} emulator {e_e:.5f} ratio {e_k / e_e:.4f}")
     assert 0.97 <= e_k / e_e <= 1.03, f"kernel error {e_k:.5f} vs emulator {e_e:.5f}"
     assert (lse.double() - em.lse.double()).abs().max().item() < 0.1

@@ -10,6 +10,7 @@ from accuracy.impact.model import ModelAttention, UnsupportedLayerError, model_a
 from accuracy.implementations import Implementation, ImplResult, get_implementation, load_plugin
 from capture.hook import swap_attention
 from tests.longctx.conftest import tiny_llama
+from zyfa.norms import rel_l2
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
@@ -18,10 +19,6 @@ def _hidden(model, ids, fn=None, layers=None):
     ctx = swap_attention(model, fn, layers=layers) if fn is not None else torch.no_grad()
     with torch.no_grad(), ctx:
         return model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
-
-
-def _rel(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm())
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +35,7 @@ def test_fp32_paths_reproduce_stock(llama, ids):
     ref = _hidden(llama, ids)
     for name in ("sdpa-fp32", "fp32"):  # a registry built-in, the emulator
         fn = model_attention(name)
-        assert _rel(_hidden(llama, ids, fn), ref) < 1e-5
+        assert rel_l2(_hidden(llama, ids, fn), ref) < 1e-5
         assert fn.ran_summary() == {fn.name: [0, 1]}
 
 
@@ -46,7 +43,7 @@ def test_fp8_emulator_changes_the_output_by_fp8_error(llama, ids):
     ref = _hidden(llama, ids)
     fn = model_attention("zyfa")
     assert fn.name == "emulator:zyfa"
-    assert 1e-4 < _rel(_hidden(llama, ids, fn), ref) < 0.2
+    assert 1e-4 < rel_l2(_hidden(llama, ids, fn), ref) < 0.2
 
 
 def test_plugin_runs_in_the_model_and_only_in_chosen_layers(llama, ids):
@@ -76,10 +73,10 @@ def test_refused_layer_is_an_error_unless_fallback_and_then_recorded():
     fn = ModelAttention(_no_window_kernel(), fallback="stock")
     out = _hidden(model, ids, fn)
     assert fn.ran_summary() == {"stock sdpa (fallback: sliding window not supported)": [0, 1]}
-    assert _rel(out, _hidden(model, ids)) < 1e-6
+    assert rel_l2(out, _hidden(model, ids)) < 1e-6
     # a kernel that takes the window computes it, bottom-right aligned as the model's mask
     fn = model_attention("sdpa-fp32")
-    assert _rel(_hidden(model, ids, fn), _hidden(model, ids)) < 1e-5
+    assert rel_l2(_hidden(model, ids, fn), _hidden(model, ids)) < 1e-5
     assert fn.ran_summary() == {"sdpa-fp32": [0, 1]}
 
 
@@ -105,4 +102,4 @@ def test_gpu_implementations_in_the_model(name):
     ref = _hidden(model, ids)
     out = _hidden(model, ids, fn)
     assert fn.ran_summary() == {fn.name: [0, 1]}  # the kernel itself ran in every layer: no silent fallback
-    assert 1e-5 < _rel(out, ref) < 0.2
+    assert 1e-5 < rel_l2(out, ref) < 0.2

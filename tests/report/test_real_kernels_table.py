@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from accuracy.report.blocks import blocks_markdown
-from accuracy.report.real_kernels import RATIO_BAND, not_run, real_kernel_blocks, real_vs_emulated
+from accuracy.report.real_kernels import not_run, real_kernel_blocks, real_vs_emulated
+from accuracy.tolerances import KERNEL_VS_EMULATION
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "real_rows_cpu.jsonl"
 
@@ -32,7 +33,7 @@ def test_one_entry_per_compared_row(recorded):
         assert t["real_rel_l2"] == r[f"{basis}_rel_l2"] and t["emu_rel_l2"] == r[f"emu_{basis}_rel_l2"]
         ratio = r[f"{basis}_rel_l2"] / r[f"emu_{basis}_rel_l2"]
         assert t["ratio"] == pytest.approx(ratio, rel=1e-12)
-        assert t["flagged"] == (not RATIO_BAND[0] <= ratio <= RATIO_BAND[1])
+        assert t["flagged"] == (not KERNEL_VS_EMULATION.low <= ratio <= KERNEL_VS_EMULATION.high)
         assert t["real_vs_emu_rel_l2"] == r["real_vs_emu_rel_l2"]
     # the recorded rows hold both kinds: the example plug-in off its emulation, SDPA BF16 on it
     assert any(t["flagged"] for t in table) and any(not t["flagged"] for t in table)

@@ -18,6 +18,7 @@ import torch
 
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate, quantize_inputs
+from zyfa.norms import rel_l2
 from zyfa.recipes import QUANT_SCHEMES, RECIPES, get_recipe
 
 E4M3_MAX = 448.0
@@ -70,8 +71,7 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 
 def _rel(a, b) -> float:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+    return rel_l2(torch.as_tensor(np.asarray(a, np.float64)), torch.as_tensor(np.asarray(b, np.float64)))
 
 
 # ---------------------------------------------------------------------------------------------- quantize_inputs

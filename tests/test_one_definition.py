@@ -1,0 +1,179 @@
+"""One definition for every shared fact (issue 42): a grep over the source that fails where a second one appears.
+
+Each fact has one home module; a *definition* is a line matching one of the fact's patterns (the forms the
+duplicates took before they were removed: a ratio of norms, a ``def row_key``, a field tuple, a ``git rev-parse``, a
+bare band around 1). Any other file with such a line fails, unless it is listed under ``allowed`` with the reason.
+The patterns are per line and so can miss a definition spread over lines; ``test_patterns_catch_the_old_forms``
+checks that each one still catches the forms it was written for, and passes the forms that call the home.
+
+Facts and homes:
+    rel-L2                       zyfa/norms.py          (rel_l2 and its zero-reference rule)
+    row identity                 accuracy/results_io.py (row_key and its field tuples)
+    shared FP64-reference key    zyfa/emulator.py       (QUANT_FIELDS, quantization_key)
+    git reader                   capture/version.py     (git_state, git_label)
+    kernel-vs-emulation bands    accuracy/tolerances.py (Band and its entries)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCANNED = ("zyfa", "reference", "capture", "accuracy", "scripts", "examples", "tests")
+THIS = Path(__file__).resolve()
+
+
+@dataclass(frozen=True)
+class Fact:
+    name: str
+    home: str
+    patterns: tuple[str, ...]
+    folders: tuple[str, ...] = SCANNED  # where a second definition is looked for
+    allowed: dict[str, str] = field(default_factory=dict)  # file -> why its matching lines are not a definition
+
+
+FACTS = (
+    Fact("rel-L2", "zyfa/norms.py", (
+        r"norm\([^\n]*\)\s*(\*\*\s*2\s*)?/[^\n]*norm\(",  # ||a - b|| / ||b|| in any spelling of a norm
+        r"vector_norm\([^\n]*\)\)?\s*/",  # a norm divided by one computed before
+        r"^\s*def\s+_*rel_l2\w*\s*\(",  # a function of that name
+        r"sqrt\([^\n]*\)\s*/\s*(math\.|np\.|torch\.)?sqrt\(",  # the same from sums of squares
+    ), allowed={
+        "tests/accuracy/test_accuracy_metrics.py": "an independent oracle that compute_metrics' rel_l2 is checked by",
+        "tests/accuracy/test_metrics_float64_expectations.py": "the same: compute_metrics' expected values by hand",
+        "tests/zyfa/test_norms.py": "the home's own test, against the formula",
+    }),
+    Fact("row identity", "accuracy/results_io.py", (
+        r"^\s*def\s+_*row_key\s*\(",
+        r"row\.get\(\"input\"\),\s*row\.get\(\"input_content_hash\"\)",  # a key spelled out field by field
+        r"row\.get\(\"kind\"\),\s*row\.get\(\"model\"\)",
+        r"(?<!\w)\(\s*\"impact_(window|layer)\",\s*\w+,\s*\w+,",  # an impact key built as a tuple
+        r"return\s*\(\s*name,\s*None,",  # the cliff sweep's key built as a tuple
+    )),
+    Fact("shared FP64-reference key", "zyfa/emulator.py", (
+        r"^\s*QUANT_\w*\s*=\s*\(\s*\"(q|k|v|qk)_",  # a tuple of the recipe's quantization fields
+        r"getattr\(\w+,\s*\w+\)\s+for\s+\w+\s+in\s+\(\s*\"q_format\"",
+    )),
+    Fact("git reader", "capture/version.py", (
+        r"[\"']rev-parse[\"']",
+        r"[\"']describe[\"']\s*,",
+        r"[\"']status[\"']\s*,\s*[\"']--porcelain",
+    ), folders=("zyfa", "reference", "capture", "accuracy", "scripts", "examples"),  # tests run git to check it
+        allowed={
+        "scripts/mutation_test.py": "asks another question: whether the files copied into the mutation work tree "
+                                    "differ from HEAD (git status limited to those paths), and runs without the "
+                                    "packages on its path",
+    }),
+    Fact("kernel-vs-emulation band", "accuracy/tolerances.py", (
+        r"-\s*1\)\s*[<>]=?\s*0\.0[13]\b",  # abs(ratio - 1) <= 0.03
+        r"-\s*1\)\s*[<>]=?\s*[A-Z0-9_]*TOL\b",  # abs(ratio - 1) > H200_TOL
+        r"\b[A-Z_]*BAND\s*=\s*\(",  # a band tuple
+        r"\(\s*0\.97\s*,\s*1\.03\s*\)|\(\s*0\.8\s*,\s*1\.25\s*\)|\(\s*0\.5\s*,\s*2\.0\s*\)",
+        r"\b1\.03\s*\*",  # e_k <= 1.03 * e_e
+        r"^\s*[A-Z0-9_]*(TOL|TOLERANCE)\s*=\s*\{?\s*(\"\w+\":\s*)?0\.0[13]\b",  # TOL = 0.03, H200_TOL = 0.01
+    ), allowed={
+        "tests/zyfa/test_emulator.py": "two emulations (the row sum taken on the matrix unit against the exact "
+                                       "one), not a kernel against its emulation",
+    }),
+)
+
+
+def _files(folders):
+    for folder in folders:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.resolve() != THIS and ".mutation" not in path.parts:
+                yield path
+
+
+def _hits(fact: Fact) -> list[str]:
+    pats = [re.compile(p) for p in fact.patterns]
+    found = []
+    for path in _files(fact.folders):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == fact.home or rel in fact.allowed:
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if any(p.search(line) for p in pats):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("fact", FACTS, ids=[f.name for f in FACTS])
+def test_no_second_definition(fact):
+    hits = _hits(fact)
+    assert not hits, (f"{fact.name} is defined in {fact.home}; use it there instead of:\n" + "\n".join(hits))
+
+
+@pytest.mark.parametrize("fact", FACTS, ids=[f.name for f in FACTS])
+def test_home_and_allowed_files_exist(fact):
+    assert (ROOT / fact.home).is_file(), fact.home
+    for rel in fact.allowed:
+        assert (ROOT / rel).is_file(), f"{fact.name}: allowed file {rel} is gone; remove it from the list"
+
+
+# the forms each fact's duplicates took (from the tree before issue 42's step), and calls of the home
+OLD_FORMS = {
+    "rel-L2": [
+        "    return float((a - b).norm() / b.norm().clamp(min=1e-30))",
+        "    return float(torch.linalg.vector_norm(out.double() - ref.double())) / den if den > 0 else math.nan",
+        "    return float((a - b).norm() / n) if float(n) > 0 else float((a - b).norm())",
+        "    return float(np.linalg.norm(a - b) / np.linalg.norm(b))",
+        "def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:",
+        "    return [float(math.sqrt(a) / math.sqrt(c)) if c > 0 else math.nan for a, c in zip(d, r)]",
+    ],
+    "row identity": [
+        "def _row_key(row: dict) -> tuple:",
+        "    return (row.get(\"input\"), row.get(\"input_content_hash\"), row.get(\"recipe\"))",
+        "    return (row.get(\"kind\"), row.get(\"model\"), row.get(\"recipe\"), row.get(\"window\"))",
+        "    windows = [(\"impact_window\", m, r, w, None, args.tokens, args.text) for kind, m, w, r in cells]",
+        "    return (name, None, subject.recipe_name, subject.name)",
+    ],
+    "shared FP64-reference key": [
+        "QUANT_KEY = (\"qk_rotation\", \"rotation_seed\", \"k_smoothing\", \"q_format\", \"k_format\", \"v_format\",",
+        "QUANT_FIELDS = (\"q_format\", \"k_format\", \"v_format\", \"q_scale\", \"k_scale\", \"v_scale\",",
+        "        key = tuple(getattr(recipe, f) for f in (\"q_format\", \"k_format\"))",
+    ],
+    "git reader": [
+        "        head = subprocess.run([\"git\", \"rev-parse\", \"HEAD\"], capture_output=True, text=True, cwd=cwd)",
+        "    commit = git(\"rev-parse\", \"HEAD\")",
+        "        dirty = subprocess.run([\"git\", \"status\", \"--porcelain\"], capture_output=True, text=True)",
+        "    out = subprocess.run([\"git\", \"describe\", \"--always\", \"--dirty\"], capture_output=True)",
+    ],
+    "kernel-vs-emulation band": [
+        "    assert abs(e_k / e_e - 1) <= 0.03, f\"kernel error {e_k:.5f} vs emulator {e_e:.5f}\"",
+        "        if abs(e_k / e_e - 1) > H200_TOL:",
+        "RATIO_BAND = (0.97, 1.03)",
+        "SUSPECT_BAND = (0.5, 2.0)",
+        "NO_CLAIM_BAND = (0.8, 1.25)",
+        "            assert e_k <= 1.03 * e_e + 1e-3, what",
+        "TOL = 0.03",
+        "H200_TOL = 0.01",
+        "ERR_RATIO_TOL = {\"fp32\": 0.01, \"hopper_fp8\": 0.01}",
+    ],
+}
+NEW_FORMS = {
+    "rel-L2": ["    err = rel_l2(out, ref[0])", "    rel = rel_l2_from_terms(got[0], got[1])",
+               "    \"rel_l2\": rel_l2_from_terms(err_sq, ref_sq),"],
+    "row identity": ["        kept[row_key(row, across_runs=True)] = row",
+                     "    return row_key({\"input\": name, \"recipe\": subject.recipe_name})",
+                     "    if impact_key(\"impact_window\", model_name, r, w, None, n_tokens, text) not in sink.done"],
+    "shared FP64-reference key": ["        key = quantization_key(recipe)"],
+    "git reader": ["    commit, dirty = git_state()", "        f.attrs[\"git_commit\"] = git_label()"],
+    "kernel-vs-emulation band": ["    assert KERNEL_VS_EMULATION.contains(e_k / e_e)",
+                                 "    assert e_k <= KERNEL_VS_EMULATION.high * e_e + 1e-3",
+                                 "FA2_MODEL_RATIO_TOL = 5e-3",
+                                 "        assert abs(rec[\"fa2_model_ratio\"] - ratio) <= FA2_MODEL_RATIO_TOL"],
+}
+
+
+@pytest.mark.parametrize("fact", FACTS, ids=[f.name for f in FACTS])
+def test_patterns_catch_the_old_forms(fact):
+    pats = [re.compile(p) for p in fact.patterns]
+    missed = [line for line in OLD_FORMS[fact.name] if not any(p.search(line) for p in pats)]
+    assert not missed, f"{fact.name}: the patterns no longer catch {missed}"
+    wrong = [line for line in NEW_FORMS[fact.name] if any(p.search(line) for p in pats)]
+    assert not wrong, f"{fact.name}: the patterns flag a use of the home: {wrong}"
