@@ -118,25 +118,6 @@ def compute_metrics(out, out_ref, *, lse=None, lse_ref=None) -> dict[str, float]
     return res
 
 
-def rel_l2_per_head(out, out_ref) -> list[float]:
-    """Relative L2 error of each query head of ``out`` (b, h, s, d_v) against ``out_ref`` (same shape), in float64:
-    one value per head over its batch, rows and channels (NaN where the output has a non-finite value, +inf where
-    that head's reference is all zeros and the output is not). The unit of the hd128 study's claims is the layer x
-    head, so rows carry these beside the pooled ``rel_l2``."""
-    o = _as_float64(out, "out")
-    r = _as_float64(out_ref, "out_ref")
-    if o.shape != r.shape or o.dim() != 4:
-        raise ValueError(f"per-head error needs two (b, h, s, d) outputs of one shape, got {tuple(o.shape)} and "
-                         f"{tuple(r.shape)}")
-    num = torch.sqrt(((o - r) ** 2).sum(dim=(0, 2, 3)))
-    den = torch.sqrt((r ** 2).sum(dim=(0, 2, 3)))
-    out_list = []
-    for n, d, fin in zip(num.tolist(), den.tolist(), torch.isfinite(o).all(dim=3).all(dim=2).all(dim=0).tolist(),
-                         strict=True):
-        out_list.append(math.nan if not fin else (n / d if d > 0 else (0.0 if n == 0 else math.inf)))
-    return out_list
-
-
 def _output_metrics(o: torch.Tensor, r: torch.Tensor) -> dict[str, float]:
     d = o - r
     err_sq = float(torch.sum(d * d))

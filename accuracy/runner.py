@@ -47,12 +47,13 @@ import torch
 from accuracy import conformance
 from accuracy.implementations import device_platform, pairing
 from accuracy.inputs import AttentionInput
-from accuracy.metrics import compute_metrics, rel_l2_per_head
+from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name, provenance
 from accuracy.real_rows import implementation_row
 from accuracy.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
 from reference.attention import attention_fp64
 from zyfa.emulator import emulate, quantization_key, quantize_inputs
+from zyfa.norms import rel_l2_per
 from zyfa.outputs import atomic_write_text
 from zyfa.platforms import get_platform
 from zyfa.recipes import Recipe, get_recipe
@@ -318,8 +319,8 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
         for prefix, m in (("deq_", m_deq), ("orig_", m_orig)):
             row.update({prefix + k: v for k, v in m.items() if k not in _UNPREFIXED})
         if em.out.dim() == 4 and em.out.shape[1] > 1:  # per query head: the hd128 claims' unit is layer x head
-            row["deq_rel_l2_heads"] = rel_l2_per_head(em.out, ref_deq[0])
-            row["orig_rel_l2_heads"] = rel_l2_per_head(em.out, ref_orig[0])
+            row["deq_rel_l2_heads"] = rel_l2_per(em.out, ref_deq[0], dim=1)
+            row["orig_rel_l2_heads"] = rel_l2_per(em.out, ref_orig[0], dim=1)
         for k, v in em.stats.items():
             row[k if k not in row else f"emu_{k}"] = _plain(v)
         row.update({

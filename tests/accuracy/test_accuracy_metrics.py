@@ -140,22 +140,6 @@ def test_bootstrap_ci_degenerate_and_fallback(monkeypatch):
     assert fallback.low == pytest.approx(scipy_ci.low, abs=4) and fallback.high == pytest.approx(scipy_ci.high, abs=4)
 
 
-def test_rel_l2_per_head_is_each_heads_own_error():
-    from accuracy.metrics import compute_metrics, rel_l2_per_head
-
-    g = torch.Generator().manual_seed(0)
-    ref = torch.randn(1, 3, 16, 8, generator=g, dtype=torch.float64)
-    out = ref.clone()
-    out[:, 1] += 0.1 * torch.randn(1, 16, 8, generator=g, dtype=torch.float64)
-    per = rel_l2_per_head(out, ref)
-    assert per[0] == 0.0 and per[2] == 0.0
-    assert per[1] == pytest.approx(compute_metrics(out[:, 1:2], ref[:, 1:2])["rel_l2"], rel=1e-12)
-    out[0, 2, 0, 0] = float("nan")
-    assert math.isnan(rel_l2_per_head(out, ref)[2])
-    with pytest.raises(ValueError, match="per-head error needs"):
-        rel_l2_per_head(out[0], ref[0])
-
-
 def test_rows_of_several_heads_carry_per_head_errors():
     from accuracy.inputs import GaussianSpec, make_gaussian
     from accuracy.runner import run_accuracy
