@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", default="hd64,hd128,hd256,mla", help=f"subset of {','.join(SHAPES)}")
     p.add_argument("--causal", default="both", choices=("both", "true", "false"))
     p.add_argument("--recipes", default=";".join(DEFAULT_RECIPES),
-                   help="';'-separated recipe specs (name or name:field=value,...)")
+                   help="recipe specs the kernel runs, ';'-separated (or ','; docs/CONTRACTS.md 'Recipe specs')")
     p.add_argument("--recipes-other", default=";".join(OTHER_RECIPES),
                    help="';'-separated recipe specs for the shapes other than hd128 ('same' = --recipes)")
     p.add_argument("--peers", default=",".join(PEERS), help=f"subset of {','.join(PEERS)} (or 'none')")
@@ -159,11 +159,12 @@ def gaussian_kernel_call(shape: str, s: int, causal: bool, spec: str, config: di
     recipe's per-head descales: (fn, (q, k, v)), fn launching it once. For the scripts that time, warm or profile
     launch variants; :func:`run_case` also handles per-block descales and checks the output."""
     from zyfa.kernels import attention_fp8 as A
+    from zyfa.recipes import get_recipe
 
     d_qk, d_v = SHAPES[shape]
     h = bench_heads(shape)
     q, k, v = gaussian_qkv(1, h, h, s, d_qk, d_v, seed=seed)
-    r = A.recipe_from_spec(spec)
+    r = get_recipe(spec)
     q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, r)
     vt = A.prepare_vt(v8, permute_k32=A.vt_key_order_for(config))
     plan = A.kernel_plan(r)
@@ -313,10 +314,11 @@ def make_flash_attn_amd(q, k, v, causal, sm_scale):
     import torch
 
     from zyfa.emulator import quantize_inputs
-    from zyfa.peers.common import per_head_descales, resolve_recipe
+    from zyfa.peers.common import per_head_descales
     from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE, flash_attn_amd_forward
+    from zyfa.recipes import get_recipe
 
-    qi = quantize_inputs(q, k, v, resolve_recipe(FLASH_ATTN_AMD_RECIPE))
+    qi = quantize_inputs(q, k, v, get_recipe(FLASH_ATTN_AMD_RECIPE))
     q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
     qd, kd, vd = per_head_descales(qi, q.shape[0], q.shape[1], k.shape[1])
     o = torch.zeros((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=torch.float32, device=q.device)
@@ -336,7 +338,6 @@ def make_flashinfer_fa3(q, k, v, causal, sm_scale):
     import torch
 
     from zyfa.emulator import quantize_inputs
-    from zyfa.peers.common import resolve_recipe
     from zyfa.peers.flashinfer_fa3 import (
         FLASHINFER_FA3_DIMS,
         FLASHINFER_FA3_RECIPE,
@@ -344,6 +345,7 @@ def make_flashinfer_fa3(q, k, v, causal, sm_scale):
         flashinfer_fa3_forward,
         flashinfer_fa3_inputs,
     )
+    from zyfa.recipes import get_recipe
 
     ok, why = check()
     if not ok:
@@ -351,7 +353,7 @@ def make_flashinfer_fa3(q, k, v, causal, sm_scale):
     if (q.shape[-1], v.shape[-1]) not in FLASHINFER_FA3_DIMS:
         raise ValueError(f"FlashInfer's FP8 prefill takes d_qk = d_v in "
                          f"{', '.join(str(d) for d, _ in FLASHINFER_FA3_DIMS)}, not {q.shape[-1]}/{v.shape[-1]}")
-    qi = quantize_inputs(q, k, v, resolve_recipe(FLASHINFER_FA3_RECIPE))
+    qi = quantize_inputs(q, k, v, get_recipe(FLASHINFER_FA3_RECIPE))
     per_seq = flashinfer_fa3_inputs(qi, q.shape[1], k.shape[1])
 
     def fn():
@@ -438,10 +440,10 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
         prepare_vt,
         q_descale_per_program,
         quantize_for_kernel,
-        recipe_from_spec,
         resolve_config,
         vt_key_order_for,
     )
+    from zyfa.recipes import get_recipe
 
     q, k, v = inputs
     b, h, s_q, d_qk = q.shape
@@ -454,7 +456,7 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, warmup, rep, sample
     for spec in recipes:
         row = dict(base, impl="triton-fp8", recipe=spec)
         try:
-            r = recipe_from_spec(spec)
+            r = get_recipe(spec)
             plan = kernel_plan(r)
             key = (r.q_scale, r.k_scale, r.v_scale, r.scale_block_q, r.scale_block_kv, r.k_smoothing,
                    r.qk_rotation, r.rotation_seed)
@@ -797,13 +799,22 @@ def main(args) -> int:
     if existing and not args.overwrite:
         print(f"zyfa bench: {existing[0]} exists; choose another --out or pass --overwrite", file=sys.stderr)
         return 2
+    from zyfa.kernels.attention_fp8 import kernel_plan
+    from zyfa.recipes import get_recipe, split_spec_list
+
+    recipes = split_spec_list(args.recipes)
+    other = recipes if args.recipes_other == "same" else split_spec_list(args.recipes_other)
+    try:  # every spec the kernel honours, before the GPU is looked for
+        for spec in dict.fromkeys([*recipes, *other]):
+            kernel_plan(get_recipe(spec))
+    except ValueError as err:
+        print(f"zyfa bench: {err}", file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available():
         print("zyfa bench needs a CUDA GPU (Hopper); none found", file=sys.stderr)
         return 2
-    recipes = [r for r in args.recipes.split(";") if r.strip()]
-    other = recipes if args.recipes_other == "same" else [r for r in args.recipes_other.split(";") if r.strip()]
     peers = [] if args.peers == "none" else [p for p in args.peers.split(",") if p]
     shapes = [s for s in args.shapes.split(",") if s]
     seqlens = [int(s) for s in args.seqlens.split(",") if s]

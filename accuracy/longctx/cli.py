@@ -157,6 +157,7 @@ def _run(args: argparse.Namespace) -> int:
     from accuracy.results_io import ResultsFile, jsonl_text
     from accuracy.runner import resolve_device
     from zyfa.outputs import OutputError, atomic_write_text
+    from zyfa.recipes import split_spec_list
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     from capture.models import check_model_names
@@ -179,8 +180,7 @@ def _run(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
     except (ValueError, RuntimeError) as e:
         raise UsageError(str(e)) from None
-    names = [n.strip() for n in (args.implementations or DEFAULT_IMPLEMENTATIONS[device.type]).split(",")
-             if n.strip()]
+    names = split_spec_list(args.implementations or DEFAULT_IMPLEMENTATIONS[device.type])
     try:
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
     except ValueError as e:
