@@ -61,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="your own attention kernel (docs/CONTRACTS.md); imports and runs the named file or "
                              "module (repeatable)")
     parser.add_argument("--kernel-recipe", action="append", metavar="NAME", help="the recipe a --kernel claims")
+    parser.add_argument("--ablate", nargs=2, action="append", metavar=("IMPL", "FIELD=V1,V2"),
+                        help="a one-factor ablation: IMPL (a recipe spec, or triton:SPEC for our kernel) once per "
+                             "value of FIELD, on the same prompts; rows carry ablation_base/_field/_value "
+                             "(accuracy.ablation pairs them per prompt). Repeatable; without --implementations "
+                             "only the ablation runs")
     parser.add_argument("--tasks", default="needle,passkey", help="needle, passkey (default both)")
     parser.add_argument("--lengths", default=None,
                         help="context lengths in tokens, comma-separated, 'k' = 1024 (e.g. 1k,2k,4k); default "
@@ -149,6 +154,7 @@ def main(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
+    from accuracy.ablation import ablation_tags, parse_ablation
     from accuracy.impact.model import STOCK, model_attention
     from accuracy.implementations import load_plugins
     from accuracy.longctx.run import GridSpec, run_longctx
@@ -180,7 +186,13 @@ def _run(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
     except (ValueError, RuntimeError) as e:
         raise UsageError(str(e)) from None
-    names = split_spec_list(args.implementations or DEFAULT_IMPLEMENTATIONS[device.type])
+    try:
+        ablations = [parse_ablation(base, assignment) for base, assignment in args.ablate or []]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    default = "" if ablations else DEFAULT_IMPLEMENTATIONS[device.type]
+    names = split_spec_list(args.implementations if args.implementations is not None else default)
+    names += [s for a in ablations for s in a.specs if s not in names]
     try:
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
     except ValueError as e:
@@ -223,7 +235,7 @@ def _run(args: argparse.Namespace) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     spec = GridSpec(models=models, implementations=names, tasks=tasks, lengths=lengths, depths=depths,
                     seeds=list(range(args.seeds)), text=args.text, layers=layers, op_layers=args.op_layers,
-                    fallback=None if args.fallback == "none" else "stock")
+                    fallback=None if args.fallback == "none" else "stock", row_tags=ablation_tags(ablations))
     from accuracy.shard import sharded_launch
     from zyfa.outputs import partial_path
 
