@@ -104,8 +104,17 @@ def test_parse_implementations():
     assert [i.name for i in got] == ["triton:zyfa-hopper", "cudnn-fp8"]
     if not torch.cuda.is_available():
         assert parse_implementations("available") == []
-    with pytest.raises(ValueError, match="unknown implementation 'triton:bf16'"):
+    # triton:SPEC: any recipe spec the kernel honours, named by its canonical spec; one it cannot run is refused
+    got = parse_implementations("triton:fa3:accumulator=hopper_fp8,accum_flush_tiles=1,triton:zyfa@h200")
+    assert [(i.name, i.recipe) for i in got] == [
+        ("triton:fa3:accumulator=hopper_fp8,accum_flush_tiles=1", "fa3:accumulator=hopper_fp8,accum_flush_tiles=1"),
+        ("triton:zyfa@h200", "zyfa@h200")]
+    assert got[0].paired_recipe().accum_flush_tiles == 1
+    with pytest.raises(ValueError, match="implementation 'triton:bf16': recipe 'bf16': the Triton FP8 kernel does "
+                                         "not support q_format='bf16'"):
         parse_implementations("triton:zyfa,triton:bf16")
+    with pytest.raises(ValueError, match="unknown implementation 'cudnn-fp9'"):
+        parse_implementations("cudnn-fp9")
 
 
 def test_limits_of_builtins():
