@@ -10,6 +10,13 @@ emulated on by default (:mod:`zyfa.platforms`: ``mi355x`` for ZYFA and the AMD p
 ones); any recipe runs on any platform. The emulator (:mod:`zyfa.emulator`) and the Triton kernels read these
 fields and the platform; nothing else decides numerics.
 
+Recipe specs, the one grammar every command takes (docs/CONTRACTS.md "Recipe specs"), parsed by
+:func:`get_recipe` / :func:`split_spec`: ``[triton:]NAME[:FIELD=VALUE,...][@PLATFORM]``. ``triton:`` is the one
+namespace, matched first: the recipe as our Triton kernel computes it (:data:`TRITON_KERNEL_FIELDS`). After it
+``:`` only introduces overrides, each value parsed by its field's type (``head_dim_tiles`` as ``D:MxN|...``);
+``@`` names the platform. The recipe is named by its canonical spec (named recipes keep their names).
+:func:`split_spec_list` splits a list of specs; a bad spec raises :class:`SpecError` in one line.
+
 Notation (docs/DESIGN.md): S = Q8·K8ᵀ in fp32; c = sm_scale·q_descale·k_descale·log2(e); t = c·S − c·m ≤ 0 is the
 log2 probability of a score relative to the running row max m.
 """

@@ -8,7 +8,7 @@ from accuracy.ablation import ablation_pairs
 from zyfa.cli import main
 
 BASE = ["longctx", "--models", "smollm2", "--tasks", "passkey", "--lengths", "128", "--depths", "0,1", "--seeds", "1",
-        "--no-progress", "--device", "cpu"]
+        "--layers", "0,1", "--no-progress", "--device", "cpu"]
 
 
 def test_ablate_runs_only_the_ablation_on_the_same_prompts_and_pairs_per_prompt(tmp_path, capsys):
