@@ -10,6 +10,7 @@ Examples::
     zyfa accuracy --inputs gaussian --recipes zyfa-hopper,cudnn-fp8 --implementations triton:zyfa-hopper,cudnn-fp8
     zyfa accuracy --inputs gaussian --kernel examples/fp8_torch_attention.py:attention --kernel-recipe zyfa
     zyfa accuracy --inputs gaussian --recipes zyfa,ck,fa3 --platform h200   # every recipe on the H200's arithmetic
+    zyfa accuracy --inputs datasets/smollm2-lee-2048.h5 --ablate triton:fa3 accum_flush_tiles=0,1  # one field, paired
 
 Real kernels run beside the recipes on the same inputs: ``--implementations`` (built-ins, ``all`` or
 ``available``; docs/real_kernels.md) and ``--kernel module:function`` (a kernel of your own, repeatable; the
@@ -161,20 +162,19 @@ def main(args: argparse.Namespace) -> int:
         recipes += [get_recipe(s) for a in _ablations(args) if not a.base.startswith("triton:") for s in a.specs]
         if getattr(args, "platform", None) is not None:
             recipes = [r.on(args.platform) for r in recipes]
-        tag = _ablation_tagger(args, recipes)
         columns = _parse_columns(args.metrics)
         out = _check_out(args.out)
         if out is None and (args.force or args.resume):
             raise UsageError("--force and --resume apply to --out")
         if _sharded(args, out):
-            return _main_sharded(args, recipes, columns, out, tag)
+            return _main_sharded(args, recipes, columns, out)
         results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=read_finished) \
             if out is not None else None
         from accuracy.runner import input_key, resolve_device, run_accuracy, write_results
 
         device = resolve_device(args.device)
         impls = _parse_implementations(args)
-        tag = _ablation_tagger(args, recipes, impls)
+        tag = _ablation_tagger(args)
         inputs = _load_inputs(args, device)
         usable = [i for i in impls if i.available()[0]]
         keys = [k for inp in inputs for k in [input_key(inp, r.name) for r in recipes]
@@ -263,7 +263,7 @@ def cell_cost(shape: dict) -> float:
     return float(shape["batch"] * shape["heads_q"] * shape["seq_q"] * shape["seq_k"] * (shape["head_dim"] + d_v))
 
 
-def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None, tag=None) -> int:
+def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) -> int:
     """One rank of a sharded run (or its --dry-run): its share of the rows, rank 0 merging them into --out."""
     import os
     import uuid
@@ -302,7 +302,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None, 
 
             device = torch.device("cuda", torch.cuda.current_device())
         impls = _parse_implementations(args)
-        tag = _ablation_tagger(args, recipes, impls)
+        tag = _ablation_tagger(args)
         inputs = _load_inputs(args, device)
         usable = [i for i in impls if i.available()[0]]
         cells = [(inp, input_key(inp, r.name), r.name) for inp in inputs for r in recipes]
@@ -338,8 +338,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None, 
 
     def add(row: dict) -> None:
         row.setdefault("device", str(device))
-        if tag is not None:
-            tag(row)
+        tag(row)
         results.add(row)
 
     t0 = time.perf_counter()
@@ -459,8 +458,9 @@ def _ablations(args: argparse.Namespace) -> list:
     return [parse_ablation(base, assignment) for base, assignment in (getattr(args, "ablate", None) or [])]
 
 
-def _ablation_tagger(args: argparse.Namespace, recipes, impls=()):
-    """A function adding a row's ablation group (ablation_base, _field, _value) to it, in place."""
+def _ablation_tagger(args: argparse.Namespace):
+    """A function adding a row's ablation group (ablation_base, _field, _value) to it, in place; rows are matched
+    by the name they carry (the recipe's canonical name on --platform, or the implementation's)."""
     from accuracy.ablation import ablation_tags
     from accuracy.implementations import get_implementation
     from zyfa.recipes import get_recipe

@@ -21,6 +21,10 @@ Output: ``--out`` (default ``./zyfa-longctx/results.jsonl``) as in ``zyfa accura
 batches (rerun with ``--resume``). Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
 3 when rows failed (after writing everything; ``--allow-failed`` gives 0).
 
+One-factor ablation: ``--ablate triton:fa3 accum_flush_tiles=0,1`` runs the kernel (or a recipe's emulation) once
+per value of that one field on the same prompts; rows carry ``ablation_base``/``_field``/``_value`` and
+:func:`accuracy.ablation.ablation_pairs` pairs them per prompt.
+
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` splits the (model, task, length,
 implementation) cells over the ranks; each rank loads only its models and rank 0 merges the rows in the grid's order;
 ``--dry-run [N]`` prints the plan.
