@@ -93,3 +93,20 @@ def test_pairs_leave_out_units_missing_a_value_or_not_ok_and_refuse_a_unit_twice
     assert p.columns["0"].tolist() == [1.0] and p.diff().tolist() == [2.0] and p.diff("1", "0").tolist() == [-2.0]
     with pytest.raises(ValueError, match="unit 'a' has two rows"):
         ablation_pairs([*rows, _row("a", "0", 1.5)], "deq_rel_l2")
+
+
+@pytest.mark.gpu
+def test_gpu_ablate_our_kernel_flush_pairs_real_rows_with_their_emulations(tmp_path, capsys):
+    """On the H200: ``--ablate triton:fa3 accum_flush_tiles=0,1`` runs our kernel twice (only the flush changed),
+    each real row ok and paired with the kernel's own emulation of its spec."""
+    out = tmp_path / "r.jsonl"
+    rc = main(["accuracy", "--inputs", "gaussian", "--seq", "2048", "--head-dim", "128", "--heads", "2",
+               "--device", "cuda", "--no-progress", "--ablate", "triton:fa3", "accum_flush_tiles=0,1",
+               "--out", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    rows = _rows(out)
+    assert [r["implementation"] for r in rows] == ["triton:fa3:accum_flush_tiles=0", "triton:fa3:accum_flush_tiles=1"]
+    assert all(r["status"] == "ok" and r["paired_spec"] == r["implementation"] for r in rows)
+    [p] = ablation_pairs(rows, "deq_rel_l2")
+    assert p.base == "triton:fa3" and p.values == ["0", "1"] and len(p.unit_ids) == 1
+    assert p.diff()[0] != 0  # flushing the wgmma accumulator every tile changes the kernel's error
