@@ -10,6 +10,7 @@ Examples::
     zyfa accuracy --inputs gaussian --recipes zyfa-hopper,cudnn-fp8 --implementations triton:zyfa-hopper,cudnn-fp8
     zyfa accuracy --inputs gaussian --kernel examples/fp8_torch_attention.py:attention --kernel-recipe zyfa
     zyfa accuracy --inputs gaussian --recipes zyfa,ck,fa3 --platform h200   # every recipe on the H200's arithmetic
+    zyfa accuracy --inputs datasets/smollm2-lee-2048.h5 --ablate triton:fa3 accum_flush_tiles=0,1  # one field, paired
 
 Real kernels run beside the recipes on the same inputs: ``--implementations`` (built-ins, ``all`` or
 ``available``; docs/real_kernels.md) and ``--kernel module:function`` (a kernel of your own, repeatable; the
@@ -79,9 +80,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "arithmetic); orig_* with the FP64 oracle on the original inputs (adds the Q/K/V quantization).")
     parser.add_argument("--inputs", default="gaussian",
                         help="'gaussian', or capture file(s) (.h5), comma-separated (default: gaussian)")
-    parser.add_argument("--recipes", default=DEFAULT_RECIPES,
-                        help=f"comma-separated recipe names, or 'all' (default: {DEFAULT_RECIPES}); NAME@PLATFORM "
-                             "runs one on another platform")
+    parser.add_argument("--recipes", default=None,
+                        help=f"comma-separated recipe specs, or 'all' (default: {DEFAULT_RECIPES}; none with "
+                             "--ablate); NAME@PLATFORM runs one on another platform, NAME:field=value,... with "
+                             "fields changed (docs/CONTRACTS.md 'Recipe specs')")
+    parser.add_argument("--ablate", nargs=2, action="append", metavar=("IMPL", "FIELD=V1,V2"),
+                        help="a one-factor ablation: IMPL (a recipe spec, or triton:SPEC for our kernel) once per "
+                             "value of FIELD, on the same inputs; rows carry ablation_base/_field/_value "
+                             "(accuracy.ablation pairs them per input). Repeatable")
     parser.add_argument("--platform", default=None,
                         help="emulate every recipe on this GPU's arithmetic: h200 or mi355x (default: each "
                              "recipe's own; a recipe moved off its own platform is named NAME@PLATFORM)")
@@ -146,10 +152,14 @@ def main(args: argparse.Namespace) -> int:
     """Run ``zyfa accuracy``; 0 on success, 2 on bad input (message on stderr, no traceback)."""
     from accuracy.results_io import ROW_BYTES_ESTIMATE, ResultsFile
     from zyfa.outputs import check_writable
+    from zyfa.recipes import get_recipe
 
     results = None
     try:
+        if args.recipes is None:
+            args.recipes = "none" if args.ablate else DEFAULT_RECIPES
         recipes = _parse_recipes(args.recipes)
+        recipes += [get_recipe(s) for a in _ablations(args) if not a.base.startswith("triton:") for s in a.specs]
         if getattr(args, "platform", None) is not None:
             recipes = [r.on(args.platform) for r in recipes]
         columns = _parse_columns(args.metrics)
@@ -164,6 +174,7 @@ def main(args: argparse.Namespace) -> int:
 
         device = resolve_device(args.device)
         impls = _parse_implementations(args)
+        tag = _ablation_tagger(args)
         inputs = _load_inputs(args, device)
         usable = [i for i in impls if i.available()[0]]
         keys = [k for inp in inputs for k in [input_key(inp, r.name) for r in recipes]
@@ -184,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
         rows = run_accuracy(inputs, recipes, device=device, progress=not args.no_progress, seed=args.seed,
                             skip=results.done if results is not None else (),
                             on_start=results.start if results is not None else None,
-                            on_row=results.add if results is not None else None,
+                            on_row=tag if results is None else (lambda row: (tag(row), results.add(row))),
                             run_id=first_prov.get("run_id"), implementations=impls)
     except ValueError as e:
         return _fail(e, results)
@@ -291,6 +302,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
 
             device = torch.device("cuda", torch.cuda.current_device())
         impls = _parse_implementations(args)
+        tag = _ablation_tagger(args)
         inputs = _load_inputs(args, device)
         usable = [i for i in impls if i.available()[0]]
         cells = [(inp, input_key(inp, r.name), r.name) for inp in inputs for r in recipes]
@@ -326,6 +338,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
 
     def add(row: dict) -> None:
         row.setdefault("device", str(device))
+        tag(row)
         results.add(row)
 
     t0 = time.perf_counter()
@@ -425,13 +438,48 @@ def _parse_recipes(spec: str):
 
 def _parse_implementations(args: argparse.Namespace) -> list:
     """Built-ins of --implementations, then the --kernel plug-ins (a kernel that does not load fails its rows)."""
-    from accuracy.implementations import load_plugins, parse_implementations
+    from accuracy.implementations import get_implementation, load_plugins, parse_implementations
 
     if args.kernel_recipe and not args.kernel:
         raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
     impls = parse_implementations(args.implementations)
+    have = {i.name for i in impls}
+    for a in _ablations(args):
+        if a.base.startswith("triton:"):
+            impls += [i for i in (get_implementation(s) for s in a.specs) if i.name not in have]
     impls += load_plugins(args.kernel or [], args.kernel_recipe or [])
     return impls
+
+
+def _ablations(args: argparse.Namespace) -> list:
+    """--ablate IMPL FIELD=V1,V2 -> :class:`accuracy.ablation.Ablation` each (SpecError, one line, for a bad one)."""
+    from accuracy.ablation import parse_ablation
+
+    return [parse_ablation(base, assignment) for base, assignment in (getattr(args, "ablate", None) or [])]
+
+
+def _ablation_tagger(args: argparse.Namespace):
+    """A function adding a row's ablation group (ablation_base, _field, _value) to it, in place; rows are matched
+    by the name they carry (the recipe's canonical name on --platform, or the implementation's)."""
+    from accuracy.ablation import ablation_tags
+    from accuracy.implementations import get_implementation
+    from zyfa.recipes import get_recipe
+
+    ablations = _ablations(args)
+    names = {}
+    for a in ablations:
+        for s in a.specs:
+            if s.startswith("triton:"):
+                names[s] = get_implementation(s).name
+            else:
+                r = get_recipe(s)
+                names[s] = r.on(args.platform).name if getattr(args, "platform", None) is not None else r.name
+    tags = ablation_tags(ablations, names)
+
+    def tag(row: dict) -> None:
+        row.update(tags.get(row.get("implementation") or row.get("recipe"), {}))
+
+    return tag
 
 
 def _label(row: dict) -> str:
@@ -620,6 +668,8 @@ def repro_command(args: argparse.Namespace) -> str:
         parts += ["--device", args.device]
     if getattr(args, "implementations", None):
         parts += ["--implementations", args.implementations]
+    for base, assignment in getattr(args, "ablate", None) or []:
+        parts += ["--ablate", base, assignment]
     for spec in getattr(args, "kernel", None) or []:
         parts += ["--kernel", spec]
     for name in getattr(args, "kernel_recipe", None) or []:

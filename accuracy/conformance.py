@@ -46,13 +46,13 @@ from accuracy.implementations import (
     Implementation,
     ImplementationError,
     call_implementation,
-    resolve_recipe,
     unsupported_reason,
 )
 from accuracy.inputs import AttentionInput
 from accuracy.tolerances import SUSPECT_BAND
 from reference.attention import attention_fp64
 from zyfa.norms import rel_l2
+from zyfa.recipes import get_recipe
 
 __all__ = ["BIG", "GQA_OFFSETS", "LSE_ABS_MAX", "MASK_MISS", "OUTPUT_REL_L2_MAX", "Conformance",
            "apply", "pairing_warning", "probe", "probe_cached", "suspect_reason"]
@@ -301,7 +301,7 @@ def pairing_warning(impl: Implementation) -> str | None:
         reported = dict.fromkeys(_TENSORS, reported)
     if not isinstance(reported, dict):
         return f"kernel {impl.name}: quantization attribute {reported!r} is neither a granularity nor a dict"
-    r = resolve_recipe(impl.recipe)
+    r = get_recipe(impl.recipe)
     diff = [f"{t} per {reported[t]} (the recipe: per {getattr(r, f'{t}_scale')})" for t in _TENSORS
             if t in reported and str(reported[t]) != getattr(r, f"{t}_scale")]
     if not diff:

@@ -64,7 +64,7 @@ from zyfa.peers.common import cuda_check as _cuda
 from zyfa.peers.common import dist_version as _dist_version
 from zyfa.peers.common import expand_kv as _expand_kv
 from zyfa.peers.common import package_check as _package
-from zyfa.peers.common import per_head_descales, resolve_recipe
+from zyfa.peers.common import per_head_descales
 from zyfa.peers.cudnn_fp8 import check as check_cudnn_fp8
 from zyfa.peers.cudnn_fp8 import cudnn_fp8_forward
 from zyfa.peers.flash_attn_amd import (
@@ -84,6 +84,7 @@ from zyfa.peers.flashinfer_fa3 import check as check_flashinfer_fa3
 from zyfa.peers.sdpa import check_bf16 as check_sdpa_bf16
 from zyfa.peers.sdpa import sdpa_forward
 from zyfa.plugins import PluginError, check_signature, load_callable
+from zyfa.recipes import SpecError, get_recipe, split_spec, split_spec_list
 
 __all__ = [
     "BASELINE_ONLY",
@@ -107,7 +108,6 @@ __all__ = [
     "pairing",
     "per_head_descales",
     "parse_implementations",
-    "resolve_recipe",
     "unsupported_reason",
 ]
 
@@ -179,7 +179,7 @@ class Implementation:
 
     def paired_recipe(self):
         """The :class:`~zyfa.recipes.Recipe` it claims (overrides applied), or None."""
-        return None if self.recipe is None else resolve_recipe(self.recipe)
+        return None if self.recipe is None else get_recipe(self.recipe)
 
 
 # ---------------------------------------------------------------------------------------------- pairing
@@ -236,7 +236,7 @@ def pairing(impl: Implementation, platform: str | None, why_none: str = "") -> P
     if impl.recipe is None:
         return None
     spec = impl.recipe
-    r = resolve_recipe(spec if impl.emulation == "recipe" else f"triton:{spec}")
+    r = get_recipe(spec if impl.emulation == "recipe" else f"triton:{spec}")
     named = isinstance(spec, str) and "@" in spec
     note = ""
     if named:
@@ -386,7 +386,7 @@ def _sdpa_fp32_impl() -> Implementation:
 def _flash_attn_amd_run(x: AttentionInput, context: dict) -> ImplResult:
     from zyfa.emulator import quantize_inputs
 
-    qi = quantize_inputs(x.q, x.k, x.v, resolve_recipe(FLASH_ATTN_AMD_RECIPE))
+    qi = quantize_inputs(x.q, x.k, x.v, get_recipe(FLASH_ATTN_AMD_RECIPE))
     b, h = x.q.shape[:2]
     q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
     out, lse = flash_attn_amd_forward(q8, k8, v8, *per_head_descales(qi, b, h, x.k.shape[1]),
@@ -408,7 +408,7 @@ def _flash_attn_amd_impl() -> Implementation:
 def _flashinfer_fa3_run(x: AttentionInput, context: dict) -> ImplResult:
     from zyfa.emulator import quantize_inputs
 
-    qi = quantize_inputs(x.q, x.k, x.v, resolve_recipe(FLASHINFER_FA3_RECIPE))
+    qi = quantize_inputs(x.q, x.k, x.v, get_recipe(FLASHINFER_FA3_RECIPE))
     outs, lses = [], []
     for q8, k8, v8, sq, sk, sv in flashinfer_fa3_inputs(qi, x.q.shape[1], x.k.shape[1]):
         out, lse = flashinfer_fa3_forward(q8, k8, v8, sq, sk, sv, causal=bool(x.causal), sm_scale=_sm(x))
@@ -456,6 +456,23 @@ def _builtins() -> dict[str, Callable[[], Implementation]]:
     return reg
 
 
+def _triton_spec_impl(name: str, reg: dict[str, Callable[[], Implementation]]) -> Implementation:
+    """``triton:SPEC`` beyond the named recipes: our kernel under the recipe SPEC names, named by its canonical
+    spec (``triton:zyfa:accum_flush_tiles=1``)."""
+    from zyfa.kernels.attention_fp8 import kernel_plan
+
+    spec = split_spec(name).text()[len("triton:"):]
+    if f"triton:{spec}" in reg:
+        return reg[f"triton:{spec}"]()
+    try:
+        kernel_plan(get_recipe(spec))
+    except SpecError:
+        raise
+    except ValueError as e:
+        raise ValueError(f"implementation {name!r}: {e}") from None
+    return _triton_impl(spec)
+
+
 # built-ins that are baselines, not kernels under study: named explicitly, never part of "all" or "available"
 BASELINE_ONLY = ("sdpa-fp32",)
 
@@ -466,8 +483,12 @@ def builtin_names() -> list[str]:
 
 
 def get_implementation(name: str) -> Implementation:
-    """A built-in by name; ValueError listing the names for an unknown one."""
+    """A built-in by name; ``triton:SPEC`` for any recipe spec the Triton kernel honours (``triton:fa3:
+    accum_flush_tiles=1``: the kernel with that field changed); ValueError listing the names for an unknown one,
+    the spec grammar's one line (:class:`zyfa.recipes.SpecError`) for a bad ``triton:`` spec."""
     reg = _builtins()
+    if name not in reg and name.startswith("triton:"):
+        return _triton_spec_impl(name, reg)
     if name not in reg:
         raise ValueError(f"unknown implementation {name!r}; built-ins: {', '.join(reg)} "
                          "(a kernel of your own: --kernel module:function)")
@@ -477,10 +498,11 @@ def get_implementation(name: str) -> Implementation:
 def parse_implementations(spec: str | None) -> list[Implementation]:
     """``"all"`` (every built-in but the baselines of :data:`BASELINE_ONLY`), ``"available"`` (those of them whose
     device and package are here), ``"none"``/empty,
-    or comma-separated names; ValueError names an unknown one."""
+    or comma-separated names (:func:`zyfa.recipes.split_spec_list`: a ``triton:`` spec's overrides stay with it);
+    ValueError names an unknown one."""
     if spec is None or not spec.strip() or spec.strip() == "none":
         return []
-    items = [s.strip() for s in spec.split(",") if s.strip()]
+    items = split_spec_list(spec)
     if items == ["all"]:
         return [get_implementation(n) for n in builtin_names() if n not in BASELINE_ONLY]
     if items == ["available"]:
@@ -507,7 +529,7 @@ def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
     """
     if recipe is not None:
         try:
-            resolve_recipe(recipe)
+            get_recipe(recipe)
         except ValueError as e:
             raise ImplementationError(f"kernel {spec!r}: --kernel-recipe: {e}") from None
     try:
@@ -549,7 +571,7 @@ def load_plugins(specs, recipes=None) -> list[Implementation]:
                          "(for every kernel) or once per kernel, in the same order")
     for r in recipes:
         try:
-            resolve_recipe(r)
+            get_recipe(r)
         except ValueError as e:
             raise ValueError(f"--kernel-recipe {r!r}: {e}") from None
     paired = recipes * len(specs) if len(recipes) == 1 else (recipes or [None] * len(specs))

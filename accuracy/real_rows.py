@@ -41,7 +41,6 @@ from accuracy.implementations import (
     call_implementation,
     device_platform,
     pairing,
-    resolve_recipe,
     unsupported_reason,
 )
 from accuracy.inputs import AttentionInput
@@ -49,6 +48,7 @@ from accuracy.metrics import compute_metrics
 from accuracy.provenance import device_name
 from zyfa.formats import round_to_fp8
 from zyfa.norms import rel_l2
+from zyfa.recipes import get_recipe
 
 __all__ = ["implementation_row", "row_label"]
 
@@ -105,7 +105,7 @@ def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, r
                            "device_platform": plat}
     pair = pairing(impl, plat, why_none)
     if impl.recipe is not None:
-        row["recipe_short"] = resolve_recipe(impl.recipe).short_str()
+        row["recipe_short"] = get_recipe(impl.recipe).short_str()
         row.update(paired_spec=pair.spec, paired_platform=pair.recipe.platform, pairing_note=pair.note)
     reason = unsupported_reason(impl, x)
     if reason is not None:

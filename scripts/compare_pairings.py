@@ -28,20 +28,7 @@ import time
 
 import torch
 
-
-def split_specs(text: str) -> list[str]:
-    """Split a spec list: on ';' if present, else on ',' keeping ``field=value`` pieces with their spec."""
-    if ";" in text:
-        return [s.strip() for s in text.split(";") if s.strip()]
-    out: list[str] = []
-    for piece in (p.strip() for p in text.split(",")):
-        if not piece:
-            continue
-        if out and "=" in piece and ":" not in piece.split("=", 1)[0]:
-            out[-1] += "," + piece
-        else:
-            out.append(piece)
-    return out
+from zyfa.recipes import get_recipe, split_spec_list
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +46,6 @@ def main(argv: list[str] | None = None) -> int:
         ImplementationError,
         call_implementation,
         get_implementation,
-        resolve_recipe,
         unsupported_reason,
     )
     from accuracy.inputs import capture_inputs
@@ -69,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         impl = get_implementation(args.impl)
-        specs = [(s, resolve_recipe(s)) for s in split_specs(args.specs)]
+        specs = [(s, get_recipe(s)) for s in split_spec_list(args.specs)]
     except (KeyError, ValueError) as e:
         print(f"compare_pairings: {e}", file=sys.stderr)
         return 2

@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", default="hd64,hd128,hd256,mla", help=f"subset of {','.join(SHAPES)}")
     p.add_argument("--causal", default="both", choices=("both", "true", "false"))
     p.add_argument("--recipes", default=";".join(DEFAULT_RECIPES),
-                   help="';'-separated recipe specs (name or name:field=value,...)")
+                   help="recipe specs the kernel runs, ';'-separated (or ','; docs/CONTRACTS.md 'Recipe specs')")
     p.add_argument("--recipes-other", default=";".join(OTHER_RECIPES),
                    help="';'-separated recipe specs for the shapes other than hd128 ('same' = --recipes)")
     p.add_argument("--peers", default=",".join(PEERS), help=f"subset of {','.join(PEERS)} (or 'none')")
@@ -106,11 +106,12 @@ def gaussian_kernel_call(shape: str, s: int, causal: bool, spec: str, config: di
     recipe's per-head descales: (fn, (q, k, v)), fn launching it once. For the scripts that time, warm or profile
     launch variants; :func:`run_case` also handles per-block descales and checks the output."""
     from zyfa.kernels import attention_fp8 as A
+    from zyfa.recipes import get_recipe
 
     d_qk, d_v = SHAPES[shape]
     h = bench_heads(shape)
     q, k, v = gaussian_qkv(1, h, h, s, d_qk, d_v, seed=seed)
-    r = A.recipe_from_spec(spec)
+    r = get_recipe(spec)
     q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, r)
     vt = A.prepare_vt(v8, permute_k32=A.vt_key_order_for(config))
     plan = A.kernel_plan(r)
@@ -214,10 +215,11 @@ def make_flash_attn_amd(q, k, v, causal, sm_scale):
     import torch
 
     from zyfa.emulator import quantize_inputs
-    from zyfa.peers.common import per_head_descales, resolve_recipe
+    from zyfa.peers.common import per_head_descales
     from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE, flash_attn_amd_forward
+    from zyfa.recipes import get_recipe
 
-    qi = quantize_inputs(q, k, v, resolve_recipe(FLASH_ATTN_AMD_RECIPE))
+    qi = quantize_inputs(q, k, v, get_recipe(FLASH_ATTN_AMD_RECIPE))
     q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
     qd, kd, vd = per_head_descales(qi, q.shape[0], q.shape[1], k.shape[1])
     o = torch.zeros((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=torch.float32, device=q.device)
@@ -237,7 +239,6 @@ def make_flashinfer_fa3(q, k, v, causal, sm_scale):
     import torch
 
     from zyfa.emulator import quantize_inputs
-    from zyfa.peers.common import resolve_recipe
     from zyfa.peers.flashinfer_fa3 import (
         FLASHINFER_FA3_DIMS,
         FLASHINFER_FA3_RECIPE,
@@ -245,6 +246,7 @@ def make_flashinfer_fa3(q, k, v, causal, sm_scale):
         flashinfer_fa3_forward,
         flashinfer_fa3_inputs,
     )
+    from zyfa.recipes import get_recipe
 
     ok, why = check()
     if not ok:
@@ -252,7 +254,7 @@ def make_flashinfer_fa3(q, k, v, causal, sm_scale):
     if (q.shape[-1], v.shape[-1]) not in FLASHINFER_FA3_DIMS:
         raise ValueError(f"FlashInfer's FP8 prefill takes d_qk = d_v in "
                          f"{', '.join(str(d) for d, _ in FLASHINFER_FA3_DIMS)}, not {q.shape[-1]}/{v.shape[-1]}")
-    qi = quantize_inputs(q, k, v, resolve_recipe(FLASHINFER_FA3_RECIPE))
+    qi = quantize_inputs(q, k, v, get_recipe(FLASHINFER_FA3_RECIPE))
     per_seq = flashinfer_fa3_inputs(qi, q.shape[1], k.shape[1])
 
     def fn():
@@ -355,18 +357,19 @@ def prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref) -> Candi
         prepare_vt,
         q_descale_per_program,
         quantize_for_kernel,
-        recipe_from_spec,
         resolve_config,
         vt_key_order_for,
     )
 
     d_qk, s_k = q.shape[3], k.shape[2]
+    from zyfa.emulator import quantization_key
+    from zyfa.recipes import get_recipe
+
     sm_scale = 1.0 / math.sqrt(d_qk)
     row = dict(base, impl=OURS_IMPL, recipe=spec)
-    r = recipe_from_spec(spec)
+    r = get_recipe(spec)
     plan = kernel_plan(r)
-    key = (r.q_scale, r.k_scale, r.v_scale, r.scale_block_q, r.scale_block_kv, r.k_smoothing, r.qk_rotation,
-           r.rotation_seed)
+    key = quantization_key(r)
     if key not in quant_cache:
         quant_cache[key] = quantize_for_kernel(q, k, v, r)
     q8, k8, v8, qd, kd, vd = quant_cache[key]

@@ -29,7 +29,8 @@ from zyfa.rotation import rotate_qk
 
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
-# Hopper's FP8 wgmma consumes k = 32 per instruction; the accumulator model truncates after each step.
+# Hopper's FP8 wgmma consumes k = 32 per instruction; the accumulator model truncates after each step. The default of
+# the step helpers only: emulate() takes the k step from its platform (zyfa.platforms.Platform.k_step).
 WGMMA_K_FP8 = 32
 FP8_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2")
 # Tile-amax floor of AITER's Triton kernel (https://github.com/ROCm/aiter,
@@ -237,7 +238,7 @@ _E4M3FN_MIN_EXP = (_min_exp("e4m3fn"), _min_exp("e4m3fn"))
 
 
 def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits: int | None, *,
-         min_exp: tuple[int, int] | None = None) -> torch.Tensor:
+         min_exp: tuple[int, int] | None = None, k_step: int = WGMMA_K_FP8) -> torch.Tensor:
     """acc + a @ b; ``hopper_bits`` models Hopper's FP8 wgmma accumulator (None: true fp32).
 
     The model is :func:`zyfa.platforms.truncating_mma` with k = 32 steps (fitted on the H200 through Triton's
@@ -251,17 +252,17 @@ def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits
     if hopper_bits is None:
         out = a @ b
         return out if acc is None else acc + out
-    return truncating_mma(a, b, acc, hopper_bits, WGMMA_K_FP8, min_exp=min_exp or _E4M3FN_MIN_EXP)
+    return truncating_mma(a, b, acc, hopper_bits, k_step, min_exp=min_exp or _E4M3FN_MIN_EXP)
 
 
 def _gemm(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, bits: int | None, in_unit: bool, *,
-          min_exp: tuple[int, int] | None = None):
+          min_exp: tuple[int, int] | None = None, k_step: int = WGMMA_K_FP8):
     """acc + a @ b on the platform: fp32 (``bits`` None); the chain kept in the truncating accumulator
     (``in_unit``); or each k step flushed into fp32 (a kernel keeping a true fp32 sum on that platform).
     ``min_exp`` as in :func:`_mma`."""
     if bits is None or in_unit:
-        return _mma(a, b, acc, bits, min_exp=min_exp)
-    out = stepwise_mma(a, b, bits, WGMMA_K_FP8, min_exp=min_exp or _E4M3FN_MIN_EXP)
+        return _mma(a, b, acc, bits, min_exp=min_exp, k_step=k_step)
+    out = stepwise_mma(a, b, bits, k_step, min_exp=min_exp or _E4M3FN_MIN_EXP)
     return out if acc is None else acc + out
 
 
@@ -440,7 +441,8 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             m, l, e_run, acc, acc_tc = st.m, st.l, st.e_run, st.acc, st.acc_tc
             # Q·K: raw FP8 products in fp32, or through the platform's accumulator (a d/32-step chain from
             # zero per tile in the unit, or each step flushed into fp32)
-            s_raw = _gemm(qc[:, :, a:z], k8t[..., c0:c1], None, qk_bits, in_unit, min_exp=qk_min)
+            s_raw = _gemm(qc[:, :, a:z], k8t[..., c0:c1], None, qk_bits, in_unit, min_exp=qk_min,
+                          k_step=plat.k_step)
             kd_tile = kdt[..., c0:c1] if kdt.shape[-1] > 1 else kdt
             x = s_raw * ((score_scale * (qdc[:, :, a:z] if qdc.shape[2] > 1 else qdc)) * kd_tile)
             x = x.masked_fill(~allowed, -math.inf)
@@ -493,7 +495,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             if recipe.rowsum in ("rounded", "rounded_mma"):
                 if recipe.rowsum == "rounded_mma":  # P8 · ones on the matrix unit, fresh every tile
                     ones = torch.ones((p8.shape[-1], 1), dtype=torch.float32, device=dev)
-                    row_sum = _gemm(p8, ones, None, pv_bits, in_unit, min_exp=ones_min)
+                    row_sum = _gemm(p8, ones, None, pv_bits, in_unit, min_exp=ones_min, k_step=plat.k_step)
                 else:
                     row_sum = p8.sum(dim=-1, keepdim=True)
                 if recipe.p_scale == "fmax":
@@ -513,20 +515,20 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             v_tile = v8[..., c0:c1, :]
             acc = acc * alpha
             if tile_factor_needed:
-                pv = _gemm(p8, v_tile, None, pv_bits, in_unit, min_exp=pv_min)
+                pv = _gemm(p8, v_tile, None, pv_bits, in_unit, min_exp=pv_min, k_step=plat.k_step)
                 if unscale is not None:
                     pv = pv * unscale
                 if recipe.v_descale == "tile":
                     pv = pv * (vd[..., c0:c0 + 1, :] if vd.shape[2] > 1 else vd)  # one block per tile
                 acc = acc + pv
             elif two_level:
-                acc_tc = _mma(p8, v_tile, acc_tc * alpha, pv_bits, min_exp=pv_min)
+                acc_tc = _mma(p8, v_tile, acc_tc * alpha, pv_bits, min_exp=pv_min, k_step=plat.k_step)
                 # every N tiles counted from key 0, as the kernel does (start_n // BLOCK_N), not from the first
                 # tile this chunk sees: otherwise a window's result would depend on q_chunk
                 if recipe.accum_flush_tiles and (c0 // block_n + 1) % recipe.accum_flush_tiles == 0:
                     acc, acc_tc = acc + acc_tc, torch.zeros_like(acc_tc)
             else:
-                acc = _gemm(p8, v_tile, acc, pv_bits, in_unit, min_exp=pv_min)
+                acc = _gemm(p8, v_tile, acc, pv_bits, in_unit, min_exp=pv_min, k_step=plat.k_step)
             m, l, e_run, acc, acc_tc = st.store(m=m, l=l, e_run=e_run, acc=acc, acc_tc=acc_tc)
 
         if acc_tc is not None:

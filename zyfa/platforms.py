@@ -34,7 +34,8 @@ class Platform:
         gpu: the GPU and its architecture, in words.
         fp8_qk, fp8_pv: accumulation of FP8 operands in Q·K and in P·V, one of :data:`ACCUMULATIONS`.
         bf16_qk, bf16_pv: the same for BF16 operands.
-        k_step: products the matrix unit sums per instruction step for FP8 operands (the model's unit).
+        k_step: products the matrix unit sums per instruction step for FP8 operands (the model's unit; the
+            emulator's truncating steps take it from here).
         accum_bits: mantissa bits kept below the largest term at each step (``align_truncate`` only; the
             recipe's ``accum_mantissa_bits`` is the value used, 13 by default, which is this fit).
         conversions: the conversions kernels use on it (float to bf16, float to FP8, ...), in words.

@@ -30,7 +30,7 @@ from accuracy.impact.section import command_of, results_paths, write_markdown
 from accuracy.results_io import ResultsFile
 from accuracy.shard import add_shard_arguments, say, sharded_launch
 from zyfa.outputs import OutputError, atomic_write_text, partial_path
-from zyfa.recipes import get_recipe
+from zyfa.recipes import get_recipe, split_spec_list
 
 # Default results file, in the current directory (never the committed reports/impact/).
 DEFAULT_OUT = "zyfa-impact/results.jsonl"
@@ -111,12 +111,12 @@ def main(args: argparse.Namespace) -> int:
         from capture.models import check_model_names
 
         check_model_names(split)
-        recipes = [get_recipe(r.strip()).name for r in args.recipes.split(",") if r.strip()]
+        recipes = [get_recipe(r).name for r in split_spec_list(args.recipes)]
         from accuracy.impact.model import model_attention
         from accuracy.implementations import load_plugins
 
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
-        impl_names = [n.strip() for n in (args.implementations or "").split(",") if n.strip()]
+        impl_names = split_spec_list(args.implementations or "")
         for n in impl_names:
             fn = model_attention(n)
             if fn.impl is None:
@@ -127,7 +127,7 @@ def main(args: argparse.Namespace) -> int:
         from accuracy.runner import resolve_device
 
         device = resolve_device(args.device)
-        layer_recipes = [get_recipe(r.strip()).name for r in args.layer_recipes.split(",") if r.strip()]
+        layer_recipes = [get_recipe(r).name for r in split_spec_list(args.layer_recipes)]
         try:
             layers = [int(x) for x in args.layers.split(",")] if args.layers else None
         except ValueError:

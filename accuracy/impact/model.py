@@ -156,7 +156,7 @@ class ModelAttention(RecipeAttention):
         from accuracy.implementations import Implementation
 
         self.impl = impl if isinstance(impl, Implementation) else None
-        super().__init__(get_recipe("fp32") if self.impl is not None else _resolve(impl), on_layer=on_layer)
+        super().__init__(get_recipe("fp32") if self.impl is not None else get_recipe(impl), on_layer=on_layer)
         self.name = self.impl.name if self.impl is not None else f"emulator:{self.recipe.name}"
         self.fallback = fallback
         self.on_output = on_output
@@ -207,17 +207,12 @@ class ModelAttention(RecipeAttention):
         return out
 
 
-def _resolve(spec):
-    from accuracy.implementations import resolve_recipe
-
-    return resolve_recipe(spec)
-
-
 def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw) -> ModelAttention | None:
     """The attention function for ``name``: ``stock`` -> None (the model's own attention, nothing swapped); a
-    built-in implementation (:func:`accuracy.implementations.builtin_names`) or a plug-in among ``plugins``
-    (loaded :class:`~accuracy.implementations.Implementation`, by name) -> that kernel; anything else is a recipe
-    spec run by the emulator. ValueError names an unknown one."""
+    built-in implementation (:func:`accuracy.implementations.builtin_names`; ``triton:SPEC``: our kernel under any
+    recipe spec it honours) or a plug-in among ``plugins`` (loaded :class:`~accuracy.implementations.Implementation`,
+    by name) -> that kernel; anything else is a recipe spec (:mod:`zyfa.recipes`) run by the emulator. ValueError
+    (the spec grammar's one line) for an unknown one."""
     from accuracy.implementations import builtin_names, get_implementation
 
     if name == STOCK:
@@ -225,14 +220,9 @@ def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw)
     for p in plugins:
         if p.name == name:
             return ModelAttention(p, fallback=fallback, **kw)
-    if name in builtin_names():
+    if name in builtin_names() or name.startswith("triton:"):
         return ModelAttention(get_implementation(name), fallback=fallback, **kw)
-    try:
-        recipe = _resolve(name)
-    except ValueError as e:
-        raise ValueError(f"{name!r} is neither an implementation ({', '.join(builtin_names())}, {STOCK}) nor a "
-                         f"recipe: {e}") from None
-    return ModelAttention(recipe, fallback=fallback, **kw)
+    return ModelAttention(get_recipe(name), fallback=fallback, **kw)
 
 
 # ------------------------------------------------------------------------------------------------- logits

@@ -25,6 +25,10 @@ the file holds keeps the other rows (after the planned ones). Nothing is written
 Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
 3 when rows failed (after writing everything; ``--allow-failed`` gives 0).
 
+One-factor ablation: ``--ablate triton:fa3 accum_flush_tiles=0,1`` runs the kernel (or a recipe's emulation) once
+per value of that one field on the same prompts; rows carry ``ablation_base``/``_field``/``_value`` and
+:func:`accuracy.ablation.ablation_pairs` pairs them per prompt.
+
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` splits the (model, task, length,
 implementation) cells over the ranks; each rank loads only its models and rank 0 merges the rows in the grid's order;
 ``--dry-run [N]`` prints the plan.
@@ -65,6 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="your own attention kernel (docs/CONTRACTS.md); imports and runs the named file or "
                              "module (repeatable)")
     parser.add_argument("--kernel-recipe", action="append", metavar="NAME", help="the recipe a --kernel claims")
+    parser.add_argument("--ablate", nargs=2, action="append", metavar=("IMPL", "FIELD=V1,V2"),
+                        help="a one-factor ablation: IMPL (a recipe spec, or triton:SPEC for our kernel) once per "
+                             "value of FIELD, on the same prompts; rows carry ablation_base/_field/_value "
+                             "(accuracy.ablation pairs them per prompt). Repeatable; without --implementations "
+                             "only the ablation runs")
     parser.add_argument("--tasks", default="needle,passkey", help="needle, passkey (default both)")
     parser.add_argument("--lengths", default=None,
                         help="context lengths in tokens, comma-separated, 'k' = 1024 (e.g. 1k,2k,4k); default "
@@ -195,6 +204,7 @@ def _apply_plan(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace) -> int:
     import torch
 
+    from accuracy.ablation import ablation_tags, parse_ablation
     from accuracy.impact.model import STOCK, model_attention
     from accuracy.implementations import load_plugins
     from accuracy.longctx.run import GridSpec, run_longctx
@@ -205,6 +215,7 @@ def _run(args: argparse.Namespace) -> int:
     from accuracy.runner import resolve_device
     from capture.text import TEXTS
     from zyfa.outputs import OutputError, atomic_write_text
+    from zyfa.recipes import split_spec_list
 
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     from capture.models import check_model_names
@@ -227,8 +238,13 @@ def _run(args: argparse.Namespace) -> int:
         device = resolve_device(args.device)
     except (ValueError, RuntimeError) as e:
         raise UsageError(str(e)) from None
-    names = [n.strip() for n in (args.implementations or DEFAULT_IMPLEMENTATIONS[device.type]).split(",")
-             if n.strip()]
+    try:
+        ablations = [parse_ablation(base, assignment) for base, assignment in args.ablate or []]
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    default = "" if ablations else DEFAULT_IMPLEMENTATIONS[device.type]
+    names = split_spec_list(args.implementations if args.implementations is not None else default)
+    names += [s for a in ablations for s in a.specs if s not in names]
     try:
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
     except ValueError as e:
@@ -273,7 +289,7 @@ def _run(args: argparse.Namespace) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
     spec = GridSpec(models=models, implementations=names, tasks=tasks, lengths=lengths, depths=depths,
                     seeds=list(range(args.seeds)), text=args.text, layers=layers, op_layers=args.op_layers,
-                    fallback=None if args.fallback == "none" else "stock",
+                    fallback=None if args.fallback == "none" else "stock", row_tags=ablation_tags(ablations),
                     row_fields=getattr(args, "plan_fields", None) or {})
     from accuracy.shard import sharded_launch
     from zyfa.outputs import partial_path

@@ -67,6 +67,8 @@ class GridSpec:
     op_layers: int = 3  # layers whose operator error is measured (first, middle, last, ...)
     fallback: str | None = None  # "stock": layers an implementation refuses run the model's own attention
     row_fields: dict[str, Any] = field(default_factory=dict)  # added to every row (a study plan's name and hash)
+    # implementation name -> fields every row of it carries (an --ablate group: accuracy.ablation)
+    row_tags: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def row_input(model: str, task: str, length: int, depth: float, seed: int) -> str:
@@ -311,7 +313,8 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
         what_platform, note = platform, "the model's own attention"
     common = {"kind": "longctx", "task": task, "length": int(length), "implementation": name, "recipe": paired,
               "platform": what_platform, "platform_note": note,
-              "accumulation": accumulation(fn, platform) if fn is not None else "stock attention"}
+              "accumulation": accumulation(fn, platform) if fn is not None else "stock attention",
+              **spec.row_tags.get(name, {})}
     rows = []
     error = refused.get(name)
     status = ("nonconforming" if error.startswith("nonconforming: ") else "unsupported") if error else "ok"

@@ -292,7 +292,7 @@ def main(args: argparse.Namespace) -> int:
         base = QUICK_RECIPES if args.quick else STUDY_RECIPES
         recipes = [r.name for r in parse_recipes(args.recipes or ",".join(base))]
         if args.recipes is None and args.long and not _on_gpu(args.device):
-            slow = [r.name for r in parse_recipes(",".join(recipes)) if r.accumulator == "hopper_fp8"]
+            slow = [r.name for r in parse_recipes(";".join(recipes)) if r.accumulator == "hopper_fp8"]
             if slow:
                 recipes = [r for r in recipes if r not in slow]
                 base = tuple(recipes)
@@ -302,8 +302,8 @@ def main(args: argparse.Namespace) -> int:
                 log(f"CPU: leaving out {', '.join(slow)} (Hopper accumulator emulation; name them in --recipes "
                      "to run them)")
         if getattr(args, "platform", None) is not None:
-            base = tuple(r.on(args.platform).name for r in parse_recipes(",".join(base)))
-            recipes = [r.on(args.platform).name for r in parse_recipes(",".join(recipes))]
+            base = tuple(r.on(args.platform).name for r in parse_recipes(";".join(base)))
+            recipes = [r.on(args.platform).name for r in parse_recipes(";".join(recipes))]
         max_tokens = args.max_tokens if args.max_tokens is not None else (512 if args.quick else None)
         if args.gaussian_filter is not None:
             re.compile(args.gaussian_filter)

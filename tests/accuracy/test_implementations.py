@@ -16,12 +16,11 @@ from accuracy.implementations import (
     load_plugin,
     load_plugins,
     parse_implementations,
-    resolve_recipe,
 )
 from accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
 from reference.attention import attention_fp64
 from zyfa.norms import rel_l2
-from zyfa.recipes import Recipe
+from zyfa.recipes import Recipe, get_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"
@@ -64,7 +63,7 @@ def test_builtin_fields(name):
         assert r.name == "cudnn-fp8" and r.out_format == "e4m3fn"
     if name == "flash-attn-triton-amd":
         # the released flash-attn 2.8.3 scales P per tile (docs/real_kernels.md); the rest is triton-amd's
-        base = resolve_recipe("triton-amd")
+        base = get_recipe("triton-amd")
         assert r.p_scale == "tile_amax" and r.log2e_folded is False and r.v_descale == base.v_descale
         assert (r.block_m, r.block_n) == (128, 64)
         # its FP8 tl.dots keep their k chain in the matrix unit; each tile's P·V is a fresh dot
@@ -72,7 +71,7 @@ def test_builtin_fields(name):
     if name == "flashinfer-fa3":
         # FA3's numerics (never-flushed Hopper accumulator, fp32 sum, rcp) with P x448, Q per query head and
         # FlashInfer's single-prefill FP8 tiles (CTA_Q x CTA_KV of prefill_sm90.cuh), on the H200
-        fa3 = resolve_recipe("fa3")
+        fa3 = get_recipe("fa3")
         assert r.p_scale == "fmax" and r.q_scale == "head" and r.k_scale == fa3.k_scale == r.v_scale
         assert r.accumulator == "hopper_fp8" and r.accum_flush_tiles == 0 and r.rowsum == fa3.rowsum
         assert (r.reciprocal, r.out_format, r.platform) == ("rcp", "bf16_rne", "h200")
@@ -106,8 +105,17 @@ def test_parse_implementations():
     assert [i.name for i in got] == ["triton:zyfa-hopper", "cudnn-fp8"]
     if not torch.cuda.is_available():
         assert parse_implementations("available") == []
-    with pytest.raises(ValueError, match="unknown implementation 'triton:bf16'"):
+    # triton:SPEC: any recipe spec the kernel honours, named by its canonical spec; one it cannot run is refused
+    got = parse_implementations("triton:fa3:accumulator=hopper_fp8,accum_flush_tiles=1,triton:zyfa@h200")
+    assert [(i.name, i.recipe) for i in got] == [
+        ("triton:fa3:accumulator=hopper_fp8,accum_flush_tiles=1", "fa3:accumulator=hopper_fp8,accum_flush_tiles=1"),
+        ("triton:zyfa@h200", "zyfa@h200")]
+    assert got[0].paired_recipe().accum_flush_tiles == 1
+    with pytest.raises(ValueError, match="implementation 'triton:bf16': recipe 'bf16': the Triton FP8 kernel does "
+                                         "not support q_format='bf16'"):
         parse_implementations("triton:zyfa,triton:bf16")
+    with pytest.raises(ValueError, match="unknown implementation 'cudnn-fp9'"):
+        parse_implementations("cudnn-fp9")
 
 
 def test_limits_of_builtins():
@@ -139,7 +147,7 @@ def test_flashinfer_inputs_are_the_recipe_quantizers_values_in_nhd():
     from zyfa.emulator import quantize_inputs
 
     x = make_gaussian(GaussianSpec(seq=48, heads_q=4, heads_kv=2, head_dim=64, batch=2, seed=3))
-    qi = quantize_inputs(x.q, x.k, x.v, resolve_recipe(FLASHINFER_FA3_RECIPE))
+    qi = quantize_inputs(x.q, x.k, x.v, get_recipe(FLASHINFER_FA3_RECIPE))
     per = flashinfer_fa3_inputs(qi, 4, 2)
     assert len(per) == 2
     for i, (q8, k8, v8, sq, sk, sv) in enumerate(per):
@@ -323,8 +331,8 @@ def test_flash_attn_amd_pairing_fields_are_inert_where_the_matrix_unit_keeps_fp3
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, 2, 192, 64, generator=g) for _ in range(3))
     k[..., :2] *= 20  # outlier channels: the in-unit chain then truncates differently from per-step flushes
-    paired = resolve_recipe(get_implementation("flash-attn-triton-amd").recipe)
-    plain = resolve_recipe("triton-amd:p_scale=tile_amax")
+    paired = get_recipe(get_implementation("flash-attn-triton-amd").recipe)
+    plain = get_recipe("triton-amd:p_scale=tile_amax")
     on_mi = [emulate(q, k, v, r.on("mi355x"), causal=True).out for r in (paired, plain)]
     assert torch.equal(on_mi[0], on_mi[1])
     on_h200 = [emulate(q, k, v, r.on("h200"), causal=True).out for r in (paired, plain)]

@@ -19,7 +19,6 @@ from accuracy.implementations import (
     get_implementation,
     load_plugin,
     pairing,
-    resolve_recipe,
 )
 from accuracy.inputs import GaussianSpec, make_gaussian
 from accuracy.real_rows import implementation_row
@@ -69,7 +68,7 @@ def test_every_builtin_on_the_h200_is_compared_with_an_h200_emulation(name):
         assert p.recipe.name.endswith("@h200"), p.recipe.name  # moved off its own platform: named so
     # off the H200 (no platform model) the recipe's own platform is kept and the note says why
     q = pairing(impl, None, "no platform model for device cpu")
-    assert q.recipe.platform == resolve_recipe(impl.recipe).platform
+    assert q.recipe.platform == get_recipe(impl.recipe).platform
     assert q.note == f"no platform model for device cpu: emulated on the recipe's own platform ({q.recipe.platform})"
 
 
@@ -94,7 +93,7 @@ def test_expected_pairs_on_the_h200():
     # the emulated recipe is the claimed one with the platform changed, every other field equal
     z = pairing(get_implementation("triton:zyfa"), "h200").recipe
     assert z == get_recipe("zyfa").replace(name="zyfa@h200", platform="h200")
-    assert resolve_recipe("triton:fa3@h200") == fa3 and resolve_recipe("zyfa@h200") == z
+    assert get_recipe("triton:fa3@h200") == fa3 and get_recipe("zyfa@h200") == z
 
 
 def test_a_spec_that_names_its_platform_keeps_it():

@@ -114,12 +114,12 @@ def _oracle(key: str):
 
 @cache
 def _emulation(key: str, spec: str):
-    from accuracy.implementations import resolve_recipe
     from reference.attention import attention_fp64
     from zyfa.emulator import emulate
+    from zyfa.recipes import get_recipe
 
     x = _load(key)
-    r = spec if not isinstance(spec, str) else resolve_recipe(spec)  # a spec, or a Recipe (a pairing's)
+    r = spec if not isinstance(spec, str) else get_recipe(spec)  # a spec, or a Recipe (a pairing's)
     em = emulate(x.q, x.k, x.v, r, causal=x.causal, window=x.window, sm_scale=x.sm_scale)
     ref = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=x.causal, window=x.window, sm_scale=x.sm_scale)
     return em, ref
@@ -138,11 +138,11 @@ def _qk_hopper_shift(key: str, spec: str) -> float:
     takes Q·K as exact fp32: issue 13). Both score matrices then go through an FP64 softmax and P·V on the
     dequantized V. Per query head, so the product tensor stays small.
     """
-    from accuracy.implementations import resolve_recipe
     from zyfa.emulator import quantize_inputs
+    from zyfa.recipes import get_recipe
 
     x = _load(key)
-    qi = quantize_inputs(x.q, x.k, x.v, resolve_recipe(spec))
+    qi = quantize_inputs(x.q, x.k, x.v, get_recipe(spec))
     b, h, s_q, d = x.q.shape
     g = h // x.k.shape[1]
     sm = x.sm_scale if x.sm_scale is not None else d ** -0.5

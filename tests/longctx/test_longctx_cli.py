@@ -80,7 +80,7 @@ def test_stopped_run_resumes_to_the_same_rows(full, tmp_path, capsys):
 @pytest.mark.parametrize("extra, message", [
     (["--lengths", "9000"], "above smollm2's context of 8192"),
     (["--lengths", "40"], "too short for the needle to fit"),
-    (["--implementations", "nope"], "neither an implementation"),
+    (["--implementations", "nope"], "--implementations: unknown recipe 'nope'; known recipes: zyfa, "),
     (["--implementations", "triton:zyfa"], "cannot run here: no CUDA device"),
     (["--tasks", "haystack"], "unknown task 'haystack'"),
     (["--depths", "0,2"], "outside 0..1"),

@@ -40,11 +40,13 @@ def test_name_at_its_own_platform_is_the_named_recipe_itself(name, platform):
     assert RECIPES[name].on(platform) is RECIPES[name]
 
 
-def test_the_text_after_the_last_at_is_the_platform():
-    # "ck@h200@mi355x" is (ck on h200) on mi355x: back on ck's own numerics platform, under the full name
-    r = get_recipe("ck@h200@mi355x")
-    assert (r.name, r.platform) == ("ck@h200@mi355x", "mi355x")
-    assert _numerics(r) == _numerics(RECIPES["ck"])
+def test_a_spec_names_one_platform():
+    # one '@PLATFORM' per spec (the grammar of zyfa.recipes); "ck@h200@mi355x" is refused in one line
+    with pytest.raises(ValueError, match=r"^recipe spec 'ck@h200@mi355x' names more than one platform"):
+        get_recipe("ck@h200@mi355x")
+    r = get_recipe("ck@h200")
+    assert (r.name, r.platform) == ("ck@h200", "h200")
+    assert _numerics(r) == _numerics(RECIPES["ck"].replace(platform="h200"))
 
 
 def test_unknown_platform_or_recipe_before_the_at_is_named_in_one_line():

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipes import Recipe, get_recipe, triton_kernel_recipe
 
 __all__ = [
     "KernelPlan",
@@ -106,7 +106,7 @@ def _refuse(recipe: Recipe, fld: str, value, allowed) -> ValueError:
 
 def kernel_plan(recipe: Recipe | str) -> KernelPlan:
     """Map a recipe onto the kernel's switches; ValueError names any field the kernel cannot honour."""
-    r = recipe_from_spec(recipe)
+    r = get_recipe(recipe)
     for fld in ("q_format", "k_format", "v_format", "p_format"):
         if getattr(r, fld) != "e4m3fn":
             raise _refuse(r, fld, getattr(r, fld), "'e4m3fn'")
@@ -163,69 +163,19 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
 
 
 def kernel_recipe(spec: Recipe | str) -> Recipe:
-    """The recipe as this kernel computes it. FA3's head-dim tiles (``head_dim_tiles``: 224 keys at hd128, 160 at
-    hd64 and hd192) are no Triton block size, so the kernel keeps the recipe's ``block_m`` x ``block_n``; and it
-    visits KV tiles from key 0 on (``kv_order`` forward). An emulation meant to match the kernel must do the same."""
-    r = recipe_from_spec(spec)
-    changes = {}
-    if r.head_dim_tiles:
-        changes["head_dim_tiles"] = ()
-    if r.kv_order != "forward":
-        changes["kv_order"] = "forward"
-    return r.replace(**changes) if changes else r
-
-
-def _parse_head_dim_tiles(val: str, spec: str) -> tuple[tuple[int, int, int], ...]:
-    """``"64:192x128|128:128x192"`` -> ((64, 192, 128), (128, 128, 192)): (max d_qk, block_m, block_n) entries;
-    ``"none"`` -> () (the recipe's block_m x block_n at every head dim)."""
-    if val.lower() == "none":
-        return ()
-    out = []
-    for entry in val.split("|"):
-        d, colon, mn = entry.partition(":")
-        m, x, n = mn.partition("x")
-        try:
-            if not (colon and x):
-                raise ValueError
-            out.append((int(d), int(m), int(n)))
-        except ValueError:
-            raise ValueError(f"bad head_dim_tiles entry {entry!r} in {spec!r}: expected D:MxN entries joined by "
-                             "'|' (max head dim, block_m, block_n), e.g. 64:192x128|128:128x192, or none") from None
-    return tuple(out)
+    """The recipe as this kernel computes it (:func:`zyfa.recipes.triton_kernel_recipe`): FA3's head-dim tiles
+    (``head_dim_tiles``: 224 keys at hd128, 160 at hd64 and hd192) are no Triton block size, so the kernel keeps
+    the recipe's ``block_m`` x ``block_n``; and it visits KV tiles from key 0 on (``kv_order`` forward). An
+    emulation meant to match the kernel must do the same. Fields as the recipe's; named as the recipe where
+    nothing differs (the spec ``triton:NAME`` gives the same recipe)."""
+    r = get_recipe(spec)
+    kr = triton_kernel_recipe(r)
+    return r if kr is r else kr.replace(name=r.name)
 
 
 def recipe_from_spec(spec: Recipe | str) -> Recipe:
-    """A recipe name, optionally with field overrides: ``"zyfa:accumulator=hopper_fp8,accum_flush_tiles=1"``.
-    ``head_dim_tiles`` takes ``D:MxN`` entries joined by ``|`` (``fa3:head_dim_tiles=64:192x128|128:128x192``).
-
-    The result is named by the whole spec, so tables and test ids say exactly what ran.
-    """
-    if isinstance(spec, Recipe):
-        return spec
-    base, _, rest = spec.partition(":")
-    r = get_recipe(base.strip())
-    if not rest.strip():
-        return r
-    changes = {}
-    for item in rest.split(","):
-        key, eq, val = item.partition("=")
-        key, val = key.strip(), val.strip()
-        if not eq or not hasattr(r, key) or key in ("name", "source", "tags"):
-            raise ValueError(f"bad recipe override {item!r} in {spec!r}: expected field=value with a Recipe field")
-        cur = getattr(r, key)
-        if key == "head_dim_tiles":
-            changes[key] = _parse_head_dim_tiles(val, spec)
-        elif isinstance(cur, bool):
-            if val.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(f"recipe override {key}={val!r}: expected a bool")
-            changes[key] = val.lower() in ("true", "1")
-        elif isinstance(cur, int):
-            changes[key] = int(val)
-        elif isinstance(cur, float):
-            changes[key] = float(val)
-        else:
-            changes[key] = val
-    return r.replace(name=spec, **changes)
+    """A recipe spec -> Recipe: :func:`zyfa.recipes.get_recipe`, the one grammar (kept as a name for scripts)."""
+    return get_recipe(spec)
 
 
 # ---------------------------------------------------------------------------------------------- configs
@@ -828,7 +778,7 @@ def _quantize(q, k, v, recipe):
     """:func:`quantize_for_kernel` plus the emulator's :class:`~zyfa.emulator.QuantizedInputs` (for K's mean)."""
     from zyfa.emulator import quantize_inputs
 
-    r = recipe_from_spec(recipe)
+    r = get_recipe(recipe)
     kernel_plan(r)  # refuse unsupported recipes before doing any work
     qi = quantize_inputs(q, k, v, r)
     b, h = q.shape[:2]
@@ -858,7 +808,7 @@ def attention_fp8_quantized(q, k, v, *, recipe: Recipe | str = "zyfa", causal: b
     is the LSE of the unsmoothed (dequantized) scores.
     """
     validate_inputs(q, k, v, causal, sm_scale, window)
-    recipe = recipe_from_spec(recipe)
+    recipe = get_recipe(recipe)
     kernel_plan(recipe)
     check_device(q)
     q8, k8, v8, qd, kd, vd, qi = _quantize(q, k, v, recipe)

@@ -1,7 +1,7 @@
-"""What the peer adapters share: availability checks (device, package, the release whose numerics were read), the
-recipe-spec resolver a real kernel's claimed numerics are named with, and the descale layouts per-head kernels take.
+"""What the peer adapters share: availability checks (device, package, the release whose numerics were read) and the
+descale layouts per-head kernels take.
 
-Exposed: ``cuda_check``, ``package_check``, ``all_checks``, ``dist_version``, ``read_release``, ``resolve_recipe``,
+Exposed: ``cuda_check``, ``package_check``, ``all_checks``, ``dist_version``, ``read_release``,
 ``per_head_descales``, ``expand_kv``.
 """
 
@@ -14,28 +14,7 @@ from collections.abc import Callable
 import torch
 
 __all__ = ["all_checks", "cuda_check", "dist_version", "expand_kv", "package_check", "per_head_descales",
-           "read_release", "resolve_recipe"]
-
-
-def resolve_recipe(spec):
-    """A recipe spec -> Recipe. Specs: a name, ``name:field=value,...`` (the kernel wrapper's syntax), either
-    with ``@PLATFORM`` (:meth:`zyfa.recipes.Recipe.on`), and ``triton:<spec>``: the recipe as our Triton kernel
-    computes it (:func:`zyfa.kernels.attention_fp8.kernel_recipe`: FA3's head-dim tiles become the recipe's
-    block_m x block_n), named ``triton:<spec>`` where that differs from the recipe. A Recipe passes through."""
-    from zyfa.kernels.attention_fp8 import kernel_recipe, recipe_from_spec
-    from zyfa.platforms import PLATFORM_NAMES
-    from zyfa.recipes import Recipe
-
-    if isinstance(spec, Recipe):
-        return spec
-    base, at, plat = str(spec).rpartition("@")
-    if at and base and plat in PLATFORM_NAMES:
-        return resolve_recipe(base).on(plat)
-    if str(spec).startswith("triton:"):
-        r = resolve_recipe(spec[len("triton:"):])
-        kr = kernel_recipe(r)
-        return r if kr == r else kr.replace(name=f"triton:{r.name}")
-    return recipe_from_spec(spec)
+           "read_release"]
 
 
 def cuda_check(min_major: int = 0, exact_major: int | None = None) -> tuple[bool, str]:
