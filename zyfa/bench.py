@@ -398,15 +398,19 @@ def prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref) -> Candi
     return Candidate(row, fn, {"v_transpose": lambda: prepare_vt(v8, permute_k32=perm)})
 
 
-def prepare_peer(base, peer, q, k, v, causal, ref) -> Candidate:
-    """A real peer kernel (registry name) prepared once from ``zyfa.peers``."""
+def peer_recipe(peer: str) -> str:
+    """The recipe the implementation registry pairs a peer with (its row's ``recipe``)."""
     from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE
     from zyfa.peers.flashinfer_fa3 import FLASHINFER_FA3_RECIPE
 
+    return {"flash-attn-triton-amd": FLASH_ATTN_AMD_RECIPE, "flashinfer-fa3": FLASHINFER_FA3_RECIPE,
+            "cudnn-fp8": "cudnn-fp8"}.get(peer, "bf16")
+
+
+def prepare_peer(base, peer, q, k, v, causal, ref) -> Candidate:
+    """A real peer kernel (registry name) prepared once from ``zyfa.peers``."""
     sm_scale = 1.0 / math.sqrt(q.shape[3])
-    recipe = {"flash-attn-triton-amd": FLASH_ATTN_AMD_RECIPE, "flashinfer-fa3": FLASHINFER_FA3_RECIPE,
-              "cudnn-fp8": "cudnn-fp8"}.get(peer, "bf16")
-    row = dict(base, impl=peer, recipe=recipe)
+    row = dict(base, impl=peer, recipe=peer_recipe(peer))
     if peer == "flash-attn-triton-amd":
         fn, out = make_flash_attn_amd(q, k, v, causal, sm_scale)
     elif peer == "flashinfer-fa3":
@@ -461,7 +465,7 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, plugins=(), repeats
     cands: list[Candidate] = []
     jobs = [(lambda spec=spec: prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref),
              dict(base, impl=OURS_IMPL, recipe=spec)) for spec in recipes]
-    jobs += [(lambda p=p: prepare_peer(base, p, q, k, v, causal, ref), dict(base, impl=p, recipe="-"))
+    jobs += [(lambda p=p: prepare_peer(base, p, q, k, v, causal, ref), dict(base, impl=p, recipe=peer_recipe(p)))
              for p in peers]
     jobs += [(lambda n=n, f=f: prepare_plugin(base, n, f, q, k, v, causal, ref),
               dict(base, impl=f"plugin:{n}", recipe="-")) for n, f in plugins]
@@ -512,7 +516,8 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, plugins=(), repeats
                                                                                   pk) for pk in peer_keys}
         rows.append(row)
         log(row)
-    torch.cuda.synchronize()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return rows
 
 
@@ -896,13 +901,22 @@ def main(args) -> int:
     except ValueError as err:
         print(f"zyfa bench: {err}", file=sys.stderr)
         return 2
+    from zyfa.kernels.attention_fp8 import kernel_plan
+    from zyfa.recipes import get_recipe, split_spec_list
+
+    recipes = split_spec_list(args.recipes)
+    other = recipes if args.recipes_other == "same" else split_spec_list(args.recipes_other)
+    try:  # every spec the kernel honours, before the GPU is looked for
+        for spec in dict.fromkeys([*recipes, *other]):
+            kernel_plan(get_recipe(spec))
+    except ValueError as err:
+        print(f"zyfa bench: {err}", file=sys.stderr)
+        return 2
     import torch
 
     if not torch.cuda.is_available():
         print("zyfa bench needs a CUDA GPU (Hopper); none found", file=sys.stderr)
         return 2
-    recipes = [r for r in args.recipes.split(";") if r.strip()]
-    other = recipes if args.recipes_other == "same" else [r for r in args.recipes_other.split(";") if r.strip()]
     shapes = [s for s in args.shapes.split(",") if s]
     seqlens = [int(s) for s in args.seqlens.split(",") if s]
     causals = {"both": [False, True], "true": [True], "false": [False]}[args.causal]

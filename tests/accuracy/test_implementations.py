@@ -167,13 +167,14 @@ def test_bench_peer_rows_name_the_registrys_recipes():
     cannot run (here: no GPU, or no package), and carry the reason instead of a speed."""
     from accuracy.implementations import FLASH_ATTN_AMD_RECIPE, FLASHINFER_FA3_RECIPE
     from zyfa.bench import run_case
+    from zyfa.timing import cpu_timer
 
     if torch.cuda.is_available():
         pytest.skip("checks the rows of peers that cannot run, on a machine without a GPU")
     q = torch.randn(1, 2, 64, 128)
     rows = run_case([], label="gaussian", inputs=(q, q, q), causal=False, recipes=[],
-                    peers=["flash-attn-triton-amd", "flashinfer-fa3"], warmup=1, rep=1, sampler=None, config=None,
-                    log=lambda r: None)
+                    peers=["flash-attn-triton-amd", "flashinfer-fa3"], repeats=1, timer=cpu_timer(1), clock=None,
+                    config=None, log=lambda r: None)
     assert [(r["impl"], r["recipe"]) for r in rows] == [("flash-attn-triton-amd", FLASH_ATTN_AMD_RECIPE),
                                                          ("flashinfer-fa3", FLASHINFER_FA3_RECIPE)]
     assert all("error" in r and "tflops" not in r for r in rows)
@@ -185,6 +186,7 @@ def test_amd_forward_refuses_mla_head_dims():
     before the kernel runs (it read past V's rows there and wrote NaN), and zyfa bench's row says why, with no speed."""
     from accuracy.implementations import flash_attn_amd_forward
     from zyfa.bench import run_case
+    from zyfa.timing import cpu_timer
 
     q = torch.randn(1, 2, 64, 192).to(torch.float8_e4m3fn)
     v = torch.randn(1, 2, 64, 128).to(torch.float8_e4m3fn)
@@ -193,7 +195,8 @@ def test_amd_forward_refuses_mla_head_dims():
         flash_attn_amd_forward(q, q, v, d, d, d, causal=False, sm_scale=0.1)
     qf, vf = torch.randn(1, 2, 64, 192), torch.randn(1, 2, 64, 128)
     rows = run_case([], label="gaussian", inputs=(qf, qf, vf), causal=True, recipes=[],
-                    peers=["flash-attn-triton-amd"], warmup=1, rep=1, sampler=None, config=None, log=lambda r: None)
+                    peers=["flash-attn-triton-amd"], repeats=1, timer=cpu_timer(1), clock=None, config=None,
+                    log=lambda r: None)
     assert len(rows) == 1 and "tflops" not in rows[0]
     assert "one head size for Q, K and V, not 192/192/128" in rows[0]["error"]
 
