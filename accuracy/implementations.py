@@ -27,17 +27,19 @@ Built-ins (:func:`builtin_names`):
   FlashInfer compiles the kernel with nvcc on first use, or loads it from its AOT folder;
   ``scripts/build_flashinfer_fa3.py`` does that build where the GPU machine cannot.
 
-Plug-ins (:func:`load_plugin`): ``"module:function"`` or ``"path/to/file.py:function"`` with the contract in
-docs/CONTRACTS.md, ``fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse)``. Every failure (bad path,
-wrong signature, wrong output shape, NaN, an exception) raises :class:`ImplementationError`, whose message
-names the kernel, so the runner can mark that row failed and go on.
+Plug-ins (:func:`load_plugin`): ``"[NAME=]module:function"`` or ``"[NAME=]path/to/file.py:function"`` with the
+contract in docs/CONTRACTS.md, ``fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse)``, read by
+:mod:`accuracy.plugin_load` and run in a worker process (:mod:`accuracy.plugin_worker`: copies of the inputs
+checked for writes, a time limit, the worker's death a failed row) unless ``in_process``. Every failure (bad
+path, wrong signature, wrong output shape, NaN, an exception, a time-out) raises :class:`ImplementationError`,
+whose message names the kernel, so the runner can mark that row failed and go on.
 
 Exposed:
     Implementation, ImplResult, ImplementationError
     builtin_names() -> list[str];  get_implementation(name) -> Implementation
     parse_implementations(spec) -> list[Implementation]   ("all", "available", or comma-separated names)
-    load_plugin(spec, *, recipe=None) -> Implementation
-    load_plugins(specs, recipes=None) -> list[Implementation]   (a kernel that does not load fails its rows)
+    load_plugin(spec, *, recipe=None, in_process=False, timeout=600) -> Implementation
+    load_plugins(specs, recipes=None, *, in_process=False, timeout=600) -> list[Implementation]
     call_implementation(impl, x, context=None, *, allow_nonfinite=False) -> ImplResult   (runs, validates;
         ImplementationError on failure; with allow_nonfinite NaN/Inf outputs come back to be counted)
     unsupported_reason(impl, x) -> str | None
@@ -51,21 +53,16 @@ version of the recipe; on a device with no platform model the recipe's own platf
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import importlib.util
-import inspect
 import math
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from accuracy.inputs import AttentionInput
+from accuracy.plugin_load import PluginError, check_signature, load_callable, parse_spec
+from accuracy.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
 from zyfa.peers.common import all_checks as _all
 from zyfa.peers.common import cuda_check as _cuda
 from zyfa.peers.common import dist_version as _dist_version
@@ -153,6 +150,8 @@ class Implementation:
             ``"triton-kernel"`` (the recipe as our Triton kernel computes it, ``kernel_recipe``).
         scale_o: ``"oracle"`` when its FP8 output scale comes from the FP64 oracle's amax (the emulation's
             output is then scaled alike), else None.
+        origin: a plug-in's identity for provenance (name, spec, resolved path, sha256, function, how it runs:
+            :meth:`accuracy.plugin_load.PluginSource.record`), else None.
     """
 
     name: str
@@ -167,6 +166,7 @@ class Implementation:
     plugin: bool = False
     emulation: str = "recipe"
     scale_o: str | None = None
+    origin: dict | None = None
 
     def __post_init__(self) -> None:
         if self.quantizes not in QUANTIZES:
@@ -500,119 +500,18 @@ def parse_implementations(spec: str | None) -> list[Implementation]:
 
 # ---------------------------------------------------------------------------------------------- plug-ins
 
-_CONTRACT = "fn(q, k, v, *, causal: bool, sm_scale: float, window: int | None) -> out | (out, lse)"
-
-
-def _load_callable(spec: str) -> tuple[Callable, str]:
-    """``module:function`` or ``path/to/file.py:function`` -> (callable, where it came from)."""
-    if not isinstance(spec, str) or ":" not in spec:
-        raise ImplementationError(f"kernel {spec!r}: expected module:function or path/to/file.py:function")
-    mod_part, _, fn_name = spec.rpartition(":")
-    if not mod_part or not fn_name.isidentifier():
-        raise ImplementationError(f"kernel {spec!r}: expected module:function or path/to/file.py:function")
-    if mod_part.endswith(".py") or os.sep in mod_part or "/" in mod_part:
-        path = Path(mod_part)
-        if not path.is_file():
-            raise ImplementationError(f"kernel {spec!r}: no such file {mod_part}")
-        _check_defines(spec, path, fn_name)
-        mod_name = "zyfa_plugin_" + "".join(c if c.isalnum() else "_" for c in str(path.resolve()))
-        try:
-            loader_spec = importlib.util.spec_from_file_location(mod_name, path)
-            if loader_spec is None or loader_spec.loader is None:
-                raise ImportError(f"cannot load {path} as a Python module")
-            module = importlib.util.module_from_spec(loader_spec)
-            sys.modules[mod_name] = module
-            loader_spec.loader.exec_module(module)
-        except KeyboardInterrupt:
-            sys.modules.pop(mod_name, None)
-            raise
-        except BaseException as e:  # noqa: BLE001 - any import-time failure of the user's file, SystemExit too
-            sys.modules.pop(mod_name, None)
-            raise ImplementationError(f"kernel {spec!r}: importing {mod_part} failed: {type(e).__name__}: {e}") \
-                from None
-        where = str(path)
-    else:
-        try:
-            origin = getattr(importlib.util.find_spec(mod_part), "origin", None)
-        except (ImportError, ValueError):
-            origin = None
-        if origin and origin.endswith(".py") and Path(origin).is_file():
-            _check_defines(spec, Path(origin), fn_name)
-        try:
-            module = importlib.import_module(mod_part)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # noqa: BLE001 - SystemExit at import too
-            raise ImplementationError(f"kernel {spec!r}: cannot import module {mod_part!r}: "
-                                      f"{type(e).__name__}: {e}") from None
-        where = getattr(module, "__file__", None) or mod_part
-    fn = getattr(module, fn_name, None)
-    if fn is None:
-        raise ImplementationError(f"kernel {spec!r}: module {mod_part!r} has no attribute {fn_name!r}")
-    if not callable(fn):
-        raise ImplementationError(f"kernel {spec!r}: {fn_name!r} is not callable")
-    return fn, where
-
-
-def _check_defines(spec: str, path: Path, fn_name: str) -> None:
-    """Refuse, before the file runs, a plug-in source that binds no top-level ``fn_name`` (def, class,
-    assignment or import): its top-level code is not executed for a kernel it does not have."""
-    import ast
-
-    try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
-    except (SyntaxError, ValueError, OSError) as e:
-        raise ImplementationError(f"kernel {spec!r}: {path} is not valid Python: {type(e).__name__}: {e}") \
-            from None
-    names: set[str] = set()
-    dynamic = False
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Store):
-                names.add(node.id)
-            dynamic = dynamic or node.id in ("globals", "setattr", "exec")
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((a.asname or a.name).split(".")[0] for a in node.names)
-            dynamic = dynamic or any(a.name == "*" for a in node.names)
-    if fn_name not in names and not dynamic:
-        raise ImplementationError(f"kernel {spec!r}: {path} defines no {fn_name!r} (the file was not run)")
-
-
-def _check_signature(spec: str, fn: Callable) -> None:
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return  # builtins / C functions: checked by the call itself
-    params = list(sig.parameters.values())
-    var_pos = any(p.kind is p.VAR_POSITIONAL for p in params)
-    var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    problems = []
-    if len(positional) < 3 and not var_pos:
-        problems.append(f"takes {len(positional)} positional argument(s), needs q, k, v")
-    names = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    missing = [n for n in ("causal", "sm_scale", "window") if n not in names]
-    if missing and not var_kw:
-        problems.append(f"has no keyword argument(s) {', '.join(missing)}")
-    required_extra = [p.name for p in params[3:] if p.default is p.empty
-                      and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-                      and p.name not in ("causal", "sm_scale", "window")]
-    if required_extra:
-        problems.append(f"requires argument(s) the contract does not pass: {', '.join(required_extra)}")
-    if problems:
-        raise ImplementationError(f"kernel {spec!r}: wrong signature {sig}: {'; '.join(problems)}. "
-                                  f"Contract: {_CONTRACT}")
-
-
-def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
-    """A user's kernel as an :class:`Implementation` named ``plugin:<spec>``.
+def load_plugin(spec: str, *, recipe: str | None = None, in_process: bool = False,
+                timeout: float = DEFAULT_TIMEOUT_S) -> Implementation:
+    """A user's kernel as an :class:`Implementation`, named ``NAME`` for ``NAME=...`` specs, else
+    ``plugin:<module or absolute path>:<function>`` (:func:`accuracy.plugin_load.parse_spec`).
 
     Args:
-        spec: ``module:function`` (importable) or ``path/to/file.py:function``.
-        recipe: with ``--kernel-recipe``: the recipe it is paired with (scored on that recipe's dequantized
-            inputs too, and compared with its emulation); the kernel still gets the original inputs.
+        spec: ``[NAME=]module:function`` (importable) or ``[NAME=]path/to/file.py:function``.
+        recipe: with ``--kernel-recipe``: the recipe it is paired with (compared with its emulation); the kernel
+            still gets the original inputs.
+        in_process: call it in this process (``--kernel-in-process``) instead of the shared worker process
+            (:mod:`accuracy.plugin_worker`, the default).
+        timeout: the time limit of one call in the worker (``--kernel-timeout``).
 
     Raises:
         ImplementationError: naming the kernel, for a bad path or a signature that breaks the contract.
@@ -622,34 +521,50 @@ def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
             resolve_recipe(recipe)
         except ValueError as e:
             raise ImplementationError(f"kernel {spec!r}: --kernel-recipe: {e}") from None
-    fn, where = _load_callable(spec)
-    _check_signature(spec, fn)
+    try:
+        src = parse_spec(spec)
+        if in_process:
+            fn, where = load_callable(src)
+            check_signature(spec, fn)
+            quantization = getattr(fn, "quantization", None)
+        else:
+            worker = shared_worker()
+            where, quantization = worker.load(src, timeout)
+    except PluginError as e:
+        raise ImplementationError(str(e)) from None
+    if src.name in _builtins():
+        raise ImplementationError(f"kernel {spec!r}: the name {src.name!r} is a built-in implementation's; "
+                                  "choose another NAME")
+    info = {"plugin_source": where, "plugin_sha256": src.sha256}
 
     def run(x: AttentionInput, context: dict) -> ImplResult:
-        res = fn(x.q, x.k, x.v, causal=bool(x.causal), sm_scale=_sm(x), window=x.window)
-        if isinstance(res, (tuple, list)):
-            if len(res) != 2:
-                raise ImplementationError(f"kernel {spec!r} returned a {type(res).__name__} of {len(res)} "
-                                          "items; expected out or (out, lse)")
-            out, lse = res
-        else:
-            out, lse = res, None
-        return ImplResult(out, lse, {"plugin_source": where})
+        kw = {"causal": bool(x.causal), "sm_scale": _sm(x), "window": x.window}
+        try:
+            if in_process:
+                out, lse = protected_call(fn, x.q, x.k, x.v, kw)
+            else:
+                out, lse = worker.call(src.name, x.q, x.k, x.v, kw, timeout)
+        except KernelFault as e:
+            raise ImplementationError(f"kernel {spec!r} {e}") from (e.__cause__ or e)
+        return ImplResult(out, lse, dict(info))
 
-    run.quantization = getattr(fn, "quantization", None)  # its granularity, if it says (accuracy.conformance)
-    return Implementation(name=f"plugin:{spec}", fn=run, recipe=recipe, quantizes="self", device="the run's",
-                          package=None, check=None, limits=None, description=f"user kernel {spec} ({where})",
-                          plugin=True)
+    run.quantization = quantization  # its granularity, if it says (accuracy.conformance)
+    mode = "in this process" if in_process else f"in a worker process, {timeout:g} s per call"
+    return Implementation(name=src.name, fn=run, recipe=recipe, quantizes="self", device="the run's",
+                          package=None, check=None, limits=None, description=f"user kernel {spec} ({where}; {mode})",
+                          plugin=True, origin={**src.record(), "in_process": in_process, "timeout_s": timeout})
 
 
-def load_plugins(specs, recipes=None) -> list[Implementation]:
+def load_plugins(specs, recipes=None, *, in_process: bool = False,
+                 timeout: float = DEFAULT_TIMEOUT_S) -> list[Implementation]:
     """Plug-ins for ``--kernel`` (repeatable) and ``--kernel-recipe`` (none, one for all kernels, or one per
-    kernel in order), each resolved and its signature checked before any work.
+    kernel in order), each resolved and its signature checked before any work (in the worker process unless
+    ``in_process``: :func:`load_plugin`).
 
     Raises:
         ValueError: an unknown ``--kernel-recipe``, or more than one but not one per ``--kernel``; a kernel that
             does not load (no such file or module, no such function, an import that fails, a wrong signature),
-            in one line naming it.
+            a NAME given to two different kernels, in one line naming it.
     """
     specs = list(specs or [])
     recipes = list(recipes or [])
@@ -662,12 +577,18 @@ def load_plugins(specs, recipes=None) -> list[Implementation]:
         except ValueError as e:
             raise ValueError(f"--kernel-recipe {r!r}: {e}") from None
     paired = recipes * len(specs) if len(recipes) == 1 else (recipes or [None] * len(specs))
-    out = []
+    out: list[Implementation] = []
     for spec, recipe in zip(specs, paired, strict=True):
         try:
-            out.append(load_plugin(spec, recipe=recipe))
+            impl = load_plugin(spec, recipe=recipe, in_process=in_process, timeout=timeout)
         except ImplementationError as e:
             raise ValueError(str(e)) from None
+        for other in out:
+            if other.name == impl.name and (other.origin["path"], other.origin["function"]) != \
+                    (impl.origin["path"], impl.origin["function"]):
+                raise ValueError(f"--kernel: the name {impl.name!r} is given to two kernels "
+                                 f"({other.origin['spec']} and {spec})")
+        out.append(impl)
     return out
 
 
@@ -697,7 +618,8 @@ def call_implementation(impl: Implementation, x: AttentionInput, context: dict |
     """
     b, h, s_q, _ = x.q.shape
     d_v = x.v.shape[3]
-    label = f"kernel {impl.name!r}" if not impl.plugin else f"kernel {impl.name[len('plugin:'):]!r}"
+    label = f"kernel {impl.origin['spec'] if impl.origin else impl.name.removeprefix('plugin:')!r}" \
+        if impl.plugin else f"kernel {impl.name!r}"
     try:
         res = impl.fn(x, dict(context or {}))
     except (ImplementationError, KeyboardInterrupt):
