@@ -13,15 +13,19 @@ Exposed:
     load_callable(src) -> (fn, where) imports the module or executes the file; the file's folder goes on sys.path
     check_signature(spec, fn)         the contract's keywords and positionals
     CONTRACT                          the contract in one line
+    add_wall_arguments(parser), wall_options(args) -> dict, wall_flags(args) -> list   --kernel-timeout,
+        --kernel-in-process (this module imports no torch: the commands check arguments before heavy imports)
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import hashlib
 import importlib
 import importlib.util
 import inspect
+import math
 import os
 import re
 import sys
@@ -29,8 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["CONTRACT", "PluginError", "PluginSource", "check_signature", "load_callable", "parse_spec"]
+__all__ = ["CONTRACT", "DEFAULT_TIMEOUT_S", "PluginError", "PluginSource", "add_wall_arguments", "check_signature",
+           "load_callable", "parse_spec", "wall_flags", "wall_options"]
 
+DEFAULT_TIMEOUT_S = 600.0  # per call; a real kernel on a long capture takes seconds, a hang takes forever
 CONTRACT = "fn(q, k, v, *, causal: bool, sm_scale: float, window: int | None) -> out | (out, lse)"
 _NAME = re.compile(r"[A-Za-z][\w.+-]*")
 
@@ -208,3 +214,37 @@ def check_signature(spec: str, fn: Callable) -> None:
         problems.append(f"requires argument(s) the contract does not pass: {', '.join(required_extra)}")
     if problems:
         raise PluginError(f"kernel {spec!r}: wrong signature {sig}: {'; '.join(problems)}. Contract: {CONTRACT}")
+
+
+# ---------------------------------------------------------------------------------------------- options
+
+def add_wall_arguments(parser) -> None:
+    """``--kernel-timeout`` and ``--kernel-in-process`` on a parser (or an argument group) that has --kernel."""
+    parser.add_argument("--kernel-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                        help=f"time limit of one call of a --kernel (default {DEFAULT_TIMEOUT_S:g}); a call past "
+                             "it fails its row and its worker process is restarted")
+    parser.add_argument("--kernel-in-process", action="store_true",
+                        help="call --kernel plug-ins in this process instead of a worker process: faster, but "
+                             "with no time limit, and a crash, os._exit or hang of the kernel is this process's")
+
+
+def wall_options(args: argparse.Namespace) -> dict:
+    """``load_plugins`` keywords from parsed arguments; ValueError for a time limit that is not > 0."""
+    timeout = getattr(args, "kernel_timeout", DEFAULT_TIMEOUT_S)
+    if timeout is None:
+        timeout = DEFAULT_TIMEOUT_S
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"--kernel-timeout must be a number of seconds > 0, got {timeout!r}")
+    return {"in_process": bool(getattr(args, "kernel_in_process", False)), "timeout": float(timeout)}
+
+
+def wall_flags(args: argparse.Namespace) -> list[str]:
+    """The ``--kernel-timeout`` / ``--kernel-in-process`` flags of ``args`` that differ from the defaults (for
+    the command a run prints to reproduce it)."""
+    if not getattr(args, "kernel", None):
+        return []
+    flags = ["--kernel-in-process"] if getattr(args, "kernel_in_process", False) else []
+    timeout = getattr(args, "kernel_timeout", None)
+    if timeout is not None and timeout != DEFAULT_TIMEOUT_S:
+        flags += ["--kernel-timeout", f"{timeout:g}"]
+    return flags

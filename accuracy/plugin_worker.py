@@ -24,16 +24,15 @@ time limit, and a crash, ``os._exit`` or a hang of the kernel is one of the tool
 
 Exposed:
     DEFAULT_TIMEOUT_S, KernelFault, Worker, shared_worker(), shutdown_shared_worker()
-    protected_call(fn, q, k, v, kwargs, label) -> result   (the in-process call with the same checks)
-    add_arguments(parser), options(args) -> dict            (--kernel-timeout, --kernel-in-process)
+    protected_call(fn, q, k, v, kwargs) -> (out, lse)   (the in-process call with the same checks)
+The options (``--kernel-timeout``, ``--kernel-in-process``) are in :mod:`accuracy.plugin_load`, which the commands
+import before torch.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import contextlib
-import math
 import os
 import signal
 import sys
@@ -43,40 +42,16 @@ from typing import Any
 import torch
 import torch.multiprocessing as tmp
 
-from accuracy.plugin_load import PluginError, PluginSource, check_signature, load_callable
+from accuracy.plugin_load import DEFAULT_TIMEOUT_S, PluginError, PluginSource, check_signature, load_callable
 
-__all__ = ["DEFAULT_TIMEOUT_S", "KernelFault", "Worker", "add_arguments", "options", "protected_call",
-           "shared_worker", "shutdown_shared_worker"]
+__all__ = ["DEFAULT_TIMEOUT_S", "KernelFault", "Worker", "protected_call", "shared_worker", "shutdown_shared_worker"]
 
-DEFAULT_TIMEOUT_S = 600.0  # per call; a real kernel on a long capture takes seconds, a hang takes forever
 START_TIMEOUT_S = 300.0  # the worker's own start-up (spawn, import torch) on a loaded 2-core machine
 _TENSORS = ("q", "k", "v")
 
 
 class KernelFault(RuntimeError):
     """A call of a plug-in that failed; the message is the row's ``error`` after ``kernel 'X' ``."""
-
-
-# ---------------------------------------------------------------------------------------------- options
-
-def add_arguments(parser) -> None:
-    """``--kernel-timeout`` and ``--kernel-in-process`` on a parser (or an argument group) that has --kernel."""
-    parser.add_argument("--kernel-timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                        help=f"time limit of one call of a --kernel (default {DEFAULT_TIMEOUT_S:g}); a call past "
-                             "it fails its row and its worker process is restarted")
-    parser.add_argument("--kernel-in-process", action="store_true",
-                        help="call --kernel plug-ins in this process instead of a worker process: faster, but "
-                             "with no time limit, and a crash, os._exit or hang of the kernel is this process's")
-
-
-def options(args: argparse.Namespace) -> dict:
-    """``load_plugins`` keywords from parsed arguments; ValueError for a time limit that is not > 0."""
-    timeout = getattr(args, "kernel_timeout", DEFAULT_TIMEOUT_S)
-    if timeout is None:
-        timeout = DEFAULT_TIMEOUT_S
-    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
-        raise ValueError(f"--kernel-timeout must be a number of seconds > 0, got {timeout!r}")
-    return {"in_process": bool(getattr(args, "kernel_in_process", False)), "timeout": float(timeout)}
 
 
 # ---------------------------------------------------------------------------------------------- checks

@@ -36,6 +36,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from accuracy.plugin_load import add_wall_arguments, wall_options
 from accuracy.shard import say
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
@@ -61,6 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="your own attention kernel (docs/CONTRACTS.md); imports and runs the named file or "
                              "module (repeatable)")
     parser.add_argument("--kernel-recipe", action="append", metavar="NAME", help="the recipe a --kernel claims")
+    add_wall_arguments(parser)
     parser.add_argument("--tasks", default="needle,passkey", help="needle, passkey (default both)")
     parser.add_argument("--lengths", default=None,
                         help="context lengths in tokens, comma-separated, 'k' = 1024 (e.g. 1k,2k,4k); default "
@@ -182,7 +184,7 @@ def _run(args: argparse.Namespace) -> int:
     names = [n.strip() for n in (args.implementations or DEFAULT_IMPLEMENTATIONS[device.type]).split(",")
              if n.strip()]
     try:
-        plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
+        plugins = load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
     except ValueError as e:
         raise UsageError(str(e)) from None
     names += [p.name for p in plugins if p.name not in names]
