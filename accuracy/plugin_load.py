@@ -92,7 +92,8 @@ def parse_spec(text: str) -> PluginSource:
         PluginError: a malformed spec, a missing file, a file that is not Python or defines no such function.
     """
     if not isinstance(text, str) or ":" not in text:
-        raise PluginError(f"kernel {text!r}: expected [NAME=]module:function or [NAME=]path/to/file.py:function")
+        raise PluginError(f"kernel {text!r}: expected module:function or path/to/file.py:function, "
+                          "optionally NAME= before it")
     name = None
     head, eq, rest = text.partition("=")
     if eq and _NAME.fullmatch(head) and ":" in rest:
@@ -101,7 +102,8 @@ def parse_spec(text: str) -> PluginSource:
         body = text
     mod_part, _, fn_name = body.rpartition(":")
     if not mod_part or not fn_name.isidentifier():
-        raise PluginError(f"kernel {text!r}: expected [NAME=]module:function or [NAME=]path/to/file.py:function")
+        raise PluginError(f"kernel {text!r}: expected module:function or path/to/file.py:function, "
+                          "optionally NAME= before it")
     if mod_part.endswith(".py") or os.sep in mod_part or "/" in mod_part:
         path = Path(mod_part)
         if not path.is_file():

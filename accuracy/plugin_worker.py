@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import signal
 import sys
@@ -128,11 +130,20 @@ def protected_call(fn, q, k, v, kwargs: dict) -> tuple[Any, Any]:
 
 # ---------------------------------------------------------------------------------------------- worker side
 
+def _die_with_parent() -> None:
+    """Linux: the worker gets SIGKILL when the toolkit's process ends, even by SIGKILL (a worker busy in a kernel
+    would otherwise outlive it)."""
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def _serve(conn) -> None:
     """The worker's loop: ``("load", key, source, timeout)``, ``("call", key, q, k, v, kwargs)``, ``("stop",)``.
     Replies ``("ok", ...)``, ``("error", message)`` or ``("restart", message)`` (a thread left running: the
     parent kills this process)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides; Ctrl-C reaches the whole process group
+    _die_with_parent()
     fns: dict[str, Any] = {}
     conn.send(("ready", os.getpid()))
     last = None  # the previous call's result: CUDA IPC needs the producer to hold it until the parent has copied

@@ -7,7 +7,9 @@ The overhead per call is the difference of the medians: the inputs' copies, thei
 CPU, CUDA IPC on a GPU), the check for writes and the output's copy back.
 
     python scripts/plugin_overhead.py --device cpu --seq 1024 --heads 8 --head-dim 64
+    python scripts/plugin_overhead.py --device cpu --kernel examples/noop_attention.py:attention
     python scripts/plugin_overhead.py --device cuda --seq 1024 --heads 8 --head-dim 64
+    python scripts/plugin_overhead.py --device cuda --kernel examples/noop_attention.py:attention
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def _times(impl, x, calls: int, warmup: int, sync) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--kernel", default=EXAMPLE, help="the plug-in timed (default the example); "
+                    "examples/noop_attention.py:attention isolates the transfer")
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=64)
@@ -57,16 +61,17 @@ def main() -> None:
             torch.cuda.synchronize(dev)
 
     t0 = time.perf_counter()
-    worker = load_plugin(EXAMPLE)
+    worker = load_plugin(args.kernel)
     start = time.perf_counter() - t0
-    inproc = load_plugin(EXAMPLE, in_process=True)
+    inproc = load_plugin(args.kernel, in_process=True)
     t_in = _times(inproc, x, args.calls, args.warmup, sync)
     t_wk = _times(worker, x, args.calls, args.warmup, sync)
     shutdown_shared_worker()
     med_in, med_wk = statistics.median(t_in), statistics.median(t_wk)
     print(json.dumps({
         "device": str(dev), "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-        "threads": torch.get_num_threads(), "shape": list(x.q.shape), "dtype": str(x.q.dtype), "calls": args.calls,
+        "kernel": args.kernel, "threads": torch.get_num_threads(), "shape": list(x.q.shape), "dtype": str(x.q.dtype),
+        "calls": args.calls,
         "worker_start_and_load_s": round(start, 3), "in_process_median_ms": round(1e3 * med_in, 3),
         "worker_median_ms": round(1e3 * med_wk, 3), "overhead_per_call_ms": round(1e3 * (med_wk - med_in), 3),
     }))
