@@ -166,7 +166,7 @@ class Implementation:
     plugin: bool = False
     emulation: str = "recipe"
     scale_o: str | None = None
-    origin: dict | None = None
+    origin: dict | None = field(default=None, compare=False)  # a dict: left out of eq and hash
 
     def __post_init__(self) -> None:
         if self.quantizes not in QUANTIZES:

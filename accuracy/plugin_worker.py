@@ -3,11 +3,13 @@
 By default every ``--kernel`` of a run lives in one worker process started with multiprocessing's ``spawn``
 context (:class:`Worker`, shared by the plug-ins of the process, :func:`shared_worker`). The worker imports the
 plug-in files (each file's folder first on its ``sys.path``), receives each call's inputs and sends the outputs
-back. Tensors cross through :mod:`torch.multiprocessing`: CPU tensors in shared memory, CUDA tensors by CUDA IPC
-handles (device memory is not copied through the host). What this protects:
+back. CPU tensors cross the pipe as bytes (one copy each way, no shared-memory segment per call); CUDA tensors
+through :mod:`torch.multiprocessing`, by CUDA IPC handles (device memory is not copied through the host). What
+this protects:
 
 - **The inputs.** Each call gets fresh copies of q, k, v (on their device); after the call they are compared bit
-  for bit with the toolkit's own, and a kernel that wrote into them fails the row ("wrote into its inputs q, v").
+  for bit with what was sent (by the worker for CPU inputs, by the toolkit for the CUDA copies it shares), and a
+  kernel that wrote into them fails the row ("wrote into its inputs q, v").
   The toolkit's tensors (the cached probe inputs, the scored input) are never handed out. Done in-process too.
 - **Time.** A call that does not return within the plug-in's time limit (``--kernel-timeout``, default
   :data:`DEFAULT_TIMEOUT_S`) fails its row ("timed out after N s"); the worker is killed and a new one started
@@ -59,7 +61,7 @@ class KernelFault(RuntimeError):
 # ---------------------------------------------------------------------------------------------- checks
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+    return t.detach().contiguous().reshape(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
 
 
 def _written(originals, copies) -> list[str]:
@@ -86,7 +88,8 @@ def _breaches(before: tuple[str, set[int]]) -> list[str]:
         now = "(a directory that no longer exists)"
     if now != cwd:
         found.append(f"changed the working directory to {now}")
-        os.chdir(cwd)
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)
     stray = [t for t in threading.enumerate() if not t.daemon and t.ident not in threads and t.is_alive()]
     if stray:
         found.append(f"left {len(stray)} non-daemon thread(s) running ({', '.join(t.name for t in stray[:3])})")
@@ -126,6 +129,39 @@ def protected_call(fn, q, k, v, kwargs: dict) -> tuple[Any, Any]:
     if found:
         raise KernelFault("; ".join(found))
     return _normalise(res)
+
+
+# ---------------------------------------------------------------------------------------------- transfer
+
+class _Packed:
+    """A CPU tensor as bytes: through the pipe in one copy, no shared-memory segment or file descriptor per call
+    (CUDA tensors cross as torch.multiprocessing shares them: by CUDA IPC handles)."""
+
+    __slots__ = ("data", "dtype", "shape")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.dtype = str(t.dtype).removeprefix("torch.")
+        self.shape = tuple(t.shape)
+        self.data = _bits(t).numpy().tobytes()
+
+    def tensor(self) -> torch.Tensor:
+        """A writable tensor of its own (a copy of the bytes)."""
+        raw = (torch.frombuffer(bytearray(self.data), dtype=torch.uint8) if self.data
+               else torch.empty(0, dtype=torch.uint8))
+        return raw.view(getattr(torch, self.dtype)).reshape(self.shape)
+
+    def same(self, t: torch.Tensor) -> bool:
+        """Whether ``t`` still holds these bytes (shape and dtype too)."""
+        return (isinstance(t, torch.Tensor) and tuple(t.shape) == self.shape and str(t.dtype) == f"torch.{self.dtype}"
+                and t.device.type == "cpu" and _bits(t).numpy().tobytes() == self.data)
+
+
+def _pack(t):
+    return _Packed(t) if isinstance(t, torch.Tensor) and t.device.type == "cpu" and not t.requires_grad else t
+
+
+def _unpack(t):
+    return t.tensor() if isinstance(t, _Packed) else t
 
 
 # ---------------------------------------------------------------------------------------------- worker side
@@ -168,12 +204,20 @@ def _serve(conn) -> None:
             quant = getattr(fn, "quantization", None)
             conn.send(("ok", where, quant if isinstance(quant, (str, dict, type(None))) else repr(quant)))
             continue
-        _, key, q, k, v, kwargs = msg
+        _, key, *packed, kwargs = msg
+        q, k, v = (_unpack(t) for t in packed)
+        if isinstance(q, torch.Tensor) and q.is_cuda:
+            torch.cuda.set_device(q.device)  # the current device is the inputs', as in the toolkit's process
         before = _state()
         try:
             res = fns[key](q, k, v, **kwargs)
             out, lse = _normalise(res)
+            written = [n for n, t, p in zip(_TENSORS, (q, k, v), packed, strict=True)
+                       if isinstance(p, _Packed) and not p.same(t)]
+            if written:  # CPU inputs came as bytes: checked here (CUDA ones by the parent, which shares them)
+                raise KernelFault(f"wrote into its inputs {', '.join(written)} (the contract's inputs are read-only)")
         except KernelFault as e:
+            _breaches(before)
             conn.send(("error", str(e)))
             continue
         except BaseException as e:  # noqa: BLE001 - SystemExit and the rest: the row fails, the worker lives
@@ -186,10 +230,11 @@ def _serve(conn) -> None:
             continue
         last = (out, lse)
         try:
-            conn.send(("ok", out, lse))
+            conn.send(("ok", _pack(out), _pack(lse)))
         except Exception as e:  # noqa: BLE001 - an output that cannot cross (a generator, a lambda)
             last = None
             conn.send(("error", f"returned an output that cannot be passed back: {type(e).__name__}: {e}"[:500]))
+        q = k = v = res = out = lse = None  # the inputs' IPC handles released before the next request
     del last
 
 
@@ -304,14 +349,14 @@ class Worker:
             self._start()
         if key in self._load_errors:
             raise KernelFault(f"could not be loaded again in a new worker: {self._load_errors[key]}")
-        copies = tuple(t.clone() for t in (q, k, v))
-        reply = self._request(("call", key, *copies, kwargs), timeout)
+        copies = tuple(t if t.device.type == "cpu" else t.clone() for t in (q, k, v))  # CPU: sent as bytes
+        reply = self._request(("call", key, *(_pack(t) for t in copies), kwargs), timeout)
         if reply[0] == "restart":
             self._kill()
             raise KernelFault(reply[1] + "; its worker process was restarted")
         if reply[0] != "ok":
             raise KernelFault(reply[1])
-        out, lse = (t.clone() if isinstance(t, torch.Tensor) else t for t in reply[1:])
+        out, lse = (t.clone() if isinstance(t, torch.Tensor) else _unpack(t) for t in reply[1:])
         del reply
         written = _written((q, k, v), copies)
         if written:
