@@ -174,3 +174,12 @@ def test_cuda_inputs_cross_by_ipc(tmp_path, capsys):
     assert rows[1]["status"] == "ok" and rows[1]["device"].startswith("cuda")
     assert rows[2]["status"] == "failed" and "wrote into its inputs q, v" in rows[2]["error"]
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_a_bad_kernel_timeout_is_one_line_before_anything_is_written(tmp_path, capsys, value):
+    out = tmp_path / "r.jsonl"
+    assert main([*SMALL, "--kernel", EXAMPLE, "--kernel-timeout", value, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--kernel-timeout must be a number of seconds > 0" in err
+    assert not list(tmp_path.iterdir())
