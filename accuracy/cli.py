@@ -49,6 +49,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from accuracy.metrics import ERROR_METRICS
+from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
 DEFAULT_RECIPES = "zyfa,ck,aiter,aiter-triton,triton-amd,fa3,bf16"
 # Table columns by default: row keys of accuracy.runner.run_accuracy
@@ -139,13 +140,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "cudnn-fp8:oracle-scale, sdpa-bf16:cudnn, sdpa-bf16:flash, flash-attn-triton-amd), "
                         "'available' or 'all'")
     r.add_argument("--kernel", action="append", metavar="MODULE:FUNCTION",
-                   help="your own attention kernel, module:function or path/to/file.py:function, with "
-                        "fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse) (repeatable). This "
-                        "imports the module or file and so runs its top-level code in this process: name only "
-                        "code you trust")
+                   help="your own attention kernel, [NAME=]module:function or [NAME=]path/to/file.py:function, "
+                        "with fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse) (repeatable; NAME names "
+                        "its rows). This imports the module or file and so runs its top-level code, in a worker "
+                        "process (in this process with --kernel-in-process): name only code you trust")
     r.add_argument("--kernel-recipe", action="append", metavar="NAME",
                    help="pair --kernel with this recipe: also scored on its dequantized inputs and compared with "
                         "its emulation (once for every kernel, or once per --kernel)")
+    add_wall_arguments(r)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -447,7 +449,7 @@ def _parse_implementations(args: argparse.Namespace) -> list:
     for a in _ablations(args):
         if a.base.startswith("triton:"):
             impls += [i for i in (get_implementation(s) for s in a.specs) if i.name not in have]
-    impls += load_plugins(args.kernel or [], args.kernel_recipe or [])
+    impls += load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
     return impls
 
 
@@ -674,4 +676,5 @@ def repro_command(args: argparse.Namespace) -> str:
         parts += ["--kernel", spec]
     for name in getattr(args, "kernel_recipe", None) or []:
         parts += ["--kernel-recipe", name]
+    parts += wall_flags(args)
     return shlex.join(parts)

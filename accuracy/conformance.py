@@ -25,13 +25,19 @@ the kernel nonconforming: :func:`apply` turns its ``ok`` rows into ``status: non
 naming the probe and what was seen, never ``ok``. Built-ins are probed once per session and device
 (:func:`probe_cached`); plug-ins every run.
 
+The probes' fixed size misses a kernel that masks only at small lengths, so a plug-in's mask is also checked on
+each scored input's own lengths (:func:`scored_mask_check`, called by :mod:`accuracy.real_rows`): one more call on
+one query group of the input with the hidden keys' values raised, those rows compared with the scored output. A
+miss makes that row ``nonconforming``.
+
 Also here: :func:`suspect_reason` (a paired row whose real/emulated error ratio is outside
 :data:`accuracy.tolerances.SUSPECT_BAND` gets ``status: suspect``), and :func:`pairing_warning` (a kernel that
-reports its quantization granularity, an optional attribute ``fn.quantization`` of a plug-in: ``"tensor"``,
-``"head"``, ... or a dict per tensor ``{"q": ..., "k": ..., "v": ...}``, paired with a recipe that quantizes
-otherwise).
+reports its quantization granularity, an
+optional attribute ``fn.quantization`` of a plug-in: ``"tensor"``, ``"head"``, ... or a dict per tensor
+``{"q": ..., "k": ..., "v": ...}``, paired with a recipe that quantizes otherwise).
 
 Exposed: ``Conformance``, ``probe(impl, device)``, ``probe_cached(impl, device)``, ``apply(row, conf)``,
+``scored_mask_check(impl, x, out) -> (outcome, line)``,
 ``suspect_reason(row)``, ``pairing_warning(impl)``, and the thresholds.
 """
 
@@ -54,8 +60,9 @@ from reference.attention import attention_fp64
 from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe
 
-__all__ = ["BIG", "GQA_OFFSETS", "LSE_ABS_MAX", "MASK_MISS", "OUTPUT_REL_L2_MAX", "Conformance",
-           "apply", "pairing_warning", "probe", "probe_cached", "suspect_reason"]
+__all__ = ["BIG", "GQA_OFFSETS", "LSE_ABS_MAX", "MASK_MISS", "OUTPUT_REL_L2_MAX", "SCORED_BIG", "SCORED_MISS",
+           "Conformance", "apply", "pairing_warning", "probe", "probe_cached", "scored_mask_check",
+           "suspect_reason"]
 
 BIG = 1e3  # the values of the keys a mask must hide
 MASK_MISS = BIG / 10  # a masked probe missing FP64 by more than this saw the hidden keys
@@ -246,6 +253,68 @@ def probe(impl: Implementation, device: str | torch.device = "cpu") -> Conforman
     return conf
 
 
+# ---------------------------------------------------------------------------------------------- the scored input
+
+SCORED_BIG = 1e3  # hidden values on the scored input: this many times its own max |v|
+SCORED_MISS = SCORED_BIG / 100  # a visible row moving by more than this many max |v| saw the hidden keys
+
+
+def _scored_cases(x: AttentionInput) -> list[tuple[str, slice, slice]]:
+    """(what, hidden keys, rows that must not see them) for the masks of ``x`` at its own lengths: the future
+    keys of the first half of the queries (causal, bottom-right), the keys before the window of the last queries
+    (window). A mask that hides nothing at this shape gives no case."""
+    s_q, s_k = x.q.shape[2], x.k.shape[2]
+    off = s_k - s_q
+    cases = []
+    if (x.causal or x.window is not None) and s_q >= 2:
+        c = s_q // 2  # rows [0, c) see keys up to c - 1 + off
+        cases.append(("causal", slice(c + off, s_k), slice(0, c)))
+    if x.window is not None and s_k - x.window >= 2:
+        w0 = (s_k - x.window + 1) // 2  # keys [0, w0) are outside the window of rows from w0 + window - 1 - off
+        cases.append(("window", slice(0, w0), slice(max(0, w0 + x.window - 1 - off), s_q)))
+    return cases
+
+
+def scored_mask_check(impl: Implementation, x: AttentionInput, out: torch.Tensor) -> tuple[str, str]:
+    """Check the mask of ``x`` (causal, window) on ``x``'s own lengths, beside the probes' fixed 128 tokens.
+
+    On one query group of the first batch entry (the lengths unchanged), the values of keys some rows must not see
+    are raised to :data:`SCORED_BIG` times the input's max |v| and the kernel is run again; those rows of its
+    output must stay where they were in ``out`` (its output on ``x``) within :data:`SCORED_MISS` times max |v|
+    (an FP8 kernel moves them by about 0.1 max |v| through its V scale). A kernel that ignores the mask at
+    this length moves them by its weight on the hidden keys times the big values.
+
+    Returns:
+        ("passed" | "failed" | "skipped" | "none", one line): "none" where the mask hides nothing here.
+    """
+    cases = _scored_cases(x)
+    if not cases:
+        return "none", ""
+    h, h_kv = x.q.shape[1], x.k.shape[1]
+    g = h // h_kv
+    vmax = float(x.v.detach().abs().max().float())
+    vmax = vmax if math.isfinite(vmax) and vmax > 0 else 1.0
+    big = min(SCORED_BIG * vmax, torch.finfo(x.v.dtype).max / 4 if x.v.dtype.is_floating_point else SCORED_BIG)
+    ref = out[:1, :g].detach().double().cpu()
+    for what, hidden, rows in cases:
+        v = x.v[:1, :1].clone()
+        v[:, :, hidden] = big
+        xs = AttentionInput(x.name, x.q[:1, :g].contiguous(), x.k[:1, :1].contiguous(), v, causal=x.causal,
+                            window=x.window, sm_scale=x.sm_scale, meta=dict(x.meta))
+        try:
+            res = call_implementation(impl, xs)
+        except ImplementationError as e:
+            return "skipped", f"could not run: {e}"
+        miss = float((res.out.detach().double().cpu()[:, :, rows] - ref[:, :, rows]).abs().max())
+        if not miss <= SCORED_MISS * vmax:
+            flag = "causal=True" if what == "causal" else f"window={x.window}"
+            hid = "future keys" if what == "causal" else f"keys outside the window of {x.window}"
+            return "failed", (f"scored-input mask check: {flag} ignored at s_q {x.q.shape[2]}, s_k {x.k.shape[2]}: "
+                              f"queries see {hid} (values raised to {big:.3g}); output rows moved by {miss:.3g} "
+                              f"where max |v| is {vmax:.3g}")
+    return "passed", ""
+
+
 _SESSION: dict[tuple[str, str], Conformance] = {}
 
 
@@ -274,8 +343,12 @@ def suspect_reason(row: dict) -> str | None:
 
 
 def apply(row: dict, conf: Conformance | None) -> dict:
-    """Mark a real row: ``nonconforming`` (the probes' line in ``reason``) or ``suspect`` in place of ``ok``;
-    failed and unsupported rows keep their status. Returns ``row``."""
+    """Mark a real row: ``nonconforming`` (the probes' line in ``reason``, before the scored-input check's line
+    where that failed too) or ``suspect`` in place of ``ok``; failed and unsupported rows keep their status.
+    Returns ``row``."""
+    if row.get("status") == "nonconforming" and conf is not None and not conf.ok:  # the scored input's too
+        row["reason"] = f"{conf.line()}; {row.get('reason')}"
+        return row
     if row.get("status") != "ok":
         return row
     if conf is not None and not conf.ok:
@@ -293,7 +366,8 @@ _TENSORS = ("q", "k", "v")
 def pairing_warning(impl: Implementation) -> str | None:
     """A warning when the kernel reports its quantization granularity (``fn.quantization``: one granularity or
     a dict per tensor) and its paired recipe quantizes a tensor otherwise; None when they agree or it does not
-    say. Such a kernel is scored on the recipe's dequantized inputs, which it never saw."""
+    say. Such a kernel's ratio to the recipe's emulation says how the two quantizations differ, not whether the
+    kernel is faithful; the report names this as the cause of its flagged rows."""
     reported = getattr(impl.fn, "quantization", None)
     if reported is None or impl.recipe is None:
         return None
@@ -307,4 +381,4 @@ def pairing_warning(impl: Implementation) -> str | None:
     if not diff:
         return None
     return (f"{impl.name} paired with {r.name}, which quantizes otherwise: the kernel quantizes {', '.join(diff)}; "
-            "its deq_* metrics and ratio compare it on inputs it never saw")
+            "its error ratio compares it with an emulation that quantizes otherwise, not with what it computes")

@@ -27,17 +27,19 @@ Built-ins (:func:`builtin_names`):
   FlashInfer compiles the kernel with nvcc on first use, or loads it from its AOT folder;
   ``scripts/build_flashinfer_fa3.py`` does that build where the GPU machine cannot.
 
-Plug-ins (:func:`load_plugin`): ``"module:function"`` or ``"path/to/file.py:function"`` with the contract in
-docs/CONTRACTS.md, ``fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse)``. Every failure (bad path,
-wrong signature, wrong output shape, NaN, an exception) raises :class:`ImplementationError`, whose message
-names the kernel, so the runner can mark that row failed and go on.
+Plug-ins (:func:`load_plugin`): ``"[NAME=]module:function"`` or ``"[NAME=]path/to/file.py:function"`` with the
+contract in docs/CONTRACTS.md, ``fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse)``, read by
+:mod:`zyfa.plugins` and run in a worker process (:mod:`accuracy.plugin_worker`: copies of the inputs
+checked for writes, a time limit, the worker's death a failed row) unless ``in_process``. Every failure (bad
+path, wrong signature, wrong output shape, NaN, an exception, a time-out) raises :class:`ImplementationError`,
+whose message names the kernel, so the runner can mark that row failed and go on.
 
 Exposed:
     Implementation, ImplResult, ImplementationError
     builtin_names() -> list[str];  get_implementation(name) -> Implementation
     parse_implementations(spec) -> list[Implementation]   ("all", "available", or comma-separated names)
-    load_plugin(spec, *, recipe=None) -> Implementation
-    load_plugins(specs, recipes=None) -> list[Implementation]   (a kernel that does not load fails its rows)
+    load_plugin(spec, *, recipe=None, in_process=False, timeout=600) -> Implementation
+    load_plugins(specs, recipes=None, *, in_process=False, timeout=600) -> list[Implementation]
     call_implementation(impl, x, context=None, *, allow_nonfinite=False) -> ImplResult   (runs, validates;
         ImplementationError on failure; with allow_nonfinite NaN/Inf outputs come back to be counted)
     unsupported_reason(impl, x) -> str | None
@@ -59,6 +61,7 @@ from typing import Any
 import torch
 
 from accuracy.inputs import AttentionInput
+from accuracy.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
 from zyfa.peers.common import all_checks as _all
 from zyfa.peers.common import cuda_check as _cuda
 from zyfa.peers.common import dist_version as _dist_version
@@ -83,7 +86,7 @@ from zyfa.peers.flashinfer_fa3 import (
 from zyfa.peers.flashinfer_fa3 import check as check_flashinfer_fa3
 from zyfa.peers.sdpa import check_bf16 as check_sdpa_bf16
 from zyfa.peers.sdpa import sdpa_forward
-from zyfa.plugins import PluginError, check_signature, load_callable
+from zyfa.plugins import PluginError, check_signature, load_callable, parse_spec
 from zyfa.recipes import SpecError, get_recipe, split_spec, split_spec_list
 
 __all__ = [
@@ -147,6 +150,8 @@ class Implementation:
             ``"triton-kernel"`` (the recipe as our Triton kernel computes it, ``kernel_recipe``).
         scale_o: ``"oracle"`` when its FP8 output scale comes from the FP64 oracle's amax (the emulation's
             output is then scaled alike), else None.
+        origin: a plug-in's identity for provenance (name, spec, resolved path, sha256, function, how it runs:
+            :meth:`zyfa.plugins.PluginSource.record`), else None.
     """
 
     name: str
@@ -161,6 +166,7 @@ class Implementation:
     plugin: bool = False
     emulation: str = "recipe"
     scale_o: str | None = None
+    origin: dict | None = field(default=None, compare=False)  # a dict: left out of eq and hash
 
     def __post_init__(self) -> None:
         if self.quantizes not in QUANTIZES:
@@ -516,13 +522,18 @@ def parse_implementations(spec: str | None) -> list[Implementation]:
 
 # ---------------------------------------------------------------------------------------------- plug-ins
 
-def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
-    """A user's kernel as an :class:`Implementation` named ``plugin:<spec>``.
+def load_plugin(spec: str, *, recipe: str | None = None, in_process: bool = False,
+                timeout: float = DEFAULT_TIMEOUT_S) -> Implementation:
+    """A user's kernel as an :class:`Implementation`, named ``NAME`` for ``NAME=...`` specs, else
+    ``plugin:<module or absolute path>:<function>`` (:func:`zyfa.plugins.parse_spec`).
 
     Args:
-        spec: ``module:function`` (importable) or ``path/to/file.py:function``.
-        recipe: with ``--kernel-recipe``: the recipe it is paired with (scored on that recipe's dequantized
-            inputs too, and compared with its emulation); the kernel still gets the original inputs.
+        spec: ``[NAME=]module:function`` (importable) or ``[NAME=]path/to/file.py:function``.
+        recipe: with ``--kernel-recipe``: the recipe it is paired with (compared with its emulation); the kernel
+            still gets the original inputs.
+        in_process: call it in this process (``--kernel-in-process``) instead of the shared worker process
+            (:mod:`accuracy.plugin_worker`, the default).
+        timeout: the time limit of one call in the worker (``--kernel-timeout``).
 
     Raises:
         ImplementationError: naming the kernel, for a bad path or a signature that breaks the contract.
@@ -533,36 +544,49 @@ def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
         except ValueError as e:
             raise ImplementationError(f"kernel {spec!r}: --kernel-recipe: {e}") from None
     try:
-        fn, where = load_callable(spec)
-        check_signature(spec, fn)
+        src = parse_spec(spec)
+        if in_process:
+            fn, where = load_callable(src)
+            check_signature(spec, fn)
+            quantization = getattr(fn, "quantization", None)
+        else:
+            worker = shared_worker()
+            where, quantization = worker.load(src, timeout)
     except PluginError as e:
         raise ImplementationError(str(e)) from None
+    if src.name in _builtins():
+        raise ImplementationError(f"kernel {spec!r}: the name {src.name!r} is a built-in implementation's; "
+                                  "choose another NAME")
+    info = {"plugin_source": where, "plugin_sha256": src.sha256}
 
     def run(x: AttentionInput, context: dict) -> ImplResult:
-        res = fn(x.q, x.k, x.v, causal=bool(x.causal), sm_scale=_sm(x), window=x.window)
-        if isinstance(res, (tuple, list)):
-            if len(res) != 2:
-                raise ImplementationError(f"kernel {spec!r} returned a {type(res).__name__} of {len(res)} "
-                                          "items; expected out or (out, lse)")
-            out, lse = res
-        else:
-            out, lse = res, None
-        return ImplResult(out, lse, {"plugin_source": where})
+        kw = {"causal": bool(x.causal), "sm_scale": _sm(x), "window": x.window}
+        try:
+            if in_process:
+                out, lse = protected_call(fn, x.q, x.k, x.v, kw)
+            else:
+                out, lse = worker.call(src.name, x.q, x.k, x.v, kw, timeout)
+        except KernelFault as e:
+            raise ImplementationError(f"kernel {spec!r} {e}") from (e.__cause__ or e)
+        return ImplResult(out, lse, dict(info))
 
-    run.quantization = getattr(fn, "quantization", None)  # its granularity, if it says (accuracy.conformance)
-    return Implementation(name=f"plugin:{spec}", fn=run, recipe=recipe, quantizes="self", device="the run's",
-                          package=None, check=None, limits=None, description=f"user kernel {spec} ({where})",
-                          plugin=True)
+    run.quantization = quantization  # its granularity, if it says (accuracy.conformance)
+    mode = "in this process" if in_process else f"in a worker process, {timeout:g} s per call"
+    return Implementation(name=src.name, fn=run, recipe=recipe, quantizes="self", device="the run's",
+                          package=None, check=None, limits=None, description=f"user kernel {spec} ({where}; {mode})",
+                          plugin=True, origin={**src.record(), "in_process": in_process, "timeout_s": timeout})
 
 
-def load_plugins(specs, recipes=None) -> list[Implementation]:
+def load_plugins(specs, recipes=None, *, in_process: bool = False,
+                 timeout: float = DEFAULT_TIMEOUT_S) -> list[Implementation]:
     """Plug-ins for ``--kernel`` (repeatable) and ``--kernel-recipe`` (none, one for all kernels, or one per
-    kernel in order), each resolved and its signature checked before any work.
+    kernel in order), each resolved and its signature checked before any work (in the worker process unless
+    ``in_process``: :func:`load_plugin`).
 
     Raises:
         ValueError: an unknown ``--kernel-recipe``, or more than one but not one per ``--kernel``; a kernel that
             does not load (no such file or module, no such function, an import that fails, a wrong signature),
-            in one line naming it.
+            a NAME given to two different kernels, in one line naming it.
     """
     specs = list(specs or [])
     recipes = list(recipes or [])
@@ -575,12 +599,18 @@ def load_plugins(specs, recipes=None) -> list[Implementation]:
         except ValueError as e:
             raise ValueError(f"--kernel-recipe {r!r}: {e}") from None
     paired = recipes * len(specs) if len(recipes) == 1 else (recipes or [None] * len(specs))
-    out = []
+    out: list[Implementation] = []
     for spec, recipe in zip(specs, paired, strict=True):
         try:
-            out.append(load_plugin(spec, recipe=recipe))
+            impl = load_plugin(spec, recipe=recipe, in_process=in_process, timeout=timeout)
         except ImplementationError as e:
             raise ValueError(str(e)) from None
+        for other in out:
+            if other.name == impl.name and (other.origin["path"], other.origin["function"]) != \
+                    (impl.origin["path"], impl.origin["function"]):
+                raise ValueError(f"--kernel: the name {impl.name!r} is given to two kernels "
+                                 f"({other.origin['spec']} and {spec})")
+        out.append(impl)
     return out
 
 
@@ -610,7 +640,8 @@ def call_implementation(impl: Implementation, x: AttentionInput, context: dict |
     """
     b, h, s_q, _ = x.q.shape
     d_v = x.v.shape[3]
-    label = f"kernel {impl.name!r}" if not impl.plugin else f"kernel {impl.name[len('plugin:'):]!r}"
+    label = f"kernel {impl.origin['spec'] if impl.origin else impl.name.removeprefix('plugin:')!r}" \
+        if impl.plugin else f"kernel {impl.name!r}"
     try:
         res = impl.fn(x, dict(context or {}))
     except (ImplementationError, KeyboardInterrupt):

@@ -15,9 +15,13 @@ Row fields (besides the input's fields and ``run_id``):
   platform; empty when it is);
 - ``status``: ``ok``, ``failed`` (``error``: one line naming the kernel) or ``unsupported`` (``reason``); the
   runner then makes an ``ok`` row ``nonconforming`` (the kernel failed a conformance probe) or ``suspect`` (its
-  error ratio is outside the band), with ``reason`` (:func:`accuracy.conformance.apply`);
+  error ratio is outside the band), with ``reason`` (:func:`accuracy.conformance.apply`); a plug-in whose
+  mask fails on this input's own lengths is ``nonconforming`` here (``scored_mask_check``: ``passed``,
+  ``failed``, ``none`` where the mask hides nothing, ``skipped: why``; :func:`accuracy.conformance.scored_mask_check`);
 - ``orig_*`` metrics against FP64 on the original inputs; with a paired recipe also ``deq_*`` against FP64
-  on the recipe's dequantized inputs, the emulation's ``emu_deq_rel_l2`` and ``emu_orig_rel_l2``,
+  on the recipe's dequantized inputs where the kernel received them (``quantizes`` ``recipe`` or ``none``; a
+  kernel that quantizes for itself, every plug-in, never saw them and has no ``deq_*``), the emulation's
+  ``emu_deq_rel_l2`` and ``emu_orig_rel_l2``,
   ``ratio_basis`` (``deq``, or ``orig`` for kernels that quantize for themselves), ``real_emu_ratio`` (real
   error / emulation error on that basis) and ``real_vs_emu_rel_l2`` (between the two outputs);
 - what the implementation reported (``scale_o_choice``, ``scale_o``, package versions, ...), ``time_real_s``.
@@ -35,6 +39,7 @@ from typing import Any
 
 import torch
 
+from accuracy.conformance import scored_mask_check
 from accuracy.implementations import (
     Implementation,
     ImplementationError,
@@ -127,11 +132,17 @@ def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, r
         row[k] = m_orig[k]
     row.update({"orig_" + k: v for k, v in m_orig.items() if k not in _UNPREFIXED})
     row["status"] = "ok"
+    if impl.plugin:  # the mask at this input's own lengths, not only at the probes' (accuracy.conformance)
+        outcome, line = scored_mask_check(impl, x, out)
+        row["scored_mask_check"] = outcome if outcome != "skipped" else f"skipped: {line}"
+        if outcome == "failed":
+            row.update(status="nonconforming", reason=line)
     if pair is not None:
         em_out, ref_deq = _paired_output(pair, paired, float(ref_orig[0].abs().max()))
-        m_deq = _metrics(out, ref_deq, lse, row)
-        row["has_nan"] = bool(row["has_nan"] or m_deq["has_nan"])
-        row.update({"deq_" + k: v for k, v in m_deq.items() if k not in _UNPREFIXED})
+        if impl.quantizes != "self":  # scored on the recipe's inputs only where it received them
+            m_deq = _metrics(out, ref_deq, lse, row)
+            row["has_nan"] = bool(row["has_nan"] or m_deq["has_nan"])
+            row.update({"deq_" + k: v for k, v in m_deq.items() if k not in _UNPREFIXED})
         row["emu_deq_rel_l2"] = rel_l2(em_out, ref_deq[0])
         row["emu_orig_rel_l2"] = rel_l2(em_out, ref_orig[0])
         basis = "orig" if impl.quantizes == "self" else "deq"

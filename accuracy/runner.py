@@ -181,7 +181,8 @@ def run_accuracy(
         **({"implementations": [i.name for i in impls], "implementations_unavailable": unavailable,
             "implementations_platform": real_plat[0], "implementations_platform_note": real_plat[1],
             "implementations_conformance": {n: c.record() for n, c in confs.items()},
-            "implementations_pairing_warnings": warnings}
+            "implementations_pairing_warnings": warnings,
+            "implementations_plugins": {i.name: i.origin for i in impls if i.plugin and i.origin}}
            if implementations else {}),
     })
     rows = ResultRows(provenance=prov)

@@ -842,34 +842,27 @@ def output_stem(out: str) -> str:
 
 
 def parse_kernel_arg(arg: str) -> tuple[str, str]:
-    """``[NAME=]FILE.py:FN`` -> (name, spec); the name defaults to the function's name. ValueError in one line for
-    a missing file or function (checked without running the file: zyfa.plugins.check_defines)."""
-    from pathlib import Path
+    """``[NAME=]FILE.py:FN`` -> (name, spec), the name defaulting to the function's; checked without running the file
+    (:func:`zyfa.plugins.parse_spec`). ValueError in one line for a missing file or function."""
+    from zyfa.plugins import PluginError, parse_spec
 
-    from zyfa.plugins import check_defines
-
-    name, eq, spec = arg.partition("=")
-    if not eq:
-        name, spec = "", arg
-    mod, colon, fn = spec.rpartition(":")
-    if not colon or not mod or not fn.isidentifier():
-        raise ValueError(f"--kernel {arg!r}: expected [NAME=]path/to/file.py:function or module:function")
-    if mod.endswith(".py"):
-        if not Path(mod).is_file():
-            raise ValueError(f"--kernel {arg!r}: no such file {mod}")
-        check_defines(spec, Path(mod), fn)
-    name = name or fn
-    if not name.replace("-", "_").replace(".", "_").isidentifier():
-        raise ValueError(f"--kernel {arg!r}: NAME may hold letters, digits, '-', '_' and '.', got {name!r}")
-    return name, spec
+    try:
+        src = parse_spec(arg)
+    except PluginError as e:
+        raise ValueError(f"--kernel: {e}") from None
+    name = src.name if not src.name.startswith("plugin:") else src.function
+    return name, arg
 
 
 def load_kernel(spec: str):
     """The user's kernel, imported in this process and its signature checked (zyfa.plugins)."""
-    from zyfa.plugins import check_signature, load_callable
+    from zyfa.plugins import PluginError, check_signature, load_callable, parse_spec
 
-    fn, _where = load_callable(spec)
-    check_signature(spec, fn)
+    try:
+        fn, _where = load_callable(parse_spec(spec))
+        check_signature(spec, fn)
+    except PluginError as e:
+        raise ValueError(str(e)) from None
     return fn
 
 

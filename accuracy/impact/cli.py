@@ -30,6 +30,7 @@ from accuracy.impact.section import command_of, results_paths, write_markdown
 from accuracy.results_io import ResultsFile
 from accuracy.shard import add_shard_arguments, say, sharded_launch
 from zyfa.outputs import OutputError, atomic_write_text, partial_path
+from zyfa.plugins import add_wall_arguments, wall_options
 from zyfa.recipes import get_recipe, split_spec_list
 
 # Default results file, in the current directory (never the committed reports/impact/).
@@ -48,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="your own attention kernel as the model's attention (docs/CONTRACTS.md); imports and "
                         "runs the named file or module (repeatable)")
     parser.add_argument("--kernel-recipe", action="append", metavar="NAME", help="the recipe a --kernel claims")
+    add_wall_arguments(parser)
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
                         help="where the model and its attention run (default cpu)")
     parser.add_argument("--tokens", type=int, default=2048, help="tokens per window (default 2048)")
@@ -115,7 +117,7 @@ def main(args: argparse.Namespace) -> int:
         from accuracy.impact.model import model_attention
         from accuracy.implementations import load_plugins
 
-        plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
+        plugins = load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
         impl_names = split_spec_list(args.implementations or "")
         for n in impl_names:
             fn = model_attention(n)

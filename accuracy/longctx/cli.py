@@ -45,6 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from accuracy.shard import say
+from zyfa.plugins import add_wall_arguments, wall_options
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
 # the defaults by device: on a GPU the real kernels, on a CPU the emulator (slow: keep lengths short there)
@@ -74,6 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "value of FIELD, on the same prompts; rows carry ablation_base/_field/_value "
                              "(accuracy.ablation pairs them per prompt). Repeatable; without --implementations "
                              "only the ablation runs")
+    add_wall_arguments(parser)
     parser.add_argument("--tasks", default="needle,passkey", help="needle, passkey (default both)")
     parser.add_argument("--lengths", default=None,
                         help="context lengths in tokens, comma-separated, 'k' = 1024 (e.g. 1k,2k,4k); default "
@@ -246,7 +248,7 @@ def _run(args: argparse.Namespace) -> int:
     names = split_spec_list(args.implementations if args.implementations is not None else default)
     names += [s for a in ablations for s in a.specs if s not in names]
     try:
-        plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
+        plugins = load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
     except ValueError as e:
         raise UsageError(str(e)) from None
     names += [p.name for p in plugins if p.name not in names]

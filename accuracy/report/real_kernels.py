@@ -43,6 +43,19 @@ MEASURED_CAUSES = {
 }
 
 
+def _cause(name: str, rows: Sequence[dict]) -> str:
+    """Why ``name``'s rows fall outside the band: the measured cause, else the pairing mismatch its rows carry
+    (a kernel reporting a quantization granularity its recipe does not have: ``pairing_warning``), else "cause
+    not established."."""
+    if name in MEASURED_CAUSES:
+        return MEASURED_CAUSES[name]
+    warned = next((r["pairing_warning"] for r in rows if r.get("implementation") == name
+                   and isinstance(r.get("pairing_warning"), str)), None)
+    if warned:
+        return f"the pairing: {warned.rstrip('.')}."
+    return "cause not established."
+
+
 def _num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
@@ -170,7 +183,7 @@ def real_kernel_blocks(rows: Sequence[dict], provenance: dict | None = None) -> 
         flagged = sorted({t["implementation"] for t in table if t["flagged"]})
         if flagged:
             blocks.append(("p", "Why the flagged rows are outside: " + " ".join(
-                f"`{name}`: {MEASURED_CAUSES.get(name, 'cause not established.')}" for name in flagged)))
+                f"`{name}`: {_cause(name, rows)}" for name in flagged)))
     if missing:
         blocks.append(("p", "Not run, and why:"))
         blocks.append(("table", "t-real-not-run", ["implementation", "input", "status", "reason"],

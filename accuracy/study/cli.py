@@ -47,6 +47,7 @@ from accuracy.study.run import (
     study_inputs,
 )
 from zyfa.outputs import OutputError, StagedFolder
+from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
 # The accuracy rows of a study in progress, kept in its <out>.partial/ folder as they finish.
 ROWS_NAME = "accuracy_rows.jsonl"
@@ -102,9 +103,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--kernel", action="append", metavar="MODULE:FUNCTION",
                    help="your own attention kernel (module:function or path/to/file.py:function; contract in "
                         "docs/CONTRACTS.md), repeatable. This imports the module or file and so runs its top-level "
-                        "code in this process: name only code you trust")
+                        "code, in a worker process (in this process with --kernel-in-process): name only code you "
+                        "trust")
     r.add_argument("--kernel-recipe", action="append", metavar="NAME",
                    help="pair --kernel with a recipe's emulation (once for every kernel, or once per --kernel)")
+    add_wall_arguments(r)
     add_shard_arguments(parser, "study", "accuracy rows")
 
 
@@ -144,6 +147,7 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--kernel", spec]
     for name in args.kernel_recipe or []:
         parts += ["--kernel-recipe", name]
+    parts += wall_flags(args)
     if args.out is not None:
         parts += ["--out", args.out]
     return shlex.join(parts)
@@ -312,7 +316,7 @@ def main(args: argparse.Namespace) -> int:
         if args.kernel_recipe and not args.kernel:
             raise ValueError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
         impls = parse_implementations(args.implementations if args.implementations is not None else "all")
-        impls += load_plugins(args.kernel or [], args.kernel_recipe or [])
+        impls += load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
         if not captures and not gaussian_specs(mode, args.max_seq, args.gaussian_filter):
             raise ValueError("no inputs: no captures and --gaussian-filter keeps no Gaussian input")
         bench = split_paths([args.bench]) if args.bench else find_bench()

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from zyfa.plugins import add_wall_arguments, wall_options
+
 PROG = "zyfa cliffs"
 JSONL = "cliffs.jsonl"
 
@@ -52,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="your own kernel (module:function or path/to/file.py:function; repeatable)")
     s.add_argument("--kernel-recipe", action="append", metavar="NAME",
                    help="pair --kernel with a recipe: also scored on that recipe's dequantized inputs")
+    add_wall_arguments(s)
     L = parser.add_argument_group("lengths, masks, shapes")
     L.add_argument("--lengths", metavar="SPEC",
                    help="e.g. 1-1024,2000-2100:4,4096 (N, A-B, A-B:STEP; 'default' = the default ranges)")
@@ -226,7 +229,7 @@ def _plan(args) -> _Plan:
     named = parse_implementations(args.implementations)
     if args.implementations and not {t.strip() for t in args.implementations.split(",")} & {"all", "available"}:
         refuse_unavailable((i.name, i) for i in named)  # named ones: refused here as by zyfa longctx
-    impls = named + load_plugins(args.kernel or [], args.kernel_recipe or [])
+    impls = named + load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
     subs = subjects(recipes, impls)
     if not subs:
         raise UsageError("nothing to sweep: name --recipes, --implementations or --kernel")

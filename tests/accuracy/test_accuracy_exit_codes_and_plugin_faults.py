@@ -82,4 +82,5 @@ def test_help_says_kernel_runs_the_file(capsys):
     with pytest.raises(SystemExit):
         main(["accuracy", "--help"])
     text = "".join(capsys.readouterr().out.split())  # argparse wraps (and hyphenates) the help
-    assert "runsitstop-levelcodeinthisprocess" in text and "--allow-failed" in text
+    assert "runsitstop-levelcode,inaworkerprocess(inthisprocesswith--kernel-in-process)" in text
+    assert "--allow-failed" in text and "--kernel-timeout" in text

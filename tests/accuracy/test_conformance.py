@@ -124,7 +124,7 @@ def test_pairing_with_another_quantization_granularity_is_warned(tmp_path, capsy
     assert main([*SMALL, "--kernel", per_head, "--kernel-recipe", "zyfa", "--out", str(out)]) == 0
     text = capsys.readouterr().out
     assert "warning: plugin:" in text and "q per head (the recipe: per tensor)" in text
-    assert "inputs it never saw" in read_results(out)[-1]["pairing_warning"]
+    assert "an emulation that quantizes otherwise" in read_results(out)[-1]["pairing_warning"]
     same = _plugin(tmp_path, "pertensor", "    return attention(q, k, v, causal=causal, sm_scale=sm_scale, "
                    "window=window)\n", extra="\n\nkern.quantization = {'q': 'tensor', 'k': 'tensor'}\n")
     assert conformance.pairing_warning(load_plugin(same, recipe="zyfa")) is None

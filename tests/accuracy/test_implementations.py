@@ -267,7 +267,7 @@ def test_plugin_gets_the_contract_arguments(tmp_path):
         "    SEEN.update(shapes=(tuple(q.shape), tuple(k.shape), tuple(v.shape)), dtype=q.dtype, causal=causal,\n"
         "                sm_scale=sm_scale, window=window)\n"
         "    return torch.zeros(q.shape[:3] + (v.shape[3],), dtype=torch.float16)\n"))
-    impl = load_plugin(f"{p}:attn", recipe="zyfa")
+    impl = load_plugin(f"{p}:attn", recipe="zyfa", in_process=True)  # SEEN is read in this process
     assert impl.recipe == "zyfa" and impl.quantizes == "self" and impl.plugin
     x = make_gaussian(GaussianSpec(seq=40, heads_q=4, heads_kv=1, head_dim=192, head_dim_v=128, causal=True,
                                    window=8))

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from accuracy.conformance import pairing_warning
+from accuracy.implementations import load_plugin
 from accuracy.report.blocks import blocks_markdown
 from accuracy.report.real_kernels import not_run, real_kernel_blocks, real_vs_emulated
 from accuracy.tolerances import KERNEL_VS_EMULATION
@@ -80,3 +82,17 @@ def test_flagged_implementations_get_their_measured_cause_or_none_named():
     # no flagged row, no paragraph
     md_ok = "\n".join(blocks_markdown(real_kernel_blocks([_row("sdpa-bf16:cudnn", 1.0)])))
     assert "Why the flagged rows" not in md_ok
+
+
+def test_a_flagged_kernel_paired_with_another_granularity_names_the_pairing(tmp_path):
+    """Issue 45 item 7: a per-head kernel paired with a per-tensor recipe: the pairing is the named cause."""
+    p = tmp_path / "per_head.py"
+    p.write_text("def kern(q, k, v, *, causal, sm_scale, window):\n    return q\n\n\nkern.quantization = 'head'\n")
+    impl = load_plugin(f"{p}:kern", recipe="zyfa", in_process=True)
+    warning = pairing_warning(impl)
+    assert warning and "per head (the recipe: per tensor)" in warning
+    row = {**_row(impl.name, 1.10), "pairing_warning": warning}
+    md = "\n".join(blocks_markdown(real_kernel_blocks([row, _row("mystery-kernel", 1.10)])))
+    cause = next(line for line in md.splitlines() if line.startswith("Why the flagged rows are outside"))
+    assert f"`{impl.name}`: the pairing: {impl.name} paired with zyfa, which quantizes otherwise" in cause
+    assert "`mystery-kernel`: cause not established." in cause
