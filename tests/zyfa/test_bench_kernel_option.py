@@ -24,7 +24,7 @@ def _bench(*argv, cwd):
 
 def test_kernel_argument_names_and_checks_the_kernel(tmp_path):
     assert parse_kernel_arg(f"{EXAMPLE}:attention") == ("attention", f"{EXAMPLE}:attention")
-    assert parse_kernel_arg(f"mine={EXAMPLE}:attention") == ("mine", f"{EXAMPLE}:attention")
+    assert parse_kernel_arg(f"mine={EXAMPLE}:attention") == ("mine", f"mine={EXAMPLE}:attention")
     with pytest.raises(ValueError, match="no such file"):
         parse_kernel_arg(f"{tmp_path}/absent.py:attention")
     with pytest.raises(ValueError, match="defines no 'nothing'"):
