@@ -229,6 +229,8 @@ def _print_report(rows, prov: dict, inputs, columns, args) -> None:
     if nan_recipes:
         print(f"NaN/Inf in the output of: {', '.join(nan_recipes)}")
     for r in rows:
+        if not r.get("real") and r.get("status") == "refused":
+            print(f"refused: {r['recipe']} on {r['input']}: {r['reason']}")
         if r.get("real") and r.get("status") in ("failed", "unsupported", "nonconforming", "suspect"):
             print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
     for w in (prov.get("implementations_pairing_warnings") or {}).values():
