@@ -317,9 +317,14 @@ def make_synthetic(spec: SyntheticSpec) -> AttentionInput:
     qr, kr = rot(q0), rot(k0)
     sm = 1.0 / math.sqrt(d)
 
-    # calibration on a fixed subset of query rows: logits = sm*tau*A + boost*cos(angle of key 0's pair) at key 0
-    rows = torch.linspace(0, s - 1, min(s, CALIBRATION_ROWS)).round().long().unique()
-    ok = _mask(rows, s, bool(spec.causal))
+    # calibration on a fixed subset of query rows: logits = sm*tau*A + boost*cos(angle of key 0's pair) at key 0.
+    # Under a causal mask row 0 sees key 0 alone (entropy 0, sink 1): it enters with its weight 1/s, the
+    # evenly spaced rows 1..s-1 with the rest.
+    causal = bool(spec.causal)
+    first = 1 if causal and s > 1 else 0
+    rows = torch.linspace(first, s - 1, min(s - first, CALIBRATION_ROWS)).round().long().unique()
+    w0 = first / s  # row 0's weight
+    ok = _mask(rows, s, causal)
     g = h // h_kv
     a = torch.einsum("bhgrd,bhkd->bhgrk", qr[:, :, rows].reshape(b, h_kv, g, len(rows), d), kr) * sm
     if sink_pair is not None and spec.rope:
@@ -344,42 +349,57 @@ def make_synthetic(spec: SyntheticSpec) -> AttentionInput:
         lse = torch.logaddexp(lse_rest, l0)
         p0 = torch.exp(l0 - lse)
         ent = lse - p0 * l0 - torch.where(p0 < 1, (1 - p0) * mean_rest, torch.zeros(()))
-        return float(ent.double().mean()), float(p0.double().mean())
+        return (1 - w0) * float(ent.double().mean()), w0 + (1 - w0) * float(p0.double().mean())
 
-    def boost_for(parts, *, clamp: bool = True) -> float:
-        """The boost giving the requested sink at this temperature (the bracket's end where it cannot)."""
-        if spec.sink is None:
-            return 0.0
-        lo, hi = BOOST_RANGE
-        if clamp and stats(parts, lo)[1] >= spec.sink:
-            return lo
-        if clamp and stats(parts, hi)[1] <= spec.sink:
-            return hi
-        return _solve(lambda x: stats(parts, x)[1], lo, hi, spec.sink, "sink")
+    def solve(want_entropy: float | None, want_sink: float | None) -> tuple[float, float]:
+        def boost_for(parts, *, clamp: bool = True) -> float:
+            """The boost giving the sink at this temperature (the bracket's end where it cannot)."""
+            if want_sink is None:
+                return 0.0
+            lo, hi = BOOST_RANGE
+            if clamp and stats(parts, lo)[1] >= want_sink:
+                return lo
+            if clamp and stats(parts, hi)[1] <= want_sink:
+                return hi
+            return _solve(lambda x: stats(parts, x)[1], lo, hi, want_sink, "sink")
 
-    def entropy_at(log_tau: float) -> float:
-        parts = split(log_tau)
-        return stats(parts, boost_for(parts))[0]
-
-    if spec.entropy is not None:
-        log_tau = _solve(entropy_at, *LOG_TAU_RANGE, spec.entropy, "entropy")
-        log_tau = _grid(log_tau / math.log(2)) * math.log(2)
-    else:
         log_tau = 0.0
-    boost = _grid(boost_for(split(log_tau), clamp=False))
-    tau = math.exp(log_tau)
+        if want_entropy is not None:
+            log_tau = _solve(lambda lt: stats(split(lt), boost_for(split(lt)))[0], *LOG_TAU_RANGE, want_entropy,
+                             "entropy")
+            log_tau = _grid(log_tau / math.log(2)) * math.log(2)
+        return log_tau, _grid(boost_for(split(log_tau), clamp=False))
 
-    q, k = q0 * tau, k0.clone()
-    kappa = gamma = 0.0
-    if sink_pair is not None and boost:
-        kappa = math.sqrt(abs(boost) / (sm * tau))  # key 0's entry, in K's bulk units
-        gamma = math.copysign(tau * kappa, boost)  # Q's constant, in Q's bulk units (tau) times kappa
-        q[..., sink_pair[0]] = gamma
-        k[:, :, 0, sink_pair[0]] = kappa
-    dtype = _DTYPES[spec.dtype]
-    q, k, v = rot(q).to(dtype), rot(k).to(dtype), v.to(dtype)
-    causal = bool(spec.causal)
-    realised = attention_profile(q, k, sm_scale=sm, causal=causal)
+    def build(log_tau: float, boost: float):
+        tau = math.exp(log_tau)
+        q, k = q0 * tau, k0.clone()
+        if sink_pair is not None and boost:
+            kappa = math.sqrt(abs(boost) / (sm * tau))  # key 0's entry, in K's bulk units
+            q[..., sink_pair[0]] = math.copysign(tau * kappa, boost)  # Q's constant: tau times kappa
+            k[:, :, 0, sink_pair[0]] = kappa
+        dtype = _DTYPES[spec.dtype]
+        q, k = rot(q).to(dtype), rot(k).to(dtype)
+        return q, k, attention_profile(q, k, sm_scale=sm, causal=causal)
+
+    log_tau, boost = solve(spec.entropy, spec.sink)
+    q, k, realised = build(log_tau, boost)
+    # the subset's estimate is off the full rows' by a near-constant offset: one corrected solve removes it
+    off_e = realised["entropy_nats"] - spec.entropy if spec.entropy is not None else 0.0
+    off_s = realised["sink_mass"] - spec.sink if spec.sink is not None else 0.0
+    if abs(off_e) > 0.01 or abs(off_s) > 0.005:
+        try:
+            again = solve(spec.entropy - off_e if spec.entropy is not None else None,
+                          min(max(spec.sink - off_s, 1e-6), 1 - 1e-6) if spec.sink is not None else None)
+        except ValueError:
+            again = None
+        if again is not None and again != (log_tau, boost):
+            q2, k2, r2 = build(*again)
+            err2 = abs(r2["entropy_nats"] - (spec.entropy or r2["entropy_nats"])) + abs(
+                r2["sink_mass"] - (spec.sink if spec.sink is not None else r2["sink_mass"]))
+            if err2 < abs(off_e) + abs(off_s):
+                (log_tau, boost), q, k, realised = again, q2, k2, r2
+    tau = math.exp(log_tau)
+    v = v.to(_DTYPES[spec.dtype])
     meta = {
         "source": "synthetic",
         "spec": dataclasses.asdict(spec),
