@@ -237,10 +237,10 @@ def _channels(d: int, sink: bool, n: int) -> tuple[tuple[int, int] | None, list[
 def _row_stats(logits: torch.Tensor, ok: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row entropy (nats) and probability of key 0 of softmax(logits) over the last dim, masked by ``ok``."""
     if ok is not None:
-        logits = logits.masked_fill(~ok, -math.inf)
+        logits = logits.masked_fill(~ok.to(logits.device), -math.inf)
     lse = torch.logsumexp(logits, dim=-1, keepdim=True)
     p = torch.exp(logits - lse)
-    ps = torch.where(p > 0, p * logits, torch.zeros((), dtype=logits.dtype)).sum(-1)
+    ps = torch.where(p > 0, p * logits, logits.new_zeros(())).sum(-1)
     return lse.squeeze(-1) - ps, p[..., 0]
 
 
@@ -296,8 +296,12 @@ def _grid(x: float) -> float:
 
 
 @torch.no_grad()
-def make_synthetic(spec: SyntheticSpec) -> AttentionInput:
+def make_synthetic(spec: SyntheticSpec, *, device: str | torch.device = "cpu") -> AttentionInput:
     """Draw and calibrate the input ``spec`` describes (module doc); bit-identical for the same spec on CPU.
+
+    The draws are made on the CPU; ``device`` is where the calibration's score matrices are computed (a GPU
+    speeds up long sequences; its sums may round differently, so an input calibrated there can differ in the last
+    grid step of the temperature from the CPU's, and its content hash says so). The tensors are returned on CPU.
 
     Raises ValueError (one line) when the requested entropy or sink cannot be reached on the shape (e.g. more
     entropy than uniform causal attention has)."""
@@ -324,14 +328,17 @@ def make_synthetic(spec: SyntheticSpec) -> AttentionInput:
     first = 1 if causal and s > 1 else 0
     rows = torch.linspace(first, s - 1, min(s - first, CALIBRATION_ROWS)).round().long().unique()
     w0 = first / s  # row 0's weight
+    dev = torch.device(device)
     ok = _mask(rows, s, causal)
+    ok = ok.to(dev) if ok is not None else None
     g = h // h_kv
-    a = torch.einsum("bhgrd,bhkd->bhgrk", qr[:, :, rows].reshape(b, h_kv, g, len(rows), d), kr) * sm
+    a = torch.einsum("bhgrd,bhkd->bhgrk", qr[:, :, rows].reshape(b, h_kv, g, len(rows), d).to(dev),
+                     kr.to(dev)) * sm
     if sink_pair is not None and spec.rope:
         omega = spec.rope_theta ** (-2 * sink_pair[0] / d)
-        col = torch.cos(rows.double() * omega).float()  # R_i e_c . R_0 e_c
+        col = torch.cos(rows.double() * omega).float().to(dev)  # R_i e_c . R_0 e_c
     else:
-        col = torch.ones(len(rows))
+        col = torch.ones(len(rows), device=dev)
 
     def split(log_tau: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Per row: key 0's logit, and the log-sum-exp and softmax mean of the other keys' logits (one pass;
@@ -340,7 +347,7 @@ def make_synthetic(spec: SyntheticSpec) -> AttentionInput:
         rest = logits[..., 1:] if ok is None else logits[..., 1:].masked_fill(~ok[:, 1:], -math.inf)
         lse = torch.logsumexp(rest, dim=-1)
         p = torch.exp(rest - lse[..., None])
-        mean = torch.where(p > 0, p * rest, torch.zeros(())).sum(-1)
+        mean = torch.where(p > 0, p * rest, rest.new_zeros(())).sum(-1)
         return logits[..., 0], lse, mean
 
     def stats(parts, boost: float) -> tuple[float, float]:
@@ -348,7 +355,7 @@ def make_synthetic(spec: SyntheticSpec) -> AttentionInput:
         l0 = l0 + boost * col
         lse = torch.logaddexp(lse_rest, l0)
         p0 = torch.exp(l0 - lse)
-        ent = lse - p0 * l0 - torch.where(p0 < 1, (1 - p0) * mean_rest, torch.zeros(()))
+        ent = lse - p0 * l0 - torch.where(p0 < 1, (1 - p0) * mean_rest, lse.new_zeros(()))
         return (1 - w0) * float(ent.double().mean()), w0 + (1 - w0) * float(p0.double().mean())
 
     def solve(want_entropy: float | None, want_sink: float | None) -> tuple[float, float]:
@@ -379,7 +386,7 @@ def make_synthetic(spec: SyntheticSpec) -> AttentionInput:
             k[:, :, 0, sink_pair[0]] = kappa
         dtype = _DTYPES[spec.dtype]
         q, k = rot(q).to(dtype), rot(k).to(dtype)
-        return q, k, attention_profile(q, k, sm_scale=sm, causal=causal)
+        return q, k, attention_profile(q.to(dev), k.to(dev), sm_scale=sm, causal=causal)
 
     log_tau, boost = solve(spec.entropy, spec.sink)
     q, k, realised = build(log_tau, boost)

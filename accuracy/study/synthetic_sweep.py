@@ -120,7 +120,7 @@ def calibrate(inputs: list[AttentionInput], *, device: str = "cpu", log=print) -
         cap = input_stats(inp, device=device)
         spec, reached = matching_spec(inp, cap)
         try:
-            syn = input_stats(make_synthetic(spec), device=device)
+            syn = input_stats(make_synthetic(spec, device=device), device=device)
             err = None
         except ValueError as e:
             syn, err = {}, str(e)
@@ -151,7 +151,7 @@ def run_sweep(specs, recipes=SWEEP_RECIPES, *, device: str = "cpu", log=print) -
     rows, skipped = [], []
     for spec in specs:
         try:
-            inp = make_synthetic(spec)
+            inp = make_synthetic(spec, device=dev)
         except ValueError as e:
             skipped.append(f"{spec.spec_string()}: {e}")
             continue

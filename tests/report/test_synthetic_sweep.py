@@ -65,3 +65,20 @@ def test_command_refuses_bad_input_before_writing_and_writes_its_files(tmp_path,
     assert len(cal["rows"]) == 3 and cal["provenance"]["command"].startswith("python -m accuracy.study")
     assert "synthetic-b1-h1x1-s128-d128-causal-H1.5" in (out / "sweep.md").read_text()
     assert SyntheticSpec(entropy=1.5, seq=128, heads=1, kv_heads=1, rope=1).name in (out / "sweep.md").read_text()
+
+
+@pytest.mark.gpu
+def test_calibration_and_sweep_on_cuda():
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    spec = SyntheticSpec(entropy=2.0, sink=0.3, k_outliers=2, k_bias=20.0, seq=1024, heads=4, kv_heads=1,
+                         head_dim=128, rope=1)
+    cpu, gpu = make_synthetic(spec), make_synthetic(spec, device="cuda")
+    assert abs(gpu.meta["realised_entropy_nats"] - 2.0) < 0.05 and abs(gpu.meta["realised_sink_mass"] - 0.3) < 0.02
+    assert abs(gpu.meta["temperature"] / cpu.meta["temperature"] - 1) < 2e-3  # at most a grid step or two apart
+    rows, skipped = sw.run_sweep([spec], ["zyfa", "ck", "aiter", "triton-amd"], device="cuda", log=lambda *_: None)
+    assert not skipped and [r["recipe"] for r in rows] == ["zyfa", "ck", "aiter", "triton-amd"]
+    assert all(r["device"].startswith("cuda") and r["deq_rel_l2"] > 0 for r in rows)
+    assert len(sw.ratio_points(rows)) == 3
