@@ -203,7 +203,8 @@ def plot_ratios(points: list[dict], x: str, *, metric: str = "deq_rel_l2") -> by
                 ax.plot([], [], marker="x", linestyle="", color=colors[peer], label=f"{peer}: refused here")
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_title(f"head dim {d}")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
         ax.set_xlabel({"entropy_nats": "attention entropy (nats)",
                        "p_flushed_frac": "fraction of P an unscaled e4m3 cast flushes"}[x])
     axes[0][0].set_ylabel(f"zyfa error / peer error ({metric})")
@@ -312,8 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     if cal:
         (out / "calibration.md").write_text(
             "# Synthetic attention calibrated against the captures\n\n" + head
-            + "Each cell: capture / synthetic. p_flushed_frac: the fraction of P an unscaled e4m3 cast (the aiter "
-              "recipe's) flushes to zero.\n\n" + _calibration_md(cal) + "\n")
+            + "Each cell: capture / synthetic. The synthetic input is set to the capture's entropy, sink mass and "
+              "max|K| / rms(K) (a per-tensor FP8 scale is scale-free, so max|K| itself is not matched); "
+              "p_flushed_frac, the fraction of P an unscaled e4m3 cast (the aiter recipe's) flushes to zero, is "
+              "the test of the match.\n\n" + _calibration_md(cal) + "\n")
         (out / "calibration.json").write_text(json.dumps({"provenance": prov, "rows": cal}, indent=1) + "\n")
     rows, skipped = run_sweep(specs, recipes, device=device)
     write_results(rows, out / "sweep.jsonl", provenance={**prov, "skipped": skipped})
