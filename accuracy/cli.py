@@ -11,6 +11,7 @@ Examples::
     zyfa accuracy --inputs gaussian --kernel examples/fp8_torch_attention.py:attention --kernel-recipe zyfa
     zyfa accuracy --inputs gaussian --recipes zyfa,ck,fa3 --platform h200   # every recipe on the H200's arithmetic
     zyfa accuracy --inputs datasets/smollm2-lee-2048.h5 --ablate triton:fa3 accum_flush_tiles=0,1  # one field, paired
+    zyfa accuracy --inputs synthetic:entropy=2.0,sink=0.3,k_outliers=4,k_bias=30,rope=1,seq=2048,heads=12,kv_heads=2
 
 Real kernels run beside the recipes on the same inputs: ``--implementations`` (built-ins, ``all`` or
 ``available``; docs/real_kernels.md) and ``--kernel module:function`` (a kernel of your own, repeatable; the
@@ -80,7 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "deq_* metrics compare with the FP64 oracle on the dequantized inputs the recipe saw (the kernel's own "
         "arithmetic); orig_* with the FP64 oracle on the original inputs (adds the Q/K/V quantization).")
     parser.add_argument("--inputs", default="gaussian",
-                        help="'gaussian', or capture file(s) (.h5), comma-separated (default: gaussian)")
+                        help="'gaussian', 'synthetic:KEY=VALUE,...' (controlled attention entropy, sink, K outliers: "
+                             "accuracy/synthetic.py), or capture file(s) (.h5), comma-separated (default: gaussian)")
     parser.add_argument("--recipes", default=None,
                         help=f"comma-separated recipe specs, or 'all' (default: {DEFAULT_RECIPES}; none with "
                              "--ablate); NAME@PLATFORM runs one on another platform, NAME:field=value,... with "
@@ -240,6 +242,8 @@ def _print_report(rows, prov: dict, inputs, columns, args) -> None:
     if nan_recipes:
         print(f"NaN/Inf in the output of: {', '.join(nan_recipes)}")
     for r in rows:
+        if not r.get("real") and r.get("status") == "refused":
+            print(f"refused: {r['recipe']} on {r['input']}: {r['reason']}")
         if r.get("real") and r.get("status") in ("failed", "unsupported", "nonconforming", "suspect"):
             print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
     for w in (prov.get("implementations_pairing_warnings") or {}).values():
@@ -530,12 +534,14 @@ def _int_list(spec: str, flag: str) -> list[int]:
 def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
     from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
     from accuracy.runner import check_memory
+    from accuracy.synthetic import is_synthetic, make_synthetic, parse_synthetic, split_inputs
 
-    items = [s.strip() for s in args.inputs.split(",") if s.strip()]
+    items = split_inputs(args.inputs)
     if not items:
         raise UsageError("--inputs is empty")
-    files = [s for s in items if s != "gaussian"]
-    gaussian = len(files) < len(items)
+    synthetic = [parse_synthetic(s) for s in items if is_synthetic(s)]
+    files = [s for s in items if s != "gaussian" and not is_synthetic(s)]
+    gaussian = len(files) + len(synthetic) < len(items)
     if not gaussian:
         gaussian_only = [k for k in GAUSSIAN_DEFAULTS if k != "heads"] + ["kv_heads", "head_dim_v", "window"]
         given = [f"--{k.replace('_', '-')}" for k in gaussian_only if getattr(args, k) is not None]
@@ -543,9 +549,12 @@ def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
             given.append("--causal")
         if given:
             raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to Gaussian inputs; "
-                             "captures carry their own shape and mask (use --max-tokens, --layers, --heads)")
-    elif not files and (args.layers is not None or args.max_tokens is not None):
+                             "captures and synthetic inputs carry their own shape and mask (captures: use "
+                             "--max-tokens, --layers, --heads; synthetic: its KEY=VALUE list)")
+    if not files and (args.layers is not None or args.max_tokens is not None):
         raise UsageError("--layers and --max-tokens apply to capture inputs (--inputs path/to/capture.h5)")
+    if not files and not gaussian and args.heads is not None:
+        raise UsageError("--heads applies to Gaussian inputs and captures; a synthetic input takes heads=N")
     if files and gaussian and args.heads is not None:
         raise UsageError("--heads means a head count for Gaussian inputs and head indices for captures; "
                          "run them separately")
@@ -572,6 +581,11 @@ def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
                       "seq_k": spec.seq, "head_dim": spec.head_dim, "head_dim_v": d_v}, device,
                      what="the Gaussian input")
         inputs.append(make_gaussian(spec))
+    for spec in synthetic:
+        check_memory({"batch": spec.batch, "heads_q": spec.heads, "heads_kv": spec.n_kv, "seq_q": spec.seq,
+                      "seq_k": spec.seq, "head_dim": spec.head_dim, "head_dim_v": spec.head_dim}, device,
+                     what=f"the synthetic input {spec.name}")
+        inputs.append(make_synthetic(spec))
     layers = _int_list(args.layers, "--layers") if args.layers is not None else None
     heads = _int_list(args.heads, "--heads") if (files and args.heads is not None) else None
     for f in files:

@@ -52,6 +52,7 @@ from accuracy.provenance import device_name, provenance
 from accuracy.real_rows import implementation_row
 from accuracy.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
 from reference.attention import attention_fp64
+from zyfa.dispatch import route_input
 from zyfa.emulator import emulate, quantization_key, quantize_inputs
 from zyfa.norms import rel_l2_per
 from zyfa.outputs import atomic_write_text
@@ -137,7 +138,10 @@ def run_accuracy(
         name, shape and metadata (``input_*``), the recipe's name and ``recipe_short``, the ``platform`` whose
         arithmetic was emulated (the recipe's: ``NAME@PLATFORM`` recipes carry another), ``has_nan``, the
         ``deq_*`` and ``orig_*`` metrics, the emulator's stats (e.g. ``p_flushed_frac``) and wall times in
-        seconds.
+        seconds. A recipe that names a vendor kernel carries ``vendor_kernel`` (:mod:`zyfa.dispatch`: the kernel the
+        vendor's dispatcher selects for the input's shape); where the recipe does not model that kernel (``aiter``
+        at head dim 64, where AITER runs CK's fmha) its row is not computed: ``status`` ``refused`` and a one-line
+        ``reason`` with the source, no metrics.
 
     Raises:
         ValueError: no inputs or recipes, or an input that would not fit in the device's memory.
@@ -289,6 +293,16 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
                     cache[key] = [*deq, None]
             continue
         bar.set_postfix_str(f"{inp.name} {recipe.name}")
+        decision = route_input(recipe, inp)
+        if decision is not None and decision.refused is not None:  # the vendor runs another kernel, or none
+            row = {"run_id": run_id, **base, "recipe": recipe.name, "recipe_short": recipe.short_str(),
+                   "platform": recipe.platform, "status": "refused", "reason": decision.refused,
+                   "vendor_kernel": decision.kernel, "device": str(dev)}
+            rows.append(row)
+            if on_row is not None:
+                on_row(row)
+            bar.update(1)
+            continue
         t0 = time.perf_counter()
         em = emulate(x.q, x.k, x.v, recipe, **kw)
         sync_device(dev)
@@ -331,6 +345,7 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
             "time_ref_orig_s": time_ref_orig,
             "device": str(dev),
         })
+        row["vendor_kernel"] = decision.kernel if decision is not None else None
         rows.append(row)
         if on_row is not None:
             on_row(row)

@@ -300,6 +300,11 @@ _CK = "https://github.com/ROCm/composable_kernel"
 # are the two-MMA-warpgroup tiles without paged KV, V column-major or softcap; a sliding window changes only
 # d > 192 (64-key tiles), which the recipe does not model.
 _FA3_FP8_TILES = ((64, 192, 160), (96, 192, 128), (128, 128, 224), (192, 128, 160))
+# CK's FP8 (fp8bf16) fmha forward tiles by head dim, (max d, block_m, block_n): ROCm/rocm-libraries @014d097d
+# projects/composablekernel/example/ck_tile/01_fmha/codegen/ops/fmha_fwd.py, KernelComponentFactoryGfx9
+# .get_hdim_tile_size_dict, fp8/fp8bf16 branch: key (64, 64) bm0 128 x bn0 64; keys (128, 128), (192, 128) and
+# (256, 256) 128 x 128 (the block_m/block_n fields). zyfa.dispatch holds the rest of CK's table.
+_CK_FP8_TILES = ((64, 128, 64),)
 _AITER = "https://github.com/ROCm/aiter"
 _FA = "https://github.com/Dao-AILab/flash-attention"
 # CK's bf16 output on gfx950 (MI355X), read in _CK (docs/PLATFORMS.md 'CK output rounding'). The fmha forward
@@ -357,8 +362,9 @@ _NAMED: list[Recipe] = [
         source=("Composable Kernel fmha fwd fp8bf16, PERTENSOR (" + _CK + ": "
                 "include/ck_tile/ops/fmha/pipeline/block_fmha_pipeline_qr_ks_vs[_async].hpp, "
                 "include/ck_tile/ops/fmha/kernel/fmha_fwd_kernel.hpp): P*448 before the cast, "
-                "row sum from fp32 P, O = acc/l * (vd/448), " + _CK_BF16_OUT),
-        p_scale="fmax", block_m=128, block_n=128, v_descale="end", reciprocal="div",
+                "row sum from fp32 P, O = acc/l * (vd/448), " + _CK_BF16_OUT + "; tiles by head dim from the "
+                "fp8bf16 codegen (example/ck_tile/01_fmha/codegen/ops/fmha_fwd.py: 128x64 at d 64, 128x128 above)"),
+        p_scale="fmax", block_m=128, block_n=128, head_dim_tiles=_CK_FP8_TILES, v_descale="end", reciprocal="div",
         out_format="bf16_rne", tags=("amd",)),
     Recipe(
         name="ck-blockscale",
@@ -367,7 +373,7 @@ _NAMED: list[Recipe] = [
                 "rows, K/V per 128 KV tokens; P = exp2(.. + 8) i.e. x2^8; V descale per tile; fp32 row sum; "
                 + _CK_BF16_OUT),
         q_scale="block", k_scale="block", v_scale="block", p_scale="pow2", p_scale_log2=8,
-        v_descale="tile", out_format="bf16_rne", tags=("amd",)),
+        head_dim_tiles=_CK_FP8_TILES, v_descale="tile", out_format="bf16_rne", tags=("amd",)),
     Recipe(
         name="aiter",
         source=("AITER gfx950 assembly fmha_v3 fp8 hd128 (" + _AITER + ": "

@@ -112,11 +112,19 @@ def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
 
 def refusals(inputs: list, recipes: list[str]) -> dict[tuple[str, str], str]:
     """{(input name, recipe): why} for the pairs a recipe refuses before running: a Q/K rotation needs a
-    power-of-two head dim (:mod:`zyfa.rotation`), so a rotating recipe leaves out MLA's 192."""
+    power-of-two head dim (:mod:`zyfa.rotation`), so a rotating recipe leaves out MLA's 192; a recipe that names a
+    vendor kernel is applied only where the vendor's dispatcher runs that kernel (:mod:`zyfa.dispatch`: ``aiter``
+    leaves out head dims 64 and 256)."""
+    from zyfa.dispatch import route_input
     from zyfa.recipes import get_recipe
     from zyfa.rotation import rotation_matrix
 
     out = {}
+    for r in recipes:
+        for inp in inputs:
+            decision = route_input(r, inp)
+            if decision is not None and decision.refused is not None:
+                out[(inp.name, r)] = decision.refused
     for r in recipes:
         recipe = get_recipe(r)
         if recipe.qk_rotation == "none":

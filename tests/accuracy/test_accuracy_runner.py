@@ -19,7 +19,8 @@ from zyfa.emulator import emulate
 
 @pytest.fixture(scope="module")
 def small_rows():
-    inp = make_gaussian(GaussianSpec(seq=256, head_dim=64, heads_q=2, heads_kv=1, seed=1))
+    # head dim 128 and s_q > 128: the shape AITER runs its hd128 FP8 assembly kernel on (zyfa.dispatch)
+    inp = make_gaussian(GaussianSpec(seq=256, head_dim=128, heads_q=2, heads_kv=1, seed=1))
     return inp, run_accuracy([inp], ["fp32", "zyfa", "ck", "aiter"], progress=False)
 
 
@@ -34,7 +35,7 @@ def test_rows_and_provenance(small_rows):
     assert prov["device_name"] == device_name("cpu")
     for r in rows:
         assert r["input"] == inp.name and r["input_content_hash"] == inp.meta["content_hash"]
-        assert (r["heads_q"], r["heads_kv"], r["seq_q"], r["head_dim"]) == (2, 1, 256, 64)
+        assert (r["heads_q"], r["heads_kv"], r["seq_q"], r["head_dim"]) == (2, 1, 256, 128)
         assert r["has_nan"] is False
         finite = [k for k in r if k.startswith(("deq_", "orig_")) and not k.endswith("sqnr_db")]
         assert all(math.isfinite(r[k]) for k in finite)
@@ -84,7 +85,7 @@ def test_different_quantization_gets_its_own_reference():
 def test_aiter_flushes_small_probabilities_ck_does_not():
     # scores ~ N(0, 1) over 2048 keys: the row max sits ~3.5 above the mean, so some P fall below 2^-10,
     # which AITER's unscaled e4m3fn cast rounds to 0 and CK's x448 scaling keeps
-    inp = make_gaussian(GaussianSpec(seq=2048, head_dim=64, heads_q=1, heads_kv=1, std=1.0, seed=0))
+    inp = make_gaussian(GaussianSpec(seq=2048, head_dim=128, heads_q=1, heads_kv=1, std=1.0, seed=0))
     rows = {r["recipe"]: r for r in run_accuracy(inp, ["ck", "aiter"], progress=False)}
     assert rows["ck"]["p_flushed_frac"] == 0.0
     assert rows["aiter"]["p_flushed_frac"] > 1e-4

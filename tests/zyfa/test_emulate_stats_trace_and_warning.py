@@ -106,7 +106,7 @@ def test_trace_rows_and_cols_are_the_blocks_and_keys_of_each_tile(mask, s_q, s_k
 def test_default_query_chunk_on_the_cpu_is_2048_rows():
     """emulate's docstring: q_chunk defaults to 2048 query rows on the CPU (it bounds the memory of a pass). With
     one-row blocks and one 16-key tile, 2050 queries are emulated as rows 0-2047, then 2048-2049."""
-    r = get_recipe("ck").replace(name="ck-1x16", block_m=1, block_n=16)
+    r = get_recipe("ck").replace(name="ck-1x16", block_m=1, block_n=16, head_dim_tiles=())
     q, k, v = _qkv(s_q=2050, s_k=16, d=16)
     trace: list = []
     with warnings.catch_warnings():

@@ -437,7 +437,7 @@ SMALL = dict(block_m=4, block_n=16)
 SMALL32 = dict(block_m=4, block_n=32)
 _Z = get_recipe("zyfa").replace(**SMALL)
 _E = get_recipe("zyfa-exp2").replace(**SMALL)
-_C = get_recipe("ck").replace(**SMALL)
+_C = get_recipe("ck").replace(head_dim_tiles=(), **SMALL)  # the small tiles at every head dim
 _H = get_recipe("zyfa-hopper").replace(**SMALL32)
 _H8 = _H.replace(accum_mantissa_bits=8)  # a coarser accumulator, so that flushing matters at bf16 precision
 VARIANTS: dict[str, tuple[Recipe, dict]] = {
@@ -604,7 +604,8 @@ def test_log2e_folded_or_natural_log_scores_bit_for_bit():
     s = _f32(q[0, 0].numpy() @ k[0, 0].numpy().T)  # small integers: exact
     ts = {}
     for folded in (True, False):
-        r = get_recipe("ck").replace(name=f"ck-folded-{folded}", block_m=8, block_n=64, log2e_folded=folded)
+        r = get_recipe("ck").replace(name=f"ck-folded-{folded}", block_m=8, block_n=64, head_dim_tiles=(),
+                                     log2e_folded=folded)
         trace: list = []
         emulate(q, k, v, r, sm_scale=sm, trace=trace)
         if folded:
