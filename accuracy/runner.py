@@ -54,7 +54,6 @@ from accuracy.results_io import check_row, jsonl_text, loads_checked, read_jsonl
 from reference.attention import attention_fp64
 from zyfa.dispatch import route_input
 from zyfa.emulator import emulate, quantization_key, quantize_inputs
-from zyfa.norms import rel_l2_per
 from zyfa.outputs import atomic_write_text
 from zyfa.platforms import get_platform
 from zyfa.recipes import Recipe, get_recipe
@@ -333,9 +332,6 @@ def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch
         row["has_nan"] = bool(m_deq["has_nan"] or m_orig["has_nan"])
         for prefix, m in (("deq_", m_deq), ("orig_", m_orig)):
             row.update({prefix + k: v for k, v in m.items() if k not in _UNPREFIXED})
-        if em.out.dim() == 4 and em.out.shape[1] > 1:  # per query head: the hd128 claims' unit is layer x head
-            row["deq_rel_l2_heads"] = rel_l2_per(em.out, ref_deq[0], dim=1)
-            row["orig_rel_l2_heads"] = rel_l2_per(em.out, ref_orig[0], dim=1)
         for k, v in em.stats.items():
             row[k if k not in row else f"emu_{k}"] = _plain(v)
         row.update({
