@@ -1,4 +1,4 @@
-"""``zyfa longctx --generate`` on the RULER-style tasks (SmolLM2, 256 tokens): both scores in every row, fact ids,
+"""``zyfa longctx --generate`` on the RULER-style tasks (SmolLM2, 160 tokens): both scores in every row, fact ids,
 equal coverage recorded, and the difficulty table of ``--calibrate``."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from zyfa.cli import main
 
 def test_generated_answers_beside_teacher_forced_and_calibrate(tmp_path, capsys):
     out = tmp_path / "r.jsonl"
-    argv = ["longctx", "--models", "smollm2", "--tasks", "niah,vartrack", "--lengths", "256", "--depths", "0.5",
+    argv = ["longctx", "--models", "smollm2", "--tasks", "niah,multikey", "--lengths", "160", "--depths", "0.5",
             "--seeds", "2", "--implementations", "stock,sdpa-fp32", "--generate", "4", "--fallback", "stock",
             "--device", "cpu", "--out", str(out), "--no-progress"]
     assert main(argv) == 0
     rows = [r for r in map(json.loads, out.read_text().splitlines()) if r.get("kind") == "longctx"]
     assert len(rows) == 2 * 2 * 2
-    assert {r["fact_id"] for r in rows} == {"niah/s0", "niah/s1", "vartrack/s0", "vartrack/s1"}
+    assert {r["fact_id"] for r in rows} == {"niah/s0", "niah/s1", "multikey/s0", "multikey/s1"}
     for r in rows:
         assert r["status"] == "ok" and isinstance(r["exact"], bool) and isinstance(r["gen_contains"], bool)
         assert r["haystack"] == "paulgraham" and r["coverage"].startswith("equal: every implementation")
@@ -32,9 +32,9 @@ def test_generated_answers_beside_teacher_forced_and_calibrate(tmp_path, capsys)
     # a teacher-forced exact match is a greedy answer: the generated text starts with it
     assert all(r["gen_exact"] for r in rows if r["exact"])
     table = difficulty_table(rows, "stock")
-    assert [(c["task"], c["facts"], c["prompts"]) for c in table] == [("niah", 2, 2), ("vartrack", 2, 2)]
+    assert [(c["task"], c["facts"], c["prompts"]) for c in table] == [("multikey", 2, 2), ("niah", 2, 2)]
     capsys.readouterr()
     assert main(["longctx", "--calibrate", str(out), "--baseline", "stock"]) == 0
-    assert "| smollm2 | niah | 256 | 2 | 2 |" in capsys.readouterr().out
+    assert "| smollm2 | niah | 160 | 2 | 2 |" in capsys.readouterr().out
     assert main(["longctx", "--calibrate", str(out), "--baseline", "nosuch"]) == 2
     assert "no scored rows of nosuch" in capsys.readouterr().err
