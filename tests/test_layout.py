@@ -61,7 +61,7 @@ def test_cli_lists_subcommands(capsys):
 
 # ---------------------------------------------------------------------------------------------- accuracy roles
 
-ROLES = ("report", "impact", "longctx", "study")
+ROLES = ("report", "impact", "longctx", "study", "tasks")
 # role -> what it may import inside accuracy ("core", a role, or "role.module")
 ROLE_ALLOWED = {
     "core": {"core"},
@@ -69,6 +69,7 @@ ROLE_ALLOWED = {
     "impact": {"core", "impact", "report.blocks", "report.document", "report.plots"},
     "longctx": {"core", "longctx", "impact.model", "report"},
     "study": {"core", "report", "impact", "longctx", "study"},
+    "tasks": {"core", "tasks", "impact.model", "longctx"},
 }
 
 

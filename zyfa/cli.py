@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "study": ("accuracy.study.cli", "the one-command study: captures + Gaussian inputs -> accuracy -> report"),
     "impact": ("accuracy.impact.cli", "perplexity and next-token KL with each recipe swapped into a model"),
     "longctx": ("accuracy.longctx.cli", "long-context retrieval (needle, passkey) with any implementation in a model"),
+    "tasks": ("accuracy.tasks.cli", "generated-output tasks (HumanEval pass@1, sandboxed) with any implementation"),
     "cliffs": ("accuracy.study.cliffs_cli", "the length-cliff finder: error, NaN rows and refusals at every length"),
 }
 

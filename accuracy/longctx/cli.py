@@ -76,7 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(accuracy.ablation pairs them per prompt). Repeatable; without --implementations "
                              "only the ablation runs")
     add_wall_arguments(parser)
-    parser.add_argument("--tasks", default="needle,passkey", help="needle, passkey (default both)")
+    parser.add_argument("--tasks", default="needle,passkey",
+                        help="needle, passkey (default both); niah (the standard Paul Graham needle test), multikey, "
+                             "multivalue, vartrack (RULER-style, on the Paul Graham essays; docs/TASKS.md)")
     parser.add_argument("--lengths", default=None,
                         help="context lengths in tokens, comma-separated, 'k' = 1024 (e.g. 1k,2k,4k); default "
                              "1k..32k up to each model's context")
@@ -90,6 +92,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fallback", choices=("none", "stock"), default="none",
                         help="layers an implementation refuses: none (its rows are unsupported) or stock (run them "
                              "with the model's own attention; recorded in each row)")
+    parser.add_argument("--coverage", choices=("equal", "own"), default="equal",
+                        help="with --fallback stock: equal (default) swaps only the layers every implementation "
+                             "takes, the rest run stock attention for all; own: each falls back on its own")
+    parser.add_argument("--generate", type=int, default=0, metavar="N",
+                        help="also decode each answer greedily (the implementation in the prefill and every step), "
+                             "at most len(answer) + N tokens, and score it (gen_exact, gen_contains); default 0: off")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                         help="the model's weights and activations (default fp32); attention implementations "
@@ -116,6 +124,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a study plan (TOML, accuracy/plan.py; e.g. studies/accumulator.toml): it supplies the "
                              "models, tasks, lengths, depths, implementations and facts (seeds), overriding those "
                              "flags, and every row records its hash; with --render: the verdicts by its rule")
+    parser.add_argument("--calibrate", default=None, metavar="RESULTS",
+                        help="print, per (model, task, length), the baseline's accuracy in RESULTS (JSONL, "
+                             "comma-separated) and whether it lies in the 60-90%% band; runs nothing")
+    parser.add_argument("--baseline", default="stock", help="with --calibrate: the implementation (default stock)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
@@ -159,6 +171,8 @@ def _depths(text: str | None) -> list[float]:
 def main(args: argparse.Namespace) -> int:
     if args.render is not None:
         return _render(args)
+    if args.calibrate is not None:
+        return _calibrate(args)
     try:
         if getattr(args, "plan", None):
             _apply_plan(args)
@@ -232,6 +246,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--tasks: unknown task {bad[0] if bad else '(none)'!r}; tasks: {', '.join(TASKS)}")
     if args.seeds < 1:
         raise UsageError("--seeds must be at least 1")
+    if args.generate < 0:
+        raise UsageError("--generate must be 0 (off) or more")
     lengths = _ints(args.lengths, "--lengths") if args.lengths else None
     depths = _depths(args.depths)
     layers = [n - 1 for n in _ints(",".join(str(int(t) + 1) if t.strip().isdigit() else t
@@ -292,7 +308,8 @@ def _run(args: argparse.Namespace) -> int:
     spec = GridSpec(models=models, implementations=names, tasks=tasks, lengths=lengths, depths=depths,
                     seeds=list(range(args.seeds)), text=args.text, layers=layers, op_layers=args.op_layers,
                     fallback=None if args.fallback == "none" else "stock", row_tags=ablation_tags(ablations),
-                    row_fields=getattr(args, "plan_fields", None) or {})
+                    row_fields=getattr(args, "plan_fields", None) or {}, coverage=args.coverage,
+                    generate=args.generate)
     from accuracy.shard import sharded_launch
     from zyfa.outputs import partial_path
 
@@ -306,6 +323,7 @@ def _run(args: argparse.Namespace) -> int:
                        "device": str(device), "models": models, "implementations": names, "tasks": tasks,
                        "lengths": lengths, "depths": depths, "seeds": spec.seeds, "text": args.text,
                        "model_dtype": args.dtype, "fallback": args.fallback, "layers": layers,
+                       "coverage": args.coverage, "generate": args.generate,
                        "plugins": {p.name: p.description for p in plugins}, "nonconforming": nonconforming,
                        **(getattr(args, "plan_fields", None) or {})})
     if results.provenance.get("run_id"):
@@ -506,4 +524,25 @@ def _render(args: argparse.Namespace) -> int:
         say(f"zyfa longctx: {e}")
         return 2
     print(f"zyfa longctx: wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from accuracy.longctx.calibrate import difficulty_markdown
+    from accuracy.results_io import read_jsonl
+
+    rows = []
+    for p in (x.strip() for x in args.calibrate.split(",") if x.strip()):
+        if not Path(p).is_file():
+            say(f"zyfa longctx: --calibrate: {p} is not a file")
+            return 2
+        try:
+            rows += read_jsonl(p)[0]
+        except ValueError as e:
+            say(f"zyfa longctx: {e}")
+            return 2
+    if not any(r.get("implementation") == args.baseline and r.get("status") == "ok" for r in rows):
+        say(f"zyfa longctx: --calibrate: {args.calibrate} has no scored rows of {args.baseline} (--baseline)")
+        return 2
+    print(difficulty_markdown(rows, args.baseline), end="")
     return 0

@@ -37,7 +37,9 @@ from accuracy.impact.model import (
     model_attention,
 )
 from accuracy.implementations import ImplementationError, device_platform
-from accuracy.longctx.tasks import TASKS, PromptError, build_prompt, min_length
+from accuracy.longctx.coverage import Coverage, equal_coverage
+from accuracy.longctx.generate import greedy_generate
+from accuracy.longctx.tasks import DEFAULT_TASKS, PromptError, build_prompt, fact_id, min_length, score_generated
 from accuracy.results_io import row_key
 from accuracy.run_harness import WorkBudget
 from zyfa.norms import rel_l2
@@ -58,7 +60,7 @@ class GridSpec:
 
     models: list[str]
     implementations: list[str]
-    tasks: list[str] = field(default_factory=lambda: list(TASKS))
+    tasks: list[str] = field(default_factory=lambda: list(DEFAULT_TASKS))
     lengths: list[int] | None = None
     depths: list[float] = field(default_factory=lambda: list(DEFAULT_DEPTHS))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
@@ -69,6 +71,10 @@ class GridSpec:
     row_fields: dict[str, Any] = field(default_factory=dict)  # added to every row (a study plan's name and hash)
     # implementation name -> fields every row of it carries (an --ablate group: accuracy.ablation)
     row_tags: dict[str, dict[str, str]] = field(default_factory=dict)
+    # with fallback "stock": "equal" swaps only the layers every implementation takes (the rest run stock for all,
+    # accuracy.longctx.coverage); "own" lets each implementation fall back on its own
+    coverage: str = "equal"
+    generate: int = 0  # > 0: also decode the answer greedily, len(answer) + generate tokens at most
 
 
 def row_input(model: str, task: str, length: int, depth: float, seed: int) -> str:
@@ -186,12 +192,21 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                 raise ValueError(f"{model_name} {task}: length {short[0]} is too short for the needle to fit "
                                  f"(needle, question and answer take {need} tokens)")
         op_layers = _op_layer_set(n_layers, spec.op_layers)
+        swap_layers, cov = spec.layers, None
+        if spec.fallback is not None and spec.coverage == "equal":
+            probe = {n: model_attention(n, plugins=plugins) for n in spec.implementations
+                     if n != STOCK and n not in (nonconforming or {})}
+            cov = equal_coverage(model, probe, probe_len=max(lengths), device=device, layers=spec.layers)
+            swap_layers = cov.layers
+            if cov.fixed:
+                log(f"[longctx] {model_name}: {cov.note()}")
         log(f"[longctx] {model_name}: loaded in {time.perf_counter() - t0:.1f} s, {n_layers} layers, lengths "
             f"{', '.join(map(str, lengths))}, {dtype} on {device}")
         base_fields = {"model": model_name, "model_sha256": loaded.provenance.get("model_sha256"),
                        "model_dtype": dtype, "text": spec.text, "run_id": run_id, "device": str(device),
-                       "layers_swapped": spec.layers if spec.layers is not None else "all",
-                       "decode": DECODE_NOTE, **spec.row_fields}
+                       "layers_swapped": swap_layers if swap_layers is not None else "all",
+                       "decode": DECODE_NOTE, "coverage": cov.note() if cov is not None else None,
+                       **spec.row_fields}
         refused: dict[str, str] = {}  # implementation -> why it cannot run this model (skip its other prompts)
         refused.update({n: f"nonconforming: {why}" for n, why in (nonconforming or {}).items()})
         grid = [(task, n, d, s) for task in spec.tasks for n in lengths for d in spec.depths for s in spec.seeds]
@@ -242,7 +257,8 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                                                     plugins=plugins, spec=spec,
                                                     op_layers=op_layers if i == 0 else [], refused=refused,
                                                     platform=plat, platform_note=plat_note,
-                                                    model_name=model_name, dtype=dtype, tokenizer=tok)
+                                                    model_name=model_name, dtype=dtype, tokenizer=tok,
+                                                    layers=swap_layers, coverage=cov)
                             rows = [r for r, m in zip(rows, missing, strict=True) if m]
                             cell_rows += rows
                             for row in rows:
@@ -288,7 +304,8 @@ def _paired_recipe_cached(name: str, plugins) -> str | None:
 
 
 def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_layers, refused, platform,
-                 platform_note, model_name, dtype, tokenizer) -> list[dict]:
+                 platform_note, model_name, dtype, tokenizer, layers=None, coverage: Coverage | None = None
+                 ) -> list[dict]:
     """Run one batch of prompts of the same length under implementation ``name``; one row per prompt."""
     from capture.hook import swap_attention
     from reference.attention import attention_fp64
@@ -322,7 +339,7 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
     ran: dict[str, list[int]] = {}
     if error is None:
         ids = torch.tensor([p.ids for _, _, p in batch], dtype=torch.long, device=device)
-        swap = swap_attention(model, fn, layers=spec.layers) if fn is not None else contextlib.nullcontext()
+        swap = swap_attention(model, fn, layers=layers) if fn is not None else contextlib.nullcontext()
         try:
             with torch.no_grad(), swap:
                 hidden = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
@@ -337,6 +354,7 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
     seconds = time.perf_counter() - t0
     for i, (d, s, p) in enumerate(batch):
         row = {**common, "input": row_input(model_name, task, length, d, s), "input_content_hash": p.sha256,
+               "fact_id": fact_id(task, s), "haystack": p.meta.get("haystack"),
                "depth": float(d), "depth_actual": p.depth_actual, "seed": int(s), "answer_text": p.answer_text,
                "answer_tokens": len(p.answer), "status": status, "error": error,
                "text_sha256": p.meta.get("text_sha256"), "text_offset": p.meta.get("text_offset"),
@@ -344,6 +362,10 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
         if hidden is not None:
             row.update(_score(model, tokenizer, hidden[i], p))
             row["ran"] = ran
+            row["layers_by_impl"] = coverage.layers_by_impl(name, dtype) if coverage is not None else ran
+            if spec.generate > 0:
+                row.update(_generated(model, tokenizer, p, fn, spec.generate, layers=layers, device=device,
+                                      name=name, dtype=dtype))
             row["op_rel_l2"] = dict(op) if i == 0 and op else None
             row["op_rel_l2_mean"] = (sum(op.values()) / len(op)) if i == 0 and op else None
         else:
@@ -351,6 +373,27 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
                        greedy_answer=None, ran=None, op_rel_l2=None, op_rel_l2_mean=None)
         rows.append(row)
     return rows
+
+
+def _generated(model, tokenizer, p, fn, extra: int, *, layers, device, name: str, dtype: str) -> dict[str, Any]:
+    """The answer decoded greedily after the question, with ``fn`` in the prefill and every decode step, scored
+    by :func:`accuracy.longctx.tasks.score_generated`; stops at a newline."""
+    prompt = p.ids[:len(p.ids) - (len(p.answer) - 1)]
+
+    def stop(tokens: list[int]) -> bool:
+        return "\n" in tokenizer.decode(tokens)
+
+    try:
+        g = greedy_generate(model, prompt, fn, max_new_tokens=len(p.answer) + int(extra), device=device,
+                            layers=layers, stop=stop, dtype=dtype,
+                            eos_ids=[tokenizer.eos_token_id] if isinstance(tokenizer.eos_token_id, int) else [])
+    except (UnsupportedLayerError, UnsupportedMaskError, ImplementationError) as e:
+        return {"gen_text": None, "gen_exact": None, "gen_contains": None, "gen_recall": None,
+                "gen_error": str(e)}
+    text = tokenizer.decode(g.tokens)
+    return {"gen_text": text, **score_generated(text.split("\n")[0], p), "gen_tokens": len(g.tokens),
+            "gen_decode": g.decode, "gen_decode_note": g.decode_note(name), "gen_ran_decode": g.ran_decode,
+            "gen_seconds": round(g.seconds, 3)}
 
 
 def accumulation(fn: ModelAttention, platform: str | None) -> str:

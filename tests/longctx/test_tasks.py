@@ -62,3 +62,66 @@ def test_passkey_filler_and_prefix(smollm2):
     assert text.startswith(tok.decode(tokenizer_prefix(tok)) + "The grass is green.")
     assert text.count(f"The pass key is {p.meta['value']}") == 1
     assert 0.15 < p.depth_actual < 0.35
+
+
+# ---------------------------------------------------------------------------------------------- RULER-style tasks
+
+@pytest.mark.parametrize("task", ["niah", "multikey", "multivalue", "vartrack"])
+def test_ruler_tasks_exact_length_answer_last_and_facts(smollm2, task):
+    from accuracy.longctx.tasks import fact_id, score_generated
+
+    tok = smollm2.tokenizer
+    prompts = [build_prompt(tok, task, 600, d, s) for d in (0.0, 0.5, 1.0) for s in range(3)]
+    for p in prompts:
+        assert len(p.ids) == 600 and p.ids[len(p.ids) - len(p.answer) + 1:] == p.answer[:-1]
+        assert p.meta["haystack"] == "paulgraham" and p.meta["fact_id"] == fact_id(task, p.meta["seed"])
+        text = tok.decode(p.ids[:len(p.ids) - len(p.answer) + 1])
+        assert all(part in text.split("Question:")[0] for part in p.meta["parts"])  # every part is in the haystack
+        assert score_generated(p.answer_text + "\n", p)["gen_exact"]
+        assert score_generated(p.answer_text, p)["gen_contains"]
+    # one fact per seed, the same at every depth; another seed another fact (niah: another haystack window)
+    by_seed = {p.meta["seed"]: p for p in prompts}
+    same = [p for p in prompts if p.meta["seed"] == 1]
+    assert len({tuple(p.meta["parts"]) if task != "multivalue" else tuple(sorted(p.meta["parts"]))
+                for p in same}) == 1
+    if task == "niah":
+        assert len({p.meta["text_offset"] for p in by_seed.values()}) == 3
+    else:
+        assert len({tuple(sorted(p.meta["parts"])) for p in by_seed.values()}) == 3
+
+
+def test_the_standard_needle_and_question(smollm2):
+    from accuracy.longctx.tasks import NIAH_NEEDLE, score_generated
+
+    tok = smollm2.tokenizer
+    p = build_prompt(tok, "niah", 800, 0.3, 0)
+    text = tok.decode(p.ids)
+    assert text.count(NIAH_NEEDLE) == 1 and "What is the best thing to do in San Francisco?" in text
+    assert 0.2 < p.depth_actual < 0.35 and "San Francisco" in tok.decode(p.ids[p.needle_start:p.needle_start + 12])
+    s = score_generated(" Eat a sandwich in Dolores Park.", p)
+    assert s["gen_contains"] and not s["gen_exact"]
+    assert score_generated(" go to the beach", p) == {"gen_exact": False, "gen_contains": False, "gen_recall": 0.0}
+
+
+def test_vartrack_chain_reads_in_order_and_multivalue_answer_follows_the_text(smollm2):
+    tok = smollm2.tokenizer
+    for s in range(4):
+        p = build_prompt(tok, "vartrack", 900, 0.2, s)
+        text = tok.decode(p.ids)
+        at = [text.index(f"VAR {n} =") for n in p.meta["names"]]
+        assert at == sorted(at) and p.answer_text == " " + " ".join(p.meta["names"])
+        m = build_prompt(tok, "multivalue", 900, 0.5, s)
+        text = tok.decode(m.ids).split("Question:")[0]
+        assert [text.index(v) for v in m.meta["values"]] == sorted(text.index(v) for v in m.meta["values"])
+    mk = build_prompt(tok, "multikey", 900, 0.5, 0)
+    text = tok.decode(mk.ids)
+    assert all(f"magic number for {k} is" in text for k in mk.meta["distractors"])
+    assert f"for {mk.meta['key']} mentioned" in text and len(mk.meta["distractors"]) == 3
+
+
+def test_ruler_too_short_is_one_clear_error(smollm2):
+    tok = smollm2.tokenizer
+    need = min_length(tok, "multivalue")
+    assert len(build_prompt(tok, "multivalue", need + 20, 0.5, 0).ids) == need + 20
+    with pytest.raises(PromptError, match="too short for the needle to fit"):
+        build_prompt(tok, "multivalue", need - 5, 0.5, 0)

@@ -1,0 +1,197 @@
+"""``zyfa tasks``: tasks scored on what the model generates, with an attention implementation in every step.
+
+``zyfa tasks humaneval``: HumanEval pass@1 (greedy) under each implementation, the generated code run in a sandbox,
+compared per problem against the baseline (the first of ``--implementations``), with the per-token drift along the
+baseline's generation (docs/TASKS.md).
+
+Examples::
+
+    zyfa tasks humaneval --model smollm2 --implementations stock,zyfa --problems 2 --max-new-tokens 32
+    zyfa tasks humaneval --device cuda --dtype bf16 --model qwen25coder \\
+        --implementations stock,sdpa-fp32,triton:zyfa,triton:fa3,cudnn-fp8,flashinfer-fa3 \\
+        --out humaneval/qwen05.jsonl --max-seconds 540        # then the same with --resume
+    zyfa tasks humaneval --summarize humaneval/qwen05.jsonl
+
+Output: ``--out`` (default ``./zyfa-tasks/humaneval.jsonl``) as in ``zyfa longctx``: refused if it exists unless
+``--force`` or ``--resume``; rows appended to ``<out>.partial`` problem by problem; ``--max-seconds`` stops between
+problems (rerun with ``--resume``); a summary (pass@1, paired differences, McNemar, drift by position) is printed
+when the run finishes. Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line), 3 when rows
+failed (``--allow-failed`` gives 0).
+
+Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from accuracy.shard import say
+
+DEFAULT_OUT = "zyfa-tasks/humaneval.jsonl"
+DEFAULT_IMPLEMENTATIONS = {
+    "cuda": "stock,sdpa-fp32,triton:zyfa,triton:zyfa-hopper,triton:fa3,cudnn-fp8,flashinfer-fa3",
+    "cpu": "stock,zyfa",
+}
+EXIT_FAILED_ROWS = 3
+
+
+class UsageError(ValueError):
+    """A bad command line (exit status 2)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="task", metavar="TASK")
+    he = sub.add_parser("humaneval", help="HumanEval pass@1 under each implementation (sandboxed execution)",
+                        description="HumanEval pass@1 (greedy) under each attention implementation")
+    he.add_argument("--model", default="qwen25coder",
+                    help="registry name (qwen25coder, qwen25coder-1.5b where present, smollm2 for tests)")
+    he.add_argument("--implementations", default=None,
+                    help="comma-separated, the baseline first: stock, built-ins, recipe specs (the emulator); default "
+                         f"on a GPU {DEFAULT_IMPLEMENTATIONS['cuda']}; on a CPU {DEFAULT_IMPLEMENTATIONS['cpu']}")
+    he.add_argument("--kernel", action="append", metavar="MODULE:FUNCTION", help="your own attention kernel")
+    he.add_argument("--kernel-recipe", action="append", metavar="NAME", help="the recipe a --kernel claims")
+    he.add_argument("--problems", default=None,
+                    help="N (the first N), A-B (indices), or a list of indices, ranges and task ids (HumanEval/7); "
+                         "default all 164")
+    he.add_argument("--max-new-tokens", type=int, default=384, help="generation limit per problem (default 384)")
+    he.add_argument("--fallback", choices=("none", "stock"), default="none",
+                    help="layers an implementation refuses: none (its rows are unsupported) or stock (with "
+                         "--coverage equal they run stock attention for every implementation)")
+    he.add_argument("--coverage", choices=("equal", "own"), default="equal",
+                    help="equal (default): the layers any implementation refuses run stock attention for all of "
+                         "them; own: each implementation swaps every layer it takes")
+    he.add_argument("--cpu-seconds", type=int, default=10, help="sandbox CPU limit per sample (default 10)")
+    he.add_argument("--wall-seconds", type=float, default=20.0, help="sandbox wall limit per sample (default 20)")
+    he.add_argument("--memory-mb", type=int, default=2048, help="sandbox address-space limit (default 2048 MiB)")
+    he.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
+    he.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32", help="the model's weights (default fp32)")
+    he.add_argument("--max-seconds", type=float, default=None, help="stop between problems (then --resume)")
+    he.add_argument("--out", default=None, help=f"results JSONL (default ./{DEFAULT_OUT})")
+    he.add_argument("--force", action="store_true", help="replace an existing --out when the run finishes")
+    he.add_argument("--resume", action="store_true", help="continue --out: run only the missing rows")
+    he.add_argument("--allow-failed", action="store_true", help="exit 0 even when rows failed")
+    he.add_argument("--summarize", default=None, metavar="RESULTS",
+                    help="print the Markdown summary of RESULTS (JSONL files, comma-separated); runs nothing")
+
+
+def main(args: argparse.Namespace) -> int:
+    if getattr(args, "task", None) != "humaneval":
+        say("zyfa tasks: name a task: humaneval")
+        return 2
+    try:
+        if args.summarize is not None:
+            return _summarize(args.summarize)
+        return _run(args)
+    except UsageError as e:
+        say(f"zyfa tasks humaneval: {e}")
+        return 2
+
+
+def _summarize(paths: str) -> int:
+    from accuracy.results_io import read_jsonl
+    from accuracy.tasks.stats import summary_markdown
+
+    rows = []
+    for p in (x.strip() for x in paths.split(",") if x.strip()):
+        if not Path(p).is_file():
+            raise UsageError(f"--summarize: {p} is not a file")
+        try:
+            rows += read_jsonl(p)[0]
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    if not any(r.get("kind") == "humaneval" for r in rows):
+        raise UsageError(f"--summarize: {paths} holds no HumanEval rows")
+    print(summary_markdown(rows), end="")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    import uuid
+
+    import torch
+
+    from accuracy.impact.model import STOCK, model_attention
+    from accuracy.implementations import load_plugins
+    from accuracy.provenance import provenance
+    from accuracy.results_io import ResultsFile, jsonl_text
+    from accuracy.runner import resolve_device
+    from accuracy.tasks.humaneval import HumanEvalSpec, load_problems, run_humaneval, select_problems
+    from accuracy.tasks.sandbox import Limits, network_isolation
+    from accuracy.tasks.stats import summary_markdown
+    from capture.models import check_model_names
+    from zyfa.outputs import OutputError, atomic_write_text
+
+    try:
+        check_model_names([args.model])
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    if args.max_new_tokens < 1:
+        raise UsageError("--max-new-tokens must be at least 1")
+    try:
+        limits = Limits(cpu_seconds=args.cpu_seconds, wall_seconds=args.wall_seconds,
+                        memory_bytes=args.memory_mb << 20)
+        device = resolve_device(args.device)
+        plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
+    except (ValueError, RuntimeError) as e:
+        raise UsageError(str(e)) from None
+    names = [n.strip() for n in (args.implementations or DEFAULT_IMPLEMENTATIONS[device.type]).split(",")
+             if n.strip()]
+    names += [p.name for p in plugins if p.name not in names]
+    if len(set(names)) != len(names):
+        raise UsageError(f"--implementations names one twice: {','.join(names)}")
+    for n in names:
+        if n == STOCK or any(p.name == n for p in plugins):
+            continue
+        try:
+            fn = model_attention(n)
+        except ValueError as e:
+            raise UsageError(f"--implementations: {e}") from None
+        if fn.impl is not None:
+            ok, why = fn.impl.available()
+            if not ok:
+                raise UsageError(f"implementation {n} cannot run here: {why}")
+    try:
+        select_problems(load_problems()[0], args.problems)  # a bad selection is refused before any file
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    out = Path(args.out or DEFAULT_OUT)
+    if args.out is None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        results = ResultsFile.open(out, force=args.force, resume=args.resume)
+    except OutputError as e:
+        raise UsageError(str(e)) from None
+    spec = HumanEvalSpec(model=args.model, implementations=names, problems=args.problems,
+                         max_new_tokens=args.max_new_tokens, limits=limits,
+                         fallback=None if args.fallback == "none" else "stock", coverage=args.coverage)
+    prov = provenance({"command": "zyfa tasks " + " ".join(shlex.quote(a) for a in sys.argv[2:]),
+                       "device": str(device), "model": args.model, "implementations": names, "baseline": names[0],
+                       "problems": args.problems, "max_new_tokens": args.max_new_tokens, "model_dtype": args.dtype,
+                       "fallback": args.fallback, "coverage": args.coverage, "sandbox_network": network_isolation()[1],
+                       "plugins": {p.name: p.description for p in plugins}})
+    prov["run_id"] = results.provenance.get("run_id") or uuid.uuid4().hex[:12]
+    results.start(prov)
+    try:
+        try:
+            res = run_humaneval(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
+                                max_seconds=args.max_seconds, run_id=prov["run_id"])
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    finally:
+        results.close()
+    if not res["complete"]:
+        print(f"zyfa tasks humaneval: stopped at the --max-seconds budget with {res['made']} new rows in "
+              f"{results.partial}; run the same command with --resume to continue", file=sys.stderr)
+        return 0
+    rows = results.rows_in_order(res["keys"])
+    results.finish(rows, prov, lambda rs, path, p: atomic_write_text(path, jsonl_text(rs, p)))
+    failed = sum(1 for r in rows if r.get("status") == "failed")
+    print(summary_markdown(rows), end="")
+    print(f"zyfa tasks humaneval: wrote {len(rows)} rows to {out}" + (f" ({failed} failed)" if failed else ""),
+          file=sys.stderr)
+    return EXIT_FAILED_ROWS if failed and not args.allow_failed else 0

@@ -1,0 +1,130 @@
+"""Paired statistics of HumanEval rows: pass@1 per implementation, the per-problem comparison against the baseline
+(exact McNemar test on the discordant problems, a bootstrap interval on the pass-rate difference over problems),
+and the drift of the logits along the generated sequences by position.
+
+The scoring (:mod:`accuracy.tasks.humaneval`) writes one row per (problem, implementation) with ``passed``; this
+module only reads rows. The unit of inference is the problem (study_methods.md §1): the arrays are aligned by
+task id, and only problems where both implementations produced a scored row are paired.
+
+``mcnemar_exact`` is ``accuracy.verdict.mcnemar_exact`` where that module exists. STAND-IN (replace when
+accuracy/verdict.py lands on this branch): until then a private exact two-sided binomial test on the discordant
+pairs with the same signature, ``(a_pass, b_pass) -> (p, n01, n10)``.
+
+Exposed: ``pass_arrays``, ``paired_summary``, ``drift_by_position``, ``mcnemar_exact``, ``summary_markdown``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from accuracy.metrics import bootstrap_ci
+
+try:
+    from accuracy.verdict import mcnemar_exact
+except ImportError:  # STAND-IN until accuracy/verdict.py (another branch) is merged: delete this branch then
+    def mcnemar_exact(a_pass: Sequence[bool], b_pass: Sequence[bool]) -> tuple[float, int, int]:
+        """Exact two-sided McNemar test: (p, n01 = a fails & b passes, n10 = a passes & b fails)."""
+        a, b = np.asarray(a_pass, dtype=bool), np.asarray(b_pass, dtype=bool)
+        if a.shape != b.shape:
+            raise ValueError(f"paired arrays of lengths {a.size} and {b.size}")
+        n01, n10 = int((~a & b).sum()), int((a & ~b).sum())
+        n = n01 + n10
+        if n == 0:
+            return 1.0, 0, 0
+        k = min(n01, n10)
+        tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
+        return min(1.0, 2.0 * tail), n01, n10
+
+__all__ = ["drift_by_position", "mcnemar_exact", "paired_summary", "pass_arrays", "summary_markdown"]
+
+DRIFT_BINS = (0, 16, 32, 64, 128, 256, 512, 1024)
+
+
+def _scored(rows: Sequence[dict]) -> list[dict]:
+    return [r for r in rows if r.get("kind") == "humaneval" and r.get("status") == "ok"
+            and isinstance(r.get("passed"), bool)]
+
+
+def pass_arrays(rows: Sequence[dict]) -> dict[tuple[str, str], dict[str, bool]]:
+    """(model, implementation) -> task id -> passed, over the scored rows."""
+    out: dict[tuple[str, str], dict[str, bool]] = {}
+    for r in _scored(rows):
+        out.setdefault((r["model"], r["implementation"]), {})[r["task_id"]] = r["passed"]
+    return out
+
+
+def drift_by_position(rows: Sequence[dict], bins: Sequence[int] = DRIFT_BINS) -> list[dict]:
+    """Mean per-token KL and top-1 agreement of the rows' ``drift_kl``/``drift_top1`` in position bins
+    [bins[i], bins[i+1]), with the number of tokens in each."""
+    out = []
+    edges = list(bins) + [math.inf]
+    for lo, hi in zip(edges[:-1], edges[1:], strict=True):
+        kl, top = [], []
+        for r in rows:
+            k, t = r.get("drift_kl") or [], r.get("drift_top1") or []
+            kl += k[lo:None if hi == math.inf else int(hi)]
+            top += t[lo:None if hi == math.inf else int(hi)]
+        if kl:
+            out.append({"positions": f"{lo}-{'' if hi == math.inf else int(hi) - 1}", "tokens": len(kl),
+                        "kl_mean": float(np.mean(kl)), "top1_agree": float(np.mean(top))})
+    return out
+
+
+def paired_summary(rows: Sequence[dict], *, alpha: float = 0.05) -> list[dict]:
+    """One entry per (model, implementation): pass@1 and its standard error, and against the rows' baseline the
+    paired difference (implementation - baseline) with a bootstrap interval over problems, the exact McNemar
+    p-value with the discordant counts, and the drift by position."""
+    arrays = pass_arrays(rows)
+    baselines = {r["model"]: r.get("baseline") for r in rows if r.get("kind") == "humaneval"}
+    out = []
+    for (model, name), passes in arrays.items():
+        n = len(passes)
+        rate = sum(passes.values()) / n
+        entry = {"model": model, "implementation": name, "problems": n, "pass_at_1": rate,
+                 "stderr": math.sqrt(rate * (1 - rate) / n) if n > 1 else math.nan,
+                 "baseline": baselines.get(model)}
+        base = arrays.get((model, baselines.get(model)))
+        if base is not None and name != baselines.get(model):
+            common = sorted(set(base) & set(passes))
+            a = np.array([base[t] for t in common], dtype=bool)
+            b = np.array([passes[t] for t in common], dtype=bool)
+            p, n01, n10 = mcnemar_exact(a, b)
+            ci = bootstrap_ci(b.astype(float) - a.astype(float), alpha=alpha) if common else None
+            entry.update({"paired_problems": len(common), "baseline_pass_at_1": float(a.mean()) if common else None,
+                          "diff": ci.estimate if ci else None, "diff_low": ci.low if ci else None,
+                          "diff_high": ci.high if ci else None, "mcnemar_p": p, "n01": n01, "n10": n10})
+            mine = [r for r in _scored(rows) if r["model"] == model and r["implementation"] == name]
+            entry["drift"] = drift_by_position(mine)
+        out.append(entry)
+    return out
+
+
+def _pct(x) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
+
+
+def summary_markdown(rows: Sequence[dict]) -> str:
+    """The summary as Markdown tables: pass@1 with the paired comparison, then the drift by position."""
+    s = paired_summary(rows)
+    lines = ["| model | implementation | problems | pass@1 % (± s.e.) | Δ vs baseline, points [95% CI] | "
+             "McNemar p (n01/n10) |", "|---|---|---|---|---|---|"]
+    for e in s:
+        diff = (f"{_pct(e['diff'])} [{_pct(e['diff_low'])}, {_pct(e['diff_high'])}]" if e.get("diff") is not None
+                else "baseline" if e["implementation"] == e["baseline"] else "—")
+        mc = f"{e['mcnemar_p']:.3g} ({e['n01']}/{e['n10']})" if "mcnemar_p" in e else "—"
+        lines.append(f"| {e['model']} | {e['implementation']} | {e['problems']} | {_pct(e['pass_at_1'])} "
+                     f"(± {_pct(e['stderr'])}) | {diff} | {mc} |")
+    drift = [e for e in s if e.get("drift")]
+    if drift:
+        lines += ["", "Drift along the baseline's generated tokens (teacher-forced): mean KL(baseline || "
+                  "implementation) in nats and top-1 agreement, by position.", "",
+                  "| model | implementation | positions | tokens | KL mean | top-1 agree % |",
+                  "|---|---|---|---|---|---|"]
+        for e in drift:
+            for b in e["drift"]:
+                lines.append(f"| {e['model']} | {e['implementation']} | {b['positions']} | {b['tokens']} | "
+                             f"{b['kl_mean']:.3g} | {_pct(b['top1_agree'])} |")
+    return "\n".join(lines) + "\n"

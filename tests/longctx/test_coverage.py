@@ -1,0 +1,42 @@
+"""Equal coverage: a layer one implementation refuses is fixed to stock attention for every implementation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from accuracy.impact.model import ModelAttention, model_attention
+from accuracy.implementations import get_implementation
+from accuracy.longctx.coverage import equal_coverage
+from accuracy.longctx.generate import greedy_generate
+from tests.longctx.conftest import tiny_llama
+
+CPU = torch.device("cpu")
+
+
+def _refusing(layer: int) -> ModelAttention:
+    impl = dataclasses.replace(get_implementation("sdpa-fp32"), name=f"no-layer-{layer}",
+                               limits=lambda x: "test refusal" if x.name == f"layer{layer}" else None)
+    return ModelAttention(impl)
+
+
+def test_refused_layers_are_fixed_for_every_member():
+    model = tiny_llama(layers=3)
+    fns = {"stock": None, "zyfa": model_attention("zyfa"), "sdpa-fp32": model_attention("sdpa-fp32"),
+           "no-layer-1": _refusing(1)}
+    cov = equal_coverage(model, fns, probe_len=24, device=CPU)
+    assert cov.layers == [0, 2] and list(cov.fixed) == [1] and "no-layer-1 refuses (test refusal)" in cov.fixed[1]
+    assert cov.layers_by_impl("zyfa", "fp32") == {"zyfa": [0, 2], "stock sdpa (fp32)": [1]}
+    assert cov.layers_by_impl("stock", "fp32") == {"stock sdpa (fp32)": [0, 1, 2]}
+    assert "layers 0,2 run each implementation; layers 1 run the model's own" in cov.note()
+    assert fns["no-layer-1"].fallback is None  # the probe's fallback is not left behind
+    # under that coverage the refusing implementation runs without a fallback: it is never asked for layer 1
+    g = greedy_generate(model, [3, 4, 5, 6], fns["no-layer-1"], max_new_tokens=2, device=CPU, layers=cov.layers)
+    assert g.ran_prefill == {"no-layer-1": [0, 2]}
+
+
+def test_nothing_refused_keeps_every_layer():
+    model = tiny_llama(layers=2)
+    cov = equal_coverage(model, {"a": model_attention("sdpa-fp32"), "b": None}, probe_len=8, device=CPU)
+    assert cov.layers == [0, 1] and cov.fixed == {} and cov.note().startswith("equal: every implementation")
