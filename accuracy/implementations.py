@@ -51,9 +51,11 @@ version of the recipe; on a device with no platform model the recipe's own platf
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -96,6 +98,7 @@ __all__ = [
     "Pairing",
     "builtin_names",
     "call_implementation",
+    "callable_implementation",
     "device_platform",
     "failed_implementation",
     "flash_attn_amd_forward",
@@ -515,6 +518,7 @@ def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
         check_signature(spec, fn)
     except PluginError as e:
         raise ImplementationError(str(e)) from None
+    sha = hashlib.sha256(Path(where).read_bytes()).hexdigest() if Path(where).is_file() else None
 
     def run(x: AttentionInput, context: dict) -> ImplResult:
         res = fn(x.q, x.k, x.v, causal=bool(x.causal), sm_scale=_sm(x), window=x.window)
@@ -525,7 +529,7 @@ def load_plugin(spec: str, *, recipe: str | None = None) -> Implementation:
             out, lse = res
         else:
             out, lse = res, None
-        return ImplResult(out, lse, {"plugin_source": where})
+        return ImplResult(out, lse, {"plugin_source": where, "plugin_sha256": sha})
 
     run.quantization = getattr(fn, "quantization", None)  # its granularity, if it says (accuracy.conformance)
     return Implementation(name=f"plugin:{spec}", fn=run, recipe=recipe, quantizes="self", device="the run's",
@@ -570,6 +574,32 @@ def failed_implementation(name: str, error: str, *, recipe: str | None = None) -
 
     return Implementation(name=name, fn=fn, recipe=recipe, quantizes="self", device="the run's",
                           description=f"failed to load: {error}", plugin=name.startswith("plugin:"))
+
+
+def callable_implementation(fn: Callable, *, name: str, recipe: str | None = None) -> Implementation:
+    """A kernel given as a Python callable with the plug-in contract (``fn(q, k, v, *, causal, sm_scale, window)
+    -> out | (out, lse)``) as an :class:`Implementation` named ``name`` (the Python API, :mod:`accuracy.api`):
+    probed and scored as a ``--kernel`` plug-in; ``recipe`` pairs it as ``--kernel-recipe`` does.
+
+    Raises:
+        ImplementationError: a signature that breaks the contract, or an unknown recipe.
+    """
+    try:
+        check_signature(name, fn)
+        if recipe is not None:
+            resolve_recipe(recipe)
+    except (PluginError, ValueError) as e:
+        raise ImplementationError(f"kernel {name!r}: {e}") from None
+
+    def run(x: AttentionInput, context: dict) -> ImplResult:
+        res = fn(x.q, x.k, x.v, causal=bool(x.causal), sm_scale=_sm(x), window=x.window)
+        out, lse = res if isinstance(res, (tuple, list)) and len(res) == 2 else (res, None)
+        return ImplResult(out, lse, {"plugin_source": f"{getattr(fn, '__module__', '?')}."
+                                                      f"{getattr(fn, '__qualname__', '?')}"})
+
+    run.quantization = getattr(fn, "quantization", None)
+    return Implementation(name=name, fn=run, recipe=recipe, quantizes="self", device="the run's",
+                          description=f"user kernel {name} (a Python callable)", plugin=True)
 
 
 # ---------------------------------------------------------------------------------------------- running
