@@ -8,7 +8,8 @@ input is its name and content hash: the same name with other data is not the sam
 verdict against a threshold, by default 2%): the unit is the input; capture rows of one head each are clustered
 by their capture file and layer, and rows holding per-head errors (``*_heads``) count each head as a unit
 clustered by its input. Units where either side has no finite positive error (a failed row, NaN) are left out and
-counted.
+counted. ``deq_`` is not compared for a kernel that quantizes for itself (a plug-in): its reference is the
+FP64 oracle on the paired recipe's dequantized inputs, which the kernel never received.
 
 A user's kernel is identified across runs by its name, not by the path string as typed: ``plugin:<path>:<fn>``
 is keyed by the file's base name and the function (a relative and an absolute path to one file are one kernel),
@@ -236,6 +237,8 @@ def compare(a: Side, b: Side, *, threshold: float = THRESHOLD, alpha: float = 0.
             c.per_input.append({"input": u[0], "status_a": _status(ra)[0], "status_b": _status(rb)[0],
                                 **{f"{m}_{s}": r.get(m) for m in METRICS for s, r in (("a", ra), ("b", rb))}})
         for m in METRICS:
+            if m.startswith("deq_") and "self" in (first_a.get("quantizes"), first_b.get("quantizes")):
+                continue  # a kernel that quantizes for itself never received the inputs of deq_'s reference
             units = [x for u in shared for x in _units(rows_a[u], rows_b[u], m)]
             if not any(x[2] is not None or x[3] is not None for x in units):
                 continue  # the metric is in neither file for this implementation
@@ -341,7 +344,8 @@ def render(cmp: Comparison) -> str:
              "errors count each head, clustered by input). Verdict: `no effect larger than "
              f"{t:g}` when the interval lies inside 1 ± {t:g}, `effect` when it excludes 1 and reaches beyond, "
              "else inconclusive with the smallest effect the design could detect (accuracy.verdict). Below 1: B "
-             "has less error.", ""]
+             "has less error. A kernel of your own (it quantizes for itself) is compared on orig_rel_l2 only: "
+             "deq_'s reference is built on the paired recipe's inputs, which it never received.", ""]
     changed = [c for c in cmp.impls if c.kernel_changed]
     for c in changed:
         lines.append(f"**The kernel `{md_escape(c.key)}` changed between the runs** (file sha256 "
