@@ -28,7 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "impact": ("accuracy.impact.cli", "perplexity and next-token KL with each recipe swapped into a model"),
     "longctx": ("accuracy.longctx.cli", "long-context retrieval (needle, passkey) with any implementation in a model"),
     "cliffs": ("accuracy.study.cliffs_cli", "the length-cliff finder: error, NaN rows and refusals at every length"),
-    "compare": ("accuracy.study.compare",
+    "compare": ("accuracy.study.compare_cli",
                 "two result files compared: the change in error (and speed) of each implementation"),
 }
 

@@ -22,19 +22,15 @@ speed: per implementation, the ratio of median kernel times B / A over the cases
 timed. Last, what differs in the two runs' provenance (commit, versions, device, seed, inputs' hashes, kernels'
 file hashes).
 
-Markdown goes to stdout, or to ``DIR/compare.md`` with ``--out DIR``. Bad input (a missing file, a file that is
-not a result file, no implementation and input in common) is one line on stderr and exit status 2, before any file
-is written.
+The command (arguments, files, exit status) is :mod:`accuracy.study.compare_cli`.
 
-Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``compare(a, b, *, threshold=0.02, ...) -> Comparison``,
-``kernel_key(name) -> str``, ``render(comparison) -> str``, ``load_results(path)``.
+Exposed: ``compare(a, b, *, threshold=0.02, ...) -> Comparison``, ``compare_speed(bench_a, bench_b)``,
+``kernel_key(name) -> str``, ``render(comparison) -> str``, ``load_results(path) -> Side``.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +39,9 @@ from accuracy.report.speed import load_bench
 from accuracy.results_io import read_jsonl
 from accuracy.verdict import Verdict, paired_verdict
 from zyfa.markdown import md_escape
-from zyfa.outputs import OutputError, atomic_write_text, check_writable
 
-__all__ = ["METRICS", "Comparison", "Side", "add_arguments", "compare", "compare_speed", "kernel_key",
-           "load_results", "main", "render"]
+__all__ = ["METRICS", "THRESHOLD", "Comparison", "Side", "compare", "compare_speed", "kernel_key", "load_results",
+           "render"]
 
 METRICS = ("deq_rel_l2", "orig_rel_l2")
 THRESHOLD = 0.02
@@ -412,50 +407,3 @@ def render(cmp: Comparison) -> str:
                          "(one file and function)")
     lines += ["", *(f"- {md_escape(n, table=False)}" for n in notes)]
     return "\n".join(lines).rstrip() + "\n"
-
-
-# ---------------------------------------------------------------------------------------------- command
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``zyfa compare`` arguments."""
-    parser.add_argument("a", metavar="A.jsonl", help="the first result file (zyfa accuracy --out, or a study's "
-                        "results.jsonl): 'before'")
-    parser.add_argument("b", metavar="B.jsonl", help="the second result file: 'after'")
-    parser.add_argument("--bench", nargs=2, metavar=("A.json", "B.json"),
-                        help="two zyfa bench files: adds the ratio of kernel times B / A per implementation")
-    parser.add_argument("--threshold", type=float, default=THRESHOLD,
-                        help=f"the smallest change that matters, a fraction of 1 (default {THRESHOLD:g})")
-    parser.add_argument("--out", metavar="DIR", help="write DIR/compare.md (the folder is created) instead of "
-                        "printing to stdout")
-    parser.add_argument("--force", action="store_true", help="replace an existing DIR/compare.md")
-
-
-def main(args: argparse.Namespace) -> int:
-    """Run ``zyfa compare``: 0, or 2 with one line on stderr for bad input."""
-    try:
-        if not (0 < args.threshold < 1):
-            raise ValueError(f"--threshold must lie in (0, 1), got {args.threshold}")
-        target = None
-        if args.out is not None:
-            target = Path(args.out) / "compare.md"
-            if Path(args.out).exists() and not Path(args.out).is_dir():
-                raise ValueError(f"--out {args.out} is a file; give a folder")
-            if target.exists() and not args.force:
-                raise ValueError(f"{target} exists; add --force to replace it or choose another --out")
-        a, b = load_results(args.a), load_results(args.b)
-        cmp = compare(a, b, threshold=args.threshold)
-        if args.bench:
-            cmp.speed, cmp.speed_meta_diff = compare_speed(*args.bench, threshold=args.threshold)
-        text = render(cmp)
-        if target is not None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            check_writable(target)
-    except (ValueError, OSError, OutputError) as e:
-        print(f"zyfa compare: error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
-        return 2
-    if target is None:
-        sys.stdout.write(text)
-    else:
-        atomic_write_text(target, text)
-        print(f"wrote {target}")
-    return 0

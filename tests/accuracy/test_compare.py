@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,12 @@ def test_kernel_key():
     assert kernel_key("plugin:../k/mykernel.py:attention") == "plugin:mykernel.py:attention"
     assert kernel_key("plugin:mypkg.kernels:attention") == "plugin:mypkg.kernels:attention"
     assert kernel_key("fast-v2") == "fast-v2" and kernel_key("triton:zyfa") == "triton:zyfa"
+
+
+def test_a_missing_file_is_refused_before_the_statistics_are_imported(tmp_path):
+    code = ("import sys; from zyfa.cli import main; rc = main(['compare', 'missing.jsonl', 'b.jsonl']); "
+            "print(rc, sorted(m for m in ('scipy', 'torch', 'accuracy.verdict') if m in sys.modules))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert res.stdout.strip() == "2 []", res.stdout + res.stderr
+    assert res.stderr.strip() == "zyfa compare: error: no such file: missing.jsonl"
