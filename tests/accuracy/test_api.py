@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,3 +66,18 @@ def test_measure_recipes_on_captures_and_bad_arguments():
         api_inputs(["nope.h5"])
     with pytest.raises(ValueError, match="max_error_ratio needs a recipe"):
         assert_kernel_conforms(_example(), recipe=None, device="cpu")
+
+
+def test_the_package_re_exports_the_api_lazily():
+    code = ("import sys, accuracy; light = 'torch' not in sys.modules; from accuracy import measure; "
+            "import accuracy.api; print(light, measure is accuracy.api.measure)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert res.stdout.split() == ["True", "True"], res.stderr
+
+
+@pytest.mark.gpu
+def test_a_correct_kernel_conforms_on_the_gpu():
+    rows = assert_kernel_conforms(_example(), recipe="zyfa", max_error_ratio=1.1, device="cuda")
+    mine = [r for r in rows if r.get("real")]
+    assert mine and all(r["status"] == "ok" and r["device"].startswith("cuda") for r in mine)
