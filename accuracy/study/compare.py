@@ -225,8 +225,10 @@ def compare(a: Side, b: Side, *, threshold: float = THRESHOLD, alpha: float = 0.
         sb = Counter(_status(r)[0] for r in rows_b.values())
         why_a = next((_status(r)[1] for r in rows_a.values() if _status(r)[1]), "")
         why_b = next((_status(r)[1] for r in rows_b.values() if _status(r)[1]), "")
+        sha_a = next((h for r in rows_a.values() if (h := _sha(r, a.provenance))), None)
+        sha_b = next((h for r in rows_b.values() if (h := _sha(r, b.provenance))), None)
         c = ImplComparison(key, (_impl_name(first_a), _impl_name(first_b)), (sa, sb), (why_a, why_b),
-                           (_sha(first_a, a.provenance), _sha(first_b, b.provenance)))
+                           (sha_a, sha_b))
         for u in shared:
             ra, rb = rows_a[u], rows_b[u]
             c.per_input.append({"input": u[0], "status_a": _status(ra)[0], "status_b": _status(rb)[0],
@@ -353,7 +355,7 @@ def render(cmp: Comparison) -> str:
     for c in cmp.impls:
         sa, sb = (_status_cell(c.status[i], c.reasons[i]) for i in (0, 1))
         if not c.verdicts:
-            lines.append(f"| {md_escape(c.key)} | - | 0 | - | - | no finite error on both sides | "
+            lines.append(f"| {md_escape(c.key)} | - | 0 | - | - | not compared: no input with an error on both sides | "
                          f"{md_escape(sa)} | {md_escape(sb)} | {_kernel_cell(c)} |")
         for m, v in c.verdicts.items():
             n = f"{v.n_units}" + (f" ({v.n_clusters})" if v.n_clusters != v.n_units else "")

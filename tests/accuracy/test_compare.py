@@ -36,7 +36,7 @@ def _accuracy(out: Path, kernel: str, *extra: str) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A: mykernel.py in BF16 (relative path); B: the same file, now FP8 (absolute path); C: B's file again,
-    relative path."""
+    relative path; D: the file now raises."""
     d = tmp_path_factory.mktemp("compare")
     src = EXAMPLE.read_text()
     start, end = src.index("def _fake_quant"), src.index("def attention")
@@ -49,6 +49,9 @@ def runs(tmp_path_factory):
         shutil.copy(EXAMPLE, kernel)
         _accuracy(d / "b.jsonl", f"{kernel}:attention")
         _accuracy(d / "c.jsonl", "mykernel.py:attention")
+        kernel.write_text(src.replace('    h, h_kv = q.shape[1], k.shape[1]\n',
+                                      '    raise RuntimeError("planted: out of shared memory")\n', 1))
+        _accuracy(d / "d.jsonl", "mykernel.py:attention")
     finally:
         os.chdir(cwd)
     return d
@@ -92,6 +95,18 @@ def test_a_relative_and_an_absolute_path_are_one_kernel(runs, tmp_path):
     assert (out / "compare.md").read_text() == md
     assert main(["compare", str(runs / "a.jsonl"), str(runs / "c.jsonl"), "--out", str(out), "--force"]) == 0
     assert (out / "compare.md").read_text() != md
+
+
+def test_a_failed_side_shows_its_reason_and_no_ratio(runs, capsys):
+    cmp = compare(load_results(runs / "c.jsonl"), load_results(runs / "d.jsonl"))
+    (k,) = [c for c in cmp.impls if c.key.startswith("plugin:")]
+    assert not k.verdicts and k.dropped == {"orig_rel_l2": 3} and set(k.status[1]) == {"failed"}
+    assert main(["compare", str(runs / "c.jsonl"), str(runs / "d.jsonl")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("| plugin:mykernel.py:attention |"))
+    assert "not compared: no input with an error on both sides" in line and "| ok 3 | failed 3: " in line
+    assert "planted: out of shared memory" in line
+    # a failed row carries the file hash only where the run's provenance records its plug-ins
+    assert ("**changed**" if k.sha[1] else f"hash on one side only ({k.sha[0][:12]})") in line
 
 
 def test_study_rows_per_head_are_clustered():
