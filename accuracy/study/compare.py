@@ -14,7 +14,8 @@ FP64 oracle on the paired recipe's dequantized inputs, which the kernel never re
 A user's kernel is identified across runs by its name, not by the path string as typed: ``plugin:<path>:<fn>``
 is keyed by the file's base name and the function (a relative and an absolute path to one file are one kernel),
 and the SHA-256 of its file, where the rows or the provenance carry it (``plugin_sha256``,
-``implementations_plugins``), says whether the kernel changed between the runs.
+``implementations_plugins``), says whether the kernel changed between the runs; a plug-in found in one file only
+whose file hash equals that of a plug-in in the other file only is the same kernel renamed, and is matched.
 
 Each side's status (``ok``, ``suspect``, ``nonconforming``, ``failed``, ``unsupported``; a recipe row is ``ok``
 unless its output holds NaN) is shown beside the ratio with the first reason. ``--bench A.json B.json`` adds the
@@ -193,6 +194,26 @@ def _index(side: Side) -> dict[str, dict[tuple, dict]]:
     return out
 
 
+def _file_hashes(index: dict[str, dict[tuple, dict]], prov: dict) -> dict[str, str]:
+    """kernel key -> its file's sha256, for the plug-ins whose rows or provenance carry one."""
+    out = {}
+    for key, rows in index.items():
+        sha = next((h for r in rows.values() if (h := _sha(r, prov))), None)
+        if sha:
+            out[key] = sha
+    return out
+
+
+def _match_renamed(ia: dict, ib: dict, pa: dict, pb: dict) -> None:
+    """A plug-in in one file only, whose file hash equals that of a plug-in in the other file only, is the same
+    kernel under another file name: B's rows are keyed by A's name (in place)."""
+    ha, hb = _file_hashes(ia, pa), _file_hashes(ib, pb)
+    for kb in [k for k in ib if k not in ia and k in hb]:
+        same = [ka for ka in ia if ka not in ib and ha.get(ka) == hb[kb]]
+        if len(same) == 1:
+            ib[same[0]] = ib.pop(kb)
+
+
 def _units(ra: dict, rb: dict, metric: str) -> list[tuple[tuple, tuple, float, float]]:
     """(unit, cluster, a, b) of one input: each head where both rows hold the same number of per-head errors,
     else the input."""
@@ -211,6 +232,7 @@ def compare(a: Side, b: Side, *, threshold: float = THRESHOLD, alpha: float = 0.
         ValueError: no implementation run on an input both files have.
     """
     ia, ib = _index(a), _index(b)
+    _match_renamed(ia, ib, a.provenance, b.provenance)
     inputs_a = {_input_id(r) for r in a.rows}
     inputs_b = {_input_id(r) for r in b.rows}
     common_inputs = inputs_a & inputs_b
@@ -225,10 +247,9 @@ def compare(a: Side, b: Side, *, threshold: float = THRESHOLD, alpha: float = 0.
         sb = Counter(_status(r)[0] for r in rows_b.values())
         why_a = next((_status(r)[1] for r in rows_a.values() if _status(r)[1]), "")
         why_b = next((_status(r)[1] for r in rows_b.values() if _status(r)[1]), "")
-        sha_a = next((h for r in rows_a.values() if (h := _sha(r, a.provenance))), None)
-        sha_b = next((h for r in rows_b.values() if (h := _sha(r, b.provenance))), None)
         c = ImplComparison(key, (_impl_name(first_a), _impl_name(first_b)), (sa, sb), (why_a, why_b),
-                           (sha_a, sha_b))
+                           (_file_hashes({key: rows_a}, a.provenance).get(key),
+                            _file_hashes({key: rows_b}, b.provenance).get(key)))
         for u in shared:
             ra, rb = rows_a[u], rows_b[u]
             c.per_input.append({"input": u[0], "status_a": _status(ra)[0], "status_b": _status(rb)[0],
@@ -405,7 +426,7 @@ def render(cmp: Comparison) -> str:
             notes.append(f"{label} ({len(names)}): {', '.join(names[:10])}" + (", ..." if len(names) > 10 else ""))
     for c in cmp.impls:
         if c.names[0] != c.names[1]:
-            notes.append(f"`{c.names[0]}` (A) and `{c.names[1]}` (B) are the same kernel `{c.key}` "
-                         "(one file and function)")
+            how = "one file and function" if kernel_key(c.names[1]) == c.key else "the same file contents"
+            notes.append(f"`{c.names[0]}` (A) and `{c.names[1]}` (B) are the same kernel `{c.key}` ({how})")
     lines += ["", *(f"- {md_escape(n, table=False)}" for n in notes)]
     return "\n".join(lines).rstrip() + "\n"

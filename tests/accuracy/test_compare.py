@@ -36,7 +36,7 @@ def _accuracy(out: Path, kernel: str, *extra: str) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """A: mykernel.py in BF16 (relative path); B: the same file, now FP8 (absolute path); C: B's file again,
-    relative path; D: the file now raises."""
+    relative path; E: C's file copied to renamed.py; D: mykernel.py now raises."""
     d = tmp_path_factory.mktemp("compare")
     src = EXAMPLE.read_text()
     start, end = src.index("def _fake_quant"), src.index("def attention")
@@ -49,6 +49,8 @@ def runs(tmp_path_factory):
         shutil.copy(EXAMPLE, kernel)
         _accuracy(d / "b.jsonl", f"{kernel}:attention")
         _accuracy(d / "c.jsonl", "mykernel.py:attention")
+        shutil.copy(kernel, d / "renamed.py")
+        _accuracy(d / "e.jsonl", "renamed.py:attention")
         kernel.write_text(src.replace('    h, h_kv = q.shape[1], k.shape[1]\n',
                                       '    raise RuntimeError("planted: out of shared memory")\n', 1))
         _accuracy(d / "d.jsonl", "mykernel.py:attention")
@@ -107,6 +109,17 @@ def test_a_failed_side_shows_its_reason_and_no_ratio(runs, capsys):
     assert "planted: out of shared memory" in line
     # a failed row carries the file hash only where the run's provenance records its plug-ins
     assert ("**changed**" if k.sha[1] else f"hash on one side only ({k.sha[0][:12]})") in line
+
+
+def test_a_renamed_file_with_the_same_contents_is_the_same_kernel(runs, capsys):
+    cmp = compare(load_results(runs / "c.jsonl"), load_results(runs / "e.jsonl"))
+    (k,) = [c for c in cmp.impls if c.key.startswith("plugin:")]
+    assert k.key == "plugin:mykernel.py:attention" and k.names[1] == "plugin:renamed.py:attention"
+    assert k.kernel_changed is False and not cmp.only_a and not cmp.only_b
+    assert "are the same kernel `plugin:mykernel.py:attention` (the same file contents)" in render(cmp)
+    # different contents under two names: two kernels, each in one file only
+    cmp = compare(load_results(runs / "a.jsonl"), load_results(runs / "e.jsonl"))
+    assert cmp.only_a == ["plugin:mykernel.py:attention"] and cmp.only_b == ["plugin:renamed.py:attention"]
 
 
 def test_study_rows_per_head_are_clustered():
