@@ -34,6 +34,7 @@ from accuracy.implementations import (
 )
 from accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
 from accuracy.runner import ResultRows, resolve_device, run_accuracy
+from zyfa.recipes import parse_recipes
 
 __all__ = ["api_inputs", "assert_kernel_conforms", "measure"]
 
@@ -119,8 +120,6 @@ def measure(kernel: Callable | str | Implementation | None = None, *, inputs="ga
     Raises:
         ValueError: a kernel that does not load or breaks the contract's signature, unknown recipes, bad inputs.
     """
-    from zyfa.recipes import parse_recipes
-
     if isinstance(recipes, str):
         recipes = parse_recipes(recipes) if recipes.strip() else []
     recipes = list(recipes)
