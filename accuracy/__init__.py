@@ -6,3 +6,15 @@ report's rendering; the study imports all (tests/test_layout.py).
 
 Sits on top of zyfa, reference and capture's store.
 """
+
+__all__ = ["assert_kernel_conforms", "measure"]
+
+
+def __getattr__(name: str):
+    """``accuracy.measure`` and ``accuracy.assert_kernel_conforms`` (:mod:`accuracy.api`), imported on first use so
+    that ``import accuracy`` stays light (commands check their arguments before torch is imported)."""
+    if name in __all__:
+        from accuracy import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'accuracy' has no attribute {name!r}")

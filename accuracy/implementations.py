@@ -100,6 +100,7 @@ __all__ = [
     "Pairing",
     "builtin_names",
     "call_implementation",
+    "callable_implementation",
     "device_platform",
     "failed_implementation",
     "flash_attn_amd_forward",
@@ -622,6 +623,35 @@ def failed_implementation(name: str, error: str, *, recipe: str | None = None) -
 
     return Implementation(name=name, fn=fn, recipe=recipe, quantizes="self", device="the run's",
                           description=f"failed to load: {error}", plugin=name.startswith("plugin:"))
+
+
+def callable_implementation(fn: Callable, *, name: str, recipe: str | None = None) -> Implementation:
+    """A kernel given as a Python callable with the plug-in contract (``fn(q, k, v, *, causal, sm_scale, window)
+    -> out | (out, lse)``) as an :class:`Implementation` named ``name`` (the Python API, :mod:`accuracy.api`):
+    probed and scored as a ``--kernel`` plug-in; ``recipe`` pairs it as ``--kernel-recipe`` does.
+
+    Raises:
+        ImplementationError: a signature that breaks the contract, or an unknown recipe.
+    """
+    try:
+        check_signature(name, fn)
+        if recipe is not None:
+            get_recipe(recipe)
+    except (PluginError, ValueError) as e:
+        raise ImplementationError(f"kernel {name!r}: {e}") from None
+
+    def run(x: AttentionInput, context: dict) -> ImplResult:  # in this process: a callable cannot cross to a worker
+        try:
+            out, lse = protected_call(fn, x.q, x.k, x.v, {"causal": bool(x.causal), "sm_scale": _sm(x),
+                                                          "window": x.window})
+        except KernelFault as e:
+            raise ImplementationError(f"kernel {name!r} {e}") from (e.__cause__ or e)
+        return ImplResult(out, lse, {"plugin_source": f"{getattr(fn, '__module__', '?')}."
+                                                      f"{getattr(fn, '__qualname__', '?')}"})
+
+    run.quantization = getattr(fn, "quantization", None)
+    return Implementation(name=name, fn=run, recipe=recipe, quantizes="self", device="the run's",
+                          description=f"user kernel {name} (a Python callable)", plugin=True)
 
 
 # ---------------------------------------------------------------------------------------------- running

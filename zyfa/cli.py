@@ -29,6 +29,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "longctx": ("accuracy.longctx.cli", "long-context retrieval (needle, passkey) with any implementation in a model"),
     "tasks": ("accuracy.tasks.cli", "generated-output tasks (HumanEval pass@1, sandboxed) with any implementation"),
     "cliffs": ("accuracy.study.cliffs_cli", "the length-cliff finder: error, NaN rows and refusals at every length"),
+    "compare": ("accuracy.study.compare_cli",
+                "two result files compared: the change in error (and speed) of each implementation"),
 }
 
 
