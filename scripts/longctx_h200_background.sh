@@ -14,10 +14,17 @@
 #      its GGUF on the CPU while the others use the GPU); rows' "seconds" are therefore not speeds.
 # Nothing here waits past DEADLINE_EPOCH; a cut grid keeps its rows in STATE/results-MODEL.jsonl.partial and the
 # same command continues it. Environment: IMPLS, MODELS, SEEDS (2), BATCH_TOKENS (262144), ZYFA_CACHE.
+# PLAN=studies/X.toml runs a study plan instead of the grid (`zyfa longctx --plan PLAN --models M`, one process per
+# model; MODELS then defaults to the plan's, GENERATE=N adds --generate N); WARM_RECIPES picks the kernels compiled
+# first; SIDE=0 leaves out the GPU tests and the cliff sweep.
 set -u
 cd "$(dirname "$0")/.."
 STATE=${1:?usage: longctx_h200_background.sh STATE DEADLINE_EPOCH}
 DEADLINE=${2:?usage: longctx_h200_background.sh STATE DEADLINE_EPOCH}
+PLAN=${PLAN:-}
+if [ -n "$PLAN" ] && [ -z "${MODELS:-}" ]; then
+  MODELS=$(python3 -c "from accuracy.plan import load_plan; print(' '.join(load_plan('$PLAN').models))")
+fi
 MODELS=${MODELS:-smollm2 gemma3 qwen25coder}
 IMPLS=${IMPLS:-sdpa-fp32,stock,triton:zyfa-hopper,triton:zyfa,triton:fa3,triton:ck,triton:aiter,cudnn-fp8,flashinfer-fa3}
 export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache} PYTHONUNBUFFERED=1
@@ -29,10 +36,11 @@ left() { echo $((DEADLINE - $(date +%s))); }
 log "start: $(left) s to the deadline; commit ${ZYFA_GIT_COMMIT:-unknown}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 t0=$SECONDS
-timeout $(( $(left) > 400 ? 400 : $(left) )) python3 scripts/warm_longctx_kernels.py --workers 12 >"$STATE/warm.log" 2>&1
+timeout $(( $(left) > 400 ? 400 : $(left) )) python3 scripts/warm_longctx_kernels.py --workers 12 \
+  --recipes "${WARM_RECIPES:-zyfa-hopper,zyfa,fa3,ck,aiter}" >"$STATE/warm.log" 2>&1
 log "kernels warmed in $((SECONDS - t0)) s: $(grep -c '^ok' "$STATE/warm.log") ok, $(grep -c '^FAIL' "$STATE/warm.log") failed"
 
-(
+[ "${SIDE:-1}" = 0 ] || (
   t1=$SECONDS
   timeout 900 python3 -m pytest -m gpu -n 6 -q -p no:cacheprovider tests \
     --ignore=tests/kernels/test_real_implementations_gpu.py --ignore=tests/kernels/test_attention_fp8_gpu.py \
@@ -40,7 +48,7 @@ log "kernels warmed in $((SECONDS - t0)) s: $(grep -c '^ok' "$STATE/warm.log") o
   log "GPU tests: exit $? after $((SECONDS - t1)) s: $(tail -1 "$STATE/gpu_tests.txt")"
 ) &
 
-(
+[ "${SIDE:-1}" = 0 ] || (
   LENGTHS=$(python3 -c "
 from accuracy.cliffs import default_centres, format_lengths
 c = {n for c in default_centres() for n in range(c - 16, c + 17, 4) if n <= 32768}
@@ -60,9 +68,14 @@ for m in $MODELS; do
     sleep 2
   done
   log "$m: model in place, grid starts with $(left) s left"
+  if [ -n "$PLAN" ]; then
+    grid=(--plan "$PLAN" --generate "${GENERATE:-0}")
+  else
+    grid=(--implementations "$IMPLS" --dtype bf16 --fallback stock --seeds "${SEEDS:-2}")
+  fi
   (
-    python3 -m zyfa.cli longctx --models "$m" --implementations "$IMPLS" --device cuda --dtype bf16 \
-      --fallback stock --seeds "${SEEDS:-2}" --batch-tokens "${BATCH_TOKENS:-262144}" --no-progress \
+    python3 -m zyfa.cli longctx --models "$m" "${grid[@]}" --device cuda \
+      --batch-tokens "${BATCH_TOKENS:-262144}" --no-progress \
       --out "$STATE/results-$m.jsonl" --resume --max-seconds $(( $(left) - 60 )) >"$STATE/longctx-$m.log" 2>&1
     log "$m: zyfa longctx exit $?"
   ) &

@@ -23,7 +23,7 @@ if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
   for pack in .wheels/*.tar.xz; do [ -e "$pack" ] && tar -xJf "$pack" -C /tmp/site; done
   touch /tmp/site/.installed
 fi
-[ -f .stage/lee-v1.txt ] && cp .stage/lee-v1.txt "$ZYFA_CACHE/texts/"
+for t in .stage/*.txt; do [ -e "$t" ] && cp "$t" "$ZYFA_CACHE/texts/"; done
 for f in .stage/*.part[0-9]*; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
 [ -f .stage/manifest.json ] && cp .stage/manifest.json /tmp/stage/
 if [ -f /tmp/stage/manifest.json ]; then

@@ -48,6 +48,7 @@ from accuracy.shard import say
 from zyfa.plugins import add_wall_arguments, wall_options
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
+DEFAULT_MODELS = "smollm2,gemma3,qwen25coder"
 # the defaults by device: on a GPU the real kernels, on a CPU the emulator (slow: keep lengths short there)
 DEFAULT_IMPLEMENTATIONS = {
     "cuda": "sdpa-fp32,stock,triton:zyfa-hopper,triton:zyfa,triton:fa3,triton:ck,triton:aiter,cudnn-fp8,flashinfer-fa3",
@@ -61,8 +62,9 @@ class UsageError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", default="smollm2,gemma3,qwen25coder",
-                        help="comma-separated registry names (smollm2, gemma3, qwen25coder) or model paths")
+    parser.add_argument("--models", default=None,
+                        help="comma-separated registry names (default smollm2,gemma3,qwen25coder) or model paths; "
+                             "with --plan, a subset of the plan's models (one process per model)")
     parser.add_argument("--implementations", default=None,
                         help="comma-separated: stock, built-in implementations, recipe specs (the emulator); default "
                              f"on a GPU {DEFAULT_IMPLEMENTATIONS['cuda']}; on a CPU {DEFAULT_IMPLEMENTATIONS['cpu']}")
@@ -202,7 +204,15 @@ def _apply_plan(args: argparse.Namespace) -> None:
         check_plan(plan, tasks=TASKS, implementation_kind=_implementation_kind)
     except PlanError as e:
         raise UsageError(str(e)) from None
-    args.models = ",".join(plan.models)
+    if args.models is not None:
+        subset = [m.strip() for m in args.models.split(",") if m.strip()]
+        outside = [m for m in subset if m not in plan.models]
+        if outside or not subset:
+            raise UsageError(f"--models: {outside[0] if outside else '(none)'!r} is not a model of plan {plan.name} "
+                             f"({', '.join(plan.models)})")
+        args.models = ",".join(m for m in plan.models if m in subset)
+    else:
+        args.models = ",".join(plan.models)
     args.tasks = ",".join(plan.tasks)
     args.lengths = ",".join(map(str, plan.lengths))
     args.depths = ",".join(map(str, plan.depths))
@@ -212,7 +222,8 @@ def _apply_plan(args: argparse.Namespace) -> None:
         if getattr(plan, key) is not None:
             setattr(args, key, getattr(plan, key))
     args.plan_fields = {"plan": plan.name, "plan_hash": plan.hash}
-    print(f"zyfa longctx: plan {plan.name} ({args.plan}, hash {plan.short_hash}): {len(plan.models)} model(s), "
+    n_models = len(args.models.split(","))
+    print(f"zyfa longctx: plan {plan.name} ({args.plan}, hash {plan.short_hash}): {n_models} model(s), "
           f"{len(plan.tasks)} task(s), lengths {args.lengths}, {len(plan.depths)} depths x {plan.facts} facts, "
           f"implementations {args.implementations}", file=sys.stderr)
 
@@ -233,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.outputs import OutputError, atomic_write_text
     from zyfa.recipes import split_spec_list
 
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    models = [m.strip() for m in (args.models or DEFAULT_MODELS).split(",") if m.strip()]
     from capture.models import check_model_names
 
     try:

@@ -153,8 +153,8 @@ def test_longctx_plan_end_to_end(tmp_path, capsys):
     plan_path = tmp_path / "cli.toml"
     plan_path.write_text(CLI_PLAN)
     out = tmp_path / "r.jsonl"
-    # the plan overrides --models/--tasks/--seeds: the grid is the plan's
-    assert main(["longctx", "--plan", str(plan_path), "--models", "gemma3", "--seeds", "9", "--device", "cpu",
+    # the plan overrides --tasks/--seeds: the grid is the plan's; --models may only pick a subset of its models
+    assert main(["longctx", "--plan", str(plan_path), "--models", "smollm2", "--seeds", "9", "--device", "cpu",
                  "--no-progress", "--out", str(out)]) == 0
     assert "zyfa longctx: plan cli (" in capsys.readouterr().err
     rows = _rows(out)
@@ -173,6 +173,17 @@ def test_longctx_plan_end_to_end(tmp_path, capsys):
     assert main(["longctx", "--render", str(out), "--plan", str(plan_path), "--out", str(tmp_path / "rep2")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "the plan changed after its rows were written" in err
+
+
+def test_plan_models_subset_only(tmp_path, capsys):
+    plan_path = tmp_path / "cli.toml"
+    plan_path.write_text(CLI_PLAN)
+    out = tmp_path / "r.jsonl"
+    assert main(["longctx", "--plan", str(plan_path), "--models", "gemma3", "--device", "cpu", "--no-progress",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "zyfa longctx: --models: 'gemma3' is not a model of plan cli (smollm2)"
+    assert not list(tmp_path.glob("r.jsonl*"))
 
 
 @pytest.mark.parametrize("edit, line", [
