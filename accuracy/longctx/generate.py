@@ -22,6 +22,7 @@ Exposed: ``Generation``, ``greedy_generate``, ``sequence_logits``, ``sequence_dr
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,19 @@ from accuracy.impact.model import (
 )
 
 __all__ = ["Generation", "greedy_generate", "sequence_drift", "sequence_logits"]
+
+
+def _cache_of(res):
+    """The KV cache of a decoder's output: ``cache`` in recent transformers, ``past_key_values`` before (5.17 on
+    the H200 machine)."""
+    cache = getattr(res, "cache", None)
+    return cache if cache is not None else getattr(res, "past_key_values", None)
+
+
+def _cache_argument(decoder) -> str:
+    """The keyword a decoder's forward takes its KV cache by (``cache`` or, in older transformers,
+    ``past_key_values``)."""
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
 
 
 @dataclass
@@ -98,7 +112,7 @@ def greedy_generate(model, prompt: Sequence[int], fn: ModelAttention | None, *, 
     with torch.no_grad(), _swap(model, fn, layers):
         res = decoder(input_ids=ids, use_cache=True)
         ran_prefill = _ran(fn, dtype)
-        cache = res.cache
+        cache = _cache_of(res)
         nxt = int(logits_from_hidden(model, res.last_hidden_state[0, -1:])[0].argmax())
         while True:
             if nxt in eos:
@@ -115,8 +129,8 @@ def greedy_generate(model, prompt: Sequence[int], fn: ModelAttention | None, *, 
                 if fn is not None:
                     fn.ran = {}
                 try:
-                    res = decoder(input_ids=step, cache=cache, use_cache=True)
-                    cache = res.cache
+                    res = decoder(input_ids=step, use_cache=True, **{_cache_argument(decoder): cache})
+                    cache = _cache_of(res)
                     if fn is not None and _fallback_layers(fn.ran_summary()) - _fallback_layers(ran_prefill):
                         raise UnsupportedLayerError("decode shape sent layers to the fallback")
                     if not ran_decode:
