@@ -17,12 +17,17 @@ export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache} PYTHONUNBUFFERED=1
 STATE=${STATE:-/tmp/he}
 SRC=/tmp/zyfa-src-he
 mkdir -p /tmp/stage "$STATE" "$ZYFA_CACHE/wheels" /tmp/site
+# the commit given to any call of the session is the one the slices record (a later call may start them)
+[ -n "${ZYFA_GIT_COMMIT:-}" ] && echo "$ZYFA_GIT_COMMIT" >"$STATE/commit"
+[ -f "$STATE/commit" ] && export ZYFA_GIT_COMMIT="$(cat "$STATE/commit")"
 if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .wheels/*.whl 2>&1 | tail -2
   touch /tmp/site/.installed
 fi
 for f in .stage/*.part[0-9]* .stage/manifest.json; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
+# rows of an earlier, cut session (reports/humaneval/he-K.jsonl.partial put into .stage/): the slices resume them
+for p in .stage/he-*.jsonl.partial; do [ -e "$p" ] && [ ! -e "$STATE/$(basename "$p")" ] && cp "$p" "$STATE/"; done
 for w in .stage/*.whl; do [ -e "$w" ] && cp "$w" "$ZYFA_CACHE/wheels/"; done
 [ -f /tmp/stage/manifest.json ] && python3 scripts/stage_files.py join --parts /tmp/stage \
   --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"
@@ -51,4 +56,4 @@ echo "--- $(date -u +%T); running: $(pgrep -fc '(^|/)python3 -m zyfa[.]cli tasks
 for f in "$STATE"/he-*.log; do [ -e "$f" ] && echo "$(basename "$f"): $(tail -c 300 "$f" | tr '\r' '\n' | tail -1)"; done
 for f in "$STATE"/he-*.jsonl*; do [ -e "$f" ] && echo "$(basename "$f"): $(wc -l <"$f") lines"; done | head -40
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
-tar -cJf "${OUT:-/tmp}/humaneval-state.tar.xz" -C "$STATE" . 2>/dev/null
+tar -cJf "${OUT:-/tmp}/humaneval-state.tar.xz" -C "$STATE" --exclude='*.lock' . 2>/dev/null
