@@ -26,6 +26,7 @@ Exposed: ``VERDICTS``, ``Verdict``, ``implementation_verdicts(rows, name_of=...)
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -73,8 +74,10 @@ def row_reason(row: dict) -> str:
 
 
 def short_reason(text: str, limit: int = SHORT) -> str:
-    """``text`` cut to ``limit`` characters at a word boundary (an ellipsis where it was cut)."""
+    """``text`` without the words a table row already says (``kernel '<name>' `` before what it did,
+    ``conformance probe ``), cut to ``limit`` characters at a word boundary (an ellipsis where it was cut)."""
     text = " ".join(str(text).split())
+    text = re.sub(r"^kernel '[^']*' ", "", text).replace("conformance probe ", "probe ")
     if len(text) <= limit:
         return text
     cut = text[:limit - 1].rsplit(" ", 1)[0].rstrip(",;:")

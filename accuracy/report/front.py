@@ -247,7 +247,7 @@ def ratio(v: float) -> str:
     return f"{v:.3g}×"
 
 
-CELL_REASON = 40  # the most characters of a reason in an error cell (the verdict column has the longer one)
+CELL_REASON = 32  # the most characters of a reason in an error cell (the verdict column has the longer one)
 
 
 def _front_cell(e: dict, src: str, metric: str = "deq") -> str:
@@ -273,10 +273,10 @@ SPEED_COLUMN_OF = {"zyfa-hopper": ("zyfa-hopper", "triton:zyfa-hopper"), "cuDNN 
 OUR_COLUMN = "zyfa-hopper"  # the bench's column of our kernel; a "× X" column is its speed over peer X's
 # the names the front page gives the bench's columns: the kernel that was timed, never the recipe whose numerics
 # it borrows (our kernel under zyfa-hopper is "zyfa kernel", FA3's real kernel through FlashInfer is "fa3")
-SPEED_HEADER = {"zyfa-hopper": "zyfa kernel, zyfa-hopper numerics", "FA3 FP8 (FlashInfer)": "fa3 (FlashInfer)",
+SPEED_HEADER = {"zyfa-hopper": "zyfa kernel (zyfa-hopper numerics)", "FA3 FP8 (FlashInfer)": "fa3 (FlashInfer)",
                 "FA3 FP8": "fa3 (FlashInfer)"}
 # a timed kernel's name on the picture (the bench's key -> what it is); our kernel under recipe X is
-# "zyfa kernel, X numerics" (timed_name)
+# "zyfa kernel (X numerics)" (timed_name)
 TIMED_NAMES = {"cudnn-fp8": "cuDNN FP8", "sdpa-bf16:cudnn": "cuDNN BF16 (SDPA)",
                "sdpa-bf16:flash": "FlashAttention-2 BF16 (SDPA)", "flashinfer-fa3": "fa3 (FlashInfer)",
                "flash-attn-triton-amd": "AMD Triton FP8 (flash-attn)"}
@@ -284,9 +284,9 @@ TIMED_NAMES = {"cudnn-fp8": "cuDNN FP8", "sdpa-bf16:cudnn": "cuDNN BF16 (SDPA)",
 
 def timed_name(key: str) -> str:
     """What a timed kernel is, by its bench key (:func:`speed_points`): ``triton:X`` is our Triton kernel under
-    recipe X, ``zyfa kernel, X numerics``; a peer is named by itself (``flashinfer-fa3``: ``fa3 (FlashInfer)``)."""
+    recipe X, ``zyfa kernel (X numerics)``; a peer is named by itself (``flashinfer-fa3``: ``fa3 (FlashInfer)``)."""
     if key.startswith("triton:"):
-        return f"zyfa kernel, {key[len('triton:'):]} numerics"
+        return f"zyfa kernel ({key[len('triton:'):]} numerics)"
     return TIMED_NAMES.get(key, key)
 
 
@@ -351,7 +351,7 @@ def _figure(points: dict[str, tuple[float, float, float, float]], front: list[st
             f"Red: the Pareto frontier ({', '.join(timed_name(n) for n in front)}): the implementations no other "
             "beats on both speed and error. The most accurate one (bf16: no FP8 rounding) and the fastest one are on "
             "it by definition; an FP8 recipe in between is on it only where no faster one has less error. Each point "
-            "is named by the kernel that was timed: \"zyfa kernel, X numerics\" is our Triton kernel under recipe X "
+            "is named by the kernel that was timed: \"zyfa kernel (X numerics)\" is our Triton kernel under recipe X "
             "(never the peer whose numerics X models), cuDNN FP8 and fa3 (FlashInfer) the vendors' kernels, "
             "cuDNN BF16 (SDPA) and FlashAttention-2 BF16 (SDPA) PyTorch's BF16 SDPA. "
             f"Speed: {source or 'the benchmark file'}. Error: mean over "
@@ -443,6 +443,8 @@ def front_prose(entries: Sequence[dict]) -> str:
         r = _orig_over_deq(entries, src)
         if r:
             parts.append(f"{ratio(min(r))} to {ratio(max(r))} {label}" if len(r) > 1 else f"{ratio(r[0])} {label}")
+    if parts:  # "... 2.43× to 2.56× their deq error on the captures and 2.21× to 2.49× on the Gaussian inputs"
+        parts[0] = parts[0].replace(" on the", " their deq error on the", 1)
     scored = [e for e in entries if e["verdict"].scored and e["captures_n"]
               and e["recipe"].split(":")[0] not in ("bf16", "fp32") and not e["self_quantizing"]
               and math.isfinite(e["captures_orig_rel_l2"][0])]
@@ -457,8 +459,8 @@ def front_prose(entries: Sequence[dict]) -> str:
             "**deq**: against FP64 on the very FP8 inputs the implementation computed with, i.e. the error its "
             "arithmetic adds (how kernels compare). **orig**: against FP64 on the original inputs, the quantization "
             "of Q, K and V included, i.e. what a model sees"
-            + (f"; in this table orig is {' and '.join(parts)} the deq error of the FP8 implementations" if parts
-               else "") + f".{quant} **Verdict**: ok, suspect (its error is far from its paired emulation's), "
+            + (f"; in this table the FP8 implementations' orig error is {' and '.join(parts)}" if parts else "")
+            + f".{quant} **Verdict**: ok, suspect (its error is far from its paired emulation's), "
             "nonconforming (it failed a conformance probe: not the attention the contract describes) or failed (it "
             "raised or returned a malformed output); a failed or nonconforming implementation has no numbers. "
             "**from**: where the row's numbers were measured.")
@@ -501,7 +503,7 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
         short_reason(e["verdict"].reason))]
     for v in bad:  # the whole reason where the table's cell had to cut it
         doc.p(f"`{v.name}` is **{v.verdict}**: {v.reason}.")
-    own = [e["name"] for e in entries if e["self_quantizing"]]
+    own = [e["name"] for e in entries if e["self_quantizing"] and e["verdict"].scored]
     if own:
         doc.p(f"{', '.join(f'`{n}`' for n in own)} "
               + ("quantizes for itself" if len(own) == 1 else "quantize for themselves")
@@ -520,7 +522,7 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
         fh, fb, not_here = speed_columns_with_errors(fh, fb, [e["name"] for e in entries])
         doc.p(f"**Speed** on the **{device}**, from the committed benchmark file {source} (not this run): where we "
               "land, TFLOP/s at each shape's longest Gaussian sequence, for the implementations with error rows "
-              "above; \"zyfa kernel, zyfa-hopper numerics\" is our Triton kernel under its default recipe, × its "
+              "above; \"zyfa kernel (zyfa-hopper numerics)\" is our Triton kernel under its default recipe, × its "
               "speed over the peer's (shown only where both columns are).")
         doc.table(FRONT_KEYS[1], [*(speed_header(h) for h in fh), "from"], [[*r, source] for r in fb])
         if not_here:

@@ -143,7 +143,7 @@ def test_speed_columns_only_for_implementations_with_error_rows(front_doc):
     t = md_tables(md)["t-front-speed"]
     assert t[0] == ["shape", "s", "mask", "from"]  # zyfa, ck: none of the timed implementations has error rows
     first = md.split("\n## ", 2)[1]
-    assert ("Timed on the NVIDIA H200, not in these results: zyfa kernel, zyfa-hopper numerics, cuDNN BF16, "
+    assert ("Timed on the NVIDIA H200, not in these results: zyfa kernel (zyfa-hopper numerics), cuDNN BF16, "
             "cuDNN FP8") in first
 
 
@@ -162,12 +162,12 @@ def test_speed_table_is_the_bench_where_we_land(front_doc_timed):
     _, _, md, _ = front_doc_timed
     t = md_tables(md)["t-front-speed"]
     head = t[0]
-    assert head[:4] == ["shape", "s", "mask", "zyfa kernel, zyfa-hopper numerics"]
+    assert head[:4] == ["shape", "s", "mask", "zyfa kernel (zyfa-hopper numerics)"]
     assert head[-1] == "from" and all(r[-1] == "bench.json @ abc1234, H200, 2026-11-30" for r in t[1:])
     assert "fastest of our recipes" not in head and "AMD Triton FP8" not in head
     rows = {(r[0], r[2]): dict(zip(head, r, strict=True)) for r in t[1:]}
     nc = rows[("hd128", "non-causal")]
-    ours = "zyfa kernel, zyfa-hopper numerics"
+    ours = "zyfa kernel (zyfa-hopper numerics)"
     assert nc["s"] == "32768" and nc[ours] == "813" and nc["cuDNN FP8"] == "933"
     assert nc["cuDNN BF16"] == "603"
     assert float(nc["× cuDNN FP8"]) == pytest.approx(813.2 / 933.3, abs=0.005)
@@ -219,8 +219,8 @@ def test_picture_and_frontier_line(front_doc):
     # zyfa (405.7) and ck (700.4): on the frontier exactly when neither is both faster and more accurate
     cap = {n: float(np.mean([r["deq_rel_l2"] for r in rows if r["recipe"] == n
                              and r.get("input_source") == "capture"])) for n in ("zyfa", "ck")}
-    expect = ["zyfa kernel, zyfa numerics", "zyfa kernel, ck numerics"] if cap["zyfa"] < cap["ck"] else \
-        ["zyfa kernel, ck numerics"]
+    expect = ["zyfa kernel (zyfa numerics)", "zyfa kernel (ck numerics)"] if cap["zyfa"] < cap["ck"] else \
+        ["zyfa kernel (ck numerics)"]
     assert f"Red: the Pareto frontier ({', '.join(expect)}): the implementations no other beats" in md
     assert "the recipe that emulates it" in md  # a point's error where the timed kernel has no rows here
     assert "No speed-against-accuracy picture" not in md
