@@ -89,7 +89,7 @@ def _because(rows: Sequence[dict], status: str, n: int) -> str:
     counts = Counter(row_reason(r) for r in mine)
     top, _ = counts.most_common(1)[0]
     others = len(counts) - 1
-    where = f"on {len(mine)} of {n} rows" if len(mine) < n else f"on all {n} rows"
+    where = f"on {len(mine)} of {n} rows" if len(mine) < n else "on its only row" if n == 1 else f"on all {n} rows"
     return f"{top} ({where}" + (f"; {others} other reason{'s' if others > 1 else ''})" if others else ")")
 
 

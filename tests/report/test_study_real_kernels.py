@@ -88,7 +88,11 @@ def test_study_with_failed_rows_exits_3_unless_allowed(tmp_path, monkeypatch, ca
     argv = ["study", "--captures", str(SAMPLE), "--max-tokens", "64", "--gaussian-filter", "^$", "--recipes", "zyfa",
             "--kernel", f"{bad}:attn", "--device", "cpu", "--impact", "none", "--no-progress", "--out", str(out)]
     assert main(argv) == 3
-    assert "zyfa study: 3 of 6 rows failed (3 failed)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "zyfa study: 3 of 6 rows failed (3 failed)" in err
+    # the same per-implementation lines as every scoring command (accuracy.kernel_verdicts.verdict_lines)
+    assert f"zyfa study: failed: plugin:{bad}:attn: kernel '{bad}:attn' raised RuntimeError: boom (on all 3 rows)" \
+        in err.splitlines() and "zyfa study: ok: zyfa" in err.splitlines()
     assert (out / "results.jsonl").is_file() and (out / "report.md").is_file()
     assert not (tmp_path / "study.partial.lock").exists()
     assert main([*argv, "--force", "--allow-failed"]) == 0
