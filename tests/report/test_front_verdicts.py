@@ -28,6 +28,7 @@ from accuracy.report.document import render_html, render_markdown
 from accuracy.report.front import FRONT_KEYS, error_table, front_prose, implementation_of, number
 from accuracy.report.speed import load_bench
 from accuracy.runner import write_results
+from capture.models import MODELS
 from tests.report.conftest import FLOAT, html_tables, md_tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,3 +219,11 @@ def test_verdicts_of_rows_kinds_and_reasons():
                                    f"nonconforming: n: {v['n'].reason}", f"not run: u: {v['u'].reason}", "ok: zyfa"]
     assert verdict_lines([]) == []
     assert short_reason("word " * 40, 20) == "word word word…" and short_reason("short") == "short"
+
+
+def test_the_readme_results_state_the_4_bit_weights_of_the_shipped_models():
+    block = (ROOT / "README.md").read_text(encoding="utf-8").split("## What we found", 1)[1].split("\n## ", 1)[0]
+    assert "4-bit-weight models" in block
+    shipped = {p.stem.split("-")[0] for p in (ROOT / "datasets").glob("*.h5")}  # smollm2, gemma3, qwen25coder
+    quants = {re.search(r"GGUF (Q\w+)", MODELS[m].description).group(1) for m in shipped}
+    assert quants and all(q in block for q in quants), quants

@@ -72,8 +72,10 @@ def test_study_with_a_kernel(tmp_path, monkeypatch, capsys):
     for key, t in tables.items():
         if key not in ("t-real-vs-emulated", "t-real-not-run", "t-front-error", *beside):
             assert not any("plugin:" in cell for line in t for cell in line), key
-    front_row = next(line for line in tables["t-front-error"] if line[0] == f"plugin:{EXAMPLE}")
-    assert front_row[1].startswith("measured on ")
+    front_row = dict(zip(tables["t-front-error"][0], next(line for line in tables["t-front-error"]
+                                                          if line[0] == f"plugin:{EXAMPLE}"), strict=True))
+    assert front_row["verdict"] == "ok" and front_row["status"].startswith("measured on ")
+    assert front_row["from"].startswith("this run (")  # the study's own rows
 
 
 @pytest.mark.skipif(not SAMPLE.is_file(), reason="shipped sample capture datasets/smollm2-lee-2048.h5 absent")
