@@ -402,22 +402,25 @@ def quantized_weights(rows: Sequence[dict]) -> str:
 
 
 def _status_lines(entries: Sequence[dict]) -> list[str]:
-    """One line per recipe status shown in the table: what it means, and per recipe the why of its status
-    (``status_note`` of :mod:`zyfa.recipes`); a real kernel's ``measured on`` in one line."""
+    """One line per (status, why) among the table's recipes: the recipes with that status and the why of it
+    (``status_note`` of :mod:`zyfa.recipes`; ``from source`` without a note: every field read in the peer's
+    source), and one line for a real kernel's ``measured on``."""
     from zyfa.recipes import get_recipe
 
-    out = []
+    groups: dict[tuple[str, str], list[str]] = {}
     for e in entries:
         if e["status"].startswith("measured on"):
             continue
         try:
-            note = str(getattr(get_recipe(e["name"]), "status_note", "") or "")
+            note = str(getattr(get_recipe(e["name"]), "status_note", "") or "").strip().rstrip(".")
         except (ValueError, KeyError):
             continue
+        if not note and e["status"] == "from source":
+            note = "every field read in the peer's source code"
         if note:
-            out.append(f"`{e['name']}` is *{e['status']}*: {note}")
-        elif e["status"] == "from source":
-            out.append(f"`{e['name']}` is *from source*: every field read in the peer's source code.")
+            groups.setdefault((e["status"], note), []).append(e["name"])
+    out = [f"{', '.join(f'`{n}`' for n in names)} {'is' if len(names) == 1 else 'are'} *{status}*: {note}."
+           for (status, note), names in groups.items()]
     if any(e["status"].startswith("measured on") for e in entries):
         out.append("*measured on X*: a real kernel, run on device X; its numbers are its own outputs against FP64.")
     return out
