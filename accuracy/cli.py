@@ -21,7 +21,8 @@ not run, with the reason.
 
 Bad input (an unknown recipe, an unsupported head dim, a missing file, an input too large for the device's
 memory, a ``--kernel`` that does not load) exits with status 2 and one line on stderr naming the problem. A run
-whose rows include failed or nonconforming ones writes every row, counts them on stderr and exits with status 3
+whose rows include failed or nonconforming ones writes every row, prints each implementation's verdict with its
+reason on stderr (:func:`accuracy.kernel_verdicts.verdict_lines`) and exits with status 3
 (``--allow-failed``: 0). ``--kernel`` imports the named module or file: its top-level code runs in this
 process.
 

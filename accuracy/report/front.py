@@ -1,20 +1,38 @@
-"""The report's front page: one screen that answers "how accurate is each implementation?" and "how fast?".
+"""The report's front page: one screen that answers "which implementations can I trust?", "how accurate is each?"
+and "how fast?", every number with where it came from.
 
-Three parts, computed from the result rows and the benchmark rows:
+Computed from the result rows and the benchmark rows:
 
-* each implementation's error, absolute, with its bootstrap 95% interval, on the captures and on the Gaussian
-  inputs, with its status (``zyfa.recipes.Recipe.status``: verified, from source, assumed, modelled; a real
-  kernel's rows are "measured" on their device). An implementation is a row's ``implementation`` (a real
-  kernel) or else its recipe (the emulator); ZYFA's ablations stay in the details.
-* "where we land": :func:`zyfa.bench.summary_lines` of the benchmark file (the same table as its Markdown),
-  with the GPU named;
+* the first table, one row per implementation: its verdict (``ok``, ``suspect``, ``nonconforming``, ``failed``,
+  ``not run``; :func:`accuracy.kernel_verdicts.implementation_verdicts`, the same verdicts the scoring commands print)
+  with the reason in the same row, then its error, absolute, with its bootstrap 95% interval, on the captures and
+  on the Gaussian inputs, its status (``zyfa.recipes.Recipe.status``: verified, from source, assumed, modelled; a
+  real kernel's rows are "measured" on their device) and ``from``: the source of its numbers (:func:`source_label`:
+  "this run (device)" for the files this command wrote, else the file with its commit and device, read from its
+  provenance record). A failed or nonconforming implementation has no number anywhere on the page: its cells say
+  its verdict and a short reason, and it has no point in the picture. An implementation is a row's
+  ``implementation`` (a real kernel) or else its recipe (the emulator); ZYFA's ablations stay in the details.
+  Under the table: the paragraph on deq and orig, its ratios computed from the table's printed numbers
+  (:func:`front_prose`; errors in one format, :func:`number`), the whole reasons the cells had to cut, one line per
+  recipe status and why (the recipes' ``status_note``), and the 4-bit weights of the captured models
+  (:func:`quantized_weights`, from :data:`capture.models.MODELS`);
+* "where we land": :func:`zyfa.bench.summary_lines` of the benchmark file (the same table as its Markdown), with
+  the GPU named and each row's source (:func:`bench_source`); a column only beside an implementation with error
+  rows here, a ``× peer`` column (our kernel's speed over the peer's) only where our kernel's column is shown too,
+  and our kernel named as "zyfa kernel (zyfa-hopper numerics)", never as the recipe or peer whose numerics it
+  borrows;
 * one picture of speed against accuracy: each implementation that has both a speed and an error is a point
   (TFLOP/s at the longest head-dim-128 non-causal Gaussian sequence of the benchmark, error on the captures),
-  with the Pareto frontier (no other point is both faster and more accurate).
+  named by the kernel that was timed (:func:`timed_name`: ``triton:fa3`` is "zyfa kernel (fa3 numerics)",
+  FlashInfer's FA3 is "fa3 (FlashInfer)"), with the Pareto frontier (no other point is both faster and more
+  accurate).
 
-Exposed: ``is_real(row)``, ``on_front_page(row)``,
-``implementation_of(row)``, ``status_of(name, rows)``, ``error_table(rows)``, ``where_we_land(bench)``,
-``speed_points(bench_rows)``, ``pareto(points)``, ``section_front(doc, rows, bench, plots)``, ``FRONT_KEYS``.
+Exposed: ``is_real(row)``, ``on_front_page(row)``, ``implementation_of(row)``, ``status_of(name, rows)``,
+``source_label(file, provenance, this_run)``, ``sources_of(rows, provenances, this_run)``,
+``error_table(rows, provenances, this_run)``, ``where_we_land(bench)``, ``speed_points(bench_rows)``,
+``timed_name(key)``, ``pareto(points)``, ``number(v)``, ``ratio(v)``, ``front_prose(entries)``,
+``bench_source(name, meta)``, ``quantized_weights(rows)``, ``section_front(doc, rows, bench, plots, ...)``,
+``FRONT_KEYS``.
 """
 
 from __future__ import annotations
