@@ -112,7 +112,7 @@ def implementation_verdicts(rows: Sequence[dict], name_of: Callable[[dict], str]
         reason = "" if worst == "ok" else _because(mine, worst, n)
         if declined:
             kinds = sorted({str(r.get("status")) for r in declined})
-            note = f"{'/'.join(kinds)} on {len(declined)} of {n} rows: {row_reason(declined[0])}"
+            note = f"declined {len(declined)} of {n} rows ({'/'.join(kinds)}): {row_reason(declined[0])}"
             reason = f"{reason}; {note}" if reason else note
         out.append(Verdict(name, worst, reason, n, statuses.count(worst)))
     return out

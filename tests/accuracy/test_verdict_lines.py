@@ -42,5 +42,5 @@ def test_zyfa_cliffs_prints_each_implementations_verdict_and_reason(tmp_path, ca
     printed = capsys.readouterr().out.splitlines()
     expect = verdict_lines(lines)
     assert printed[:len(expect)] == expect
-    assert expect[0].startswith(f"ok: plugin:{refuse}: refused on 2 of 5 rows: ") and "above 32" in expect[0]
+    assert expect[0].startswith(f"ok: plugin:{refuse}: declined 2 of 5 rows (refused): ") and "above 32" in expect[0]
     assert expect[1] == f"ok: plugin:{exact}"
