@@ -437,10 +437,10 @@ def _status_lines(entries: Sequence[dict]) -> list[str]:
             note = "every field read in the peer's source code"
         if note:
             groups.setdefault((e["status"], note), []).append(e["name"])
-    out = [f"{', '.join(f'`{n}`' for n in names)} {'is' if len(names) == 1 else 'are'} *{status}*: {note}."
+    out = [f"{', '.join(f'`{n}`' for n in names)} {'is' if len(names) == 1 else 'are'} **{status}**: {note}."
            for (status, note), names in groups.items()]
     if any(e["status"].startswith("measured on") for e in entries):
-        out.append("*measured on X*: a real kernel, run on device X; its numbers are its own outputs against FP64.")
+        out.append("**measured on X**: a real kernel, run on device X; its numbers are its own outputs against FP64.")
     return out
 
 

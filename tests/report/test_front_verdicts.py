@@ -185,9 +185,9 @@ def test_status_and_weights_are_explained_where_they_appear(page):
     front = _front_md(md)
     from zyfa.recipes import get_recipe
 
-    assert f"`zyfa` is *assumed*: {get_recipe('zyfa').status_note}." in front  # the paper's recipe, and why
-    assert f"`fa3` is *modelled*: {get_recipe('fa3').status_note}" in front
-    assert "*measured on X*" in front
+    assert f"`zyfa` is **assumed**: {get_recipe('zyfa').status_note}." in front  # the paper's recipe, and why
+    assert f"`fa3` is **modelled**: {get_recipe('fa3').status_note}" in front
+    assert "**measured on X**" in front
     assert "**The captures come from 4-bit-weight models**" in front and "smollm2 (Q4_1)" in front
 
 
