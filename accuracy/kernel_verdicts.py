@@ -41,22 +41,27 @@ SHORT = 80  # the most characters of a reason in a table cell
 @dataclass(frozen=True)
 class Verdict:
     """An implementation's verdict: ``name``, ``verdict`` (one of :data:`VERDICTS` or ``not run``), ``reason``
-    (empty for a clean ``ok``), ``n`` (its rows) and ``n_bad`` (rows with the deciding status)."""
+    (empty for a clean ``ok``), ``n`` (its rows), ``n_bad`` (rows with the deciding status) and ``n_declined``
+    (rows it declined: ``unsupported`` or ``refused``)."""
 
     name: str
     verdict: str
     reason: str
     n: int
     n_bad: int
+    n_declined: int = 0
 
     @property
     def scored(self) -> bool:
         """Whether its numbers may be shown: ``ok`` or ``suspect`` (a suspect number is shown with its verdict)."""
         return self.verdict in ("ok", "suspect")
 
-    def short(self) -> str:
-        """``<verdict>: <short reason>`` (a table cell standing where a number of this implementation would be)."""
-        return f"{self.verdict}: {short_reason(self.reason)}" if self.reason else self.verdict
+    def short(self, limit: int = SHORT) -> str:
+        """The verdict in a table cell: ``<verdict>: <reason cut to limit>``; an ``ok`` with declined rows
+        ``ok (declined k of n)``; a clean ``ok`` alone."""
+        if self.verdict == "ok":
+            return f"ok (declined {self.n_declined} of {self.n})" if self.n_declined else "ok"
+        return f"{self.verdict}: {short_reason(self.reason, limit)}" if self.reason else self.verdict
 
 
 def default_name(row: dict) -> str:
@@ -107,14 +112,14 @@ def implementation_verdicts(rows: Sequence[dict], name_of: Callable[[dict], str]
         worst = next((v for v in VERDICTS if v in statuses), None)
         if worst is None:
             out.append(Verdict(name, NOT_RUN, _because(mine, statuses[0], n) if declined else "no rows ran",
-                               n, n))
+                               n, n, len(declined)))
             continue
         reason = "" if worst == "ok" else _because(mine, worst, n)
         if declined:
             kinds = sorted({str(r.get("status")) for r in declined})
             note = f"declined {len(declined)} of {n} rows ({'/'.join(kinds)}): {row_reason(declined[0])}"
             reason = f"{reason}; {note}" if reason else note
-        out.append(Verdict(name, worst, reason, n, statuses.count(worst)))
+        out.append(Verdict(name, worst, reason, n, statuses.count(worst), len(declined)))
     return out
 
 

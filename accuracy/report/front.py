@@ -265,6 +265,7 @@ def ratio(v: float) -> str:
     return f"{v:.3g}×"
 
 
+VERDICT_REASON = 48  # the most characters of a reason in the verdict column (the whole one is below the table)
 CELL_REASON = 32  # the most characters of a reason in an error cell (the verdict column has the longer one)
 
 
@@ -295,9 +296,8 @@ SPEED_HEADER = {"zyfa-hopper": "zyfa kernel (zyfa-hopper numerics)", "FA3 FP8 (F
                 "FA3 FP8": "fa3 (FlashInfer)"}
 # a timed kernel's name on the picture (the bench's key -> what it is); our kernel under recipe X is
 # "zyfa kernel (X numerics)" (timed_name)
-TIMED_NAMES = {"cudnn-fp8": "cuDNN FP8", "sdpa-bf16:cudnn": "cuDNN BF16 (SDPA)",
-               "sdpa-bf16:flash": "FlashAttention-2 BF16 (SDPA)", "flashinfer-fa3": "fa3 (FlashInfer)",
-               "flash-attn-triton-amd": "AMD Triton FP8 (flash-attn)"}
+TIMED_NAMES = {"cudnn-fp8": "cuDNN FP8", "sdpa-bf16:cudnn": "cuDNN BF16", "sdpa-bf16:flash": "FA2 BF16",
+               "flashinfer-fa3": "fa3 (FlashInfer)", "flash-attn-triton-amd": "AMD Triton FP8"}
 
 
 def timed_name(key: str) -> str:
@@ -371,7 +371,8 @@ def _figure(points: dict[str, tuple[float, float, float, float]], front: list[st
             "it by definition; an FP8 recipe in between is on it only where no faster one has less error. Each point "
             "is named by the kernel that was timed: \"zyfa kernel (X numerics)\" is our Triton kernel under recipe X "
             "(never the peer whose numerics X models), cuDNN FP8 and fa3 (FlashInfer) the vendors' kernels, "
-            "cuDNN BF16 (SDPA) and FlashAttention-2 BF16 (SDPA) PyTorch's BF16 SDPA. "
+            "cuDNN BF16 and FA2 BF16 PyTorch's BF16 SDPA through cuDNN and FlashAttention-2, AMD Triton FP8 "
+            "flash-attn's Triton kernel. "
             f"Speed: {source or 'the benchmark file'}. Error: mean over "
             "the captures (deq, 95% CI) of that kernel's own rows where it ran in these results, else of the recipe "
             "that emulates it (our kernel under X: X; cuDNN FP8: cudnn-fp8; BF16 SDPA: bf16; fa3 (FlashInfer): fa3)."
@@ -515,14 +516,14 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
              and k not in BENCH_PEERS.values() and k not in {e["name"] for e in entries}]
     header = ["implementation", "verdict", "captures: deq", "captures: orig", "Gaussian: deq", "Gaussian: orig",
               "status", "from"]
-    body = [[e["name"], e["verdict"].short(), *(_front_cell(e, src, m) for src in ("captures", "gaussian")
+    body = [[e["name"], e["verdict"].short(VERDICT_REASON), *(_front_cell(e, src, m) for src in ("captures", "gaussian")
                                                 for m in ("deq", "orig")), e["status"], e["source"]]
             for e in entries]
     doc.table(FRONT_KEYS[0], header, body)
     doc.p(front_prose(entries))
-    bad = [e["verdict"] for e in entries if e["verdict"].reason and len(e["verdict"].reason) > len(
-        short_reason(e["verdict"].reason))]
-    for v in bad:  # the whole reason where the table's cell had to cut it
+    cut = [e["verdict"] for e in entries if e["verdict"].reason
+           and e["verdict"].short(VERDICT_REASON) != f"{e['verdict'].verdict}: {e['verdict'].reason}"]
+    for v in cut:  # the whole reason where the table's cell had to cut it
         doc.p(f"`{v.name}` is **{v.verdict}**: {v.reason}.")
     own = [e["name"] for e in entries if e["self_quantizing"] and e["verdict"].scored]
     if own:
