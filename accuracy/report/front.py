@@ -519,6 +519,9 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
     body = [[e["name"], e["verdict"].short(VERDICT_REASON), *(_front_cell(e, src, m) for src in ("captures", "gaussian")
                                                 for m in ("deq", "orig")), e["status"], e["source"]]
             for e in entries]
+    labels = list(dict.fromkeys(x for e in entries for x in e["source"].split("; ")))
+    doc.p(f"**Where the numbers come from** (row by row in the last column): errors from {'; '.join(labels)}"
+          + (f"; speeds from {bench_source(name, meta)}" if sh else "") + ".")
     doc.table(FRONT_KEYS[0], header, body)
     doc.p(front_prose(entries))
     cut = [e["verdict"] for e in entries if e["verdict"].reason

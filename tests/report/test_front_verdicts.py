@@ -167,6 +167,10 @@ def test_every_number_on_the_front_page_names_its_source(page):
     assert errors["plugin:good"].startswith("this run (")  # the file this command wrote
     assert re.fullmatch(r"crash\.jsonl @ [0-9a-f]{7}(\+dirty)?, .+", errors["plugin:crash"])
     assert all(line[-1] == "bench.json @ abc1234, H200, 2026-11-30" for line in tables[FRONT_KEYS[1]][1:])
+    # and all of them together above the first table, on the first screen
+    above = _front_md(md).split('<a id="t-front-error">')[0]
+    assert errors["plugin:good"] in above and errors["plugin:crash"] in above
+    assert "speeds from bench.json @ abc1234, H200, 2026-11-30" in above
     # the prose's ratios are the table's own numbers divided
     front = _front_md(md)
     ratios = {}
