@@ -123,7 +123,8 @@ def source_label(label: str, prov: dict | None, this_run: Sequence[str] = ()) ->
     """Where a result file's numbers come from: ``this run (<device>)`` for a file this command wrote (its label in
     ``this_run``), else ``<file> @ <commit>, <device>`` read from its provenance record."""
     prov = prov or {}
-    device = str(prov.get("device_name") or prov.get("device") or "device unknown").removeprefix("NVIDIA ")
+    device = str(prov.get("device_name") or (prov.get("cuda_device") if prov.get("device") == "cuda" else None)
+                 or prov.get("device") or "device unknown").removeprefix("NVIDIA ")
     if label in this_run:
         return f"this run ({device})"
     commit = str(prov.get("git_commit") or "")
@@ -545,7 +546,7 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
     if sh:
         fh, fb = _front_speed(sh, sb)
         fh, fb, not_here = speed_columns_with_errors(fh, fb, [e["name"] for e in entries])
-        doc.p(f"**Speed** on the **{device}**, from the committed benchmark file {source} (not this run): where we "
+        doc.p(f"**Speed** on the **{device}**, from the benchmark file {source} (not this run): where we "
               "land, TFLOP/s at each shape's longest Gaussian sequence, for the implementations with error rows "
               "above; \"zyfa kernel (zyfa-hopper numerics)\" is our Triton kernel under its default recipe, × its "
               "speed over the peer's (shown only where both columns are).")

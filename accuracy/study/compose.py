@@ -153,7 +153,7 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
         add, headline = _longctx_section(inputs)
         sections.append(add)
         if headline:
-            front_lines.append(f"**Long context** ([details](#longctx-baseline); from the committed "
+            front_lines.append(f"**Long context** ([details](#longctx-baseline); from "
                                f"{_longctx_source(inputs)}): {headline}")
     elif inputs.cliffs_path:  # the length-cliff table alone, until long-context rows exist
         sections.append(_cliffs_section(inputs.cliffs_path))

@@ -25,7 +25,15 @@ from accuracy.api import measure
 from accuracy.kernel_verdicts import implementation_verdicts, short_reason, verdict_lines
 from accuracy.report.build import build_report, load_results
 from accuracy.report.document import render_html, render_markdown
-from accuracy.report.front import FRONT_KEYS, error_table, front_prose, implementation_of, number
+from accuracy.report.front import (
+    FRONT_KEYS,
+    error_table,
+    front_prose,
+    implementation_of,
+    number,
+    source_label,
+    sources_of,
+)
 from accuracy.report.speed import load_bench
 from accuracy.runner import write_results
 from capture.models import MODELS
@@ -232,3 +240,17 @@ def test_the_readme_results_state_the_4_bit_weights_of_the_shipped_models():
     shipped = {p.stem.split("-")[0] for p in (ROOT / "datasets").glob("*.h5")}  # smollm2, gemma3, qwen25coder
     quants = {re.search(r"GGUF (Q\w+)", MODELS[m].description).group(1) for m in shipped}
     assert quants and all(q in block for q in quants), quants
+
+
+def test_source_labels_read_the_provenance_record():
+    assert source_label("r.jsonl", {"device": "cuda", "cuda_device": "NVIDIA H200", "git_commit": "8c975bd"}) == \
+        "r.jsonl @ 8c975bd, H200"
+    assert source_label("r.jsonl", {"device": "cpu", "device_name": "AMD EPYC", "git_commit": "abcdef123456",
+                                    "git_dirty": True}) == "r.jsonl @ abcdef1+dirty, AMD EPYC"
+    assert source_label("r.jsonl", {"device": "cpu", "device_name": "AMD EPYC"}, ("r.jsonl",)) == \
+        "this run (AMD EPYC)"
+    assert source_label("old.jsonl", {}) == "old.jsonl @ no commit, device unknown"
+    rows = [{"_file": "a.jsonl"}, {"_file": "b.jsonl"}, {"_file": "a.jsonl"}, {"_file": "a.jsonl", "_no_provenance": 1}]
+    provs = [("a.jsonl", {"device": "cpu", "git_commit": "1234567"}), ("b.jsonl", {})]
+    assert sources_of(rows, provs, ()) == ("a.jsonl @ 1234567, cpu; b.jsonl @ no commit, device unknown; "
+                                           "unknown source")
