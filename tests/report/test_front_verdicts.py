@@ -24,13 +24,14 @@ import pytest
 from accuracy.api import measure
 from accuracy.kernel_verdicts import implementation_verdicts, short_reason, verdict_lines
 from accuracy.report.build import build_report, load_results
-from accuracy.report.document import render_html, render_markdown
+from accuracy.report.document import Doc, render_html, render_markdown
 from accuracy.report.front import (
     FRONT_KEYS,
     error_table,
     front_prose,
     implementation_of,
     number,
+    section_front,
     source_label,
     sources_of,
 )
@@ -254,3 +255,15 @@ def test_source_labels_read_the_provenance_record():
     provs = [("a.jsonl", {"device": "cpu", "git_commit": "1234567"}), ("b.jsonl", {})]
     assert sources_of(rows, provs, ()) == ("a.jsonl @ 1234567, cpu; b.jsonl @ no commit, device unknown; "
                                            "unknown source")
+
+
+def test_quick_study_shows_no_speed_column_of_a_kernel_it_does_not_show(planted):
+    """--quick has bf16 and zyfa but not zyfa-hopper: cuDNN BF16's speed stays beside bf16, and neither our
+    kernel's column nor its "× cuDNN BF16" ratio (our kernel's speed over cuDNN's) appears."""
+    _, bench = planted
+    rows = [{"recipe": r, "input_source": "gaussian", "deq_rel_l2": e, "orig_rel_l2": 2 * e}
+            for r, e in (("zyfa", 0.02), ("bf16", 0.002))]
+    doc = Doc(title="t")
+    section_front(doc, rows, load_bench([bench]), plots=False)
+    head = md_tables(render_markdown(doc))[FRONT_KEYS[1]][0]
+    assert head == ["shape", "s", "mask", "cuDNN BF16", "from"]
