@@ -21,7 +21,8 @@ not run, with the reason.
 
 Bad input (an unknown recipe, an unsupported head dim, a missing file, an input too large for the device's
 memory, a ``--kernel`` that does not load) exits with status 2 and one line on stderr naming the problem. A run
-whose rows include failed or nonconforming ones writes every row, counts them on stderr and exits with status 3
+whose rows include failed or nonconforming ones writes every row, prints each implementation's verdict with its
+reason on stderr (:func:`accuracy.kernel_verdicts.verdict_lines`) and exits with status 3
 (``--allow-failed``: 0). ``--kernel`` imports the named module or file: its top-level code runs in this
 process.
 
@@ -49,6 +50,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from accuracy.kernel_verdicts import verdict_lines
 from accuracy.metrics import ERROR_METRICS
 from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
@@ -398,8 +400,12 @@ def read_provenance(path: Path) -> dict:
 
 
 def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> int:
-    """The exit status of a finished run: :data:`EXIT_FAILED_ROWS` when rows failed (``status`` in
-    :data:`FAILED_STATUSES`), with a line on stderr counting them, unless ``allow`` (``--allow-failed``); else 0."""
+    """The exit status of a finished run, after its verdicts on stderr (one line per implementation that is not
+    a clean ``ok`` with its reason, then the clean ones: :func:`accuracy.kernel_verdicts.verdict_lines`):
+    :data:`EXIT_FAILED_ROWS` when rows failed (``status`` in :data:`FAILED_STATUSES`), unless ``allow``
+    (``--allow-failed``); else 0."""
+    for line in verdict_lines(rows):
+        print(f"{command}: {line}", file=sys.stderr)
     bad = [r for r in rows if r.get("status") in FAILED_STATUSES]
     if not bad:
         return 0

@@ -44,6 +44,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from accuracy.kernel_verdicts import verdict_lines
 from accuracy.shard import say
 from zyfa.plugins import add_wall_arguments, wall_options
 
@@ -368,8 +369,9 @@ def _run(args: argparse.Namespace) -> int:
               "implementations, lengths or seeds); --force starts over without them", file=sys.stderr)
     results.finish(rows, prov, lambda rs, path, p: atomic_write_text(path, jsonl_text(rs, p)))
     failed = sum(1 for r in rows if r.get("status") in ("failed", "nonconforming"))
-    print(f"zyfa longctx: wrote {len(rows)} rows to {out}" + (f" ({failed} failed)" if failed else ""),
-          file=sys.stderr)
+    print(f"zyfa longctx: wrote {len(rows)} rows to {out}", file=sys.stderr)
+    for line in verdict_lines(rows):
+        print(f"zyfa longctx: {line}", file=sys.stderr)
     if failed and not args.allow_failed:
         return EXIT_FAILED_ROWS
     return 0
@@ -518,8 +520,9 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     if rows is None:
         return 0
     failed = sum(1 for r in rows if r.get("status") in ("failed", "nonconforming"))
-    print(f"zyfa longctx: wrote {len(rows)} rows to {out} ({dist.world} rank(s))"
-          + (f" ({failed} failed)" if failed else ""), file=sys.stderr)
+    print(f"zyfa longctx: wrote {len(rows)} rows to {out} ({dist.world} rank(s))", file=sys.stderr)
+    for line in verdict_lines(rows):
+        print(f"zyfa longctx: {line}", file=sys.stderr)
     if failed and not args.allow_failed:
         return EXIT_FAILED_ROWS
     return 0

@@ -826,7 +826,8 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
                  title: str = "FP8 attention accuracy report", notes: Sequence[str] = (), plots: bool = True,
                  sections: Sequence[Callable[[Doc, bool], None]] = (), front: bool = True,
                  front_rows: Sequence[dict] | None = None, real_rows: Sequence[dict] = (),
-                 closing: Sequence[Callable[[Doc, bool], None]] = (), front_lines: Sequence[str] = ()) -> Doc:
+                 closing: Sequence[Callable[[Doc, bool], None]] = (), front_lines: Sequence[str] = (),
+                 this_run: Sequence[str] = ()) -> Doc:
     """The report document for the result rows and benchmark rows (:func:`accuracy.report.speed.load_bench`).
 
     ``res``: the recipes' rows. ``real_rows``: real kernels' rows (``real: true``), shown as rows of their own,
@@ -837,7 +838,8 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     sections (e.g. the model-impact section, :func:`accuracy.impact.section.report_section`), placed after the
     model and Gaussian sections. ``closing``: the same kind of callables, placed last (the recommendation table of
     :mod:`accuracy.report.quantization`). ``front_lines``: findings of other sections stated on the front page
-    (the long-context finding), one paragraph each.
+    (the long-context finding), one paragraph each. ``this_run``: the labels of the result files this command
+    wrote (the front page says their numbers are "this run"; the others are named with their commit).
     """
     doc = Doc(title=title)
     rows, recipes = res.rows, res.recipes
@@ -858,7 +860,7 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
         links += [("speed", "t-bench-0-tflops" if bench else "t-all"), ("every result", "t-all"),
                   ("inputs", "t-inputs"), ("provenance", "t-provenance")]
         section_front(doc, [*rows, *real_rows] if front_rows is None else front_rows, list(bench), plots, links,
-                      findings=front_lines)
+                      findings=front_lines, provenances=res.provenances, this_run=this_run)
         doc.h(2, "About this report")
     if res.replaced:
         notes = [*notes, f"{res.replaced} rows were measured again later (same input, recipe, implementation and "

@@ -1,33 +1,54 @@
-"""The report's front page: one screen that answers "how accurate is each implementation?" and "how fast?".
+"""The report's front page: one screen that answers "which implementations can I trust?", "how accurate is each?"
+and "how fast?", every number with where it came from.
 
-Three parts, computed from the result rows and the benchmark rows:
+Computed from the result rows and the benchmark rows:
 
-* each implementation's error, absolute, with its bootstrap 95% interval, on the captures and on the Gaussian
-  inputs, with its status (``zyfa.recipes.Recipe.status``: verified, from source, assumed, modelled; a real
-  kernel's rows are "measured" on their device). An implementation is a row's ``implementation`` (a real
-  kernel) or else its recipe (the emulator); ZYFA's ablations stay in the details.
-* "where we land": :func:`zyfa.bench.summary_lines` of the benchmark file (the same table as its Markdown),
-  with the GPU named;
+* the first table, one row per implementation: its verdict (``ok``, ``suspect``, ``nonconforming``, ``failed``,
+  ``not run``; :func:`accuracy.kernel_verdicts.implementation_verdicts`, the same verdicts the scoring commands print)
+  with the reason in the same row, then its error, absolute, with its bootstrap 95% interval, on the captures and
+  on the Gaussian inputs, its status (``zyfa.recipes.Recipe.status``: verified, from source, assumed, modelled; a
+  real kernel's rows are "measured" on their device) and ``from``: the source of its numbers (:func:`source_label`:
+  "this run (device)" for the files this command wrote, else the file with its commit and device, read from its
+  provenance record). A failed or nonconforming implementation has no number anywhere on the page: its cells say
+  its verdict and a short reason, and it has no point in the picture. An implementation is a row's
+  ``implementation`` (a real kernel) or else its recipe (the emulator); ZYFA's ablations stay in the details.
+  Under the table: the paragraph on deq and orig, its ratios computed from the table's printed numbers
+  (:func:`front_prose`; errors in one format, :func:`number`), the whole reasons the cells had to cut, one line per
+  recipe status and why (the recipes' ``status_note``), and the 4-bit weights of the captured models
+  (:func:`quantized_weights`, from :data:`capture.models.MODELS`);
+* "where we land": :func:`zyfa.bench.summary_lines` of the benchmark file (the same table as its Markdown), with
+  the GPU named and each row's source (:func:`bench_source`); a column only beside an implementation with error
+  rows here, a ``× peer`` column (our kernel's speed over the peer's) only where our kernel's column is shown too,
+  and our kernel named as "zyfa kernel (zyfa-hopper numerics)", never as the recipe or peer whose numerics it
+  borrows;
 * one picture of speed against accuracy: each implementation that has both a speed and an error is a point
   (TFLOP/s at the longest head-dim-128 non-causal Gaussian sequence of the benchmark, error on the captures),
-  with the Pareto frontier (no other point is both faster and more accurate).
+  named by the kernel that was timed (:func:`timed_name`: ``triton:fa3`` is "zyfa kernel (fa3 numerics)",
+  FlashInfer's FA3 is "fa3 (FlashInfer)"), with the Pareto frontier (no other point is both faster and more
+  accurate).
 
-Exposed: ``is_real(row)``, ``on_front_page(row)``,
-``implementation_of(row)``, ``status_of(name, rows)``, ``error_table(rows)``, ``where_we_land(bench)``,
-``speed_points(bench_rows)``, ``pareto(points)``, ``section_front(doc, rows, bench, plots)``, ``FRONT_KEYS``.
+Exposed: ``is_real(row)``, ``on_front_page(row)``, ``implementation_of(row)``, ``status_of(name, rows)``,
+``source_label(file, provenance, this_run)``, ``sources_of(rows, provenances, this_run)``,
+``error_table(rows, provenances, this_run)``, ``where_we_land(bench)``, ``speed_points(bench_rows)``,
+``timed_name(key)``, ``pareto(points)``, ``number(v)``, ``ratio(v)``, ``front_prose(entries)``,
+``bench_source(name, meta)``, ``quantized_weights(rows)``, ``section_front(doc, rows, bench, plots, ...)``,
+``FRONT_KEYS``.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import numpy as np
 
-from accuracy.report.blocks import fmt, fmt_ci, slug
+from accuracy.kernel_verdicts import Verdict, implementation_verdicts, short_reason
+from accuracy.report.blocks import fmt_ci, slug
 from accuracy.report.document import Doc
 from accuracy.report.plots import png, pyplot
 from accuracy.report.real_kernels import measured_on
+from capture.models import MODELS
 
 # ZYFA's ablations: in the details, not on the front page
 ABLATION_PREFIX = ("zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed", "zyfa-tilescale")
@@ -98,26 +119,59 @@ def _ci(values):
     return tuple(bootstrap_ci(x))
 
 
-def error_table(rows: Sequence[dict]) -> list[dict]:
+def source_label(label: str, prov: dict | None, this_run: Sequence[str] = ()) -> str:
+    """Where a result file's numbers come from: ``this run (<device>)`` for a file this command wrote (its label in
+    ``this_run``), else ``<file> @ <commit>, <device>`` read from its provenance record."""
+    prov = prov or {}
+    device = str(prov.get("device_name") or (prov.get("cuda_device") if prov.get("device") == "cuda" else None)
+                 or prov.get("device") or "device unknown").removeprefix("NVIDIA ")
+    if label in this_run:
+        return f"this run ({device})"
+    commit = str(prov.get("git_commit") or "")
+    return f"{label} @ {commit[:7] + ('+dirty' if prov.get('git_dirty') else '') if commit else 'no commit'}, " \
+        f"{device}"
+
+
+def sources_of(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]], this_run: Sequence[str]) -> str:
+    """The source labels (:func:`source_label`) of ``rows``' files, each once; ``unknown source`` for rows whose
+    file or run has no provenance record."""
+    by_file = {label: prov for label, prov in provenances}
+    out = []
+    for r in rows:
+        f = r.get("_file")
+        label = "unknown source" if f is None or f not in by_file or r.get("_no_provenance") else \
+            source_label(str(f), by_file[f], this_run)
+        if label not in out:
+            out.append(label)
+    return "; ".join(out) or "unknown source"
+
+
+def error_table(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] = (),
+                this_run: Sequence[str] = ()) -> list[dict]:
     """One entry per implementation on the front page (:func:`on_front_page`), in the order of the rows (recipes
-    first, then real kernels): name, status, and the
-    (mean, low, high) of ``orig_rel_l2`` and ``deq_rel_l2`` over the capture inputs and over the Gaussian
-    inputs (NaN triples where there are none), and the input counts; ``self_quantizing``: a real kernel that
-    quantizes for itself, whose error on a recipe's dequantized inputs is not what it computed with."""
+    first, then real kernels): name, status, verdict (:func:`accuracy.kernel_verdicts.implementation_verdicts`
+    of its rows), source (:func:`source_label` of its rows' files, ``provenances`` as (file label, record),
+    ``this_run`` the labels this command wrote), and the (mean, low, high) of ``orig_rel_l2`` and ``deq_rel_l2``
+    over the capture inputs and over the Gaussian inputs that ran (status ``ok`` or ``suspect``; NaN triples
+    where there are none), and the input counts; ``self_quantizing``: a real kernel that quantizes for itself,
+    whose error on a recipe's dequantized inputs is not what it computed with."""
     shown = [r for r in rows if on_front_page(r)]
     names = list(dict.fromkeys([*(implementation_of(r) for r in shown if not is_real(r)),
                                 *(implementation_of(r) for r in shown if is_real(r))]))
     if "zyfa" in names:
         names.remove("zyfa")
         names.insert(0, "zyfa")
+    verdicts = {v.name: v for v in implementation_verdicts(shown, implementation_of)}
     out = []
     for n in names:
         mine = [r for r in rows if implementation_of(r) == n]
+        ran = [r for r in mine if str(r.get("status") or "ok") in ("ok", "suspect")]
         e = {"name": n, "status": status_of(n, mine), "recipe": str(mine[0].get("recipe")),
-             "self_quantizing": is_real(mine[0]) and mine[0].get("quantizes") == "self"}
+             "self_quantizing": is_real(mine[0]) and mine[0].get("quantizes") == "self",
+             "verdict": verdicts[n], "source": sources_of(mine, provenances, this_run)}
         for src, pick in (("captures", lambda r: r.get("input_source") == "capture"),
                           ("gaussian", lambda r: r.get("input_source") != "capture")):
-            sel = [r for r in mine if pick(r)]
+            sel = [r for r in ran if pick(r)]
             e[f"{src}_n"] = len(sel)
             for m in ("orig_rel_l2", "deq_rel_l2"):
                 e[f"{src}_{m}"] = _ci([r.get(m) for r in sel])
@@ -201,38 +255,78 @@ def pareto(points: dict[str, tuple[float, float]]) -> list[str]:
     return sorted(front, key=lambda n: points[n][0])
 
 
+def number(v: float) -> str:
+    """The front page's one format for an error, in its tables and its prose: three significant digits and a
+    one-digit exponent (``6.02e-3``), so that six columns fit the first screen."""
+    return f"{v:.2e}".replace("e-0", "e-").replace("e+0", "e+")
+
+
+def ratio(v: float) -> str:
+    """The front page's one format for a ratio of two of its numbers: three significant digits and ``×``."""
+    return f"{v:.3g}×"
+
+
+VERDICT_REASON = 48  # the most characters of a reason in the verdict column (the whole one is below the table)
+CELL_REASON = 32  # the most characters of a reason in an error cell (the verdict column has the longer one)
+
+
 def _front_cell(e: dict, src: str, metric: str = "deq") -> str:
-    """The error cell of one entry, source and metric (``deq`` or ``orig``); ``-`` without inputs, and for the
-    deq error of a kernel that quantizes for itself (it computed with its own FP8 values, not the recipe's)."""
+    """The error cell of one entry, source and metric (``deq`` or ``orig``): ``<verdict>: <short reason>`` for an
+    implementation whose numbers are not measurements (failed, nonconforming, not run); ``-`` without inputs, and
+    for the deq error of a kernel that quantizes for itself (it computed with its own FP8 values, not the
+    recipe's)."""
+    v: Verdict = e["verdict"]
+    if not v.scored:
+        return f"{v.verdict}: {short_reason(v.reason, CELL_REASON)}" if v.reason else v.verdict
     if not e[f"{src}_n"] or (metric == "deq" and e["self_quantizing"]):
         return "-"
     est, lo, hi = e[f"{src}_{metric}_rel_l2"]
-    if not all(math.isfinite(v) for v in (est, lo, hi)):
+    if not all(math.isfinite(x) for x in (est, lo, hi)):
         return fmt_ci((est, lo, hi), "err")
-
-    def short(v: float) -> str:  # three digits, a one-digit exponent: six columns fit the first screen
-        return f"{v:.2e}".replace("e-0", "e-").replace("e+0", "e+")
-
-    return f"{short(est)} [{short(lo)}, {short(hi)}]"
+    return f"{number(est)} [{number(lo)}, {number(hi)}]"
 
 
 # the columns of the bench's "where we land" table and the implementations whose error rows they stand beside
 SPEED_COLUMN_OF = {"zyfa-hopper": ("zyfa-hopper", "triton:zyfa-hopper"), "cuDNN BF16": ("bf16", "sdpa-bf16:cudnn"),
                    "cuDNN FP8": ("cudnn-fp8",), "FA3 FP8 (FlashInfer)": ("flashinfer-fa3",),
                    "AMD Triton FP8": ("flash-attn-triton-amd", "triton-amd")}
+OUR_COLUMN = "zyfa-hopper"  # the bench's column of our kernel; a "× X" column is its speed over peer X's
+# the names the front page gives the bench's columns: the kernel that was timed, never the recipe whose numerics
+# it borrows (our kernel under zyfa-hopper is "zyfa kernel", FA3's real kernel through FlashInfer is "fa3")
+SPEED_HEADER = {"zyfa-hopper": "zyfa kernel (zyfa-hopper numerics)", "FA3 FP8 (FlashInfer)": "fa3 (FlashInfer)",
+                "FA3 FP8": "fa3 (FlashInfer)"}
+# a timed kernel's name on the picture (the bench's key -> what it is); our kernel under recipe X is
+# "zyfa kernel (X numerics)" (timed_name)
+TIMED_NAMES = {"cudnn-fp8": "cuDNN FP8", "sdpa-bf16:cudnn": "cuDNN BF16", "sdpa-bf16:flash": "FA2 BF16",
+               "flashinfer-fa3": "fa3 (FlashInfer)", "flash-attn-triton-amd": "AMD Triton FP8"}
+
+
+def timed_name(key: str) -> str:
+    """What a timed kernel is, by its bench key (:func:`speed_points`): ``triton:X`` is our Triton kernel under
+    recipe X, ``zyfa kernel (X numerics)``; a peer is named by itself (``flashinfer-fa3``: ``fa3 (FlashInfer)``)."""
+    if key.startswith("triton:"):
+        return f"zyfa kernel ({key[len('triton:'):]} numerics)"
+    return TIMED_NAMES.get(key, key)
+
+
+def speed_header(h: str) -> str:
+    """A bench column's name on the front page (:data:`SPEED_HEADER`; ``× X`` renamed as X is)."""
+    if h.startswith("× "):
+        return "× " + SPEED_HEADER.get(h[2:], h[2:])
+    return SPEED_HEADER.get(h, h)
 
 
 def speed_columns_with_errors(header: list[str], body: list[list[str]], names: Sequence[str]):
     """The speed table cut to the implementations with error rows in this report (``names``, real kernels as
-    ``name (real, device)``): (header, body, the timed implementations left out). A ratio column ``× X`` stays
-    with its column ``X``; shape columns always stay."""
+    ``name (real, device)``): (header, body, the timed implementations left out). A ratio column ``× X`` (our
+    kernel's speed over X's) stays only where both X's column and our kernel's stay; shape columns always stay."""
     base = {n.split(" (real", 1)[0] for n in names}
     shown = {col for col, impls in SPEED_COLUMN_OF.items() if any(i in base for i in impls)}
     keep, dropped = [], []
     for i, h in enumerate(header):
         col = h[2:] if h.startswith("× ") else h
         peer = next((c for c in SPEED_COLUMN_OF if c == col or c.startswith(col)), None)
-        if peer is None or peer in shown:
+        if peer is None or (peer in shown and (not h.startswith("× ") or OUR_COLUMN in shown)):
             keep.append(i)
         elif not h.startswith("× "):
             dropped.append(h)
@@ -240,7 +334,7 @@ def speed_columns_with_errors(header: list[str], body: list[list[str]], names: S
 
 
 def _figure(points: dict[str, tuple[float, float, float, float]], front: list[str], device: str,
-            shape: str, timed: Sequence[str] = ()) -> tuple[str, bytes, str]:
+            shape: str, timed: Sequence[str] = (), source: str = "") -> tuple[str, bytes, str]:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.8, 3.0))
     names = list(points)
@@ -264,23 +358,28 @@ def _figure(points: dict[str, tuple[float, float, float, float]], front: list[st
                 and abs(py - math.log10(max(yi, 1e-30))) < 0.15]
         dy = min(near) - 11 if near else 3
         placed.append((xi, math.log10(max(yi, 1e-30)), dy))
-        ax.annotate(n, (xi, yi), textcoords="offset points", xytext=(5, dy), fontsize=8)
+        ax.annotate(timed_name(n), (xi, yi), textcoords="offset points", xytext=(5, dy), fontsize=7)
     ax.set_yscale("log")
-    ax.set_xlim(float(np.nanmin(x)) - 0.08 * span, float(np.nanmax(x)) + 0.3 * span)
+    ax.set_xlim(float(np.nanmin(x)) - 0.08 * span, float(np.nanmax(x)) + 0.45 * span)
     ax.set_xlabel(f"TFLOP/s, {device}, {shape}", fontsize=8)
     ax.set_ylabel("rel L2 (deq), captures", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     ax.set_title(f"Speed against error, {device} (right and low is better)", fontsize=9)
     return ("fig_front_speed_accuracy.png", png(fig),
-            f"Red: the Pareto frontier ({', '.join(front)}): the implementations no other beats on both speed and "
-            "error. The most accurate one (bf16: no FP8 rounding) and the fastest one are on it by definition; an FP8 "
-            "recipe in between is on it only where no faster one has less error. Each point is named by the kernel "
-            "that was timed (the committed bench file, not this run): triton:X is our Triton kernel under recipe X, "
-            "cudnn-fp8 and flashinfer-fa3 the vendors' kernels, sdpa-bf16:* PyTorch's BF16 SDPA. Error: mean over "
-            "the captures (deq, 95% CI) of that kernel's own rows where it ran in this study, else of the recipe "
-            "that emulates it (triton:X: X; cudnn-fp8: cudnn-fp8; sdpa-bf16: bf16; flashinfer-fa3: fa3)."
-            + (f" Timed, but without rows in these results: {', '.join(timed)}." if timed else ""))
+            f"Red: the Pareto frontier ({', '.join(timed_name(n) for n in front)}): the implementations no other "
+            "beats on both speed and error. The most accurate one (bf16: no FP8 rounding) and the fastest one are on "
+            "it by definition; an FP8 recipe in between is on it only where no faster one has less error. Each point "
+            "is named by the kernel that was timed: \"zyfa kernel (X numerics)\" is our Triton kernel under recipe X "
+            "(never the peer whose numerics X models), cuDNN FP8 and fa3 (FlashInfer) the vendors' kernels, "
+            "cuDNN BF16 and FA2 BF16 PyTorch's BF16 SDPA through cuDNN and FlashAttention-2, AMD Triton FP8 "
+            "flash-attn's Triton kernel. "
+            f"Speed: {source or 'the benchmark file'}. Error: mean over "
+            "the captures (deq, 95% CI) of that kernel's own rows where it ran in these results, else of the recipe "
+            "that emulates it (our kernel under X: X; cuDNN FP8: cudnn-fp8; BF16 SDPA: bf16; fa3 (FlashInfer): fa3)."
+            " A kernel whose verdict is failed or nonconforming has no point."
+            + (f" Timed, but without rows in these results: {', '.join(timed_name(t) for t in timed)}."
+               if timed else ""))
 
 
 # columns of the bench's "where we land" table left to the full table in the details
@@ -295,24 +394,111 @@ def _front_speed(header: list[str], body: list[list[str]]) -> tuple[list[str], l
     return [header[i] for i in keep], [[r[i] if i < len(r) else "" for i in keep] for r in body]
 
 
+def bench_source(name: str, meta: dict) -> str:
+    """Where a benchmark file's numbers come from: ``<file> @ <commit>, <device>, <date>`` (its ``meta``)."""
+    commit = str(meta.get("git_commit") or "").split()
+    device = str(meta.get("device") or "device unknown").removeprefix("NVIDIA ")
+    date = f", {str(meta['date'])[:10]}" if meta.get("date") else ""
+    return f"{name} @ {commit[0][:7] if commit else 'no commit'}, {device}{date}"
+
+
+def quantized_weights(rows: Sequence[dict]) -> str:
+    """The sentence on the captures' model weights (4-bit GGUF for the shipped models, from the model registry
+    :data:`capture.models.MODELS`), or "" without captures."""
+    models = list(dict.fromkeys(str(r.get("input_model")) for r in rows if r.get("input_source") == "capture"
+                                and r.get("input_model")))
+    if not models:
+        return ""
+    known = []
+    for m in models:
+        spec = MODELS.get(m)
+        q = re.search(r"GGUF (Q\d\w*)", spec.description) if spec is not None else None
+        known.append(f"{m} ({q.group(1)})" if q else f"{m} (weights not in the registry: precision unknown)")
+    quant = [m for m in models if MODELS.get(m) is not None and re.search(r"GGUF Q4", MODELS[m].description)]
+    lead = ("**The captures come from 4-bit-weight models**" if len(quant) == len(models) else
+            "**The captures' model weights**")
+    return (f"{lead} (GGUF quantization, datasets/README.md): {', '.join(known)}. Their activations are those of "
+            "the quantized models, which may differ from the full-precision models' (outlier sizes in particular).")
+
+
+def _status_lines(entries: Sequence[dict]) -> list[str]:
+    """One line per (status, why) among the table's recipes: the recipes with that status and the why of it
+    (``status_note`` of :mod:`zyfa.recipes`; ``from source`` without a note: every field read in the peer's
+    source), and one line for a real kernel's ``measured on``."""
+    from zyfa.recipes import get_recipe
+
+    groups: dict[tuple[str, str], list[str]] = {}
+    for e in entries:
+        if e["status"].startswith("measured on"):
+            continue
+        try:
+            note = str(getattr(get_recipe(e["name"]), "status_note", "") or "").strip().rstrip(".")
+        except (ValueError, KeyError):
+            continue
+        if not note and e["status"] == "from source":
+            note = "every field read in the peer's source code"
+        if note:
+            groups.setdefault((e["status"], note), []).append(e["name"])
+    out = [f"{', '.join(f'`{n}`' for n in names)} {'is' if len(names) == 1 else 'are'} **{status}**: {note}."
+           for (status, note), names in groups.items()]
+    if any(e["status"].startswith("measured on") for e in entries):
+        out.append("**measured on X**: a real kernel, run on device X; its numbers are its own outputs against FP64.")
+    return out
+
+
+def _orig_over_deq(entries: Sequence[dict], src: str) -> list[float]:
+    """orig / deq of the table's own means (as printed, :func:`number`) for the scored FP8 entries on ``src``."""
+    out = []
+    for e in entries:
+        if not e["verdict"].scored or e["recipe"].split(":")[0] in ("bf16", "fp32") or e["self_quantizing"] \
+                or not e[f"{src}_n"]:
+            continue
+        d, o = e[f"{src}_deq_rel_l2"][0], e[f"{src}_orig_rel_l2"][0]
+        if math.isfinite(d) and math.isfinite(o) and d > 0:
+            out.append(float(number(o)) / float(number(d)))
+    return out
+
+
+def front_prose(entries: Sequence[dict]) -> str:
+    """The paragraph under the error table, every number computed from the table's own (printed) numbers."""
+    parts = []
+    for src, label in (("captures", "on the captures"), ("gaussian", "on the Gaussian inputs")):
+        r = _orig_over_deq(entries, src)
+        if r:
+            parts.append(f"{ratio(min(r))} to {ratio(max(r))} {label}" if len(r) > 1 else f"{ratio(r[0])} {label}")
+    if parts:  # "... 2.43× to 2.56× their deq error on the captures and 2.21× to 2.49× on the Gaussian inputs"
+        parts[0] = parts[0].replace(" on the", " their deq error on the", 1)
+    scored = [e for e in entries if e["verdict"].scored and e["captures_n"]
+              and e["recipe"].split(":")[0] not in ("bf16", "fp32") and not e["self_quantizing"]
+              and math.isfinite(e["captures_orig_rel_l2"][0])]
+    quant = ""
+    if scored:
+        lo = min(scored, key=lambda e: e["captures_orig_rel_l2"][0])
+        hi = max(scored, key=lambda e: e["captures_orig_rel_l2"][0])
+        quant = (f" With the quantization of Q, K and V (`orig`) the FP8 implementations of the table are at "
+                 f"{number(lo['captures_orig_rel_l2'][0])} ({lo['name']}) to {number(hi['captures_orig_rel_l2'][0])} "
+                 f"({hi['name']}) on the captures.")
+    return ("**Error**: mean relative L2 error against the FP64 oracle, [bootstrap 95% interval] over the inputs. "
+            "**deq**: against FP64 on the very FP8 inputs the implementation computed with, i.e. the error its "
+            "arithmetic adds (how kernels compare). **orig**: against FP64 on the original inputs, the quantization "
+            "of Q, K and V included, i.e. what a model sees"
+            + (f"; in this table the FP8 implementations' orig error is {' and '.join(parts)}" if parts else "")
+            + f".{quant} **Verdict**: ok, suspect (its error is far from its paired emulation's), "
+            "nonconforming (it failed a conformance probe: not the attention the contract describes) or failed (it "
+            "raised or returned a malformed output); a failed or nonconforming implementation has no numbers. "
+            "**from**: where the row's numbers were measured.")
+
+
 def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dict, list[dict]]], plots: bool,
-                  links: Sequence[tuple[str, str]] = (), findings: Sequence[str] = ()) -> None:
-    """Append the front page: the error table, the speed table, the picture, ``findings`` (one paragraph each,
-    e.g. the long-context finding) and ``links`` (label, anchor) to the details."""
-    doc.h(2, "At a glance: error and speed")
-    entries = error_table(rows)
-    orig = {e["name"]: e["captures_orig_rel_l2"][0] for e in entries if e["captures_n"]}
-    recipe_of = {e["name"]: e["recipe"].split(":")[0] for e in entries}
-    fp8 = [v for n, v in orig.items() if recipe_of[n] not in ("bf16", "fp32") and math.isfinite(v)]
-    quant = (f" With the quantization of Q, K and V (`orig`) the FP8 implementations are at {fmt(min(fp8), 'err')} "
-             f"to {fmt(max(fp8), 'err')} on the captures" + (f", bf16 at {fmt(orig['bf16'], 'err')}"
-                                                             if math.isfinite(orig.get("bf16", math.nan)) else "")
-             + " (details below)." if fp8 else "")
-    doc.p("**Error**: mean relative L2 error against the FP64 oracle, [bootstrap 95% interval] over the inputs. "
-          "**deq**: against FP64 on the very FP8 inputs the implementation computed with, i.e. the error its "
-          "arithmetic adds (how kernels compare). **orig**: against FP64 on the original inputs, the quantization "
-          f"of Q, K and V included, i.e. what a model sees (about 10x deq for FP8).{quant} Status: how far an "
-          "emulated recipe is backed; a real kernel is measured.")
+                  links: Sequence[tuple[str, str]] = (), findings: Sequence[str] = (),
+                  provenances: Sequence[tuple[str, dict]] = (), this_run: Sequence[str] = ()) -> None:
+    """Append the front page: the verdict-and-error table (one row per implementation, its verdict and reason
+    first, each row's source), the speed table (each row's source), the picture, ``findings`` (one paragraph each,
+    e.g. the long-context finding, each naming its source) and ``links`` (label, anchor) to the details.
+    ``provenances``: (file label, provenance record) of the result files; ``this_run``: the labels of the files this
+    command wrote (their rows are "this run")."""
+    doc.h(2, "At a glance: verdict, error and speed")
+    entries = error_table(rows, provenances, this_run)
     name, meta, sh, sb = where_we_land(bench)
     device = str(meta.get("device") or "the GPU")
     speeds, shape = speed_points(next((r for n, _, r in bench if n == name), [])) if sh else ({}, "")
@@ -321,46 +507,61 @@ def section_front(doc: Doc, rows: Sequence[dict], bench: Sequence[tuple[str, dic
     for key, speed in speeds.items():  # a timed kernel's error: the real kernel's where it ran, else its emulation's
         for n in (REAL_OF_SPEED.get(key, key), emulation_of_timed(key)):
             e = by_name.get(n)
+            if e and not e["verdict"].scored:
+                break  # a failed or nonconforming kernel has no point
             if e and e["captures_n"] and math.isfinite(e["captures_deq_rel_l2"][0]):
                 points[key] = (speed, *e["captures_deq_rel_l2"])  # named by the kernel that was timed
                 break
     front = pareto({n: (p[0], p[1]) for n, p in points.items()}) if len(points) >= 2 else []
     timed = [k for k in speeds if ":" not in k and k not in points and k not in BENCH_PEERS
              and k not in BENCH_PEERS.values() and k not in {e["name"] for e in entries}]
-    header = ["implementation", "status", "captures: deq", "captures: orig", "Gaussian: deq", "Gaussian: orig"]
-    body = [[e["name"], e["status"], *(_front_cell(e, src, m) for src in ("captures", "gaussian")
-                                       for m in ("deq", "orig"))] for e in entries]
+    header = ["implementation", "verdict", "captures: deq", "captures: orig", "Gaussian: deq", "Gaussian: orig",
+              "status", "from"]
+    body = [[e["name"], e["verdict"].short(VERDICT_REASON), *(_front_cell(e, src, m) for src in ("captures", "gaussian")
+                                                for m in ("deq", "orig")), e["status"], e["source"]]
+            for e in entries]
+    labels = list(dict.fromkeys(x for e in entries for x in e["source"].split("; ")))
+    doc.p(f"**Where the numbers come from** (row by row in the last column): errors from {'; '.join(labels)}"
+          + (f"; speeds from {bench_source(name, meta)}" if sh else "") + ".")
     doc.table(FRONT_KEYS[0], header, body)
-    own = [e["name"] for e in entries if e["self_quantizing"]]
+    doc.p(front_prose(entries))
+    cut = [e["verdict"] for e in entries if e["verdict"].reason
+           and e["verdict"].short(VERDICT_REASON) != f"{e['verdict'].verdict}: {e['verdict'].reason}"]
+    for v in cut:  # the whole reason where the table's cell had to cut it
+        doc.p(f"`{v.name}` is **{v.verdict}**: {v.reason}.")
+    own = [e["name"] for e in entries if e["self_quantizing"] and e["verdict"].scored]
     if own:
         doc.p(f"{', '.join(f'`{n}`' for n in own)} "
               + ("quantizes for itself" if len(own) == 1 else "quantize for themselves")
               + ", so only the orig error is defined (its FP8 inputs are its own).")
-    if plots and len(points) >= 2:  # below the error table, which keeps the page's full width for its six columns
-        doc.img(*_figure(points, front, device, shape, timed))
+    for line in _status_lines(entries):
+        doc.p(line)
+    weights = quantized_weights(rows)
+    if weights:
+        doc.p(weights)
+    source = bench_source(name, meta) if sh else ""
+    if plots and len(points) >= 2:  # below the error table, which keeps the page's full width for its columns
+        doc.img(*_figure(points, front, device, shape, timed, source))
 
     if sh:
-        about = [f"`{name}`"]
-        if meta.get("date"):
-            about.append(str(meta["date"])[:10])
-        if meta.get("git_commit"):
-            about.append(f"commit {meta['git_commit']}")
         fh, fb = _front_speed(sh, sb)
         fh, fb, not_here = speed_columns_with_errors(fh, fb, [e["name"] for e in entries])
-        doc.p(f"**Speed** on the **{device}** ({', '.join(about)}): where we land, TFLOP/s at each shape's longest "
-              "Gaussian sequence, for the implementations with error rows above; zyfa-hopper is our kernel's "
-              "default recipe, × its speed over the peer's.")
-        doc.table(FRONT_KEYS[1], fh, fb)
+        doc.p(f"**Speed** on the **{device}**, from the benchmark file {source} (not this run): where we "
+              "land, TFLOP/s at each shape's longest Gaussian sequence, for the implementations with error rows "
+              "above; \"zyfa kernel (zyfa-hopper numerics)\" is our Triton kernel under its default recipe, × its "
+              "speed over the peer's (shown only where both columns are).")
+        doc.table(FRONT_KEYS[1], [*(speed_header(h) for h in fh), "from"], [[*r, source] for r in fb])
         if not_here:
-            doc.p(f"Timed on the {device}, not in these results: {', '.join(not_here)} (the full table is in the "
-                  "speed section).")
+            doc.p(f"Timed on the {device}, not in these results: {', '.join(speed_header(h) for h in not_here)} "
+                  "(the full table is in the speed section).")
     else:
         doc.p("**Speed**: no benchmark file with a \"where we land\" table was given (`zyfa bench` on a GPU writes "
               "`reports/bench/bench.json`; `--bench` names another).")
         doc.table(FRONT_KEYS[1], ["speed"], [["no benchmark file"]])
     if len(points) >= 2 and not plots:
-        doc.p(f"Pareto frontier of speed and error: {', '.join(front)}."
-              + (f" Timed, but without rows in these results: {', '.join(timed)}." if timed else ""))
+        doc.p(f"Pareto frontier of speed and error: {', '.join(timed_name(n) for n in front)}."
+              + (f" Timed, but without rows in these results: {', '.join(timed_name(t) for t in timed)}."
+                 if timed else ""))
     elif len(points) < 2 and sh:
         doc.p("No speed-against-accuracy picture: fewer than two implementations have both a speed in the "
               "benchmark file and an error on the captures.")

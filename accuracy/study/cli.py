@@ -407,7 +407,8 @@ def main(args: argparse.Namespace) -> int:
                                  shot=bool(shutil.which("chromium")), impact=[str(p) for p in impact_paths],
                                  longctx=[str(p) for p in longctx_paths], cliffs=str(cliffs_path) if cliffs_path
                                  else None)
-        _, paths = render(load_results([staged]), stage.stage, extra, command=rep_cmd, title=title)
+        _, paths = render(load_results([staged]), stage.stage, extra, command=rep_cmd, title=title,
+                          this_run=(staged.name,))
         rc = save_screenshot(paths["html"]) if shutil.which("chromium") else 0
         removed = stage.commit(keep=lambda name: not _generated(name))
         (out / ROWS_NAME).unlink(missing_ok=True)  # the merged accuracy rows: results.jsonl holds them

@@ -28,6 +28,7 @@ import sys
 import time
 from pathlib import Path
 
+from accuracy.kernel_verdicts import verdict_lines
 from zyfa.plugins import add_wall_arguments, wall_options
 
 PROG = "zyfa cliffs"
@@ -375,6 +376,8 @@ def _run(args, plan: _Plan) -> int:
 def _print_summary(rows, prov, rule) -> None:
     from accuracy.report.cliffs import flag_groups
 
+    for line in verdict_lines(rows):
+        print(line)
     groups = flag_groups(rows, prov, rule)
     names = list(dict.fromkeys(r["implementation"] for r in rows))
     for name in names:

@@ -20,6 +20,7 @@ from accuracy.impact.section import report_section, summarize
 from accuracy.report.build import Results, build_report
 from accuracy.report.claims import claims_headline, claims_section
 from accuracy.report.document import Doc, write_report
+from accuracy.report.front import source_label, sources_of
 from accuracy.report.quantization import quantization_section, recommendation_section
 from accuracy.report.real_kernels import report_section as real_kernels_section
 from accuracy.report.real_kernels import split_real, unavailable_of
@@ -123,9 +124,19 @@ def _longctx_section(inputs: ReportInputs):
     return add, headline
 
 
+def _longctx_source(inputs: ReportInputs) -> str:
+    """The source labels of the long-context files (:func:`accuracy.report.front.source_label`), each once."""
+    provs = inputs.longctx[1]
+    paths = split_paths(inputs.longctx_paths)
+    names = paths if len(paths) == len(provs) else [f"{', '.join(inputs.longctx_paths)} ({i + 1})"
+                                                     for i in range(len(provs))]
+    return "; ".join(dict.fromkeys(source_label(n, p) for n, p in zip(names, provs, strict=True))) or "files"
+
+
 def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str = "", title: str,
-           plots: bool = True) -> tuple[Doc, dict[str, Path]]:
-    """Build the report of ``res`` with ``inputs`` and write it into ``out``; (document, written paths)."""
+           plots: bool = True, this_run: Sequence[str] = ()) -> tuple[Doc, dict[str, Path]]:
+    """Build the report of ``res`` with ``inputs`` and write it into ``out``; (document, written paths).
+    ``this_run``: the labels of ``res``' files that this command wrote (the front page calls them "this run")."""
     all_rows = res.rows
     recipe_rows, real_rows = split_real(res.rows)
     # (copies: prepare_rows corrects rows in place, and the impact section prepares them again, with its notes)
@@ -135,13 +146,15 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
     sections = [claims_section(recipe_rows)] if has_zyfa else []
     sections += [quantization_section(recipe_rows)]
     sections += [report_section(*inputs.impact)] if inputs.impact is not None else []
-    front_lines = [f"**The paper's claims at head dim 128** ([details](#t-claims)): {claims_headline(recipe_rows)}"
+    front_lines = [f"**The paper's claims at head dim 128** ([details](#t-claims); from "
+                   f"{sources_of(recipe_rows, res.provenances, this_run)}): {claims_headline(recipe_rows)}"
                    ] if has_zyfa else []
     if inputs.longctx is not None and inputs.longctx[0]:
         add, headline = _longctx_section(inputs)
         sections.append(add)
         if headline:
-            front_lines.append(f"**Long context** ([details](#longctx-baseline)): {headline}")
+            front_lines.append(f"**Long context** ([details](#longctx-baseline); from "
+                               f"{_longctx_source(inputs)}): {headline}")
     elif inputs.cliffs_path:  # the length-cliff table alone, until long-context rows exist
         sections.append(_cliffs_section(inputs.cliffs_path))
     closing = [recommendation_section(recipe_rows, impact, inputs.bench)]
@@ -152,5 +165,6 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
                       res.orphans)
         sections.append(real_kernels_section(real_rows, provs))
     doc = build_report(res, bench=inputs.bench, command=command, title=title, plots=plots, sections=sections,
-                       front_rows=all_rows, real_rows=real_rows, closing=closing, front_lines=front_lines)
+                       front_rows=all_rows, real_rows=real_rows, closing=closing, front_lines=front_lines,
+                       this_run=this_run)
     return doc, write_report(doc, out)

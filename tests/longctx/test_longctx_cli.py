@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from accuracy.kernel_verdicts import verdict_lines
 from zyfa.cli import main
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
@@ -135,6 +136,11 @@ def test_failed_rows_exit_3_after_writing_them(tmp_path, capsys):
     rows = _rows(out)
     bad = [r for r in rows if r["implementation"].startswith("plugin:")]
     assert len(bad) == 1 and bad[0]["status"] == "failed" and "boom" in bad[0]["error"]
+    # the same per-implementation lines as every scoring command (accuracy.kernel_verdicts.verdict_lines)
+    err = capsys.readouterr().err.splitlines()
+    assert [f"zyfa longctx: {x}" for x in verdict_lines(rows)] == [x for x in err if x.startswith(
+        ("zyfa longctx: failed: ", "zyfa longctx: ok: "))]
+    assert f"zyfa longctx: failed: plugin:{plug}:attention: {bad[0]['error']} (on its only row)" in err
     assert main(args + ["--force", "--allow-failed"]) == 0
 
 

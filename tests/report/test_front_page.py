@@ -115,13 +115,15 @@ def test_error_table_means_intervals_and_status(front_doc):
     rows, _, md, page = front_doc
     t = md_tables(md)["t-front-error"]
     assert t == html_tables(page)["t-front-error"]
-    assert t[0] == ["implementation", "status", "captures: deq", "captures: orig", "Gaussian: deq", "Gaussian: orig"]
+    assert t[0] == ["implementation", "verdict", "captures: deq", "captures: orig", "Gaussian: deq",
+                    "Gaussian: orig", "status", "from"]
     from zyfa.recipes import get_recipe
 
     shown = {line[0]: line for line in t[1:]}
     assert list(shown) == ["zyfa", "ck"]  # the ablation zyfa-exp2 is in the details only
     for name, line in shown.items():
-        assert line[1] == get_recipe(name).status
+        assert line[1] == "ok" and line[6] == get_recipe(name).status
+        assert line[7].startswith("results.jsonl @ ")  # a file of no named run: its name, commit and device
         for col, is_cap, metric in ((2, True, "deq"), (3, True, "orig"), (4, False, "deq"), (5, False, "orig")):
             vals = [r[f"{metric}_rel_l2"] for r in rows if r["recipe"] == name
                     and (r.get("input_source") == "capture") == is_cap]
@@ -139,9 +141,10 @@ def test_error_table_explains_deq_and_orig(front_doc):
 def test_speed_columns_only_for_implementations_with_error_rows(front_doc):
     _, _, md, _ = front_doc
     t = md_tables(md)["t-front-speed"]
-    assert t[0] == ["shape", "s", "mask"]  # zyfa, ck: none of the timed implementations has error rows here
+    assert t[0] == ["shape", "s", "mask", "from"]  # zyfa, ck: none of the timed implementations has error rows
     first = md.split("\n## ", 2)[1]
-    assert "Timed on the NVIDIA H200, not in these results: zyfa-hopper, cuDNN BF16, cuDNN FP8" in first
+    assert ("Timed on the NVIDIA H200, not in these results: zyfa kernel (zyfa-hopper numerics), cuDNN BF16, "
+            "cuDNN FP8") in first
 
 
 def test_speed_columns_with_errors_keeps_ratio_columns_with_their_peer():
@@ -150,20 +153,25 @@ def test_speed_columns_with_errors_keeps_ratio_columns_with_their_peer():
     h, b, dropped = front.speed_columns_with_errors(head, body, ["zyfa-hopper", "cudnn-fp8 (real, H200)"])
     assert h == ["shape", "zyfa-hopper", "cuDNN FP8", "× cuDNN FP8"] and b == [["hd128", "830", "927", "0.90"]]
     assert dropped == ["AMD Triton FP8"]
+    # --quick: no zyfa-hopper rows, so no "× peer" column (our kernel's speed over the peer's) either
+    h, b, dropped = front.speed_columns_with_errors(head, body, ["zyfa", "cudnn-fp8"])
+    assert h == ["shape", "cuDNN FP8"] and dropped == ["zyfa-hopper", "AMD Triton FP8"]
 
 
 def test_speed_table_is_the_bench_where_we_land(front_doc_timed):
     _, _, md, _ = front_doc_timed
     t = md_tables(md)["t-front-speed"]
     head = t[0]
-    assert head[:4] == ["shape", "s", "mask", "zyfa-hopper"]
+    assert head[:4] == ["shape", "s", "mask", "zyfa kernel (zyfa-hopper numerics)"]
+    assert head[-1] == "from" and all(r[-1] == "bench.json @ abc1234, H200, 2026-11-30" for r in t[1:])
     assert "fastest of our recipes" not in head and "AMD Triton FP8" not in head
     rows = {(r[0], r[2]): dict(zip(head, r, strict=True)) for r in t[1:]}
     nc = rows[("hd128", "non-causal")]
-    assert nc["s"] == "32768" and nc["zyfa-hopper"] == "813" and nc["cuDNN FP8"] == "933"
+    ours = "zyfa kernel (zyfa-hopper numerics)"
+    assert nc["s"] == "32768" and nc[ours] == "813" and nc["cuDNN FP8"] == "933"
     assert nc["cuDNN BF16"] == "603"
     assert float(nc["× cuDNN FP8"]) == pytest.approx(813.2 / 933.3, abs=0.005)
-    assert rows[("hd128", "causal")]["zyfa-hopper"] == "802"
+    assert rows[("hd128", "causal")][ours] == "802"
 
 
 def test_speed_points_name_the_kernel_that_was_timed():
@@ -211,7 +219,8 @@ def test_picture_and_frontier_line(front_doc):
     # zyfa (405.7) and ck (700.4): on the frontier exactly when neither is both faster and more accurate
     cap = {n: float(np.mean([r["deq_rel_l2"] for r in rows if r["recipe"] == n
                              and r.get("input_source") == "capture"])) for n in ("zyfa", "ck")}
-    expect = ["triton:zyfa", "triton:ck"] if cap["zyfa"] < cap["ck"] else ["triton:ck"]
+    expect = ["zyfa kernel (zyfa numerics)", "zyfa kernel (ck numerics)"] if cap["zyfa"] < cap["ck"] else \
+        ["zyfa kernel (ck numerics)"]
     assert f"Red: the Pareto frontier ({', '.join(expect)}): the implementations no other beats" in md
     assert "the recipe that emulates it" in md  # a point's error where the timed kernel has no rows here
     assert "No speed-against-accuracy picture" not in md

@@ -72,8 +72,10 @@ def test_study_with_a_kernel(tmp_path, monkeypatch, capsys):
     for key, t in tables.items():
         if key not in ("t-real-vs-emulated", "t-real-not-run", "t-front-error", *beside):
             assert not any("plugin:" in cell for line in t for cell in line), key
-    front_row = next(line for line in tables["t-front-error"] if line[0] == f"plugin:{EXAMPLE}")
-    assert front_row[1].startswith("measured on ")
+    front_row = dict(zip(tables["t-front-error"][0], next(line for line in tables["t-front-error"]
+                                                          if line[0] == f"plugin:{EXAMPLE}"), strict=True))
+    assert front_row["verdict"] == "ok" and front_row["status"].startswith("measured on ")
+    assert front_row["from"].startswith("this run (")  # the study's own rows
 
 
 @pytest.mark.skipif(not SAMPLE.is_file(), reason="shipped sample capture datasets/smollm2-lee-2048.h5 absent")
@@ -88,7 +90,11 @@ def test_study_with_failed_rows_exits_3_unless_allowed(tmp_path, monkeypatch, ca
     argv = ["study", "--captures", str(SAMPLE), "--max-tokens", "64", "--gaussian-filter", "^$", "--recipes", "zyfa",
             "--kernel", f"{bad}:attn", "--device", "cpu", "--impact", "none", "--no-progress", "--out", str(out)]
     assert main(argv) == 3
-    assert "zyfa study: 3 of 6 rows failed (3 failed)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "zyfa study: 3 of 6 rows failed (3 failed)" in err
+    # the same per-implementation lines as every scoring command (accuracy.kernel_verdicts.verdict_lines)
+    assert f"zyfa study: failed: plugin:{bad}:attn: kernel '{bad}:attn' raised RuntimeError: boom (on all 3 rows)" \
+        in err.splitlines() and "zyfa study: ok: zyfa" in err.splitlines()
     assert (out / "results.jsonl").is_file() and (out / "report.md").is_file()
     assert not (tmp_path / "study.partial.lock").exists()
     assert main([*argv, "--force", "--allow-failed"]) == 0
