@@ -325,7 +325,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         platform: the GPU whose arithmetic is emulated (a name of :data:`zyfa.platforms.PLATFORMS` or a
             :class:`~zyfa.platforms.Platform`); default the recipe's ``platform``. On a platform that truncates
             FP8 sums (``h200``), Q·K (FP8 Q and K) and P·V (FP8 P) go through its accumulator model: kept in the
-            unit (``accumulator="hopper_fp8"``: Q·K over the head dim, P·V flushed every
+            unit (``accumulator="matrix_unit"``: Q·K over the head dim, P·V flushed every
             ``accum_flush_tiles`` tiles) or flushed into fp32 every k step (``accumulator="fp32"``).
     Returns:
         :class:`Emulation` with the output, the LSE, the dequantized inputs and stats.
@@ -366,8 +366,8 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
 
     block_m, block_n = recipe.tiles(d_qk)
     # The platform's accumulation: kept bits (None: fp32) of Q·K and of P·V, and whether the kernel keeps its
-    # sums in the matrix unit (hopper_fp8) or flushes every k step into fp32 (fp32).
-    in_unit = recipe.accumulator == "hopper_fp8"
+    # sums in the matrix unit (matrix_unit) or flushes every k step into fp32 (fp32).
+    in_unit = recipe.accumulator == "matrix_unit"
     qk_fp8 = recipe.q_format in FP8_FORMATS and recipe.k_format in FP8_FORMATS
     qk_bf16 = recipe.q_format == recipe.k_format == "bf16"
     qk_bits = recipe.accum_mantissa_bits if (qk_fp8 or qk_bf16) and plat.truncates("qk", qk_fp8) else None

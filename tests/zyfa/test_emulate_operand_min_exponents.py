@@ -9,7 +9,7 @@ has smallest normal exponent ``emin`` is fed to that rule scaled by 2^(-6 - emin
 Covered here: the exponents themselves (FP8 from the formats' tables, bf16 and fp32 from the IEEE layout: 8
 exponent bits, bias 127, so 1 - 127 = -126); a bf16 or fp32 V of subnormals behind an FP8 P in P·V; the
 ``rounded_mma`` row sum (P·ones in the unit, ones at exponent 0) with subnormal e5m2 P; that row sum kept as one
-chain over the tile in the unit (``accumulator="hopper_fp8"``); the per-tile P·V of ``v_descale="tile"``.
+chain over the tile in the unit (``accumulator="matrix_unit"``); the per-tile P·V of ``v_descale="tile"``.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def _q_k_for_log2_probabilities(t: torch.Tensor):
     return q, k
 
 
-@pytest.mark.parametrize("accumulator", ["hopper_fp8", "fp32"])
+@pytest.mark.parametrize("accumulator", ["matrix_unit", "fp32"])
 def test_rounded_mma_row_sum_counts_subnormal_e5m2_p_at_minus_14(accumulator):
     """rowsum='rounded_mma': the row sum is P·ones on the unit. In a second tile whose probabilities are all
     2^-24..2^-22 of the row max (P·2^8: e5m2 subnormals, multiples of 2^-16) and an 8-bit accumulator, P counts at
@@ -136,10 +136,10 @@ def test_rounded_mma_row_sum_counts_subnormal_e5m2_p_at_minus_14(accumulator):
 
 
 def test_rounded_mma_row_sum_is_one_chain_over_the_tile_in_the_unit():
-    """accumulator='hopper_fp8': P·ones over a 64-key tile is one chain of two k steps in the unit, so the first
+    """accumulator='matrix_unit': P·ones over a 64-key tile is one chain of two k steps in the unit, so the first
     step's sum (probabilities 2^-14..2^-10 of the max, P·2^8 with bits down to 2^-9) is truncated against the second
     step's largest exponent (P = 2^8 at the max): the rule's chain, not two steps added in fp32."""
-    r = _recipe(name="hopper-rowsum-chain", rowsum="rounded_mma", accumulator="hopper_fp8", block_n=64,
+    r = _recipe(name="hopper-rowsum-chain", rowsum="rounded_mma", accumulator="matrix_unit", block_n=64,
                 q_format="fp32", k_format="fp32")
     g = torch.Generator().manual_seed(5)
     # first k step: t in (-14, -10); second: the row max (t in (-1, 0])
@@ -156,10 +156,10 @@ def test_rounded_mma_row_sum_is_one_chain_over_the_tile_in_the_unit():
     assert not np.array_equal(_stepwise_rule(p8, ones, -6, 0), want)  # flushing each step would differ
 
 
-@pytest.mark.parametrize("accumulator", ["hopper_fp8", "fp32"])
+@pytest.mark.parametrize("accumulator", ["matrix_unit", "fp32"])
 def test_per_tile_pv_of_v_descale_tile_counts_subnormal_e5m2_v_at_minus_14(accumulator):
     """v_descale='tile' (P·V of each tile computed apart, then scaled and added in fp32): a 64-key tile of e5m2
-    subnormal V goes through the accumulator with V at e5m2's -14; in the unit (hopper_fp8) as one chain over the
+    subnormal V goes through the accumulator with V at e5m2's -14; in the unit (matrix_unit) as one chain over the
     tile's two k steps, with accumulator='fp32' each step flushed into fp32. The output is that P·V over the fp32
     row sum of P·2^8; V at -6, or the other accumulation, gives another."""
     r = _recipe(name=f"hopper-vtile-{accumulator}", v_format="e5m2", v_descale="tile", accumulator=accumulator,
@@ -170,10 +170,10 @@ def test_per_tile_pv_of_v_descale_tile_counts_subnormal_e5m2_v_at_minus_14(accum
     codes = torch.randint(1, 4, (1, 1, 64, 64), generator=g)  # e5m2 subnormal codes: 1..3 · 2^-16
     v = codes.float() * 2.0 ** -16
     p8, l, v8, emu = _one_tile_pv(q, k, v, r)
-    mma, other = (_rule, _stepwise_rule) if accumulator == "hopper_fp8" else (_stepwise_rule, _rule)
+    mma, other = (_rule, _stepwise_rule) if accumulator == "matrix_unit" else (_stepwise_rule, _rule)
     want = mma(p8, v8, -6, -14) / l
     got = emu.out[0, 0].double().numpy()
     assert _rel(got, want) < 2e-6
     assert _rel(mma(p8, v8, -6, -6) / l, want) > 1e-4
-    if accumulator == "hopper_fp8":
+    if accumulator == "matrix_unit":
         assert _rel(other(p8, v8, -6, -14) / l, want) > 1e-5

@@ -214,9 +214,9 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
     p_fp8 = r.p_format in FMAX
     fmax = FMAX[r.p_format] if p_fp8 else 1.0
     # The platform (docs/PLATFORMS.md): h200 truncates FP8 sums in both Q·K and P·V (kept in the unit with
-    # accumulator="hopper_fp8", every k step flushed into fp32 with "fp32"); mi355x and BF16 sum in fp32.
+    # accumulator="matrix_unit", every k step flushed into fp32 with "fp32"); mi355x and BF16 sum in fp32.
     truncating = r.platform == "h200"
-    in_unit = r.accumulator == "hopper_fp8"
+    in_unit = r.accumulator == "matrix_unit"
     qk_fp8 = r.q_format in FMAX and r.k_format in FMAX
     hopper = in_unit and p_fp8 and truncating
     pv_steps = not in_unit and p_fp8 and truncating

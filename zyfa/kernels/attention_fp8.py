@@ -25,7 +25,7 @@ Recipe fields the kernel honours (others are refused with ``ValueError`` naming 
 (``mad_offset``, ``mad_rounding``); ``p_format`` e4m3fn; ``p_scale`` none, fmax (exp2 only), pow2, pow2_block
 (``p_scale_granularity`` row/tile, ``p_block_max_log2``); ``rowsum`` fp32/rounded; ``v_descale`` end (tile with
 per-block V); ``accumulator`` fp32 (Triton's partial accumulator flushed into fp32 every k=32 step: the closest Triton
-gets to true fp32 on Hopper) or hopper_fp8 with ``accum_flush_tiles`` 0 (never), 1 or N; ``reciprocal``
+gets to true fp32 on Hopper) or matrix_unit with ``accum_flush_tiles`` 0 (never), 1 or N; ``reciprocal``
 div/rcp; ``out_format`` bf16_rne, bf16_trunc, fp32. ``accum_mantissa_bits`` describes the hardware and is
 not a kernel choice.
 """
@@ -141,13 +141,13 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
         raise _refuse(r, "out_format", r.out_format, ", ".join(map(repr, out_modes)))
     if r.accumulator == "fp32":
         qk_k32, pv_mode, flush = True, 1, 0
-    elif r.accumulator == "hopper_fp8":
+    elif r.accumulator == "matrix_unit":
         n = int(r.accum_flush_tiles)
         if n < 0:
             raise _refuse(r, "accum_flush_tiles", n, ">= 0")
         qk_k32, pv_mode, flush = False, (0 if n == 0 else 4 if n == 1 else 3), n
     else:
-        raise _refuse(r, "accumulator", r.accumulator, "'fp32', 'hopper_fp8'")
+        raise _refuse(r, "accumulator", r.accumulator, "'fp32', 'matrix_unit'")
     mad_bias = 56.0 + float(r.mad_offset)
     if r.exp_method == "mad_fp8" and r.mad_rounding == "trunc":
         mad_bias -= 0.5  # magic-number path: floor(x) = RNE(x - 0.5) except at exact odd integers (ties)
