@@ -110,10 +110,10 @@ class Recipe:
             matrix unit's accumulator: Q·K over the whole head dim, P·V across KV tiles until a flush
             (``accum_flush_tiles``); on ``h200`` each k=32 step aligns the
             products (each at the sum of its operands' exponents) and the accumulator to the largest, truncates
-            them ``accum_mantissa_bits`` bits below it and truncates the sum to as many bits below its own
+            them the platform's ``accum_bits`` bits below it and truncates the sum to as many bits below its own
             leading bit (zyfa.platforms.truncating_mma, fitted bit for bit on the H200); on ``mi355x`` it is fp32.
-        accum_mantissa_bits: bits a truncating accumulator keeps (13: the H200 fit; SageAttention2 describes
-            FP22, DeepSeek-V3 about 14); used only on a platform that truncates.
+            The bits are the platform's (:attr:`zyfa.platforms.Platform.accum_bits`), never the recipe's: they
+            describe the hardware, and no kernel chooses them.
         accum_flush_tiles: with ``matrix_unit``, add the tensor-core accumulator into a true fp32
             accumulator every N KV tiles (two-level accumulation, SageAttention2 / vLLM FA); 0 = never.
         reciprocal: ``div``: O = acc / l (correctly rounded); ``rcp``: O = acc · fp32(1/l).
@@ -157,7 +157,6 @@ class Recipe:
     rowsum: str = "fp32"
     v_descale: str = "end"
     accumulator: str = "fp32"
-    accum_mantissa_bits: int = 13
     accum_flush_tiles: int = 0
     reciprocal: str = "div"
     out_format: str = "bf16_rne"
@@ -239,7 +238,7 @@ class Recipe:
             raise ValueError(f"recipe {self.name!r}: mad_offset must be a finite number, got {v!r}")
         ranges = {"block_m": (1, None), "block_n": (1, None), "scale_block_q": (1, None),
                   "scale_block_kv": (1, None), "p_scale_log2": (-126, 127), "p_block_max_log2": (-126, 127),
-                  "accum_mantissa_bits": (1, 23), "accum_flush_tiles": (0, None),
+                  "accum_flush_tiles": (0, None),
                   "rotation_seed": (0, None)}
         for name, (lo, hi) in ranges.items():
             v = getattr(self, name)

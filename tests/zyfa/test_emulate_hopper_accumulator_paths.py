@@ -3,14 +3,15 @@ flush into fp32 every N KV tiles, against the accumulation written out here in f
 
 The accumulator model, as docs/PLATFORMS.md documents it (fitted bit for bit on the H200): at each k = 32 step the
 32 exact products (each at the sum of its operands' exponents) and the incoming accumulator are aligned to the
-largest exponent among them and truncated toward zero to ``accum_mantissa_bits`` bits below it, summed exactly, and
-the sum truncated toward zero to ``accum_mantissa_bits`` bits below its own leading bit. Its input P is the
+largest exponent among them and truncated toward zero to the platform's ``accum_bits`` bits below it, summed
+exactly, and the sum truncated toward zero to as many bits below its own leading bit. Its input P is the
 emulator's own rounded P (from the trace): what is checked here is the accumulation of a P given, the one step these
 tests are about. V is exactly representable in e4m3fn with amax 448, so its descale is 1 and V8 = V.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -19,6 +20,7 @@ import torch
 
 from tests.zyfa.hopper_rule import hopper_mma
 from zyfa.emulator import emulate
+from zyfa.platforms import H200
 from zyfa.recipes import get_recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -57,14 +59,13 @@ def test_per_tile_pv_product_is_truncated_by_the_accumulator_model():
     r = _fixed_p_scale_hopper(
         name="hopper-vtile-3bits",
         v_descale="tile",
-        accum_mantissa_bits=3,
         reciprocal="div",
         block_m=4,
         block_n=32,
     )
     q, k, v = _inputs(32, seed=1)
     trace: list = []
-    emu = emulate(q, k, v, r, sm_scale=1.0, trace=trace)
+    emu = emulate(q, k, v, r, sm_scale=1.0, trace=trace, platform=dataclasses.replace(H200, accum_bits=3))
     assert len(trace) == 1 and emu.v_deq.abs().max().item() == 448.0
     p8 = trace[0]["p8"][0, 0].double().numpy()
     t = trace[0]["t"][0, 0].double().numpy()
@@ -85,14 +86,13 @@ def test_flush_every_n_tiles_follows_the_tile_index_from_key_0(flush):
     r = _fixed_p_scale_hopper(
         name=f"hopper-flush{flush}",
         accum_flush_tiles=flush,
-        accum_mantissa_bits=8,
         reciprocal="div",
         block_m=4,
         block_n=32,
     )
     q, k, v = _inputs(7 * 32, seed=2)
     trace: list = []
-    emu = emulate(q, k, v, r, sm_scale=1.0, trace=trace)
+    emu = emulate(q, k, v, r, sm_scale=1.0, trace=trace, platform=dataclasses.replace(H200, accum_bits=8))
     assert len(trace) == 7 and emu.v_deq.abs().max().item() == 448.0
     ts = [tr["t"][0, 0].double().numpy() for tr in trace]
     assert (ts[0][:, 0] == 0).all() and all((t < 0).all() for t in ts[1:])  # the running max stays at key 0

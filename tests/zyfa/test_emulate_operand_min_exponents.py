@@ -14,12 +14,15 @@ chain over the tile in the unit (``accumulator="matrix_unit"``); the per-tile PÂ
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
 from tests.zyfa.hopper_rule import hopper_mma
 from zyfa.emulator import _min_exp, emulate
+from zyfa.platforms import H200
 from zyfa.recipes import get_recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -117,14 +120,14 @@ def test_rounded_mma_row_sum_counts_subnormal_e5m2_p_at_minus_14(accumulator):
     e5m2's -14 (ones at 0): the largest exponent is -14, the quantum 2^-22, the sum exact. Counted at -6 (e4m3fn's,
     or V's format here) the quantum is 2^-14 and every subnormal P is cut to 0. The traced row sum is the rule's."""
     r = _recipe(name=f"hopper-rowsum-e5m2-{accumulator}", p_format="e5m2", rowsum="rounded_mma",
-                accum_mantissa_bits=8, accumulator=accumulator, q_format="fp32", k_format="fp32")
+                accumulator=accumulator, q_format="fp32", k_format="fp32")
     g = torch.Generator().manual_seed(4)
     # tile 1: the row max (t in (-1, 0]); tile 2: t in (-23.9, -22.1)
     t = torch.cat([-torch.rand(32, generator=g), torch.empty(32).uniform_(-23.9, -22.1, generator=g)])
     q, k = _q_k_for_log2_probabilities(t)
     v = torch.randn(1, 1, 64, 64, generator=g)
     trace: list = []
-    emulate(q, k, v, r, sm_scale=1.0, trace=trace)
+    emulate(q, k, v, r, sm_scale=1.0, trace=trace, platform=dataclasses.replace(H200, accum_bits=8))
     assert [tr["cols"] for tr in trace] == [(0, 32), (32, 64)]
     p8 = trace[1]["p8"][0, 0].double().numpy()
     assert ((p8 > 0) & (p8 < 2.0 ** -14)).mean() > 0.9  # e5m2 subnormals

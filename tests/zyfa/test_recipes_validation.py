@@ -161,7 +161,7 @@ def test_mad_offset_refuses_non_numbers_and_non_finite(value):
 # field -> (lowest allowed, highest allowed or None), from the field documentation
 RANGES = {
     "block_m": (1, None), "block_n": (1, None), "scale_block_q": (1, None), "scale_block_kv": (1, None),
-    "p_scale_log2": (-126, 127), "p_block_max_log2": (-126, 127), "accum_mantissa_bits": (1, 23),
+    "p_scale_log2": (-126, 127), "p_block_max_log2": (-126, 127),
     "accum_flush_tiles": (0, None),
 }
 

@@ -26,8 +26,8 @@ Recipe fields the kernel honours (others are refused with ``ValueError`` naming 
 (``p_scale_granularity`` row/tile, ``p_block_max_log2``); ``rowsum`` fp32/rounded; ``v_descale`` end (tile with
 per-block V); ``accumulator`` fp32 (Triton's partial accumulator flushed into fp32 every k=32 step: the closest Triton
 gets to true fp32 on Hopper) or matrix_unit with ``accum_flush_tiles`` 0 (never), 1 or N; ``reciprocal``
-div/rcp; ``out_format`` bf16_rne, bf16_trunc, fp32. ``accum_mantissa_bits`` describes the hardware and is
-not a kernel choice.
+div/rcp; ``out_format`` bf16_rne, bf16_trunc, fp32. The accumulator's kept bits describe the hardware
+(``Platform.accum_bits``) and are not a kernel choice.
 """
 
 from __future__ import annotations
