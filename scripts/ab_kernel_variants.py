@@ -7,8 +7,8 @@ One call, from the repository root, with the cuDNN frontend wheel installed into
 1. compiles every variant in parallel (256 tokens); 2. checks that each variant marked ``same_bits`` gives the
 default's output and LSE bit for bit (GQA, batch 2, 1000 tokens, causal or not, and inputs with huge logits);
 3. times every variant at --seq tokens, --rounds times interleaved, with cuDNN FP8 per shape. Writes
-DIR/ab_kernel_variants.txt (DIR = $OUT or /tmp). docs/kernel_notes.md has the numbers of its runs; the variants of
-earlier A/B runs are in git history (docs/kernel_notes.md, "Scripts in git history").
+DIR/ab_kernel_variants.txt (DIR = $OUT or /tmp). docs/KERNEL.md has the numbers of its runs that set a default; the
+scripts of earlier A/B runs are in git history (reports/history.md, "Documents and scripts").
 
 The variant sets (--set; each variant is name, shape, causal, recipe, config, same_bits): ``mad-guard``, the MAD
 clamp at code 126 of the fused MAD kept (MAD_CVT 3, the default before the per-program guard), left out where the

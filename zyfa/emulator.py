@@ -275,7 +275,7 @@ def round_to_fp8_fast(x: torch.Tensor, fmt: str) -> torch.Tensor:
     """Saturating RNE cast of finite values through torch's native FP8 dtypes.
 
     Bit-identical to :func:`zyfa.formats.round_to_fp8` (``saturate=True``) on finite inputs, which
-    tests/zyfa/test_emulator.py checks; about 5x faster on CPU, so the emulator's hot loop uses it.
+    tests/zyfa/test_emulator.py checks; faster on CPU, so the emulator's hot loop uses it.
     """
     f = get_format(fmt)
     return x.clamp(-f.max_normal, f.max_normal).to(f.torch_dtype).float()

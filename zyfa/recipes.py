@@ -100,7 +100,7 @@ class Recipe:
         rowsum: ``fp32`` row sum from the unrounded probabilities (every peer), or ``rounded``: from the
             same rounded P that feeds P·V (ZYFA technique 3), summed in fp32; ``rounded_mma``: the same sum
             taken on the matrix unit as P8 · ones, a fresh accumulator every KV tile (with ``matrix_unit`` it
-            truncates like P·V; our Hopper kernel's cheap form of technique 3, docs/kernel_notes.md).
+            truncates like P·V; our Hopper kernel's cheap form of technique 3, docs/KERNEL.md).
         v_descale: apply V's descale to each tile's P·V product (``tile``) or once to the output (``end``).
         accumulator: where the kernel keeps its sums, an algorithm choice whose numerics depend on the platform.
             ``fp32``: in true fp32: on a platform whose matrix unit accumulates FP8 in fp32 (``mi355x``) that

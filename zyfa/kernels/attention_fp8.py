@@ -7,7 +7,7 @@ of keys, one value per KV tile (KD_TILE: the kernel reads one scalar per tile, s
 must be a multiple of ``block_n``); V also per channel (on the output's columns) or per block of keys with
 ``v_descale='tile'`` (each tile's P·V scaled before it is added). The scores are scaled by
 c = (sm_scale·log2e·qd)·kd exactly where and in the order the emulator scales them. The per-head forms compile to
-the same binary as before the other forms existed (constexpr switches; SASS compared, docs/kernel_notes.md).
+the same binary as before the other forms existed (constexpr switches; SASS compared, docs/KERNEL.md).
 :func:`attention_fp8_quantized` quantizes float inputs exactly as the emulator does
 (:func:`zyfa.emulator.quantize_inputs`: the recipe's ``qk_rotation`` and ``k_smoothing`` included) and calls it; with
 K smoothing it adds sm_scale·q·mean(k) back to the LSE, as the emulator does, so the LSE is that of the unsmoothed
@@ -71,7 +71,7 @@ SUPPORTED_V_DIMS = (64, 128, 256)
 SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 _FP8 = torch.float8_e4m3fn
 LAST_LAUNCH: dict = {}  # "kernel": the compiled kernel of the last launch (n_regs, n_spills for ablations)
-HD128_CAUSAL_MAXNREG = 168  # register cap for hd128 causal (timed 128/168/200/none on the H200, docs/kernel_notes.md)
+HD128_CAUSAL_MAXNREG = 168  # register cap for hd128 causal: three programs per SM (measured: docs/KERNEL.md)
 P_PERM_DEFAULT = 1  # P's columns and V's keys in k32_key_order (see prepare_vt)
 
 
@@ -212,8 +212,8 @@ def mad_codes_bounded(plan: KernelPlan) -> bool:
 
 # How far the fused MAD's code at a row max can sit above the recipe's exact bound: the roundings of m = fl(s·c), of
 # t_max, of the row bias and of the FFMA add at most (2^-21 + 2^-20)·|m| (|m| the row max in log2 units) and a few
-# 1e-5 that do not grow with |m| (derivation in docs/kernel_notes.md); 2e-6 per unit of |m| and 1e-4 keep a margin
-# on both, and tests/kernels replay the arithmetic in fp32 to check it (measured: 4.8e-7·|m| and 3.4e-5 at most).
+# 1e-5 that do not grow with |m| (derivation and the measured worst case in docs/KERNEL.md); 2e-6 per unit of |m| and
+# 1e-4 keep a margin on both, and tests/kernels replay the arithmetic in fp32 to check it.
 MAD_FUSED_DRIFT = 2e-6
 MAD_FUSED_DRIFT0 = 1e-4
 
@@ -241,7 +241,7 @@ def default_mad_cvt(plan: KernelPlan, mad_t: int) -> int:
     fused MAD, whose codes drift by up to MAD_FUSED_DRIFT·|m|: the kernel bounds every row max |m| of a program by
     DQK·448²·c before its loops and runs them without the clamp where that is at most :func:`mad_m_safe`, with
     one fp32 min (3) otherwise (the same bits as 3 either way). 3 where the recipe leaves no margin. The packed
-    u16x2 clamp (5) has fewer instructions but measured the same as 3 on the H200 (docs/kernel_notes.md).
+    u16x2 clamp (5) has fewer instructions but was no faster than 3 on the H200 (docs/KERNEL.md).
     0 for exp2 recipes (unused)."""
     if not plan.exp_mad:
         return 0
@@ -251,58 +251,58 @@ def default_mad_cvt(plan: KernelPlan, mad_t: int) -> int:
 
 
 def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
-    """Tile sizes and launch options (set from the H200 sweeps in docs/kernel_notes.md).
+    """Tile sizes and launch options, each set by a measurement on the H200 (docs/KERNEL.md, "The launch defaults",
+    has every one beside the command that measured it).
 
-    MAD_T: 0 (one fused FFMA per score, +6-8% on the H200) for MAD recipes whose row maxima are off the
-    rounding boundary (:func:`fused_mad_is_exact`: the zyfa family), else 1 (t exactly as the emulator).
-    MAD_CVT: :func:`default_mad_cvt` (the FFMA's saturation clamps at 0: 2-2.5 FMNMX per score fewer).
-    PIPELINE_QK: 0 (the hand-pipelined loop is serialised by Triton 3.6 on sm_90: docs/kernel_notes.md).
+    MAD_T: 0 (one fused FFMA per score) for MAD recipes whose row maxima are off the rounding boundary
+    (:func:`fused_mad_is_exact`: the zyfa family), else 1 (t exactly as the emulator).
+    MAD_CVT: :func:`default_mad_cvt` (the FFMA's saturation is the clamp at 0: fewer FMNMX per score).
+    PIPELINE_QK: 0 (the hand-pipelined loop is serialised by Triton 3.6 on sm_90).
     P_PERM: 1 (P's columns and V's keys reordered within each 32-key step: no shuffles before the P·V wgmma).
-    PV_MODE 2 instead of the plan's 4 at d 256 (the same per-tile flush, through Triton's partial accumulator).
-    maxnreg 168 (three programs per SM) for hd128 causal (+15% measured in session 1) and for the exp2 recipes at
-    d 64 non-causal; at d 64 causal, for every recipe, three pipeline stages and maxnreg 128 (four programs per SM:
-    +2-12%); at d 64 non-causal for the MAD recipes three stages (+2-5%; at d 128 and MLA they cost 4% and 20%) in
-    128-row programs of two warpgroups without the cap (+5%; -21% causal, -20% at d 128: docs/kernel_notes.md).
+    PV_MODE 2 instead of the plan's 4 at d 256 (the same per-tile flush, through Triton's partial accumulator: fewer
+    spills). maxnreg 168 (three programs per SM) for hd128 causal and for the exp2 recipes at d 64 non-causal; at
+    d 64 causal, for every recipe, three pipeline stages and maxnreg 128 (four programs per SM); at d 64 non-causal
+    for the MAD recipes three stages in 128-row programs of two warpgroups without the cap (slower causal, at d 128
+    and at MLA, so only there).
     DV_SPLIT 2 at d 256 (O's columns in two halves, one P·V dot each: fewer spills, the same output bit for bit);
-    at d_v 128 it is slower (measured), so 1 there. VT_EARLY 1 at d 256 for the Hopper-accumulator recipes (Vᵀ's
-    tile loaded beside K's, the same bits; +3-7% there, 0-3% slower below). EXP2_SUM 1 for exp2 recipes with the
-    rounded row sum (P's codes from a conversion of their own, the sum decoded from them; 0 re-rounds p in fp32:
-    the same bits, more instructions; the sum read back from P's FP8 tensor was compiled wrong, kernel_notes.md).
+    slower at d_v 128, so 1 there. VT_EARLY 1 at d 256 for the Hopper-accumulator recipes (Vᵀ's tile loaded beside
+    K's, the same bits; slower below d 256). EXP2_SUM 1 for exp2 recipes with the rounded row sum (P's codes from a
+    conversion of their own, the sum decoded from them; 0 re-rounds p in fp32: the same bits, more instructions;
+    the sum read back from P's FP8 tensor was compiled wrong).
     """
-    # H200 sweeps (docs/kernel_notes.md): 64-row tiles, one warpgroup, two programs per SM (their softmax
-    # and matmuls interleave) beat 128-row tiles on two warpgroups for d <= 192; d = 256 needs 128 rows.
+    # 64-row tiles, one warpgroup, two programs per SM (their softmax and matmuls interleave) beat 128-row tiles on
+    # two warpgroups for d <= 192; d = 256 needs 128 rows.
     mad_t = 0 if fused_mad_is_exact(plan) else 1
     cfg = {"BLOCK_M": 64, "num_warps": 4, "num_stages": 2, "TMA": True, "WS": False,
            "MAD_CVT": default_mad_cvt(plan, mad_t), "MAD_T": mad_t, "PIPELINE_QK": 0, "P_PERM": P_PERM_DEFAULT}
     if d_v >= 256 or d_qk >= 256:
         cfg.update(BLOCK_M=128, num_warps=8, num_stages=3)
         if plan.pv_mode == 4:
-            cfg["PV_MODE"] = 2  # per-tile flush through Triton's partial accumulator: fewer spills, +12% at hd256
+            cfg["PV_MODE"] = 2  # per-tile flush through Triton's partial accumulator: fewer spills at hd256
         if plan.pv_mode != 3:
             # P·V as two dots over O's column halves: the per-tile product needs half the registers (spills
-            # 128/162 -> 24/24 LDL/STL), bit-identical output; +17% / +13% for zyfa-hopper at hd256 (kernel_notes)
+            # far fewer LDL/STL), bit-identical output (docs/KERNEL.md)
             cfg["DV_SPLIT"] = 2
         if plan.rowsum_rounded == 2:
             cfg["num_stages"] = 2  # the ones tile of the tensor-core row sum: 3 stages need 236.5 KB > 227 KB
         if not plan.qk_k32:
-            # Vᵀ's tile loaded beside K's (one mbarrier per stage, no CTA barrier inside the softmax): +3%
-            # zyfa-hopper, +4-7% fa3 at hd256; at d <= 192 it is 0-3% slower (docs/kernel_notes.md, "V loaded
-            # beside K"); the fp32-accumulation recipes are refused it (resolve_config)
+            # Vᵀ's tile loaded beside K's (one mbarrier per stage, no CTA barrier inside the softmax): faster at
+            # hd256, not at d <= 192 (docs/KERNEL.md); the fp32-accumulation recipes are refused it (resolve_config)
             cfg["VT_EARLY"] = 1
     elif d_qk <= 64 and not plan.qk_k32:
         if causal:
-            # four programs per SM (54 KB of shared memory each, at most 128 registers): +2-6% for zyfa-hopper,
-            # +12% for fa3 flushed per tile against three (docs/kernel_notes.md, "Four programs per SM at hd64")
+            # four programs per SM (54 KB of shared memory each, at most 128 registers): faster than three for
+            # zyfa-hopper and fa3 flushed per tile (docs/KERNEL.md)
             cfg.update(num_stages=3, maxnreg=128)
         elif plan.exp_mad:  # measured with zyfa-hopper; the exp2 recipes keep the older form
-            # K/V three tiles deep (+2-5%) and two warpgroups sharing K/V (+5% non-causal, -21% causal)
+            # K/V three tiles deep and two warpgroups sharing K/V (faster non-causal, slower causal)
             cfg.update(num_stages=3, BLOCK_M=128, num_warps=8)
         else:
             cfg["maxnreg"] = 168  # no spills at d 64: three programs per SM
     elif d_qk == 128 and d_v == 128 and causal and not plan.qk_k32:
         cfg["maxnreg"] = HD128_CAUSAL_MAXNREG  # small spills, but three programs per SM
     if not plan.exp_mad and plan.rowsum_rounded == 1:
-        cfg["EXP2_SUM"] = 1  # exp2 P's rounded sum from codes of their own (docs/kernel_notes.md)
+        cfg["EXP2_SUM"] = 1  # exp2 P's rounded sum from codes of their own (docs/KERNEL.md)
     if plan.block_m is not None:
         cfg["BLOCK_M"] = plan.block_m
         cfg["num_warps"] = 8 if plan.block_m >= 128 else 4
@@ -506,7 +506,7 @@ def prepare_vt(v: torch.Tensor, permute_k32: bool = True, copy: str = "auto") ->
     :func:`k32_key_order` (padding to 32), so P needs no register shuffle before its wgmma. The result records
     which order it holds; :func:`launch` refuses a mismatch with its P_PERM.
 
-    copy: "triton" (one Triton copy kernel that moves the bytes at close to memory speed, docs/kernel_notes.md),
+    copy: "triton" (one Triton copy kernel that moves the bytes at close to memory speed),
     "torch" (a permute and a contiguous copy, any device and dtype), "auto" (Triton for a CUDA tensor of a
     1-byte dtype, FP8, whose head dim is a power of two >= 16, else torch). Both give the same bytes.
     """
@@ -723,8 +723,8 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
             3.6), MAD_CVT (0 magic-number add after two fp32 clamps, 1 cvt.rni/rzi, 3/4/5/6 fma.rn.sat of x/128
             then the magic add, with an fp32 clamp at 126 / none / a packed one / none where the program's
             bound allows: :func:`default_mad_cvt`),
-            MAD_T (1 exact t as the emulator; 0 one fused FFMA, 6-8% faster, the default where
-            :func:`fused_mad_is_exact`; see docs/kernel_notes.md),
+            MAD_T (1 exact t as the emulator; 0 one fused FFMA, faster, the default where
+            :func:`fused_mad_is_exact`; see docs/KERNEL.md),
             PIPELINE_QK (1: S of the next KV tile computed before this tile's softmax, FA3's intra-warpgroup
             overlap written by hand; Triton 3.6 serialises it on sm_90), maxnreg None/0 = no cap,
             QK_K32 / PV_MODE (accumulation code, see the kernel), DV_SPLIT (2: P·V as two dots over O's column
