@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from tests.zyfa.hopper_rule import hopper_mma
-from zyfa.emulator import _min_exp, emulate
+from zyfa.emulator import emulate
+from zyfa.emulator_tile import min_exp
 from zyfa.platforms import H200
 from zyfa.recipes import get_recipe
 
@@ -61,10 +62,10 @@ def test_smallest_normal_exponent_of_each_operand_format():
     """e4m3fn -6, e4m3fnuz -7 (bias 8), e5m2 -14 (bias 15); bf16 and fp32 -126 (8 exponent bits, bias 127);
     a format with no such exponent (INT8) is one clear error naming it."""
     want = {"e4m3fn": -6, "e4m3fnuz": -7, "e5m2": -14, "bf16": -126, "fp32": -126}
-    assert {f: _min_exp(f) for f in want} == want
+    assert {f: min_exp(f) for f in want} == want
     assert 2.0 ** want["fp32"] == torch.finfo(torch.float32).tiny  # the smallest normal, independently
     with pytest.raises(ValueError, match="no accumulator operand exponent for format 'int8'"):
-        _min_exp("int8")
+        min_exp("int8")
 
 
 def _positive_v(fmt: str, g: torch.Generator) -> torch.Tensor:

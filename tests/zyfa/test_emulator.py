@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from reference.attention import attention_fp64
-from zyfa.emulator import _mma, decode_e4m3fn_fast, emulate, round_to_fp8_fast
+from zyfa.emulator import emulate
+from zyfa.emulator_tile import decode_e4m3fn_fast, mma, round_to_fp8_fast
 from zyfa.formats import decode_fp8, round_to_bf16, round_to_fp8
 from zyfa.norms import rel_l2
 from zyfa.platforms import H200
@@ -258,17 +259,17 @@ def test_hopper_accumulator_aligns_each_step_to_its_largest_term():
     b = torch.ones(32, 1)
     a[0, 0] = 2.0**10
     b[0, 0] = 2.0**10
-    assert _mma(a, b, None, 13).item() == 2.0**20
-    assert _mma(a, b, None, None).item() == 2.0**20 + 31
+    assert mma(a, b, None, 13).item() == 2.0**20
+    assert mma(a, b, None, None).item() == 2.0**20 + 31
     # the incoming accumulator is aligned too: 2^20 + 2^6 loses its 2^6 against a 2^20 step
     acc = torch.tensor([[2.0**6]])
-    assert _mma(a, b, acc, 13).item() == 2.0**20
-    assert _mma(a, b, acc, 14).item() == 2.0**20 + 64
+    assert mma(a, b, acc, 13).item() == 2.0**20
+    assert mma(a, b, acc, 14).item() == 2.0**20 + 64
     # small integer operands with no large term are exact
     g = torch.Generator().manual_seed(0)
     x = torch.randint(-8, 8, (4, 32), generator=g).float()
     y = torch.randint(-8, 8, (32, 3), generator=g).float()
-    assert torch.equal(_mma(x, y, None, 13), x @ y)
+    assert torch.equal(mma(x, y, None, 13), x @ y)
 
 
 def test_flushed_fraction_is_a_fraction_on_multi_head_inputs():

@@ -17,7 +17,7 @@ import math
 import pytest
 import torch
 
-from zyfa.emulator import _mma
+from zyfa.emulator_tile import mma
 
 STEP = 32
 
@@ -69,7 +69,7 @@ def _e4m3(shape, seed, lo=-9, hi=8):
 @pytest.mark.parametrize("k", [32, 96, 70])
 def test_signed_fp8_operands_match_the_rule_bit_for_bit(bits, k):
     a, b = _e4m3((5, k), 1), _e4m3((k, 4), 2)
-    got = _mma(a, b, None, bits)
+    got = mma(a, b, None, bits)
     assert got.dtype == torch.float32 and got.shape == (5, 4)
     assert torch.equal(got.double(), _hopper_reference(a, b, None, bits))
 
@@ -79,9 +79,9 @@ def test_incoming_accumulator_is_aligned_and_truncated_too(bits):
     a, b = _e4m3((6, 64), 3), _e4m3((64, 3), 4)
     g = torch.Generator().manual_seed(5)
     acc = torch.randn(6, 3, generator=g) * 2.0 ** torch.randint(-4, 12, (6, 3), generator=g)
-    got = _mma(a, b, acc, bits)
+    got = mma(a, b, acc, bits)
     assert torch.equal(got.double(), _hopper_reference(a, b, acc, bits))
-    assert not torch.equal(got, _mma(a, b, None, bits))
+    assert not torch.equal(got, mma(a, b, None, bits))
 
 
 def test_products_all_below_one_keep_bits_below_their_own_largest_term():
@@ -89,18 +89,18 @@ def test_products_all_below_one_keep_bits_below_their_own_largest_term():
     a, b = _e4m3((4, 64), 6, lo=-9, hi=-1), _e4m3((64, 5), 7, lo=-9, hi=-1)
     acc = _e4m3((4, 5), 8, lo=-9, hi=-3)
     for bits, c in ((6, None), (6, acc), (13, acc)):
-        assert torch.equal(_mma(a, b, c, bits).double(), _hopper_reference(a, b, c, bits))
+        assert torch.equal(mma(a, b, c, bits).double(), _hopper_reference(a, b, c, bits))
 
 
 def test_operands_of_different_batch_ranks_broadcast_like_matmul():
     """a (m, k) against b (2, 3, k, n): every (2, 3) batch gets the rule's result, as a @ b would broadcast."""
     a, b = _e4m3((3, 64), 9), _e4m3((2, 3, 64, 4), 10)
-    got = _mma(a, b, None, 13)
+    got = mma(a, b, None, 13)
     assert got.shape == (2, 3, 3, 4)
     for i in range(2):
         for j in range(3):
             assert torch.equal(got[i, j].double(), _hopper_reference(a, b[i, j], None, 13))
-    both = _mma(_e4m3((2, 3, 3, 64), 11), b, None, 13)
+    both = mma(_e4m3((2, 3, 3, 64), 11), b, None, 13)
     assert both.shape == (2, 3, 3, 4)
 
 
@@ -111,22 +111,22 @@ def test_true_fp32_accumulation_adds_the_incoming_accumulator():
     b = torch.randint(-8, 9, (2, 3, 40, 4), generator=g).float()
     acc = torch.randint(-100, 101, (2, 3, 5, 4), generator=g).float()
     want = acc.double() + a.double() @ b.double()
-    assert torch.equal(_mma(a, b, acc, None).double(), want)
-    assert torch.equal(_mma(a, b, None, None).double(), a.double() @ b.double())
+    assert torch.equal(mma(a, b, acc, None).double(), want)
+    assert torch.equal(mma(a, b, None, None).double(), a.double() @ b.double())
 
 
 def test_result_follows_the_operands_device():
     a, b = torch.empty(2, 3, 4, 64, device="meta"), torch.empty(2, 3, 64, 5, device="meta")
-    assert _mma(a, b, None, 13).device.type == "meta"
-    assert _mma(a, b, torch.empty(2, 3, 4, 5, device="meta"), 13).device.type == "meta"
+    assert mma(a, b, None, 13).device.type == "meta"
+    assert mma(a, b, torch.empty(2, 3, 4, 5, device="meta"), 13).device.type == "meta"
 
 
 def test_result_is_float32_under_a_float64_default_dtype():
     a, b = _e4m3((4, 64), 13), _e4m3((64, 3), 14)
-    want = _mma(a, b, None, 13)
+    want = mma(a, b, None, 13)
     torch.set_default_dtype(torch.float64)
     try:
-        got = _mma(a, b, None, 13)
+        got = mma(a, b, None, 13)
     finally:
         torch.set_default_dtype(torch.float32)
     assert got.dtype == torch.float32 and torch.equal(got, want)

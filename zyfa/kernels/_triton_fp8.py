@@ -552,7 +552,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         c = sm_scale_log2e * qd * kd
     c8 = c * 8.0
     if MAD_CVT == CVT_SAT_MAGIC_GUARDED:
-        # at or below mad_m_safe (attention_fp8.mad_m_safe) the fused MAD's codes stay below 126.5
+        # at or below mad_m_safe (kernel_plan.mad_m_safe) the fused MAD's codes stay below 126.5
         guarded = (DQK * FP8_MAX_SQ * c <= mad_m_safe).to(tl.int32)
     else:
         guarded = 0
