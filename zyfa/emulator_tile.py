@@ -69,7 +69,7 @@ E4M3FN_MIN_EXP = (min_exp("e4m3fn"), min_exp("e4m3fn"))
 
 
 def mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits: int | None, *,
-         min_exp: tuple[int, int] | None = None, k_step: int = WGMMA_K_FP8) -> torch.Tensor:
+        min_exp: tuple[int, int] | None = None, k_step: int = WGMMA_K_FP8) -> torch.Tensor:
     """acc + a @ b; ``hopper_bits`` models Hopper's FP8 wgmma accumulator (None: true fp32).
 
     The model is :func:`zyfa.platforms.truncating_mma` with k = 32 steps (fitted on the H200 through Triton's
@@ -87,7 +87,7 @@ def mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits:
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, bits: int | None, in_unit: bool, *,
-          min_exp: tuple[int, int] | None = None, k_step: int = WGMMA_K_FP8):
+         min_exp: tuple[int, int] | None = None, k_step: int = WGMMA_K_FP8):
     """acc + a @ b on the platform: fp32 (``bits`` None); the chain kept in the truncating accumulator
     (``in_unit``); or each k step flushed into fp32 (a kernel keeping a true fp32 sum on that platform).
     ``min_exp`` as in :func:`mma`."""
@@ -172,7 +172,7 @@ class Tiling:
 
 
 def qk_tile(tg: Tiling, q_rows: torch.Tensor, k8t_tile: torch.Tensor, qd_rows: torch.Tensor,
-             kd_tile: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+            kd_tile: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """Scores of one tile: Q·K as raw FP8 products in fp32, or through the platform's accumulator (a d/32-step
     chain from zero per tile in the unit, or each step flushed into fp32); scaled by c = (sm_scale·log2e·qd)·kd in
     that order; masked to -inf."""
@@ -258,7 +258,7 @@ def tile_row_sum(tg: Tiling, p8: torch.Tensor, p_sum_src: torch.Tensor | None) -
 
 
 def pv_update(tg: Tiling, p8: torch.Tensor, v_tile: torch.Tensor, vd: torch.Tensor, acc: torch.Tensor,
-               acc_tc: torch.Tensor | None, alpha: torch.Tensor, unscale: torch.Tensor | None, c0: int):
+              acc_tc: torch.Tensor | None, alpha: torch.Tensor, unscale: torch.Tensor | None, c0: int):
     """O += P·V: into the tensor-core accumulator (flushed into fp32 every ``accum_flush_tiles`` tiles), or scaled
     per tile and added to the fp32 accumulator, or chained into it: (acc, acc_tc)."""
     recipe = tg.recipe
