@@ -10,8 +10,8 @@ sum decoded from codes of a conversion of their own); with ``EXP2_SUM: 0`` (p ro
 bit for bit with the old kernel's, then timed interleaved (5 rounds of ``triton.testing.do_bench``, median).
 --technique-1: the kernel notes' technique-1 comparison instead, at 32K tokens (hd128, 16 heads, non-causal and
 causal, bf16 inputs): zyfa-hopper (MAD) beside the Hopper-accumulator zyfa-exp2 in those forms, with TFLOP/s. One
-JSON line per case, on stdout and in --out (default: $OUT/ab_exp2_row_sum.jsonl, or /tmp). docs/kernel_notes.md,
-"The exp2 row sum read back from P's FP8 codes", has the numbers.
+JSON line per case, on stdout and in --out (default: $OUT/ab_exp2_row_sum.jsonl, or /tmp). docs/KERNEL.md
+("The launch defaults", "Tried and not kept") has the numbers.
 """
 import argparse
 import functools
@@ -25,7 +25,7 @@ import triton.testing
 import zyfa.kernels._triton_fp8 as kernel_module
 from zyfa.kernels.attention_fp8 import attention_fp8, quantize_for_kernel
 
-RECIPES = ("zyfa-exp2", "zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1")
+RECIPES = ("zyfa-exp2", "zyfa-exp2:accumulator=matrix_unit,accum_flush_tiles=1")
 SHAPES = ((128, 8192, False), (128, 8192, True), (64, 8192, False))  # (head dim, tokens, causal)
 
 

@@ -7,8 +7,8 @@ One call, from the repository root, with the cuDNN frontend wheel installed into
 1. compiles every variant in parallel (256 tokens); 2. checks that each variant marked ``same_bits`` gives the
 default's output and LSE bit for bit (GQA, batch 2, 1000 tokens, causal or not, and inputs with huge logits);
 3. times every variant at --seq tokens, --rounds times interleaved, with cuDNN FP8 per shape. Writes
-DIR/ab_kernel_variants.txt (DIR = $OUT or /tmp). docs/kernel_notes.md has the numbers of its runs; the variants of
-earlier A/B runs are in git history (docs/kernel_notes.md, "Scripts in git history").
+DIR/ab_kernel_variants.txt (DIR = $OUT or /tmp). docs/KERNEL.md has the numbers of its runs that set a default; the
+scripts of earlier A/B runs are in git history (reports/history.md, "Documents and scripts").
 
 The variant sets (--set; each variant is name, shape, causal, recipe, config, same_bits): ``mad-guard``, the MAD
 clamp at code 126 of the fused MAD kept (MAD_CVT 3, the default before the per-program guard), left out where the
@@ -101,8 +101,8 @@ def variant_set(name):
     elif name == "block-n":
         one_wg = {"BLOCK_M": 64, "num_warps": 4}
         four = {"maxnreg": 128, "num_stages": 2}  # hd128, 64-key tiles: four programs per SM (41 KB, <= 128 regs)
-        never = "aiter:accumulator=hopper_fp8,accum_flush_tiles=0"
-        flushed = "aiter:accumulator=hopper_fp8,accum_flush_tiles=1"
+        never = "aiter:accumulator=matrix_unit,accum_flush_tiles=0"
+        flushed = "aiter:accumulator=matrix_unit,accum_flush_tiles=1"
 
         def bn64(r):
             return r + (",block_n=64" if ":" in r else ":block_n=64")
@@ -130,7 +130,7 @@ def variant_set(name):
             add("default", "hd256", c, "fa3", None)
             add("V loaded beside K (one mbarrier)", "hd256", c, "fa3", {"VT_EARLY": 1})
     elif name == "vt-early-next":  # launch shapes again, now that V can come beside K (all lost at fb79c9b)
-        never = "aiter:accumulator=hopper_fp8,accum_flush_tiles=0"
+        never = "aiter:accumulator=matrix_unit,accum_flush_tiles=0"
         for c in (False, True):
             for shape in ("hd128", "mla"):  # two warpgroups per program: what the barrier inside the softmax held back
                 add("default", shape, c, "zyfa-hopper", None)
@@ -146,7 +146,7 @@ def variant_set(name):
         # PV_MODE 2 (the per-tile flush through Triton's partial accumulator) makes ptxas serialize every wgmma of the
         # kernel at hd256 (advisory C7514: each QGMMA waited before the next); the explicit fresh product and add
         # (PV_MODE 4) with O's column halves and V beside K compiles without it
-        flushed = "aiter:accumulator=hopper_fp8,accum_flush_tiles=1"
+        flushed = "aiter:accumulator=matrix_unit,accum_flush_tiles=1"
         for c in (False, True):
             add("default (PV_MODE 2)", "hd256", c, "zyfa-hopper", None)
             add("PV_MODE 4 (fresh product added: no serialized wgmma)", "hd256", c, "zyfa-hopper", {"PV_MODE": 4},

@@ -10,7 +10,7 @@ its emulation's error on Qwen2.5-Coder's layer 0 (docs/real_kernels.md).
 
     A=triton-amd:p_scale=tile_amax
     python3 scripts/compare_pairings.py --impl flash-attn-triton-amd \\
-        --specs "$A@h200;$A,accumulator=hopper_fp8,accum_flush_tiles=1@h200" \\
+        --specs "$A@h200;$A,accumulator=matrix_unit,accum_flush_tiles=1@h200" \\
         --captures 'datasets/*.h5' --gaussian --out pairings.json
 
 Specs are separated by ';' when a spec itself holds commas (``--specs 'a:x=1,y=2@h200;b@h200'``); with no ';'

@@ -12,7 +12,7 @@ and code match the binary the H200 runs.
 Prints the resolved config, registers, spills, shared memory, an instruction histogram (QGMMA, MUFU.EX2, F2I,
 F2FP, I2F ...) and whether ptxas serialized the wgmma (its advisory C7514, which Triton does not show).
 ``--dump FILE`` writes the SASS: compiling before and after a change and comparing the dumps shows
-whether a refactor changed the binary (docs/kernel_notes.md, 'Reproduce').
+whether a refactor changed the binary (docs/KERNEL.md, 'Checks').
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def wgmma_serialized(ck) -> str | None:
 
     ptxas serializes every wgmma of a kernel (each QGMMA group waited before the next is issued) when it cannot
     keep them in flight, e.g. where other instructions read a wgmma's accumulator between its issue and its wait
-    (docs/kernel_notes.md, "wgmma serialized by ptxas"); Triton does not show the advisory."""
+    (docs/KERNEL.md: the per-tile flush at d <= 192); Triton does not show the advisory."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "k.ptx")
         with open(path, "w") as f:

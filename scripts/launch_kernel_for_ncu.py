@@ -9,7 +9,7 @@ On the H200, from the repository root (`--clock-control none`: leave the GPU's c
 
 ``-s 2 -c 1`` skips the two warm-up launches and profiles the third. The last launch also runs alone between
 cudaProfilerStart and cudaProfilerStop, so ``ncu --profile-from-start off`` (no ``-k``/``-s``/``-c``) profiles
-just its kernels. docs/kernel_notes.md has what it showed.
+just its kernels. What it showed is in the kernel notebook in git history (reports/history.md).
 
 ``--peer cudnn-fp8`` or ``--peer flashinfer-fa3`` launches that peer instead, on the same Gaussian inputs (the
 bench's adapters; the cuDNN frontend wheel, or FlashInfer's pack, installed into /tmp/site). Their kernel names

@@ -21,6 +21,7 @@ ISSUE_MODULES = {
     "zyfa/formats.py",
     "zyfa/quant.py",
     "zyfa/emulator.py",
+    "zyfa/emulator_tile.py",  # emulate's tile steps, moved out of zyfa/emulator.py
     "zyfa/recipes.py",
     "reference/attention.py",
     "accuracy/metrics.py",

@@ -37,19 +37,19 @@ from zyfa.timing import NvmlClock, Sample, cuda_timer, ratio_summary, summarize,
 DEFAULT_RECIPES = (
     "zyfa",
     "zyfa-hopper",
-    "zyfa:accumulator=hopper_fp8",
-    "zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1",
-    "zyfa-fp32sum:accumulator=hopper_fp8,accum_flush_tiles=1",
-    "ck:accumulator=hopper_fp8,accum_flush_tiles=1",
-    "aiter:accumulator=hopper_fp8,accum_flush_tiles=1",
+    "zyfa:accumulator=matrix_unit",
+    "zyfa-exp2:accumulator=matrix_unit,accum_flush_tiles=1",
+    "zyfa-fp32sum:accumulator=matrix_unit,accum_flush_tiles=1",
+    "ck:accumulator=matrix_unit,accum_flush_tiles=1",
+    "aiter:accumulator=matrix_unit,accum_flush_tiles=1",
     "fa3",
     "fa3:accum_flush_tiles=1",
 )
 OTHER_RECIPES = (
     "zyfa",
     "zyfa-hopper",
-    "zyfa-exp2:accumulator=hopper_fp8,accum_flush_tiles=1",
-    "ck:accumulator=hopper_fp8,accum_flush_tiles=1",
+    "zyfa-exp2:accumulator=matrix_unit,accum_flush_tiles=1",
+    "ck:accumulator=matrix_unit,accum_flush_tiles=1",
     "fa3",
 )
 SHAPES = {"hd64": (64, 64), "hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128)}

@@ -21,24 +21,26 @@ from dataclasses import dataclass, field
 
 import torch
 
-from zyfa.formats import e4m3fn_bits_from_log2, get_format, round_to_bf16, round_to_fp8
-from zyfa.platforms import Platform, get_platform, stepwise_mma, truncating_mma
+from zyfa.emulator_tile import (
+    FP8_FORMATS,
+    Tiling,
+    min_exp,
+    online_max,
+    p_exponent,
+    p_fp8,
+    pv_update,
+    qk_tile,
+    tile_row_sum,
+    zero_if_neginf,
+)
+from zyfa.formats import get_format, round_to_bf16, round_to_fp8
+from zyfa.platforms import Platform, get_platform
 from zyfa.quant import quantize
 from zyfa.recipes import Recipe, get_recipe
 from zyfa.rotation import rotate_qk
 
 LN2 = math.log(2.0)
 LOG2E = 1.0 / LN2
-# Hopper's FP8 wgmma consumes k = 32 per instruction; the accumulator model truncates after each step. The default of
-# the step helpers only: emulate() takes the k step from its platform (zyfa.platforms.Platform.k_step).
-WGMMA_K_FP8 = 32
-FP8_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2")
-# Tile-amax floor of AITER's Triton kernel (https://github.com/ROCm/aiter,
-# aiter/ops/triton/_triton_kernels/attention/mha.py: max(|P|) >= 1e-9).
-TILE_AMAX_FLOOR = 1e-9
-# Schraudolph constant of CK unified attention / AITER hd256: 127*2^23 - 486411 (ROCm/composable_kernel
-# include/ck_tile/ops/unified_attention/, UA_FA4_EXP2_APPROX; ROCm/aiter hsa/gfx950/fmha_v3_fwd/fwd_hd256_fp8.co).
-SCHRAUDOLPH_BIAS = 127 * 2**23 - 486411
 # (d_qk, d_v) pairs the modelled kernels run (MHA 64/128/256, MLA 192/128 and absorbed 576/512); others are
 # emulated with a warning (the arithmetic does not depend on d, but no kernel was read for them).
 KERNEL_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128), (576, 512))
@@ -220,90 +222,6 @@ def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
     return QuantizedInputs(qv, kv_, vv, qd, kd, vd, k_mean)
 
 
-# ---------------------------------------------------------------------------------------------- pieces
-
-def _min_exp(fmt: str) -> int:
-    """The smallest normal exponent of an operand format: a subnormal operand of that format counts at it in
-    Hopper's accumulator model (:func:`zyfa.platforms.truncating_mma`). FP8 formats from their table
-    (e4m3fn -6, e4m3fnuz -7, e5m2 -14); bf16 and fp32 share float32's exponent range (-126)."""
-    if fmt in FP8_FORMATS:
-        return get_format(fmt).emin
-    if fmt in ("bf16", "fp32"):  # tiny: the smallest normal, 2^-126
-        return math.frexp(torch.finfo(torch.bfloat16 if fmt == "bf16" else torch.float32).tiny)[1] - 1
-    raise ValueError(f"no accumulator operand exponent for format {fmt!r}")
-
-
-# both operands e4m3fn: the default where a caller names no formats (as zyfa.platforms' own default)
-_E4M3FN_MIN_EXP = (_min_exp("e4m3fn"), _min_exp("e4m3fn"))
-
-
-def _mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, hopper_bits: int | None, *,
-         min_exp: tuple[int, int] | None = None, k_step: int = WGMMA_K_FP8) -> torch.Tensor:
-    """acc + a @ b; ``hopper_bits`` models Hopper's FP8 wgmma accumulator (None: true fp32).
-
-    The model is :func:`zyfa.platforms.truncating_mma` with k = 32 steps (fitted on the H200 through Triton's
-    FP8 ``tl.dot``; docs/PLATFORMS.md): at each step the 32 products (each counted at the sum of its operands'
-    exponents) and the incoming accumulator are aligned to the largest exponent among them, truncated toward
-    zero to ``hopper_bits`` bits below it and summed exactly; the sum is truncated to ``hopper_bits`` bits below
-    its own leading bit. It reproduces 100% of the H200's outputs on every recorded experiment, positive and
-    signed operands (tests/zyfa/test_wgmma_h200_sample.py). ``min_exp``: (a's, b's) smallest normal exponent,
-    the exponent a subnormal operand counts at (:func:`_min_exp` of each operand's format; None: both e4m3fn).
-    """
-    if hopper_bits is None:
-        out = a @ b
-        return out if acc is None else acc + out
-    return truncating_mma(a, b, acc, hopper_bits, k_step, min_exp=min_exp or _E4M3FN_MIN_EXP)
-
-
-def _gemm(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, bits: int | None, in_unit: bool, *,
-          min_exp: tuple[int, int] | None = None, k_step: int = WGMMA_K_FP8):
-    """acc + a @ b on the platform: fp32 (``bits`` None); the chain kept in the truncating accumulator
-    (``in_unit``); or each k step flushed into fp32 (a kernel keeping a true fp32 sum on that platform).
-    ``min_exp`` as in :func:`_mma`."""
-    if bits is None or in_unit:
-        return _mma(a, b, acc, bits, min_exp=min_exp, k_step=k_step)
-    out = stepwise_mma(a, b, bits, k_step, min_exp=min_exp or _E4M3FN_MIN_EXP)
-    return out if acc is None else acc + out
-
-
-def decode_e4m3fn_fast(bits: torch.Tensor) -> torch.Tensor:
-    """e4m3fn codes -> float32 through torch's native dtype; bit-identical to :func:`zyfa.formats.decode_fp8`."""
-    return bits.view(torch.float8_e4m3fn).float()
-
-
-def round_to_fp8_fast(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    """Saturating RNE cast of finite values through torch's native FP8 dtypes.
-
-    Bit-identical to :func:`zyfa.formats.round_to_fp8` (``saturate=True``) on finite inputs, which
-    tests/zyfa/test_emulator.py checks; about 5x faster on CPU, so the emulator's hot loop uses it.
-    """
-    f = get_format(fmt)
-    return x.clamp(-f.max_normal, f.max_normal).to(f.torch_dtype).float()
-
-
-def _round_p(p_scaled: torch.Tensor, recipe: Recipe) -> torch.Tensor:
-    """P (already scaled) rounded to the recipe's P format, saturating like the hardware casts."""
-    if recipe.p_format == "fp32":
-        return p_scaled
-    if recipe.p_format == "bf16":
-        return round_to_bf16(p_scaled)
-    return round_to_fp8_fast(p_scaled, recipe.p_format)
-
-
-def _exp2_bittrick(t: torch.Tensor) -> torch.Tensor:
-    """fp32 Schraudolph exp2: bits = u32(2^23·t + 127·2^23 − 486411), truncating, negatives -> 0."""
-    y = t * float(2**23) + float(SCHRAUDOLPH_BIAS)
-    bits = torch.where(torch.isfinite(y), y, torch.zeros_like(y)).clamp(min=0).to(torch.int64)
-    return bits.to(torch.int32).view(torch.float32)
-
-
-def _block_max(x: torch.Tensor, block_m: int) -> torch.Tensor:
-    """Max over rows of each block of ``block_m`` query rows (x: (..., rows, 1) with rows % block_m == 0)."""
-    shape = x.shape
-    blocks = x.reshape(*shape[:-2], shape[-2] // block_m, block_m, 1).amax(dim=-2, keepdim=True)
-    return blocks.expand(*shape[:-2], shape[-2] // block_m, block_m, 1).reshape(shape)
-
-
 # ---------------------------------------------------------------------------------------------- emulate
 
 def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | str, *, causal: bool = False,
@@ -325,7 +243,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         platform: the GPU whose arithmetic is emulated (a name of :data:`zyfa.platforms.PLATFORMS` or a
             :class:`~zyfa.platforms.Platform`); default the recipe's ``platform``. On a platform that truncates
             FP8 sums (``h200``), Q·K (FP8 Q and K) and P·V (FP8 P) go through its accumulator model: kept in the
-            unit (``accumulator="hopper_fp8"``: Q·K over the head dim, P·V flushed every
+            unit (``accumulator="matrix_unit"``: Q·K over the head dim, P·V flushed every
             ``accum_flush_tiles`` tiles) or flushed into fp32 every k step (``accumulator="fp32"``).
     Returns:
         :class:`Emulation` with the output, the LSE, the dequantized inputs and stats.
@@ -365,20 +283,25 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
     to_log2 = (lambda d: d) if folded else (lambda d: d * LOG2E)
 
     block_m, block_n = recipe.tiles(d_qk)
-    # The platform's accumulation: kept bits (None: fp32) of Q·K and of P·V, and whether the kernel keeps its
-    # sums in the matrix unit (hopper_fp8) or flushes every k step into fp32 (fp32).
-    in_unit = recipe.accumulator == "hopper_fp8"
+    # The platform's accumulation: kept bits of Q·K and of P·V (Platform.accum_bits; None: fp32), and whether the
+    # kernel keeps its sums in the matrix unit (matrix_unit) or flushes every k step into fp32 (fp32).
+    in_unit = recipe.accumulator == "matrix_unit"
     qk_fp8 = recipe.q_format in FP8_FORMATS and recipe.k_format in FP8_FORMATS
     qk_bf16 = recipe.q_format == recipe.k_format == "bf16"
-    qk_bits = recipe.accum_mantissa_bits if (qk_fp8 or qk_bf16) and plat.truncates("qk", qk_fp8) else None
+    qk_bits = plat.accum_bits if (qk_fp8 or qk_bf16) and plat.truncates("qk", qk_fp8) else None
     pv_fp8 = recipe.p_is_fp8
     pv_bf16 = recipe.p_format == recipe.v_format == "bf16"
-    pv_bits_any = recipe.accum_mantissa_bits if (pv_fp8 or pv_bf16) and plat.truncates("pv", pv_fp8) else None
+    pv_bits_any = plat.accum_bits if (pv_fp8 or pv_bf16) and plat.truncates("pv", pv_fp8) else None
     # The exponent a subnormal operand counts at in that accumulator: its format's smallest normal one (Q·K: Q's
     # and K's formats; P·V: P's and V's; the rounded_mma row sum's ones vector has exponent 0, any bound fits).
-    qk_min = (_min_exp(recipe.q_format), _min_exp(recipe.k_format)) if qk_bits is not None else None
-    pv_min = (_min_exp(recipe.p_format), _min_exp(recipe.v_format)) if pv_bits_any is not None else None
+    qk_min = (min_exp(recipe.q_format), min_exp(recipe.k_format)) if qk_bits is not None else None
+    pv_min = (min_exp(recipe.p_format), min_exp(recipe.v_format)) if pv_bits_any is not None else None
     ones_min = None if pv_min is None else (pv_min[0], 0)
+    tiling = Tiling(recipe=recipe, dev=dev, p_fmt=p_fmt, fmax=fmax, log2_fmax=log2_fmax, score_scale=score_scale,
+                     to_log2=to_log2, block_m=block_m, block_n=block_n, k_step=plat.k_step, in_unit=in_unit,
+                     qk_bits=qk_bits, qk_min=qk_min, pv_bits=pv_bits_any, pv_min=pv_min, ones_min=ones_min,
+                     two_level=in_unit and pv_bits_any is not None,
+                     tile_factor_needed=recipe.p_scale == "tile_amax" or recipe.v_descale == "tile")
     if q_chunk is None:
         q_chunk = 2048 if dev.type == "cpu" else max(2048, (1 << 24) // (b * h * block_n))
     q_chunk = max(block_m, (q_chunk // block_m) * block_m)
@@ -412,11 +335,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         e_run = torch.zeros((b, h, rows, 1), dtype=torch.float32, device=dev)
         acc = torch.zeros((b, h, rows, d_v), dtype=torch.float32, device=dev)  # fp32 (second-level) acc
         acc_tc = None  # Hopper tensor-core accumulator (registers), when it is modelled (zeros: empty)
-        two_level = in_unit and pv_bits_any is not None
-        pv_bits = pv_bits_any
-        tile_factor_needed = recipe.p_scale == "tile_amax" or recipe.v_descale == "tile"
-
-        if two_level:
+        if tiling.two_level:
             acc_tc = torch.zeros_like(acc)
         starts = range(t_first * block_n, t_last * block_n, block_n)
         for c0 in (reversed(starts) if recipe.kv_order == "reverse" else starts):
@@ -439,69 +358,12 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             allowed = allowed[a:z]
             st = _RowSlice(a, z, m=m, l=l, e_run=e_run, acc=acc, acc_tc=acc_tc)
             m, l, e_run, acc, acc_tc = st.m, st.l, st.e_run, st.acc, st.acc_tc
-            # Q·K: raw FP8 products in fp32, or through the platform's accumulator (a d/32-step chain from
-            # zero per tile in the unit, or each step flushed into fp32)
-            s_raw = _gemm(qc[:, :, a:z], k8t[..., c0:c1], None, qk_bits, in_unit, min_exp=qk_min,
-                          k_step=plat.k_step)
-            kd_tile = kdt[..., c0:c1] if kdt.shape[-1] > 1 else kdt
-            x = s_raw * ((score_scale * (qdc[:, :, a:z] if qdc.shape[2] > 1 else qdc)) * kd_tile)
-            x = x.masked_fill(~allowed, -math.inf)
-
-            m_new = torch.maximum(m, x.amax(dim=-1, keepdim=True))
-            m_use = _zero_if_neginf(m_new)
-            alpha = torch.exp2(to_log2(m - m_use))  # m = -inf -> 0
-            t = to_log2(x - m_use)  # log2 probability, <= 0; -inf where masked
-            m = m_new
-
-            # P scale exponent (pow2 modes) and the matching rescale of the running sums.
-            if recipe.p_scale in ("pow2", "pow2_block"):
-                if recipe.p_scale == "pow2":
-                    e_new = torch.full_like(e_run, float(recipe.p_scale_log2))
-                else:
-                    t_max = t.amax(dim=-1, keepdim=True)
-                    if recipe.p_scale_granularity == "tile":
-                        t_max = _block_max(t_max, block_m)
-                    e_new = torch.floor(log2_fmax - t_max).clamp(max=recipe.p_block_max_log2)
-                    e_new = torch.where(torch.isneginf(t_max), e_run, e_new)
-                alpha = alpha * torch.exp2(e_new - e_run)
-                e_run = e_new
-            else:
-                e_new = None
-
-            # Probabilities, scaled, and rounded to the P format.
-            if recipe.exp_method == "mad_fp8":
-                t_s = t + e_run if e_new is not None else t
-                p8 = decode_e4m3fn_fast(e4m3fn_bits_from_log2(t_s, offset=recipe.mad_offset,
-                                                              rounding=recipe.mad_rounding))
-                p_sum_src = torch.exp2(t_s) if recipe.rowsum == "fp32" else None
-                unscale = None
-            else:
-                p = torch.exp2(t) if recipe.exp_method == "exp2" else _exp2_bittrick(t)
-                unscale = None
-                if e_new is not None:
-                    p_scaled = p * torch.exp2(e_run)  # exact power of two (exp2(t + e) in FA3)
-                elif recipe.p_scale == "fmax":
-                    p_scaled = p * fmax
-                elif recipe.p_scale == "tile_amax":
-                    amax = _block_max(p.amax(dim=-1, keepdim=True), block_m).clamp(min=TILE_AMAX_FLOOR)
-                    p_scaled = p * (fmax / amax)
-                    unscale = amax / fmax
-                else:
-                    p_scaled = p
-                p8 = _round_p(p_scaled, recipe)
-                # Row sums from unscaled fp32 P (CK: l counts pre-rounding, pre-448 P); pow2: scaled units.
-                p_sum_src = (p_scaled if e_new is not None else p) if recipe.rowsum == "fp32" else None
-
-            if recipe.rowsum in ("rounded", "rounded_mma"):
-                if recipe.rowsum == "rounded_mma":  # P8 · ones on the matrix unit, fresh every tile
-                    ones = torch.ones((p8.shape[-1], 1), dtype=torch.float32, device=dev)
-                    row_sum = _gemm(p8, ones, None, pv_bits, in_unit, min_exp=ones_min, k_step=plat.k_step)
-                else:
-                    row_sum = p8.sum(dim=-1, keepdim=True)
-                if recipe.p_scale == "fmax":
-                    row_sum = row_sum / fmax
-            else:
-                row_sum = p_sum_src.sum(dim=-1, keepdim=True)
+            x = qk_tile(tiling, qc[:, :, a:z], k8t[..., c0:c1], qdc[:, :, a:z] if qdc.shape[2] > 1 else qdc,
+                         kdt[..., c0:c1] if kdt.shape[-1] > 1 else kdt, allowed)
+            m, alpha, t = online_max(tiling, m, x)
+            e_new, e_run, alpha = p_exponent(tiling, t, e_run, alpha)
+            p8, p_sum_src, unscale = p_fp8(tiling, t, e_new, e_run)
+            row_sum = tile_row_sum(tiling, p8, p_sum_src)
             l = alpha * l + row_sum
             if trace is not None:
                 trace.append({"rows": (r0 + a, r0 + z), "cols": (c0, c1), "t": t, "p8": p8, "e": e_run.clone(),
@@ -511,24 +373,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
                 flushed += ((p8 == 0) & allowed).sum()
                 counted += allowed.sum() * (b * h)  # allowed is (rows, cols), p8 is (b, h, rows, cols)
 
-            # P·V: into the tensor-core accumulator, or scaled per tile and added to the fp32 accumulator.
-            v_tile = v8[..., c0:c1, :]
-            acc = acc * alpha
-            if tile_factor_needed:
-                pv = _gemm(p8, v_tile, None, pv_bits, in_unit, min_exp=pv_min, k_step=plat.k_step)
-                if unscale is not None:
-                    pv = pv * unscale
-                if recipe.v_descale == "tile":
-                    pv = pv * (vd[..., c0:c0 + 1, :] if vd.shape[2] > 1 else vd)  # one block per tile
-                acc = acc + pv
-            elif two_level:
-                acc_tc = _mma(p8, v_tile, acc_tc * alpha, pv_bits, min_exp=pv_min, k_step=plat.k_step)
-                # every N tiles counted from key 0, as the kernel does (start_n // BLOCK_N), not from the first
-                # tile this chunk sees: otherwise a window's result would depend on q_chunk
-                if recipe.accum_flush_tiles and (c0 // block_n + 1) % recipe.accum_flush_tiles == 0:
-                    acc, acc_tc = acc + acc_tc, torch.zeros_like(acc_tc)
-            else:
-                acc = _gemm(p8, v_tile, acc, pv_bits, in_unit, min_exp=pv_min, k_step=plat.k_step)
+            acc, acc_tc = pv_update(tiling, p8, v8[..., c0:c1, :], vd, acc, acc_tc, alpha, unscale, c0)
             m, l, e_run, acc, acc_tc = st.store(m=m, l=l, e_run=e_run, acc=acc, acc_tc=acc_tc)
 
         if acc_tc is not None:
@@ -552,7 +397,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         log2_l = torch.log2(l) - e_run
         masked_lse = torch.where(bad, torch.full_like(l, math.nan), torch.full_like(l, -math.inf))
         lse[:, :, r0:r1] = torch.where(
-            ok, (_zero_if_neginf(m) * (1.0 if folded else LOG2E) + log2_l) * LN2, masked_lse
+            ok, (zero_if_neginf(m) * (1.0 if folded else LOG2E) + log2_l) * LN2, masked_lse
         ).squeeze(-1)
 
     out, lse = out[:, :, :s_q], lse[:, :, :s_q]
@@ -581,11 +426,6 @@ class _RowSlice:
             if t is not None:
                 self.full[name][:, :, self.a:self.z] = t
         return tuple(self.full[name] for name in new)
-
-
-def _zero_if_neginf(m: torch.Tensor) -> torch.Tensor:
-    """Row max with -inf (rows with nothing unmasked yet) replaced by 0, as kernels do before exp2."""
-    return torch.where(torch.isneginf(m), torch.zeros_like(m), m)
 
 
 def _round_out(o: torch.Tensor, recipe: Recipe) -> torch.Tensor:

@@ -36,8 +36,9 @@ class Platform:
         bf16_qk, bf16_pv: the same for BF16 operands.
         k_step: products the matrix unit sums per instruction step for FP8 operands (the model's unit; the
             emulator's truncating steps take it from here).
-        accum_bits: mantissa bits kept below the largest term at each step (``align_truncate`` only; the
-            recipe's ``accum_mantissa_bits`` is the value used, 13 by default, which is this fit).
+        accum_bits: mantissa bits kept below the largest term at each step (``align_truncate`` only, where it is
+            required; None where nothing truncates). The emulator's truncating steps take it from here, the only
+            place it is set (a recipe cannot override it: it describes the hardware).
         conversions: the conversions kernels use on it (float to bf16, float to FP8, ...), in words.
         status: ``modelled`` (fitted by measurement) or ``assumed`` (not known: fp32 accumulation taken).
         sources: where each statement comes from.
@@ -61,6 +62,11 @@ class Platform:
         for f in ("fp8_qk", "fp8_pv", "bf16_qk", "bf16_pv"):
             if getattr(self, f) not in ACCUMULATIONS:
                 raise ValueError(f"platform {self.name!r}: {f}={getattr(self, f)!r} is not one of {ACCUMULATIONS}")
+        truncating = any(getattr(self, f) == "align_truncate" for f in ("fp8_qk", "fp8_pv", "bf16_qk", "bf16_pv"))
+        bits = self.accum_bits
+        if truncating and (isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 23):
+            raise ValueError(f"platform {self.name!r}: an align_truncate accumulator needs accum_bits an int in "
+                             f"[1, 23], got {bits!r}")
 
     def truncates(self, gemm: str, fp8: bool) -> bool:
         """Whether ``gemm`` ("qk" or "pv") with FP8 (else BF16) operands accumulates with truncation here."""

@@ -40,7 +40,10 @@ P_SCALE_GRANULARITIES = ("row", "tile")
 ROWSUMS = ("fp32", "rounded", "rounded_mma")
 KV_ORDERS = ("forward", "reverse")
 V_DESCALES = ("end", "tile")
-ACCUMULATORS = ("fp32", "hopper_fp8")
+ACCUMULATORS = ("fp32", "matrix_unit")
+# Old accumulator names still read (specs, committed rows), each normalised to its current name by the Recipe and
+# the grammar: "hopper_fp8" meant "sums stay in the matrix unit" on every platform (fp32 on mi355x).
+ACCUMULATOR_ALIASES = {"hopper_fp8": "matrix_unit"}
 RECIPROCALS = ("div", "rcp")
 OUT_FORMATS = ("bf16_rne", "bf16_trunc", "fp32", "e4m3fn")
 STATUSES = ("verified", "from source", "assumed", "modelled")
@@ -96,21 +99,22 @@ class Recipe:
         p_block_max_log2: cap on the per-block exponent (keeps the scaled accumulator inside fp32 range).
         rowsum: ``fp32`` row sum from the unrounded probabilities (every peer), or ``rounded``: from the
             same rounded P that feeds P·V (ZYFA technique 3), summed in fp32; ``rounded_mma``: the same sum
-            taken on the matrix unit as P8 · ones, a fresh accumulator every KV tile (with ``hopper_fp8`` it
-            truncates like P·V; our Hopper kernel's cheap form of technique 3, docs/kernel_notes.md).
+            taken on the matrix unit as P8 · ones, a fresh accumulator every KV tile (with ``matrix_unit`` it
+            truncates like P·V; our Hopper kernel's cheap form of technique 3, docs/KERNEL.md).
         v_descale: apply V's descale to each tile's P·V product (``tile``) or once to the output (``end``).
         accumulator: where the kernel keeps its sums, an algorithm choice whose numerics depend on the platform.
             ``fp32``: in true fp32: on a platform whose matrix unit accumulates FP8 in fp32 (``mi355x``) that
             is the unit's own accumulator; on one that truncates (``h200``) the kernel adds each k step's
             result into fp32 (each 32-product step starts from zero: our Triton kernel's QK_K32 / PV_MODE 1).
-            ``hopper_fp8`` (historical name): in the matrix unit's accumulator: Q·K over the whole head dim,
-            P·V across KV tiles until a flush (``accum_flush_tiles``); on ``h200`` each k=32 step aligns the
+            ``matrix_unit`` (the old name ``hopper_fp8`` is read as this, :data:`ACCUMULATOR_ALIASES`): in the
+            matrix unit's accumulator: Q·K over the whole head dim, P·V across KV tiles until a flush
+            (``accum_flush_tiles``); on ``h200`` each k=32 step aligns the
             products (each at the sum of its operands' exponents) and the accumulator to the largest, truncates
-            them ``accum_mantissa_bits`` bits below it and truncates the sum to as many bits below its own
+            them the platform's ``accum_bits`` bits below it and truncates the sum to as many bits below its own
             leading bit (zyfa.platforms.truncating_mma, fitted bit for bit on the H200); on ``mi355x`` it is fp32.
-        accum_mantissa_bits: bits a truncating accumulator keeps (13: the H200 fit; SageAttention2 describes
-            FP22, DeepSeek-V3 about 14); used only on a platform that truncates.
-        accum_flush_tiles: with ``hopper_fp8``, add the tensor-core accumulator into a true fp32
+            The bits are the platform's (:attr:`zyfa.platforms.Platform.accum_bits`), never the recipe's: they
+            describe the hardware, and no kernel chooses them.
+        accum_flush_tiles: with ``matrix_unit``, add the tensor-core accumulator into a true fp32
             accumulator every N KV tiles (two-level accumulation, SageAttention2 / vLLM FA); 0 = never.
         reciprocal: ``div``: O = acc / l (correctly rounded); ``rcp``: O = acc · fp32(1/l).
         out_format: output rounding: bf16 nearest-even, bf16 truncation (CK's default conversion on GPUs
@@ -153,7 +157,6 @@ class Recipe:
     rowsum: str = "fp32"
     v_descale: str = "end"
     accumulator: str = "fp32"
-    accum_mantissa_bits: int = 13
     accum_flush_tiles: int = 0
     reciprocal: str = "div"
     out_format: str = "bf16_rne"
@@ -163,6 +166,8 @@ class Recipe:
     status_note: str = ""
 
     def __post_init__(self) -> None:
+        if self.accumulator in ACCUMULATOR_ALIASES:  # an old name (a committed row, an old spec) -> today's
+            object.__setattr__(self, "accumulator", ACCUMULATOR_ALIASES[self.accumulator])
         choices = {
             "q_format": QK_FORMATS, "k_format": QK_FORMATS, "v_format": QKV_FORMATS,
             "q_scale": SCALE_GRANULARITIES, "k_scale": SCALE_GRANULARITIES,
@@ -203,8 +208,8 @@ class Recipe:
             if getattr(self, name) < 1:
                 raise ValueError(f"recipe {self.name!r}: {name} must be >= 1")
         for _, _, block_n in ((0, self.block_m, self.block_n), *self.head_dim_tiles):
-            if block_n % 32 and self.accumulator == "hopper_fp8":
-                raise ValueError(f"recipe {self.name!r}: hopper_fp8 accumulation needs block_n % 32 == 0, "
+            if block_n % 32 and self.accumulator == "matrix_unit":
+                raise ValueError(f"recipe {self.name!r}: matrix_unit accumulation needs block_n % 32 == 0, "
                                  f"got {block_n}")
 
     def _check_head_dim_tiles(self) -> None:
@@ -233,7 +238,7 @@ class Recipe:
             raise ValueError(f"recipe {self.name!r}: mad_offset must be a finite number, got {v!r}")
         ranges = {"block_m": (1, None), "block_n": (1, None), "scale_block_q": (1, None),
                   "scale_block_kv": (1, None), "p_scale_log2": (-126, 127), "p_block_max_log2": (-126, 127),
-                  "accum_mantissa_bits": (1, 23), "accum_flush_tiles": (0, None),
+                  "accum_flush_tiles": (0, None),
                   "rotation_seed": (0, None)}
         for name, (lo, hi) in ranges.items():
             v = getattr(self, name)
@@ -350,7 +355,7 @@ _NAMED: list[Recipe] = [
         source=("ZYFA's numerics as our Triton kernel runs them fast on the H200: Hopper's FP8 wgmma "
                 "accumulator flushed into fp32 after every KV tile (the MI355X's MFMA accumulates in true "
                 "fp32, which Hopper can only approach by flushing every k=32 step at half the speed)"),
-        accumulator="hopper_fp8", accum_flush_tiles=1, platform="h200", tags=("zyfa", "hopper"),
+        accumulator="matrix_unit", accum_flush_tiles=1, platform="h200", tags=("zyfa", "hopper"),
         status="verified",
         status_note=("our Triton kernel under this recipe (triton:zyfa-hopper) run on the H200 in the study "
                      "(reports/study/): its error 0.9990-1.0000 times this emulation's on all 22 inputs, the "
@@ -412,7 +417,7 @@ _NAMED: list[Recipe] = [
                 "n_block = n_block_max - 1, then --n_block)"),
         q_scale="head_kv", k_scale="head", v_scale="head", block_m=128, block_n=128,
         head_dim_tiles=_FA3_FP8_TILES, kv_order="reverse",
-        p_scale="pow2", p_scale_log2=8, accumulator="hopper_fp8", accum_flush_tiles=0,
+        p_scale="pow2", p_scale_log2=8, accumulator="matrix_unit", accum_flush_tiles=0,
         reciprocal="rcp", out_format="bf16_rne", platform="h200", tags=("nvidia",),
         status="modelled",
         status_note=("Hopper FP8 wgmma accumulator fitted on the H200, on Q.K and P.V (zyfa.platforms); tiles "
@@ -430,7 +435,7 @@ _NAMED: list[Recipe] = [
                 "flushed into fp32 every KV tile"),
         q_format="int8", k_format="int8", q_scale="block", k_scale="block", v_scale="channel",
         scale_block_q=64, scale_block_kv=128, k_smoothing=True, block_m=64, block_n=128,
-        p_scale="fmax", accumulator="hopper_fp8", accum_flush_tiles=1, reciprocal="rcp",
+        p_scale="fmax", accumulator="matrix_unit", accum_flush_tiles=1, reciprocal="rcp",
         out_format="bf16_rne", platform="h200", tags=("nvidia",),
         status="assumed",
         status_note=("scale_block_q, scale_block_kv: per-block Q/K scales stand in for the kernel's per-thread "
@@ -441,7 +446,7 @@ _NAMED: list[Recipe] = [
                 "docs/operations/Attention.md): per-tensor descales, "
                 "scale_s = 448 on P (docs), FP8 e4m3 output with scale_o from the output amax. The row sum "
                 "source and accumulation are unknown: fp32 and a Hopper accumulator are assumed"),
-        p_scale="fmax", accumulator="hopper_fp8", reciprocal="rcp", out_format="e4m3fn", platform="h200",
+        p_scale="fmax", accumulator="matrix_unit", reciprocal="rcp", out_format="e4m3fn", platform="h200",
         tags=("nvidia", "assumed"),
         status="verified",
         status_note=("the real kernel (cuDNN sdpa_fp8 through cudnn-frontend) run on the H200 in the study "
@@ -615,6 +620,8 @@ def parse_field_value(field_name: str, text: str):
             raise ValueError(f"takes a number, not {text!r}") from None
     if not text:
         raise ValueError("takes a non-empty value")
+    if field_name == "accumulator":
+        return ACCUMULATOR_ALIASES.get(text, text)  # an old name is read and written as today's
     return text
 
 
@@ -698,7 +705,7 @@ def get_recipe(spec: str | Recipe) -> Recipe:
 
 def split_spec_list(text: str) -> list[str]:
     """A list of specs -> the specs: split on ';' where there is one, else on ',' with each ``field=value`` piece
-    (no ':' before its '=') kept with the spec before it (``zyfa:accumulator=hopper_fp8,accum_flush_tiles=1,ck``
+    (no ':' before its '=') kept with the spec before it (``zyfa:accumulator=matrix_unit,accum_flush_tiles=1,ck``
     is two specs). Empty items are dropped."""
     if ";" in text:
         return [s.strip() for s in text.split(";") if s.strip()]

@@ -20,7 +20,7 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("P handling", ("exp_method", "p_format", "p_scale"),
      ("log2e_folded", "mad_offset", "mad_rounding", "p_scale_log2", "p_scale_granularity", "p_block_max_log2")),
     ("row sum", ("rowsum",), ()),
-    ("accumulator", ("accumulator",), ("accum_mantissa_bits", "accum_flush_tiles")),
+    ("accumulator", ("accumulator",), ("accum_flush_tiles",)),
     ("V descale", ("v_descale",), ()),
     ("1/l", ("reciprocal",), ()),
     ("output", ("out_format",), ()),

@@ -85,9 +85,9 @@ RECIPE_CHANGES: tuple[tuple[str, str, str, Callable[[Recipe], bool]], ...] = (
     ("fdfa291", "2026-11-29T23:28:48Z", "ZYFA's MAD offset 0 -> 1/16 code, in every mad_fp8 recipe",
      lambda r: r.exp_method == "mad_fp8"),
     ("fdfa291", "2026-11-29T23:28:48Z", "the Hopper FP8 accumulator model fitted on the H200",
-     lambda r: r.accumulator == "hopper_fp8"),
+     lambda r: r.accumulator == "matrix_unit"),
     ("435c315", "2026-11-30T00:21:18Z", "the Hopper accumulator model: row blocks skip the KV tiles they "
-     "cannot see, one truncation fewer", lambda r: r.accumulator == "hopper_fp8"),
+     "cannot see, one truncation fewer", lambda r: r.accumulator == "matrix_unit"),
     ("63828c4", "2026-12-01T22:49:34Z", "FA3's KV tiles visited from the last to the first (kv_order=reverse), "
      "as its Hopper mainloop does", lambda r: r.kv_order == "reverse"),
 )

@@ -398,7 +398,7 @@ def _generated(model, tokenizer, p, fn, extra: int, *, layers, device, name: str
 
 def accumulation(fn: ModelAttention, platform: str | None) -> str:
     """How the implementation's FP8 dots accumulate where it runs (the long-context hypothesis, docs/LONGCTX.md):
-    ``high precision`` (no FP8: bf16/fp32 recipes, SDPA), ``hopper_fp8 never flushed``, ``hopper_fp8 flushed every
+    ``high precision`` (no FP8: bf16/fp32 recipes, SDPA), ``matrix_unit never flushed``, ``matrix_unit flushed every
     N KV tiles``, ``fp32`` (true fp32 sums: the mi355x platform) or ``fp32 via k=32 flushes`` (a true fp32 sum kept
     on Hopper by flushing the tensor cores' accumulator every k=32 step)."""
     from accuracy.implementations import pairing
@@ -412,10 +412,10 @@ def accumulation(fn: ModelAttention, platform: str | None) -> str:
         r = pr.recipe
     if "e4m3" not in r.q_format and "e5m2" not in r.q_format and "int8" not in r.q_format:
         return "high precision"
-    if r.accumulator == "hopper_fp8":
+    if r.accumulator == "matrix_unit":
         if r.accum_flush_tiles == 0:
-            return "hopper_fp8 never flushed"
-        return f"hopper_fp8 flushed every {r.accum_flush_tiles} KV tile" + ("s" if r.accum_flush_tiles > 1 else "")
+            return "matrix_unit never flushed"
+        return f"matrix_unit flushed every {r.accum_flush_tiles} KV tile" + ("s" if r.accum_flush_tiles > 1 else "")
     from zyfa.platforms import get_platform
 
     plat = get_platform(r.platform)

@@ -43,9 +43,10 @@ def accumulator_group(name: str, accumulation: str | None = None) -> str:
     """The accumulator class of an implementation: from its rows' ``accumulation`` (what its paired recipe does
     on the platform it ran on, :func:`accuracy.longctx.run.accumulation`), else guessed from its name."""
     if accumulation:
-        if accumulation.startswith("hopper_fp8 never"):
+        unit = accumulation.startswith(("matrix_unit", "hopper_fp8"))  # hopper_fp8: rows before the rename
+        if unit and "never" in accumulation:
             return GROUPS[0]
-        if accumulation.startswith("hopper_fp8"):
+        if unit:
             return GROUPS[1]
         if accumulation.startswith("fp32"):
             return GROUPS[2]

@@ -41,7 +41,7 @@ BASELINE = QUANT_SCHEMES[0]  # zyfa: per-tensor e4m3fn Q, K and V
 REFERENCES = ("ck-blockscale", "sage2")
 # The kernel the benchmark runs with per-tensor descales and zyfa's numerics (on the H200).
 PER_TENSOR_KERNEL = "zyfa-hopper"
-_HOPPER = "accumulator=hopper_fp8,accum_flush_tiles=1"  # zyfa-hopper's accumulation, as a recipe override
+_HOPPER = "accumulator=matrix_unit,accum_flush_tiles=1"  # zyfa-hopper's accumulation, as a recipe override
 
 
 def _what(name: str) -> str:

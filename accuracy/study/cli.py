@@ -296,12 +296,12 @@ def main(args: argparse.Namespace) -> int:
         base = QUICK_RECIPES if args.quick else STUDY_RECIPES
         recipes = [r.name for r in parse_recipes(args.recipes or ",".join(base))]
         if args.recipes is None and args.long and not _on_gpu(args.device):
-            slow = [r.name for r in parse_recipes(";".join(recipes)) if r.accumulator == "hopper_fp8"]
+            slow = [r.name for r in parse_recipes(";".join(recipes)) if r.accumulator == "matrix_unit"]
             if slow:
                 recipes = [r for r in recipes if r not in slow]
                 base = tuple(recipes)
                 notes.append(f"Left out on CPU: {', '.join(slow)}. They model Hopper's FP8 tensor-core accumulator "
-                             "product by product (zyfa.emulator._mma), which takes hours at 32K tokens on a CPU; "
+                             "product by product (zyfa.emulator_tile.mma), which takes hours at 32K tokens on a CPU; "
                              "they run when a GPU is present, or when named with `--recipes`.")
                 log(f"CPU: leaving out {', '.join(slow)} (Hopper accumulator emulation; name them in --recipes "
                      "to run them)")

@@ -15,13 +15,13 @@ CAPTURE = "datasets/smollm2-lee-2048.h5"
 
 
 def test_an_ablation_sets_only_its_field_and_keeps_the_base_overrides_and_platform():
-    a = parse_ablation("zyfa@h200:accumulator=hopper_fp8", "accum_flush_tiles=0,1")
-    assert a.base == "zyfa:accumulator=hopper_fp8@h200" and a.field == "accum_flush_tiles"
-    assert a.specs == ("zyfa:accumulator=hopper_fp8,accum_flush_tiles=0@h200",
-                       "zyfa:accumulator=hopper_fp8,accum_flush_tiles=1@h200")
+    a = parse_ablation("zyfa@h200:accumulator=matrix_unit", "accum_flush_tiles=0,1")
+    assert a.base == "zyfa:accumulator=matrix_unit@h200" and a.field == "accum_flush_tiles"
+    assert a.specs == ("zyfa:accumulator=matrix_unit,accum_flush_tiles=0@h200",
+                       "zyfa:accumulator=matrix_unit,accum_flush_tiles=1@h200")
     r0, r1 = (get_recipe(s) for s in a.specs)
     assert r0.replace(name="x", accum_flush_tiles=1) == r1.replace(name="x")  # one field apart
-    assert r0.platform == "h200" and r0.accumulator == "hopper_fp8"
+    assert r0.platform == "h200" and r0.accumulator == "matrix_unit"
     # a field the base already sets is replaced, not repeated
     assert parse_ablation("fa3:accum_flush_tiles=4", "accum_flush_tiles=0,1").specs == (
         "fa3:accum_flush_tiles=0", "fa3:accum_flush_tiles=1")
@@ -69,13 +69,13 @@ def test_accuracy_ablate_the_flush_on_the_h200s_accumulator_changes_the_error(tm
     128 keys make 4 tiles to flush between)."""
     out = tmp_path / "r.jsonl"
     rc = main(["accuracy", "--inputs", "gaussian", "--seq", "128", "--head-dim", "64", "--heads", "1", "--device",
-               "cpu", "--no-progress", "--ablate", "zyfa@h200:accumulator=hopper_fp8,block_n=32",
+               "cpu", "--no-progress", "--ablate", "zyfa@h200:accumulator=matrix_unit,block_n=32",
                "accum_flush_tiles=0,1", "--recipes", "bf16", "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     rows = _rows(out)
     assert "ablation_field" not in rows[0] and rows[0]["recipe"] == "bf16"  # a plain recipe beside: untagged
     [pairs] = ablation_pairs(rows, "deq_rel_l2")
-    assert pairs.base == "zyfa:accumulator=hopper_fp8,block_n=32@h200" and pairs.values == ["0", "1"]
+    assert pairs.base == "zyfa:accumulator=matrix_unit,block_n=32@h200" and pairs.values == ["0", "1"]
     assert pairs.diff()[0] != 0
 
 

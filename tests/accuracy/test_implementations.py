@@ -67,13 +67,13 @@ def test_builtin_fields(name):
         assert r.p_scale == "tile_amax" and r.log2e_folded is False and r.v_descale == base.v_descale
         assert (r.block_m, r.block_n) == (128, 64)
         # its FP8 tl.dots keep their k chain in the matrix unit; each tile's P·V is a fresh dot
-        assert r.accumulator == "hopper_fp8" and r.accum_flush_tiles == 1
+        assert r.accumulator == "matrix_unit" and r.accum_flush_tiles == 1
     if name == "flashinfer-fa3":
         # FA3's numerics (never-flushed Hopper accumulator, fp32 sum, rcp) with P x448, Q per query head and
         # FlashInfer's single-prefill FP8 tiles (CTA_Q x CTA_KV of prefill_sm90.cuh), on the H200
         fa3 = get_recipe("fa3")
         assert r.p_scale == "fmax" and r.q_scale == "head" and r.k_scale == fa3.k_scale == r.v_scale
-        assert r.accumulator == "hopper_fp8" and r.accum_flush_tiles == 0 and r.rowsum == fa3.rowsum
+        assert r.accumulator == "matrix_unit" and r.accum_flush_tiles == 0 and r.rowsum == fa3.rowsum
         assert (r.reciprocal, r.out_format, r.platform) == ("rcp", "bf16_rne", "h200")
         assert [r.tiles(d) for d in (64, 128, 256)] == [(192, 128), (128, 192), (128, 128)]
         assert r.kv_order == "reverse"  # its mainloop takes the last KV tile first
@@ -106,9 +106,9 @@ def test_parse_implementations():
     if not torch.cuda.is_available():
         assert parse_implementations("available") == []
     # triton:SPEC: any recipe spec the kernel honours, named by its canonical spec; one it cannot run is refused
-    got = parse_implementations("triton:fa3:accumulator=hopper_fp8,accum_flush_tiles=1,triton:zyfa@h200")
+    got = parse_implementations("triton:fa3:accumulator=matrix_unit,accum_flush_tiles=1,triton:zyfa@h200")
     assert [(i.name, i.recipe) for i in got] == [
-        ("triton:fa3:accumulator=hopper_fp8,accum_flush_tiles=1", "fa3:accumulator=hopper_fp8,accum_flush_tiles=1"),
+        ("triton:fa3:accumulator=matrix_unit,accum_flush_tiles=1", "fa3:accumulator=matrix_unit,accum_flush_tiles=1"),
         ("triton:zyfa@h200", "zyfa@h200")]
     assert got[0].paired_recipe().accum_flush_tiles == 1
     with pytest.raises(ValueError, match="implementation 'triton:bf16': recipe 'bf16': the Triton FP8 kernel does "

@@ -82,7 +82,7 @@ def test_expected_pairs_on_the_h200():
     assert spec("triton:zyfa-hopper") == "zyfa-hopper"  # an NVIDIA-platform recipe keeps its name
     # AMD's kernel keeps each FP8 tl.dot's chain in the matrix unit (scripts/compare_pairings.py)
     assert spec("flash-attn-triton-amd") == \
-        "triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1@h200"
+        "triton-amd:p_scale=tile_amax,accumulator=matrix_unit,accum_flush_tiles=1@h200"
     assert spec("sdpa-bf16:flash") == "bf16"
     assert spec("cudnn-fp8") == "cudnn-fp8"
     assert spec("cudnn-fp8:oracle-scale") == "cudnn-fp8 (scale_o: oracle amax)"

@@ -29,7 +29,7 @@ def test_scheme_recipes_change_only_the_descales():
     assert (t.q_scale, t.k_scale, t.v_scale) == ("tensor",) * 3
     assert (b.q_scale, b.k_scale, b.v_scale, b.v_descale) == ("block", "block", "block", "tile")
     assert (b.scale_block_q, b.scale_block_kv) == (128, 128)
-    assert t.p_scale == b.p_scale == "pow2" and t.accumulator == b.accumulator == "hopper_fp8"
+    assert t.p_scale == b.p_scale == "pow2" and t.accumulator == b.accumulator == "matrix_unit"
     with pytest.raises(ValueError, match="'channel'"):
         scheme_recipe("fa3", "channel")
 

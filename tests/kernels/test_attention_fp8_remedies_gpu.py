@@ -26,7 +26,7 @@ pytestmark = pytest.mark.gpu
 # kernel/emulator error ratio: accuracy.tolerances.KERNEL_VS_H200_EMULATION for every accumulator (what it bounds and
 # the measured worst case are there)
 # the existing agreement tests' bounds on the output-vs-output distance (measured on the H200, see that file)
-AGREE_BOUNDS = {"fp32": (0.35, 0.93), "hopper_fp8": (0.65, 0.78)}
+AGREE_BOUNDS = {"fp32": (0.35, 0.93), "matrix_unit": (0.65, 0.78)}
 
 BLOCK = "q_scale=block,k_scale=block"  # scale_block_q = scale_block_kv = 128 (the Recipe defaults)
 REMEDIES = [

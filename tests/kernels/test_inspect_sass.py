@@ -54,7 +54,7 @@ def test_a_refused_config_is_one_line():
 def test_serialized_wgmma_is_reported(inspect_sass):
     """ptxas's advisory that it serialized every wgmma: absent from the default launches at hd128 and MLA, present
     with the per-tile flush through Triton's partial accumulator at hd256 (PV_MODE 2) and absent with the explicit
-    fresh product (PV_MODE 4), the same bits (docs/kernel_notes.md)."""
+    fresh product (PV_MODE 4), the same bits (docs/KERNEL.md)."""
     for dqk, dv in ((128, 128), (192, 128)):
         ck, cfg, _ = inspect_sass.compile_variant("zyfa-hopper", dqk, dv, True)
         # the check reruns ptxas with the compile's own register cap (168 at hd128 causal)

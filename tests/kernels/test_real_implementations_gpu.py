@@ -125,7 +125,7 @@ def _emulation(key: str, spec: str):
     return em, ref
 
 
-HOPPER_BITS = 13  # the Hopper accumulator model's mantissa bits (Recipe.accum_mantissa_bits)
+HOPPER_BITS = 13  # the Hopper accumulator model's mantissa bits (Platform.accum_bits of h200)
 QK_CAUSE_MIN = 0.05  # Q·K truncation alone moves the output by >= 5% of the emulation's error: a named cause
 
 

@@ -159,15 +159,15 @@ def test_supported_recipes_map(name):
     assert plan.block_n == r.block_n
     assert plan.exp_mad == (r.exp_method == "mad_fp8")
     assert plan.rowsum_rounded == (r.rowsum == "rounded")
-    if r.accumulator == "hopper_fp8":
+    if r.accumulator == "matrix_unit":
         assert not plan.qk_k32 and plan.flush == r.accum_flush_tiles
     else:
         assert plan.qk_k32 and plan.pv_mode == 1
 
 
 def test_recipe_spec_overrides():
-    r = recipe_from_spec("zyfa:accumulator=hopper_fp8,accum_flush_tiles=4")
-    assert r.accumulator == "hopper_fp8" and r.accum_flush_tiles == 4 and r.name.startswith("zyfa:")
+    r = recipe_from_spec("zyfa:accumulator=matrix_unit,accum_flush_tiles=4")
+    assert r.accumulator == "matrix_unit" and r.accum_flush_tiles == 4 and r.name.startswith("zyfa:")
     assert kernel_plan(r).pv_mode == 3
     with pytest.raises(ValueError, match="bad recipe override"):
         recipe_from_spec("zyfa:nonsense=1")
@@ -281,7 +281,7 @@ def test_default_config_mad_form_and_register_caps():
                    ("zyfa-hopper", {"VT_EARLY": 1, "PV_MODE": 1})):
         with pytest.raises(ValueError, match="VT_EARLY=1 is not supported with the fp32 accumulation"):
             resolve_config(256, 256, False, kernel_plan(r), cfg)
-    for r in ("fa3", "fa3:accum_flush_tiles=1", "aiter:accumulator=hopper_fp8,accum_flush_tiles=1"):
+    for r in ("fa3", "fa3:accum_flush_tiles=1", "aiter:accumulator=matrix_unit,accum_flush_tiles=1"):
         c64 = default_config(64, 64, True, kernel_plan(r))  # d 64 causal: four programs per SM for every recipe
         assert (c64["BLOCK_M"], c64["num_warps"], c64["num_stages"], c64["maxnreg"]) == (64, 4, 3, 128), (r, c64)
 

@@ -74,8 +74,8 @@ def _classes_grid(never_misses: bool, seeds=12):
             for s in range(seeds):
                 rows.append({**_row("sdpa-fp32", n, d, s, True, -0.1), "accumulation": "high precision"})
                 miss_all = n == 32768 and s % 4 == 0 and not never_misses
-                for impl, acc in (("cudnn-fp8", "hopper_fp8 never flushed"),
-                                  ("triton:zyfa-hopper", "hopper_fp8 flushed every 1 KV tile"),
+                for impl, acc in (("cudnn-fp8", "matrix_unit never flushed"),
+                                  ("triton:zyfa-hopper", "matrix_unit flushed every 1 KV tile"),
                                   ("triton:zyfa", "fp32 via k=32 flushes")):
                     miss = miss_all or (never_misses and impl == "cudnn-fp8" and n == 32768 and s % 2 == 0)
                     rows.append({**_row(impl, n, d, s, not miss, -2.0 if miss else -0.2, op=0.05),

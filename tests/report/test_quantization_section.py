@@ -179,7 +179,7 @@ def test_the_report_ends_with_the_recommendation_table(report):
     assert ("`zyfa impact --models smollm2 --recipes zyfa+hadamard,zyfa+block,zyfa+block+smooth,zyfa+block+hadamard,"
             "sage2 --tokens 2048 --windows 3 --text lee --out reports/impact/results_quantization.jsonl`") in tail
     assert ("Kernel cost not measured (no row of the benchmark file runs the recipe) for `zyfa+block`, "
-            "`zyfa+block+smooth`, `zyfa+block+hadamard`: `zyfa bench --recipes 'zyfa+block:accumulator=hopper_fp8,"
+            "`zyfa+block+smooth`, `zyfa+block+hadamard`: `zyfa bench --recipes 'zyfa+block:accumulator=matrix_unit,"
             "accum_flush_tiles=1;") in tail
     assert "for the peers `sage2`: their own kernels are not in the benchmark." in tail
 

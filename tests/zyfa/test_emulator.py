@@ -1,18 +1,33 @@
-"""The tiled emulator: each recipe's documented behaviour, and agreement with the FP64 oracle."""
+"""The tiled emulator (zyfa.emulator.emulate): each recipe's documented behaviour and agreement with the FP64 oracle;
+query chunks and tiny tiles; its stats, trace and warnings.
+
+Where a new emulator test goes: here for emulate() as a whole; test_emulator_hopper.py for the platform's truncating
+accumulator inside it; test_emulator_inputs.py for what it accepts, refuses and returns on overflow;
+test_emulator_quantization.py for quantize_inputs; test_emulator_tile.py for the steps of one KV tile
+(zyfa.emulator_tile); test_emulator_cuda.py for CUDA tensors (GPU).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import warnings
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+import zyfa.emulator
 from reference.attention import attention_fp64
-from zyfa.emulator import _mma, decode_e4m3fn_fast, emulate, round_to_fp8_fast
+from zyfa.emulator import UnsupportedHeadDimWarning, emulate
+from zyfa.emulator_tile import decode_e4m3fn_fast, mma, round_to_fp8_fast
 from zyfa.formats import decode_fp8, round_to_bf16, round_to_fp8
 from zyfa.norms import rel_l2
+from zyfa.platforms import H200
 from zyfa.recipes import RECIPES, Recipe, get_recipe
 
+# ----------------------------------------------------------------------------------------------------------------- core
 
 def _qkv(b=1, h=2, h_kv=None, s_q=256, s_k=None, d=64, d_v=None, std=1.0, seed=0):
     g = torch.Generator().manual_seed(seed)
@@ -256,17 +271,17 @@ def test_hopper_accumulator_aligns_each_step_to_its_largest_term():
     b = torch.ones(32, 1)
     a[0, 0] = 2.0**10
     b[0, 0] = 2.0**10
-    assert _mma(a, b, None, 13).item() == 2.0**20
-    assert _mma(a, b, None, None).item() == 2.0**20 + 31
+    assert mma(a, b, None, 13).item() == 2.0**20
+    assert mma(a, b, None, None).item() == 2.0**20 + 31
     # the incoming accumulator is aligned too: 2^20 + 2^6 loses its 2^6 against a 2^20 step
     acc = torch.tensor([[2.0**6]])
-    assert _mma(a, b, acc, 13).item() == 2.0**20
-    assert _mma(a, b, acc, 14).item() == 2.0**20 + 64
+    assert mma(a, b, acc, 13).item() == 2.0**20
+    assert mma(a, b, acc, 14).item() == 2.0**20 + 64
     # small integer operands with no large term are exact
     g = torch.Generator().manual_seed(0)
     x = torch.randint(-8, 8, (4, 32), generator=g).float()
     y = torch.randint(-8, 8, (32, 3), generator=g).float()
-    assert torch.equal(_mma(x, y, None, 13), x @ y)
+    assert torch.equal(mma(x, y, None, 13), x @ y)
 
 
 def test_flushed_fraction_is_a_fraction_on_multi_head_inputs():
@@ -298,13 +313,13 @@ def test_flush_every_n_tiles_counts_from_key_0_whatever_the_query_chunk():
     """accum_flush_tiles=2 under a sliding window: the flush follows the kernel's tile index (start_n // BLOCK_N),
     so the result cannot depend on how many query rows are emulated at once (it did when tiles were counted from
     each chunk's first visible tile)."""
-    r = get_recipe("zyfa-hopper").replace(name="flush2", block_m=16, block_n=32, accum_flush_tiles=2,
-                                          accum_mantissa_bits=8)
+    r = get_recipe("zyfa-hopper").replace(name="flush2", block_m=16, block_n=32, accum_flush_tiles=2)
+    coarse = dataclasses.replace(H200, accum_bits=8)
     g = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(1, 1, 192, 64, generator=g) for _ in range(3))
     v = v.abs() * 4
-    chunked = emulate(q, k, v, r, causal=True, window=50, q_chunk=16)
-    whole = emulate(q, k, v, r, causal=True, window=50, q_chunk=1024)
+    chunked = emulate(q, k, v, r, causal=True, window=50, q_chunk=16, platform=coarse)
+    whole = emulate(q, k, v, r, causal=True, window=50, q_chunk=1024, platform=coarse)
     assert torch.equal(chunked.out, whole.out)
 
 
@@ -345,7 +360,7 @@ def test_rowsum_on_the_matrix_unit_is_a_valid_recipe_field():
         recipe_from_spec("aiter-triton:rowsum=rounded_mma")
 
 
-# ---------------------------------------------------------------------------------------------- KV order
+# ------------------------------------------------------------------------------------------------------------- KV order
 
 def _cols(trace):
     return [t["cols"][0] for t in trace]
@@ -403,3 +418,336 @@ def test_kv_order_is_checked_and_the_triton_kernel_visits_forward():
     r = kernel_recipe("fa3:kv_order=reverse")
     assert r.kv_order == "forward" and r.head_dim_tiles == ()
     assert kernel_recipe("zyfa-hopper") is not None and kernel_recipe("zyfa-hopper").kv_order == "forward"
+
+
+# ------------------------------------------------------------------------------------------ query chunks and tiny tiles
+# emulate()'s row and tile bookkeeping: query chunks, per-row descales, 1x1 tiles, windows without ``causal``.
+#
+# The expected values come from the FP64 oracle (reference/attention.py) on inputs built so that the recipe's only
+# rounding left is fp32 arithmetic: per-token (or per-block) FP8 descales that are exact powers of two, different
+# from block to block, values exactly representable in e4m3fn, and P kept in fp32. A row that picks up another
+# row's descale, a KV tile that is skipped or visited twice, or a chunk that loses keys then shows as an error of
+# order one, far above the fp32 tolerance (1e-5 of each output channel's scale).
+
+D = 16
+
+
+
+
+def _operand(g, s: int, block: int, amax_channel: int, zero_channel: int | None) -> np.ndarray:
+    """(1, 1, s, D): block i of ``block`` tokens is 2^e_i times e4m3fn-exact values (halves up to 1), with its
+    amax 448·2^e_i in ``amax_channel``; so its descale amax/448 = 2^e_i is exact and so is every value.
+    ``zero_channel`` is zero throughout (the other operand's amax channel then adds nothing to any score)."""
+    x = g.integers(-2, 3, (s, D)).astype(np.float64) / 2
+    x[:, amax_channel] = 0.0
+    if zero_channel is not None:
+        x[:, zero_channel] = 0.0
+    for i, b0 in enumerate(range(0, s, block)):
+        x[b0, amax_channel] = 448.0
+        x[b0 : b0 + block] *= 2.0 ** ((-1, 1, 0, -2, 2)[(i + int(g.integers(5))) % 5])
+    return x[None, None]
+
+
+def _exact_inputs(s_q: int, s_k: int, block_q: int, block_kv: int, seed: int = 0):
+    g = np.random.default_rng(seed)
+    q = _operand(g, s_q, block_q, amax_channel=0, zero_channel=1)
+    k = _operand(g, s_k, block_kv, amax_channel=1, zero_channel=0)
+    v = _operand(g, s_k, block_kv, amax_channel=0, zero_channel=None)
+    return [torch.from_numpy(x).float() for x in (q, k, v)]
+
+
+def _fp32_p_blockscale(block_m: int, block_n: int, block_q: int, block_kv: int):
+    """ck-blockscale (per-block Q, K, V descales, V's applied per tile, P x 2^8) with P and the output in fp32."""
+    return get_recipe("ck-blockscale").replace(
+        name=f"blockscale-fp32p-{block_m}x{block_n}",
+        p_format="fp32",
+        out_format="fp32",
+        head_dim_tiles=(),  # the small tiles under test, not CK's per-head-dim ones
+        block_m=block_m,
+        block_n=block_n,
+        scale_block_q=block_q,
+        scale_block_kv=block_kv,
+    )
+
+
+def _assert_matches_oracle(q, k, v, recipe, **kw):
+    emu = emulate(q, k, v, recipe, **kw)
+    # the premise: the per-block quantization is exact, so the oracle sees what the kernel saw
+    for deq, x in zip((emu.q_deq, emu.k_deq, emu.v_deq), (q, k, v), strict=True):
+        assert torch.equal(deq.expand_as(x), x)
+    mask = {key: kw[key] for key in ("causal", "window") if key in kw}
+    ref, ref_lse = attention_fp64(q, k, v, **mask)
+    scale = v.double().abs().amax(dim=2, keepdim=True).clamp(min=1.0)  # each output channel's scale
+    err = ((emu.out.double() - ref).abs() / scale).max().item()
+    assert err < 1e-5, f"{recipe.name} {kw}: output off by {err:.3e} of its channel's scale"
+    assert torch.equal(torch.isneginf(emu.lse), torch.isneginf(ref_lse))
+    fin = torch.isfinite(ref_lse)
+    assert ((emu.lse.double() - ref_lse)[fin].abs() < 1e-5).all()
+    return emu
+
+
+MASKS = ("none", "causal", "window", "causal+window")
+
+
+def _mask(name: str, window: int) -> dict:
+    return {
+        "none": {},
+        "causal": {"causal": True},
+        "window": {"window": window},
+        "causal+window": {"causal": True, "window": window},
+    }[name]
+
+
+@pytest.mark.filterwarnings("ignore:head dims")
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("s_q,s_k", [(24, 40), (40, 24), (24, 10)])
+@pytest.mark.parametrize("q_chunk", [None, 4, 8])
+def test_query_chunks_keep_every_row_its_own_descale_and_keys(mask, s_q, s_k, q_chunk):
+    """Rows emulated in chunks of 4 or 8 (block_m 4) against the oracle: each chunk must use its own rows' Q
+    descales (per 4-row block, all different) and see every key its rows see, also without a mask; with more
+    queries than keys, whole chunks see no key at all under a causal mask (zeros, lse -inf)."""
+    q, k, v = _exact_inputs(s_q, s_k, block_q=4, block_kv=8)
+    _assert_matches_oracle(q, k, v, _fp32_p_blockscale(4, 8, 4, 8), q_chunk=q_chunk, **_mask(mask, 6))
+
+
+@pytest.mark.filterwarnings("ignore:head dims")
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("s_q,s_k", [(2, 2), (2, 3), (3, 2)])
+@pytest.mark.parametrize("block_m", [1, 4])
+@pytest.mark.parametrize("q_chunk", [None, 1])
+def test_one_key_tiles_and_per_token_descales(mask, s_q, s_k, block_m, q_chunk):
+    """block_n = 1 (a tile per key) and a descale per token for Q, K and V, on two or three queries and keys:
+    no key is skipped (key 0 included), each tile uses its own key's K and V descale and each row its own Q
+    descale, whether the rows are padded to a 4-row block or are blocks of one."""
+    q, k, v = _exact_inputs(s_q, s_k, block_q=1, block_kv=1, seed=s_q * 10 + s_k)
+    _assert_matches_oracle(q, k, v, _fp32_p_blockscale(block_m, 1, 1, 1), q_chunk=q_chunk, **_mask(mask, 2))
+
+
+@pytest.mark.filterwarnings("ignore:head dims")
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("name", ["ck-blockscale", "sage2", "aiter-triton", "zyfa", "fa3"])
+@pytest.mark.parametrize("mask", MASKS)
+def test_results_do_not_depend_on_q_chunk(name, mask):
+    """The named recipe as it is (FP8 P, its output rounding) on 16-row blocks: 150 queries emulated one block at
+    a time give bit-identical outputs, LSEs and stats to one pass, for every mask (a kernel program owns block_m
+    rows; how many the emulator takes at once must not matter)."""
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(1, 2, 150, 32, generator=g)
+    k, v = (torch.randn(1, 1, 130, 32, generator=g) for _ in range(2))
+    mask = _mask(mask, 50)
+    r = get_recipe(name).replace(name=f"{name}-16", block_m=16, scale_block_q=16)
+    whole = emulate(q, k, v, r, **mask)
+    part = emulate(q, k, v, r, q_chunk=16, **mask)
+    assert torch.equal(part.out, whole.out)
+    assert torch.equal(part.lse, whole.lse)
+    assert part.stats == whole.stats
+
+
+@pytest.mark.filterwarnings("ignore:head dims")
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("name", ["fa3", "zyfa-hopper", "sage2", "zyfa", "aiter-triton"])
+def test_a_window_alone_is_the_window_with_the_causal_bound(name):
+    """``window`` implies the causal bound (emulate's docstring: query at p sees p - window < j <= p), so
+    ``causal=False`` with a window is bit for bit ``causal=True`` with it, in fp32 output too. On the Hopper
+    accumulator recipes this needs the row blocks that see none of a tile to skip it, as the kernels do."""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 1, 300, 64, generator=g) for _ in range(3))
+    v = v.abs() * 4  # positive V: an extra truncation of the Hopper accumulator is visible
+    r = get_recipe(name).replace(name=f"{name}-fp32out", out_format="fp32")
+    alone = emulate(q, k, v, r, window=100)
+    both = emulate(q, k, v, r, causal=True, window=100)
+    assert torch.equal(alone.out, both.out) and torch.equal(alone.lse, both.lse)
+    ref, _ = attention_fp64(alone.q_deq, alone.k_deq, alone.v_deq, causal=True, window=100)
+    assert rel_l2(alone.out, ref) < 0.05
+
+
+# ---------------------------------------------------------------------------------------------- stats trace and warning
+# What emulate() reports beside the output: ``stats['p_flushed_frac']``, the ``trace`` entries, the head-dim
+# warning, and P as the trace shows it for recipes whose P is not FP8.
+#
+# Expected values are counted or written out here from the definitions (emulate's docstring, zyfa.recipes), not
+# taken from the emulator: the flushed fraction from inputs whose flushed probabilities are known in closed form,
+# the trace's row and key ranges by brute force over the mask, the warning's text from the supported pairs.
+
+def _qkv_trace(s_q=64, s_k=64, d=64, d_v=None, h=1, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(1, h, s_q, d, generator=g),
+        torch.randn(1, h, s_k, d, generator=g),
+        torch.randn(1, h, s_k, d_v or d, generator=g),
+    )
+
+
+# ------------------------------------------------------------------------------------------------------- p_flushed_frac
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("name", ["bf16", "fp32"])
+def test_no_fp8_probabilities_means_a_flushed_fraction_of_zero(name):
+    """P in bf16/fp32 is never counted (nothing is flushed by an FP8 cast): the fraction is 0.0, not 0/0."""
+    q, k, v = _qkv_trace(s_q=16, s_k=16)
+    frac = emulate(q, k, v, name).stats["p_flushed_frac"]
+    assert frac == 0.0 and not math.isnan(frac)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_one_probability_flushed_by_a_tiny_p_scale_is_a_fraction_of_one():
+    """One query, one key: its probability 1 scaled by 2^-20 is below e4m3fn's smallest subnormal (2^-9) and
+    rounds to 0, so the one counted probability is flushed: the fraction is 1.0."""
+    q, k, v = _qkv_trace(s_q=1, s_k=1)
+    r = get_recipe("ck").replace(name="ck-p-2^-20", p_scale="pow2", p_scale_log2=-20)
+    trace: list = []
+    emu = emulate(q, k, v, r, trace=trace)
+    assert trace[0]["p8"][0, 0, 0, 0].item() == 0.0
+    assert emu.stats["p_flushed_frac"] == 1.0
+
+
+# ---------------------------------------------------------------------------------------------------------------- trace
+
+
+def _expected_trace_ranges(s_q, s_k, block_m, block_n, q_chunk, causal=False, window=None):
+    """(rows, cols) per trace entry, by brute force: per chunk of q_chunk rows, per KV tile in key order, the run
+    of block_m-row blocks that contain a query seeing a key of the tile (unmasked: every block, every tile)."""
+    offset = s_k - s_q  # bottom-right alignment: query i sits at key position i + offset
+
+    def sees(i, j):
+        p = i + offset
+        return i < s_q and (not (causal or window) or j <= p) and (window is None or j > p - window)
+
+    s_q_pad = -(-s_q // block_m) * block_m
+    out = []
+    for r0 in range(0, s_q_pad, q_chunk):
+        for c0 in range(0, s_k, block_n):
+            c1 = min(c0 + block_n, s_k)
+            blocks = [
+                b0
+                for b0 in range(r0, min(r0 + q_chunk, s_q_pad), block_m)
+                if any(sees(i, j) for i in range(b0, b0 + block_m) for j in range(c0, c1))
+            ]
+            if blocks:
+                out.append(((blocks[0], blocks[-1] + block_m), (c0, c1)))
+    return out
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("s_q,s_k,block_n", [(10, 14, 4), (12, 12, 2)])
+@pytest.mark.parametrize("mask", [{}, {"causal": True}, {"causal": True, "window": 3}])
+def test_trace_rows_and_cols_are_the_blocks_and_keys_of_each_tile(mask, s_q, s_k, block_n):
+    """2-row blocks, 2- or 4-key tiles, 4 rows at a time: each trace entry's ``rows`` and ``cols`` are the
+    (absolute) query rows and keys of one tile, and its t/p8/allowed have that shape."""
+    r = get_recipe("zyfa").replace(name=f"zyfa-2x{block_n}", block_m=2, block_n=block_n)
+    q, k, v = _qkv_trace(s_q=s_q, s_k=s_k, d=16)
+    trace: list = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnsupportedHeadDimWarning)
+        emulate(q, k, v, r, q_chunk=4, trace=trace, **mask)
+    got = [(tr["rows"], tr["cols"]) for tr in trace]
+    want = _expected_trace_ranges(s_q, s_k, 2, block_n, 4, **mask)
+    assert got == want
+    if mask and s_q == s_k:  # some tiles are seen only from a chunk's second block on
+        assert any(rows[0] % 4 for rows, _ in want)
+    for tr in trace:
+        (a, z), (c0, c1) = tr["rows"], tr["cols"]
+        assert tr["t"].shape[-2:] == tr["p8"].shape[-2:] == (z - a, c1 - c0)
+        assert tuple(tr["allowed"].shape) == (z - a, c1 - c0)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_default_query_chunk_on_the_cpu_is_2048_rows():
+    """emulate's docstring: q_chunk defaults to 2048 query rows on the CPU (it bounds the memory of a pass). With
+    one-row blocks and one 16-key tile, 2050 queries are emulated as rows 0-2047, then 2048-2049."""
+    r = get_recipe("ck").replace(name="ck-1x16", block_m=1, block_n=16, head_dim_tiles=())
+    q, k, v = _qkv_trace(s_q=2050, s_k=16, d=16)
+    trace: list = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnsupportedHeadDimWarning)
+        emulate(q, k, v, r, trace=trace)
+    assert [(tr["rows"], tr["cols"]) for tr in trace] == [((0, 2048), (0, 16)), ((2048, 2050), (0, 16))]
+
+
+# --------------------------------------------------------------------------------------------------------- P not in FP8
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("p_format", ["bf16", "fp32"])
+def test_fmax_scale_is_one_for_p_formats_without_an_fp8_range(p_format):
+    """p_scale='fmax' multiplies P by the FP8 format's largest value (448 for e4m3fn); a bf16 or fp32 P has no
+    FP8 range to fill, so P is exp2(t) rounded to its format, in (0, 1] (zyfa.recipes: 'none': P in (0, 1])."""
+    r = get_recipe("ck").replace(name=f"ck-p-{p_format}", p_format=p_format)
+    q, k, v = _qkv_trace(s_q=128, s_k=256, seed=3)
+    trace: list = []
+    emulate(q, k, v, r, causal=True, trace=trace)
+    for tr in trace:
+        p = torch.exp2(tr["t"])
+        assert torch.equal(tr["p8"], round_to_bf16(p) if p_format == "bf16" else p)
+        assert tr["p8"].max().item() == 1.0  # the row max's probability
+
+
+# -------------------------------------------------------------------------------------------------------------- warning
+
+SUPPORTED = "64/64, 128/128, 256/256, 192/128, 576/512"
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("d,d_v", [(40, 40), (48, 32)])
+def test_unsupported_head_dims_warning_names_the_pairs_kernels_run(d, d_v):
+    q, k, v = _qkv_trace(s_q=8, s_k=8, d=d, d_v=d_v)
+    with pytest.warns(UnsupportedHeadDimWarning) as rec:
+        emulate(q, k, v, "zyfa")
+    assert len(rec) == 1
+    msg = str(rec[0].message)
+    assert msg.startswith(f"head dims {d}/{d_v} (qk/v) match no kernel this emulator models")
+    assert f"(they run {SUPPORTED})" in msg
+    assert msg.endswith(": emulated as the same tiling would compute them")
+
+
+def _warning_location():
+    q, k, v = _qkv_trace(s_q=8, s_k=8, d=40)
+    with pytest.warns(UnsupportedHeadDimWarning) as rec:
+        emulate(q, k, v, "zyfa")
+    return rec[0]
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_head_dim_warning_is_not_attributed_to_the_emulator():
+    """The warning points away from zyfa/emulator.py (at the code that called emulate)."""
+    w = _warning_location()
+    assert Path(w.filename).resolve() != Path(zyfa.emulator.__file__).resolve()
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.skipif(
+    hasattr(emulate, "__wrapped__"),
+    reason="emulate is wrapped (mutation testing's trampoline adds two frames between caller and "
+    "emulate, so stacklevel cannot point here)",
+)
+def test_head_dim_warning_points_at_the_line_that_called_emulate():
+    """stacklevel=2: the warning's location is the caller's line (here, in _warning_location), so a user sees
+    which of their calls emulated an unsupported head dim."""
+    w = _warning_location()
+    assert w.filename == __file__
+    assert "emulate(q, k, v" in Path(__file__).read_text().splitlines()[w.lineno - 1]
+
+
+# --------------------------------------------------------------------------------------------------- last: the slow one
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_flushed_fraction_is_exact_over_millions_of_probabilities():
+    """aiter (P cast to e4m3fn unscaled, 256 x 128 tiles): key 0 scores 46 log2 units above every other key for
+    every query, so each row's other 65922 probabilities round to 0 and key 0's does not. 255 x 65923 = 16.8
+    million probabilities, more than fp32 counts exactly (2^24; a float32 count of these tiles is off by 1 or 2):
+    the fraction must be the exact 65922/65923."""
+    s_q, s_k = 255, 515 * 128 + 3  # odd counts in the first and last tiles, past 2^24 in all
+    q = torch.zeros(1, 1, s_q, 64)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 1, s_k, 64)
+    k[..., 0] = -16.0
+    k[0, 0, 0, 0] = 16.0
+    v = torch.ones(1, 1, s_k, 64)
+    emu = emulate(q, k, v, "aiter", sm_scale=1.0)
+    assert s_q * s_k > 2**24
+    assert emu.stats["p_flushed_frac"] == (s_q * (s_k - 1)) / (s_q * s_k)
+    assert torch.equal(emu.out, v[:, :, :s_q])  # only key 0 survives: its V row

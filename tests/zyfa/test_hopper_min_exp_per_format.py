@@ -65,7 +65,7 @@ def _rel(a: np.ndarray, b: np.ndarray) -> float:
     return float((np.abs(a - b) / np.abs(b)).max())
 
 
-@pytest.mark.parametrize("accumulator", ["hopper_fp8", "fp32"])
+@pytest.mark.parametrize("accumulator", ["matrix_unit", "fp32"])
 @pytest.mark.parametrize("v_format", ["e5m2", "e4m3fnuz"])
 def test_pv_counts_subnormal_v_at_its_formats_smallest_normal_exponent(v_format, accumulator):
     """One tile of 32 keys: P (e4m3fn, from the trace) times a V whose columns are all subnormals of ``v_format``
@@ -82,7 +82,7 @@ def test_pv_counts_subnormal_v_at_its_formats_smallest_normal_exponent(v_format,
     p8 = trace[0]["p8"][0, 0].double().numpy()
     l = np.exp2(trace[0]["t"][0, 0].double().numpy() + 8).sum(-1, keepdims=True)
     v8 = v[0, 0].double().numpy()
-    mma = _rule if accumulator == "hopper_fp8" else _stepwise_rule
+    mma = _rule if accumulator == "matrix_unit" else _stepwise_rule
     emin_p, emin_v = get_format("e4m3fn").emin, get_format(v_format).emin
     want = mma(p8, v8, emin_p, emin_v) / l
     got = emu.out[0, 0].double().numpy()
@@ -90,7 +90,7 @@ def test_pv_counts_subnormal_v_at_its_formats_smallest_normal_exponent(v_format,
     assert _rel(mma(p8, v8, emin_p, RULE_MIN_EXP) / l, want) > 1e-4  # the format's exponent decides it
 
 
-@pytest.mark.parametrize("accumulator", ["hopper_fp8", "fp32"])
+@pytest.mark.parametrize("accumulator", ["matrix_unit", "fp32"])
 @pytest.mark.parametrize(("q_format", "k_format"), [("e5m2", "e5m2"), ("e4m3fnuz", "e5m2"), ("e5m2", "e4m3fn")])
 def test_qk_counts_subnormal_q_at_its_formats_smallest_normal_exponent(q_format, k_format, accumulator):
     """One key, so P = 1 and the LSE is the score itself: Q all subnormals of ``q_format`` (signed), K large
@@ -111,7 +111,7 @@ def test_qk_counts_subnormal_q_at_its_formats_smallest_normal_exponent(q_format,
     emu = emulate(q, k, v, r, sm_scale=1.0)
     assert torch.equal(emu.q_deq, q) and torch.equal(emu.k_deq, k)
     q64, kt64 = q[0, 0].double().numpy(), k[0, 0].double().numpy().T
-    mma = _rule if accumulator == "hopper_fp8" else _stepwise_rule
+    mma = _rule if accumulator == "matrix_unit" else _stepwise_rule
     emin_q, emin_k = get_format(q_format).emin, kf.emin
     want = mma(q64, kt64, emin_q, emin_k)[:, 0]
     got = emu.lse[0, 0].double().numpy()

@@ -23,6 +23,7 @@ of ``pow2_block`` and the MAD integer are also pinned directly, from the emulato
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -33,6 +34,7 @@ from tests.zyfa.hopper_rule import hopper_mma
 from zyfa.emulator import emulate
 from zyfa.formats import e4m3fn_bits_from_log2, round_to_bf16, round_to_fp8
 from zyfa.norms import rel_l2
+from zyfa.platforms import H200, Platform, get_platform
 from zyfa.recipes import RECIPES, Recipe, get_recipe
 from zyfa.rotation import rotation_matrix
 
@@ -188,7 +190,8 @@ def _probabilities(t: np.ndarray, r: Recipe, e: np.ndarray | None, fmax: float):
     return p8, (ps if e is not None else p), unscale
 
 
-def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, parts=None):
+def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, parts=None,
+               platform: Platform | None = None):
     """One recipe in float64 with explicit roundings. q (b, h, s_q, d), k/v (b, h_kv, s_k, d): numpy float64.
 
     Returns (out, lse, guard): out (b, h, s_q, d_v) before the output rounding (:func:`_disagree` rounds it),
@@ -214,13 +217,14 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
     p_fp8 = r.p_format in FMAX
     fmax = FMAX[r.p_format] if p_fp8 else 1.0
     # The platform (docs/PLATFORMS.md): h200 truncates FP8 sums in both Q·K and P·V (kept in the unit with
-    # accumulator="hopper_fp8", every k step flushed into fp32 with "fp32"); mi355x and BF16 sum in fp32.
-    truncating = r.platform == "h200"
-    in_unit = r.accumulator == "hopper_fp8"
+    # accumulator="matrix_unit", every k step flushed into fp32 with "fp32"); mi355x and BF16 sum in fp32.
+    plat = get_platform(r.platform if platform is None else platform)  # the platform's kept bits, not the recipe's
+    truncating = plat.name == "h200"
+    in_unit = r.accumulator == "matrix_unit"
     qk_fp8 = r.q_format in FMAX and r.k_format in FMAX
     hopper = in_unit and p_fp8 and truncating
     pv_steps = not in_unit and p_fp8 and truncating
-    bits = r.accum_mantissa_bits
+    bits = plat.accum_bits
 
     def fresh_pv(p8, vt):  # P·V of one tile from a fresh accumulator
         return hopper_mma(p8, vt, None, bits) if hopper else _stepwise_mma(p8, vt, bits) if pv_steps else p8 @ vt
@@ -321,7 +325,7 @@ def _reference(q, k, v, r: Recipe, *, causal=False, window=None, sm_scale=None, 
                             pv = pv * vdv[c0]  # one V descale block per tile
                         acc[rs] += pv
                     elif hopper:
-                        acc_tc[rs] = hopper_mma(p8, vt, acc_tc[rs] * alpha, r.accum_mantissa_bits)
+                        acc_tc[rs] = hopper_mma(p8, vt, acc_tc[rs] * alpha, bits)
                         if r.accum_flush_tiles and (tile + 1) % r.accum_flush_tiles == 0:
                             acc[rs] += acc_tc[rs]
                             acc_tc[rs] = 0.0
@@ -394,21 +398,22 @@ def _inputs(seed, b=1, h=4, h_kv=2, s_q=12, s_k=80, d=16, std=1.5):
     return q, k, v
 
 
-def _clear_case(recipe: Recipe, shape: dict, mask: dict, sm_scale=None, seeds=range(40)):
+def _clear_case(recipe: Recipe, shape: dict, mask: dict, sm_scale=None, seeds=range(40), platform=None):
     """The first seed whose reference rounding decisions are all clear of their boundaries: (inputs, reference)."""
     for seed in seeds:
         q, k, v = _inputs(seed, **shape)
         out, lse, guard = _reference(q.double().numpy(), k.double().numpy(), v.double().numpy(), recipe,
-                                     sm_scale=sm_scale, **mask)
+                                     sm_scale=sm_scale, platform=platform, **mask)
         if guard.margin > 0:
             return (q, k, v), out, lse
     raise AssertionError(f"{recipe.name}: no seed in {seeds} keeps every rounding decision clear ({guard.where})")
 
 
-def _assert_agrees(recipe, shape, mask, sm_scale=None):
-    """emulate(recipe) against the reference: outputs by :func:`_disagree`, the LSE to 2e-5."""
-    (q, k, v), ref, ref_lse = _clear_case(recipe, shape, mask, sm_scale)
-    emu = emulate(q, k, v, recipe, sm_scale=sm_scale, **mask)
+def _assert_agrees(recipe, shape, mask, sm_scale=None, platform=None):
+    """emulate(recipe) against the reference (on ``platform``, default the recipe's): outputs by
+    :func:`_disagree`, the LSE to 2e-5."""
+    (q, k, v), ref, ref_lse = _clear_case(recipe, shape, mask, sm_scale, platform=platform)
+    emu = emulate(q, k, v, recipe, sm_scale=sm_scale, platform=platform, **mask)
     out = emu.out.double().numpy()
     bad = _disagree(out, ref, recipe.out_format)
     assert not bad.any(), (f"{recipe.name}: {int(bad.sum())} of {bad.size} outputs disagree with the reference's "
@@ -439,7 +444,8 @@ _Z = get_recipe("zyfa").replace(**SMALL)
 _E = get_recipe("zyfa-exp2").replace(**SMALL)
 _C = get_recipe("ck").replace(head_dim_tiles=(), **SMALL)  # the small tiles at every head dim
 _H = get_recipe("zyfa-hopper").replace(**SMALL32)
-_H8 = _H.replace(accum_mantissa_bits=8)  # a coarser accumulator, so that flushing matters at bf16 precision
+# A coarser accumulator (the platform's kept bits edited), so that flushing matters at bf16 precision.
+H200_8, H200_6 = dataclasses.replace(H200, accum_bits=8), dataclasses.replace(H200, accum_bits=6)
 VARIANTS: dict[str, tuple[Recipe, dict]] = {
     # formats of Q, K, V
     "q_e5m2": (_C, dict(q_format="e5m2")),
@@ -466,7 +472,7 @@ VARIANTS: dict[str, tuple[Recipe, dict]] = {
     # tiles
     "block_n32": (_E, dict(block_n=32)),
     "kv_reverse": (_E, dict(kv_order="reverse")),
-    "kv_reverse_hopper": (_H8, dict(kv_order="reverse")),
+    "kv_reverse_hopper": (_H, dict(kv_order="reverse")),
     "block_m8_tile_exponent": (_Z, dict(block_m=8, p_scale_granularity="tile")),
     # exponentials and the MAD
     "exp2_bittrick": (_E, dict(exp_method="exp2_bittrick")),
@@ -490,11 +496,11 @@ VARIANTS: dict[str, tuple[Recipe, dict]] = {
     "rowsum_mma_hopper": (_H, dict(rowsum="rounded_mma")),
     # where V's descale goes, accumulation, normalisation, output
     "v_descale_tile_ck": (_C, dict(v_descale="tile")),
-    "hopper_never_flushed": (_H8, dict(accum_flush_tiles=0)),
-    "hopper_flush2": (_H8, dict(accum_flush_tiles=2)),
-    "hopper_bits6": (_H, dict(accum_mantissa_bits=6)),
+    "hopper_never_flushed": (_H, dict(accum_flush_tiles=0)),
+    "hopper_flush2": (_H, dict(accum_flush_tiles=2)),
+    "hopper_bits6": (_H, dict()),  # the same recipe on the 6-bit platform (VARIANT_PLATFORMS)
     # on h200 "fp32" flushes every k step: visible against a never-flushed coarse accumulator
-    "fp32_accumulator": (_H8.replace(accum_flush_tiles=0), dict(accumulator="fp32")),
+    "fp32_accumulator": (_H.replace(accum_flush_tiles=0), dict(accumulator="fp32")),
     "rcp": (_C, dict(reciprocal="rcp")),
     "out_bf16_trunc": (_C, dict(out_format="bf16_trunc")),  # ck rounds to nearest even (issue 13)
     "platform_h200": (_C, dict(platform="h200")),  # fp32 sums on the H200: every k step flushed into fp32
@@ -503,6 +509,11 @@ VARIANTS: dict[str, tuple[Recipe, dict]] = {
     "out_e4m3fn": (_C, dict(out_format="e4m3fn")),
     "natural_log_scores": (_C, dict(log2e_folded=False)),
 }
+# (base platform, variant platform) where not the recipe's own: the accumulator's kept bits are the platform's
+VARIANT_PLATFORMS: dict[str, tuple[Platform | None, Platform | None]] = {
+    **{v: (H200_8, H200_8) for v in ("kv_reverse_hopper", "hopper_never_flushed", "hopper_flush2",
+                                     "fp32_accumulator")},
+    "hopper_bits6": (None, H200_6)}
 # fields whose effect is below the output format's precision on these inputs: pinned by the exact tests below
 BELOW_OUTPUT_PRECISION = {"rcp", "natural_log_scores", "v_descale_tile_ck"}
 SMALL_SHAPE = dict(h=4, h_kv=2, s_q=12, s_k=80, d=16, std=2.0)
@@ -513,13 +524,15 @@ SMALL_SHAPE = dict(h=4, h_kv=2, s_q=12, s_k=80, d=16, std=2.0)
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_field_variant_matches_the_independent_reference(variant, mask):
     base, change = VARIANTS[variant]
-    recipe = base.replace(name=f"{base.name}-{variant}", **change)
-    (q, k, v), ref, ref_lse = _assert_agrees(recipe, SMALL_SHAPE, MASKS[mask])
+    base_plat, plat = VARIANT_PLATFORMS.get(variant, (None, None))
+    recipe = base.replace(**{"name": f"{base.name}-{variant}", **change})
+    (q, k, v), ref, ref_lse = _assert_agrees(recipe, SMALL_SHAPE, MASKS[mask], platform=plat)
     if variant in BELOW_OUTPUT_PRECISION or mask != "full":
         return
     # the case must discriminate: the base recipe's result (its reference, rounded as it rounds) is not a
     # passing answer for the variant, in the output or in the LSE
-    base_ref, base_lse, _ = _reference(*(x.double().numpy() for x in (q, k, v)), base, **MASKS[mask])
+    base_ref, base_lse, _ = _reference(*(x.double().numpy() for x in (q, k, v)), base, platform=base_plat,
+                                       **MASKS[mask])
     fin = np.isfinite(ref_lse)
     assert (_disagree(_round_out(base_ref, base.out_format), ref, recipe.out_format).any()
             or np.abs(base_lse[fin] - ref_lse[fin]).max() > 2e-5), f"{variant}: the field's effect is not visible here"

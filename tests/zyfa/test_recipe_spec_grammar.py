@@ -25,7 +25,7 @@ from zyfa.recipes import (
     ("zyfa+block@h200", "zyfa+block@h200"),
     ("zyfa:accum_flush_tiles=1", "zyfa:accum_flush_tiles=1"),
     ("zyfa:accum_flush_tiles=01", "zyfa:accum_flush_tiles=1"),  # values as the grammar writes them
-    ("zyfa: accumulator = hopper_fp8 , accum_flush_tiles=1", "zyfa:accumulator=hopper_fp8,accum_flush_tiles=1"),
+    ("zyfa: accumulator = matrix_unit , accum_flush_tiles=1", "zyfa:accumulator=matrix_unit,accum_flush_tiles=1"),
     ("zyfa:accum_flush_tiles=1@h200", "zyfa:accum_flush_tiles=1@h200"),
     ("zyfa@h200:accum_flush_tiles=1", "zyfa:accum_flush_tiles=1@h200"),  # legacy order, read the same
     ("zyfa:k_smoothing=1", "zyfa:k_smoothing=true"),
@@ -36,16 +36,16 @@ from zyfa.recipes import (
     ("triton:zyfa", "zyfa"),  # the kernel computes zyfa as it is: the same name
     ("triton:zyfa@h200", "zyfa@h200"),
     ("triton:fa3:accum_flush_tiles=1", "triton:fa3:accum_flush_tiles=1"),
-    ("triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1@h200",
-     "triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1@h200"),  # a committed row's name
+    ("triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1@h200",  # a committed row's name,
+     "triton-amd:p_scale=tile_amax,accumulator=matrix_unit,accum_flush_tiles=1@h200"),  # read under today's name
 ])
 def test_a_spec_names_its_recipe_by_the_canonical_spec(spec, name):
     assert get_recipe(spec).name == name
 
 
 def test_the_fields_are_set_and_only_they():
-    r = get_recipe("zyfa:accumulator=hopper_fp8,accum_flush_tiles=3,k_smoothing=true@h200")
-    assert r.replace(name="zyfa") == RECIPES["zyfa"].replace(accumulator="hopper_fp8", accum_flush_tiles=3,
+    r = get_recipe("zyfa:accumulator=matrix_unit,accum_flush_tiles=3,k_smoothing=true@h200")
+    assert r.replace(name="zyfa") == RECIPES["zyfa"].replace(accumulator="matrix_unit", accum_flush_tiles=3,
                                                               k_smoothing=True, platform="h200")
     assert get_recipe("fa3:head_dim_tiles=64:192x128|128:128x192").head_dim_tiles == ((64, 192, 128),
                                                                                     (128, 128, 192))
@@ -73,7 +73,7 @@ def test_split_spec_gives_the_parts_and_the_canonical_text():
     ("zyfa:mad_offset=x", "mad_offset takes a number, not 'x'"),
     ("zyfa:k_smoothing=yes", "k_smoothing takes true or false (or 1, 0), not 'yes'"),
     ("zyfa:accumulator=", "accumulator takes a non-empty value"),
-    ("zyfa:accumulator=foo", "accumulator='foo' is not one of ('fp32', 'hopper_fp8')"),  # the Recipe's own check
+    ("zyfa:accumulator=foo", "accumulator='foo' is not one of ('fp32', 'matrix_unit')"),  # the Recipe's own check
     ("zyfa:accum_flush_tiles=-1", "accum_flush_tiles must be >= 0"),
     ("zyfa:name=x", "'name' may not be overridden"),
     ("zyfa:status=verified", "'status' may not be overridden"),
@@ -98,7 +98,7 @@ def test_overridable_fields_are_the_numerics_fields():
 
 @pytest.mark.parametrize("text, specs", [
     ("zyfa,ck", ["zyfa", "ck"]),
-    ("zyfa:accumulator=hopper_fp8,accum_flush_tiles=1,ck", ["zyfa:accumulator=hopper_fp8,accum_flush_tiles=1", "ck"]),
+    ("zyfa:accumulator=matrix_unit,accum_flush_tiles=1,ck", ["zyfa:accumulator=matrix_unit,accum_flush_tiles=1", "ck"]),
     ("fa3:head_dim_tiles=64:192x128|128:128x192,kv_order=reverse,zyfa@h200",
      ["fa3:head_dim_tiles=64:192x128|128:128x192,kv_order=reverse", "zyfa@h200"]),
     ("a:x=1,y=2@h200;b@h200", ["a:x=1,y=2@h200", "b@h200"]),  # ';' where a spec holds commas
@@ -110,5 +110,14 @@ def test_split_spec_list_keeps_overrides_with_their_spec(text, specs):
 
 
 def test_parse_recipes_takes_specs_with_overrides():
-    got = parse_recipes("zyfa:accumulator=hopper_fp8,accum_flush_tiles=1,fa3@mi355x")
-    assert [r.name for r in got] == ["zyfa:accumulator=hopper_fp8,accum_flush_tiles=1", "fa3@mi355x"]
+    got = parse_recipes("zyfa:accumulator=matrix_unit,accum_flush_tiles=1,fa3@mi355x")
+    assert [r.name for r in got] == ["zyfa:accumulator=matrix_unit,accum_flush_tiles=1", "fa3@mi355x"]
+
+
+def test_old_accumulator_name_is_read_as_matrix_unit():
+    """``hopper_fp8`` (the accumulator's old name) still parses, in a spec and in a Recipe, and is recorded as
+    ``matrix_unit``: the same recipe, the same canonical name, the same numerics fields."""
+    old, new = get_recipe("fa3:accumulator=hopper_fp8@mi355x"), get_recipe("fa3:accumulator=matrix_unit@mi355x")
+    assert old == new and old.name == "fa3:accumulator=matrix_unit@mi355x" and old.accumulator == "matrix_unit"
+    assert RECIPES["zyfa"].replace(accumulator="hopper_fp8").accumulator == "matrix_unit"
+    assert "hopper_fp8" not in RECIPES["zyfa"].replace(accumulator="hopper_fp8").short_str()

@@ -27,7 +27,7 @@ CHOICES = {
     "p_scale_granularity": ("row", "tile"),
     "rowsum": ("fp32", "rounded", "rounded_mma"),
     "v_descale": ("end", "tile"),
-    "accumulator": ("fp32", "hopper_fp8"),
+    "accumulator": ("fp32", "matrix_unit"),
     "reciprocal": ("div", "rcp"),
     "out_format": ("bf16_rne", "bf16_trunc", "fp32", "e4m3fn"),
     "status": ("verified", "from source", "assumed", "modelled"),
@@ -161,7 +161,7 @@ def test_mad_offset_refuses_non_numbers_and_non_finite(value):
 # field -> (lowest allowed, highest allowed or None), from the field documentation
 RANGES = {
     "block_m": (1, None), "block_n": (1, None), "scale_block_q": (1, None), "scale_block_kv": (1, None),
-    "p_scale_log2": (-126, 127), "p_block_max_log2": (-126, 127), "accum_mantissa_bits": (1, 23),
+    "p_scale_log2": (-126, 127), "p_block_max_log2": (-126, 127),
     "accum_flush_tiles": (0, None),
 }
 
@@ -203,9 +203,9 @@ def test_boolean_fields_refuse_other_values(name):
 
 def test_hopper_accumulator_needs_block_n_a_multiple_of_32():
     for bn in (32, 64, 96, 128):
-        assert _make(accumulator="hopper_fp8", block_n=bn).block_n == bn
+        assert _make(accumulator="matrix_unit", block_n=bn).block_n == bn
     for bn in (16, 48, 100, 1):
-        _refused(re.escape("hopper_fp8 accumulation needs block_n % 32 == 0"), accumulator="hopper_fp8", block_n=bn)
+        _refused(re.escape("matrix_unit accumulation needs block_n % 32 == 0"), accumulator="matrix_unit", block_n=bn)
     for bn in (16, 48, 1):  # true fp32 accumulation takes any tile width
         assert _make(accumulator="fp32", block_n=bn).block_n == bn
 

@@ -80,7 +80,7 @@ def _accepted(command: str, rc: int, err: str) -> None:
 
 
 @pytest.mark.parametrize("spec", ["zyfa:accum_flush_tiles=1", "zyfa@h200",
-                                  "zyfa:accumulator=hopper_fp8,accum_flush_tiles=1@h200"])
+                                  "zyfa:accumulator=matrix_unit,accum_flush_tiles=1@h200"])
 @pytest.mark.parametrize("command", list(RECIPE_FLAGS))
 def test_every_command_accepts_the_recipe_specs(command, spec, zyfa):
     rc, out, err = zyfa(RECIPE_FLAGS, command, spec)

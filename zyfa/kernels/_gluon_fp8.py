@@ -358,7 +358,8 @@ def attn_fwd_gluon_pingpong(Q, K, VT, O, LSE, QD, KD, VD, seq_q, seq_k, heads_q,
 
 # ------------------------------------------------------------------------------------ configs and compile helpers
 
-# PINGPONG=1 defaults: STAGES 4, LAG 2 measured best by the ping-pong prototype (H200; docs/kernel_notes.md)
+# PINGPONG=1 defaults: STAGES 4, LAG 2 measured best by the ping-pong prototype (H200; the kernel notebook in git
+# history, reports/history.md; docs/KERNEL.md, "Tried and not kept")
 PINGPONG_DEFAULTS = {"STAGES": 4, "LAG": 2, "REG_B": 240, "REG_LOAD": 24}
 SIGNATURE = {"Q": "*fp8e4nv", "K": "*fp8e4nv", "VT": "*fp8e4nv", "O": "*bf16", "LSE": "*fp32", "QD": "*fp32",
              "KD": "*fp32", "VD": "*fp32", "seq_q": "i32", "seq_k": "i32", "heads_q": "i32", "heads_kv": "i32",

@@ -2,7 +2,7 @@
 
 One kernel, every supported recipe: the numerics switches are ``tl.constexpr`` so each recipe compiles to
 its own specialised binary. See :mod:`zyfa.kernels.attention_fp8` for the wrapper, the recipe mapping and
-the validation, and docs/kernel_notes.md for versions, measurements and the SASS checks.
+the validation, and docs/KERNEL.md for what it computes, the measured launch choices and the SASS checks.
 
 Layouts (all contiguous): Q (b, h, s_q, d_qk), K (b, h_kv, s_k, d_qk), Vt (b, h_kv, d_v, s_k_pad): V is
 transposed once before the kernel so the P·V wgmma reads V K-major (Hopper's FP8 wgmma takes K-major
@@ -239,7 +239,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         # bits = clamp(R(8·(t + e) + 56 + offset), 0, 126), with y = x/128 from one fma.rn.sat: scaling by 2^-7
         # commutes with the rounding, so RNE(128·y) = RNE(x) bit for bit, and the FFMA's saturation is the clamp
         # at 0. The clamp at 126: packed (min.u16x2, half an op per score), or none where it provably cannot
-        # bind (MAD_T=1 and attention_fp8.mad_codes_bounded). Two to 2.5 FMNMX per score fewer (kernel_notes.md).
+        # bind (MAD_T=1 and kernel_plan.mad_codes_bounded): fewer FMNMX per score (docs/KERNEL.md).
         if MAD_T == 0:
             row_bias = mad_bias + 8.0 * (e_new - m_use)
             y = _fma_sat(s, tl.full(s.shape, 1.0, tl.float32) * (c8s * 0.0078125),
@@ -304,7 +304,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         # The rounded row sum must not read P's FP8 tensor back: read back from p8 (a bitcast to its codes, or a
         # conversion to fp32), the tensor that also feeds the P·V dot, Triton 3.6 compiled a wrong row sum on the
         # H200 (the output right up to that factor): under a sliding window, with pointer loads (TMA off) at every
-        # length, and with TMA at one key or two query rows against one key (docs/kernel_notes.md).
+        # length, and with TMA at one key or two query rows against one key (docs/KERNEL.md, "A compile fault").
         if ROWSUM_ROUNDED == 1 and EXP2_SUM == 1:
             # the codes from a conversion of their own, P's tensor a bitcast of them, the sum decoded from the
             # codes: the MAD branch's form (fewer instructions than re-rounding p)
@@ -552,7 +552,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         c = sm_scale_log2e * qd * kd
     c8 = c * 8.0
     if MAD_CVT == CVT_SAT_MAGIC_GUARDED:
-        # at or below mad_m_safe (attention_fp8.mad_m_safe) the fused MAD's codes stay below 126.5
+        # at or below mad_m_safe (kernel_plan.mad_m_safe) the fused MAD's codes stay below 126.5
         guarded = (DQK * FP8_MAX_SQ * c <= mad_m_safe).to(tl.int32)
     else:
         guarded = 0
@@ -635,7 +635,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
     # The three segments in order: the window's masked left edge (sliding window only), the full tiles (unmasked;
     # the only segment that may be warp-specialized), the masked diagonal/tail. tl.static_range unrolls the loop
     # when the kernel is compiled, so each segment keeps its own constexpr MASKED and WS: the same code as three
-    # written-out calls (SASS identical, docs/kernel_notes.md).
+    # written-out calls (SASS identical, docs/KERNEL.md "Checks").
     for seg in tl.static_range(3):
         if seg == 0:
             seg_lo = lo

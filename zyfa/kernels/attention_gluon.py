@@ -17,15 +17,9 @@ import math
 
 import torch
 
-from zyfa.kernels.attention_fp8 import (
-    LOG2E,
-    check_device,
-    check_fp8,
-    descale_to_bh,
-    kernel_plan,
-    prepare_vt,
-    validate_inputs,
-)
+from zyfa.kernels.attention_fp8 import prepare_vt
+from zyfa.kernels.kernel_plan import LOG2E, kernel_plan
+from zyfa.kernels.validation import check_device, check_fp8, descale_to_bh, validate_inputs
 
 __all__ = ["GLUON_RECIPE", "GLUON_TILE", "attention_fp8_gluon"]
 

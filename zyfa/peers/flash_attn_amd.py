@@ -24,11 +24,11 @@ __all__ = ["FLASH_ATTN_AMD_CONFIG", "FLASH_ATTN_AMD_RECIPE", "FLASH_ATTN_AMD_VER
 # What flash-attn 2.8.3's Triton-AMD FP8 forward does (docs/real_kernels.md): triton-amd's numerics with P
 # scaled by 448/amax over each BLOCK_M x BLOCK_N tile (the released code; later sources cast P unscaled). Its
 # FP8 tl.dots pass no max_num_imprecise_acc, so each dot's k chain stays in the matrix unit (Q·K over the head
-# dim; each tile's P·V a fresh dot, then scaled and added to its fp32 accumulator): accumulator=hopper_fp8 with a
+# dim; each tile's P·V a fresh dot, then scaled and added to its fp32 accumulator): accumulator=matrix_unit with a
 # flush every tile. On a platform whose matrix unit keeps fp32 sums (mi355x) the two fields change nothing; on
 # the H200 they are what it computes (scripts/compare_pairings.py: ratio 1.0000 on every input, where the
 # per-step fp32 flush left 1.86x on Qwen2.5-Coder's layer 0).
-FLASH_ATTN_AMD_RECIPE = "triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1"
+FLASH_ATTN_AMD_RECIPE = "triton-amd:p_scale=tile_amax,accumulator=matrix_unit,accum_flush_tiles=1"
 FLASH_ATTN_AMD_VERSIONS = ("2.8.3",)  # released versions whose forward was read (prefix match)
 FLASH_ATTN_AMD_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "PRE_LOAD_V": False, "num_stages": 1, "num_warps": 4}
 
