@@ -32,6 +32,8 @@ import sys
 from capture.version import git_label
 from zyfa.norms import rel_l2
 from zyfa.outputs import atomic_write_text
+from zyfa.peers.registry import BENCH_PEERS, PEERS, canonical_name, get_peer
+from zyfa.peers.registry import prepare as prepare_prepared_peer
 from zyfa.timing import NvmlClock, Sample, cuda_timer, ratio_summary, summarize, time_interleaved
 
 DEFAULT_RECIPES = (
@@ -53,9 +55,6 @@ OTHER_RECIPES = (
     "fa3",
 )
 SHAPES = {"hd64": (64, 64), "hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128)}
-# the peers, by the implementation registry's names (accuracy.implementations); older bench files' names map on
-PEERS = ("sdpa-bf16:cudnn", "sdpa-bf16:flash", "cudnn-fp8", "flash-attn-triton-amd", "flashinfer-fa3")
-OLD_PEER_NAMES = {"sdpa-cudnn": "sdpa-bf16:cudnn", "sdpa-flash": "sdpa-bf16:flash"}
 OURS_IMPL = "triton-fp8"  # the bench's name of our kernel (its recipe in the row's "recipe")
 
 
@@ -67,7 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="recipe specs the kernel runs, ';'-separated (or ','; docs/CONTRACTS.md 'Recipe specs')")
     p.add_argument("--recipes-other", default=";".join(OTHER_RECIPES),
                    help="';'-separated recipe specs for the shapes other than hd128 ('same' = --recipes)")
-    p.add_argument("--peers", default=",".join(PEERS), help=f"subset of {','.join(PEERS)} (or 'none')")
+    p.add_argument("--peers", default=",".join(BENCH_PEERS),
+                   help=f"subset of {','.join(n for n, p in PEERS.items() if p.prepare)} (or 'none')")
     p.add_argument("--kernel", action="append", default=[], metavar="[NAME=]FILE.py:FN",
                    help="a user's kernel (the plug-in contract, docs/CONTRACTS.md) timed beside the peers in the same "
                         "interleaving, in this process; repeatable; NAME names it in the tables")
@@ -164,105 +164,6 @@ def sdpa_reference(q, k, v, causal, sm_scale):
     if causal and q.shape[2] != k.shape[2]:
         raise ValueError("reference: bottom-right causal needs s_q == s_k here")
     return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
-
-
-# ---------------------------------------------------------------------------------------------- peers
-
-def make_sdpa(q, k, v, causal, sm_scale, peer):
-    """PyTorch SDPA in bf16 on one backend (``sdpa-bf16:cudnn`` or ``sdpa-bf16:flash``; zyfa.peers.sdpa), GQA
-    expanded. Returns (fn, first output)."""
-    import torch
-
-    from zyfa.peers.sdpa import sdpa_forward
-
-    backend = peer.split(":", 1)[1]
-
-    def fn():
-        return sdpa_forward(q, k, v, causal=causal, sm_scale=sm_scale, dtype=torch.bfloat16, backend=backend)
-
-    out = fn()
-    torch.cuda.synchronize()
-    return fn, out
-
-
-def cudnn_fp8_call(q, k, v, causal, sm_scale):
-    """cuDNN FP8 SDPA (zyfa.peers.cudnn_fp8's graph, built once) on q, k, v quantized with per-tensor descales (the
-    ``ck`` recipe's quantizer), GQA K/V heads repeated: (fn launching it, a function giving the last output
-    dequantized; FP8 output on Hopper)."""
-    from zyfa.kernels.attention_fp8 import quantize_for_kernel
-    from zyfa.peers.common import expand_kv
-    from zyfa.peers.cudnn_fp8 import PreparedCudnnFp8
-
-    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, expand_kv(k, q.shape[1]), expand_kv(v, q.shape[1]), "ck")
-    prepared = PreparedCudnnFp8(q8, k8, v8, qd.reshape(-1)[0], kd.reshape(-1)[0], vd.reshape(-1)[0], causal=causal,
-                                sm_scale=sm_scale)
-    return prepared.call, prepared.output
-
-
-def make_cudnn_fp8(q, k, v, causal, sm_scale):
-    """:func:`cudnn_fp8_call` as (fn, first output dequantized)."""
-    import torch
-
-    fn, output = cudnn_fp8_call(q, k, v, causal, sm_scale)
-    fn()
-    torch.cuda.synchronize()
-    return fn, output().clone()
-
-
-def make_flash_attn_amd(q, k, v, causal, sm_scale):
-    """AMD's Triton FP8 forward from the flash-attn package (zyfa.peers.flash_attn_amd), on the FP8
-    values of its recipe; it reads V as stored (no transpose of ours). Returns (fn, first output)."""
-    import torch
-
-    from zyfa.emulator import quantize_inputs
-    from zyfa.peers.common import per_head_descales
-    from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE, flash_attn_amd_forward
-    from zyfa.recipes import get_recipe
-
-    qi = quantize_inputs(q, k, v, get_recipe(FLASH_ATTN_AMD_RECIPE))
-    q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
-    qd, kd, vd = per_head_descales(qi, q.shape[0], q.shape[1], k.shape[1])
-    o = torch.zeros((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=torch.float32, device=q.device)
-
-    def fn():
-        return flash_attn_amd_forward(q8, k8, v8, qd, kd, vd, causal=causal, sm_scale=sm_scale, out=o)[0]
-
-    out = fn()
-    torch.cuda.synchronize()
-    return fn, out.clone()
-
-
-def make_flashinfer_fa3(q, k, v, causal, sm_scale):
-    """FA3's FP8 forward from FlashInfer (zyfa.peers.flashinfer_fa3), on the FP8 values of its recipe in
-    FlashInfer's NHD layout (made once, outside the timing; it reads V as stored). One launch per sequence.
-    Returns (fn, first output (b, h, s_q, d_v) fp32)."""
-    import torch
-
-    from zyfa.emulator import quantize_inputs
-    from zyfa.peers.flashinfer_fa3 import (
-        FLASHINFER_FA3_DIMS,
-        FLASHINFER_FA3_RECIPE,
-        check,
-        flashinfer_fa3_forward,
-        flashinfer_fa3_inputs,
-    )
-    from zyfa.recipes import get_recipe
-
-    ok, why = check()
-    if not ok:
-        raise RuntimeError(f"{why} (scripts/build_flashinfer_fa3.py builds FlashInfer's FA3 FP8 prefill for the GPU)")
-    if (q.shape[-1], v.shape[-1]) not in FLASHINFER_FA3_DIMS:
-        raise ValueError(f"FlashInfer's FP8 prefill takes d_qk = d_v in "
-                         f"{', '.join(str(d) for d, _ in FLASHINFER_FA3_DIMS)}, not {q.shape[-1]}/{v.shape[-1]}")
-    qi = quantize_inputs(q, k, v, get_recipe(FLASHINFER_FA3_RECIPE))
-    per_seq = flashinfer_fa3_inputs(qi, q.shape[1], k.shape[1])
-
-    def fn():
-        return [flashinfer_fa3_forward(*t, causal=causal, sm_scale=sm_scale)[0] for t in per_seq]
-
-    outs = fn()
-    torch.cuda.synchronize()
-    return fn, torch.stack([o.transpose(0, 1).float() for o in outs])
 
 
 # ---------------------------------------------------------------------------------------------- main
@@ -398,30 +299,18 @@ def prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref) -> Candi
     return Candidate(row, fn, {"v_transpose": lambda: prepare_vt(v8, permute_k32=perm)})
 
 
-def peer_recipe(peer: str) -> str:
-    """The recipe the implementation registry pairs a peer with (its row's ``recipe``)."""
-    from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE
-    from zyfa.peers.flashinfer_fa3 import FLASHINFER_FA3_RECIPE
-
-    return {"flash-attn-triton-amd": FLASH_ATTN_AMD_RECIPE, "flashinfer-fa3": FLASHINFER_FA3_RECIPE,
-            "cudnn-fp8": "cudnn-fp8"}.get(peer, "bf16")
-
-
 def prepare_peer(base, peer, q, k, v, causal, ref) -> Candidate:
-    """A real peer kernel (registry name) prepared once from ``zyfa.peers``."""
-    sm_scale = 1.0 / math.sqrt(q.shape[3])
-    row = dict(base, impl=peer, recipe=peer_recipe(peer))
-    if peer == "flash-attn-triton-amd":
-        fn, out = make_flash_attn_amd(q, k, v, causal, sm_scale)
-    elif peer == "flashinfer-fa3":
-        fn, out = make_flashinfer_fa3(q, k, v, causal, sm_scale)
-    elif peer == "cudnn-fp8":
-        fn, out = make_cudnn_fp8(q, k, v, causal, sm_scale)
-    else:
-        fn, out = make_sdpa(q, k, v, causal, sm_scale, peer)
-    if not _check_output(row, out, ref):
+    """A real peer kernel (:data:`zyfa.peers.registry.PEERS` name) as ``zyfa.peers`` prepares it, launched once and
+    checked."""
+    import torch
+
+    row = dict(base, impl=peer, recipe=get_peer(peer).recipe)
+    prepared = prepare_prepared_peer(peer, q, k, v, causal=causal, sm_scale=1.0 / math.sqrt(q.shape[3]))
+    prepared.call()
+    torch.cuda.synchronize()
+    if not _check_output(row, prepared.output(), ref):
         return Candidate(row)
-    return Candidate(row, fn)
+    return Candidate(row, prepared.call)
 
 
 def prepare_plugin(base, name, kernel, q, k, v, causal, ref) -> Candidate:
@@ -465,7 +354,8 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, plugins=(), repeats
     cands: list[Candidate] = []
     jobs = [(lambda spec=spec: prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref),
              dict(base, impl=OURS_IMPL, recipe=spec)) for spec in recipes]
-    jobs += [(lambda p=p: prepare_peer(base, p, q, k, v, causal, ref), dict(base, impl=p, recipe=peer_recipe(p)))
+    jobs += [(lambda p=p: prepare_peer(base, p, q, k, v, causal, ref),
+              dict(base, impl=p, recipe=get_peer(p).recipe))
              for p in peers]
     jobs += [(lambda n=n, f=f: prepare_plugin(base, n, f, q, k, v, causal, ref),
               dict(base, impl=f"plugin:{n}", recipe="-")) for n, f in plugins]
@@ -523,7 +413,7 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, plugins=(), repeats
 
 def canonical_rows(rows):
     """Bench rows with today's peer names (older files called SDPA's backends ``sdpa-cudnn``/``sdpa-flash``)."""
-    return [dict(r, impl=OLD_PEER_NAMES.get(r.get("impl"), r.get("impl"))) for r in rows]
+    return [dict(r, impl=canonical_name(r.get("impl"))) for r in rows]
 
 
 def _num(x, fmt):
@@ -798,8 +688,6 @@ def render(path: str, ours: str = "zyfa-hopper") -> str:
     The Markdown is rendered to a string first and then replaces the old file atomically, so a file that
     cannot be rendered (missing, not JSON, not a bench file, a row or meta field missing) leaves the old
     Markdown as it was; the error (ValueError / FileNotFoundError) names the file and the problem."""
-    from zyfa.outputs import atomic_write_text
-
     if not path.endswith(".json") or not os.path.isfile(path):
         raise FileNotFoundError(f"--render takes a .json written by zyfa bench; {path!r} is not one")
     try:
@@ -885,10 +773,11 @@ def main(args) -> int:
         return 2
     try:
         plugins = [parse_kernel_arg(k) for k in args.kernel]
-        peers = [] if args.peers == "none" else [OLD_PEER_NAMES.get(p, p) for p in args.peers.split(",") if p]
-        unknown = [p for p in peers if p not in PEERS]
+        peers = [] if args.peers == "none" else [canonical_name(p) for p in args.peers.split(",") if p]
+        timed = [n for n, p in PEERS.items() if p.prepare]
+        unknown = [p for p in peers if p not in timed]
         if unknown:
-            raise ValueError(f"--peers: unknown {', '.join(unknown)}; known: {', '.join(PEERS)}")
+            raise ValueError(f"--peers: unknown {', '.join(unknown)}; known: {', '.join(timed)}")
         if args.repeats < 1:
             raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     except ValueError as err:
