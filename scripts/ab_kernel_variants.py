@@ -176,7 +176,7 @@ def _warm(task):
     try:
         import torch
 
-        from zyfa.bench import gaussian_kernel_call
+        from zyfa.bench.cases import gaussian_kernel_call
         fn, _ = gaussian_kernel_call(shape, 256, causal, recipe, cfg)
         fn()
         torch.cuda.synchronize()
@@ -189,7 +189,7 @@ def _identity(p):
     """Each same_bits variant against the default, on GQA inputs at unit scale and with huge logits."""
     import torch
 
-    from zyfa.bench import SHAPES
+    from zyfa.bench.cases import SHAPES
     from zyfa.kernels import attention_fp8 as A
     for (name, shape, causal, recipe, cfg, same) in V:
         if not same:
@@ -234,7 +234,7 @@ def main():
             p(line)
     p(f"warm {time.time()-t0:.0f}s")
     _identity(p)
-    from zyfa.bench import SHAPES, bench_heads, flops, gaussian_kernel_call
+    from zyfa.bench.cases import SHAPES, bench_heads, flops, gaussian_kernel_call
     from zyfa.norms import rel_l2
     from zyfa.peers.registry import prepare as prepare_peer
     from zyfa.timing import cuda_timer

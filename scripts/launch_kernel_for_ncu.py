@@ -38,7 +38,7 @@ def main() -> int:
 
     import torch
 
-    from zyfa.bench import gaussian_kernel_call
+    from zyfa.bench.cases import gaussian_kernel_call
     fn, (q, k, v) = gaussian_kernel_call(a.shape, a.seq, a.causal, a.recipe)
     sm_scale = 1 / math.sqrt(q.shape[-1])
     if a.peer:  # prepared once as the bench prepares it (zyfa.peers.registry), then launched

@@ -6,7 +6,7 @@ Three parts, computed from the result rows and the benchmark rows:
   inputs, with its status (``zyfa.recipes.Recipe.status``: verified, from source, assumed, modelled; a real
   kernel's rows are "measured" on their device). An implementation is a row's ``implementation`` (a real
   kernel) or else its recipe (the emulator); ZYFA's ablations stay in the details.
-* "where we land": :func:`zyfa.bench.summary_lines` of the benchmark file (the same table as its Markdown),
+* "where we land": :func:`zyfa.bench.table.summary_lines` of the benchmark file (the same table as its Markdown),
   with the GPU named;
 * one picture of speed against accuracy: each implementation that has both a speed and an error is a point
   (TFLOP/s at the longest head-dim-128 non-causal Gaussian sequence of the benchmark, error on the captures),
@@ -127,8 +127,8 @@ def error_table(rows: Sequence[dict]) -> list[dict]:
 
 def where_we_land(bench: Sequence[tuple[str, dict, list[dict]]]) -> tuple[str, dict, list[str], list[list[str]]]:
     """(file name, meta, header, body) of the "where we land" table of the first benchmark file that has one
-    (:func:`zyfa.bench.summary_lines`, the table of the bench Markdown); ("", {}, [], []) when none has."""
-    from zyfa.bench import summary_lines
+    (:func:`zyfa.bench.table.summary_lines`, the table of the bench Markdown); ("", {}, [], []) when none has."""
+    from zyfa.bench.table import summary_lines
 
     for name, meta, rows in bench:
         try:
@@ -155,7 +155,7 @@ def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
     numerics it borrows), every peer by its own name (``cudnn-fp8``, ``sdpa-bf16:cudnn``, ``flashinfer-fa3``, ...).
     Our kernel's speeds include V's transpose where it was timed (as in the bench summary).
     """
-    from zyfa.bench import canonical_rows, headline_tflops
+    from zyfa.bench.table import canonical_rows, headline_tflops
 
     ok = [r for r in canonical_rows(bench_rows) if "error" not in r and isinstance(r.get("tflops"), (int, float))
           and r.get("input", "gaussian") == "gaussian"]

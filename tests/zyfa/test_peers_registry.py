@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from accuracy.implementations import builtin_names, get_implementation
-from zyfa.peers.registry import BENCH_PEERS, OLD_NAMES, PEERS, canonical_name, get_peer, prepare
+from zyfa.peers.names import BENCH_PEERS, OLD_NAMES, PEER_NAMES, canonical_name
+from zyfa.peers.registry import PEERS, get_peer, prepare
 from zyfa.peers.sdpa import sdpa_forward
 
 
@@ -41,6 +42,7 @@ def test_one_name_per_peer_in_the_bench_and_the_accuracy_registry():
         impl = get_implementation(name)
         assert (impl.recipe, impl.package, impl.device) == (peer.recipe, peer.package, peer.device), name
     assert set(BENCH_PEERS) <= {n for n, p in PEERS.items() if p.prepare is not None}
+    assert list(PEERS) == list(PEER_NAMES)
 
 
 def test_old_bench_names_read_as_todays():

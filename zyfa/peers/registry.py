@@ -1,11 +1,10 @@
-"""The peers by name: one table of names, the recipe each is paired with, what it needs, and how to prepare it.
+"""The peers by name (:data:`zyfa.peers.names.PEER_NAMES`): the recipe each is paired with, what it needs, and how
+to prepare it.
 
 ``zyfa bench`` times what :func:`prepare` returns, and the accuracy registry (:mod:`accuracy.implementations`)
-names its built-in peers from :data:`PEERS`, so a peer has one name everywhere. Bench files written before the
-names were unified call SDPA's backends ``sdpa-cudnn``/``sdpa-flash`` (:data:`OLD_NAMES`); :func:`canonical_name`
-reads them as today's names.
+builds its built-in peers from :data:`PEERS`, so a peer has one name everywhere.
 
-Exposed: ``Peer``, ``PEERS``, ``BENCH_PEERS``, ``OLD_NAMES``, ``canonical_name``, ``get_peer``, ``prepare``.
+Exposed: ``Peer``, ``PEERS``, ``get_peer``, ``prepare``.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ import torch
 
 from zyfa.peers import cudnn_fp8, flash_attn_amd, flashinfer_fa3, sdpa
 from zyfa.peers.common import Prepared
+from zyfa.peers.names import PEER_NAMES, canonical_name
 
-__all__ = ["BENCH_PEERS", "OLD_NAMES", "PEERS", "Peer", "canonical_name", "get_peer", "prepare"]
+__all__ = ["PEERS", "Peer", "get_peer", "prepare"]
 
 
 @dataclass(frozen=True)
@@ -27,9 +27,8 @@ class Peer:
     """One peer kernel.
 
     Attributes:
-        name: its one name (bench rows' ``impl``, the accuracy registry's key).
+        name: its one name (a key of :data:`zyfa.peers.names.PEER_NAMES`).
         recipe: the recipe whose numerics it has (the bench row's ``recipe``; the accuracy registry pairs it).
-        label: how the bench's tables name it.
         device: what it runs on, in words.
         package: the distribution it needs, or None.
         check: ``() -> (ok, reason)``: whether the device and package are here.
@@ -42,7 +41,6 @@ class Peer:
 
     name: str
     recipe: str
-    label: str
     device: str
     package: str | None
     check: Callable[[], tuple[bool, str]]
@@ -57,32 +55,25 @@ def _always() -> tuple[bool, str]:
 
 _HOPPER = "CUDA, Hopper (sm_90)"
 PEERS: dict[str, Peer] = {p.name: p for p in (
-    Peer("sdpa-bf16:cudnn", "bf16", "cuDNN BF16", "CUDA (sm_80+)", None, sdpa.check_bf16,
+    Peer("sdpa-bf16:cudnn", "bf16", "CUDA (sm_80+)", None, sdpa.check_bf16,
          partial(sdpa.prepare, backend="cudnn")),
-    Peer("sdpa-bf16:flash", "bf16", "flash BF16 (SDPA)", "CUDA (sm_80+)", None, sdpa.check_bf16,
+    Peer("sdpa-bf16:flash", "bf16", "CUDA (sm_80+)", None, sdpa.check_bf16,
          partial(sdpa.prepare, backend="flash")),
-    Peer("cudnn-fp8", cudnn_fp8.CUDNN_FP8_RECIPE, "cuDNN FP8", _HOPPER, "nvidia-cudnn-frontend", cudnn_fp8.check,
+    Peer("cudnn-fp8", cudnn_fp8.CUDNN_FP8_RECIPE, _HOPPER, "nvidia-cudnn-frontend", cudnn_fp8.check,
          cudnn_fp8.prepare),
-    Peer("cudnn-fp8:oracle-scale", cudnn_fp8.CUDNN_FP8_RECIPE, "cuDNN FP8 (oracle output scale)", _HOPPER,
+    Peer("cudnn-fp8:oracle-scale", cudnn_fp8.CUDNN_FP8_RECIPE, _HOPPER,
          "nvidia-cudnn-frontend", cudnn_fp8.check, None),
-    Peer("sdpa-fp32", "fp32", "SDPA FP32", "any", None, _always, partial(sdpa.prepare, dtype=torch.float32)),
-    Peer("flash-attn-triton-amd", flash_attn_amd.FLASH_ATTN_AMD_RECIPE, "AMD Triton FP8",
+    Peer("sdpa-fp32", "fp32", "any", None, _always, partial(sdpa.prepare, dtype=torch.float32)),
+    Peer("flash-attn-triton-amd", flash_attn_amd.FLASH_ATTN_AMD_RECIPE,
          "CUDA, sm_90 (portable Triton)", "flash-attn", flash_attn_amd.check, flash_attn_amd.prepare,
          refuse=flash_attn_amd.head_dims_refusal),
-    Peer("flashinfer-fa3", flashinfer_fa3.FLASHINFER_FA3_RECIPE, "FA3 FP8 (FlashInfer)", _HOPPER, "flashinfer-python",
+    Peer("flashinfer-fa3", flashinfer_fa3.FLASHINFER_FA3_RECIPE, _HOPPER, "flashinfer-python",
          flashinfer_fa3.check, flashinfer_fa3.prepare,
          hint="scripts/build_flashinfer_fa3.py builds FlashInfer's FA3 FP8 prefill for the GPU",
          refuse=flashinfer_fa3.head_dims_refusal),
 )}
-# the peers `zyfa bench` times by default, in its order
-BENCH_PEERS = ("sdpa-bf16:cudnn", "sdpa-bf16:flash", "cudnn-fp8", "flash-attn-triton-amd", "flashinfer-fa3")
-# names older bench files used -> today's (read, never written)
-OLD_NAMES = {"sdpa-cudnn": "sdpa-bf16:cudnn", "sdpa-flash": "sdpa-bf16:flash"}
-
-
-def canonical_name(name: str) -> str:
-    """Today's name of a peer (an old bench file's name mapped on; any other name as given)."""
-    return OLD_NAMES.get(name, name)
+if list(PEERS) != list(PEER_NAMES):
+    raise RuntimeError("zyfa.peers.names and zyfa.peers.registry must name the same peers, in one order")
 
 
 def get_peer(name: str) -> Peer:
