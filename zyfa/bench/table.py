@@ -3,7 +3,7 @@ the user's kernels, every row), and ``--render``, which rewrites it from the JSO
 report's speed section (:mod:`accuracy.report.speed`) renders the same table from here.
 
 Exposed: ``OURS_IMPL``, ``WRONG_OUTPUT_REL_L2``, ``canonical_rows``, ``headline_tflops``, ``ratio_cell``,
-``plugin_lines``, ``plane_lines``, ``summary_lines``, ``row_table``, ``to_markdown``, ``render``.
+``plugin_lines``, ``plane_lines``, ``summary_lines``, ``ROW_HEADER``, ``row_cells``, ``to_markdown``, ``render``.
 """
 
 from __future__ import annotations
@@ -73,6 +73,33 @@ def plugin_lines(rows) -> list[str]:
     return [*out, ""]
 
 
+# the columns of the bench table's every-row section, here and in the report's speed section
+ROW_HEADER = ("input", "shape", "s", "causal", "impl", "recipe", "TFLOP/s", "range", "ms", "repeats", "V^T ms", "incl.",
+              "err", "err FP8 out", "SM MHz", "rotation ms (FWHT / matmul)")
+
+
+def row_cells(r: dict) -> list[str]:
+    """One bench row as the cells of :data:`ROW_HEADER` (a failed row: its error, then empty cells). KeyError for a
+    row without the fields every bench row has (input, h, h_kv, d_qk, d_v, s, causal, impl, recipe)."""
+    head = [str(r["input"]), f"h{r['h']}/{r['h_kv']} d{r['d_qk']}/{r['d_v']}", str(r["s"]), str(r["causal"]),
+            str(r["impl"]), str(r["recipe"])]
+    if "error" in r:
+        return [*head, f"failed: {str(r['error'])[:120]}", *[""] * (len(ROW_HEADER) - len(head) - 1)]
+    lo, hi = r.get("ms_max"), r.get("ms_min")
+    rng = "-"
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and lo > 0 and hi > 0:
+        rng = f"{r['tflops'] * r['ms'] / lo:.0f}–{r['tflops'] * r['ms'] / hi:.0f}"
+    clk = _num(r.get("sm_clock_mhz"), ".0f")
+    if isinstance(r.get("sm_clock_min_mhz"), (int, float)):
+        clk += f" [{_num(r.get('sm_clock_min_mhz'), '.0f')}–{_num(r.get('sm_clock_max_mhz'), '.0f')}]"
+    rotation = (f"{_num(r.get('rotation_ms'), '.3f')} / {_num(r.get('rotation_matmul_ms'), '.3f')}"
+                if r.get("rotation_ms") is not None else "-")
+    return [*head, _num(r.get("tflops"), ".0f"), rng, _num(r.get("ms"), ".3f"), str(r.get("repeats", 1)),
+            _num(r.get("v_transpose_ms"), ".3f"), _num(r.get("tflops_incl_transpose"), ".0f"),
+            _num(r.get("rel_l2_vs_sdpa_bf16"), ".4f"), _num(r.get("rel_l2_fp8_out_vs_sdpa_bf16"), ".4f"), clk,
+            rotation]
+
+
 def to_markdown(meta, rows, ours="zyfa-hopper"):
     rows = canonical_rows(rows)
     # every string of the file as inert Markdown (zyfa.markdown): names and notes add no column, row or heading
@@ -100,30 +127,8 @@ def to_markdown(meta, rows, ours="zyfa-hopper"):
     summary = summary_lines(rows, ours)  # ends with "", "## Every row", ""
     lines += (plugin_lines(rows) + summary[:-2] + plane_lines(rows) + plane_lines(rows, "flashinfer-fa3")
               + summary[-2:])
-    hdr = ("| input | shape | s | causal | impl | recipe | TFLOP/s | range | ms | repeats | V^T ms | incl. | err | "
-           "err FP8 out | SM MHz | rotation ms (FWHT / matmul) |")
-    lines += [hdr, "|" + "---|" * 16]
-    for r in rows:
-        shape = f"h{r['h']}/{r['h_kv']} d{r['d_qk']}/{r['d_v']}"
-        if "error" in r:
-            lines.append(f"| {r['input']} | {shape} | {r['s']} | {r['causal']} | {r['impl']} | {r['recipe']} | "
-                         f"failed: {str(r['error'])[:120]} |" + "  |" * 9)
-            continue
-        fl_lo, fl_hi = r.get("ms_max"), r.get("ms_min")
-        rng = "-"
-        if isinstance(fl_lo, (int, float)) and isinstance(fl_hi, (int, float)) and fl_lo > 0 and fl_hi > 0:
-            rng = f"{r['tflops'] * r['ms'] / fl_lo:.0f}–{r['tflops'] * r['ms'] / fl_hi:.0f}"
-        clk = _num(r.get("sm_clock_mhz"), ".0f")
-        if isinstance(r.get("sm_clock_min_mhz"), (int, float)):
-            clk += f" [{_num(r.get('sm_clock_min_mhz'), '.0f')}–{_num(r.get('sm_clock_max_mhz'), '.0f')}]"
-        lines.append(
-            f"| {r['input']} | {shape} | {r['s']} | {r['causal']} | {r['impl']} | {r['recipe']} | "
-            f"{_num(r.get('tflops'), '.0f')} | {rng} | {_num(r.get('ms'), '.3f')} | {r.get('repeats', 1)} | "
-            f"{_num(r.get('v_transpose_ms'), '.3f')} | {_num(r.get('tflops_incl_transpose'), '.0f')} | "
-            f"{_num(r.get('rel_l2_vs_sdpa_bf16'), '.4f')} | {_num(r.get('rel_l2_fp8_out_vs_sdpa_bf16'), '.4f')} | "
-            f"{clk} | "
-            + (f"{_num(r.get('rotation_ms'), '.3f')} / {_num(r.get('rotation_matmul_ms'), '.3f')} |"
-               if r.get("rotation_ms") is not None else "- |"))
+    lines += ["| " + " | ".join(ROW_HEADER) + " |", "|" + "---|" * len(ROW_HEADER)]
+    lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
 
 
