@@ -49,6 +49,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from accuracy.command import UsageError
 from accuracy.metrics import ERROR_METRICS
 from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
@@ -69,10 +70,6 @@ GAUSSIAN_DEFAULTS = {"seq": 4096, "head_dim": 128, "heads": "4", "batch": 1, "st
 EXIT_FAILED_ROWS = 3
 # Real-kernel row statuses that count as failures for the exit status.
 FAILED_STATUSES = ("failed", "nonconforming")
-
-
-class UsageError(ValueError):
-    """A bad command line (reported with exit status 2)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

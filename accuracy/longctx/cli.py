@@ -44,6 +44,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from accuracy.command import UsageError
 from accuracy.shard import say
 from zyfa.plugins import add_wall_arguments, wall_options
 
@@ -54,10 +55,6 @@ DEFAULT_IMPLEMENTATIONS = {
     "cpu": "sdpa-fp32,bf16,zyfa,zyfa-hopper,fa3",
 }
 EXIT_FAILED_ROWS = 3
-
-
-class UsageError(ValueError):
-    """A bad command line (exit status 2)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

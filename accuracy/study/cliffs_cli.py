@@ -28,14 +28,11 @@ import sys
 import time
 from pathlib import Path
 
+from accuracy.command import UsageError
 from zyfa.plugins import add_wall_arguments, wall_options
 
 PROG = "zyfa cliffs"
 JSONL = "cliffs.jsonl"
-
-
-class UsageError(ValueError):
-    """A bad command line (exit status 2)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
