@@ -15,6 +15,8 @@ Facts and homes:
     cuDNN FP8 graph              zyfa/peers/cudnn_fp8.py (built there once; the bench times what zyfa.peers prepare)
     peer names                   zyfa/peers/names.py    (PEER_NAMES, BENCH_PEERS, OLD_NAMES)
     UsageError                   accuracy/command.py
+    sharded-run scaffold         accuracy/shard.py      (wants_sharding, print_dry_run, rank_device, announce, give_up,
+                                                         sharding_summary)
 """
 
 from __future__ import annotations
@@ -90,6 +92,14 @@ FACTS = (
     Fact("UsageError", "accuracy/command.py", (
         r"^\s*class\s+UsageError\b",
     )),
+    Fact("sharded-run scaffold", "accuracy/shard.py", (
+        r"sharded_launch\(\)\s+or\b",  # the test for the sharded path
+        r"torch\.device\(\s*[\"']cuda[\"']\s*,\s*torch\.cuda\.current_device\(\)\)",  # this rank's GPU
+        r"print\(format_plan\(",  # the dry-run plan
+        r"\.settle\(\)",  # meeting the ranks after a shared refusal
+        r"rank \{\w+\} \{len\(\w+\)\} (rows|cells)",  # the ranks line
+        r"[\"']world_size[\"']:\s*[\w.]+,\s*[\"']backend[\"']",  # the sharding provenance
+    ), folders=("zyfa", "reference", "capture", "accuracy", "scripts", "examples")),
     Fact("kernel-vs-emulation band", "accuracy/tolerances.py", (
         r"-\s*1\)\s*[<>]=?\s*0\.0[13]\b",  # abs(ratio - 1) <= 0.03
         r"-\s*1\)\s*[<>]=?\s*[A-Z0-9_]*TOL\b",  # abs(ratio - 1) > H200_TOL
@@ -191,6 +201,14 @@ OLD_FORMS.update({
         "PLANE_PEERS = {\"cudnn-fp8\": \"cuDNN FP8\", \"flashinfer-fa3\": \"FA3 FP8 (FlashInfer)\"}",
     ],
     "UsageError": ["class UsageError(ValueError):"],
+    "sharded-run scaffold": [
+        "    if sharded_launch() or args.dry_run is not None or args.backend is not None:",
+        "            device = torch.device(\"cuda\", torch.cuda.current_device())",
+        "            print(format_plan([\" \".join(map(str, c)) for c in cells], costs, plan(costs, world), rate))",
+        "                dist.settle()  # every rank has said it before any exits",
+        "              + \", \".join(f\"rank {k} {len(s)} rows\" for k, s in enumerate(shares)))",
+        "        return {**p, \"world_size\": dist.world, \"backend\": dist.backend, \"wall_time_s\": wall,",
+    ],
 })
 NEW_FORMS = {
     "rel-L2": ["    err = rel_l2(out, ref[0])", "    rel = rel_l2_from_terms(got[0], got[1])",
@@ -210,6 +228,9 @@ NEW_FORMS = {
                    "PLANE_PEERS = (\"cudnn-fp8\", \"flashinfer-fa3\")",
                    "    prepare(\"flashinfer-fa3\", q, k, v, causal=False, sm_scale=0.1)"],
     "UsageError": ["from accuracy.command import UsageError", "        raise UsageError(str(e)) from None"],
+    "sharded-run scaffold": ["        if wants_sharding(args, out):", "        device = rank_device(device, dist)",
+                             "        give_up(dist, e)", "    announce(\"zyfa impact: \", dist, shares, \"cells\")",
+                             "    results.start({\"command\": cmd, \"world_size\": dist.world, \"rank\": dist.rank})"],
 }
 
 
