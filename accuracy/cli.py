@@ -50,8 +50,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from accuracy.command import UsageError
 from accuracy.kernel_verdicts import verdict_lines
 from accuracy.metrics import ERROR_METRICS
+from accuracy.shard import wants_sharding
 from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
 DEFAULT_RECIPES = "zyfa,ck,aiter,aiter-triton,triton-amd,fa3,bf16"
@@ -71,10 +73,6 @@ GAUSSIAN_DEFAULTS = {"seq": 4096, "head_dim": 128, "heads": "4", "batch": 1, "st
 EXIT_FAILED_ROWS = 3
 # Real-kernel row statuses that count as failures for the exit status.
 FAILED_STATUSES = ("failed", "nonconforming")
-
-
-class UsageError(ValueError):
-    """A bad command line (reported with exit status 2)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -172,7 +170,7 @@ def main(args: argparse.Namespace) -> int:
         out = _check_out(args.out)
         if out is None and (args.force or args.resume):
             raise UsageError("--force and --resume apply to --out")
-        if _sharded(args, out):
+        if wants_sharding(args, out):
             return _main_sharded(args, recipes, columns, out)
         results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=read_finished) \
             if out is not None else None
@@ -256,15 +254,6 @@ def _print_report(rows, prov: dict, inputs, columns, args) -> None:
 
 # ---------------------------------------------------------------------------------------------- sharded runs
 
-def _sharded(args: argparse.Namespace, out: Path | None) -> bool:
-    """torchrun launched this process, a plan is asked for, or --out has a sharded run's ``<out>.partial/``."""
-    from accuracy.shard import sharded_launch
-    from zyfa.outputs import partial_path
-
-    return (sharded_launch() or args.dry_run is not None or args.backend is not None
-            or (out is not None and partial_path(out).is_dir()))
-
-
 def cell_cost(shape: dict) -> float:
     """The estimated cost of one row on an input of ``shape``: batch x query heads x s_q x s_k x (d + d_v)."""
     d_v = shape.get("head_dim_v") or shape["head_dim"]
@@ -281,18 +270,21 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         UNITS_PER_SECOND,
         Dist,
         ShardedResults,
-        SharedOutputError,
+        announce,
         dry_run_world,
-        format_plan,
+        give_up,
         launch,
         plan,
+        print_dry_run,
+        rank_device,
+        sharding_summary,
     )
     from zyfa.outputs import OutputError
 
     dry = args.dry_run is not None
     if dry:
         try:
-            world = dry_run_world(args.dry_run)
+            dry_run_world(args.dry_run)
         except OutputError as e:
             return _fail(str(e))
     if not dry and out is None:
@@ -304,11 +296,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
             dist = launch(args.backend)
         from accuracy.runner import input_key, resolve_device, run_accuracy, write_results
 
-        device = resolve_device(args.device)
-        if device.type == "cuda" and dist.grouped:
-            import torch
-
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = rank_device(resolve_device(args.device), dist)
         impls = _parse_implementations(args)
         tag = _ablation_tagger(args)
         inputs = _load_inputs(args, device)
@@ -318,9 +306,8 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         keys = [k for _, k, _ in cells]
         costs = [cell_cost(inp.shape) for inp, _, _ in cells]
         if dry:
-            if dist.rank == 0:
-                labels = [f"{inp.name} {name}" for inp, _, name in cells]
-                print(format_plan(labels, costs, plan(costs, world), UNITS_PER_SECOND.get(device.type, 2e8)))
+            print_dry_run(args.dry_run, [f"{inp.name} {name}" for inp, _, name in cells], costs,
+                          UNITS_PER_SECOND.get(device.type, 2e8))
             return 0
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, planned=keys,
                                       reader=read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE,
@@ -328,9 +315,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     except (ValueError, FileNotFoundError, OutputError) as e:
         status = _fail(e)
         if dist is not None:
-            if isinstance(e, SharedOutputError):
-                dist.settle()  # every rank has said it before any exits
-            dist.close()
+            give_up(dist, e)
         return status
 
     first_prov = results.provenance
@@ -338,11 +323,9 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     shares = plan([costs[i] for i in todo], dist.world)
     mine = {keys[todo[j]] for j in shares[dist.rank]}
     run_id = first_prov.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
-    if dist.rank == 0:
-        if results.done:
-            print(f"resuming {results.folder}: {len(results.done)} of {len(keys)} rows done")
-        print(f"{dist.world} rank(s) ({dist.backend or 'one process'}): "
-              + ", ".join(f"rank {k} {len(s)} rows" for k, s in enumerate(shares)))
+    if dist.rank == 0 and results.done:
+        print(f"resuming {results.folder}: {len(results.done)} of {len(keys)} rows done")
+    announce("", dist, shares, "rows")
 
     def add(row: dict) -> None:
         row.setdefault("device", str(device))
@@ -367,12 +350,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
             prov = {**first_prov, "resumed": [*first_prov.get("resumed", []), {
                 k: made.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
                                                     "device", "device_name")}]}
-        ranks = sorted({r.get("rank") for r in rows if isinstance(r.get("rank"), int)})
-        return {**prov, "world_size": dist.world, "backend": dist.backend,
-                "wall_time_s": time.perf_counter() - t0,
-                "ranks": [{"rank": k, "rows": sum(r.get("rank") == k for r in rows),
-                           "devices": sorted({str(r.get("device")) for r in rows if r.get("rank") == k})}
-                          for k in ranks]}
+        return {**prov, **sharding_summary(dist, rows, time.perf_counter() - t0)}
 
     try:
         rows = results.finish(keys, merged_provenance, write_results)

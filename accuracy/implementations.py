@@ -62,20 +62,12 @@ import torch
 
 from accuracy.inputs import AttentionInput
 from accuracy.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
+from zyfa.peers import cudnn_fp8, flash_attn_amd, flashinfer_fa3
 from zyfa.peers.common import all_checks as _all
 from zyfa.peers.common import cuda_check as _cuda
-from zyfa.peers.common import dist_version as _dist_version
-from zyfa.peers.common import expand_kv as _expand_kv
 from zyfa.peers.common import package_check as _package
 from zyfa.peers.common import per_head_descales
-from zyfa.peers.cudnn_fp8 import check as check_cudnn_fp8
-from zyfa.peers.cudnn_fp8 import cudnn_fp8_forward
-from zyfa.peers.flash_attn_amd import (
-    FLASH_ATTN_AMD_CONFIG,
-    FLASH_ATTN_AMD_RECIPE,
-    flash_attn_amd_forward,
-)
-from zyfa.peers.flash_attn_amd import check as check_flash_attn_amd
+from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE, flash_attn_amd_forward
 from zyfa.peers.flashinfer_fa3 import (
     FLASHINFER_FA3_DIMS,
     FLASHINFER_FA3_RECIPE,
@@ -83,8 +75,7 @@ from zyfa.peers.flashinfer_fa3 import (
     flashinfer_fa3_inputs,
     packed_head_dims,
 )
-from zyfa.peers.flashinfer_fa3 import check as check_flashinfer_fa3
-from zyfa.peers.sdpa import check_bf16 as check_sdpa_bf16
+from zyfa.peers.registry import PEERS
 from zyfa.peers.sdpa import sdpa_forward
 from zyfa.plugins import PluginError, check_signature, load_callable, parse_spec
 from zyfa.recipes import SpecError, get_recipe, split_spec, split_spec_list
@@ -332,38 +323,41 @@ def _triton_impl(recipe: str) -> Implementation:
         limits=limits, description=f"our Triton FP8 kernel under recipe {recipe}", emulation="triton-kernel")
 
 
-# ---------------------------------------------------------------------------------------------- cuDNN FP8
+# ---------------------------------------------------------------------------------------------- peers
+
+def _peer_impl(name: str, fn: Callable[[AttentionInput, dict], ImplResult], limits, description: str,
+               **kw) -> Implementation:
+    """A peer of zyfa.peers' table (:data:`zyfa.peers.registry.PEERS`): its name, recipe, device, package and check
+    from there."""
+    peer = PEERS[name]
+    return Implementation(name=peer.name, fn=fn, recipe=peer.recipe, device=peer.device, package=peer.package,
+                          check=peer.check, limits=limits, description=description, **kw)
+
+
+def _run_prepared(prepare: Callable[..., Any], x: AttentionInput, **kw) -> ImplResult:
+    """One forward of a peer through its "prepare once, call many" entry (zyfa.peers): prepared, called once."""
+    prepared = prepare(x.q, x.k, x.v, causal=bool(x.causal), sm_scale=_sm(x), **kw)
+    prepared.call()
+    if x.q.is_cuda:
+        torch.cuda.synchronize(x.q.device)
+    return ImplResult(prepared.output(), prepared.lse() if prepared.lse else None, dict(prepared.details))
+
 
 def _cudnn_fp8_run(x: AttentionInput, context: dict, scale_o_choice: str) -> ImplResult:
-    from zyfa.emulator import quantize_inputs
-
-    qi = quantize_inputs(x.q, x.k, x.v, "cudnn-fp8")
-    h = x.q.shape[1]
-    q8 = qi.q_values.to(torch.float8_e4m3fn).contiguous()
-    # GQA: K/V heads repeated (same FP8 values, per-tensor descales), so no reliance on the graph's GQA support
-    k8 = _expand_kv(qi.k_values, h).to(torch.float8_e4m3fn).contiguous()
-    v8 = _expand_kv(qi.v_values, h).to(torch.float8_e4m3fn).contiguous()
     amax = None
     if scale_o_choice == "oracle":
         amax = context.get("oracle_out_amax")
         if amax is None:
             raise ImplementationError("cudnn-fp8:oracle-scale needs the oracle's output amax (runner context)")
-    out, lse, info = cudnn_fp8_forward(q8, k8, v8, qi.q_descale.float(), qi.k_descale.float(), qi.v_descale.float(),
-                                       causal=bool(x.causal), sm_scale=_sm(x), out_amax=amax)
-    return ImplResult(out, lse, info)
+    return _run_prepared(cudnn_fp8.prepare, x, out_amax=amax)
 
 
 def _cudnn_impl(name: str, scale_o_choice: str) -> Implementation:
-    return Implementation(
-        name=name, fn=lambda x, c: _cudnn_fp8_run(x, c, scale_o_choice), recipe="cudnn-fp8", quantizes="recipe",
-        device="CUDA, Hopper (sm_90)", package="nvidia-cudnn-frontend",
-        check=check_cudnn_fp8,
-        limits=_no_window_limits(same_dims=False),
-        description=f"cuDNN FP8 SDPA (graph sdpa_fp8), FP8 output, scale_o from the {scale_o_choice} amax",
+    return _peer_impl(
+        name, lambda x, c: _cudnn_fp8_run(x, c, scale_o_choice), _no_window_limits(same_dims=False),
+        f"cuDNN FP8 SDPA (graph sdpa_fp8), FP8 output, scale_o from the {scale_o_choice} amax", quantizes="recipe",
         scale_o="oracle" if scale_o_choice == "oracle" else None)
 
-
-# ---------------------------------------------------------------------------------------------- SDPA BF16
 
 def _sdpa_impl(backend: str) -> Implementation:
     def fn(x: AttentionInput, context: dict) -> ImplResult:
@@ -371,10 +365,8 @@ def _sdpa_impl(backend: str) -> Implementation:
                            backend=backend)
         return ImplResult(out, None, {"sdpa_backend": backend})
 
-    return Implementation(
-        name=f"sdpa-bf16:{backend}", fn=fn, recipe="bf16", quantizes="none", device="CUDA (sm_80+)",
-        package=None, check=check_sdpa_bf16, limits=_no_window_limits(),
-        description=f"PyTorch scaled_dot_product_attention in BF16, {backend} backend")
+    return _peer_impl(f"sdpa-bf16:{backend}", fn, _no_window_limits(),
+                      f"PyTorch scaled_dot_product_attention in BF16, {backend} backend", quantizes="none")
 
 
 def _sdpa_fp32_impl() -> Implementation:
@@ -383,46 +375,15 @@ def _sdpa_fp32_impl() -> Implementation:
                            dtype=torch.float32)
         return ImplResult(out, None, {"sdpa_dtype": "float32"})
 
-    return Implementation(
-        name="sdpa-fp32", fn=fn, recipe="fp32", quantizes="none", device="any", package=None, check=None,
-        limits=None, description="PyTorch scaled_dot_product_attention in fp32 (any backend; the FP32 baseline)")
-
-
-# ---------------------------------------------------------------------------------------------- flash-attn Triton AMD
-
-def _flash_attn_amd_run(x: AttentionInput, context: dict) -> ImplResult:
-    from zyfa.emulator import quantize_inputs
-
-    qi = quantize_inputs(x.q, x.k, x.v, get_recipe(FLASH_ATTN_AMD_RECIPE))
-    b, h = x.q.shape[:2]
-    q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
-    out, lse = flash_attn_amd_forward(q8, k8, v8, *per_head_descales(qi, b, h, x.k.shape[1]),
-                                      causal=bool(x.causal), sm_scale=_sm(x))
-    return ImplResult(out, lse, {"flash_attn": _dist_version("flash-attn"),
-                                  "launch_config": ",".join(f"{k}={v}" for k, v in FLASH_ATTN_AMD_CONFIG.items())})
+    return _peer_impl("sdpa-fp32", fn, None,
+                      "PyTorch scaled_dot_product_attention in fp32 (any backend; the FP32 baseline)", quantizes="none")
 
 
 def _flash_attn_amd_impl() -> Implementation:
-    return Implementation(
-        name="flash-attn-triton-amd", fn=_flash_attn_amd_run, recipe=FLASH_ATTN_AMD_RECIPE, quantizes="recipe",
-        device="CUDA, sm_90 (portable Triton)", package="flash-attn", check=check_flash_attn_amd,
-        limits=_no_window_limits(same_dims=True, equal_seq_causal=False),
-        description="AMD's Triton FP8 forward from flash-attn (flash_attn_triton_amd), run on Hopper")
-
-
-# ---------------------------------------------------------------------------------------------- FA3 via FlashInfer
-
-def _flashinfer_fa3_run(x: AttentionInput, context: dict) -> ImplResult:
-    from zyfa.emulator import quantize_inputs
-
-    qi = quantize_inputs(x.q, x.k, x.v, get_recipe(FLASHINFER_FA3_RECIPE))
-    outs, lses = [], []
-    for q8, k8, v8, sq, sk, sv in flashinfer_fa3_inputs(qi, x.q.shape[1], x.k.shape[1]):
-        out, lse = flashinfer_fa3_forward(q8, k8, v8, sq, sk, sv, causal=bool(x.causal), sm_scale=_sm(x))
-        outs.append(out.transpose(0, 1).float())
-        lses.append(lse.transpose(0, 1).float())
-    return ImplResult(torch.stack(outs), torch.stack(lses), {"flashinfer": _dist_version("flashinfer-python"),
-                                                             "backend": "fa3"})
+    return _peer_impl(
+        "flash-attn-triton-amd", lambda x, c: _run_prepared(flash_attn_amd.prepare, x),
+        _no_window_limits(same_dims=True, equal_seq_causal=False),
+        "AMD's Triton FP8 forward from flash-attn (flash_attn_triton_amd), run on Hopper", quantizes="recipe")
 
 
 _FLASHINFER_SHAPES = _no_window_limits(equal_seq_causal=False, dims=FLASHINFER_FA3_DIMS)
@@ -440,11 +401,10 @@ def _flashinfer_limits(x: AttentionInput) -> str | None:
 
 
 def _flashinfer_fa3_impl() -> Implementation:
-    return Implementation(
-        name="flashinfer-fa3", fn=_flashinfer_fa3_run, recipe=FLASHINFER_FA3_RECIPE, quantizes="recipe",
-        device="CUDA, Hopper (sm_90)", package="flashinfer-python", check=check_flashinfer_fa3,
-        limits=_flashinfer_limits,
-        description="FA3's FP8 forward as FlashInfer builds it for sm_90 (single_prefill_with_kv_cache, backend fa3)")
+    return _peer_impl(
+        "flashinfer-fa3", lambda x, c: _run_prepared(flashinfer_fa3.prepare, x), _flashinfer_limits,
+        "FA3's FP8 forward as FlashInfer builds it for sm_90 (single_prefill_with_kv_cache, backend fa3)",
+        quantizes="recipe")
 
 
 # ---------------------------------------------------------------------------------------------- registry

@@ -23,6 +23,15 @@ Exposed:
     format_plan(labels, costs, shares, units_per_s) -> str
     ShardedResults                         the rank files, the done set, rank 0's merge
     RankRows                               a rank's share with the ResultsFile interface run_study takes
+
+The scaffold every sharded command (``zyfa accuracy``, ``impact``, ``longctx``, ``study``) builds on, around its
+own cells and cost model:
+    wants_sharding(args, out)              torchrun, --dry-run, --backend, or an interrupted sharded run at --out
+    print_dry_run(n, labels, costs, rate)  --dry-run N: the plan, printed by rank 0
+    rank_device(device, dist)              this rank's GPU under torchrun with CUDA
+    announce(prefix, dist, shares, what)   rank 0's line of cells per rank
+    give_up(dist, error)                   after an error is reported: meet the other ranks if they share it, close
+    sharding_summary(dist, rows, wall_s)   the provenance of a sharded run (ranks, backend, rows, devices, wall time)
 """
 
 from __future__ import annotations
@@ -41,8 +50,8 @@ from accuracy.results_io import read_log, row_key
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
 __all__ = ["UNITS_PER_SECOND", "Dist", "RankRows", "SharedOutputError", "ShardedResults", "add_shard_arguments",
-           "cells_digest", "describe_key", "dry_run_world", "format_plan", "launch", "plan", "say",
-           "sharded_launch"]
+           "announce", "cells_digest", "describe_key", "dry_run_world", "format_plan", "give_up", "launch", "plan",
+           "print_dry_run", "rank_device", "say", "sharded_launch", "sharding_summary", "wants_sharding"]
 
 # Cost units (multiply-adds of the FP64 oracle, roughly) per second, by device kind: for --dry-run estimates.
 UNITS_PER_SECOND = {"cpu": 2.0e8, "cuda": 5.0e10}
@@ -164,6 +173,54 @@ def launch(backend: str | None = None, timeout_s: float | None = None) -> Dist:
         torch.cuda.set_device(local % torch.cuda.device_count())
     td.init_process_group(backend=backend, timeout=_dt.timedelta(seconds=timeout_s))
     return Dist(rank, world, local, backend)
+
+
+def wants_sharding(args, out: Path | None) -> bool:
+    """Whether a command runs its sharded path: torchrun launched this process, ``--dry-run`` or ``--backend`` was
+    given, or ``--out`` has an interrupted sharded run's ``<out>.partial/`` (a plain run continues it)."""
+    return (sharded_launch() or args.dry_run is not None or args.backend is not None
+            or (out is not None and partial_path(out).is_dir()))
+
+
+def print_dry_run(n: int, labels: Sequence[str], costs: Sequence[float], units_per_s: float) -> None:
+    """``--dry-run N``: the plan of the cells (``labels``, ``costs``) over N ranks (:func:`dry_run_world`), printed
+    once, by rank 0 of a torchrun launch (no process group is joined). OutputError for a bad N."""
+    world = dry_run_world(n)
+    if int(os.environ.get("RANK", 0) or 0) == 0:
+        print(format_plan(labels, costs, plan(costs, world), units_per_s))
+
+
+def rank_device(device, dist: Dist):
+    """``device`` (a torch.device), or under torchrun with CUDA this rank's GPU (``LOCAL_RANK``'s, made current by
+    :func:`launch`)."""
+    if device.type == "cuda" and dist.grouped:
+        import torch
+
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def announce(prefix: str, dist: Dist, shares: Sequence[Sequence], what: str) -> None:
+    """Rank 0's one line on stderr: ranks, backend, and how many ``what`` each rank runs."""
+    if dist.rank == 0:
+        say(f"{prefix}{dist.world} rank(s) ({dist.backend or 'one process'}): "
+            + ", ".join(f"rank {k} {len(s)} {what}" for k, s in enumerate(shares)))
+
+
+def give_up(dist: Dist, error: BaseException | None = None) -> None:
+    """End this rank's part after its error was reported: with a :class:`SharedOutputError` (every rank has it),
+    meet the others first so each rank's line is out before torchrun stops any; then leave the process group."""
+    if isinstance(error, SharedOutputError):
+        dist.settle()
+    dist.close()
+
+
+def sharding_summary(dist: Dist, rows: Sequence[dict], wall_s: float) -> dict:
+    """The provenance of a sharded run: world size, backend, wall time, and per rank its rows and devices."""
+    return {"world_size": dist.world, "backend": dist.backend, "wall_time_s": wall_s,
+            "ranks": [{"rank": k, "rows": sum(r.get("rank") == k for r in rows),
+                       "devices": sorted({str(r.get("device")) for r in rows if r.get("rank") == k})}
+                      for k in range(dist.world)]}
 
 
 def plan(costs: Sequence[float], world: int) -> list[list[int]]:
@@ -468,11 +525,7 @@ class RankRows:
 
         if not self.dist.grouped:
             return {}
-        wall = time.perf_counter() - self._t0 if self._t0 is not None else 0.0
-        return {"world_size": self.dist.world, "backend": self.dist.backend, "wall_time_s": wall,
-                "ranks": [{"rank": k, "rows": sum(r.get("rank") == k for r in rows),
-                           "devices": sorted({str(r.get("device")) for r in rows if r.get("rank") == k})}
-                          for k in range(self.dist.world)]}
+        return sharding_summary(self.dist, rows, time.perf_counter() - self._t0 if self._t0 is not None else 0.0)
 
     def rows_in_order(self, keys: Sequence[tuple]) -> list[dict] | None:
         from accuracy.runner import write_results

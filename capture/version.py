@@ -1,10 +1,10 @@
 """Which code ran: the one reader of the git commit, for every record that carries it.
 
-Captures (``capture.store``), result files (``accuracy.provenance``), the bench's report (``zyfa.bench``) and
+Captures (``capture.store``), result files (``accuracy.provenance``), the bench's report (``zyfa.bench.cli``) and
 ``zyfa --version`` all read the commit here, in one format: the full hex commit and a dirty flag (tracked files
 differ from it, staged or not; untracked files do not count), written as one string ``<commit>`` or
 ``<commit>+dirty`` where a record has one field for it. It lives in ``capture/``, the lowest package that records it
-(``capture`` imports no other package of ours; ``accuracy``, ``zyfa/bench.py`` and ``zyfa/cli.py`` may import it).
+(``capture`` imports no other package of ours; ``accuracy``, ``zyfa/bench/`` and ``zyfa/cli.py`` may import it).
 
 ``$ZYFA_GIT_COMMIT``, when set, names the commit instead (dirty unknown): for copies of a checkout whose ``.git`` is
 missing or stale, such as the GPU machine's (``scripts/gpu_check.sh`` sets it).

@@ -176,7 +176,7 @@ def _warm(task):
     try:
         import torch
 
-        from zyfa.bench import gaussian_kernel_call
+        from zyfa.bench.cases import gaussian_kernel_call
         fn, _ = gaussian_kernel_call(shape, 256, causal, recipe, cfg)
         fn()
         torch.cuda.synchronize()
@@ -189,7 +189,7 @@ def _identity(p):
     """Each same_bits variant against the default, on GQA inputs at unit scale and with huge logits."""
     import torch
 
-    from zyfa.bench import SHAPES
+    from zyfa.bench.cases import SHAPES
     from zyfa.kernels import attention_fp8 as A
     for (name, shape, causal, recipe, cfg, same) in V:
         if not same:
@@ -234,8 +234,9 @@ def main():
             p(line)
     p(f"warm {time.time()-t0:.0f}s")
     _identity(p)
-    from zyfa.bench import SHAPES, bench_heads, cudnn_fp8_call, flops, gaussian_kernel_call
+    from zyfa.bench.cases import SHAPES, bench_heads, flops, gaussian_kernel_call
     from zyfa.norms import rel_l2
+    from zyfa.peers.registry import prepare as prepare_peer
     from zyfa.timing import cuda_timer
     timer = cuda_timer(10, 60)
     res, peers, errs, refs = {}, {}, {}, {}
@@ -257,7 +258,8 @@ def main():
                 continue
             if len(peers.get((shape, causal), [])) <= rnd:
                 try:
-                    f2, deq = cudnn_fp8_call(q, k, v, causal, 1 / math.sqrt(d_qk))
+                    cudnn = prepare_peer("cudnn-fp8", q, k, v, causal=causal, sm_scale=1 / math.sqrt(d_qk))
+                    f2, deq = cudnn.call, cudnn.output
                     if rnd == 0:
                         errs[("cuDNN FP8", shape, causal, "-")] = rel_l2(deq(), refs[(shape, causal)])
                     ms = timer(f2)

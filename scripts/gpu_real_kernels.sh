@@ -52,6 +52,6 @@ if python3 -m zyfa.cli accuracy --help 2>/dev/null | grep -q -- "--implementatio
 fi
 # 4. speed beside the real peers at one shape (hd128, 8K and 16K tokens, both masks)
 timeout ${BENCH_TIMEOUT:-100} python3 -m zyfa.cli bench --shapes hd128 --seqlens 8192,16384 --captured none \
-  --recipes zyfa-hopper --recipes-other same --peers sdpa-cudnn,sdpa-flash,cudnn-fp8,flash-attn-triton-amd,flashinfer-fa3 \
+  --recipes zyfa-hopper --recipes-other same --peers sdpa-bf16:cudnn,sdpa-bf16:flash,cudnn-fp8,flash-attn-triton-amd,flashinfer-fa3 \
   --warmup 10 --rep 40 --out "$OUT/bench_real_peers.json" 2>&1 | grep -v Warning | tail -12
 ls -la "$OUT"

@@ -38,15 +38,12 @@ def main() -> int:
 
     import torch
 
-    from zyfa.bench import gaussian_kernel_call
+    from zyfa.bench.cases import gaussian_kernel_call
     fn, (q, k, v) = gaussian_kernel_call(a.shape, a.seq, a.causal, a.recipe)
     sm_scale = 1 / math.sqrt(q.shape[-1])
-    if a.peer == "cudnn-fp8":
-        from zyfa.bench import cudnn_fp8_call
-        fn, _ = cudnn_fp8_call(q, k, v, a.causal, sm_scale)
-    elif a.peer == "flashinfer-fa3":
-        from zyfa.bench import make_flashinfer_fa3
-        fn, _ = make_flashinfer_fa3(q, k, v, a.causal, sm_scale)
+    if a.peer:  # prepared once as the bench prepares it (zyfa.peers.registry), then launched
+        from zyfa.peers.registry import prepare
+        fn = prepare(a.peer, q, k, v, causal=a.causal, sm_scale=sm_scale).call
     for _ in range(a.launches - 1):
         fn()
     torch.cuda.synchronize()

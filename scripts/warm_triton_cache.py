@@ -8,7 +8,7 @@ key) with the timed 8K-32K runs. Worker processes, one CUDA context each; failur
     PYTHONPATH=. python3 scripts/warm_triton_cache.py [--workers 12] [--recipes 'a;b'] [--recipes-other 'a;b'|same]
         [--shapes hd128,mla,hd256,hd64]
 
-The recipe lists default to `zyfa bench`'s own (zyfa.bench.DEFAULT_RECIPES / OTHER_RECIPES).
+The recipe lists default to `zyfa bench`'s own (zyfa.bench.cli.DEFAULT_RECIPES / OTHER_RECIPES).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _task(task: tuple[str, bool, str]) -> str:
     try:
         import torch
 
-        from zyfa.bench import gaussian_kernel_call
+        from zyfa.bench.cases import gaussian_kernel_call
 
         fn, _ = gaussian_kernel_call(shape, 256, causal, spec)  # spec: 'name' or 'name:field=value,...'
         fn()
@@ -40,7 +40,7 @@ def _task(task: tuple[str, bool, str]) -> str:
 
 
 def main() -> int:
-    from zyfa.bench import DEFAULT_RECIPES, OTHER_RECIPES
+    from zyfa.bench.cli import DEFAULT_RECIPES, OTHER_RECIPES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=12)

@@ -12,6 +12,11 @@ Facts and homes:
     shared FP64-reference key    zyfa/emulator.py       (QUANT_FIELDS, quantization_key)
     git reader                   capture/version.py     (git_state, git_label)
     kernel-vs-emulation bands    accuracy/tolerances.py (Band and its entries)
+    cuDNN FP8 graph              zyfa/peers/cudnn_fp8.py (built there once; the bench times what zyfa.peers prepare)
+    peer names                   zyfa/peers/names.py    (PEER_NAMES, BENCH_PEERS, OLD_NAMES)
+    UsageError                   accuracy/command.py
+    sharded-run scaffold         accuracy/shard.py      (wants_sharding, print_dry_run, rank_device, announce, give_up,
+                                                         sharding_summary)
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ class Fact:
     allowed: dict[str, str] = field(default_factory=dict)  # file -> why its matching lines are not a definition
 
 
+_PEER = r"(sdpa-bf16:\w+|cudnn-fp8|flashinfer-fa3|flash-attn-triton-amd|sdpa-fp32)"
 FACTS = (
     Fact("rel-L2", "zyfa/norms.py", (
         r"norm\([^\n]*\)\s*(\*\*\s*2\s*)?/[^\n]*norm\(",  # ||a - b|| / ||b|| in any spelling of a norm
@@ -68,6 +74,32 @@ FACTS = (
                                     "differ from HEAD (git status limited to those paths), and runs without the "
                                     "packages on its path",
     }),
+    Fact("cuDNN FP8 graph", "zyfa/peers/cudnn_fp8.py", (
+        r"\.pygraph\(",  # a cuDNN frontend graph
+        r"\.sdpa_fp8\(",  # its FP8 attention node
+        r"^\s*class\s+Prepared\w*Cudnn|^\s*class\s+\w*CudnnFp8",
+        r"^\s*def\s+(make_(sdpa|cudnn_fp8|flash_attn_amd|flashinfer_fa3)|cudnn_fp8_call)\s*\(",  # the bench's wrappers
+    )),
+    Fact("peer names", "zyfa/peers/names.py", (
+        r"[\"']sdpa-(cudnn|flash)[\"']\s*:",  # the old-name map
+        r"[\"']" + _PEER + r"[\"']\s*:\s*[\"'][^\"']*[A-Z]",  # a name -> label map
+        r"(" + _PEER + r"[\"']\s*,\s*[\"']){3}" + _PEER,  # a list of four or more (a subset of two is a choice)
+    ), folders=("zyfa", "reference", "capture", "accuracy", "scripts", "examples"), allowed={
+        "zyfa/peers/registry.py": "gives each name of the table its recipe, checks and prepare, checked equal to it",
+        "accuracy/report/front.py": "FRONT_REAL is the front page's choice of implementations (ours among them) to "
+                                    "show, a selection, not the names' definition",
+    }),
+    Fact("UsageError", "accuracy/command.py", (
+        r"^\s*class\s+UsageError\b",
+    )),
+    Fact("sharded-run scaffold", "accuracy/shard.py", (
+        r"sharded_launch\(\)\s+or\b",  # the test for the sharded path
+        r"torch\.device\(\s*[\"']cuda[\"']\s*,\s*torch\.cuda\.current_device\(\)\)",  # this rank's GPU
+        r"print\(format_plan\(",  # the dry-run plan
+        r"\.settle\(\)",  # meeting the ranks after a shared refusal
+        r"rank \{\w+\} \{len\(\w+\)\} (rows|cells)",  # the ranks line
+        r"[\"']world_size[\"']:\s*[\w.]+,\s*[\"']backend[\"']",  # the sharding provenance
+    ), folders=("zyfa", "reference", "capture", "accuracy", "scripts", "examples")),
     Fact("kernel-vs-emulation band", "accuracy/tolerances.py", (
         r"-\s*1\)\s*[<>]=?\s*0\.0[13]\b",  # abs(ratio - 1) <= 0.03
         r"-\s*1\)\s*[<>]=?\s*[A-Z0-9_]*TOL\b",  # abs(ratio - 1) > H200_TOL
@@ -155,6 +187,29 @@ OLD_FORMS = {
         "ERR_RATIO_TOL = {\"fp32\": 0.01, \"hopper_fp8\": 0.01}",
     ],
 }
+OLD_FORMS.update({
+    "cuDNN FP8 graph": [
+        "        g = cudnn.pygraph(io_data_type=dt.FP8_E4M3, intermediate_data_type=dt.FLOAT)",
+        "        O, stats, amax_s, amax_o = g.sdpa_fp8(",
+        "def make_cudnn_fp8(q, k, v, causal, sm_scale):",
+        "def cudnn_fp8_call(q, k, v, causal, sm_scale):",
+        "def make_flashinfer_fa3(q, k, v, causal, sm_scale):",
+    ],
+    "peer names": [
+        "OLD_PEER_NAMES = {\"sdpa-cudnn\": \"sdpa-bf16:cudnn\", \"sdpa-flash\": \"sdpa-bf16:flash\"}",
+        "PEERS = (\"sdpa-bf16:cudnn\", \"sdpa-bf16:flash\", \"cudnn-fp8\", \"flash-attn-triton-amd\")",
+        "PLANE_PEERS = {\"cudnn-fp8\": \"cuDNN FP8\", \"flashinfer-fa3\": \"FA3 FP8 (FlashInfer)\"}",
+    ],
+    "UsageError": ["class UsageError(ValueError):"],
+    "sharded-run scaffold": [
+        "    if sharded_launch() or args.dry_run is not None or args.backend is not None:",
+        "            device = torch.device(\"cuda\", torch.cuda.current_device())",
+        "            print(format_plan([\" \".join(map(str, c)) for c in cells], costs, plan(costs, world), rate))",
+        "                dist.settle()  # every rank has said it before any exits",
+        "              + \", \".join(f\"rank {k} {len(s)} rows\" for k, s in enumerate(shares)))",
+        "        return {**p, \"world_size\": dist.world, \"backend\": dist.backend, \"wall_time_s\": wall,",
+    ],
+})
 NEW_FORMS = {
     "rel-L2": ["    err = rel_l2(out, ref[0])", "    rel = rel_l2_from_terms(got[0], got[1])",
                "    \"rel_l2\": rel_l2_from_terms(err_sq, ref_sq),"],
@@ -167,6 +222,15 @@ NEW_FORMS = {
                                  "    assert e_k <= KERNEL_VS_EMULATION.high * e_e + 1e-3",
                                  "FA2_MODEL_RATIO_TOL = 5e-3",
                                  "        assert abs(rec[\"fa2_model_ratio\"] - ratio) <= FA2_MODEL_RATIO_TOL"],
+    "cuDNN FP8 graph": ["    prepared = prepare_prepared_peer(peer, q, k, v, causal=causal, sm_scale=sm_scale)",
+                        "    res = _run_prepared(cudnn_fp8.prepare, x, out_amax=amax)"],
+    "peer names": ["    peers = [p for p in PEER_NAMES if any(p in (r.get(\"vs\") or {}) for r in mine)]",
+                   "PLANE_PEERS = (\"cudnn-fp8\", \"flashinfer-fa3\")",
+                   "    prepare(\"flashinfer-fa3\", q, k, v, causal=False, sm_scale=0.1)"],
+    "UsageError": ["from accuracy.command import UsageError", "        raise UsageError(str(e)) from None"],
+    "sharded-run scaffold": ["        if wants_sharding(args, out):", "        device = rank_device(device, dist)",
+                             "        give_up(dist, e)", "    announce(\"zyfa impact: \", dist, shares, \"cells\")",
+                             "    results.start({\"command\": cmd, \"world_size\": dist.world, \"rank\": dist.rank})"],
 }
 
 

@@ -22,7 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "accuracy": ("accuracy.cli", "error of FP8 attention recipes against the FP64 oracle"),
     "recipes": ("zyfa.recipes_cli", "list the named recipes and their numerics"),
     "capture": ("capture.cli", "capture Q/K/V from a real model into HDF5"),
-    "bench": ("zyfa.bench", "benchmark the Triton FP8 kernels against cuDNN and SDPA (GPU)"),
+    "bench": ("zyfa.bench.cli", "benchmark the Triton FP8 kernels against cuDNN and SDPA (GPU)"),
     "report": ("accuracy.study.report_cli", "render result files into Markdown, PNG and HTML reports"),
     "study": ("accuracy.study.cli", "the one-command study: captures + Gaussian inputs -> accuracy -> report"),
     "impact": ("accuracy.impact.cli", "perplexity and next-token KL with each recipe swapped into a model"),

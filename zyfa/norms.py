@@ -11,7 +11,7 @@ Edge cases (one behaviour everywhere):
       metric of such an output as nan and flags it ``has_nan``);
     - the reference holds NaN or Inf: ValueError (a reference must be finite).
 
-It lives in ``zyfa/`` (the lowest package that needs it: ``zyfa/bench.py`` may not import ``accuracy``).
+It lives in ``zyfa/`` (the lowest package that needs it: ``zyfa/bench/`` may not import ``accuracy``).
 
 Exposed functions:
     rel_l2(out, ref) -> float                       the error of two tensors of one shape
@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the tensors bring torch: importing this module stays light (zyfa/bench.py imports it)
+if TYPE_CHECKING:  # the tensors bring torch: importing this module stays light (zyfa/bench/ imports it)
     import torch
 
 __all__ = ["rel_l2", "rel_l2_from_terms", "rel_l2_per", "rel_l2_terms"]

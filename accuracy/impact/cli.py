@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -28,8 +27,8 @@ from accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop
 from accuracy.impact.run import DEFAULT_LAYER_RECIPES, DEFAULT_RECIPES, run_impact
 from accuracy.impact.section import command_of, results_paths, write_markdown
 from accuracy.results_io import ResultsFile
-from accuracy.shard import add_shard_arguments, say, sharded_launch
-from zyfa.outputs import OutputError, atomic_write_text, partial_path
+from accuracy.shard import add_shard_arguments, say, wants_sharding
+from zyfa.outputs import OutputError, atomic_write_text
 from zyfa.plugins import add_wall_arguments, wall_options
 from zyfa.recipes import get_recipe, split_spec_list
 
@@ -140,7 +139,7 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"--per-layer {unknown} not in --models")
         if args.dry_run is None:
             out.parent.mkdir(parents=True, exist_ok=True)
-        if sharded_launch() or args.dry_run is not None or args.backend is not None or partial_path(out).is_dir():
+        if wants_sharding(args, out):
             return _main_sharded(args, split, recipes, impl_names, plugins, device, layer_recipes, layers, per_layer,
                                  out, md, command)
         results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=_read_out, n_rows=256,
@@ -243,11 +242,13 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
         UNITS_PER_SECOND,
         Dist,
         ShardedResults,
-        SharedOutputError,
-        dry_run_world,
-        format_plan,
+        announce,
+        give_up,
         launch,
         plan,
+        print_dry_run,
+        rank_device,
+        sharding_summary,
     )
 
     cells = impact_cells(models, recipes, impl_names, windows=args.windows, per_layer=per_layer,
@@ -256,27 +257,22 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     rate = UNITS_PER_SECOND.get(device.type, 2e8) / 50  # a model's forward pass, not one attention operator
     if args.dry_run is not None:
         try:
-            world = dry_run_world(args.dry_run)
+            print_dry_run(args.dry_run, [" ".join(map(str, c)) for c in cells], costs, rate)
         except OutputError as e:
             say(f"zyfa impact: error: {e}")
             return 2
-        if int(os.environ.get("RANK", 0) or 0) == 0:
-            print(format_plan([" ".join(map(str, c)) for c in cells], costs, plan(costs, world), rate))
         return 0
     dist = Dist()
     try:
         dist = launch(args.backend)
-        if device.type == "cuda" and dist.grouped:
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = rank_device(device, dist)
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=_read_out,
                                       need_bytes=1 << 20, key=row_key, check=_impact_row,
                                       dumps=_dumps,
                                       cells=list(zip(cells, costs, strict=True)))
     except OutputError as e:
         say(f"zyfa impact: error: {e}")
-        if isinstance(e, SharedOutputError):
-            dist.settle()  # every rank has said it before any exits
-        dist.close()
+        give_up(dist, e)
         return 2
 
     def done(cell) -> bool:  # a window cell is done when its row is; a sweep cell is planned until run
@@ -286,11 +282,9 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     todo = [i for i, c in enumerate(cells) if not done(c)]
     shares = plan([costs[i] for i in todo], dist.world)
     mine = {cells[todo[j]] for j in shares[dist.rank]}
-    if dist.rank == 0:
-        if results.done:
-            print(f"zyfa impact: resuming {results.folder}: {len(results.done)} rows done", file=sys.stderr)
-        print(f"zyfa impact: {dist.world} rank(s) ({dist.backend or 'one process'}): "
-              + ", ".join(f"rank {k} {len(s)} cells" for k, s in enumerate(shares)), file=sys.stderr)
+    if dist.rank == 0 and results.done:
+        say(f"zyfa impact: resuming {results.folder}: {len(results.done)} rows done")
+    announce("zyfa impact: ", dist, shares, "cells")
     results.start({"command": command, "world_size": dist.world, "rank": dist.rank})
     sink = _Sink(results, str(device))
     t0 = time.perf_counter()
@@ -315,10 +309,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     keys = list(dict.fromkeys([*windows, *(tuple(k) for ks in made for k in ks)]))  # a window row missing: refused
 
     def write(rows, path: Path, _prov) -> None:
-        sharding = {"world_size": dist.world, "backend": dist.backend, "wall_time_s": time.perf_counter() - t0,
-                    "ranks": [{"rank": k, "rows": sum(r.get("rank") == k for r in rows),
-                               "devices": sorted({str(r.get("device")) for r in rows if r.get("rank") == k})}
-                              for k in range(dist.world)]}
+        sharding = sharding_summary(dist, rows, time.perf_counter() - t0)
         for r in rows:
             if dist.grouped:
                 r["provenance"] = {**(r.get("provenance") or {}), "sharding": sharding}

@@ -44,8 +44,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from accuracy.command import UsageError
 from accuracy.kernel_verdicts import verdict_lines
-from accuracy.shard import say
+from accuracy.shard import say, wants_sharding
 from zyfa.plugins import add_wall_arguments, wall_options
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
@@ -56,10 +57,6 @@ DEFAULT_IMPLEMENTATIONS = {
     "cpu": "sdpa-fp32,bf16,zyfa,zyfa-hopper,fa3",
 }
 EXIT_FAILED_ROWS = 3
-
-
-class UsageError(ValueError):
-    """A bad command line (exit status 2)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -322,10 +319,7 @@ def _run(args: argparse.Namespace) -> int:
                     fallback=None if args.fallback == "none" else "stock", row_tags=ablation_tags(ablations),
                     row_fields=getattr(args, "plan_fields", None) or {}, coverage=args.coverage,
                     generate=args.generate)
-    from accuracy.shard import sharded_launch
-    from zyfa.outputs import partial_path
-
-    if sharded_launch() or args.dry_run is not None or args.backend is not None or partial_path(out).is_dir():
+    if wants_sharding(args, out):
         return _run_sharded(args, spec, device, plugins, nonconforming, out)
     try:
         results = ResultsFile.open(out, force=args.force, resume=args.resume)
@@ -402,7 +396,6 @@ def grid_order(spec) -> Callable[[dict], tuple]:
 def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming: dict, out: Path) -> int:
     """One rank of a sharded ``zyfa longctx`` (or its --dry-run): cells (model, task, length, implementation)
     planned by :func:`accuracy.shard.plan` over :func:`cell_cost`, rank 0 merging in :func:`grid_order`."""
-    import os
     import time
     import uuid
 
@@ -416,10 +409,13 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
         Dist,
         ShardedResults,
         SharedOutputError,
-        dry_run_world,
-        format_plan,
+        announce,
+        give_up,
         launch,
         plan,
+        print_dry_run,
+        rank_device,
+        sharding_summary,
     )
     from capture.models import MODELS
     from zyfa.outputs import OutputError, atomic_write_text
@@ -437,27 +433,23 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     rate = UNITS_PER_SECOND.get(device.type, 2e8) / 50  # a model's prefill, not one attention operator
     if args.dry_run is not None:
         try:
-            world = dry_run_world(args.dry_run)
+            print_dry_run(args.dry_run, [f"{m} {t} L{n} {name}" for m, t, n, name in cells],
+                          [cell_cost(n, per_cell) for _, _, n, _ in cells], rate)
         except OutputError as e:
             raise UsageError(str(e)) from None
-        if int(os.environ.get("RANK", 0) or 0) == 0:
-            costs = [cell_cost(n, per_cell) for _, _, n, _ in cells]
-            print(format_plan([f"{m} {t} L{n} {name}" for m, t, n, name in cells], costs, plan(costs, world), rate))
         return 0
     dist = Dist()
     try:
         dist = launch(args.backend)
-        if device.type == "cuda" and dist.grouped:
-            device = torch.device("cuda", torch.cuda.current_device())
+        device = rank_device(device, dist)
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, reader=read_jsonl,
                                       cells=cells)
     except OutputError as e:
-        if isinstance(e, SharedOutputError):
+        if isinstance(e, SharedOutputError):  # said by each rank before they meet (give_up), not again by main
             say(f"zyfa longctx: {e}")
-            dist.settle()  # every rank has said it before any exits
-            dist.close()
+            give_up(dist, e)
             return 2
-        dist.close()
+        give_up(dist, e)
         raise UsageError(str(e)) from None
 
     def left(cell) -> int:
@@ -475,9 +467,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
                        "text": spec.text, "model_dtype": args.dtype, "fallback": args.fallback,
                        "layers": spec.layers, "plugins": {p.name: p.description for p in plugins},
                        "nonconforming": nonconforming, "run_id": run_id, **spec.row_fields})
-    if dist.rank == 0:
-        print(f"zyfa longctx: {dist.world} rank(s), " + ", ".join(f"rank {k} {len(s)} cells"
-                                                             for k, s in enumerate(shares)), file=sys.stderr)
+    announce("zyfa longctx: ", dist, shares, "cells")
     batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 8192)
     t0 = time.perf_counter()
     try:
@@ -506,8 +496,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
         first = results.provenance
         p = {**first, "resumed": [*first.get("resumed", []), {k: prov.get(k) for k in (
             "date_utc", "git_commit", "git_dirty", "zyfa_version", "argv", "device")}]} if first else prov
-        return {**p, "world_size": dist.world, "backend": dist.backend, "wall_time_s": time.perf_counter() - t0,
-                "ranks": [{"rank": k, "rows": sum(r.get("rank") == k for r in rows)} for k in range(dist.world)]}
+        return {**p, **sharding_summary(dist, rows, time.perf_counter() - t0)}
 
     try:
         rows = results.finish(keys, merged_provenance, lambda rs, path, p: atomic_write_text(path, jsonl_text(rs, p)),

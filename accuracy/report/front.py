@@ -16,7 +16,7 @@ Computed from the result rows and the benchmark rows:
   (:func:`front_prose`; errors in one format, :func:`number`), the whole reasons the cells had to cut, one line per
   recipe status and why (the recipes' ``status_note``), and the 4-bit weights of the captured models
   (:func:`quantized_weights`, from :data:`capture.models.MODELS`);
-* "where we land": :func:`zyfa.bench.summary_lines` of the benchmark file (the same table as its Markdown), with
+* "where we land": :func:`zyfa.bench.table.summary_lines` of the benchmark file (the same table as its Markdown), with
   the GPU named and each row's source (:func:`bench_source`); a column only beside an implementation with error
   rows here, a ``× peer`` column (our kernel's speed over the peer's) only where our kernel's column is shown too,
   and our kernel named as "zyfa kernel (zyfa-hopper numerics)", never as the recipe or peer whose numerics it
@@ -181,8 +181,8 @@ def error_table(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] = 
 
 def where_we_land(bench: Sequence[tuple[str, dict, list[dict]]]) -> tuple[str, dict, list[str], list[list[str]]]:
     """(file name, meta, header, body) of the "where we land" table of the first benchmark file that has one
-    (:func:`zyfa.bench.summary_lines`, the table of the bench Markdown); ("", {}, [], []) when none has."""
-    from zyfa.bench import summary_lines
+    (:func:`zyfa.bench.table.summary_lines`, the table of the bench Markdown); ("", {}, [], []) when none has."""
+    from zyfa.bench.table import summary_lines
 
     for name, meta, rows in bench:
         try:
@@ -209,7 +209,7 @@ def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
     numerics it borrows), every peer by its own name (``cudnn-fp8``, ``sdpa-bf16:cudnn``, ``flashinfer-fa3``, ...).
     Our kernel's speeds include V's transpose where it was timed (as in the bench summary).
     """
-    from zyfa.bench import canonical_rows, headline_tflops
+    from zyfa.bench.table import canonical_rows, headline_tflops
 
     ok = [r for r in canonical_rows(bench_rows) if "error" not in r and isinstance(r.get("tflops"), (int, float))
           and r.get("input", "gaussian") == "gaussian"]

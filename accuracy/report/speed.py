@@ -1,4 +1,6 @@
-"""The speed section of the report, from ``zyfa bench`` JSON files."""
+"""The speed section of the report, from ``zyfa bench`` JSON files: a TFLOP/s pivot by implementation and the bench
+table's every-row section, whose cells come from the bench's own renderer (:func:`zyfa.bench.table.row_cells`), so
+the report and ``bench.md`` show a row alike."""
 
 from __future__ import annotations
 
@@ -8,11 +10,7 @@ from pathlib import Path
 
 from accuracy.report.blocks import fmt
 from accuracy.report.document import Doc
-
-_BENCH_PREFERRED = ("input", "impl", "recipe", "kernel", "backend", "b", "batch", "h", "heads", "heads_q", "h_kv",
-                    "heads_kv", "s", "seq", "seq_q", "seq_k", "d_qk", "head_dim", "d_v", "head_dim_v", "causal",
-                    "tflops", "ms", "time_ms", "v_transpose_ms", "tflops_incl_transpose", "rel_l2_vs_sdpa_bf16",
-                    "sm_clock_mhz", "power_w", "error")
+from zyfa.bench.table import ROW_HEADER, canonical_rows, row_cells
 
 
 def load_bench(paths: Sequence[str | Path]) -> list[tuple[str, dict, list[dict]]]:
@@ -63,6 +61,7 @@ def section_speed(doc: Doc, bench: list) -> None:
         if isinstance(meta.get("versions"), dict):
             info.append("versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
         doc.p(f"**{name}**" + ("; " + "; ".join(info) if info else ""))
+        rows = canonical_rows(rows)  # today's peer names, as the bench's Markdown shows them
         ok = [r for r in rows if "error" not in r and r.get("tflops") is not None]
         shape_keys = [k for k in ("input", "h", "h_kv", "d_qk", "d_v", "s", "causal") if any(k in r for r in ok)]
         if ok and shape_keys and any(("impl" in r or "kernel" in r) for r in ok):
@@ -73,10 +72,10 @@ def section_speed(doc: Doc, bench: list) -> None:
             body = [[*(fmt(v, "num") for v in case), *(fmt(val.get((case, lab)), "num") for lab in labels)]
                     for case in cases]
             doc.table(f"t-bench-{i}-tflops", [*shape_keys, *labels], body)
-        cols = [c for c in _BENCH_PREFERRED if any(c in r for r in rows)]
-        extra = [c for c in dict.fromkeys(k for r in rows for k in r) if c not in cols
-                 and all(isinstance(r.get(c), (int, float, str, bool, type(None))) for r in rows)]
-        cols += extra[: max(0, 18 - len(cols))]
-        body = [[fmt(r.get(c), "num") if c != "error" else str(r.get(c, ""))[:80] for c in cols] for r in rows]
-        doc.p("Every benchmark row:")
-        doc.table(f"t-bench-{i}", cols, body)
+        try:
+            body = [row_cells(r) for r in rows]
+        except KeyError as e:
+            doc.p(f"Every benchmark row: left out, a row has no {e.args[0]!r} field (not a `zyfa bench` file).")
+            continue
+        doc.p("Every benchmark row (as in the bench's own Markdown):")
+        doc.table(f"t-bench-{i}", list(ROW_HEADER), body)

@@ -24,10 +24,12 @@ from accuracy.shard import (
     ShardedResults,
     SharedOutputError,
     add_shard_arguments,
+    announce,
     dry_run_world,
-    format_plan,
+    give_up,
     launch,
-    plan,
+    print_dry_run,
+    rank_device,
     say,
 )
 from accuracy.study import run as study_run
@@ -227,29 +229,13 @@ def _open_stage(out: Path, dist: Dist, *, force: bool, resume: bool) -> tuple[St
     return stage, Path(answer["stage"]), bool(answer["resumed"])
 
 
-def _rank_device(device: str, dist: Dist):
-    """The study's device; under torchrun with CUDA, this rank's GPU (``LOCAL_RANK``'s, made current by launch)."""
-    import torch
-
-    from accuracy.runner import resolve_device
-
-    dev = resolve_device(device)
-    if dev.type == "cuda" and dist.grouped:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
-
-
-def _say_plan(shares: list[list[tuple]]) -> None:
-    log(f"{len(shares)} ranks: " + ", ".join(f"rank {k} {len(s)} rows" for k, s in enumerate(shares)))
-
-
 def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes, impls) -> int:
     """``--dry-run [N]``: the accuracy rows per rank with estimated seconds; writes nothing."""
     import os
 
     from accuracy.runner import resolve_device
 
-    world = dry_run_world(args.dry_run)
+    dry_run_world(args.dry_run)  # a bad N is refused on every rank
     if int(os.environ.get("RANK", 0) or 0) != 0:
         return 0
     inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
@@ -259,7 +245,7 @@ def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes,
     costs = [cell_cost(by_name[k[0]].shape) for k in keys]
     labels = [f"{k[0]} {k[3] or k[2]}" for k in keys]
     rate = UNITS_PER_SECOND.get(resolve_device(args.device).type, 2e8)
-    print(format_plan(labels, costs, plan(costs, world), rate))
+    print_dry_run(args.dry_run, labels, costs, rate)
     return 0
 
 
@@ -332,14 +318,17 @@ def main(args: argparse.Namespace) -> int:
         stage, stage_dir, resumed = _open_stage(out, dist, force=args.force, resume=args.resume)
         inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
                               name_filter=args.gaussian_filter)
-        device = _rank_device(args.device, dist)
+        from accuracy.runner import resolve_device  # torch: only once the arguments are checked
+
+        device = rank_device(resolve_device(args.device), dist)
         cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
         shared = ShardedResults.open(stage_dir / ROWS_NAME, dist, resume=True, reader=read_finished, flag="--out",
                                      cells=[*((i.name, list(i.shape)) for i in inputs), *recipes,
                                             *((i.name, i.available()[0]) for i in impls)])
         run_id = shared.provenance.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
         rows_file = RankRows(shared, lambda key: cost[key[0]], str(device), run_id,
-                             on_plan=_say_plan if dist.grouped and dist.rank == 0 else None)
+                             on_plan=(lambda shares: announce("zyfa study: ", dist, shares, "rows"))
+                             if dist.grouped else None)
         full = [g.name for g in gaussian_specs(mode)]
         ran = {i.name for i in inputs}
         left = [n for n in full if n not in ran]
@@ -354,9 +343,7 @@ def main(args: argparse.Namespace) -> int:
         if stage is not None:
             stage.release()
         say(f"zyfa study: error: {e}")
-        if isinstance(e, SharedOutputError):
-            dist.settle()  # every rank has said it before any exits
-        dist.close()
+        give_up(dist, e)
         return 2
 
     from accuracy.inputs import file_sha256

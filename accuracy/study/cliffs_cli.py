@@ -28,15 +28,12 @@ import sys
 import time
 from pathlib import Path
 
+from accuracy.command import UsageError
 from accuracy.kernel_verdicts import verdict_lines
 from zyfa.plugins import add_wall_arguments, wall_options
 
 PROG = "zyfa cliffs"
 JSONL = "cliffs.jsonl"
-
-
-class UsageError(ValueError):
-    """A bad command line (exit status 2)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

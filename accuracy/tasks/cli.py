@@ -28,6 +28,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from accuracy.command import UsageError
 from accuracy.shard import say
 
 DEFAULT_OUT = "zyfa-tasks/humaneval.jsonl"
@@ -36,10 +37,6 @@ DEFAULT_IMPLEMENTATIONS = {
     "cpu": "stock,zyfa",
 }
 EXIT_FAILED_ROWS = 3
-
-
-class UsageError(ValueError):
-    """A bad command line (exit status 2)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -166,7 +166,7 @@ def test_bench_peer_rows_name_the_registrys_recipes():
     """zyfa bench's rows of the real peers name the recipe the registry pairs them with, also where the peer
     cannot run (here: no GPU, or no package), and carry the reason instead of a speed."""
     from accuracy.implementations import FLASH_ATTN_AMD_RECIPE, FLASHINFER_FA3_RECIPE
-    from zyfa.bench import run_case
+    from zyfa.bench.cases import run_case
     from zyfa.timing import cpu_timer
 
     if torch.cuda.is_available():
@@ -185,7 +185,7 @@ def test_amd_forward_refuses_mla_head_dims():
     """AMD's Triton FP8 forward takes one head size (Q's) for Q, K and V, so MLA's 192/128 is refused in one line
     before the kernel runs (it read past V's rows there and wrote NaN), and zyfa bench's row says why, with no speed."""
     from accuracy.implementations import flash_attn_amd_forward
-    from zyfa.bench import run_case
+    from zyfa.bench.cases import run_case
     from zyfa.timing import cpu_timer
 
     q = torch.randn(1, 2, 64, 192).to(torch.float8_e4m3fn)

@@ -191,7 +191,7 @@ def test_quantizer_gives_per_channel_and_per_key_v_descales(spec, shape):
 
 
 def test_bench_markdown_has_a_rotation_column():
-    from zyfa.bench import to_markdown
+    from zyfa.bench.table import to_markdown
 
     meta = {"device": "H200", "command": "zyfa bench", "date": "d", "git_commit": "c", "versions": {},
             "inputs_note": "Gaussian"}

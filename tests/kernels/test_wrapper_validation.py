@@ -350,7 +350,7 @@ def test_bench_render_summarises_the_committed_h200_run(tmp_path):
     import shutil
     from pathlib import Path
 
-    from zyfa.bench import render
+    from zyfa.bench.table import render
 
     src = Path(__file__).resolve().parents[2] / "reports" / "bench" / "bench.json"
     dst = tmp_path / "bench_x.json"

@@ -15,6 +15,7 @@ import pytest
 
 from accuracy.report import build, document, speed
 from tests.report.conftest import RECIPES, html_tables, md_tables, numbers
+from zyfa.bench.table import ROW_HEADER
 
 REL = 6e-3  # 3 significant digits (fmt's "err"); ratios have 3 decimals
 
@@ -196,25 +197,36 @@ def test_speed_table_from_bench_json(small_results, tmp_path):
 
     path, _ = small_results
     bench = tmp_path / "bench_test.json"
+    shape = {"input": "gaussian", "h": 16, "h_kv": 16, "s": 32768, "d_qk": 128, "d_v": 128}
     bench.write_text(json.dumps({"meta": {"device": "NVIDIA H200", "versions": {"torch": "2.11"}}, "rows": [
-        {"input": "gaussian", "h": 16, "s": 32768, "d_qk": 128, "causal": False, "impl": "triton-fp8",
-         "recipe": "zyfa", "ms": 1.2345, "tflops": 912.34},
-        {"input": "gaussian", "h": 16, "s": 32768, "d_qk": 128, "causal": False, "impl": "cudnn-fp8",
-         "recipe": "cudnn-fp8", "ms": 1.1, "tflops": 927.0},
-        {"input": "gaussian", "h": 16, "s": 32768, "d_qk": 128, "causal": True, "impl": "triton-fp8",
-         "recipe": "fa3", "error": "correctness check failed"}]}))
+        {**shape, "causal": False, "impl": "triton-fp8", "recipe": "zyfa", "ms": 1.2345, "tflops": 912.34},
+        {**shape, "causal": False, "impl": "sdpa-cudnn", "recipe": "bf16", "ms": 1.1, "tflops": 927.0},
+        {**shape, "causal": True, "impl": "triton-fp8", "recipe": "fa3", "error": "correctness check failed"}]}))
     res = build.load_results([path])
     doc = build.build_report(res, bench=speed.load_bench([bench]), plots=False)
     md = document.render_markdown(doc)
     assert "NVIDIA H200" in md and "torch 2.11" in md
     tables = md_tables(md)
-    t = tables["t-bench-0"]
-    assert t[0] == ["input", "impl", "recipe", "h", "s", "d_qk", "causal", "tflops", "ms", "error"]
-    assert t[1] == ["gaussian", "triton-fp8", "zyfa", "16", "32768", "128", "no", "912.3", "1.234", ""]
-    assert t[3][-1] == "correctness check failed"
+    t = tables["t-bench-0"]  # the bench's own every-row table (zyfa.bench.table), old peer names read as today's
+    assert t[0] == list(ROW_HEADER)
+    assert t[1][:9] == ["gaussian", "h16/16 d128/128", "32768", "False", "triton-fp8", "zyfa", "912", "-", "1.234"]
+    assert t[2][4] == "sdpa-bf16:cudnn"
+    assert t[3][6] == "failed: correctness check failed" and t[3][7:] == [""] * 9
     pivot = tables["t-bench-0-tflops"]
-    assert pivot[0] == ["input", "h", "d_qk", "s", "causal", "triton-fp8 zyfa", "cudnn-fp8"]
-    assert pivot[1] == ["gaussian", "16", "128", "32768", "no", "912.3", "927"]
+    assert pivot[0] == ["input", "h", "h_kv", "d_qk", "d_v", "s", "causal", "triton-fp8 zyfa", "sdpa-bf16:cudnn bf16"]
+    assert pivot[1] == ["gaussian", "16", "16", "128", "128", "32768", "no", "912.3", "927"]
+
+
+def test_speed_section_leaves_out_rows_of_another_format(small_results, tmp_path):
+    """A benchmark file whose rows lack the bench's fields gets one line saying so instead of a table."""
+    import json
+
+    path, _ = small_results
+    bench = tmp_path / "other.json"
+    bench.write_text(json.dumps([{"kernel": "x", "tflops": 1.0}]))
+    md = document.render_markdown(build.build_report(build.load_results([path]), bench=speed.load_bench([bench]),
+                                                     plots=False))
+    assert "Every benchmark row: left out, a row has no 'input' field" in md and "t-bench-0" not in md_tables(md)
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium not installed (apt-get install chromium)")

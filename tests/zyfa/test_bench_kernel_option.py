@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from zyfa.bench import parse_kernel_arg, plugin_lines, ratio_cell, to_markdown
+from zyfa.bench.cli import parse_kernel_arg
+from zyfa.bench.table import plugin_lines, ratio_cell, to_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from zyfa import bench
+from zyfa.bench import cli as bench
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -1,6 +1,6 @@
 """zyfa bench's 'where we land' table: a peer whose output is wrong is shown as wrong, never as a speed."""
 
-from zyfa.bench import WRONG_OUTPUT_REL_L2, summary_lines
+from zyfa.bench.table import WRONG_OUTPUT_REL_L2, summary_lines
 
 
 def _row(impl, recipe, tflops, err, d_qk=192, d_v=128):
@@ -48,7 +48,7 @@ def test_fa3_through_flashinfer_has_its_own_columns():
 def test_our_headline_speed_includes_v_transpose():
     """The summary counts our kernel with V's transpose (what a caller with V as stored pays) where it was timed,
     and a peer as timed; the ratios follow."""
-    from zyfa.bench import headline_tflops
+    from zyfa.bench.table import headline_tflops
 
     ours = dict(_row("triton-fp8", "zyfa-hopper", 800.0, 0.056, 128, 128), tflops_incl_transpose=780.0)
     peer = dict(_row("cudnn-fp8", "cudnn-fp8", 650.0, 0.06, 128, 128), tflops_incl_transpose=1.0)  # never read
@@ -61,7 +61,7 @@ def test_our_headline_speed_includes_v_transpose():
 def test_speed_accuracy_plane_lists_configurations_that_beat_cudnn_fp8_on_both():
     """Per shape: our configurations faster (with V's transpose) and more accurate than cuDNN FP8, fastest first;
     where none is, the fastest more accurate one is named as the closest; a wrong output is never a candidate."""
-    from zyfa.bench import plane_lines
+    from zyfa.bench.table import plane_lines
 
     def ours(recipe, t, incl, err, d=128):
         return dict(_row("triton-fp8", recipe, t, err, d, d), tflops_incl_transpose=incl)
@@ -83,7 +83,7 @@ def test_speed_accuracy_plane_lists_configurations_that_beat_cudnn_fp8_on_both()
 def test_speed_accuracy_plane_against_fa3_through_flashinfer():
     """The same table against FlashInfer's FA3 FP8: its own rows are the reference, cuDNN FP8's are not used, and
     the bench's Markdown carries both tables."""
-    from zyfa.bench import plane_lines
+    from zyfa.bench.table import plane_lines
 
     ours = dict(_row("triton-fp8", "zyfa-hopper", 900.0, 0.055, 256, 256), tflops_incl_transpose=890.0)
     rows = [ours, _row("cudnn-fp8", "cudnn-fp8", 1000.0, 0.06, 256, 256),

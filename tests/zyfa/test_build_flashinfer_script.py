@@ -62,10 +62,10 @@ def test_bench_peer_without_flashinfer_says_why(tmp_path):
     it, not an import traceback."""
     import torch
 
-    from zyfa.bench import make_flashinfer_fa3
+    from zyfa.peers.registry import prepare
 
     if torch.cuda.is_available():
         pytest.skip("checks the reason given on a machine without a GPU")
     q = torch.randn(1, 2, 64, 128)
     with pytest.raises(RuntimeError, match=r"no CUDA device \(scripts/build_flashinfer_fa3.py"):
-        make_flashinfer_fa3(q, q, q, False, 0.1)
+        prepare("flashinfer-fa3", q, q, q, causal=False, sm_scale=0.1)

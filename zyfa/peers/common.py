@@ -1,7 +1,7 @@
 """What the peer adapters share: availability checks (device, package, the release whose numerics were read) and the
-descale layouts per-head kernels take.
+descale layouts per-head kernels take, and :class:`Prepared`, what every peer's ``prepare(...)`` returns.
 
-Exposed: ``cuda_check``, ``package_check``, ``all_checks``, ``dist_version``, ``read_release``,
+Exposed: ``Prepared``, ``cuda_check``, ``package_check``, ``all_checks``, ``dist_version``, ``read_release``,
 ``per_head_descales``, ``expand_kv``.
 """
 
@@ -10,11 +10,28 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
-__all__ = ["all_checks", "cuda_check", "dist_version", "expand_kv", "package_check", "per_head_descales",
+__all__ = ["Prepared", "all_checks", "cuda_check", "dist_version", "expand_kv", "package_check", "per_head_descales",
            "read_release"]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One peer prepared once for one input (inputs quantized and laid out, graphs built): "prepare once, call many".
+
+    ``call()`` launches the kernel once (what a benchmark times; it returns whatever the kernel returns);
+    ``output()`` is the last call's output as (b, h, s_q, d_v), dequantized where the kernel writes FP8 (a later
+    call overwrites it: read it before calling again); ``lse()`` the last call's natural-log LSE (b, h, s_q), where
+    the peer gives one; ``details`` what a result row records (an output-scale choice, versions)."""
+
+    call: Callable[[], Any]
+    output: Callable[[], torch.Tensor]
+    lse: Callable[[], torch.Tensor] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def cuda_check(min_major: int = 0, exact_major: int | None = None) -> tuple[bool, str]:

@@ -5,8 +5,9 @@ On Hopper it writes FP8 output only, so its output scale must be chosen: from a 
 before the FP8 cast) or from a given amax (the FP64 oracle's, for the ``oracle-scale`` variant). The choice is
 returned with the output.
 
-Exposed: ``check()``, ``PreparedCudnnFp8`` (built once, launched many times: what the bench times),
-``cudnn_fp8_forward(...)`` (one forward).
+Exposed: ``CUDNN_FP8_RECIPE``, ``check()``, ``prepare(q, k, v, ...)`` (the peer API's "prepare once, call many":
+the recipe's quantizer, then the graph built once; what the bench times and the accuracy registry runs),
+``PreparedCudnnFp8`` (the graph on given FP8 tensors). The graph is built here and nowhere else.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ import math
 
 import torch
 
-from zyfa.peers.common import all_checks, cuda_check, dist_version, package_check
+from zyfa.emulator import quantize_inputs
+from zyfa.peers.common import Prepared, all_checks, cuda_check, dist_version, expand_kv, package_check
 
-__all__ = ["PreparedCudnnFp8", "check", "cudnn_fp8_forward"]
+__all__ = ["CUDNN_FP8_RECIPE", "PreparedCudnnFp8", "check", "prepare"]
+
+CUDNN_FP8_RECIPE = "cudnn-fp8"  # the recipe whose quantizer feeds it (per-tensor descales) and whose numerics it has
 
 check = all_checks(lambda: cuda_check(exact_major=9), lambda: package_check("cudnn", "nvidia-cudnn-frontend"))
 
@@ -100,14 +104,17 @@ class PreparedCudnnFp8:
         return self._lse.reshape(self._shape)
 
 
-def cudnn_fp8_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool, sm_scale: float,
-                      out_amax: float | None = None) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """One cuDNN FP8 SDPA forward: q8, k8, v8 (b, h, s, d) e4m3fn with the same head count (repeat GQA's K/V
-    heads first), descales scalars. ``out_amax``: the output amax its FP8 output scale is set from (None: a first
-    pass at scale 1 measures it). Returns (out fp32 (b, h, s_q, d_v) dequantized, lse (b, h, s_q) natural log,
-    details: ``scale_o``, ``scale_o_choice``, versions)."""
-    prepared = PreparedCudnnFp8(q8, k8, v8, q_descale, k_descale, v_descale, causal=causal, sm_scale=sm_scale,
-                                out_amax=out_amax)
-    prepared.call()
-    torch.cuda.synchronize(q8.device)
-    return prepared.output(), prepared.lse(), prepared.details
+def prepare(q, k, v, *, causal: bool, sm_scale: float, out_amax: float | None = None) -> Prepared:
+    """cuDNN's FP8 SDPA prepared once on q (b, h, s_q, d_qk), k/v (b, h_kv, s_k, d): the FP8 values and per-tensor
+    descales of :data:`CUDNN_FP8_RECIPE`'s quantizer, GQA's K/V heads repeated after quantizing (same FP8 values and
+    descales, so no reliance on the graph's GQA support), then the graph built with them bound. ``out_amax``: the
+    output amax its FP8 output scale is set from (None: a first pass at scale 1 measures it). ``output()`` is
+    dequantized (fp32); ``details`` holds ``scale_o``, ``scale_o_choice`` and versions."""
+    qi = quantize_inputs(q, k, v, CUDNN_FP8_RECIPE)
+    h = q.shape[1]
+    q8 = qi.q_values.to(torch.float8_e4m3fn).contiguous()
+    k8 = expand_kv(qi.k_values, h).to(torch.float8_e4m3fn).contiguous()
+    v8 = expand_kv(qi.v_values, h).to(torch.float8_e4m3fn).contiguous()
+    graph = PreparedCudnnFp8(q8, k8, v8, qi.q_descale.float(), qi.k_descale.float(), qi.v_descale.float(),
+                             causal=causal, sm_scale=sm_scale, out_amax=out_amax)
+    return Prepared(call=graph.call, output=graph.output, lse=graph.lse, details=graph.details)

@@ -5,7 +5,9 @@ docs/real_kernels.md says what the released package computes and why it is paire
 :data:`FLASH_ATTN_AMD_RECIPE`.
 
 Exposed: ``FLASH_ATTN_AMD_RECIPE``, ``FLASH_ATTN_AMD_VERSIONS``, ``FLASH_ATTN_AMD_CONFIG``, ``check()``,
-``flash_attn_amd_module()``, ``flash_attn_amd_forward(...)``.
+``flash_attn_amd_module()``, ``flash_attn_amd_forward(...)``, ``head_dims_refusal(q, k, v)``,
+``prepare(q, k, v, ...)`` (the peer API's "prepare once, call many": the recipe's quantizer, then the forward on a
+fixed output buffer).
 """
 
 from __future__ import annotations
@@ -16,10 +18,19 @@ import sys
 
 import torch
 
-from zyfa.peers.common import all_checks, cuda_check, package_check, read_release
+from zyfa.emulator import quantize_inputs
+from zyfa.peers.common import (
+    Prepared,
+    all_checks,
+    cuda_check,
+    dist_version,
+    package_check,
+    per_head_descales,
+    read_release,
+)
 
 __all__ = ["FLASH_ATTN_AMD_CONFIG", "FLASH_ATTN_AMD_RECIPE", "FLASH_ATTN_AMD_VERSIONS", "check",
-           "flash_attn_amd_forward", "flash_attn_amd_module"]
+           "flash_attn_amd_forward", "flash_attn_amd_module", "head_dims_refusal", "prepare"]
 
 # What flash-attn 2.8.3's Triton-AMD FP8 forward does (docs/real_kernels.md): triton-amd's numerics with P
 # scaled by 448/amax over each BLOCK_M x BLOCK_N tile (the released code; later sources cast P unscaled). Its
@@ -76,6 +87,15 @@ def flash_attn_amd_module():
     return fwd
 
 
+def head_dims_refusal(q, k, v) -> str | None:
+    """Why it cannot take these tensors' head sizes (it takes one for Q, K and V, reading V's rows with Q's), or
+    None."""
+    d_q, d_k, d_v = q.shape[-1], k.shape[-1], v.shape[-1]
+    if d_q == d_k == d_v:
+        return None
+    return f"flash-attn's Triton-AMD FP8 forward takes one head size for Q, K and V, not {d_q}/{d_k}/{d_v}"
+
+
 def flash_attn_amd_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool, sm_scale: float,
                            out: torch.Tensor | None = None):
     """One call of flash-attn's Triton-AMD FP8 forward: q8 (b, h, s_q, d), k8/v8 (b, h_kv, s_k, d) e4m3fn;
@@ -84,10 +104,9 @@ def flash_attn_amd_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causa
 
     ValueError where Q, K and V do not share one head size: the kernel takes its head size from Q and reads V's rows
     with it (``ACTUAL_BLOCK_DMODEL``), so MLA's 192/128 would read past V's rows into the next ones."""
-    d_q, d_k, d_v = q8.shape[-1], k8.shape[-1], v8.shape[-1]
-    if not d_q == d_k == d_v:
-        raise ValueError(f"flash-attn's Triton-AMD FP8 forward takes one head size for Q, K and V, not "
-                         f"{d_q}/{d_k}/{d_v}")
+    why = head_dims_refusal(q8, k8, v8)
+    if why:
+        raise ValueError(why)
     fwd = flash_attn_amd_module()
     b, h, s_q, _ = q8.shape
     s_k = k8.shape[2]
@@ -97,3 +116,28 @@ def flash_attn_amd_forward(q8, k8, v8, q_descale, k_descale, v_descale, *, causa
         q8, k8, v8, out, float(sm_scale), None, bool(causal), None, "bhsd", None, None, s_q, s_k, None, None, 0.0,
         None, None, False, True, q_descale, k_descale, v_descale, None)
     return out, lse
+
+
+def prepare(q, k, v, *, causal: bool, sm_scale: float) -> Prepared:
+    """flash-attn's Triton-AMD FP8 forward prepared once: the FP8 values and per-head descales of
+    :data:`FLASH_ATTN_AMD_RECIPE`'s quantizer and one fp32 output buffer, made before any call; it reads V as stored
+    (no transpose). ``output()`` is that buffer (fp32), ``lse()`` the last call's."""
+    qi = quantize_inputs(q, k, v, FLASH_ATTN_AMD_RECIPE)
+    q8, k8, v8 = (t.to(torch.float8_e4m3fn).contiguous() for t in (qi.q_values, qi.k_values, qi.v_values))
+    qd, kd, vd = per_head_descales(qi, q.shape[0], q.shape[1], k.shape[1])
+    o = torch.zeros((q.shape[0], q.shape[1], q.shape[2], v.shape[3]), dtype=torch.float32, device=q.device)
+    last: list[torch.Tensor] = []
+
+    def call() -> torch.Tensor:
+        out, lse = flash_attn_amd_forward(q8, k8, v8, qd, kd, vd, causal=causal, sm_scale=sm_scale, out=o)
+        last[:] = [lse]
+        return out
+
+    def lse() -> torch.Tensor:
+        if not last:
+            raise RuntimeError("flash-attn-triton-amd: lse() before the first call()")
+        return last[0]
+
+    return Prepared(call=call, output=lambda: o, lse=lse, details={
+        "flash_attn": dist_version("flash-attn"),
+        "launch_config": ",".join(f"{k}={v}" for k, v in FLASH_ATTN_AMD_CONFIG.items())})

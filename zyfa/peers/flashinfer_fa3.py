@@ -2,7 +2,10 @@
 prefill, and the recipe quantizer's values laid out as it takes them.
 
 Exposed: ``FLASHINFER_FA3_RECIPE``, ``FLASHINFER_VERSIONS``, ``FLASHINFER_FA3_DIMS``, ``PACK_MANIFEST``, ``check()``,
-``packed_head_dims()``, ``flashinfer_fa3_forward(...)``, ``flashinfer_fa3_inputs(...)``.
+``packed_head_dims()``, ``flashinfer_fa3_forward(...)``, ``flashinfer_fa3_inputs(...)``, ``head_dims_refusal(q, k, v)``,
+``prepare(q, k, v, ...)``
+(the peer API's "prepare once, call many": the recipe's quantizer and FlashInfer's layout made once, then one launch
+per sequence per call).
 """
 
 from __future__ import annotations
@@ -12,10 +15,19 @@ import math
 
 import torch
 
-from zyfa.peers.common import all_checks, cuda_check, package_check, per_head_descales, read_release
+from zyfa.emulator import quantize_inputs
+from zyfa.peers.common import (
+    Prepared,
+    all_checks,
+    cuda_check,
+    dist_version,
+    package_check,
+    per_head_descales,
+    read_release,
+)
 
 __all__ = ["FLASHINFER_FA3_DIMS", "FLASHINFER_FA3_RECIPE", "FLASHINFER_VERSIONS", "PACK_MANIFEST", "check",
-           "flashinfer_fa3_forward", "flashinfer_fa3_inputs", "packed_head_dims"]
+           "flashinfer_fa3_forward", "flashinfer_fa3_inputs", "head_dims_refusal", "packed_head_dims", "prepare"]
 
 # What FlashInfer 0.7.4's FA3-derived FP8 prefill on sm_90 computes (its hopper/quantization mainloop and
 # hopper/variants.cuh StandardFP8Attention, docs/real_kernels.md): FA3's numerics (exp2 of the scaled score minus
@@ -82,3 +94,36 @@ def flashinfer_fa3_inputs(qi, h: int, h_kv: int):
     qd, kd, vd = per_head_descales(qi, b, h, h_kv)
     fp8 = [t.to(torch.float8_e4m3fn) for t in (qi.q_values, qi.k_values, qi.v_values)]
     return [tuple(t[i].transpose(0, 1).contiguous() for t in fp8) + (qd[i], kd[i], vd[i]) for i in range(b)]
+
+
+def head_dims_refusal(q, k, v) -> str | None:
+    """Why its FP8 prefill cannot take these tensors' head dims (:data:`FLASHINFER_FA3_DIMS`), or None."""
+    if (q.shape[-1], v.shape[-1]) in FLASHINFER_FA3_DIMS:
+        return None
+    return (f"FlashInfer's FP8 prefill takes d_qk = d_v in {', '.join(str(d) for d, _ in FLASHINFER_FA3_DIMS)}, "
+            f"not {q.shape[-1]}/{v.shape[-1]}")
+
+
+def prepare(q, k, v, *, causal: bool, sm_scale: float) -> Prepared:
+    """FA3's FP8 forward from FlashInfer prepared once: the FP8 values and descales of :data:`FLASHINFER_FA3_RECIPE`'s
+    quantizer in FlashInfer's NHD layout (made here, outside any timing; it reads V as stored); ``call()`` launches
+    once per sequence. ``output()`` and ``lse()``: the last call's, as (b, h, s_q, d_v) fp32 and (b, h, s_q).
+    ValueError for head dims its FP8 prefill does not take (:data:`FLASHINFER_FA3_DIMS`)."""
+    why = head_dims_refusal(q, k, v)
+    if why:
+        raise ValueError(why)
+    per_seq = flashinfer_fa3_inputs(quantize_inputs(q, k, v, FLASHINFER_FA3_RECIPE), q.shape[1], k.shape[1])
+    last: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+
+    def call() -> list[torch.Tensor]:
+        res = [flashinfer_fa3_forward(*t, causal=causal, sm_scale=sm_scale) for t in per_seq]
+        last[:] = [res]
+        return [o for o, _ in res]
+
+    def latest(i: int) -> torch.Tensor:
+        if not last:
+            raise RuntimeError("flashinfer-fa3: output() before the first call()")
+        return torch.stack([r[i].transpose(0, 1).float() for r in last[0]])
+
+    return Prepared(call=call, output=lambda: latest(0), lse=lambda: latest(1),
+                    details={"flashinfer": dist_version("flashinfer-python"), "backend": "fa3"})

@@ -1,16 +1,17 @@
 """PyTorch's ``scaled_dot_product_attention`` as a peer: BF16 on one named backend (cuDNN, flash) or fp32 on any,
 with the bottom-right causal and sliding-window masks of the FP64 oracle.
 
-Exposed: ``check_bf16()``, ``sdpa_forward(...)``.
+Exposed: ``BACKENDS``, ``check_bf16()``, ``sdpa_forward(...)``, ``prepare(q, k, v, ...)`` (the peer API's
+"prepare once, call many").
 """
 
 from __future__ import annotations
 
 import torch
 
-from zyfa.peers.common import cuda_check, expand_kv
+from zyfa.peers.common import Prepared, cuda_check, expand_kv
 
-__all__ = ["BACKENDS", "check_bf16", "sdpa_forward"]
+__all__ = ["BACKENDS", "check_bf16", "prepare", "sdpa_forward"]
 
 BACKENDS = ("cudnn", "flash")
 
@@ -47,3 +48,24 @@ def sdpa_forward(q, k, v, *, causal: bool, sm_scale: float, window: int | None =
     with sdpa_kernel([be]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(causal) and mask is None,
                                               scale=float(sm_scale))
+
+
+def prepare(q, k, v, *, causal: bool, sm_scale: float, backend: str | None = None, window: int | None = None,
+            dtype: torch.dtype = torch.bfloat16) -> Prepared:
+    """SDPA on one backend as a prepared peer: ``call()`` runs :func:`sdpa_forward` on the given tensors (the cast to
+    ``dtype`` and GQA's repeat are part of each call, as a caller of SDPA pays them); ``output()`` is the last
+    call's output, in ``dtype``."""
+    last: list[torch.Tensor] = []
+
+    def call() -> torch.Tensor:
+        out = sdpa_forward(q, k, v, causal=causal, sm_scale=sm_scale, window=window, dtype=dtype, backend=backend)
+        last[:] = [out]
+        return out
+
+    def output() -> torch.Tensor:
+        if not last:
+            raise RuntimeError("sdpa: output() before the first call()")
+        return last[0]
+
+    return Prepared(call=call, output=output, details={"sdpa_backend": backend or "any",
+                                                       "sdpa_dtype": str(dtype).removeprefix("torch.")})
