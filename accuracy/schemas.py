@@ -153,7 +153,8 @@ PROVENANCE: Schema = {
 
 # An operator result row's typed fields besides what check_row checks (recipe, input, metrics, has_nan).
 RESULT: Schema = {
-    "implementation": (string(), False), "platform": (string(), False), "run_id": (string(), False),
+    "kind": (string(), False), "implementation": (string(), False), "platform": (string(), False),
+    "run_id": (string(), False),
     "input_content_hash": (string(), False), "status": (string(), False), "paired_spec": (string(), False),
     "batch": (integer(1, null=True), False), "heads_q": (integer(1, null=True), False),
     "heads_kv": (integer(1, null=True), False), "seq_q": (integer(0, null=True), False),
