@@ -45,6 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from accuracy.shard import say
+from capture.fetch import FetchError
+from capture.models import prepare_sources
 from zyfa.plugins import add_wall_arguments, wall_options
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
@@ -302,6 +304,10 @@ def _run(args: argparse.Namespace) -> int:
             if not conf.ok:
                 nonconforming[n] = conf.line()
                 print(f"zyfa longctx: {n} is nonconforming: {conf.line()}", file=sys.stderr)
+    try:  # every cached model file and text checked (a bad one fetched again) before anything is written
+        prepare_sources(models, [args.text])
+    except FetchError as e:
+        raise UsageError(str(e)) from None
     out = Path(args.out or DEFAULT_OUT)
     if args.out is None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -339,7 +345,7 @@ def _run(args: argparse.Namespace) -> int:
                               batch_tokens=batch_tokens, max_seconds=args.max_seconds,
                               progress=not args.no_progress, run_id=prov["run_id"], nonconforming=nonconforming,
                               on_start=lambda: results.start(prov))
-        except ValueError as e:
+        except (ValueError, FetchError) as e:
             raise UsageError(str(e)) from None
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -473,7 +479,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
                           progress=not args.no_progress and dist.rank == 0, run_id=run_id,
                           nonconforming=nonconforming, owns=lambda m, t, n, name: (m, t, n, name) in owned,
                           on_start=lambda: results.start(prov))
-    except ValueError as e:
+    except (ValueError, FetchError) as e:
         results.close()
         dist.close()
         raise UsageError(str(e)) from None
