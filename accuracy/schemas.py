@@ -201,8 +201,10 @@ CLIFFS: Schema = {
 
 # A zyfa tasks humaneval row (accuracy.tasks.humaneval).
 HUMANEVAL: Schema = {
-    "kind": (string(null=False), True), "implementation": (string(), False), "model": (string(), False),
-    "status": (string(), False), "passed": (boolean(), False), "seconds": (number(0.0), False),
+    "kind": (string(null=False), True), "implementation": (string(null=False), True),
+    "model": (string(null=False), True), "task_id": (string(), False), "status": (string(), False),
+    "passed": (boolean(), False), "baseline": (string(), False), "seconds": (number(0.0), False),
+    "max_new_tokens": (integer(1, null=True), False),
 }
 
 
@@ -235,7 +237,7 @@ def check_any_row(row, where: str, *, cliffs: bool = False) -> dict:
     if kind == "longctx":
         return check_fields(row, LONGCTX, where, "long-context row")
     if kind == "humaneval":
-        return check_fields(row, HUMANEVAL, where, "HumanEval row")
+        return check_fields(check_row(row, where), HUMANEVAL, where, "HumanEval row")
     return check_fields(check_row(row, where), RESULT, where, "result row")
 
 

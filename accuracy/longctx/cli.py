@@ -535,7 +535,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from accuracy.longctx.calibrate import difficulty_markdown
-    from accuracy.results_io import read_jsonl
+    from accuracy.schemas import read_rows
 
     rows = []
     for p in (x.strip() for x in args.calibrate.split(",") if x.strip()):
@@ -543,7 +543,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             say(f"zyfa longctx: --calibrate: {p} is not a file")
             return 2
         try:
-            rows += read_jsonl(p)[0]
+            rows += read_rows(p)[0]  # every line checked by its schema
         except ValueError as e:
             say(f"zyfa longctx: {e}")
             return 2

@@ -91,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _summarize(paths: str) -> int:
-    from accuracy.results_io import read_jsonl
+    from accuracy.schemas import read_rows
     from accuracy.tasks.stats import summary_markdown
 
     rows = []
@@ -99,7 +99,7 @@ def _summarize(paths: str) -> int:
         if not Path(p).is_file():
             raise UsageError(f"--summarize: {p} is not a file")
         try:
-            rows += read_jsonl(p)[0]
+            rows += read_rows(p)[0]  # every line checked by its schema: file:line: field: problem
         except ValueError as e:
             raise UsageError(str(e)) from None
     if not any(r.get("kind") == "humaneval" for r in rows):

@@ -222,3 +222,19 @@ def test_schemas_name_the_field_and_pass_every_committed_row():
     for path in (LONGCTX, CLIFFS, *sorted((ROOT / "reports" / "real_kernels").glob("*.jsonl"))):
         rows, _ = read_rows(path)
         assert rows
+
+
+def test_task_summaries_and_calibration_read_through_the_schemas(longctx_rows, tmp_path, capsys):
+    """``zyfa tasks humaneval --summarize`` and ``zyfa longctx --calibrate`` render rows too: the same checks."""
+    row = {"kind": "humaneval", "input": "smollm2/HumanEval/0", "recipe": None, "implementation": "stock",
+           "model": "smollm2", "task_id": "HumanEval/0", "status": "ok", "passed": True, "max_new_tokens": 8}
+    good = _write(tmp_path / "he.jsonl", {"record": "provenance", "run_id": "r"}, [row])
+    assert zyfa(["tasks", "humaneval", "--summarize", str(good)]) == 0
+    capsys.readouterr()
+    bad = _write(tmp_path / "he-bad.jsonl", {"record": "provenance", "run_id": "r"}, [dict(row, passed="yes")])
+    assert zyfa(["tasks", "humaneval", "--summarize", str(bad)]) == 2
+    _one_line(capsys, f"{bad}:2: passed: must be true or false")
+    prov, rows = longctx_rows
+    bad = _write(tmp_path / "lc.jsonl", prov, _changed(rows, 0, exact=1))
+    assert zyfa(["longctx", "--calibrate", str(bad), "--baseline", "sdpa-fp32"]) == 2
+    _one_line(capsys, f"{bad}:2: exact: must be true or false")
