@@ -677,7 +677,7 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
     files or an unfinished run's ``cliffs.jsonl.partial``; several are merged (:func:`merge_provenance`).
     FileNotFoundError / ValueError (one line, naming ``flag``) for a missing file, a file that is not a sweep's,
     or no rows at all."""
-    from accuracy.results_io import read_jsonl
+    from accuracy.schemas import read_rows
 
     items = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else [str(p) for p in paths]
     files = [Path(p) for p in items if p]
@@ -687,7 +687,7 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
     for path in files:
         if not path.is_file():
             raise FileNotFoundError(f"{flag}: no such file {path}")
-        r, p = _read_partial(path) if path.name.endswith(".partial") else read_jsonl(path)
+        r, p = _read_partial(path) if path.name.endswith(".partial") else read_rows(path)
         if p.get("record_kind") != "cliffs":
             raise ValueError(f"{flag}: {path} is not a zyfa cliffs result file (its provenance is not a sweep's)")
         rows += r
@@ -700,9 +700,9 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
 def _read_partial(path: Path) -> tuple[list[dict], dict]:
     """(rows, provenance) of an unfinished run's ``cliffs.jsonl.partial`` (its complete lines), so what a run cut
     short has measured can be rendered too; the provenance says ``partial: true``."""
-    from accuracy.results_io import read_log
+    from accuracy.schemas import read_rows
 
-    rows, prov = read_log(path)
+    rows, prov = read_rows(path, partial=True)
     return rows, {**prov, "partial": True}
 
 
@@ -721,5 +721,6 @@ def merge_provenance(provs: list[dict], names: list[str]) -> dict:
         out["lengths"] = "; ".join(
             f"{', '.join(s['name'] for s in p.get('subjects') or []) or '-'}: {p.get('lengths')}" for p in provs)
     out["merged_from"] = [{"file": n, "run_id": p.get("run_id"), "date_utc": p.get("date_utc"),
-                           "partial": bool(p.get("partial"))} for n, p in zip(names, provs, strict=True)]
+                           "partial": bool(p.get("partial")), "git_commit": p.get("git_commit"),
+                           "git_dirty": p.get("git_dirty")} for n, p in zip(names, provs, strict=True)]
     return out

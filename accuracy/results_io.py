@@ -124,10 +124,11 @@ def check_row(row, where: str) -> dict:
     return row
 
 
-def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict] | None = None
-                ) -> tuple[list[dict], dict]:
-    """(rows, provenance) of JSONL lines: the first ``{"record": "provenance"}`` line is the provenance, each other
-    line a row checked by ``check(obj, "path:line")`` (default :func:`check_row`, a ``zyfa accuracy`` row)."""
+def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict] | None = None,
+                on_provenance: Callable[[dict, str], object] | None = None) -> tuple[list[dict], dict]:
+    """(rows, provenance) of JSONL lines: the first ``{"record": "provenance"}`` line is the provenance (passed to
+    ``on_provenance(prov, "path:line")`` first, e.g. a schema's check), each other line a row checked by
+    ``check(obj, "path:line")`` (default :func:`check_row`, a ``zyfa accuracy`` row)."""
     check = check or check_row
     rows, prov = [], {}
     for n, line in enumerate(lines, 1):
@@ -135,13 +136,16 @@ def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict]
             continue
         obj = loads_checked(line, f"{path}:{n}")
         if isinstance(obj, dict) and obj.get("record") == "provenance":
+            if not prov and on_provenance is not None:
+                on_provenance({k: v for k, v in obj.items() if k != "record"}, f"{path}:{n}")
             prov = prov or {k: v for k, v in obj.items() if k != "record"}
         else:
             rows.append(check(obj, f"{path}:{n}"))
     return rows, prov
 
 
-def read_log(path: str | Path, check: Callable[[object, str], dict] | None = None) -> tuple[list[dict], dict]:
+def read_log(path: str | Path, check: Callable[[object, str], dict] | None = None,
+             on_provenance: Callable[[dict, str], object] | None = None) -> tuple[list[dict], dict]:
     """(rows, provenance) of a run's line log (``<out>.partial`` or a rank file): complete lines only (a last
     line cut short by a kill is left out), each checked as :func:`parse_lines` does. A damaged log (bytes that
     are not UTF-8, a line that is not JSON, nested too deep, or not a row) raises ValueError ``path:line: what``."""
@@ -153,16 +157,18 @@ def read_log(path: str | Path, check: Callable[[object, str], dict] | None = Non
             text.append(raw.decode("utf-8"))
         except UnicodeDecodeError as e:
             raise ValueError(f"{path}:{n}: not UTF-8 text (byte {e.start + 1} of the line); not a result row") from None
-    return parse_lines(text, path, check)
+    return parse_lines(text, path, check, on_provenance)
 
 
-def read_jsonl(path: str | Path) -> tuple[list[dict], dict]:
+def read_jsonl(path: str | Path, check: Callable[[object, str], dict] | None = None,
+               on_provenance: Callable[[dict, str], object] | None = None) -> tuple[list[dict], dict]:
     """(rows, provenance) of a JSONL result file: its first ``{"record": "provenance"}`` line is the provenance.
 
-    Raises ValueError ``path:line: ...`` for a line that is not JSON or not a result row."""
+    Raises ValueError ``path:line: ...`` for a line that is not JSON or not a result row (``check`` and
+    ``on_provenance`` as for :func:`parse_lines`)."""
     try:
         with open(path, encoding="utf-8") as f:
-            return parse_lines(f, path)
+            return parse_lines(f, path, check, on_provenance)
     except UnicodeDecodeError:
         raise ValueError(f"{path}: not a text file (not UTF-8)") from None
     except IsADirectoryError:

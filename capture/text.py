@@ -38,6 +38,8 @@ from capture.fetch import (
     pip_download,
     read_member,
     read_members,
+    refetching,
+    verified_cache,
 )
 
 # gensim's wheels differ per platform; pinning the platform makes the download one exact file everywhere.
@@ -151,11 +153,17 @@ def load_text(name: str) -> Text:
         raise UnknownTextError(f"unknown text {name!r}; known texts: {', '.join(sorted(TEXTS))}") from None
     tag = f"py{sys.version_info.major}{sys.version_info.minor}" if src.name == "pydoc" else "v1"
     path = cache_dir() / "texts" / f"{name}-{tag}.txt"
-    text = path.read_text(encoding="utf-8") if path.is_file() else None
-    if text is not None and src.text_sha256 is not None and _sha256_text(text) != src.text_sha256:
-        text = None  # corrupted cache entry: extract again
+    # the file's bytes are the text's UTF-8 (written so below): checked as every cached file is, a bad one deleted
+    text, notes = None, []
+    if verified_cache(path, src.text_sha256, f"text {name}", notes) is not None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # (no pin: the pydoc text of this Python) not UTF-8: extracted again
+            notes.append(f"the cached text {name} ({path}) was not UTF-8 text and was deleted")
+            path.unlink(missing_ok=True)
     if text is None:
-        text = _extract(src)
+        with refetching(notes):
+            text = _extract(src)
         if src.text_sha256 is not None and _sha256_text(text) != src.text_sha256:
             raise HashMismatchError(f"text {name}: sha256 {_sha256_text(text)} != pinned {src.text_sha256}")
         with atomic_path(path) as tmp:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from capture.fetch import cache_dir, sha256_file
+from capture.fetch import cache_dir, cache_folder, sha256_file
 
 MANIFEST = "zyfa-weights.json"
 _CHUNK = 1 << 22
@@ -136,7 +136,7 @@ def store(model, tokenizer, gguf_sha256: str, dtype: str, *, progress: Progress 
     The caller passes the model exactly as loaded from the GGUF file in ``dtype``. Returns the entry's folder.
     """
     final = weights_dir(gguf_sha256, dtype)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    cache_folder(final.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     try:
         if progress is not None:

@@ -28,6 +28,8 @@ from accuracy.impact.run import DEFAULT_LAYER_RECIPES, DEFAULT_RECIPES, run_impa
 from accuracy.impact.section import command_of, results_paths, write_markdown
 from accuracy.results_io import ResultsFile
 from accuracy.shard import add_shard_arguments, say, wants_sharding
+from capture.fetch import FetchError
+from capture.models import prepare_sources
 from zyfa.outputs import OutputError, atomic_write_text
 from zyfa.plugins import add_wall_arguments, wall_options
 from zyfa.recipes import get_recipe, split_spec_list
@@ -137,14 +139,15 @@ def main(args: argparse.Namespace) -> int:
         unknown = [m for m in per_layer if m not in split]
         if unknown:
             raise ValueError(f"--per-layer {unknown} not in --models")
-        if args.dry_run is None:
+        if args.dry_run is None:  # every cached model file and text checked (a bad one fetched again) first
+            prepare_sources(split, [args.text])
             out.parent.mkdir(parents=True, exist_ok=True)
         if wants_sharding(args, out):
             return _main_sharded(args, split, recipes, impl_names, plugins, device, layer_recipes, layers, per_layer,
                                  out, md, command)
         results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=_read_out, n_rows=256,
                                    key=row_key, check=_impact_row, dumps=_dumps)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, FetchError) as e:
         print(f"zyfa impact: error: {e}", file=sys.stderr)
         return 2
     if args.threads:

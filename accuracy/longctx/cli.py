@@ -47,6 +47,8 @@ from pathlib import Path
 from accuracy.command import UsageError
 from accuracy.kernel_verdicts import verdict_lines
 from accuracy.shard import say, wants_sharding
+from capture.fetch import FetchError
+from capture.models import prepare_sources
 from zyfa.plugins import add_wall_arguments, wall_options
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
@@ -311,6 +313,10 @@ def _run(args: argparse.Namespace) -> int:
             if not conf.ok:
                 nonconforming[n] = conf.line()
                 print(f"zyfa longctx: {n} is nonconforming: {conf.line()}", file=sys.stderr)
+    try:  # every cached model file and text checked (a bad one fetched again) before anything is written
+        prepare_sources(models, [args.text])
+    except FetchError as e:
+        raise UsageError(str(e)) from None
     out = Path(args.out or DEFAULT_OUT)
     if args.out is None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -345,7 +351,7 @@ def _run(args: argparse.Namespace) -> int:
                               batch_tokens=batch_tokens, max_seconds=args.max_seconds,
                               progress=not args.no_progress, run_id=prov["run_id"], nonconforming=nonconforming,
                               on_start=lambda: results.start(prov))
-        except ValueError as e:
+        except (ValueError, FetchError) as e:
             raise UsageError(str(e)) from None
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -476,7 +482,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
                           progress=not args.no_progress and dist.rank == 0, run_id=run_id,
                           nonconforming=nonconforming, owns=lambda m, t, n, name: (m, t, n, name) in owned,
                           on_start=lambda: results.start(prov))
-    except ValueError as e:
+    except (ValueError, FetchError) as e:
         results.close()
         dist.close()
         raise UsageError(str(e)) from None
@@ -532,7 +538,7 @@ def _render(args: argparse.Namespace) -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from accuracy.longctx.calibrate import difficulty_markdown
-    from accuracy.results_io import read_jsonl
+    from accuracy.schemas import read_rows
 
     rows = []
     for p in (x.strip() for x in args.calibrate.split(",") if x.strip()):
@@ -540,7 +546,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             say(f"zyfa longctx: --calibrate: {p} is not a file")
             return 2
         try:
-            rows += read_jsonl(p)[0]
+            rows += read_rows(p)[0]  # every line checked by its schema
         except ValueError as e:
             say(f"zyfa longctx: {e}")
             return 2

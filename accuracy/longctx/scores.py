@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from accuracy.metrics import bootstrap_ci
-from accuracy.results_io import read_jsonl
+from accuracy.schemas import read_rows
 
 __all__ = ["BASELINES", "BASELINE_MIN", "accumulator_comparison", "baseline_of", "cell_table", "length_table",
            "load_rows", "retrieving_lengths", "wilson"]
@@ -37,7 +37,8 @@ BASELINE_MIN = 0.5
 
 def load_rows(spec: str | Sequence[str]) -> tuple[list[dict], list[dict]]:
     """(long-context rows, provenance records) of JSONL files: comma-separated paths or quoted globs. A row
-    measured in several files counts once: the later file's (by the order given, globs sorted)."""
+    measured in several files counts once: the later file's (by the order given, globs sorted). Every line is
+    checked by its schema (:func:`accuracy.schemas.read_rows`)."""
     paths: list[str] = []
     for part in ([spec] if isinstance(spec, str) else list(spec)):
         for item in (p.strip() for p in str(part).split(",") if p.strip()):
@@ -50,7 +51,7 @@ def load_rows(spec: str | Sequence[str]) -> tuple[list[dict], list[dict]]:
     for p in paths:
         if not Path(p).is_file():
             raise FileNotFoundError(f"{p}: no such file")
-        rows, prov = read_jsonl(p)
+        rows, prov = read_rows(p)  # every line checked by its schema: file:line: field: problem
         provs.append(prov)
         for r in rows:
             if r.get("kind") == "longctx":

@@ -27,6 +27,7 @@ from accuracy.plan import PlanError, check_rows, load_plan
 from accuracy.report.blocks import md_cell, sharding_line, slug
 from accuracy.report.document import Doc, write_report
 from accuracy.report.plots import png, pyplot
+from accuracy.schemas import mixed_code_notice
 
 __all__ = ["RenderError", "accumulator_group", "cliff_table", "headline", "hypothesis", "never_flushed_lower",
            "render_folder", "section_blocks"]
@@ -412,7 +413,8 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
     table = cliff_table(cliffs) if cliffs is not None else None
     blocks, images, _ = section_blocks(rows, provs, table, level=2, under_plan=plan is not None)
     doc = Doc(title="ZYFA long-context retrieval")
-    doc.blocks = lead + blocks
+    mixed = mixed_code_notice(provs)
+    doc.blocks = ([("p", f"**{mixed}**")] if mixed else []) + lead + blocks
     doc.images = images
     return write_report(doc, out)["markdown"]
 

@@ -40,7 +40,8 @@ from accuracy.report.front import model_anchor, section_front
 from accuracy.report.plots import png, pyplot
 from accuracy.report.real_kernels import measured_label, measured_on, unavailable_of
 from accuracy.report.speed import section_speed
-from accuracy.results_io import read_jsonl, row_key
+from accuracy.results_io import row_key
+from accuracy.schemas import check_provenance, read_rows
 from accuracy.verdict import spearman_with_p
 
 __all__ = ["GAUSSIAN", "Results", "build_report", "group_of", "load_results", "select_recipes"]
@@ -89,12 +90,12 @@ class Results:
 
 
 def _read_one(path: Path) -> tuple[list[dict], dict]:
-    if path.suffix.lower() == ".jsonl":  # no torch import needed for JSONL
-        return read_jsonl(path)
+    if path.suffix.lower() == ".jsonl":  # no torch import needed for JSONL; every line checked by its schema
+        return read_rows(path)
     from accuracy.runner import read_results
 
     rows = read_results(path)
-    return list(rows), rows.provenance
+    return list(rows), check_provenance(rows.provenance or {}, f"{path} (its provenance)")
 
 
 def load_results(paths: Sequence[str | Path]) -> Results:

@@ -26,6 +26,7 @@ from accuracy.cliffs import WINDOW, CliffRule, find_flags, format_lengths, read_
 from accuracy.report.blocks import blocks_markdown, fmt
 from accuracy.report.document import Doc
 from accuracy.report.plots import png, pyplot
+from accuracy.schemas import mixed_code_notice
 from zyfa.outputs import atomic_write_bytes, atomic_write_text
 
 __all__ = ["TABLE_HEADER", "add_section", "cliff_table", "flag_groups", "flag_table", "plot_png", "render",
@@ -269,6 +270,9 @@ def add_section(doc: Doc, rows: Sequence[dict], provenance: dict, *, rule: Cliff
     reproducers and the implementations without flags."""
     rule = rule or rule_of(provenance)
     doc.h(level, title)
+    mixed = mixed_code_notice(provenance.get("merged_from") or [provenance])
+    if mixed:
+        doc.p(f"**{mixed}**")
     doc.p(_summary(rows, provenance, rule))
     doc.img(image, plot_png(rows, provenance, rule), f"{rule.metric} against length; flagged points marked")
     header, body = cliff_table(rows, provenance, rule)

@@ -25,6 +25,7 @@ from accuracy.report.quantization import quantization_section, recommendation_se
 from accuracy.report.real_kernels import report_section as real_kernels_section
 from accuracy.report.real_kernels import split_real, unavailable_of
 from accuracy.report.speed import load_bench
+from accuracy.schemas import mixed_code_notice
 
 # the repository this package sits in (the committed reports and datasets are found from here, not from the
 # current directory)
@@ -79,11 +80,15 @@ def load_report_inputs(bench_paths: Sequence[str | Path] = (),
                        cliffs_path: str | Path | None = None) -> ReportInputs:
     """Load the benchmark, impact and long-context files (ValueError, FileNotFoundError or OSError naming the bad
     one)."""
+    from accuracy.longctx.scores import BASELINES, baseline_of
     from accuracy.longctx.scores import load_rows as load_longctx
 
     bench = load_bench(bench_paths)
     impact = load_rows(impact_paths) if impact_paths else None
     longctx = load_longctx([str(p) for p in longctx_paths]) if longctx_paths else None
+    if longctx is not None and longctx[0] and baseline_of(longctx[0]) is None:  # refused before anything is written
+        raise ValueError(f"--longctx: {', '.join(map(str, longctx_paths))} has no rows of a baseline implementation "
+                         f"({', '.join(BASELINES)}) that ran, so no implementation can be compared with it")
     if cliffs_path is not None and not Path(cliffs_path).is_file():
         raise FileNotFoundError(f"--cliffs: no such file: {cliffs_path}")
     return ReportInputs([str(p) for p in bench_paths], bench, [str(p) for p in impact_paths], impact,
@@ -149,6 +154,9 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
     front_lines = [f"**The paper's claims at head dim 128** ([details](#t-claims); from "
                    f"{sources_of(recipe_rows, res.provenances, this_run)}): {claims_headline(recipe_rows)}"
                    ] if has_zyfa else []
+    mixed = mixed_code_notice([p for _, p in res.provenances] + (inputs.longctx[1] if inputs.longctx else []))
+    if mixed:  # rows of several commits or a dirty tree: said first, where the findings are
+        front_lines.insert(0, f"**{mixed}** ([provenance](#t-provenance))")
     if inputs.longctx is not None and inputs.longctx[0]:
         add, headline = _longctx_section(inputs)
         sections.append(add)

@@ -88,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _summarize(paths: str) -> int:
-    from accuracy.results_io import read_jsonl
+    from accuracy.schemas import read_rows
     from accuracy.tasks.stats import summary_markdown
 
     rows = []
@@ -96,7 +96,7 @@ def _summarize(paths: str) -> int:
         if not Path(p).is_file():
             raise UsageError(f"--summarize: {p} is not a file")
         try:
-            rows += read_jsonl(p)[0]
+            rows += read_rows(p)[0]  # every line checked by its schema: file:line: field: problem
         except ValueError as e:
             raise UsageError(str(e)) from None
     if not any(r.get("kind") == "humaneval" for r in rows):
@@ -118,7 +118,8 @@ def _run(args: argparse.Namespace) -> int:
     from accuracy.tasks.humaneval import HumanEvalSpec, load_problems, run_humaneval, select_problems
     from accuracy.tasks.sandbox import Limits, network_isolation
     from accuracy.tasks.stats import summary_markdown
-    from capture.models import check_model_names
+    from capture.fetch import FetchError
+    from capture.models import check_model_names, prepare_sources
     from zyfa.outputs import OutputError, atomic_write_text
 
     try:
@@ -152,7 +153,8 @@ def _run(args: argparse.Namespace) -> int:
                 raise UsageError(f"implementation {n} cannot run here: {why}")
     try:
         select_problems(load_problems()[0], args.problems)  # a bad selection is refused before any file
-    except ValueError as e:
+        prepare_sources([args.model])  # the cached model file checked (a bad one fetched again) before any file
+    except (ValueError, FetchError) as e:
         raise UsageError(str(e)) from None
     out = Path(args.out or DEFAULT_OUT)
     if args.out is None:
