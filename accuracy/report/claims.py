@@ -151,12 +151,14 @@ def _figure(rows, claim: Claim, ours: Sequence[str], kind: str, err: str) -> dic
     """The figure of one (claim, arm, input kind, error): the geometric-mean ratio with two intervals, one over
     the units (``lo_unit``, ``hi_unit``: each layer x head counted as independent) and one over the clusters
     (``lo``, ``hi``: whole layers resampled, their heads kept together). The verdict uses the clustered one
-    (studies/hd128-claims-clustered.toml)."""
+    (studies/hd128-claims-clustered.toml). ``detectable``: the clustered design's minimum detectable change of
+    the ratio at alpha 0.05 and 80% power, as a fraction of 1."""
     a = _arm(rows, (claim.peer,), kind, err)
     b = _arm(rows, ours, kind, err)
     both = [k for k in a if k in b]
     rec = {"claim": claim, "kind": kind, "error": ERRORS[err], "n": len(both), "per_head": False,
            "ratio": math.nan, "lo": math.nan, "hi": math.nan, "lo_unit": math.nan, "hi_unit": math.nan,
+           "detectable": math.inf,
            "n_clusters": len({a[k][1] for k in both}), "inputs": len({k[:2] for k in both})}
     if both:
         rec["per_head"] = any(k[2] is not None for k in both)
@@ -165,7 +167,8 @@ def _figure(rows, claim: Claim, ours: Sequence[str], kind: str, err: str) -> dic
         pa, pb = {k: a[k][0] for k in both}, {k: b[k][0] for k in both}
         unit = paired_verdict(pa, pb, **common)
         clustered = paired_verdict(pa, pb, clusters={k: a[k][1] for k in both}, **common)
-        rec.update(ratio=clustered.effect, lo=clustered.lo, hi=clustered.hi, lo_unit=unit.lo, hi_unit=unit.hi)
+        rec.update(ratio=clustered.effect, lo=clustered.lo, hi=clustered.hi, lo_unit=unit.lo, hi_unit=unit.hi,
+                   detectable=clustered.detectable)
     rec["verdict"] = claim_verdict(rec["lo"], rec["hi"], claim.low, claim.high, rec["n_clusters"])
     rec["verdict_unit"] = claim_verdict(rec["lo_unit"], rec["hi_unit"], claim.low, claim.high, rec["n"])
     return rec

@@ -8,7 +8,8 @@ technique-1 variants as recipe specs, each taking zyfa's place). The figures and
 :mod:`accuracy.report.claims`'.
 
 Exposed: ``SensitivityPlan``, ``PlanFileError``, ``load_sensitivity_plan(path)``, ``plan_file_hash(path)``,
-``hd128_section(rows, *, sensitivity_plan=..., claims_plan=...) -> add(doc, plots)``.
+``sensitivity_figures(rows, plan=None)``, ``hd128_section(rows, *, sensitivity_plan=..., claims_plan=...) ->
+add(doc, plots)``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from accuracy.plan import plan_hash
-from accuracy.report.claims import VARIANTS, claims_section
+from accuracy.report.claims import VARIANTS, claims_section, sensitivity
 from accuracy.report.document import Doc
 from zyfa.recipes import get_recipe
 
@@ -29,7 +30,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["CLAIMS_PLAN", "SENSITIVITY_PLAN", "PlanFileError", "SensitivityPlan", "hd128_section",
-           "load_sensitivity_plan", "plan_file_hash"]
+           "load_sensitivity_plan", "plan_file_hash", "sensitivity_figures"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIMS_PLAN = ROOT / "studies" / "hd128-claims-clustered.toml"
@@ -111,22 +112,35 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+def _variants(plan: SensitivityPlan) -> tuple:
+    # each plan spec with its named alias from VARIANTS, so rows made under either name count
+    return tuple((label, next((names for _, names in VARIANTS if spec in names), (spec,)))
+                 for label, spec in plan.variants)
+
+
+def _plan_rows(rows: Sequence[dict], plan: SensitivityPlan) -> list[dict]:
+    if plan.layers == "all":
+        return list(rows)
+    keep = set(plan.layers)
+    return [r for r in rows if r.get("input_source") != "capture" or r.get("input_layer") in keep]
+
+
+def sensitivity_figures(rows: Sequence[dict], plan: SensitivityPlan | None = None) -> list[dict]:
+    """:func:`accuracy.report.claims.sensitivity` over the plan's variants, on its layers."""
+    plan = plan or load_sensitivity_plan()
+    return sensitivity(_plan_rows(rows, plan), _variants(plan))
+
+
 def hd128_section(rows: Sequence[dict], *, sensitivity_plan: str | Path = SENSITIVITY_PLAN,
                   claims_plan: str | Path = CLAIMS_PLAN):
     """The claims section (``add(doc, plots)``) with the plans that decide it named by path and hash, and the
-    sensitivity table over the variants of ``sensitivity_plan``."""
+    sensitivity table over the variants of ``sensitivity_plan``, on its layers."""
     plan = load_sensitivity_plan(sensitivity_plan)
-    # each plan spec with its named alias from VARIANTS, so rows made under either name count
-    variants = tuple((label, next((names for _, names in VARIANTS if spec in names), (spec,)))
-                     for label, spec in plan.variants)
-    note = ""
-    sens_rows = rows
-    if plan.layers != "all":
-        keep = set(plan.layers)
-        sens_rows = [r for r in rows if r.get("input_source") != "capture" or r.get("input_layer") in keep]
-        note = (f"Every variant, zyfa included, on the plan's {len(keep)} layers "
-                f"({', '.join(map(str, sorted(keep)))}).")
-    inner = claims_section(rows, variants=variants, sensitivity_rows=sens_rows, sensitivity_note=note)
+    note = "" if plan.layers == "all" else (
+        f"Every variant, zyfa included, on the plan's {len(plan.layers)} layers "
+        f"({', '.join(map(str, sorted(plan.layers)))}).")
+    inner = claims_section(rows, variants=_variants(plan), sensitivity_rows=_plan_rows(rows, plan),
+                           sensitivity_note=note)
     claims_hash = plan_file_hash(claims_plan)
 
     def add(doc: Doc, plots: bool) -> None:
@@ -137,4 +151,3 @@ def hd128_section(rows: Sequence[dict], *, sensitivity_plan: str | Path = SENSIT
               "both written before the figures they decide.")
 
     return add
-
