@@ -35,10 +35,14 @@ def test_every_row_states_condition_unit_n_interval_and_verdict(block):
             assert "n = 0" in unit and figure == "–"
         else:
             assert "[" in figure and "tokens" in condition and "head dim" in condition
-        if "inconclusive" in verdict:
-            assert "detectable" in verdict  # a null says what it could have seen
+        if "inconclusive" in verdict.split(";")[0]:
+            assert "detectable" in verdict.split(";")[0]  # a null says what it could have seen
     # the hd128 claims: intervals over the 28 layers, not the 336 heads as if independent
     assert sum("n = 336 in 28 layers (interval over layers)" in r for r in rows) == 3
+    # the technique-1 sensitivity: each claim says under how many variants its verdict holds, and which change it
+    assert sum("technique-1 variants against zyfa on the same 14 even layers" in r for r in rows) == 3
+    # (the plain chord puts zyfa's kernel-only error above CK's: the deq verdict rests on our MAD choice)
+    assert any("`zyfa:mad_rounding=nearest,mad_offset=0`: deq contradicted (above the range)" in r for r in rows)
     # the long-context accumulator plan has no rows yet: said so, not counted as "no"
     assert any("never-flushed" in r and "untested at the condition" in r for r in rows)
 

@@ -148,6 +148,6 @@ def hd128_section(rows: Sequence[dict], *, sensitivity_plan: str | Path = SENSIT
         doc.p(f"Plans: the claims and the verdict's interval from `{_rel(Path(claims_plan))}` (hash "
               f"{claims_hash[:12]}; it supersedes `studies/hd128-claims.toml`, whose verdicts were over layer × head "
               f"units); the technique-1 variants from `{_rel(Path(sensitivity_plan))}` (hash {plan.hash[:12]}), "
-              "both written before the figures they decide.")
+              "each file's header says what had been computed when it was written.")
 
     return add

@@ -70,6 +70,14 @@ def _pct(x: float) -> str:
     return "∞" if not math.isfinite(x) else f"{100 * x:.1f}%"
 
 
+def _side(f: dict, c) -> str:
+    """The verdict with the side of the range a contradiction lies on (below: zyfa's error ratio under it)."""
+    v = f["verdict"]
+    if v == "contradicted":
+        return f"contradicted ({'below' if f['hi'] < c.low else 'above'} the range)"
+    return "inconclusive" if v.startswith("inconclusive") else v
+
+
 def _hd128(root: Path) -> list[Finding]:
     results = root / "reports" / "hd128" / "results.jsonl"
     sens_file = root / "reports" / "hd128" / "sensitivity.jsonl"
@@ -96,20 +104,29 @@ def _hd128(root: Path) -> list[Finding]:
         for e, f in (("deq", d), ("orig", o)):
             v = f["verdict"]
             if v.startswith("inconclusive"):
-                v = f"inconclusive (straddles the range; detectable change ≥ {_pct(f['detectable'])})"
+                v = f"inconclusive (straddles the range, detectable change ≥ {_pct(f['detectable'])})"
             parts.append(f"{e} {v}")
         verdict = ", ".join(parts)
-        held, ran = 0, 0
-        for label, _spec in plan.variants:
+        base = {s["error"]: s for s in sens if s["spec"] == "zyfa" and s["claim"] is c and s["n"] > 0}
+        ran, changed = 0, []
+        for label, spec in plan.variants:
             cells = {s["error"]: s for s in sens if s["variant"] == label and s["claim"] is c and s["n"] > 0}
-            base = {s["error"]: s for s in sens if s["spec"] == "zyfa" and s["claim"] is c and s["n"] > 0}
-            if _spec == "zyfa" or set(cells) != {"deq", "orig"} or set(base) != {"deq", "orig"}:
+            if spec == "zyfa" or set(cells) != {"deq", "orig"} or set(base) != {"deq", "orig"}:
                 continue
             ran += 1
-            held += all(cells[e]["verdict"] == base[e]["verdict"] for e in ("deq", "orig"))
+            diff = [f"{e} {_side(cells[e], c)} ({_r(cells[e]['ratio'])})" for e in ("deq", "orig")
+                    if _side(cells[e], c) != _side(base[e], c)]
+            if diff:
+                changed.append(f"`{spec}`: " + ", ".join(diff))
         layers = "all layers" if plan.layers == "all" else f"{len(plan.layers)} even layers"
-        verdict += (f"; the same under {held} of {ran} technique-1 variants ({layers})" if ran else
-                    "; technique-1 variants not run")
+        if ran:
+            n_base = base["deq"]["n_clusters"]
+            verdict += (f"; technique-1 variants against zyfa on the same {layers} ({n_base} clusters; there zyfa "
+                        f"is deq {_side(base['deq'], c)}, orig {_side(base['orig'], c)}): the same under "
+                        f"{ran - len(changed)} of {ran}" + (f", changed under {'; '.join(changed)}" if changed
+                                                            else ""))
+        else:
+            verdict += "; technique-1 variants not run"
         if c.key in NOTES:
             verdict += f"; {NOTES[c.key]}"
         out.append(Finding(
