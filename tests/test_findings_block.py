@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from accuracy.study.findings import BEGIN, END, TARGETS, findings, render, replace_block
+from accuracy.study.findings import BEGIN, END, TARGETS, accumulator_findings, findings, render, replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,3 +51,36 @@ def test_a_file_without_the_markers_is_refused():
     with pytest.raises(ValueError, match="no generated findings block"):
         replace_block("# README\n", "x")
     assert replace_block(f"a\n{BEGIN}\nold\n{END}\nb", "NEW") == "a\nNEW\nb"
+
+
+def test_the_accumulator_row_once_rows_under_the_plan_exist(tmp_path):
+    """Planted rows under the plan's hash in a sub-folder of reports/longctx: one cell where flushing raises
+    log p(answer) by 0.3 nats on every one of 50 facts (an effect) and both arms are exact everywhere (ceiling:
+    left out, not counted as "no"); rows under another hash are ignored."""
+    import shutil
+
+    from accuracy.plan import load_plan
+    from accuracy.results_io import jsonl_text
+
+    shutil.copytree(ROOT / "studies", tmp_path / "studies")
+    plan = load_plan(tmp_path / "studies" / "accumulator.toml")
+    assert accumulator_findings(tmp_path)[0].verdict.startswith("untested at the condition")
+    rows = []
+    for fact in range(50):
+        for depth in (0.25, 0.75):
+            lp = -1.0 - 0.01 * fact
+            for impl, v in ((plan.primary.a, lp), (plan.primary.b, lp + 0.3)):
+                rows.append({"kind": "longctx", "model": plan.models[0], "task": plan.tasks[0],
+                             "length": plan.lengths[0], "depth": depth, "seed": fact, "implementation": impl,
+                             "recipe": None, "exact": True, "answer_logprob": v, "status": "ok", "plan_hash": plan.hash,
+                             "input": f"{plan.models[0]}/{plan.tasks[0]}/L{plan.lengths[0]}/d{depth}/s{fact}"})
+    out = tmp_path / "reports" / "longctx" / "accumulator" / "rows.jsonl"
+    out.parent.mkdir(parents=True)
+    out.write_text(jsonl_text(rows, {"plan_hash": plan.hash}))
+    (tmp_path / "reports" / "longctx" / "other.jsonl").write_text(jsonl_text(
+        [{**r, "plan_hash": "0" * 64, "input": r["input"] + "x"} for r in rows], {}))
+    (row,) = accumulator_findings(tmp_path)
+    assert row.unit == "fact, n = 50–50 per cell"
+    assert row.verdict.startswith("1 effects, 0 no effect above the threshold, 0 inconclusive of 1 cells; "
+                                  "1 ceiling/floor cells left out")
+    assert f"{plan.models[0]} {plan.tasks[0]} {plan.lengths[0]} answer_logprob +0.3 [" in row.figure

@@ -15,8 +15,8 @@ effect the design could have detected. Rows:
 - the long-context accumulator contrast of ``studies/accumulator.toml`` (:mod:`accuracy.longctx.verdicts`):
   "untested at the condition" until rows written under that plan's hash exist in ``reports/longctx/``.
 
-Exposed: ``BEGIN``, ``END``, ``Finding``, ``findings(root)``, ``render(findings)``, ``replace_block(text, block)``,
-``main(argv)``.
+Exposed: ``BEGIN``, ``END``, ``Finding``, ``findings(root)`` (= ``hd128_findings`` + ``accumulator_findings``),
+``render(findings)``, ``replace_block(text, block)``, ``main(argv)``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from accuracy.report.build import load_results
 from accuracy.report.claims import CLAIMS, claim_figures
 from accuracy.report.hd128 import CLAIMS_PLAN, load_sensitivity_plan, plan_file_hash, sensitivity_figures
 
-__all__ = ["BEGIN", "END", "Finding", "findings", "main", "render", "replace_block"]
+__all__ = ["BEGIN", "END", "Finding", "accumulator_findings", "findings", "hd128_findings", "main", "render",
+           "replace_block"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN = "<!-- findings:begin (generated: python -m accuracy.study.findings --write; do not edit by hand) -->"
@@ -78,7 +79,8 @@ def _side(f: dict, c) -> str:
     return "inconclusive" if v.startswith("inconclusive") else v
 
 
-def _hd128(root: Path) -> list[Finding]:
+def hd128_findings(root: Path) -> list[Finding]:
+    """The paper's three claims at head dim 128, with the technique-1 sensitivity."""
     results = root / "reports" / "hd128" / "results.jsonl"
     sens_file = root / "reports" / "hd128" / "sensitivity.jsonl"
     rows = load_results([results]).rows
@@ -140,9 +142,11 @@ def _hd128(root: Path) -> list[Finding]:
     return out
 
 
-def _accumulator(root: Path) -> list[Finding]:
+def accumulator_findings(root: Path) -> list[Finding]:
+    """The accumulator plan's primary contrast from the rows under ``reports/longctx/`` (any depth of folder)
+    written under the plan's current hash."""
     plan = load_plan(root / "studies" / "accumulator.toml")
-    files = sorted(glob.glob(str(root / "reports" / "longctx" / "*.jsonl")))
+    files = sorted(glob.glob(str(root / "reports" / "longctx" / "**" / "*.jsonl"), recursive=True))
     rows = [r for r in (load_rows(files)[0] if files else []) if r.get("plan_hash") == plan.hash]
     q = (f"Does a never-flushed Hopper FP8 accumulator lose long-context retrieval ({plan.primary.b} vs "
          f"{plan.primary.a})?")
@@ -172,7 +176,7 @@ def _accumulator(root: Path) -> list[Finding]:
 def findings(root: str | Path = ROOT) -> list[Finding]:
     """Every generated finding, from the result and plan files under ``root``."""
     root = Path(root)
-    return _hd128(root) + _accumulator(root)
+    return hd128_findings(root) + accumulator_findings(root)
 
 
 def render(items: Sequence[Finding]) -> str:
