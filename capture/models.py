@@ -87,6 +87,7 @@ class ModelSpec:
     license: str
     hf_reference: str  # the original model on the Hugging Face hub, for the dataset cards
     cache_weights: bool = False  # keep the dequantized weights in the cache (capture.weights_cache): slow loads
+    head_dim: int | None = None  # the attention's head dim (the config's; None: not stated), for reports' conditions
 
     @property
     def packages(self) -> str:
@@ -158,6 +159,7 @@ MODELS: dict[str, ModelSpec] = {
         max_context=8192,
         license="Apache-2.0",
         hf_reference="HuggingFaceTB/SmolLM2-135M-Instruct",
+        head_dim=64,
     ),
     "gemma3": ModelSpec(
         name="gemma3",
@@ -181,6 +183,7 @@ MODELS: dict[str, ModelSpec] = {
         max_context=32768,
         license="Gemma Terms of Use",
         hf_reference="google/gemma-3-270m",
+        head_dim=256,
     ),
     "qwen25coder": ModelSpec(
         name="qwen25coder",
@@ -206,6 +209,7 @@ MODELS: dict[str, ModelSpec] = {
         max_context=32768,
         license="Apache-2.0",
         hf_reference="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+        head_dim=64,
     ),
     "qwen25coder-1.5b": ModelSpec(
         name="qwen25coder-1.5b",
@@ -223,6 +227,7 @@ MODELS: dict[str, ModelSpec] = {
         license="Apache-2.0",
         hf_reference="Qwen/Qwen2.5-Coder-1.5B-Instruct",
         cache_weights=True,
+        head_dim=128,
     ),
 }
 

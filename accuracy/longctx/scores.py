@@ -104,8 +104,10 @@ def cell_table(rows: Sequence[dict], baseline: str | None = None) -> dict[tuple,
 
 def length_table(rows: Sequence[dict], baseline: str | None = None) -> dict[tuple, dict]:
     """(model, task, length, implementation) -> the comparison with the baseline on its retrieving cells:
-    n prompts, acc (Wilson interval), base_acc, drop, dlogp (mean, low, high), op_rel_l2 (median of the
-    measured layers' mean), and the cells kept / all."""
+    n prompts, acc (teacher-forced exact match, Wilson interval), base_acc, drop, dlogp (mean, low, high),
+    op_rel_l2 (median of the measured layers' mean), the cells kept / all, and the generated answers' score where
+    the rows have one (``gen_n`` prompts with a generated answer, ``gen_acc``: the fraction whose answer contains
+    every part of the expected one, ``gen_contains``; NaN without)."""
     baseline = baseline or baseline_of(rows)
     cells = cell_table(rows, baseline)
     base_rows = {(r["model"], r["task"], int(r["length"]), float(r["depth"]), int(r["seed"])): r
@@ -131,6 +133,7 @@ def length_table(rows: Sequence[dict], baseline: str | None = None) -> dict[tupl
                  if r.get("answer_logprob") is not None and b.get("answer_logprob") is not None]
         ci = bootstrap_ci(diffs) if diffs else None
         ops = sorted(op.get((m, t, n, impl), []))
+        gen = [r["gen_contains"] for r in kept if isinstance(r.get("gen_contains"), bool)]
         out[(m, t, n, impl)] = {
             "n": len(kept), "acc": acc, "low": lo, "high": hi, "base_acc": base_acc,
             "drop": (base_acc - acc) if pairs else math.nan,
@@ -139,6 +142,7 @@ def length_table(rows: Sequence[dict], baseline: str | None = None) -> dict[tupl
             "op_rel_l2": ops[len(ops) // 2] if ops else None,
             "cells_kept": len(kept_cells), "cells": len(all_cells),
             "acc_all": wilson(sum(bool(r["exact"]) for r in rs), len(rs))[0],
+            "gen_n": len(gen), "gen_acc": sum(gen) / len(gen) if gen else math.nan,
         }
     return out
 

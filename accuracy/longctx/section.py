@@ -68,6 +68,11 @@ def _fmt_pct(x: float) -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.0f}%"
 
 
+def _gen(s: dict) -> str:
+    """The generated answers' score beside the teacher-forced one, where the rows have generated answers."""
+    return f" · gen {_fmt_pct(s['gen_acc'])} (n {s['gen_n']})" if s.get("gen_n") else ""
+
+
 def _fmt(x, spec=".2f") -> str:
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -347,13 +352,20 @@ def section_blocks(rows: Sequence[dict], provs: Sequence[dict], cliff_table=None
                     if s is None or s["n"] == 0:
                         cellv.append("–")
                     elif impl == base:
-                        cellv.append(f"{_fmt_pct(s['acc'])} ({s['cells_kept']}/{s['cells']} cells)")
+                        cellv.append(f"{_fmt_pct(s['acc'])} ({s['cells_kept']}/{s['cells']} cells){_gen(s)}")
                     else:
-                        cellv.append(f"{_fmt_pct(s['acc'])} Δ{s['dlogp']:+.2f}")
+                        cellv.append(f"{_fmt_pct(s['acc'])} Δ{s['dlogp']:+.2f}{_gen(s)}")
                 trs.append([md_cell(impl), groups.get(impl, "")] + cellv)
             blocks.append(("table", f"longctx-{slug(m)}-{slug(t)}", header, trs, False))
-            blocks.append(("p", "Cells: exact match on the baseline's retrieving cells, and the mean paired "
-                                "Δ log p(answer) in nats against the baseline (negative: less sure of the answer)."))
+            blocks.append(("p", "Cells: exact match on the baseline's retrieving cells (teacher-forced), and the mean "
+                                "paired Δ log p(answer) in nats against the baseline (negative: less sure of the "
+                                "answer)" + (
+                                    "; \"gen\": the generated answer's score on the same prompts (greedy decoding "
+                                    "with the implementation in every step, `gen_contains`: every part of the "
+                                    "expected answer in the text), with the prompts that have one" if any(
+                                        lt[k]["gen_n"] for k in lt if k[0] == m and k[1] == t) else
+                                    "; no generated answers in these rows (`zyfa longctx --generate N` makes them)")
+                                + "."))
             name = f"fig_longctx_{slug(m)}_{slug(t)}.png"
             images[name] = _fig_curves(rows, lt, m, t, names, base)
             blocks.append(("img", name, f"{m}, {t}: accuracy, Δ log p and operator error against length"))

@@ -8,10 +8,12 @@ peer's (:data:`CLAIMS`): ``zyfa/ck`` and ``zyfa/triton-amd`` in [0.95, 1.05] ("a
 Our figure at the paper's condition: recipe rows (the emulations; real-kernel rows are left out) at head dim 128,
 paired per unit with the peer on the same input. The unit is each layer × head where rows carry per-head errors
 (``deq_rel_l2_heads``), else each input (a layer, a Gaussian draw). The figure is the geometric mean of the per-unit
-ratios with its 95% interval over the units (:func:`accuracy.verdict.paired_verdict` with ``ratio=True``), under
-the kernel-only error (``deq``: against FP64 on the recipe's own FP8 inputs) and the error the model sees
-(``orig``: against FP64 on the original inputs). Captures (real activations, the paper's condition), synthetic
-attention and Gaussian inputs are separate rows.
+ratios (:func:`accuracy.verdict.paired_verdict` with ``ratio=True``) with two 95% intervals: over the independent
+units, the capture layers (a cluster bootstrap: a layer's heads share its input and are resampled together; the
+verdict's interval, as ``studies/hd128-claims-clustered.toml`` declares), and over every layer × head as if
+independent (shown beside it; narrower), under the kernel-only error (``deq``: against FP64 on the recipe's own
+FP8 inputs) and the error the model sees (``orig``: against FP64 on the original inputs). Captures (real
+activations, the paper's condition), synthetic attention and Gaussian inputs are separate rows.
 
 The rule (:func:`claim_verdict`), decided before any hd128 capture exists:
 
@@ -32,6 +34,7 @@ Exposed: ``CLAIMS``, ``VARIANTS``, ``Claim``, ``claim_verdict(lo, hi, low, high,
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 from accuracy.report.blocks import fmt
 from accuracy.report.document import Doc
 from accuracy.verdict import paired_verdict
+from zyfa.recipes import get_recipe
 
 __all__ = ["CLAIMS", "CONDITION_HEAD_DIM", "ERRORS", "INPUT_KINDS", "VARIANTS", "Claim", "claim_figures",
            "claim_verdict", "claims_headline", "claims_section", "commands", "input_kind", "sensitivity"]
@@ -67,14 +71,16 @@ CLAIMS = (
 INPUT_KINDS = {"capture": "real activations (captures)", "synthetic": "synthetic attention",
                "gaussian": "Gaussian"}
 ERRORS = {"deq_rel_l2": "deq", "orig_rel_l2": "orig"}
-# technique 1's plausible variants: label -> recipe names whose rows stand for it (a spec and its named alias)
+# technique 1's plausible variants: label -> recipe names whose rows stand for it (a spec and its named alias);
+# the list studies/hd128-sensitivity.toml declares (tests/report/test_hd128.py keeps them equal)
 VARIANTS = (
     ("as assumed (zyfa: trunc, offset +1/16, exponent per row)", ("zyfa",)),
     ("trunc, offset 0", ("zyfa:mad_offset=0",)),
-    ("nearest, offset 0", ("zyfa:mad_rounding=nearest,mad_offset=0",)),
-    ("nearest, offset +1/16", ("zyfa:mad_rounding=nearest",)),
+    ("trunc, offset +1/4", ("zyfa:mad_offset=0.25",)),
+    ("nearest, offset 0 (the plain chord)", ("zyfa:mad_rounding=nearest,mad_offset=0",)),
     ("exponent per 128×128 tile", ("zyfa:p_scale_granularity=tile", "zyfa-tilescale")),
     ("fixed 2^8 exponent", ("zyfa:p_scale=pow2,p_scale_log2=8", "zyfa-pow2fixed")),
+    ("bound: exact exp2 and RNE cast, no MAD", ("zyfa-exp2",)),
 )
 
 
@@ -98,14 +104,24 @@ def _ok(row: dict) -> bool:
             == CONDITION_HEAD_DIM)
 
 
+def _cluster(row: dict):
+    """The row's independent unit for intervals: its capture layer (a layer's heads share the layer's input;
+    the same layer at another length or text is not independent of it either), else the input itself."""
+    if row.get("input_source") == "capture" and row.get("input_layer") is not None:
+        return ("layer", row.get("input_model"), row.get("input_layer"))
+    return ("input", row["input"], row.get("input_content_hash"))
+
+
 def _units(row: dict, err: str) -> dict:
-    """unit -> error: one per head where the row has per-head errors for every query head, else one per input."""
+    """unit -> (error, cluster): one unit per head where the row has per-head errors for every query head, else one
+    per input."""
     key = (row["input"], row.get("input_content_hash"))
+    cl = _cluster(row)
     heads = row.get(f"{err}_heads")
     if isinstance(heads, list) and len(heads) > 1 and len(heads) == row.get("heads_q", len(heads)):
-        return {(*key, h): float(v) for h, v in enumerate(heads) if v is not None}
+        return {(*key, h): (float(v), cl) for h, v in enumerate(heads) if v is not None}
     v = row.get(err)
-    return {} if v is None else {(*key, None): float(v)}
+    return {} if v is None else {(*key, None): (float(v), cl)}
 
 
 def input_kind(row: dict) -> str | None:
@@ -115,27 +131,48 @@ def input_kind(row: dict) -> str | None:
     return kind if kind in INPUT_KINDS else None
 
 
+def _canonical(names: Sequence[str]) -> set[str]:
+    """The names rows carry for these recipe names or specs (``zyfa:mad_offset=0`` is written ``...=0.0``)."""
+    out = set(names)
+    for n in names:
+        with contextlib.suppress(ValueError):  # not a recipe: rows may still carry the name
+            out.add(get_recipe(n).name)
+    return out
+
+
 def _arm(rows: Sequence[dict], names: Sequence[str], kind: str, err: str) -> dict:
+    want = _canonical(names)
     out: dict = {}
     for r in rows:
-        if r.get("recipe") in names and input_kind(r) == kind and _ok(r):
+        if r.get("recipe") in want and input_kind(r) == kind and _ok(r):
             out.update(_units(r, err))
-    return {k: v for k, v in out.items() if v > 0 and math.isfinite(v)}
+    return {k: v for k, v in out.items() if v[0] > 0 and math.isfinite(v[0])}
 
 
 def _figure(rows, claim: Claim, ours: Sequence[str], kind: str, err: str) -> dict:
+    """The figure of one (claim, arm, input kind, error): the geometric-mean ratio with two intervals, one over
+    the units (``lo_unit``, ``hi_unit``: each layer x head counted as independent) and one over the clusters
+    (``lo``, ``hi``: whole layers resampled, their heads kept together). The verdict uses the clustered one
+    (studies/hd128-claims-clustered.toml). ``detectable``: the clustered design's minimum detectable change of
+    the ratio at alpha 0.05 and 80% power, as a fraction of 1."""
     a = _arm(rows, (claim.peer,), kind, err)
     b = _arm(rows, ours, kind, err)
     both = [k for k in a if k in b]
     rec = {"claim": claim, "kind": kind, "error": ERRORS[err], "n": len(both), "per_head": False,
-           "ratio": math.nan, "lo": math.nan, "hi": math.nan,
-           "inputs": len({k[:2] for k in both})}
+           "ratio": math.nan, "lo": math.nan, "hi": math.nan, "lo_unit": math.nan, "hi_unit": math.nan,
+           "detectable": math.inf,
+           "n_clusters": len({a[k][1] for k in both}), "inputs": len({k[:2] for k in both})}
     if both:
         rec["per_head"] = any(k[2] is not None for k in both)
-        v = paired_verdict({k: a[k] for k in both}, {k: b[k] for k in both}, threshold=FEW_PERCENT, ratio=True,
-                           higher_is_better=False, metric=f"error ratio ({ERRORS[err]})", arms=(claim.peer, ours[0]))
-        rec.update(ratio=v.effect, lo=v.lo, hi=v.hi)
-    rec["verdict"] = claim_verdict(rec["lo"], rec["hi"], claim.low, claim.high, rec["n"])
+        common = {"threshold": FEW_PERCENT, "ratio": True, "higher_is_better": False,
+                  "metric": f"error ratio ({ERRORS[err]})", "arms": (claim.peer, ours[0])}
+        pa, pb = {k: a[k][0] for k in both}, {k: b[k][0] for k in both}
+        unit = paired_verdict(pa, pb, **common)
+        clustered = paired_verdict(pa, pb, clusters={k: a[k][1] for k in both}, **common)
+        rec.update(ratio=clustered.effect, lo=clustered.lo, hi=clustered.hi, lo_unit=unit.lo, hi_unit=unit.hi,
+                   detectable=clustered.detectable)
+    rec["verdict"] = claim_verdict(rec["lo"], rec["hi"], claim.low, claim.high, rec["n_clusters"])
+    rec["verdict_unit"] = claim_verdict(rec["lo_unit"], rec["hi_unit"], claim.low, claim.high, rec["n"])
     return rec
 
 
@@ -145,11 +182,13 @@ def claim_figures(rows: Sequence[dict]) -> list[dict]:
     return [_figure(rows, c, ("zyfa",), kind, err) for c in CLAIMS for kind in INPUT_KINDS for err in ERRORS]
 
 
-def sensitivity(rows: Sequence[dict]) -> list[dict]:
+def sensitivity(rows: Sequence[dict], variants=VARIANTS) -> list[dict]:
     """The verdicts with each technique-1 variant as ZYFA: one dict per (claim, variant, input kind, error) as in
-    :func:`claim_figures`, plus ``variant`` (its label) and ``spec`` (the recipe spec that makes its rows)."""
+    :func:`claim_figures`, plus ``variant`` (its label) and ``spec`` (the recipe spec that makes its rows).
+    ``variants``: (label, recipe names or specs whose rows stand for it) pairs (default :data:`VARIANTS`; a plan's
+    list: :mod:`accuracy.report.hd128`)."""
     out = []
-    for label, names in VARIANTS:
+    for label, names in variants:
         for c in CLAIMS:
             for kind in INPUT_KINDS:
                 for err in ERRORS:
@@ -159,36 +198,42 @@ def sensitivity(rows: Sequence[dict]) -> list[dict]:
     return out
 
 
-def _interval(rec: dict) -> str:
+def _ci(rec: dict, lo: str, hi: str) -> str:
     if rec["n"] == 0:
         return "–"
-    if not math.isfinite(rec["lo"]):
-        return fmt(rec["ratio"], "ratio")
-    return f"{fmt(rec['ratio'], 'ratio')} [{fmt(rec['lo'], 'ratio')}, {fmt(rec['hi'], 'ratio')}]"
+    if not math.isfinite(rec[lo]):
+        return "no interval (one unit)"
+    return f"[{fmt(rec[lo], 'ratio')}, {fmt(rec[hi], 'ratio')}]"
+
+
+def _interval(rec: dict) -> str:
+    """The ratio with the verdict's (clustered) interval."""
+    if rec["n"] == 0:
+        return "–"
+    return f"{fmt(rec['ratio'], 'ratio')} {_ci(rec, 'lo', 'hi')}"
 
 
 def _n(rec: dict) -> str:
     if rec["n"] == 0:
         return "0"
     if rec["per_head"]:
-        return f"{rec['n']} layer × head units ({rec['inputs']} inputs)"
+        return f"{rec['n']} layer × head units in {rec['n_clusters']} layers"
     return f"{rec['n']} input" + ("s" if rec["n"] > 1 else "")
 
 
 def commands(missing: Sequence[str]) -> list[str]:
-    """The commands that make hd128 capture rows for the variants ``missing`` (their first names in
-    :data:`VARIANTS`): the named recipes in one run beside the peers, each field spec in a run of its own (a spec's
-    fields are comma-separated, as ``--recipes``' list is)."""
+    """The commands that make hd128 capture rows for the recipe specs ``missing``: the named recipes in one run
+    beside the peers, each field spec in a run of its own (a spec's fields are comma-separated, as ``--recipes``'
+    list is). A spec with a named alias in :data:`VARIANTS` runs under that name."""
     named = ["zyfa", *(c.peer for c in CLAIMS)]
     specs = []
-    for _, names in VARIANTS:
-        if names[0] not in missing:
-            continue
-        alias = next((n for n in names if ":" not in n), None)
+    aliases = {names[0]: next((n for n in names if ":" not in n), None) for _, names in VARIANTS}
+    for spec in missing:
+        alias = spec if ":" not in spec else aliases.get(spec)
         if alias is not None:
             named.append(alias)
         else:
-            specs.append(names[0])
+            specs.append(spec)
     run = "zyfa accuracy --inputs CAPTURES_HD128.h5 --out claims/{}.jsonl --recipes {}"
     return [run.format("named", ",".join(dict.fromkeys(named)))] + [
         run.format(f"variant{i}", f"'{spec}'") for i, spec in enumerate(specs, 1)]
@@ -206,10 +251,12 @@ def claims_headline(rows: Sequence[dict]) -> str:
     return "; ".join(parts) + "."
 
 
-def claims_section(rows: Sequence[dict]):
-    """A report section (``add(doc, plots)``): the claims table and the sensitivity table."""
+def claims_section(rows: Sequence[dict], variants=VARIANTS, *, sensitivity_rows: Sequence[dict] | None = None,
+                   sensitivity_note: str = ""):
+    """A report section (``add(doc, plots)``): the claims table and the sensitivity table (over ``variants``, as in
+    :func:`sensitivity`, on ``sensitivity_rows``, default ``rows``; ``sensitivity_note`` says which)."""
     figs = claim_figures(rows)
-    sens = sensitivity(rows)
+    sens = sensitivity(rows if sensitivity_rows is None else sensitivity_rows, variants)
 
     def add(doc: Doc, plots: bool) -> None:
         doc.h(2, "The paper's accuracy claims")
@@ -217,37 +264,40 @@ def claims_section(rows: Sequence[dict]):
               "Composable Kernel and Triton and 62–78% lower than that of AITER's\". Each claim is a range for "
               "ZYFA's error over the peer's: [0.95, 1.05] for \"within a few percent\" (±5% of 1.0, our reading), "
               "[0.22, 0.38] for 62–78% lower. Our figure: the geometric mean of the paired per-unit ratio "
-              "zyfa / peer (the emulations of the recipes) at head dim 128, with its 95% interval over the units "
-              "(each layer × head where the rows carry per-head errors, else each input), under the kernel-only "
-              "error (deq) and the error against the original inputs (orig). Rule, stated before the data: "
-              "**reproduced** when the whole interval lies inside the paper's range, **contradicted** when it "
-              "lies wholly outside, **inconclusive** when it straddles an edge, **untested at the condition** "
-              "when no head-dim-128 rows of that kind exist. Only real activations (captures) are the paper's "
-              "condition; synthetic and Gaussian rows are shown beside them, not in their place.")
-        doc.table("t-claims", ["claim (paper's range of zyfa / peer)", "inputs at hd128", "error", "zyfa / peer "
-                               "[95% interval]", "n", "verdict"],
+              "zyfa / peer (the emulations of the recipes) at head dim 128, under the kernel-only error (deq) and "
+              "the error against the original inputs (orig). The unit is each layer × head where the rows carry "
+              "per-head errors, else each input; the heads of a layer share its input, so the independent unit is "
+              "the layer: the verdict's 95% interval is a cluster bootstrap over layers (each drawn layer keeps its "
+              "heads; widened to the t interval on layers − 1 degrees of freedom where that is wider), and the "
+              "interval that counts every layer × head as independent is shown beside it (narrower, optimistic). "
+              "Rule, stated before the data: **reproduced** when the whole interval lies inside the paper's range, "
+              "**contradicted** when it lies wholly outside, **inconclusive** when it straddles an edge, "
+              "**untested at the condition** when no head-dim-128 rows of that kind exist. Only real activations "
+              "(captures) are the paper's condition; synthetic and Gaussian rows are shown beside them, not in "
+              "their place.")
+        doc.table("t-claims", ["claim (paper's range of zyfa / peer)", "inputs at hd128", "error",
+                               "zyfa / peer [95% interval over layers]", "95% interval over layer × head units",
+                               "n", "verdict (over layers)", "verdict if heads were independent"],
                   [[f"{f['claim'].text} ({f['claim'].low:g}–{f['claim'].high:g})", INPUT_KINDS[f["kind"]],
-                    f["error"], _interval(f), _n(f), f["verdict"]] for f in figs], text=True)
+                    f["error"], _interval(f), _ci(f, "lo_unit", "hi_unit"), _n(f), f["verdict"],
+                    f["verdict_unit"]] for f in figs], text=True)
         doc.h(3, "Sensitivity to our reading of technique 1")
         doc.p("The paper's code is not public: the MAD's offset, the integer conversion's rounding (truncate or "
               "nearest) and the exponent's granularity of the `zyfa` recipe are our choices (docs/numerics.md). "
-              "Each plausible variant takes ZYFA's place and the rule is applied again, on the same inputs, "
-              "where rows of that variant exist.")
-        have = [s for s in sens if s["n"] > 0]
-        doc.table("t-claims-sensitivity", ["technique-1 variant (recipe)", "claim", "inputs at hd128", "error",
-                                           "zyfa / peer [95% interval]", "n", "verdict"],
-                  [[f"{s['variant']} ({s['spec']})", s["claim"].key, INPUT_KINDS[s["kind"]], s["error"],
-                    _interval(s), _n(s), s["verdict"]] for s in have], text=True)
-        for kind, label in INPUT_KINDS.items():
-            missing = [names[0] for _, names in VARIANTS
-                       if not any(s["n"] > 0 for s in sens if s["spec"] == names[0] and s["kind"] == kind)]
-            if missing and kind == "capture":
-                doc.p(f"No rows at head dim 128 on {label} for: " + ", ".join(f"`{m}`" for m in missing)
-                      + ". To make them, capture a head-dim-128 model (`zyfa capture`) and run the commands below, "
-                      "then add their rows to the study's results (`zyfa accuracy` refuses field specs such as "
-                      "`zyfa:mad_offset=0` today: the one spec parser of issue 41 makes them runnable).")
-                doc.code("\n".join(commands(missing)))
-            elif missing:
-                doc.p(f"No rows at head dim 128 on {label} for: " + ", ".join(f"`{m}`" for m in missing) + ".")
+              "Each plausible variant takes ZYFA's place and the rule is applied again (interval over layers), on "
+              "the same inputs, where rows of that variant exist. A verdict that stays the same across the rows "
+              "of one claim does not rest on our choice." + (f" {sensitivity_note}" if sensitivity_note else ""))
+        have = [s for s in sens if s["n"] > 0 and s["kind"] == "capture"]
+        doc.table("t-claims-sensitivity", ["technique-1 variant (recipe)", "claim", "error",
+                                           "zyfa / peer [95% interval over layers]", "n", "verdict"],
+                  [[f"{s['variant']} (`{s['spec']}`)", s["claim"].key, s["error"], _interval(s), _n(s),
+                    s["verdict"]] for s in have], text=True)
+        missing = [names[0] for _, names in variants
+                   if not any(s["n"] > 0 for s in sens if s["spec"] == names[0] and s["kind"] == "capture")]
+        if missing:
+            doc.p("No rows at head dim 128 on real activations (captures) for: "
+                  + ", ".join(f"`{m}`" for m in missing) + ". To make them, run the commands below on a head-dim-128 "
+                  "capture (`zyfa capture`) and add their rows to the study's results.")
+            doc.code("\n".join(commands(missing)))
 
     return add

@@ -18,9 +18,10 @@ from pathlib import Path
 from accuracy.impact.rows import load_rows, prepare_rows
 from accuracy.impact.section import report_section, summarize
 from accuracy.report.build import Results, build_report
-from accuracy.report.claims import claims_headline, claims_section
+from accuracy.report.claims import claims_headline
 from accuracy.report.document import Doc, write_report
 from accuracy.report.front import source_label, sources_of
+from accuracy.report.hd128 import hd128_section
 from accuracy.report.quantization import quantization_section, recommendation_section
 from accuracy.report.real_kernels import report_section as real_kernels_section
 from accuracy.report.real_kernels import split_real, unavailable_of
@@ -148,7 +149,7 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
     impact = summarize(prepare_rows([dict(r) for r in inputs.impact[0]])[0]) if inputs.impact is not None else None
     # the paper's claims compare zyfa with its peers: where the rows have zyfa
     has_zyfa = any(r.get("recipe") == "zyfa" for r in recipe_rows)
-    sections = [claims_section(recipe_rows)] if has_zyfa else []
+    sections = [hd128_section(recipe_rows)] if has_zyfa else []
     sections += [quantization_section(recipe_rows)]
     sections += [report_section(*inputs.impact)] if inputs.impact is not None else []
     front_lines = [f"**The paper's claims at head dim 128** ([details](#t-claims); from "

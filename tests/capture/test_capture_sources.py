@@ -95,3 +95,10 @@ def test_cache_dir_is_overridable(tmp_path):
     out = subprocess.run([sys.executable, "-c", "from capture.fetch import cache_dir; print(cache_dir())"],
                          env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert out == str(tmp_path / "c")
+
+
+def test_every_registry_model_states_its_head_dim_as_its_description_does():
+    """The head dim a report's condition names (ModelSpec.head_dim) is the one the model card line states."""
+    for spec in MODELS.values():
+        assert spec.head_dim in (64, 128, 256), spec.name
+        assert f"head dim {spec.head_dim}" in spec.description, spec.name

@@ -110,6 +110,7 @@ def test_render_markdown_spearman():
                      "op_rel_l2_deq": 0.02 * (6 - i), "k_amax": 3.0})
     md = render_markdown(rows)
     assert "+1.00" in md and "-1.00" in md  # rho against op error and against the (reversed) kernel-only error
+    assert "+1.00 (p=0, n=6)" in md and "-1.00 (p=0, n=6)" in md  # each with its p and n
     assert "5 (29%)" in md  # the top layer's share of the summed KL: 6/21
 
 

@@ -123,3 +123,28 @@ def test_section_names_the_ranks_of_a_sharded_run():
             "wall time 9.0 s.") in texts
     plain, _, _ = section_blocks(rows, [{"command": "zyfa longctx ..."}])
     assert not any(b[0] == "p" and b[1].startswith("Sharded") for b in plain)
+
+
+def test_generated_answers_are_scored_beside_teacher_forced_ones():
+    from accuracy.longctx.section import section_blocks
+
+    rows = _grid()
+    plain = length_table(rows, "sdpa-fp32")
+    assert plain[("m", "needle", 1024, "fp8")]["gen_n"] == 0 and math.isnan(plain[("m", "needle", 1024, "fp8")]
+                                                                            ["gen_acc"])
+    # the FP8 kernel's generated answer misses seeds 0 and 1 at 1024 although teacher forcing scores it exact
+    for r in rows:
+        if r["status"] == "ok":
+            r["gen_contains"] = not (r["implementation"] == "fp8" and r["length"] == 1024 and r["seed"] < 2)
+    lt = length_table(rows, "sdpa-fp32")
+    fp8 = lt[("m", "needle", 1024, "fp8")]
+    assert fp8["acc"] == pytest.approx(1.0) and fp8["gen_n"] == 12 and fp8["gen_acc"] == pytest.approx(0.5)
+    blocks, _, _ = section_blocks(rows, [{}])
+    table = next(b for b in blocks if b[0] == "table" and b[1] == "longctx-m-needle")
+    fp8_row = next(r for r in table[3] if r[0] == "fp8")
+    assert fp8_row[2] == "100% Δ-1.00 · gen 50% (n 12)"
+    assert any(b[0] == "p" and "\"gen\": the generated answer's score" in b[1] for b in blocks)
+    blocks, _, _ = section_blocks(_grid(), [{}])  # no generated answers: said, not shown as 0%
+    assert any(b[0] == "p" and "no generated answers in these rows" in b[1] for b in blocks)
+    table = next(b for b in blocks if b[0] == "table" and b[1] == "longctx-m-needle")
+    assert not any("gen" in c for r in table[3] for c in r[2:])

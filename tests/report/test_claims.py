@@ -57,7 +57,8 @@ def test_committed_study_has_no_hd128_captures():
     assert "No rows at head dim 128 on real activations (captures) for: `zyfa`" in md
     assert ("zyfa accuracy --inputs CAPTURES_HD128.h5 --out claims/named.jsonl --recipes "
             "zyfa,ck,triton-amd,aiter,zyfa-tilescale,zyfa-pow2fixed") in md
-    assert "--out claims/variant2.jsonl --recipes 'zyfa:mad_rounding=nearest,mad_offset=0'" in md
+    assert "--out claims/variant2.jsonl --recipes 'zyfa:mad_offset=0.25'" in md
+    assert "--out claims/variant3.jsonl --recipes 'zyfa:mad_rounding=nearest,mad_offset=0'" in md
     assert "5 inputs |" in md  # Gaussian rows have no per-head errors: one unit per input
 
 
@@ -119,8 +120,8 @@ def test_sensitivity_recomputes_the_verdict_per_variant():
     assert sens[("zyfa:mad_offset=0", "zyfa-ck", "deq")]["ratio"] == pytest.approx(1.2, rel=0.01)
     # a named alias stands for its spec
     assert sens[("zyfa:p_scale_granularity=tile", "zyfa-ck", "deq")]["verdict"] == "reproduced"
-    assert sens[("zyfa:mad_rounding=nearest", "zyfa-ck", "deq")]["verdict"] == "untested at the condition"
+    assert sens[("zyfa:mad_offset=0.25", "zyfa-ck", "deq")]["verdict"] == "untested at the condition"
     doc = Doc("t")
     claims_section(rows)(doc, False)
     md = "\n".join(blocks_markdown(doc.blocks))
-    assert "for: `zyfa:mad_rounding=nearest,mad_offset=0`, `zyfa:mad_rounding=nearest`, " in md
+    assert "for: `zyfa:mad_offset=0.25`, `zyfa:mad_rounding=nearest,mad_offset=0`, " in md

@@ -1,0 +1,88 @@
+"""The README's and docs/FINDINGS.md's verdict rows are generated (accuracy.study.findings) from the committed
+result and plan files: each file's block must equal the generated one, so that neither drifts from the data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from accuracy.study.findings import BEGIN, END, TARGETS, accumulator_findings, findings, render, replace_block
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def block():
+    return render(findings(ROOT))
+
+
+@pytest.mark.parametrize("name", TARGETS)
+def test_the_committed_block_is_the_generated_one(block, name):
+    text = (ROOT / name).read_text(encoding="utf-8")
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    mine = text[text.index(BEGIN):text.index(END) + len(END)]
+    assert mine == block, f"{name}: regenerate with python -m accuracy.study.findings --write"
+
+
+def test_every_row_states_condition_unit_n_interval_and_verdict(block):
+    rows = [line for line in block.splitlines() if line.startswith("| ") and "(generated)" not in line]
+    assert len(rows) == len(findings(ROOT))
+    for row in rows:
+        question, condition, unit, figure, verdict, source = (c.strip() for c in row.strip("| ").split(" | "))
+        assert "n = " in unit and condition and verdict and "`studies/" in source
+        if verdict.startswith("untested"):
+            assert "n = 0" in unit and figure == "–"
+        else:
+            assert "[" in figure and "tokens" in condition and "head dim" in condition
+        if "inconclusive" in verdict.split(";")[0]:
+            assert "detectable" in verdict.split(";")[0]  # a null says what it could have seen
+    # the hd128 claims: intervals over the 28 layers, not the 336 heads as if independent
+    assert sum("n = 336 in 28 layers (interval over layers)" in r for r in rows) == 3
+    # the technique-1 sensitivity: each claim says under how many variants its verdict holds, and which change it
+    assert sum("technique-1 variants against zyfa on the same 14 even layers" in r for r in rows) == 3
+    # (the plain chord puts zyfa's kernel-only error above CK's: the deq verdict rests on our MAD choice)
+    assert any("`zyfa:mad_rounding=nearest,mad_offset=0`: deq contradicted (above the range)" in r for r in rows)
+    # the long-context accumulator plan: one row per model, each with its cells counted by verdict
+    acc = [r for r in rows if "never-flushed" in r]
+    assert len(acc) == 2 and all("fact, n = 50 per cell" in r and " inconclusive" in r for r in acc)
+
+
+def test_a_file_without_the_markers_is_refused():
+    with pytest.raises(ValueError, match="no generated findings block"):
+        replace_block("# README\n", "x")
+    assert replace_block(f"a\n{BEGIN}\nold\n{END}\nb", "NEW") == "a\nNEW\nb"
+
+
+def test_the_accumulator_row_once_rows_under_the_plan_exist(tmp_path):
+    """Planted rows under the plan's hash in a sub-folder of reports/longctx: one cell where flushing raises
+    log p(answer) by 0.3 nats on every one of 50 facts (an effect) and both arms are exact everywhere (ceiling:
+    left out, not counted as "no"); rows under another hash are ignored."""
+    import shutil
+
+    from accuracy.plan import load_plan
+    from accuracy.results_io import jsonl_text
+
+    shutil.copytree(ROOT / "studies", tmp_path / "studies")
+    plan = load_plan(tmp_path / "studies" / "accumulator.toml")
+    assert accumulator_findings(tmp_path)[0].verdict.startswith("untested at the condition")
+    rows = []
+    for fact in range(50):
+        for depth in (0.25, 0.75):
+            lp = -1.0 - 0.01 * fact
+            for impl, v in ((plan.primary.a, lp), (plan.primary.b, lp + 0.3)):
+                rows.append({"kind": "longctx", "model": plan.models[0], "task": plan.tasks[0],
+                             "length": plan.lengths[0], "depth": depth, "seed": fact, "implementation": impl,
+                             "recipe": None, "exact": True, "answer_logprob": v, "status": "ok", "plan_hash": plan.hash,
+                             "input": f"{plan.models[0]}/{plan.tasks[0]}/L{plan.lengths[0]}/d{depth}/s{fact}"})
+    out = tmp_path / "reports" / "longctx" / "accumulator" / "rows.jsonl"
+    out.parent.mkdir(parents=True)
+    out.write_text(jsonl_text(rows, {"plan_hash": plan.hash}))
+    (tmp_path / "reports" / "longctx" / "other.jsonl").write_text(jsonl_text(
+        [{**r, "plan_hash": "0" * 64, "input": r["input"] + "x"} for r in rows], {}))
+    row, untested = accumulator_findings(tmp_path)  # one per model of the plan; the second has no rows
+    assert untested.verdict.startswith("untested at the condition")
+    assert row.unit == "fact, n = 50 per cell"
+    assert row.verdict.startswith("1 effects, 0 no effect above the threshold, 0 inconclusive of 1 cells; "
+                                  "1 ceiling/floor cells left out")
+    assert f"{plan.tasks[0]} {plan.lengths[0]} answer_logprob +0.3 [" in row.figure
