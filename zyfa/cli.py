@@ -1,8 +1,11 @@
 """The ``zyfa`` command: one entry point, one subcommand per capability.
 
-Each subcommand lives in the module that owns it and exposes ``add_arguments(parser)`` and ``main(args)``;
-modules are imported only when their subcommand runs, so ``zyfa --help`` stays fast and a CPU machine never
-imports Triton.
+Each subcommand lives in the module that owns it and exposes ``add_arguments(parser)`` and ``main(args)``, and
+optionally ``check_args(args)``; modules are imported only when their subcommand runs, so ``zyfa --help`` stays
+fast and a CPU machine never imports Triton. A subcommand's module imports nothing heavy at its top (no torch):
+the command line is parsed and ``check_args`` run first, so a bad argument is refused in one line (status 2) in a
+fraction of a second, and only then does ``main`` import what the work needs (tests/test_fast_refusals.py,
+scripts/bench_refusal_time.py).
 """
 
 from __future__ import annotations
@@ -84,6 +87,13 @@ def _main(argv: list[str] | None) -> int:
         parser = argparse.ArgumentParser(prog=f"zyfa {name}", description=available[name][1])
         module.add_arguments(parser)
         args = parser.parse_args(argv[1:])
+        check = getattr(module, "check_args", None)
+        if check is not None:
+            try:
+                check(args)
+            except (ValueError, FileNotFoundError) as e:
+                print(f"zyfa {name}: error: {e}", file=sys.stderr)
+                return 2
         return int(module.main(args) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)

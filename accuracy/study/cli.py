@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from accuracy.cli import cell_cost, read_finished
+from accuracy.implementations import unavailable_lines
 from accuracy.report.build import load_results
 from accuracy.report.document import save_screenshot
 from accuracy.shard import (
@@ -391,8 +392,8 @@ def main(args: argparse.Namespace) -> int:
     dist.close()
     if rows is None:  # a rank other than 0: its rows are merged, rank 0 writes the study
         return 0
-    for name, why in (rows.provenance.get("implementations_unavailable") or {}).items():
-        log(f"real implementation not run: {name}: {why}")
+    for line in unavailable_lines(rows.provenance.get("implementations_unavailable") or {}):
+        log(line)
     rows.provenance["study_notes"].append(
         f"Accuracy ran on `{rows.provenance.get('device')}` ({rows.provenance.get('device_name')}): "
         f"{len(inputs)} inputs x {len(recipes)} recipes; the runner took {rows.provenance['study_accuracy_s']:.0f} s "

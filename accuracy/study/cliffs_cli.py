@@ -388,5 +388,7 @@ def _print_summary(rows, prov, rule) -> None:
         first = min(mine, key=lambda g: g["length"])
         print(f"{name}: " + ", ".join(f"{k} at {n} length(s)" for k, n in counts.items())
               + f"; shortest {first['kind']} at {first['length']}: {first['reproducer']}")
-    for name, why in (prov.get("implementations_unavailable") or {}).items():
-        print(f"not run: {name}: {why}")
+    from accuracy.implementations import unavailable_lines
+
+    for line in unavailable_lines(prov.get("implementations_unavailable") or {}):
+        print(line)
