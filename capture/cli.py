@@ -19,7 +19,9 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="registry name (smollm2, gemma3, qwen25coder, qwen25coder-1.5b), a Hugging "
                         "Face model directory, a .gguf file, or a hub id")
-    parser.add_argument("--text", default="lee", help="text source: lee, shakespeare or pydoc (default lee)")
+    parser.add_argument("--text", default="lee",
+                        help="text source: lee, shakespeare, pydoc, paulgraham, or a UTF-8 text file of your own "
+                        "(default lee)")
     parser.add_argument("--tokens", type=int, default=2048, help="sequence length in tokens (default 2048)")
     parser.add_argument("--out", help="output HDF5 file")
     parser.add_argument("--layers", default=None, help="layers to capture, e.g. 0,5,29 or 0-3 (default all)")

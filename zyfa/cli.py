@@ -37,6 +37,14 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# name -> the module holding add_arguments(parser) and check_args(args), where the subcommand's own module imports
+# heavy packages at its top (torch, scipy): the dispatch parses and checks with it, then imports the subcommand's.
+ARGUMENTS: dict[str, str] = {
+    "study": "accuracy.study.study_args",
+    "report": "accuracy.study.report_args",
+}
+
+
 def _available() -> dict[str, tuple[str, str]]:
     """Subcommands whose module is present in this checkout."""
     found = {}
@@ -83,17 +91,18 @@ def _main(argv: list[str] | None) -> int:
     available = _available()
     if argv and argv[0] in available:
         name = argv[0]
-        module = importlib.import_module(available[name][0])
+        arguments = importlib.import_module(ARGUMENTS.get(name, available[name][0]))
         parser = argparse.ArgumentParser(prog=f"zyfa {name}", description=available[name][1])
-        module.add_arguments(parser)
+        arguments.add_arguments(parser)
         args = parser.parse_args(argv[1:])
-        check = getattr(module, "check_args", None)
+        check = getattr(arguments, "check_args", None)
         if check is not None:
             try:
                 check(args)
             except (ValueError, FileNotFoundError) as e:
                 print(f"zyfa {name}: error: {e}", file=sys.stderr)
                 return 2
+        module = importlib.import_module(available[name][0])
         return int(module.main(args) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -54,7 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the model and its attention run (default cpu)")
     parser.add_argument("--tokens", type=int, default=2048, help="tokens per window (default 2048)")
     parser.add_argument("--windows", type=int, default=2, help="held-out windows per model (default 2)")
-    parser.add_argument("--text", default="lee", help="text source: lee, shakespeare, pydoc (default lee)")
+    parser.add_argument("--text", default="lee",
+                        help="text source: lee, shakespeare, pydoc, paulgraham, or a UTF-8 text file of your own "
+                        "(default lee)")
     parser.add_argument("--per-layer", default="", help="models to sweep one layer at a time (comma-separated)")
     parser.add_argument("--layer-recipes", default=DEFAULT_LAYER_RECIPES,
                         help=f"recipes of the per-layer sweep (default {DEFAULT_LAYER_RECIPES})")

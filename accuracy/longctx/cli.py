@@ -85,7 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depths", default=None,
                         help="needle depths as fractions of the haystack, comma-separated (default 0,0.1,...,1)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per (length, depth) cell (default 3)")
-    parser.add_argument("--text", default="lee", help="haystack text of the needle task: lee, shakespeare, pydoc")
+    parser.add_argument("--text", default="lee",
+                        help="haystack text of the needle task: lee, shakespeare, pydoc, paulgraham, or a UTF-8 text "
+                             "file of your own")
     parser.add_argument("--layers", default=None, help="swap only these layers (comma-separated); others stock")
     parser.add_argument("--op-layers", type=int, default=3,
                         help="layers whose operator error against FP64 is measured in the pass (default 3)")
@@ -229,7 +231,7 @@ def _run(args: argparse.Namespace) -> int:
     from accuracy.results_io import ResultsFile, jsonl_text
     from accuracy.run_harness import WorkBudget, refuse_unavailable
     from accuracy.runner import resolve_device
-    from capture.text import TEXTS
+    from capture.text import UnknownTextError, check_text
     from zyfa.outputs import OutputError, atomic_write_text
     from zyfa.recipes import split_spec_list
 
@@ -282,8 +284,10 @@ def _run(args: argparse.Namespace) -> int:
         refuse_unavailable(checked)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if args.text not in TEXTS:
-        raise UsageError(f"--text: unknown text {args.text!r}; known texts: {', '.join(sorted(TEXTS))}")
+    try:
+        check_text(args.text)
+    except UnknownTextError as e:
+        raise UsageError(f"--text: {e}") from None
     try:
         WorkBudget(args.max_seconds)
     except ValueError as e:
