@@ -56,6 +56,27 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """The flags' checks that need no heavy import (run by the ``zyfa`` dispatch before :func:`main`): the model
+    name, the text, the token count and window, the layer and head lists; ``--list`` and ``--sample`` take none."""
+    from capture.models import MODELS, check_context, check_model_names
+    from capture.pipeline import parse_index_list
+    from capture.text import check_text
+
+    if args.list or args.sample or not args.model or not args.out:
+        return
+    check_model_names([args.model])
+    check_text(args.text)
+    if args.tokens < 1:
+        raise ValueError(f"--tokens must be >= 1, got {args.tokens}")
+    if args.window_index < 0:
+        raise ValueError(f"--window-index must be >= 0, got {args.window_index}")
+    if args.model in MODELS:
+        check_context(args.tokens, MODELS[args.model].max_context, args.model)
+    parse_index_list(args.layers, "--layers")
+    parse_index_list(args.heads, "--heads")
+
+
 def main(args: argparse.Namespace) -> int:
     from capture.fetch import FetchError
     from capture.models import MODELS, ContextTooLongError, NoAttentionInterfaceError, UnknownModelError

@@ -866,6 +866,38 @@ def load_kernel(spec: str):
     return fn
 
 
+def check_args(args) -> None:
+    """The flags' checks that need no heavy import (run by the ``zyfa`` dispatch before :func:`main`, before torch
+    and Triton): lengths, shapes, peers, counts, the launch config and the recipe names."""
+    from zyfa.recipes import get_recipe, split_spec_list
+
+    if args.render:
+        return
+    output_stem(args.out)
+    for s in (t.strip() for t in args.seqlens.split(",")):
+        if s and not (s.isdigit() and int(s) >= 1):
+            raise ValueError(f"--seqlens takes comma-separated token counts >= 1, got {s!r}")
+    unknown = [s for s in args.shapes.split(",") if s and s not in SHAPES]
+    if unknown:
+        raise ValueError(f"--shapes: unknown {', '.join(unknown)}; known: {', '.join(SHAPES)}")
+    peers = [] if args.peers == "none" else [OLD_PEER_NAMES.get(p, p) for p in args.peers.split(",") if p]
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        raise ValueError(f"--peers: unknown {', '.join(unknown)}; known: {', '.join(PEERS)}")
+    for flag, value in (("--repeats", args.repeats), ("--hidden", args.hidden), ("--warmup", args.warmup),
+                        ("--rep", args.rep)):
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if args.config:
+        try:
+            json.loads(args.config)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--config is not JSON: {e}") from None
+    for spec in split_spec_list(args.recipes) + ([] if args.recipes_other == "same"
+                                                 else split_spec_list(args.recipes_other)):
+        get_recipe(spec)
+
+
 def main(args) -> int:
     if args.render:
         try:

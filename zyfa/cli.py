@@ -42,6 +42,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 ARGUMENTS: dict[str, str] = {
     "study": "accuracy.study.study_args",
     "report": "accuracy.study.report_args",
+    "impact": "accuracy.impact.impact_args",
 }
 
 

@@ -170,6 +170,32 @@ def _depths(text: str | None) -> list[float]:
     return out
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """The flags' checks that need no heavy import, run by the ``zyfa`` dispatch before :func:`main` (which repeats
+    them with the rest): the grid's numbers, the text, the model and task names. A ``--plan`` supplies the grid,
+    and ``--render``/``--calibrate`` take none: those are checked in :func:`main`."""
+    from accuracy.longctx.tasks import TASKS
+    from capture.models import check_model_names
+    from capture.text import check_text
+
+    if args.render is not None or args.calibrate is not None or getattr(args, "plan", None):
+        return
+    check_model_names([m.strip() for m in args.models.split(",") if m.strip()])
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    bad = [t for t in tasks if t not in TASKS]
+    if bad or not tasks:
+        raise UsageError(f"--tasks: unknown task {bad[0] if bad else '(none)'!r}; tasks: {', '.join(TASKS)}")
+    if args.seeds < 1:
+        raise UsageError("--seeds must be at least 1")
+    if args.generate < 0:
+        raise UsageError("--generate must be 0 (off) or more")
+    if args.lengths:
+        _ints(args.lengths, "--lengths")
+    if args.depths is not None:
+        _depths(args.depths)
+    check_text(args.text)
+
+
 def main(args: argparse.Namespace) -> int:
     if args.render is not None:
         return _render(args)
