@@ -123,8 +123,8 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
         total = windows * (1 + len(recipes)) * n_layers
         if do_sweep:
             total += min(layer_windows, windows) * (1 + len(sweep_layers) * len(layer_recipes)) * n_layers
-        bar = tqdm(total=total, desc=model_name, unit="layer", disable=not progress, dynamic_ncols=True,
-                   file=sys.stderr)
+        bar = tqdm(total=total, desc=f"impact {model_name}: layer passes", unit="layer", disable=not progress,
+                   dynamic_ncols=True, file=sys.stderr)
         tqdm.write(f"[impact] {model_name}: loaded in {time.perf_counter() - t_load:.1f} s, {n_layers} layers, "
                    f"{windows} held-out window(s) of {n_tokens} tokens", file=sys.stderr)
 

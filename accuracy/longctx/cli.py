@@ -105,8 +105,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the model's weights and activations (default fp32); attention implementations "
                              "receive q/k/v in this dtype")
     parser.add_argument("--batch-tokens", type=int, default=None,
-                        help="tokens per forward pass (prompts of one length are batched; default 8192 on a CPU, "
-                             "131072 on a GPU)")
+                        help="tokens per forward pass (prompts of one length are batched; default 131072 on a GPU, "
+                             "one prompt per forward pass on a CPU, where batching gains nothing and the progress "
+                             "bar then moves per prompt)")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="stop between batches after this many seconds of scoring (loading models is not "
                              "counted; above 0 at least one batch runs), then --resume")
@@ -362,7 +363,7 @@ def _run(args: argparse.Namespace) -> int:
         import uuid
 
         prov["run_id"] = uuid.uuid4().hex[:12]
-    batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 8192)
+    batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 1)
     try:
         try:
             res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
@@ -495,7 +496,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     if dist.rank == 0:
         print(f"zyfa longctx: {dist.world} rank(s), " + ", ".join(f"rank {k} {len(s)} cells"
                                                              for k, s in enumerate(shares)), file=sys.stderr)
-    batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 8192)
+    batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 1)
     t0 = time.perf_counter()
     try:
         res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
