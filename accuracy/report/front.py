@@ -213,6 +213,8 @@ def _front_cell(e: dict, src: str, metric: str = "deq") -> str:
     def short(v: float) -> str:  # three digits, a one-digit exponent: six columns fit the first screen
         return f"{v:.2e}".replace("e-0", "e-").replace("e+0", "e+")
 
+    if e[f"{src}_n"] < 2:  # one input: its value, no interval (a bootstrap over one value is a point, not a CI)
+        return f"{short(est)} (n = 1)"
     return f"{short(est)} [{short(lo)}, {short(hi)}]"
 
 
