@@ -218,6 +218,8 @@ def main(args: argparse.Namespace) -> int:
     first_prov = results.provenance if results is not None and results.resumed_from else {}
     if results is not None and results.resumed_from is not None:
         print(f"resuming {results.resumed_from}: {len(results.done)} of {len(keys)} rows done")
+    cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
+    to_run = [k for k in keys if results is None or k not in results.done]  # this run's rows, for the cost record
     t0 = time.perf_counter()
     try:
         rows = run_accuracy(inputs, recipes, device=device, progress=not args.no_progress, seed=args.seed,
@@ -231,11 +233,16 @@ def main(args: argparse.Namespace) -> int:
         return _fail("interrupted", results, status=130)
     wall = time.perf_counter() - t0
 
+    from accuracy.cost_model import PROVENANCE_KEY, record
+
     prov = rows.provenance
     if first_prov:  # a resumed run: its first provenance, and this run's
         prov = {**first_prov, "resumed": [*first_prov.get("resumed", []), {
             k: rows.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
                                                 "device", "device_name")}]}
+    # the --dry-run estimate of the rows this run made, beside their measured time (accuracy/cost_model.py)
+    prov[PROVENANCE_KEY] = [*prov.get(PROVENANCE_KEY, []), record(
+        sum(cost[k[0]] for k in to_run), wall, device.type, command="accuracy", cells=len(to_run))]
     if results is not None:
         rows = results.rows_in_order(keys)
     _print_report(rows, prov, inputs, columns, args)

@@ -17,6 +17,7 @@ from pathlib import Path
 from accuracy.cli import cell_cost, read_finished
 from accuracy.report.build import load_results
 from accuracy.report.document import save_screenshot
+from accuracy.results_io import row_key
 from accuracy.shard import (
     UNITS_PER_SECOND,
     Dist,
@@ -311,6 +312,7 @@ def main(args: argparse.Namespace) -> int:
                                       for f in (extra.impact[1] if extra.impact else [])) or "none"}
     if resumed and dist.rank == 0:
         log(f"resuming the interrupted study in {stage_dir}: {len(rows_file.done)} rows done")
+    done_before = set(rows_file.done)
     try:
         rows = run_study(inputs, recipes, device=str(device), progress=not args.no_progress and dist.rank == 0,
                          extra_provenance=prov, implementations=impls, rows_file=rows_file)
@@ -337,6 +339,13 @@ def main(args: argparse.Namespace) -> int:
 
     for line in unavailable_lines(rows.provenance.get("implementations_unavailable") or {}):
         log(line)
+    if not dist.grouped:  # one process: the --dry-run estimate of the rows it made beside their time
+        from accuracy.cost_model import PROVENANCE_KEY, record
+
+        made = [r for r in rows if row_key(r) not in done_before]
+        rows.provenance[PROVENANCE_KEY] = [*rows.provenance.get(PROVENANCE_KEY, []), record(
+            sum(cost[r["input"]] for r in made), rows.provenance["study_accuracy_s"], device.type, command="study",
+            cells=len(made))]
     rows.provenance["study_notes"].append(
         f"Accuracy ran on `{rows.provenance.get('device')}` ({rows.provenance.get('device_name')}): "
         f"{len(inputs)} inputs x {len(recipes)} recipes; the runner took {rows.provenance['study_accuracy_s']:.0f} s "
