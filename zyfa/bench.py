@@ -916,13 +916,9 @@ def main(args) -> int:
         print(f"zyfa bench: {existing[0]} exists; choose another --out or pass --overwrite", file=sys.stderr)
         return 2
     try:
+        check_args(args)  # as the zyfa dispatch does, for a caller of main() alone
         plugins = [parse_kernel_arg(k) for k in args.kernel]
         peers = [] if args.peers == "none" else [OLD_PEER_NAMES.get(p, p) for p in args.peers.split(",") if p]
-        unknown = [p for p in peers if p not in PEERS]
-        if unknown:
-            raise ValueError(f"--peers: unknown {', '.join(unknown)}; known: {', '.join(PEERS)}")
-        if args.repeats < 1:
-            raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     except ValueError as err:
         print(f"zyfa bench: {err}", file=sys.stderr)
         return 2
