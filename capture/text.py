@@ -152,7 +152,8 @@ def _read_text_file(name: str) -> str:
 
     path = Path(name)
     if not path.is_file():
-        raise UnknownTextError(f"unknown text {name!r}: not one of {', '.join(sorted(TEXTS))} and no such file")
+        raise UnknownTextError(f"unknown text {name!r}; known texts: {', '.join(sorted(TEXTS))}, or a UTF-8 text "
+                               "file (no such file)")
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:

@@ -177,7 +177,7 @@ def check_args(args: argparse.Namespace) -> None:
     and ``--render``/``--calibrate`` take none: those are checked in :func:`main`."""
     from accuracy.longctx.tasks import TASKS
     from capture.models import check_model_names
-    from capture.text import check_text
+    from capture.text import UnknownTextError, check_text
 
     if args.render is not None or args.calibrate is not None or getattr(args, "plan", None):
         return
@@ -194,7 +194,10 @@ def check_args(args: argparse.Namespace) -> None:
         _ints(args.lengths, "--lengths")
     if args.depths is not None:
         _depths(args.depths)
-    check_text(args.text)
+    try:
+        check_text(args.text)
+    except UnknownTextError as e:
+        raise UsageError(f"--text: {e}") from None
 
 
 def main(args: argparse.Namespace) -> int:
