@@ -53,4 +53,4 @@ def check_args(args: argparse.Namespace) -> None:
         if any(ch in s for ch in "*?[") and not glob.glob(s):
             raise FileNotFoundError(f"--results: no file matches {s}")
         if not any(ch in s for ch in "*?[") and not Path(s).is_file():
-            raise FileNotFoundError(f"--results: no such file: {s}")
+            raise FileNotFoundError(f"--results: result file not found: {s}")

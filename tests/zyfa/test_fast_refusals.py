@@ -48,7 +48,7 @@ CASES = [
     (["capture", "--model", "nope", "--out", "x.h5"], "unknown model 'nope'"),
     (["capture", "--model", "smollm2", "--out", "x.h5", "--tokens", "0"], "--tokens must be >= 1"),
     (["bench", "--seqlens", "-1"], "--seqlens takes comma-separated token counts >= 1"),
-    (["report", "--results", "no/such.jsonl", "--out", "x"], "--results: no such file: no/such.jsonl"),
+    (["report", "--results", "no/such.jsonl", "--out", "x"], "--results: result file not found: no/such.jsonl"),
     (["study", "--max-seq", "-5"], "--max-seq must be >= 1, got -5"),
     (["study", "--recipes", "nope"], "unknown recipe 'nope'"),
     (["impact", "--tokens", "-1"], "--tokens must be >= 1, got -1"),
