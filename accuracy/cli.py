@@ -52,7 +52,7 @@ from pathlib import Path
 
 from accuracy.command import UsageError
 from accuracy.kernel_verdicts import verdict_lines
-from accuracy.metrics import ERROR_METRICS
+from accuracy.metric_names import ERROR_METRICS
 from accuracy.shard import wants_sharding
 from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
@@ -96,7 +96,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "recipe's own; a recipe moved off its own platform is named NAME@PLATFORM)")
     g = parser.add_argument_group("Gaussian inputs")
     g.add_argument("--seq", type=int, help="tokens (queries = keys), default 4096")
-    g.add_argument("--head-dim", type=int, help="QK head dim: 64, 128, 256, 192 or 576 (default 128)")
+    g.add_argument("--seq-q", type=int, metavar="N",
+                   help="queries, when fewer than the keys (decode: 1; chunked prefill: the chunk), aligned "
+                        "bottom-right to the keys; with --seq-k instead of --seq")
+    g.add_argument("--seq-k", type=int, metavar="N", help="keys (the KV cache), with --seq-q (default: --seq-q)")
+    g.add_argument("--head-dim", type=int,
+                   help="QK head dim, any >= 1 for the emulations (default 128); the real kernels ship 64, 128, "
+                        "256, 192 (V 128) and 576 (V 512) and refuse others in their rows")
     g.add_argument("--head-dim-v", type=int, help="V head dim if different (MLA: 192/128, 576/512)")
     g.add_argument("--heads", help="query heads (default 4); for captures: comma-separated head indices")
     g.add_argument("--kv-heads", type=int, help="KV heads (default: --heads; fewer for GQA/MQA)")
@@ -152,6 +158,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_wall_arguments(r)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """The command line's checks that need no heavy import (torch, the kernels, the inputs' data): run by the
+    ``zyfa`` dispatch before :func:`main`, so that a bad argument is refused in a fraction of a second; a
+    :class:`ValueError` (or FileNotFoundError) names the problem."""
+    if args.kernel_recipe and not args.kernel:
+        raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
+    _parse_recipes(args.recipes if args.recipes is not None else ("none" if args.ablate else DEFAULT_RECIPES))
+    if getattr(args, "platform", None) is not None:
+        from zyfa.platforms import get_platform
+
+        get_platform(args.platform)
+    _parse_columns(args.metrics)
+    out = _check_out(args.out)
+    if out is None and (args.force or args.resume):
+        raise UsageError("--force and --resume apply to --out")
+    _plan_inputs(args)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run ``zyfa accuracy``; 0 on success, 2 on bad input (message on stderr, no traceback)."""
     from accuracy.results_io import ROW_BYTES_ESTIMATE, ResultsFile
@@ -194,6 +218,8 @@ def main(args: argparse.Namespace) -> int:
     first_prov = results.provenance if results is not None and results.resumed_from else {}
     if results is not None and results.resumed_from is not None:
         print(f"resuming {results.resumed_from}: {len(results.done)} of {len(keys)} rows done")
+    cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
+    to_run = [k for k in keys if results is None or k not in results.done]  # this run's rows, for the cost record
     t0 = time.perf_counter()
     try:
         rows = run_accuracy(inputs, recipes, device=device, progress=not args.no_progress, seed=args.seed,
@@ -207,11 +233,16 @@ def main(args: argparse.Namespace) -> int:
         return _fail("interrupted", results, status=130)
     wall = time.perf_counter() - t0
 
+    from accuracy.cost_model import PROVENANCE_KEY, record
+
     prov = rows.provenance
     if first_prov:  # a resumed run: its first provenance, and this run's
         prov = {**first_prov, "resumed": [*first_prov.get("resumed", []), {
             k: rows.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
                                                 "device", "device_name")}]}
+    # the --dry-run estimate of the rows this run made, beside their measured time (accuracy/cost_model.py)
+    prov[PROVENANCE_KEY] = [*prov.get(PROVENANCE_KEY, []), record(
+        sum(cost[k[0]] for k in to_run), wall, device.type, command="accuracy", cells=len(to_run))]
     if results is not None:
         rows = results.rows_in_order(keys)
     _print_report(rows, prov, inputs, columns, args)
@@ -248,8 +279,10 @@ def _print_report(rows, prov: dict, inputs, columns, args) -> None:
             print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
     for w in (prov.get("implementations_pairing_warnings") or {}).values():
         print(f"warning: {w}")
-    for name, why in (prov.get("implementations_unavailable") or {}).items():
-        print(f"not run: {name}: {why}")
+    from accuracy.implementations import unavailable_lines
+
+    for line in unavailable_lines(prov.get("implementations_unavailable") or {}):
+        print(line)
 
 
 # ---------------------------------------------------------------------------------------------- sharded runs
@@ -515,10 +548,11 @@ def _int_list(spec: str, flag: str) -> list[int]:
         raise UsageError(f"{flag} takes comma-separated integers, got {spec!r}") from None
 
 
-def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
-    from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
-    from accuracy.runner import check_memory
-    from accuracy.synthetic import is_synthetic, make_synthetic, parse_synthetic, split_inputs
+def _plan_inputs(args: argparse.Namespace):
+    """The inputs the flags name, checked without drawing or reading anything (no torch: :func:`check_args`):
+    (GaussianSpec or None, SyntheticSpecs, capture files)."""
+    from accuracy.gaussian_spec import GaussianSpec
+    from accuracy.synthetic_spec import is_synthetic, parse_synthetic, split_inputs
 
     items = split_inputs(args.inputs)
     if not items:
@@ -527,8 +561,9 @@ def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
     files = [s for s in items if s != "gaussian" and not is_synthetic(s)]
     gaussian = len(files) + len(synthetic) < len(items)
     if not gaussian:
-        gaussian_only = [k for k in GAUSSIAN_DEFAULTS if k != "heads"] + ["kv_heads", "head_dim_v", "window"]
-        given = [f"--{k.replace('_', '-')}" for k in gaussian_only if getattr(args, k) is not None]
+        gaussian_only = [k for k in GAUSSIAN_DEFAULTS if k != "heads"] + ["kv_heads", "head_dim_v", "window",
+                                                                          "seq_q", "seq_k"]
+        given = [f"--{k.replace('_', '-')}" for k in gaussian_only if getattr(args, k, None) is not None]
         if args.causal:
             given.append("--causal")
         if given:
@@ -542,11 +577,12 @@ def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
     if files and gaussian and args.heads is not None:
         raise UsageError("--heads means a head count for Gaussian inputs and head indices for captures; "
                          "run them separately")
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise UsageError(f"--max-tokens must be >= 1, got {args.max_tokens}")
     for f in files:
         if not Path(f).is_file():
             raise FileNotFoundError(f"no such input file: {f} (--inputs takes 'gaussian' or capture .h5 files)")
-
-    inputs = []
+    spec = None
     if gaussian:
         opts = {k: (getattr(args, k) if getattr(args, k) is not None else d) for k, d in GAUSSIAN_DEFAULTS.items()}
         try:
@@ -554,14 +590,31 @@ def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
         except ValueError:
             raise UsageError(f"for Gaussian inputs --heads is the number of query heads, got {opts['heads']!r}") \
                 from None
+        seq_q, seq_k = getattr(args, "seq_q", None), getattr(args, "seq_k", None)
+        if args.seq is not None and (seq_q is not None or seq_k is not None):
+            raise UsageError("--seq sets queries and keys alike; give either --seq or --seq-q/--seq-k")
+        seq = seq_k if seq_k is not None else (seq_q if seq_q is not None else opts["seq"])
         spec = GaussianSpec(
             batch=opts["batch"], heads_q=heads, heads_kv=args.kv_heads if args.kv_heads is not None else heads,
-            seq=opts["seq"], head_dim=opts["head_dim"], head_dim_v=args.head_dim_v, causal=args.causal,
+            seq=seq, seq_q=seq_q if seq_q is not None and seq_q != seq else None,
+            head_dim=opts["head_dim"], head_dim_v=args.head_dim_v, causal=args.causal,
             window=args.window, std=opts["std"], outlier_frac=opts["outliers"],
             outlier_scale=opts["outlier_scale"], outlier_tensors=opts["outlier_tensors"], seed=args.seed,
             dtype=opts["dtype"])
+    return spec, synthetic, files
+
+
+def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
+    from accuracy.inputs import capture_inputs, make_gaussian
+    from accuracy.runner import check_memory
+    from accuracy.synthetic import make_synthetic
+
+    spec, synthetic, files = _plan_inputs(args)
+    gaussian = spec is not None
+    inputs = []
+    if gaussian:
         d_v = spec.head_dim_v or spec.head_dim
-        check_memory({"batch": spec.batch, "heads_q": spec.heads_q, "heads_kv": spec.heads_kv, "seq_q": spec.seq,
+        check_memory({"batch": spec.batch, "heads_q": spec.heads_q, "heads_kv": spec.heads_kv, "seq_q": spec.s_q,
                       "seq_k": spec.seq, "head_dim": spec.head_dim, "head_dim_v": d_v}, device,
                      what="the Gaussian input")
         inputs.append(make_gaussian(spec))
@@ -655,7 +708,7 @@ def repro_command(args: argparse.Namespace) -> str:
     parts = ["zyfa", "accuracy", "--inputs", args.inputs, "--recipes", args.recipes]
     if getattr(args, "platform", None) is not None:
         parts += ["--platform", args.platform]
-    for flag in ("seq", "head_dim", "head_dim_v", "heads", "kv_heads", "batch", "std", "outliers",
+    for flag in ("seq", "seq_q", "seq_k", "head_dim", "head_dim_v", "heads", "kv_heads", "batch", "std", "outliers",
                  "outlier_scale", "outlier_tensors", "dtype", "window", "layers", "max_tokens"):
         v = getattr(args, flag)
         if v is not None:

@@ -43,6 +43,8 @@ Exposed:
     call_implementation(impl, x, context=None, *, allow_nonfinite=False) -> ImplResult   (runs, validates;
         ImplementationError on failure; with allow_nonfinite NaN/Inf outputs come back to be counted)
     unsupported_reason(impl, x) -> str | None
+    unavailable_lines(unavailable) -> list[str]   the terminal's lines for the implementations not run (those
+        lacking a GPU in one line)
     device_platform(device) -> (platform name | None, why none)
     pairing(impl, platform, why_none="") -> Pairing | None   the emulation a real row is compared with
 
@@ -63,10 +65,10 @@ import torch
 from accuracy.inputs import AttentionInput
 from accuracy.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
 from zyfa.peers import cudnn_fp8, flash_attn_amd, flashinfer_fa3
+from zyfa.peers.common import NO_CUDA, per_head_descales
 from zyfa.peers.common import all_checks as _all
 from zyfa.peers.common import cuda_check as _cuda
 from zyfa.peers.common import package_check as _package
-from zyfa.peers.common import per_head_descales
 from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE, flash_attn_amd_forward
 from zyfa.peers.flashinfer_fa3 import (
     FLASHINFER_FA3_DIMS,
@@ -103,6 +105,7 @@ __all__ = [
     "pairing",
     "per_head_descales",
     "parse_implementations",
+    "unavailable_lines",
     "unsupported_reason",
 ]
 
@@ -667,3 +670,20 @@ def call_implementation(impl: Implementation, x: AttentionInput, context: dict |
             raise ImplementationError(f"{label} returned NaN in its lse")
     res.out, res.lse = out, lse
     return res
+
+
+def unavailable_lines(unavailable: dict[str, str]) -> list[str]:
+    """The terminal's lines for the implementations this machine could not run (a provenance's
+    ``implementations_unavailable``, name -> reason): one line per reason, the GPU ones as
+    ``no GPU: N GPU implementations skipped (names)``."""
+    by_reason: dict[str, list[str]] = {}
+    for name, why in unavailable.items():
+        by_reason.setdefault(why, []).append(name)
+    lines = []
+    for why, names in by_reason.items():
+        if why == NO_CUDA:
+            lines.append(f"no GPU: {len(names)} GPU implementation{'s' if len(names) != 1 else ''} skipped "
+                         f"({', '.join(names)})")
+        else:
+            lines.append(f"not run: {', '.join(names)}: {why}")
+    return lines

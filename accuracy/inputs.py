@@ -2,7 +2,7 @@
 
 Exposed:
     AttentionInput           one (q, k, v) problem with its mask, scale and metadata (incl. content hash)
-    GaussianSpec             frozen, validated description of a Gaussian input (FA3-style outliers optional)
+    GaussianSpec             frozen, validated description of a Gaussian input (accuracy/gaussian_spec.py)
     make_gaussian(spec)      -> AttentionInput, deterministic in ``spec.seed``
     capture_inputs(path, layers=None, heads=None, max_tokens=None) -> list[AttentionInput]
     content_hash(*tensors, causal=False, window=None)   sha256 of dtypes, shapes, bytes and the mask, 16 hex digits
@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import math
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from accuracy.gaussian_spec import SUPPORTED_HEAD_DIMS, GaussianSpec
 
 __all__ = [
     "SUPPORTED_HEAD_DIMS",
@@ -33,8 +34,6 @@ __all__ = [
     "make_gaussian",
 ]
 
-# (d_qk, d_v) pairs: the standard head dims, MLA (192/128) and absorbed MLA (576/512)
-SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128), (576, 512))
 _DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
@@ -87,89 +86,11 @@ class AttentionInput:
         return dataclasses.replace(self, q=self.q.to(device), k=self.k.to(device), v=self.v.to(device))
 
 
-@dataclass(frozen=True)
-class GaussianSpec:
-    """A seeded Gaussian attention input.
-
-    Entries are std·N(0, 1); with ``outlier_frac`` > 0, each entry of the tensors named in
-    ``outlier_tensors`` (Q and K by default) gets an extra std·outlier_scale·N(0, 1) with probability
-    ``outlier_frac``: at std 1 this is the FA3 paper's N(0,1) + N(0, outlier_scale²)·Bernoulli(outlier_frac)
-    (outlier_scale 10, outlier_frac 0.001 there). The bulk draws come first from one ``torch.Generator``,
-    so specs that differ only in their outliers share the same bulk values.
-
-    Attributes:
-        head_dim, head_dim_v: one of :data:`SUPPORTED_HEAD_DIMS`; head_dim_v None means head_dim.
-        dtype: "bf16" or "fp32": values are drawn in fp32 and rounded to this dtype.
-    """
-
-    batch: int = 1
-    heads_q: int = 4
-    heads_kv: int = 4
-    seq: int = 4096
-    head_dim: int = 128
-    head_dim_v: int | None = None
-    causal: bool = False
-    window: int | None = None
-    std: float = 1.0
-    outlier_frac: float = 0.0
-    outlier_scale: float = 10.0
-    outlier_tensors: str = "qk"
-    seed: int = 0
-    dtype: str = "bf16"
-
-    def __post_init__(self) -> None:
-        for name in ("batch", "heads_q", "heads_kv", "seq", "seed"):
-            value = getattr(self, name)
-            if not _is_int(value):
-                raise ValueError(f"{name} must be an int, got {value!r}")
-        for name in ("batch", "heads_q", "heads_kv", "seq"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.heads_q % self.heads_kv:
-            raise ValueError(f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})")
-        if (self.head_dim, self.d_v) not in SUPPORTED_HEAD_DIMS:
-            pairs = ", ".join(f"{a}" if a == b else f"{a}/{b}" for a, b in SUPPORTED_HEAD_DIMS)
-            raise ValueError(f"unsupported head dim {self.head_dim}/{self.d_v} (qk/v); supported: {pairs}")
-        if self.window is not None and not (_is_int(self.window) and self.window >= 1):
-            raise ValueError(f"window must be an int >= 1 or None, got {self.window!r}")
-        if not (math.isfinite(self.std) and self.std > 0):
-            raise ValueError(f"std must be finite and > 0, got {self.std}")
-        if not 0.0 <= self.outlier_frac <= 1.0:
-            raise ValueError(f"outlier_frac must be in [0, 1], got {self.outlier_frac}")
-        if not (math.isfinite(self.outlier_scale) and self.outlier_scale >= 0):
-            raise ValueError(f"outlier_scale must be finite and >= 0, got {self.outlier_scale}")
-        if not self.outlier_tensors or set(self.outlier_tensors) - set("qkv"):
-            raise ValueError(f"outlier_tensors must be letters of 'qkv', got {self.outlier_tensors!r}")
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-
-    @property
-    def d_v(self) -> int:
-        return self.head_dim if self.head_dim_v is None else self.head_dim_v
-
-    @property
-    def name(self) -> str:
-        hd = f"{self.head_dim}" if self.d_v == self.head_dim else f"{self.head_dim}-{self.d_v}"
-        parts = [f"gaussian-b{self.batch}-h{self.heads_q}x{self.heads_kv}-s{self.seq}-d{hd}"]
-        if self.causal:
-            parts.append("causal")
-        if self.window is not None:
-            parts.append(f"w{self.window}")
-        if self.std != 1.0:
-            parts.append(f"std{self.std:g}")
-        if self.outlier_frac > 0:
-            parts.append(f"out{self.outlier_frac:g}x{self.outlier_scale:g}{self.outlier_tensors}")
-        if self.dtype != "bf16":
-            parts.append(self.dtype)
-        parts.append(f"seed{self.seed}")
-        return "-".join(parts)
-
-
 def make_gaussian(spec: GaussianSpec) -> AttentionInput:
     """Draw the input described by ``spec`` (bit-identical for the same spec, on CPU)."""
     gen = torch.Generator(device="cpu").manual_seed(spec.seed)
     shapes = {
-        "q": (spec.batch, spec.heads_q, spec.seq, spec.head_dim),
+        "q": (spec.batch, spec.heads_q, spec.s_q, spec.head_dim),
         "k": (spec.batch, spec.heads_kv, spec.seq, spec.head_dim),
         "v": (spec.batch, spec.heads_kv, spec.seq, spec.d_v),
     }

@@ -41,23 +41,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from accuracy.metric_names import ERROR_METRICS
 from zyfa.norms import rel_l2_from_terms
 
 __all__ = ["ERROR_METRICS", "CI", "bootstrap_ci", "compute_metrics"]
-
-# The float metrics of compute_metrics, in table order; the remaining keys are flags and counts.
-ERROR_METRICS = (
-    "rel_l2",
-    "rmse",
-    "max_abs_err",
-    "cosine",
-    "row_rel_err_p50",
-    "row_rel_err_p99",
-    "row_rel_err_max",
-    "sqnr_db",
-    "lse_max_abs_err",
-    "lse_rmse",
-)
 
 
 def _as_float64(x, name: str) -> torch.Tensor:

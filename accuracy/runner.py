@@ -102,6 +102,7 @@ def run_accuracy(
     on_row: Callable[[dict], None] | None = None,
     run_id: str | None = None,
     implementations: Sequence = (),
+    progress_label: str = "accuracy",
     real_platform: str | None = "auto",
 ) -> ResultRows:
     """Run every recipe on every input; one flat row per (input, recipe), in that order, then one row per
@@ -111,7 +112,7 @@ def run_accuracy(
         inputs: attention inputs (:mod:`accuracy.inputs`).
         recipes: recipe names or :class:`~zyfa.recipes.Recipe` objects.
         device: "cpu", "cuda" or "auto"; the emulator and the oracle both run there.
-        progress: a tqdm bar over (input × recipe) on stderr.
+        progress: a tqdm bar over (input × recipe) on stderr, labelled ``progress_label``.
         seed: seeds torch's global generator before the run (the emulator is deterministic; recorded).
         chunk_size: query rows per block of the FP64 oracle.
         skip: row keys (:func:`accuracy.results_io.row_key`: input name, content hash, recipe) not to run
@@ -193,7 +194,7 @@ def run_accuracy(
         on_start(prov)
     todo = [(inp, [r for r in recipes if input_key(inp, r.name) not in skip]
              + [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]) for inp in inputs]
-    bar = progress_bar(sum(len(rs) for _, rs in todo), enabled=progress)
+    bar = progress_bar(sum(len(rs) for _, rs in todo), enabled=progress, unit="row", desc=progress_label)
     try:
         for inp, _ in todo:
             rows.extend(_run_input(inp, recipes, skip, dev, run_id, chunk_size, bar, on_row, impls, real_plat,

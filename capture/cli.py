@@ -19,7 +19,9 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="registry name (smollm2, gemma3, qwen25coder, qwen25coder-1.5b), a Hugging "
                         "Face model directory, a .gguf file, or a hub id")
-    parser.add_argument("--text", default="lee", help="text source: lee, shakespeare or pydoc (default lee)")
+    parser.add_argument("--text", default="lee",
+                        help="text source: lee, shakespeare, pydoc, paulgraham, or a UTF-8 text file of your own "
+                        "(default lee)")
     parser.add_argument("--tokens", type=int, default=2048, help="sequence length in tokens (default 2048)")
     parser.add_argument("--out", help="output HDF5 file")
     parser.add_argument("--layers", default=None, help="layers to capture, e.g. 0,5,29 or 0-3 (default all)")
@@ -52,6 +54,27 @@ def _command(args: argparse.Namespace) -> str:
         parts += ["--device-map", args.device_map]
     parts += ["--dtype", args.dtype, "--out", args.out]
     return " ".join(shlex.quote(p) for p in parts)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The flags' checks that need no heavy import (run by the ``zyfa`` dispatch before :func:`main`): the model
+    name, the text, the token count and window, the layer and head lists; ``--list`` and ``--sample`` take none."""
+    from capture.models import MODELS, check_context, check_model_names
+    from capture.pipeline import parse_index_list
+    from capture.text import check_text
+
+    if args.list or args.sample or not args.model or not args.out:
+        return
+    check_model_names([args.model])
+    check_text(args.text)
+    if args.tokens < 1:
+        raise ValueError(f"--tokens must be >= 1, got {args.tokens}")
+    if args.window_index < 0:
+        raise ValueError(f"--window-index must be >= 0, got {args.window_index}")
+    if args.model in MODELS:
+        check_context(args.tokens, MODELS[args.model].max_context, args.model)
+    parse_index_list(args.layers, "--layers")
+    parse_index_list(args.heads, "--heads")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -103,11 +103,10 @@ def run_capture(
     process writes them.
     """
     from capture.models import MODELS, check_context, load_model
-    from capture.text import TEXTS, UnknownTextError, load_text, token_window
+    from capture.text import check_text, load_text, token_window
 
     # cheap checks first, before minutes of download and loading
-    if text not in TEXTS:
-        raise UnknownTextError(f"unknown text {text!r}; known texts: {', '.join(sorted(TEXTS))}")
+    check_text(text)
     if loaded is None and model in MODELS:
         check_context(n_tokens, MODELS[model].max_context, model)
     from capture.store import check_writable

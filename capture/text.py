@@ -20,7 +20,11 @@ slices, held-out windows (for perplexity and other later work) the odd ones, so 
 
     slice = 2 * index + (split == "heldout"),  offset = slice * (n_tokens - len(prefix))
 
-Exposed: ``TEXTS``, ``load_text``, ``token_window``, ``num_windows``, ``Text``, ``TokenWindow``,
+Besides the named sources, a text may be one's own: a path to a UTF-8 text file (``--text my_prompts.txt``), read
+as it is (``\r\n`` kept), named by its path and recorded with its sha256 (:func:`check_text` refuses a missing or
+non-UTF-8 file in one line, before any model is loaded).
+
+Exposed: ``TEXTS``, ``load_text``, ``check_text``, ``token_window``, ``num_windows``, ``Text``, ``TokenWindow``,
 ``UnknownTextError``, ``WindowOutOfRangeError``.
 """
 
@@ -143,14 +147,44 @@ def _extract(src: TextSource) -> str:
 _MEMO: dict[str, Text] = {}
 
 
+def _read_text_file(name: str) -> str:
+    """The UTF-8 text of the file ``name``; UnknownTextError (one line) for a name that is neither a known source
+    nor a file, or a file that is not UTF-8 text."""
+    from pathlib import Path
+
+    path = Path(name)
+    if not path.is_file():
+        raise UnknownTextError(f"unknown text {name!r}; known texts: {', '.join(sorted(TEXTS))}, or a UTF-8 text "
+                               "file (no such file)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UnknownTextError(f"text file {name} is not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise UnknownTextError(f"cannot read text file {name}: {e.strerror or e}") from None
+    if not text.strip():
+        raise UnknownTextError(f"text file {name} is empty")
+    return text
+
+
+def check_text(name: str) -> None:
+    """UnknownTextError (one line) unless ``name`` is a known source or a readable, non-empty UTF-8 file."""
+    if name not in TEXTS:
+        _read_text_file(name)
+
+
 def load_text(name: str) -> Text:
-    """The full text of a source, from the cache (fetched on first use) and hash-checked."""
+    """The full text of a source, from the cache (fetched on first use) and hash-checked; or of a UTF-8 file
+    when ``name`` is not a known source (:func:`check_text`)."""
     if name in _MEMO:
         return _MEMO[name]
-    try:
-        src = TEXTS[name]
-    except KeyError:
-        raise UnknownTextError(f"unknown text {name!r}; known texts: {', '.join(sorted(TEXTS))}") from None
+    if name not in TEXTS:
+        text = _read_text_file(name)
+        out = Text(name=name, text=text, sha256=_sha256_text(text),
+                   provenance=f"the user's text file {name} (sha256 {_sha256_text(text)})")
+        _MEMO[name] = out
+        return out
+    src = TEXTS[name]
     tag = f"py{sys.version_info.major}{sys.version_info.minor}" if src.name == "pydoc" else "v1"
     path = cache_dir() / "texts" / f"{name}-{tag}.txt"
     # the file's bytes are the text's UTF-8 (written so below): checked as every cached file is, a bad one deleted

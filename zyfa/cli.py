@@ -1,8 +1,11 @@
 """The ``zyfa`` command: one entry point, one subcommand per capability.
 
-Each subcommand lives in the module that owns it and exposes ``add_arguments(parser)`` and ``main(args)``;
-modules are imported only when their subcommand runs, so ``zyfa --help`` stays fast and a CPU machine never
-imports Triton.
+Each subcommand lives in the module that owns it and exposes ``add_arguments(parser)`` and ``main(args)``, and
+optionally ``check_args(args)``; modules are imported only when their subcommand runs, so ``zyfa --help`` stays
+fast and a CPU machine never imports Triton. A subcommand's module imports nothing heavy at its top (no torch):
+the command line is parsed and ``check_args`` run first, so a bad argument is refused in one line (status 2) in a
+fraction of a second, and only then does ``main`` import what the work needs (tests/test_fast_refusals.py,
+scripts/bench_refusal_time.py).
 """
 
 from __future__ import annotations
@@ -31,6 +34,16 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cliffs": ("accuracy.study.cliffs_cli", "the length-cliff finder: error, NaN rows and refusals at every length"),
     "compare": ("accuracy.study.compare_cli",
                 "two result files compared: the change in error (and speed) of each implementation"),
+}
+
+
+# name -> the module holding add_arguments(parser) and check_args(args), where the subcommand's own module imports
+# heavy packages at its top (torch, scipy): the dispatch parses and checks with it, then imports the subcommand's.
+ARGUMENTS: dict[str, str] = {
+    "study": "accuracy.study.study_args",
+    "report": "accuracy.study.report_args",
+    "impact": "accuracy.impact.impact_args",
+    "bench": "zyfa.bench.args",
 }
 
 
@@ -80,10 +93,18 @@ def _main(argv: list[str] | None) -> int:
     available = _available()
     if argv and argv[0] in available:
         name = argv[0]
-        module = importlib.import_module(available[name][0])
+        arguments = importlib.import_module(ARGUMENTS.get(name, available[name][0]))
         parser = argparse.ArgumentParser(prog=f"zyfa {name}", description=available[name][1])
-        module.add_arguments(parser)
+        arguments.add_arguments(parser)
         args = parser.parse_args(argv[1:])
+        check = getattr(arguments, "check_args", None)
+        if check is not None:
+            try:
+                check(args)
+            except (ValueError, FileNotFoundError) as e:
+                print(f"zyfa {name}: error: {e}", file=sys.stderr)
+                return 2
+        module = importlib.import_module(available[name][0])
         return int(module.main(args) or 0)
     parser = build_parser()
     args = parser.parse_args(argv)

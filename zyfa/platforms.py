@@ -17,8 +17,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the arithmetic below, not here: the platform table is read by zyfa.recipes, which the
+# CLIs use to check their arguments before any heavy import (importing torch costs 1.5 s on a warm cache, 8-14 s
+# on a cold one; scripts/bench_refusal_time.py).
 
 # Accumulation models of a matrix unit: "fp32" (exact products, fp32 sums: the emulator's matmul) or
 # "align_truncate" (truncating_mma: each k step aligned to its largest exponent, truncated, the sum truncated).
@@ -143,6 +149,8 @@ FP32_MIN_EXP = -149
 def _alignment_exponents(x: torch.Tensor, min_exp: int) -> torch.Tensor:
     """2^e for every operand, e = its exponent as the matrix unit sees it: floor(log2|x|) for a normal value,
     ``min_exp`` for a subnormal one (the format's smallest normal exponent), 0 where x is zero."""
+    import torch
+
     e = torch.frexp(x)[1].sub_(1).clamp_(min=min_exp)
     return torch.where(x == 0, torch.zeros_like(x), torch.ldexp(torch.ones_like(x), e))
 
@@ -168,6 +176,8 @@ def truncating_mma(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor | None, b
     None; ``a`` and ``b`` hold FP8 values: ``min_exp`` is the smallest normal exponent of their format, one for
     both or (a's, b's): -6 for e4m3fn, -14 for e5m2 (both fitted on the H200, e4m3fn x e5m2 included).
     """
+    import torch
+
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     lead = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     out = torch.empty((*lead, m, n), dtype=torch.float32, device=a.device)
@@ -210,6 +220,8 @@ def stepwise_mma(a: torch.Tensor, b: torch.Tensor, bits: int, k_step: int = 32, 
     products starts from zero (:func:`truncating_mma` without an incoming accumulator) and the step results
     are added in fp32, in k order. This is what a kernel that keeps a true fp32 sum does on Hopper (our Triton
     kernel's ``accumulator="fp32"`` mode: QK_K32 and PV_MODE 1)."""
+    import torch
+
     out = None
     for k0 in range(0, a.shape[-1], k_step):
         part = truncating_mma(a[..., k0:k0 + k_step], b[..., k0:k0 + k_step, :], None, bits, k_step,

@@ -25,8 +25,13 @@ Exposed: ``KINDS``, ``hadamard_matrix(d)``, ``rotation_matrix(d, kind, seed)``, 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions, not here: KINDS is read by zyfa.recipes, which the CLIs use to check
+# their arguments before any heavy import (see zyfa/platforms.py).
 
 KINDS = ("none", "hadamard", "random_hadamard")
 
@@ -41,23 +46,30 @@ def _check_dim(d: int) -> int:
     return d
 
 
-def hadamard_matrix(d: int, *, dtype: torch.dtype = torch.float64, device=None) -> torch.Tensor:
-    """The normalised Sylvester Hadamard matrix H_d / sqrt(d) (d a power of two): symmetric, orthogonal."""
+def hadamard_matrix(d: int, *, dtype: torch.dtype | None = None, device=None) -> torch.Tensor:
+    """The normalised Sylvester Hadamard matrix H_d / sqrt(d) (d a power of two): symmetric, orthogonal; in
+    ``dtype`` (default float64)."""
+    import torch
+
     _check_dim(d)
     h = torch.ones((1, 1), dtype=torch.float64)
     while h.shape[0] < d:
         h = torch.cat([torch.cat([h, h], dim=1), torch.cat([h, -h], dim=1)], dim=0)
-    return (h / math.sqrt(d)).to(dtype=dtype, device=device)
+    return (h / math.sqrt(d)).to(dtype=dtype or torch.float64, device=device)
 
 
 def _signs(d: int, seed: int) -> torch.Tensor:
+    import torch
+
     gen = torch.Generator().manual_seed(int(seed))
     return torch.randint(0, 2, (d,), generator=gen, dtype=torch.int64).mul(2).sub(1).to(torch.float64)
 
 
-def rotation_matrix(d: int, kind: str, *, seed: int = 0, dtype: torch.dtype = torch.float64,
+def rotation_matrix(d: int, kind: str, *, seed: int = 0, dtype: torch.dtype | None = None,
                     device=None) -> torch.Tensor | None:
-    """M for ``kind`` (None for ``none``): x -> x @ M rotates the last dimension."""
+    """M for ``kind`` (None for ``none``), in ``dtype`` (default float64): x -> x @ M rotates the last dimension."""
+    import torch
+
     if kind not in KINDS:
         raise ValueError(f"rotation kind {kind!r} is not one of {KINDS}")
     if kind == "none":
@@ -65,12 +77,14 @@ def rotation_matrix(d: int, kind: str, *, seed: int = 0, dtype: torch.dtype = to
     h = hadamard_matrix(d)
     if kind == "random_hadamard":
         h = _signs(d, seed)[:, None] * h
-    return h.to(dtype=dtype, device=device)
+    return h.to(dtype=dtype or torch.float64, device=device)
 
 
 def fwht(x: torch.Tensor) -> torch.Tensor:
     """Normalised fast Walsh–Hadamard transform of the last dimension (x @ H_d / sqrt(d), O(d log d) per row),
     computed in x's dtype (float32 or float64 recommended)."""
+    import torch
+
     d = _check_dim(x.shape[-1])
     lead = x.shape[:-1]
     y = x.reshape(-1, d).clone()
@@ -88,6 +102,8 @@ def rotate_qk(q: torch.Tensor, k: torch.Tensor, kind: str, *, seed: int = 0) -> 
 
     q: (..., d), k: (..., d). Returns (q @ M, k @ M); ``none`` returns the inputs unchanged.
     """
+    import torch
+
     if kind not in KINDS:
         raise ValueError(f"rotation kind {kind!r} is not one of {KINDS}")
     if kind == "none":

@@ -9,7 +9,8 @@ to ``zyfa-impact/results.jsonl`` in the current directory; an existing file is r
 (one fsync'd line each, under the run lock that refuses a second live run on the same output), and ``<out>`` is
 written whole when the run finishes (:class:`accuracy.results_io.ResultsFile`, as every command).
 
-Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
+Exposed: ``main(args) -> int``; the flags are in :mod:`accuracy.impact.impact_args` (``add_arguments``,
+``check_args``), read before this module (torch) is imported.
 """
 
 from __future__ import annotations
@@ -23,62 +24,17 @@ from pathlib import Path
 
 import torch
 
+from accuracy.impact.impact_args import add_arguments
 from accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
-from accuracy.impact.run import DEFAULT_LAYER_RECIPES, DEFAULT_RECIPES, run_impact
+from accuracy.impact.run import run_impact
 from accuracy.impact.section import command_of, results_paths, write_markdown
 from accuracy.results_io import ResultsFile
-from accuracy.shard import add_shard_arguments, say, wants_sharding
+from accuracy.shard import say, wants_sharding
 from capture.fetch import FetchError
 from capture.models import prepare_sources
 from zyfa.outputs import OutputError, atomic_write_text
-from zyfa.plugins import add_wall_arguments, wall_options
+from zyfa.plugins import wall_options
 from zyfa.recipes import get_recipe, split_spec_list
-
-# Default results file, in the current directory (never the committed reports/impact/).
-DEFAULT_OUT = "zyfa-impact/results.jsonl"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", default="smollm2,gemma3,qwen25coder",
-                        help="comma-separated registry names (smollm2, gemma3, qwen25coder) or model paths")
-    parser.add_argument("--recipes", default=DEFAULT_RECIPES, help="comma-separated recipe names (the emulator)")
-    parser.add_argument("--implementations", default=None,
-                        help="real implementations as the model's attention, comma-separated: the registry's names "
-                        "(triton:<recipe>, cudnn-fp8, flashinfer-fa3, sdpa-bf16:cudnn, sdpa-fp32, ...); their rows "
-                        "carry the name in 'recipe' and what ran in each layer in 'ran'")
-    parser.add_argument("--kernel", action="append", metavar="MODULE:FUNCTION",
-                        help="your own attention kernel as the model's attention (docs/CONTRACTS.md); imports and "
-                        "runs the named file or module (repeatable)")
-    parser.add_argument("--kernel-recipe", action="append", metavar="NAME", help="the recipe a --kernel claims")
-    add_wall_arguments(parser)
-    parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu",
-                        help="where the model and its attention run (default cpu)")
-    parser.add_argument("--tokens", type=int, default=2048, help="tokens per window (default 2048)")
-    parser.add_argument("--windows", type=int, default=2, help="held-out windows per model (default 2)")
-    parser.add_argument("--text", default="lee", help="text source: lee, shakespeare, pydoc (default lee)")
-    parser.add_argument("--per-layer", default="", help="models to sweep one layer at a time (comma-separated)")
-    parser.add_argument("--layer-recipes", default=DEFAULT_LAYER_RECIPES,
-                        help=f"recipes of the per-layer sweep (default {DEFAULT_LAYER_RECIPES})")
-    parser.add_argument("--layer-windows", type=int, default=1, help="windows of the per-layer sweep (default 1)")
-    parser.add_argument("--layers", default=None, help="restrict the per-layer sweep to these layers (e.g. 0,5,29)")
-    parser.add_argument("--out", default=DEFAULT_OUT,
-                        help=f"results JSONL (default ./{DEFAULT_OUT}); with --render-only: one or "
-                        "several files, comma-separated or a quoted glob (e.g. 'reports/impact/results*.jsonl')")
-    parser.add_argument("--force", action="store_true",
-                        help="replace an existing --out (the old file stays until the new run finishes)")
-    parser.add_argument("--markdown", default=None,
-                        help="Markdown section to write (default: impact.md next to --out)")
-    parser.add_argument("--resume", action="store_true", help="keep the rows already in --out and skip them")
-    parser.add_argument("--render-only", action="store_true",
-                        help="only re-render the Markdown from --out (several files are merged)")
-    parser.add_argument("--drop-rows", default=None, metavar="MODEL:RECIPE:WINDOW[:LAYER],...",
-                        help="remove these rows from --out (moved to <out>.dropped with a note); "
-                        "'*' matches anything, e.g. '*:fa3:0'; a later --resume run measures them again")
-    parser.add_argument("--reason", default=None, help="with --drop-rows: why, recorded with the dropped rows")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_shard_arguments(parser, "impact", "cells: (model, window, recipe), and (model, window, layer recipe) of "
-                                          "a per-layer sweep")
 
 
 def main(args: argparse.Namespace) -> int:

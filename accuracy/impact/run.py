@@ -1,7 +1,7 @@
 """Running models with each recipe swapped in: ``zyfa impact``'s measurement, rows handed to the results file.
 
-Exposed: ``run_impact``, ``impact_cells``, ``ids_hash``, ``DEFAULT_RECIPES``,
-``DEFAULT_LAYER_RECIPES``.
+Exposed: ``run_impact``, ``impact_cells``, ``ids_hash`` (the default recipes are in
+:mod:`accuracy.impact.impact_args`).
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from accuracy.impact.impact_args import DEFAULT_LAYER_RECIPES
 from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, model_attention, stock_logits
 from accuracy.impact.rows import impact_key
 from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe
-
-DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
-DEFAULT_LAYER_RECIPES = "zyfa,ck,aiter"
 
 
 def _sha256(data: bytes) -> str:
@@ -125,8 +123,8 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
         total = windows * (1 + len(recipes)) * n_layers
         if do_sweep:
             total += min(layer_windows, windows) * (1 + len(sweep_layers) * len(layer_recipes)) * n_layers
-        bar = tqdm(total=total, desc=model_name, unit="layer", disable=not progress, dynamic_ncols=True,
-                   file=sys.stderr)
+        bar = tqdm(total=total, desc=f"impact {model_name}: layer passes", unit="layer", disable=not progress,
+                   dynamic_ncols=True, file=sys.stderr)
         tqdm.write(f"[impact] {model_name}: loaded in {time.perf_counter() - t_load:.1f} s, {n_layers} layers, "
                    f"{windows} held-out window(s) of {n_tokens} tokens", file=sys.stderr)
 

@@ -87,7 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--depths", default=None,
                         help="needle depths as fractions of the haystack, comma-separated (default 0,0.1,...,1)")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per (length, depth) cell (default 3)")
-    parser.add_argument("--text", default="lee", help="haystack text of the needle task: lee, shakespeare, pydoc")
+    parser.add_argument("--text", default="lee",
+                        help="haystack text of the needle task: lee, shakespeare, pydoc, paulgraham, or a UTF-8 text "
+                             "file of your own")
     parser.add_argument("--layers", default=None, help="swap only these layers (comma-separated); others stock")
     parser.add_argument("--op-layers", type=int, default=3,
                         help="layers whose operator error against FP64 is measured in the pass (default 3)")
@@ -105,8 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the model's weights and activations (default fp32); attention implementations "
                              "receive q/k/v in this dtype")
     parser.add_argument("--batch-tokens", type=int, default=None,
-                        help="tokens per forward pass (prompts of one length are batched; default 8192 on a CPU, "
-                             "131072 on a GPU)")
+                        help="tokens per forward pass (prompts of one length are batched; default 131072 on a GPU, "
+                             "one prompt per forward pass on a CPU, where batching gains nothing and the progress "
+                             "bar then moves per prompt)")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="stop between batches after this many seconds of scoring (loading models is not "
                              "counted; above 0 at least one batch runs), then --resume")
@@ -168,6 +171,35 @@ def _depths(text: str | None) -> list[float]:
     if not out:
         raise UsageError("--depths names nothing")
     return out
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """The flags' checks that need no heavy import, run by the ``zyfa`` dispatch before :func:`main` (which repeats
+    them with the rest): the grid's numbers, the text, the model and task names. A ``--plan`` supplies the grid,
+    and ``--render``/``--calibrate`` take none: those are checked in :func:`main`."""
+    from accuracy.longctx.tasks import TASKS
+    from capture.models import check_model_names
+    from capture.text import UnknownTextError, check_text
+
+    if args.render is not None or args.calibrate is not None or getattr(args, "plan", None):
+        return
+    check_model_names([m.strip() for m in args.models.split(",") if m.strip()])
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    bad = [t for t in tasks if t not in TASKS]
+    if bad or not tasks:
+        raise UsageError(f"--tasks: unknown task {bad[0] if bad else '(none)'!r}; tasks: {', '.join(TASKS)}")
+    if args.seeds < 1:
+        raise UsageError("--seeds must be at least 1")
+    if args.generate < 0:
+        raise UsageError("--generate must be 0 (off) or more")
+    if args.lengths:
+        _ints(args.lengths, "--lengths")
+    if args.depths is not None:
+        _depths(args.depths)
+    try:
+        check_text(args.text)
+    except UnknownTextError as e:
+        raise UsageError(f"--text: {e}") from None
 
 
 def main(args: argparse.Namespace) -> int:
@@ -240,7 +272,7 @@ def _run(args: argparse.Namespace) -> int:
     from accuracy.results_io import ResultsFile, jsonl_text
     from accuracy.run_harness import WorkBudget, refuse_unavailable
     from accuracy.runner import resolve_device
-    from capture.text import TEXTS
+    from capture.text import UnknownTextError, check_text
     from zyfa.outputs import OutputError, atomic_write_text
     from zyfa.recipes import split_spec_list
 
@@ -293,8 +325,10 @@ def _run(args: argparse.Namespace) -> int:
         refuse_unavailable(checked)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    if args.text not in TEXTS:
-        raise UsageError(f"--text: unknown text {args.text!r}; known texts: {', '.join(sorted(TEXTS))}")
+    try:
+        check_text(args.text)
+    except UnknownTextError as e:
+        raise UsageError(f"--text: {e}") from None
     try:
         WorkBudget(args.max_seconds)
     except ValueError as e:
@@ -344,7 +378,7 @@ def _run(args: argparse.Namespace) -> int:
         import uuid
 
         prov["run_id"] = uuid.uuid4().hex[:12]
-    batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 8192)
+    batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 1)
     try:
         try:
             res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
@@ -474,7 +508,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
                        "layers": spec.layers, "plugins": {p.name: p.description for p in plugins},
                        "nonconforming": nonconforming, "run_id": run_id, **spec.row_fields})
     announce("zyfa longctx: ", dist, shares, "cells")
-    batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 8192)
+    batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 1)
     t0 = time.perf_counter()
     try:
         res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,

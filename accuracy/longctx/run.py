@@ -229,8 +229,8 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                     order.append((mi, spec.tasks.index(task), lengths.index(n), spec.depths.index(d),
                                   spec.seeds.index(s), ii))
         begin()
-        bar = tqdm(total=todo_total, desc=model_name, unit="prompt", disable=not progress, dynamic_ncols=True,
-                   file=sys.stderr)
+        bar = tqdm(total=todo_total, desc=f"longctx {model_name}: prompts", unit="prompt", disable=not progress,
+                   dynamic_ncols=True, file=sys.stderr)
         try:
             for task in spec.tasks:
                 for n in lengths:
@@ -252,6 +252,8 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                                     "--resume to continue")
                                 return {"keys": keys, "order": order, "complete": False, "made": made,
                                         "failed": failed}
+                            bar.set_postfix_str(f"{task} {n} tokens, {name}: {len(batch)} prompt(s) in this "
+                                                "forward pass", refresh=True)
                             with budget.working():
                                 rows = _score_batch(model, name, batch, task=task, length=n, device=device,
                                                     plugins=plugins, spec=spec,

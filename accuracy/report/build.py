@@ -39,7 +39,7 @@ from accuracy.report.document import Doc
 from accuracy.report.front import model_anchor, section_front
 from accuracy.report.plots import png, pyplot
 from accuracy.report.real_kernels import measured_label, measured_on, unavailable_of
-from accuracy.report.speed import section_speed
+from accuracy.report.speed import section_speed, speed_anchor
 from accuracy.results_io import row_key
 from accuracy.schemas import check_provenance, read_rows
 from accuracy.verdict import spearman_with_p
@@ -858,7 +858,8 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     if front:
         links = [("summary", "t-summary-error")]
         links += [(g if g == GAUSSIAN else f"model {g}", model_anchor(g)) for g in groups]
-        links += [("speed", "t-bench-0-tflops" if bench else "t-all"), ("every result", "t-all"),
+        speed = speed_anchor(list(bench))  # the speed table that exists; no link without one
+        links += [*([("speed", speed)] if speed else []), ("every result", "t-all"),
                   ("inputs", "t-inputs"), ("provenance", "t-provenance")]
         section_front(doc, [*rows, *real_rows] if front_rows is None else front_rows, list(bench), plots, links,
                       findings=front_lines, provenances=res.provenances, this_run=this_run)

@@ -283,6 +283,8 @@ def _front_cell(e: dict, src: str, metric: str = "deq") -> str:
     est, lo, hi = e[f"{src}_{metric}_rel_l2"]
     if not all(math.isfinite(x) for x in (est, lo, hi)):
         return fmt_ci((est, lo, hi), "err")
+    if e[f"{src}_n"] < 2:  # one input: its value, no interval (a bootstrap over one value is a point, not a CI)
+        return f"{number(est)} (n = 1)"
     return f"{number(est)} [{number(lo)}, {number(hi)}]"
 
 

@@ -44,6 +44,21 @@ def bench_label(r: dict) -> str:
     return f"{impl} {rec}".strip() if rec and rec != impl else str(impl or rec)
 
 
+def _has_tflops_table(rows: list[dict]) -> bool:
+    """Whether a bench file's rows make the TFLOP/s-by-implementation table (rows with a time and a name)."""
+    ok = [r for r in rows if "error" not in r and r.get("tflops") is not None]
+    return bool(ok) and any(k in r for r in ok for k in ("input", "h", "h_kv", "d_qk", "d_v", "s", "causal")) \
+        and any(("impl" in r or "kernel" in r) for r in ok)
+
+
+def speed_anchor(bench: list) -> str | None:
+    """The anchor of the first table :func:`section_speed` writes (the first file's TFLOP/s table, else its rows),
+    for a link to the speed results; None without benchmark files (the report then has no speed table)."""
+    if not bench:
+        return None
+    return "t-bench-0-tflops" if _has_tflops_table(bench[0][2]) else "t-bench-0"
+
+
 def section_speed(doc: Doc, bench: list) -> None:
     doc.h(2, "Speed")
     if not bench:
@@ -64,7 +79,7 @@ def section_speed(doc: Doc, bench: list) -> None:
         rows = canonical_rows(rows)  # today's peer names, as the bench's Markdown shows them
         ok = [r for r in rows if "error" not in r and r.get("tflops") is not None]
         shape_keys = [k for k in ("input", "h", "h_kv", "d_qk", "d_v", "s", "causal") if any(k in r for r in ok)]
-        if ok and shape_keys and any(("impl" in r or "kernel" in r) for r in ok):
+        if _has_tflops_table(rows):
             labels = list(dict.fromkeys(bench_label(r) for r in ok))
             cases = list(dict.fromkeys(tuple(r.get(k) for k in shape_keys) for r in ok))
             val = {(tuple(r.get(k) for k in shape_keys), bench_label(r)): r["tflops"] for r in ok}

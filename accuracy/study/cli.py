@@ -17,13 +17,13 @@ from pathlib import Path
 from accuracy.cli import cell_cost, read_finished
 from accuracy.report.build import load_results
 from accuracy.report.document import save_screenshot
+from accuracy.results_io import row_key
 from accuracy.shard import (
     UNITS_PER_SECOND,
     Dist,
     RankRows,
     ShardedResults,
     SharedOutputError,
-    add_shard_arguments,
     announce,
     dry_run_world,
     give_up,
@@ -48,8 +48,9 @@ from accuracy.study.run import (
     run_study,
     study_inputs,
 )
+from accuracy.study.study_args import DEFAULT_OUT
 from zyfa.outputs import OutputError, StagedFolder
-from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
+from zyfa.plugins import wall_flags, wall_options
 
 # The accuracy rows of a study in progress, kept in its <out>.partial/ folder as they finish.
 ROWS_NAME = "accuracy_rows.jsonl"
@@ -57,64 +58,6 @@ ROWS_NAME = "accuracy_rows.jsonl"
 STUDY_BYTES = 64 << 20
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", default=None,
-                        help=f"output folder (default ./{DEFAULT_OUT['default']}, ./{DEFAULT_OUT['quick']} with "
-                        f"--quick, ./{DEFAULT_OUT['long']} with --long, in the current directory); the committed "
-                        "reports/study is rewritten only when named here (with --force)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace an existing --out folder (when the new study is finished)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue an interrupted study in --out (its rows are kept in <out>.partial/)")
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="a smaller study (shorter inputs, fewer recipes)")
-    mode.add_argument("--long", action="store_true",
-                      help="the committed long-context study (captures: datasets/long/*.h5 unless --captures)")
-    parser.add_argument("--captures", default=None,
-                        help="capture .h5 files, comma-separated or a glob (default: datasets/*.h5, with --long "
-                        "datasets/long/*.h5; 'none': Gaussian inputs only)")
-    parser.add_argument("--recipes", default=None, help="comma-separated recipes (default: every FP8 recipe + bf16)")
-    parser.add_argument("--platform", default=None,
-                        help="emulate every recipe on this GPU's arithmetic: h200 or mi355x (default: each recipe's "
-                             "own; a recipe moved off its own platform is named NAME@PLATFORM)")
-    parser.add_argument("--max-seq", type=int, default=None, help="cap the Gaussian sequence lengths")
-    parser.add_argument("--gaussian-filter", default=None, metavar="REGEX",
-                        help="keep only the Gaussian inputs whose name matches, e.g. 'd128-causal' or '^$' for none")
-    parser.add_argument("--max-tokens", type=int, default=None, help="use the first N tokens of each capture")
-    parser.add_argument("--device", default="auto", help="cpu, cuda or auto (default: cuda when present)")
-    parser.add_argument("--bench", default=None, help="benchmark JSON files for the speed tables (default: the "
-                        "repository's reports/bench/bench.json, else its newest reports/bench/bench*.json, when "
-                        "present)")
-    parser.add_argument("--impact", default=None,
-                        help="zyfa impact result files for the report's model-impact section, comma-separated or "
-                        f"a glob (default: {DEFAULT_IMPACT} when present, none with --long; 'none': no impact section)")
-    parser.add_argument("--longctx", default=None,
-                        help="zyfa longctx result files for the long-context section, comma-separated or a glob "
-                        f"(default with --long: {DEFAULT_LONGCTX} when present; 'none': no such section)")
-    parser.add_argument("--cliffs", default=None,
-                        help=f"zyfa cliffs results to table in the long-context section (default with --long: "
-                        f"{DEFAULT_CLIFFS} when present; 'none': no table)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress output")
-    parser.add_argument("--allow-failed", action="store_true",
-                        help="exit 0 even when real-kernel rows failed or are nonconforming (default: exit 3 once "
-                             "the study is written)")
-    r = parser.add_argument_group("real kernels (beside their recipes' emulations; docs/real_kernels.md)")
-    r.add_argument("--implementations", default=None, metavar="LIST",
-                   help="built-in real implementations to run where this machine has them (default 'all': each "
-                        "one this machine lacks is listed in the report with the reason; 'none' for none)")
-    r.add_argument("--kernel", action="append", metavar="MODULE:FUNCTION",
-                   help="your own attention kernel (module:function or path/to/file.py:function; contract in "
-                        "docs/CONTRACTS.md), repeatable. This imports the module or file and so runs its top-level "
-                        "code, in a worker process (in this process with --kernel-in-process): name only code you "
-                        "trust")
-    r.add_argument("--kernel-recipe", action="append", metavar="NAME",
-                   help="pair --kernel with a recipe's emulation (once for every kernel, or once per --kernel)")
-    add_wall_arguments(r)
-    add_shard_arguments(parser, "study", "accuracy rows")
-
-
-# Default output folders, in the current directory: a study never writes into the repository unless asked.
-DEFAULT_OUT = {"default": "zyfa-study", "quick": "zyfa-study-quick", "long": "zyfa-study-long"}
 # Files a study writes into its folder; any other file of an existing folder (e.g. a README) is kept when the
 # folder is replaced, these are not (an old screenshot never stays beside a new report).
 GENERATED = ("results.jsonl", "report.md", "report.html", "report_screenshot.png")
@@ -356,6 +299,7 @@ def main(args: argparse.Namespace) -> int:
                                       for f in (extra.impact[1] if extra.impact else [])) or "none"}
     if resumed and dist.rank == 0:
         log(f"resuming the interrupted study in {stage_dir}: {len(rows_file.done)} rows done")
+    done_before = set(rows_file.done)
     try:
         rows = run_study(inputs, recipes, device=str(device), progress=not args.no_progress and dist.rank == 0,
                          extra_provenance=prov, implementations=impls, rows_file=rows_file)
@@ -378,8 +322,17 @@ def main(args: argparse.Namespace) -> int:
     dist.close()
     if rows is None:  # a rank other than 0: its rows are merged, rank 0 writes the study
         return 0
-    for name, why in (rows.provenance.get("implementations_unavailable") or {}).items():
-        log(f"real implementation not run: {name}: {why}")
+    from accuracy.implementations import unavailable_lines
+
+    for line in unavailable_lines(rows.provenance.get("implementations_unavailable") or {}):
+        log(line)
+    if not dist.grouped:  # one process: the --dry-run estimate of the rows it made beside their time
+        from accuracy.cost_model import PROVENANCE_KEY, record
+
+        made = [r for r in rows if row_key(r) not in done_before]
+        rows.provenance[PROVENANCE_KEY] = [*rows.provenance.get(PROVENANCE_KEY, []), record(
+            sum(cost[r["input"]] for r in made), rows.provenance["study_accuracy_s"], device.type, command="study",
+            cells=len(made))]
     rows.provenance["study_notes"].append(
         f"Accuracy ran on `{rows.provenance.get('device')}` ({rows.provenance.get('device_name')}): "
         f"{len(inputs)} inputs x {len(recipes)} recipes; the runner took {rows.provenance['study_accuracy_s']:.0f} s "

@@ -106,6 +106,37 @@ _GAUSSIAN_ONLY = ("kv_heads", "head_dim", "head_dim_v", "batch", "std", "outlier
                   "outlier_tensors", "dtype")
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """The flags' checks that need no heavy import (run by the ``zyfa`` dispatch before :func:`main`, and again by
+    the plan): numbers, exclusive flags, recipe names and the platform."""
+    from zyfa.platforms import get_platform
+    from zyfa.recipes import parse_recipes
+
+    if args.flagged_out and not args.render:
+        raise UsageError("--flagged-out applies to --render")
+    if args.render:
+        return
+    if args.force and args.resume:
+        raise UsageError("--force and --resume exclude each other")
+    if args.kernel_recipe and not args.kernel:
+        raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
+    if args.max_length is not None and args.max_length < 1:
+        raise UsageError(f"--max-length must be >= 1, got {args.max_length}")
+    if args.coarse_step < 1:
+        raise UsageError(f"--coarse-step must be >= 1, got {args.coarse_step}")
+    if args.chunk is not None and args.shapes == "equal":
+        raise UsageError("--chunk sets the chunk shape's query rows: add --shapes chunk or --shapes both")
+    chunk = 128 if args.chunk is None else args.chunk
+    if chunk < 1:
+        raise UsageError(f"--chunk must be >= 1, got {chunk}")
+    if args.causal and args.mask not in (None, "causal"):
+        raise UsageError(f"--causal and --mask {args.mask} disagree")
+    if args.recipes.strip() not in ("", "none"):
+        parse_recipes(args.recipes)
+    if args.platform is not None:
+        get_platform(args.platform)
+
+
 def main(args: argparse.Namespace) -> int:
     """Run (or with ``--render`` only render) a sweep; 0 on success, 2 on bad input (one line on stderr)."""
     try:
@@ -204,21 +235,8 @@ def _plan(args) -> _Plan:
     from zyfa.recipes import parse_recipes
 
     rule = _rule(args)
-    if args.force and args.resume:
-        raise UsageError("--force and --resume exclude each other")
-    if args.kernel_recipe and not args.kernel:
-        raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
-    if args.max_length is not None and args.max_length < 1:
-        raise UsageError(f"--max-length must be >= 1, got {args.max_length}")
-    if args.coarse_step < 1:
-        raise UsageError(f"--coarse-step must be >= 1, got {args.coarse_step}")
-    if args.chunk is not None and args.shapes == "equal":
-        raise UsageError("--chunk sets the chunk shape's query rows: add --shapes chunk or --shapes both")
+    check_args(args)
     chunk = 128 if args.chunk is None else args.chunk
-    if chunk < 1:
-        raise UsageError(f"--chunk must be >= 1, got {chunk}")
-    if args.causal and args.mask not in (None, "causal"):
-        raise UsageError(f"--causal and --mask {args.mask} disagree")
     lengths = parse_lengths(args.lengths) if args.lengths is not None else None
 
     recipes = [] if args.recipes.strip() in ("", "none") else parse_recipes(args.recipes)
@@ -388,5 +406,7 @@ def _print_summary(rows, prov, rule) -> None:
         first = min(mine, key=lambda g: g["length"])
         print(f"{name}: " + ", ".join(f"{k} at {n} length(s)" for k, n in counts.items())
               + f"; shortest {first['kind']} at {first['length']}: {first['reproducer']}")
-    for name, why in (prov.get("implementations_unavailable") or {}).items():
-        print(f"not run: {name}: {why}")
+    from accuracy.implementations import unavailable_lines
+
+    for line in unavailable_lines(prov.get("implementations_unavailable") or {}):
+        print(line)

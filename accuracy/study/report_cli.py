@@ -18,7 +18,11 @@ report carries) is never overwritten without ``--force``. Duplicate rows (one me
 later one (a later file on the command line, or a later line of a file), with a one-line notice counting them;
 rows whose ``run_id`` no provenance record names are counted in a notice and flagged in the report.
 
-Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``report_command(...)``, ``check_not_hand_written``.
+Without ``--bench`` the speed tables come from the bench file ``zyfa study`` finds
+(:func:`accuracy.study.compose.find_bench`).
+
+Exposed: ``main(args) -> int``, ``report_command(...)``, ``check_not_hand_written``; the flags are in
+:mod:`accuracy.study.report_args` (``add_arguments``, ``check_args``), read before this module is imported.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 
 from accuracy.report.build import load_results, select_recipes
 from accuracy.report.document import save_screenshot
-from accuracy.study.compose import load_report_inputs, render, split_paths
+from accuracy.study.compose import find_bench, load_report_inputs, render, split_paths
 from zyfa.outputs import check_dir_writable
 
 # Free space a report needs (Markdown, HTML with inlined plots, PNGs), checked before rendering.
@@ -40,35 +44,6 @@ REPORT_BYTES = 32 << 20
 # of these names without it was written by someone else and is replaced only with --force.
 WRITTEN = ("report.md", "report.html")
 WRITTEN_MARK = "zyfa report --results"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", action="append", required=True,
-                        help="result files (.jsonl or .csv from zyfa accuracy/study), comma-separated or repeated")
-    parser.add_argument("--bench", action="append", default=None,
-                        help="benchmark JSON files (zyfa bench), comma-separated, repeated or a glob")
-    parser.add_argument("--impact", action="append", default=None,
-                        help="zyfa impact result files (JSONL) for the model-impact section: comma-separated, "
-                        "repeated or a quoted glob (e.g. 'reports/impact/results*.jsonl'); several files are "
-                        "merged (one per concurrent run)")
-    parser.add_argument("--longctx", action="append", default=None,
-                        help="zyfa longctx result files (JSONL) for the long-context section: comma-separated, "
-                        "repeated or a quoted glob")
-    parser.add_argument("--cliffs", default=None, help="zyfa cliffs results (JSONL) tabled in the long-context section")
-    parser.add_argument("--out", required=True, help="output folder, e.g. reports/mine/")
-    parser.add_argument("--title", default="FP8 attention accuracy report", help="report title")
-    parser.add_argument("--recipes", default=None,
-                        help="comma-separated recipes to report (default: every recipe in the results); the real "
-                        "kernels paired with a named recipe stay beside it (--recipes triton-amd keeps "
-                        "flash-attn-triton-amd, paired with triton-amd:p_scale=tile_amax), and a real "
-                        "implementation's name (flash-attn-triton-amd, triton:zyfa) selects its rows")
-    parser.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace a report.md or report.html in --out that zyfa report did not write (without "
-                             "it, such a hand-written file is never overwritten)")
-    parser.add_argument("--screenshot", action="store_true",
-                        help="open report.html in headless Chromium, save report_screenshot.png, fail on console "
-                        "errors")
 
 
 def check_not_hand_written(out: Path) -> None:
@@ -112,7 +87,7 @@ def report_command(results: Sequence[str], out: str, bench: Sequence[str] = (), 
 def main(args: argparse.Namespace) -> int:
     """Render the report; 0 on success, 2 on bad input (one line on stderr)."""
     results = split_paths(args.results)
-    bench_paths = split_paths(args.bench)
+    bench_paths = split_paths(args.bench) if args.bench else find_bench()  # the bench zyfa study finds
     impact_paths = split_paths(args.impact)
     longctx_paths = split_paths(getattr(args, "longctx", None))
     cliffs = getattr(args, "cliffs", None)

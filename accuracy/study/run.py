@@ -194,10 +194,12 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
 
     run_id = rows_file.run_id if rows_file is not None else None
     parts = []
-    for group, names in groups:
-        if not names and not usable:
-            continue
-        part = run_accuracy(group, names, device=dev, progress=progress,
+    shown = [(g, n) for g, n in groups if n or usable]
+    for gi, (group, names) in enumerate(shown, 1):
+        # each runner call has its own bar: labelled with its part of the study, so a second bar is not a mystery
+        label = (f"accuracy {gi}/{len(shown)}: {len(group)} input{'s' if len(group) != 1 else ''} x "
+                 f"{len(names)} recipe{'s' if len(names) != 1 else ''}" if len(shown) > 1 else "accuracy")
+        part = run_accuracy(group, names, device=dev, progress=progress, progress_label=label,
                             skip=rows_file.skip if rows_file is not None else (), on_start=on_start,
                             on_row=rows_file.add if rows_file is not None else None, run_id=run_id,
                             implementations=implementations)

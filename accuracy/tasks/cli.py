@@ -70,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     he.add_argument("--force", action="store_true", help="replace an existing --out when the run finishes")
     he.add_argument("--resume", action="store_true", help="continue --out: run only the missing rows")
     he.add_argument("--allow-failed", action="store_true", help="exit 0 even when rows failed")
+    he.add_argument("--no-progress", action="store_true", help="no progress bar")
     he.add_argument("--summarize", default=None, metavar="RESULTS",
                     help="print the Markdown summary of RESULTS (JSONL files, comma-separated); runs nothing")
 
@@ -176,7 +177,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         try:
             res = run_humaneval(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
-                                max_seconds=args.max_seconds, run_id=prov["run_id"])
+                                max_seconds=args.max_seconds, run_id=prov["run_id"],
+                                progress=not getattr(args, "no_progress", False))
         except ValueError as e:
             raise UsageError(str(e)) from None
         if device.type == "cuda":

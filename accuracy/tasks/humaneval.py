@@ -43,6 +43,7 @@ from accuracy.implementations import ImplementationError
 from accuracy.longctx.coverage import Coverage, equal_coverage
 from accuracy.longctx.generate import greedy_generate, sequence_drift, sequence_logits
 from accuracy.results_io import row_key
+from accuracy.runner import progress_bar
 from accuracy.tasks.sandbox import Limits, run_sandboxed
 
 __all__ = ["DATASET", "STOP_SEQUENCES", "HumanEvalSpec", "Problem", "load_problems", "program", "row_input",
@@ -161,7 +162,7 @@ def _paired_recipe(fn) -> str | None:
 
 def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: str = "fp32", plugins=(),
                   max_seconds: float | None = None, run_id: str | None = None,
-                  log: Callable[[str], None] | None = None) -> dict[str, Any]:
+                  log: Callable[[str], None] | None = None, progress: bool = True) -> dict[str, Any]:
     """Run the problems into ``results`` (an opened and started :class:`~accuracy.results_io.ResultsFile`).
     Returns ``{"keys": planned row keys in order, "complete": bool, "made": n, "failed": n}``.
 
@@ -209,36 +210,43 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
     keys = [key(p, name) for p in chosen for name in spec.implementations]
     kept = {row_key(r): r for r in getattr(results, "kept", [])}
     made = failed = 0
-    for p in chosen:
-        todo = [n for n in spec.implementations if key(p, n) not in results.done]
-        if not todo:
-            continue
-        if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
-            log("[humaneval] stopping: the --max-seconds budget is reached; run again with --resume to continue")
-            return {"keys": keys, "complete": False, "made": made, "failed": failed}
-        ids = prompts[p.task_id]
-        base_row = kept.get(key(p, baseline))
-        base_logits = None
-        for name in spec.implementations:
-            if name not in todo:
+    # one step per answer (problem x implementation), labelled: a CPU run shows life between problems
+    bar = progress_bar(sum(k not in results.done for k in keys), enabled=progress, unit="answer",
+                       desc=f"humaneval {spec.model}: problems x implementations")
+    try:
+        for p in chosen:
+            todo = [n for n in spec.implementations if key(p, n) not in results.done]
+            if not todo:
                 continue
-            row = _one(model, tok, p, ids, name, fns[name], spec=spec, cov=cov, device=device, dtype=dtype,
-                       eos=eos)
-            if name == baseline:
-                base_row = row
-            elif base_row is not None and base_row.get("status") == "ok" and row["status"] == "ok":
-                if base_logits is None:
-                    base_logits = sequence_logits(model, ids, base_row["tokens"], fns[baseline], device=device,
-                                                  layers=cov.layers) if base_row["tokens"] else None
-                row.update(_drift(model, ids, base_row["tokens"], fns[name], base_logits, device, cov))
-            row.update(base_fields)
-            row.update({"input": row_input(spec.model, p, spec.max_new_tokens),
-                        "input_content_hash": _ids_hash(ids)})
-            results.add(row)
-            results.done.add(row_key(row))
-            made += 1
-            failed += row["status"] == "failed"
-        log(f"[humaneval] {p.task_id}: {time.perf_counter() - t_start:.0f} s")
+            if max_seconds is not None and time.perf_counter() - t_start > max_seconds:
+                log("[humaneval] stopping: the --max-seconds budget is reached; run again with --resume to continue")
+                return {"keys": keys, "complete": False, "made": made, "failed": failed}
+            ids = prompts[p.task_id]
+            base_row = kept.get(key(p, baseline))
+            base_logits = None
+            for name in spec.implementations:
+                if name not in todo:
+                    continue
+                row = _one(model, tok, p, ids, name, fns[name], spec=spec, cov=cov, device=device, dtype=dtype,
+                           eos=eos)
+                if name == baseline:
+                    base_row = row
+                elif base_row is not None and base_row.get("status") == "ok" and row["status"] == "ok":
+                    if base_logits is None:
+                        base_logits = sequence_logits(model, ids, base_row["tokens"], fns[baseline], device=device,
+                                                      layers=cov.layers) if base_row["tokens"] else None
+                    row.update(_drift(model, ids, base_row["tokens"], fns[name], base_logits, device, cov))
+                row.update(base_fields)
+                row.update({"input": row_input(spec.model, p, spec.max_new_tokens),
+                            "input_content_hash": _ids_hash(ids)})
+                results.add(row)
+                results.done.add(row_key(row))
+                made += 1
+                failed += row["status"] == "failed"
+                bar.update(1)
+            log(f"[humaneval] {p.task_id}: {time.perf_counter() - t_start:.0f} s")
+    finally:
+        bar.close()
     return {"keys": keys, "complete": True, "made": made, "failed": failed}
 
 

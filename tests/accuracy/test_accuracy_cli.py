@@ -54,7 +54,8 @@ def test_capture_inputs_aggregate_per_recipe(tiny_capture, capsys):
 
 @pytest.mark.parametrize("argv,message", [
     (["--recipes", "zyfa,nope"], "unknown recipe 'nope'"),
-    (["--head-dim", "96"], "unsupported head dim 96/96"),
+    (["--head-dim", "0"], "head_dim must be an int >= 1, got 0"),
+    (["--seq", "8", "--seq-q", "1"], "give either --seq or --seq-q/--seq-k"),
     (["--heads", "4", "--kv-heads", "3"], "multiple of heads_kv"),
     (["--inputs", "no/such/capture.h5"], "no such input file: no/such/capture.h5"),
     (["--layers", "0"], "--layers and --max-tokens apply to capture inputs"),

@@ -59,8 +59,9 @@ def test_supported_head_dims(d_qk, d_v):
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(head_dim=96), "unsupported head dim 96/96"),
-    (dict(head_dim=128, head_dim_v=64), "unsupported head dim 128/64"),
+    (dict(head_dim=0), "head_dim must be an int >= 1, got 0"),
+    (dict(head_dim=128, head_dim_v=0), "head_dim_v must be an int >= 1, got 0"),
+    (dict(seq_q=0), "seq_q must be an int >= 1 or None"),
     (dict(heads_q=4, heads_kv=3), "multiple of heads_kv"),
     (dict(seq=0), "seq must be >= 1"),
     (dict(window=0), "window"),

@@ -99,11 +99,20 @@ def test_spec_heads_multiple():
     assert GaussianSpec(heads_q=6, heads_kv=3).heads_kv == 3
 
 
-@pytest.mark.parametrize("head_dim,head_dim_v,shown", [(96, None, "96/96"), (128, 64, "128/64"), (64, 128, "64/128"),
-                                                       (192, None, "192/192"), (576, 576, "576/576")])
-def test_unsupported_head_dims_list_the_supported_ones(head_dim, head_dim_v, shown):
+@pytest.mark.parametrize("head_dim,head_dim_v", [(80, None), (96, None), (112, None), (128, 64), (192, 192)])
+def test_any_head_dim_the_emulator_computes_is_a_gaussian_input(head_dim, head_dim_v):
+    """The kernels ship a few head dims; the emulator and the oracle compute any, so a Gaussian input may have any
+    (80, 96 and 112 were refused before)."""
+    spec = GaussianSpec(head_dim=head_dim, head_dim_v=head_dim_v, seq=4)
+    assert (spec.head_dim, spec.d_v) == (head_dim, head_dim_v or head_dim)
+
+
+@pytest.mark.parametrize("head_dim,head_dim_v,name", [(0, None, "head_dim"), (64, 0, "head_dim_v"),
+                                                      (-8, None, "head_dim"), (64.0, None, "head_dim")])
+def test_head_dims_below_one_are_refused(head_dim, head_dim_v, name):
+    shown = head_dim if head_dim_v is None else head_dim_v
     assert _message(GaussianSpec, head_dim=head_dim, head_dim_v=head_dim_v) == (
-        f"unsupported head dim {shown} (qk/v); supported: 64, 128, 256, 192/128, 576/512")
+        f"{name} must be an int >= 1, got {shown!r}")
 
 
 @pytest.mark.parametrize("window", [0, -1, 4.0, False])

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import math
 
+from zyfa.bench.args import SHAPES
 from zyfa.bench.table import OURS_IMPL, WRONG_OUTPUT_REL_L2
 from zyfa.norms import rel_l2
 from zyfa.peers.registry import get_peer
 from zyfa.peers.registry import prepare as prepare_prepared_peer
 from zyfa.timing import Sample, cuda_timer, ratio_summary, summarize, time_interleaved
 
-SHAPES = {"hd64": (64, 64), "hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128)}
 # ---------------------------------------------------------------------------------------------- helpers
 
 def flops(b, h, s_q, s_k, d_qk, d_v, causal):

@@ -13,60 +13,13 @@ import platform
 import sys
 
 from capture.version import git_label
-from zyfa.bench.cases import SHAPES, bench_heads, captured_qkv, gaussian_qkv, run_case
+from zyfa.bench.args import SHAPES, add_arguments, check_args, output_stem
+from zyfa.bench.cases import bench_heads, captured_qkv, gaussian_qkv, run_case
 from zyfa.bench.table import render, to_markdown
 from zyfa.outputs import atomic_write_text
-from zyfa.peers.names import BENCH_PEERS, canonical_name
+from zyfa.peers.names import canonical_name
 from zyfa.peers.registry import PEERS
 from zyfa.timing import NvmlClock, cuda_timer
-
-DEFAULT_RECIPES = (
-    "zyfa",
-    "zyfa-hopper",
-    "zyfa:accumulator=matrix_unit",
-    "zyfa-exp2:accumulator=matrix_unit,accum_flush_tiles=1",
-    "zyfa-fp32sum:accumulator=matrix_unit,accum_flush_tiles=1",
-    "ck:accumulator=matrix_unit,accum_flush_tiles=1",
-    "aiter:accumulator=matrix_unit,accum_flush_tiles=1",
-    "fa3",
-    "fa3:accum_flush_tiles=1",
-)
-OTHER_RECIPES = (
-    "zyfa",
-    "zyfa-hopper",
-    "zyfa-exp2:accumulator=matrix_unit,accum_flush_tiles=1",
-    "ck:accumulator=matrix_unit,accum_flush_tiles=1",
-    "fa3",
-)
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--seqlens", default="8192,16384,32768", help="comma-separated tokens (batch 1)")
-    p.add_argument("--shapes", default="hd64,hd128,hd256,mla", help=f"subset of {','.join(SHAPES)}")
-    p.add_argument("--causal", default="both", choices=("both", "true", "false"))
-    p.add_argument("--recipes", default=";".join(DEFAULT_RECIPES),
-                   help="recipe specs the kernel runs, ';'-separated (or ','; docs/CONTRACTS.md 'Recipe specs')")
-    p.add_argument("--recipes-other", default=";".join(OTHER_RECIPES),
-                   help="';'-separated recipe specs for the shapes other than hd128 ('same' = --recipes)")
-    p.add_argument("--peers", default=",".join(BENCH_PEERS),
-                   help=f"subset of {','.join(n for n, p in PEERS.items() if p.prepare)} (or 'none')")
-    p.add_argument("--kernel", action="append", default=[], metavar="[NAME=]FILE.py:FN",
-                   help="a user's kernel (the plug-in contract, docs/CONTRACTS.md) timed beside the peers in the same "
-                        "interleaving, in this process; repeatable; NAME names it in the tables")
-    p.add_argument("--repeats", type=int, default=5,
-                   help="times each case is timed, every implementation once per repeat in rotating order (>= 1; "
-                        "ratios are taken within a repeat, then summarised)")
-    p.add_argument("--hidden", type=int, default=2048, help="heads = hidden // d_v (MLA: 16 heads)")
-    p.add_argument("--captured", default="auto",
-                   help="HDF5 capture to time on (tiled to the length); 'auto' = first datasets/*.h5; 'none'")
-    p.add_argument("--warmup", type=int, default=10, help="do_bench warm-up per sample, ms")
-    p.add_argument("--rep", type=int, default=40, help="do_bench repetitions per sample, ms")
-    p.add_argument("--out", default="bench.json",
-                   help="result file (default ./bench.json); the Markdown goes next to it with .md; a folder "
-                        "means FOLDER/bench.json")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file (and its .md)")
-    p.add_argument("--config", default="", help="launch overrides for our kernel, JSON")
-    p.add_argument("--render", default="", metavar="JSON",
-                   help="no GPU: rewrite the Markdown next to a bench JSON from its rows (e.g. after a change here)")
-    p.add_argument("--ours", default="zyfa-hopper", help="the recipe the summary compares with the peers")
 
 
 def _versions():
@@ -97,15 +50,6 @@ def _find_capture(spec):
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "datasets")
     files = sorted(glob.glob(os.path.join(root, "*.h5")))
     return files[0] if files else None
-
-
-def output_stem(out: str) -> str:
-    """``--out`` -> the path without ``.json`` (a folder, existing or ending in '/', means FOLDER/bench.json)."""
-    if out.endswith(("/", os.sep)) or os.path.isdir(out):
-        out = os.path.join(out, "bench.json")
-    if not out.endswith(".json"):
-        raise ValueError(f"--out {out!r}: give a .json file (or a folder)")
-    return out[: -len(".json")]
 
 
 def parse_kernel_arg(arg: str) -> tuple[str, str]:
@@ -151,14 +95,13 @@ def main(args) -> int:
         print(f"zyfa bench: {existing[0]} exists; choose another --out or pass --overwrite", file=sys.stderr)
         return 2
     try:
+        check_args(args)  # as the zyfa dispatch does, for a caller of main() alone
         plugins = [parse_kernel_arg(k) for k in args.kernel]
         peers = [] if args.peers == "none" else [canonical_name(p) for p in args.peers.split(",") if p]
         timed = [n for n, p in PEERS.items() if p.prepare]
         unknown = [p for p in peers if p not in timed]
         if unknown:
             raise ValueError(f"--peers: unknown {', '.join(unknown)}; known: {', '.join(timed)}")
-        if args.repeats < 1:
-            raise ValueError(f"--repeats must be >= 1, got {args.repeats}")
     except ValueError as err:
         print(f"zyfa bench: {err}", file=sys.stderr)
         return 2

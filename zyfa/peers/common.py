@@ -1,8 +1,8 @@
 """What the peer adapters share: availability checks (device, package, the release whose numerics were read) and the
 descale layouts per-head kernels take, and :class:`Prepared`, what every peer's ``prepare(...)`` returns.
 
-Exposed: ``Prepared``, ``cuda_check``, ``package_check``, ``all_checks``, ``dist_version``, ``read_release``,
-``per_head_descales``, ``expand_kv``.
+Exposed: ``NO_CUDA``, ``Prepared``, ``cuda_check``, ``package_check``, ``all_checks``, ``dist_version``,
+``read_release``, ``per_head_descales``, ``expand_kv``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from typing import Any
 
 import torch
 
-__all__ = ["Prepared", "all_checks", "cuda_check", "dist_version", "expand_kv", "package_check", "per_head_descales",
-           "read_release"]
+__all__ = ["NO_CUDA", "Prepared", "all_checks", "cuda_check", "dist_version", "expand_kv", "package_check",
+           "per_head_descales", "read_release"]
+
+# The reason an implementation that needs a GPU gives on a machine without one (the CLIs fold these into one line)
+NO_CUDA = "no CUDA device"
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,7 @@ class Prepared:
 
 def cuda_check(min_major: int = 0, exact_major: int | None = None) -> tuple[bool, str]:
     if not torch.cuda.is_available():
-        return False, "no CUDA device"
+        return False, NO_CUDA
     major, minor = torch.cuda.get_device_capability()
     name = torch.cuda.get_device_name()
     if exact_major is not None and major != exact_major:

@@ -1,0 +1,106 @@
+"""Every subcommand refuses a bad argument before importing torch (or scipy): one line on stderr, status 2.
+
+Each case runs ``zyfa.cli.main`` in a fresh interpreter and reads ``sys.modules`` afterwards, so a heavy import
+anywhere on the refusal path (a subcommand's module, its ``check_args``, the recipes) fails the test. The time
+itself is measured by ``scripts/bench_refusal_time.py`` (not a timed test: the machine is shared).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zyfa.cli import ARGUMENTS, SUBCOMMANDS
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "scipy", "triton", "transformers", "matplotlib")
+
+# Run in a fresh interpreter: the refusal's status, stderr and which heavy modules were imported.
+PROBE = """
+import contextlib, io, json, sys
+from zyfa.cli import main
+err = io.StringIO()
+with contextlib.redirect_stderr(err):
+    try:
+        rc = main(json.loads(sys.argv[1]))
+    except SystemExit as e:  # argparse's own refusals
+        rc = e.code
+print(json.dumps({"rc": rc, "err": err.getvalue(), "heavy": [m for m in HEAVY if m in sys.modules]}))
+""".replace("HEAVY", repr(HEAVY))
+
+# (argv, a part of the one line). At least one per subcommand (test_every_subcommand_has_a_case).
+CASES = [
+    (["accuracy", "--seq", "-5"], "seq must be >= 1, got -5"),
+    (["accuracy", "--recipes", "zyfa,nope"], "unknown recipe 'nope'"),
+    (["accuracy", "--head-dim", "0"], "head_dim must be an int >= 1"),
+    (["accuracy", "--seq-q", "0", "--seq-k", "64"], "seq_q must be an int >= 1"),
+    (["accuracy", "--inputs", "synthetic:entropy=x"], "entropy must be a number"),
+    (["accuracy", "--inputs", "no/such.h5"], "no such input file: no/such.h5"),
+    (["accuracy", "--metrics", "bogus"], "unknown metric 'bogus'"),
+    (["accuracy", "--platform", "tpu"], "unknown platform 'tpu'"),
+    (["accuracy", "--seq", "abc"], "invalid int value: 'abc'"),
+    (["recipes", "--bogus"], "unrecognized arguments: --bogus"),
+    (["capture", "--model", "nope", "--out", "x.h5"], "unknown model 'nope'"),
+    (["capture", "--model", "smollm2", "--out", "x.h5", "--tokens", "0"], "--tokens must be >= 1"),
+    (["bench", "--seqlens", "-1"], "--seqlens takes comma-separated token counts >= 1"),
+    (["report", "--results", "no/such.jsonl", "--out", "x"], "--results: result file not found: no/such.jsonl"),
+    (["study", "--max-seq", "-5"], "--max-seq must be >= 1, got -5"),
+    (["study", "--recipes", "nope"], "unknown recipe 'nope'"),
+    (["impact", "--tokens", "-1"], "--tokens must be >= 1, got -1"),
+    (["impact", "--text", "no/such/prompts.txt"], "no such file"),
+    (["longctx", "--lengths", "-5"], "--lengths: '-5' must be at least 1"),
+    (["longctx", "--tasks", "nope"], "--tasks: unknown task 'nope'"),
+    (["tasks", "--bogus"], "unrecognized arguments: --bogus"),
+    (["cliffs", "--max-length", "-1"], "--max-length must be >= 1, got -1"),
+    (["compare", "no/a.jsonl", "no/b.jsonl"], "no such file"),
+]
+
+
+def _probe(argv: list[str], cwd: Path) -> dict:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv,message", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_a_bad_argument_is_refused_before_any_heavy_import(argv, message, tmp_path):
+    got = _probe(argv, tmp_path)
+    assert got["rc"] == 2
+    assert message in got["err"]
+    assert "Traceback" not in got["err"]
+    lines = [line for line in got["err"].splitlines() if line.strip() and not line.startswith(("usage:", " "))]
+    assert len(lines) == 1, got["err"]
+    assert got["heavy"] == [], f"imported before refusing: {got['heavy']}"
+    assert list(tmp_path.iterdir()) == [], "a refusal wrote a file"
+
+
+def test_every_subcommand_has_a_case():
+    assert {a[0] for a, _ in CASES} == set(SUBCOMMANDS)
+
+
+@pytest.mark.parametrize("name", sorted(SUBCOMMANDS))
+def test_the_module_that_parses_a_subcommand_imports_nothing_heavy(name, tmp_path):
+    module = ARGUMENTS.get(name, SUBCOMMANDS[name][0])
+    code = f"import sys, {module}; print([m for m in {HEAVY!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"{module} imports {done.stdout.strip()}"
+
+
+def test_a_good_command_line_still_runs_after_the_checks(tmp_path):
+    """The checks do not stand in for the work: a small valid run gets past them and finishes."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "zyfa", "accuracy", "--seq-q", "1", "--seq-k", "64", "--heads", "2",
+                           "--head-dim", "80", "--causal", "--recipes", "zyfa,bf16", "--device", "cpu",
+                           "--no-progress"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "gaussian-b1-h2x2-sq1-sk64-d80-causal-seed0" in done.stdout
+    assert "--seq-q 1 --seq-k 64" in done.stdout  # the repro command keeps the shape
