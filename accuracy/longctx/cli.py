@@ -183,7 +183,7 @@ def check_args(args: argparse.Namespace) -> None:
 
     if args.render is not None or args.calibrate is not None or getattr(args, "plan", None):
         return
-    check_model_names([m.strip() for m in args.models.split(",") if m.strip()])
+    check_model_names([m.strip() for m in (args.models or DEFAULT_MODELS).split(",") if m.strip()])
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     bad = [t for t in tasks if t not in TASKS]
     if bad or not tasks:
