@@ -1,10 +1,10 @@
 """The Python API: measure a kernel from Python, and a pytest helper for a kernel repository's own tests.
 
-The same work as ``zyfa accuracy --kernel``, through the same runner (:func:`accuracy.runner.run_accuracy`) and
-the same plug-in path (:mod:`accuracy.implementations`: conformance probes first, then the kernel scored against
+The same work as ``zyfa accuracy --kernel``, through the same runner (:func:`zyfa.accuracy.runner.run_accuracy`) and
+the same plug-in path (:mod:`zyfa.accuracy.implementations`: conformance probes first, then the kernel scored against
 the FP64 oracle beside the paired recipe's emulation)::
 
-    from accuracy.api import assert_kernel_conforms, measure
+    from zyfa.accuracy.api import assert_kernel_conforms, measure
 
     rows = measure(my_attention, pair_with="zyfa")            # a callable with the plug-in contract
     rows = measure("kernels/mine.py:attention", inputs=["datasets/smollm2-lee-2048.h5"], max_tokens=256,
@@ -26,14 +26,15 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from accuracy.implementations import (
+from zyfa.accuracy.implementations import (
     Implementation,
     ImplementationError,
     callable_implementation,
     load_plugin,
 )
-from accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
-from accuracy.runner import ResultRows, resolve_device, run_accuracy
+from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
+from zyfa.accuracy.runner import ResultRows, resolve_device, run_accuracy
+
 from zyfa.recipes import parse_recipes
 
 __all__ = ["api_inputs", "assert_kernel_conforms", "measure"]
@@ -98,7 +99,7 @@ def measure(kernel: Callable | str | Implementation | None = None, *, inputs="ga
             recipes: str | Sequence[str] = (), pair_with: str | None = None, name: str | None = None,
             device: str = "auto", seed: int = 0, progress: bool = False, **input_options) -> ResultRows:
     """The error of ``kernel`` (and of ``recipes``' emulations) against the FP64 oracle: the rows of
-    ``zyfa accuracy`` (docs/CONTRACTS.md, row fields in :mod:`accuracy.real_rows`).
+    ``zyfa accuracy`` (docs/CONTRACTS.md, row fields in :mod:`zyfa.accuracy.real_rows`).
 
     Args:
         kernel: a callable with the plug-in contract, a ``path/to/file.py:function`` / ``module:function`` spec

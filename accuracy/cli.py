@@ -22,7 +22,7 @@ not run, with the reason.
 Bad input (an unknown recipe, an unsupported head dim, a missing file, an input too large for the device's
 memory, a ``--kernel`` that does not load) exits with status 2 and one line on stderr naming the problem. A run
 whose rows include failed or nonconforming ones writes every row, prints each implementation's verdict with its
-reason on stderr (:func:`accuracy.kernel_verdicts.verdict_lines`) and exits with status 3
+reason on stderr (:func:`zyfa.accuracy.kernel_verdicts.verdict_lines`) and exits with status 3
 (``--allow-failed``: 0). ``--kernel`` imports the named module or file: its top-level code runs in this
 process.
 
@@ -33,7 +33,7 @@ finishes) or ``--resume`` (keep its rows, run only the (input, recipe) pairs not
 is written atomically and equals an uninterrupted run's rows (provenance and wall times aside).
 
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa accuracy ... --out r.jsonl`` gives each rank a
-share of the rows (:mod:`accuracy.shard`: longest first to the least-loaded rank, cost batch x heads x s_q x s_k x
+share of the rows (:mod:`zyfa.accuracy.shard`: longest first to the least-loaded rank, cost batch x heads x s_q x s_k x
 (d + d_v)); ranks write ``<out>.partial/rank-K.jsonl`` and rank 0 merges them into the file one process writes;
 ``--resume`` works across any change of N; ``--dry-run [N]`` prints the plan and runs nothing.
 
@@ -50,10 +50,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from accuracy.command import UsageError
-from accuracy.kernel_verdicts import verdict_lines
-from accuracy.metric_names import ERROR_METRICS
-from accuracy.shard import wants_sharding
+from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.kernel_verdicts import verdict_lines
+from zyfa.accuracy.metric_names import ERROR_METRICS
+from zyfa.accuracy.shard import wants_sharding
+
 from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
 DEFAULT_RECIPES = "zyfa,ck,aiter,aiter-triton,triton-amd,fa3,bf16"
@@ -139,7 +140,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-failed", action="store_true",
                         help=f"exit 0 even when rows failed or a kernel is nonconforming (default: exit "
                              f"{EXIT_FAILED_ROWS} after writing every row)")
-    from accuracy.shard import add_shard_arguments
+    from zyfa.accuracy.shard import add_shard_arguments
 
     add_shard_arguments(parser, "accuracy", "rows")
     r = parser.add_argument_group("real kernels (beside the recipes' emulations)")
@@ -178,7 +179,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``zyfa accuracy``; 0 on success, 2 on bad input (message on stderr, no traceback)."""
-    from accuracy.results_io import ROW_BYTES_ESTIMATE, ResultsFile
+    from zyfa.accuracy.results_io import ROW_BYTES_ESTIMATE, ResultsFile
+
     from zyfa.outputs import check_writable
     from zyfa.recipes import get_recipe
 
@@ -198,7 +200,7 @@ def main(args: argparse.Namespace) -> int:
             return _main_sharded(args, recipes, columns, out)
         results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=read_finished) \
             if out is not None else None
-        from accuracy.runner import input_key, resolve_device, run_accuracy, write_results
+        from zyfa.accuracy.runner import input_key, resolve_device, run_accuracy, write_results
 
         device = resolve_device(args.device)
         impls = _parse_implementations(args)
@@ -233,7 +235,7 @@ def main(args: argparse.Namespace) -> int:
         return _fail("interrupted", results, status=130)
     wall = time.perf_counter() - t0
 
-    from accuracy.cost_model import PROVENANCE_KEY, record
+    from zyfa.accuracy.cost_model import PROVENANCE_KEY, record
 
     prov = rows.provenance
     if first_prov:  # a resumed run: its first provenance, and this run's
@@ -279,7 +281,7 @@ def _print_report(rows, prov: dict, inputs, columns, args) -> None:
             print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
     for w in (prov.get("implementations_pairing_warnings") or {}).values():
         print(f"warning: {w}")
-    from accuracy.implementations import unavailable_lines
+    from zyfa.accuracy.implementations import unavailable_lines
 
     for line in unavailable_lines(prov.get("implementations_unavailable") or {}):
         print(line)
@@ -298,8 +300,8 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     import os
     import uuid
 
-    from accuracy.results_io import ROW_BYTES_ESTIMATE
-    from accuracy.shard import (
+    from zyfa.accuracy.results_io import ROW_BYTES_ESTIMATE
+    from zyfa.accuracy.shard import (
         UNITS_PER_SECOND,
         Dist,
         ShardedResults,
@@ -312,6 +314,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         rank_device,
         sharding_summary,
     )
+
     from zyfa.outputs import OutputError
 
     dry = args.dry_run is not None
@@ -327,7 +330,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     try:
         if dist is None:
             dist = launch(args.backend)
-        from accuracy.runner import input_key, resolve_device, run_accuracy, write_results
+        from zyfa.accuracy.runner import input_key, resolve_device, run_accuracy, write_results
 
         device = rank_device(resolve_device(args.device), dist)
         impls = _parse_implementations(args)
@@ -402,7 +405,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
 
 def read_provenance(path: Path) -> dict:
     """The provenance of a finished result file (empty if it has none)."""
-    from accuracy.runner import read_results
+    from zyfa.accuracy.runner import read_results
 
     try:
         return read_results(path).provenance
@@ -412,7 +415,7 @@ def read_provenance(path: Path) -> dict:
 
 def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> int:
     """The exit status of a finished run, after its verdicts on stderr (one line per implementation that is not
-    a clean ``ok`` with its reason, then the clean ones: :func:`accuracy.kernel_verdicts.verdict_lines`):
+    a clean ``ok`` with its reason, then the clean ones: :func:`zyfa.accuracy.kernel_verdicts.verdict_lines`):
     :data:`EXIT_FAILED_ROWS` when rows failed (``status`` in :data:`FAILED_STATUSES`), unless ``allow``
     (``--allow-failed``); else 0."""
     for line in verdict_lines(rows):
@@ -433,7 +436,7 @@ def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> in
 
 def read_finished(path: Path):
     """(rows, provenance) of a finished ``zyfa accuracy`` results file (the reader of resumed outputs)."""
-    from accuracy.runner import read_results
+    from zyfa.accuracy.runner import read_results
 
     rows = read_results(path)
     return list(rows), rows.provenance
@@ -445,7 +448,7 @@ def _fail(e: BaseException | str, results=None, status: int = 2) -> int:
         results.close()
         if results.partial.exists():
             kept = f"; the rows finished so far are in {results.partial} (rerun with --resume to continue)"
-    from accuracy.shard import say
+    from zyfa.accuracy.shard import say
 
     say(f"zyfa accuracy: error: {e}{kept}")
     return status
@@ -461,7 +464,7 @@ def _parse_recipes(spec: str):
 
 def _parse_implementations(args: argparse.Namespace) -> list:
     """Built-ins of --implementations, then the --kernel plug-ins (a kernel that does not load fails its rows)."""
-    from accuracy.implementations import get_implementation, load_plugins, parse_implementations
+    from zyfa.accuracy.implementations import get_implementation, load_plugins, parse_implementations
 
     if args.kernel_recipe and not args.kernel:
         raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
@@ -476,7 +479,7 @@ def _parse_implementations(args: argparse.Namespace) -> list:
 
 def _ablations(args: argparse.Namespace) -> list:
     """--ablate IMPL FIELD=V1,V2 -> :class:`accuracy.ablation.Ablation` each (SpecError, one line, for a bad one)."""
-    from accuracy.ablation import parse_ablation
+    from zyfa.accuracy.ablation import parse_ablation
 
     return [parse_ablation(base, assignment) for base, assignment in (getattr(args, "ablate", None) or [])]
 
@@ -484,8 +487,9 @@ def _ablations(args: argparse.Namespace) -> list:
 def _ablation_tagger(args: argparse.Namespace):
     """A function adding a row's ablation group (ablation_base, _field, _value) to it, in place; rows are matched
     by the name they carry (the recipe's canonical name on --platform, or the implementation's)."""
-    from accuracy.ablation import ablation_tags
-    from accuracy.implementations import get_implementation
+    from zyfa.accuracy.ablation import ablation_tags
+    from zyfa.accuracy.implementations import get_implementation
+
     from zyfa.recipes import get_recipe
 
     ablations = _ablations(args)
@@ -551,8 +555,8 @@ def _int_list(spec: str, flag: str) -> list[int]:
 def _plan_inputs(args: argparse.Namespace):
     """The inputs the flags name, checked without drawing or reading anything (no torch: :func:`check_args`):
     (GaussianSpec or None, SyntheticSpecs, capture files)."""
-    from accuracy.gaussian_spec import GaussianSpec
-    from accuracy.synthetic_spec import is_synthetic, parse_synthetic, split_inputs
+    from zyfa.accuracy.gaussian_spec import GaussianSpec
+    from zyfa.accuracy.synthetic_spec import is_synthetic, parse_synthetic, split_inputs
 
     items = split_inputs(args.inputs)
     if not items:
@@ -605,9 +609,9 @@ def _plan_inputs(args: argparse.Namespace):
 
 
 def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
-    from accuracy.inputs import capture_inputs, make_gaussian
-    from accuracy.runner import check_memory
-    from accuracy.synthetic import make_synthetic
+    from zyfa.accuracy.inputs import capture_inputs, make_gaussian
+    from zyfa.accuracy.runner import check_memory
+    from zyfa.accuracy.synthetic import make_synthetic
 
     spec, synthetic, files = _plan_inputs(args)
     gaussian = spec is not None

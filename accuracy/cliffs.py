@@ -6,7 +6,7 @@ A sweep visits *points*: (length, mask, shape). The length L is the number of ke
 keys, bottom-right causal as docs/CONTRACTS.md aligns it; only at L > chunk, where it differs from ``equal``).
 At each point the FP64 oracle runs once on the original inputs, and once per distinct dequantization of them
 (shared by every recipe and implementation that quantizes alike); then every *subject* runs: a recipe through
-the emulator, a built-in real kernel or a user's plug-in (:mod:`accuracy.implementations`).
+the emulator, a built-in real kernel or a user's plug-in (:mod:`zyfa.accuracy.implementations`).
 
 Inputs (:class:`GaussianSource`, :class:`CaptureSource`): at each length the Gaussian input is
 ``make_gaussian`` of the spec with ``seq = L`` (the very input ``zyfa accuracy --seq L`` draws, so a flag has a
@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accuracy.results_io import row_key
-from capture.ranges import expand_ranges
+from zyfa.accuracy.results_io import row_key
+from zyfa.capture.ranges import expand_ranges
+
 from zyfa.norms import rel_l2_from_terms, rel_l2_terms
 
 __all__ = [
@@ -187,7 +188,7 @@ class GaussianSource:
         return dataclasses.replace(self.spec, seq=length, causal=mask == "causal").name + _chunk_suffix(shape, chunk)
 
     def input_at(self, length: int):
-        from accuracy.inputs import make_gaussian
+        from zyfa.accuracy.inputs import make_gaussian
 
         return make_gaussian(dataclasses.replace(self.spec, seq=length, causal=False, window=None))
 
@@ -202,7 +203,7 @@ class GaussianSource:
 @dataclass(frozen=True)
 class CaptureSource:
     """Prefixes of one captured layer: at length L, its first L tokens (``base`` is the layer at full length,
-    from :func:`accuracy.inputs.capture_inputs`). Causal points keep the layer's sliding window."""
+    from :func:`zyfa.accuracy.inputs.capture_inputs`). Causal points keep the layer's sliding window."""
 
     base: Any  # accuracy.inputs.AttentionInput
 
@@ -223,7 +224,7 @@ class CaptureSource:
         return f"{self._stem()}-s{length}{tag}{_chunk_suffix(shape, chunk)}"
 
     def input_at(self, length: int):
-        from accuracy.inputs import AttentionInput, content_hash
+        from zyfa.accuracy.inputs import AttentionInput, content_hash
 
         b = self.base
         q, k, v = (t[:, :, :length].contiguous() for t in (b.q, b.k, b.v))
@@ -243,7 +244,7 @@ class CaptureSource:
 
 
 def _key(name: str, subject: Subject) -> tuple:
-    """The :func:`accuracy.results_io.row_key` of the row of ``subject`` at input ``name`` (no content hash)."""
+    """The :func:`zyfa.accuracy.results_io.row_key` of the row of ``subject`` at input ``name`` (no content hash)."""
     return row_key({"input": name, "recipe": subject.recipe_name, "implementation": subject.name})
 
 
@@ -279,8 +280,8 @@ def _point_shape(source, L: int, shape: str, chunk: int) -> dict:
 
 def check_lengths_fit(source, lengths: Sequence[int], device) -> None:
     """ValueError (one line) when the longest length needs more memory than ``device`` has free
-    (:func:`accuracy.runner.check_memory`), naming the longest length that fits."""
-    from accuracy.runner import check_memory
+    (:func:`zyfa.accuracy.runner.check_memory`), naming the longest length that fits."""
+    from zyfa.accuracy.runner import check_memory
 
     if source.max_length is not None and max(lengths) > source.max_length:
         raise ValueError(f"length {max(lengths)} is above the input's {source.max_length} tokens: use --max-length "
@@ -307,7 +308,7 @@ def _longest_fitting(source, lengths: Sequence[int], device) -> int | None:
 
 
 def _fits(source, L, device) -> bool:
-    from accuracy.runner import check_memory
+    from zyfa.accuracy.runner import check_memory
 
     try:
         check_memory(_point_shape(source, L, "equal", 1), device)
@@ -336,10 +337,9 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
         ValueError: no lengths or subjects, an unknown mask or shape, or a longest length that would not fit.
     """
     import torch
-
-    from accuracy.implementations import device_platform
-    from accuracy.provenance import device_name, provenance
-    from accuracy.runner import resolve_device
+    from zyfa.accuracy.implementations import device_platform
+    from zyfa.accuracy.provenance import device_name, provenance
+    from zyfa.accuracy.runner import resolve_device
 
     lengths = sorted(set(int(L) for L in lengths))
     if not lengths:
@@ -388,7 +388,7 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
         left = [s for s in usable if _key(name, s) not in skip]
         if left:
             todo.setdefault(L, []).append((mask, shape, name, left))
-    from accuracy.runner import progress_bar
+    from zyfa.accuracy.runner import progress_bar
 
     bar = progress_bar(sum(len(p[3]) for pts in todo.values() for p in pts), enabled=progress, unit="row",
                        desc="cliffs")
@@ -450,10 +450,10 @@ def _errors(out, lse, ref, prefix: str) -> dict:
 
 def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[dict]:
     import torch
+    from zyfa.accuracy.implementations import ImplementationError, call_implementation, unsupported_reason
+    from zyfa.accuracy.runner import sync_device
+    from zyfa.reference.attention import attention_fp64
 
-    from accuracy.implementations import ImplementationError, call_implementation, unsupported_reason
-    from accuracy.runner import sync_device
-    from reference.attention import attention_fp64
     from zyfa.emulator import emulate, quantization_key, quantize_inputs
 
     kw = {"causal": x.causal, "sm_scale": x.sm_scale, "window": x.window}
@@ -523,8 +523,8 @@ _PAIRED: dict = {}
 
 
 def _paired_recipe(impl, plat):
-    """The recipe whose quantization ``impl`` uses (:func:`accuracy.implementations.pairing`), once per run."""
-    from accuracy.implementations import pairing
+    """The recipe whose quantization ``impl`` uses (:func:`zyfa.accuracy.implementations.pairing`), once per run."""
+    from zyfa.accuracy.implementations import pairing
 
     key = (id(impl), plat)
     if key not in _PAIRED:
@@ -677,7 +677,7 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
     files or an unfinished run's ``cliffs.jsonl.partial``; several are merged (:func:`merge_provenance`).
     FileNotFoundError / ValueError (one line, naming ``flag``) for a missing file, a file that is not a sweep's,
     or no rows at all."""
-    from accuracy.schemas import read_rows
+    from zyfa.accuracy.schemas import read_rows
 
     items = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else [str(p) for p in paths]
     files = [Path(p) for p in items if p]
@@ -700,7 +700,7 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
 def _read_partial(path: Path) -> tuple[list[dict], dict]:
     """(rows, provenance) of an unfinished run's ``cliffs.jsonl.partial`` (its complete lines), so what a run cut
     short has measured can be rendered too; the provenance says ``partial: true``."""
-    from accuracy.schemas import read_rows
+    from zyfa.accuracy.schemas import read_rows
 
     rows, prov = read_rows(path, partial=True)
     return rows, {**prov, "partial": True}

@@ -19,7 +19,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 
-from accuracy.shard import UNITS_PER_SECOND
+from zyfa.accuracy.shard import UNITS_PER_SECOND
 
 # the provenance key holding a run's list of records (one per run and resumed run)
 PROVENANCE_KEY = "cost_model"

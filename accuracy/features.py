@@ -26,9 +26,9 @@ import math
 from collections.abc import Sequence
 
 import torch
+from zyfa.accuracy.inputs import AttentionInput
+from zyfa.reference.attention import attention_fp64
 
-from accuracy.inputs import AttentionInput
-from reference.attention import attention_fp64
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2_per
 from zyfa.recipes import Recipe, get_recipe

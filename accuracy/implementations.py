@@ -29,7 +29,7 @@ Built-ins (:func:`builtin_names`):
 
 Plug-ins (:func:`load_plugin`): ``"[NAME=]module:function"`` or ``"[NAME=]path/to/file.py:function"`` with the
 contract in docs/CONTRACTS.md, ``fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse)``, read by
-:mod:`zyfa.plugins` and run in a worker process (:mod:`accuracy.plugin_worker`: copies of the inputs
+:mod:`zyfa.plugins` and run in a worker process (:mod:`zyfa.accuracy.plugin_worker`: copies of the inputs
 checked for writes, a time limit, the worker's death a failed row) unless ``in_process``. Every failure (bad
 path, wrong signature, wrong output shape, NaN, an exception, a time-out) raises :class:`ImplementationError`,
 whose message names the kernel, so the runner can mark that row failed and go on.
@@ -61,9 +61,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
 
-from accuracy.inputs import AttentionInput
-from accuracy.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
 from zyfa.peers import cudnn_fp8, flash_attn_amd, flashinfer_fa3
 from zyfa.peers.common import NO_CUDA, per_head_descales
 from zyfa.peers.common import all_checks as _all
@@ -496,7 +496,7 @@ def load_plugin(spec: str, *, recipe: str | None = None, in_process: bool = Fals
         recipe: with ``--kernel-recipe``: the recipe it is paired with (compared with its emulation); the kernel
             still gets the original inputs.
         in_process: call it in this process (``--kernel-in-process``) instead of the shared worker process
-            (:mod:`accuracy.plugin_worker`, the default).
+            (:mod:`zyfa.accuracy.plugin_worker`, the default).
         timeout: the time limit of one call in the worker (``--kernel-timeout``).
 
     Raises:
@@ -590,7 +590,7 @@ def failed_implementation(name: str, error: str, *, recipe: str | None = None) -
 
 def callable_implementation(fn: Callable, *, name: str, recipe: str | None = None) -> Implementation:
     """A kernel given as a Python callable with the plug-in contract (``fn(q, k, v, *, causal, sm_scale, window)
-    -> out | (out, lse)``) as an :class:`Implementation` named ``name`` (the Python API, :mod:`accuracy.api`):
+    -> out | (out, lse)``) as an :class:`Implementation` named ``name`` (the Python API, :mod:`zyfa.accuracy.api`):
     probed and scored as a ``--kernel`` plug-in; ``recipe`` pairs it as ``--kernel-recipe`` does.
 
     Raises:

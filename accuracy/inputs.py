@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
-from accuracy.gaussian_spec import SUPPORTED_HEAD_DIMS, GaussianSpec
+from zyfa.accuracy.gaussian_spec import SUPPORTED_HEAD_DIMS, GaussianSpec
 
 __all__ = [
     "SUPPORTED_HEAD_DIMS",
@@ -149,7 +148,7 @@ def capture_inputs(
     *,
     device: str | None = None,
 ) -> list[AttentionInput]:
-    """One input per captured layer of an HDF5 capture (:func:`capture.store.read_capture`).
+    """One input per captured layer of an HDF5 capture (:func:`zyfa.capture.store.read_capture`).
 
     Before any data is read, each layer's declared size is checked (:func:`check_capture_memory`): a layer that
     would not fit in memory is refused in one line naming the file and the layer.
@@ -159,7 +158,7 @@ def capture_inputs(
         layers: layer indices to keep (None: every complete layer); an absent layer is an error.
         heads: the model's query-head indices to keep (None: all captured). The KV heads they use come along,
             so GQA structure is kept; a selection that does not form equal groups gets one KV head per query
-            head (``capture.store``'s rule).
+            head (``zyfa.capture.store``'s rule).
         max_tokens: keep the first N tokens of the sequence (a prefix, so causal masks stay valid).
 
     Per-tensor FP8 scales are then computed over the selected heads and tokens only.
@@ -169,7 +168,7 @@ def capture_inputs(
         raise FileNotFoundError(f"capture file not found: {path}")
     if max_tokens is not None and not (_is_int(max_tokens) and max_tokens >= 1):
         raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-    from capture.store import open_capture, read_capture
+    from zyfa.capture.store import open_capture, read_capture
 
     check_capture_memory(open_capture(path), layers=layers, heads=heads, max_tokens=max_tokens, device=device)
     file_hash = file_sha256(path)
@@ -188,11 +187,11 @@ READ_COPIES = 3
 def check_capture_memory(info, *, layers=None, heads=None, max_tokens=None, device=None) -> None:
     """ValueError naming the file and the layer when reading a capture's layer, or running it, would not fit.
 
-    ``info``: :func:`capture.store.open_capture`'s metadata (shapes from the file's structure, no data read).
+    ``info``: :func:`zyfa.capture.store.open_capture`'s metadata (shapes from the file's structure, no data read).
     Two needs per layer: reading (the stored q, k, v whole, :data:`READ_COPIES` times, against the host's
-    free memory) and the run (:func:`accuracy.runner.check_memory`, the rule Gaussian inputs are checked by,
+    free memory) and the run (:func:`zyfa.accuracy.runner.check_memory`, the rule Gaussian inputs are checked by,
     on the selected heads and tokens, against ``device``'s)."""
-    from accuracy.runner import available_bytes, check_memory
+    from zyfa.accuracy.runner import available_bytes, check_memory
 
     want = info.complete_layers if layers is None else [i for i in sorted(set(int(x) for x in layers))
                                                         if i in info.datasets]

@@ -40,8 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from zyfa.accuracy.metric_names import ERROR_METRICS
 
-from accuracy.metric_names import ERROR_METRICS
 from zyfa.norms import rel_l2_from_terms
 
 __all__ = ["ERROR_METRICS", "CI", "bootstrap_ci", "compute_metrics"]

@@ -47,8 +47,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from capture.models import UnknownModelError, get_model_spec
-from capture.text import TEXTS
+from zyfa.capture.models import UnknownModelError, get_model_spec
+from zyfa.capture.text import TEXTS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -251,7 +251,7 @@ def parse_plan(data: dict, source: str = "<plan>") -> Plan:
 def check_plan(plan: Plan, *, tasks: Iterable[str], implementation_kind: Callable[[str], str]) -> None:
     """Check a plan against what exists, before any work: the haystack text, each task among ``tasks``, each model
     in the registry
-    with every length within its context (:func:`capture.models.get_model_spec`), each implementation known
+    with every length within its context (:func:`zyfa.capture.models.get_model_spec`), each implementation known
     (``implementation_kind(spec)`` returns what runs it, e.g. "kernel" or "emulator", and raises ValueError for an
     unknown spec), and the primary contrast's arms run by the same kind (a kernel against an emulation is not one
     factor).

@@ -1,4 +1,4 @@
-"""Provenance of a run: which code (:func:`capture.version.git_state`), which libraries, which device, when, and
+"""Provenance of a run: which code (:func:`zyfa.capture.version.git_state`), which libraries, which device, when, and
 the command line.
 
 No hostname, user name or install path is recorded, so result files can be shared.
@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
-
-from capture.version import git_state
+from zyfa.capture.version import git_state
 
 __all__ = ["device_name", "provenance"]
 

@@ -1,6 +1,6 @@
 """One result row for one real implementation on one input: its error beside its paired emulation's.
 
-:func:`accuracy.runner.run_accuracy` calls :func:`implementation_row` for each (input, implementation) after
+:func:`zyfa.accuracy.runner.run_accuracy` calls :func:`implementation_row` for each (input, implementation) after
 the input's recipe rows, with the input's FP64 oracle on the original inputs and a function giving the paired
 recipe's emulation and its FP64 reference on the recipe's dequantized inputs (shared with the recipe rows).
 
@@ -9,13 +9,13 @@ Row fields (besides the input's fields and ``run_id``):
 - ``implementation``, ``real: true``, ``recipe`` (the recipe it claims, or None), ``recipe_short``,
   ``quantizes`` (``recipe`` / ``self`` / ``none``), ``device``, ``device_name``, ``device_platform`` (the
   platform of the device it ran on, None where none is modelled);
-- with a recipe, the emulation it is compared with (:func:`accuracy.implementations.pairing`): ``paired_spec``
+- with a recipe, the emulation it is compared with (:func:`zyfa.accuracy.implementations.pairing`): ``paired_spec``
   (the emulated recipe's name, e.g. ``zyfa@h200``; `` (scale_o: oracle amax)`` appended where its FP8 output is
   scaled by the oracle's amax, as the kernel's), ``paired_platform`` and ``pairing_note`` (why not the device's
   platform; empty when it is);
 - ``status``: ``ok``, ``failed`` (``error``: one line naming the kernel) or ``unsupported`` (``reason``); the
   runner then makes an ``ok`` row ``nonconforming`` (the kernel failed a conformance probe) or ``suspect`` (its
-  error ratio is outside the band), with ``reason`` (:func:`accuracy.conformance.apply`); a plug-in whose
+  error ratio is outside the band), with ``reason`` (:func:`zyfa.accuracy.conformance.apply`); a plug-in whose
   mask fails on this input's own lengths is ``nonconforming`` here (``scored_mask_check``: ``passed``,
   ``failed``, ``none`` where the mask hides nothing, ``skipped: why``; :func:`accuracy.conformance.scored_mask_check`);
 - ``orig_*`` metrics against FP64 on the original inputs; with a paired recipe also ``deq_*`` against FP64
@@ -38,9 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-
-from accuracy.conformance import scored_mask_check
-from accuracy.implementations import (
+from zyfa.accuracy.conformance import scored_mask_check
+from zyfa.accuracy.implementations import (
     Implementation,
     ImplementationError,
     call_implementation,
@@ -48,9 +47,10 @@ from accuracy.implementations import (
     pairing,
     unsupported_reason,
 )
-from accuracy.inputs import AttentionInput
-from accuracy.metrics import compute_metrics
-from accuracy.provenance import device_name
+from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.metrics import compute_metrics
+from zyfa.accuracy.provenance import device_name
+
 from zyfa.formats import round_to_fp8
 from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe
@@ -99,10 +99,10 @@ def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, r
         base: the input's row fields (``run_id``, name, shape, metadata).
         ref_orig: (out, lse) of the FP64 oracle on the original inputs.
         paired: ``paired(recipe) -> (emulation out, emulation lse, (ref_out, ref_lse) on its dequantized
-            inputs)`` for a :class:`~zyfa.recipes.Recipe` (the one :func:`accuracy.implementations.pairing`
+            inputs)`` for a :class:`~zyfa.recipes.Recipe` (the one :func:`zyfa.accuracy.implementations.pairing`
             chose).
         platform: (platform name or None, why none) of the device; default
-            :func:`accuracy.implementations.device_platform` of ``device``.
+            :func:`zyfa.accuracy.implementations.device_platform` of ``device``.
     """
     plat, why_none = platform if platform is not None else device_platform(device)
     row: dict[str, Any] = {**base, "recipe": impl.recipe, "implementation": impl.name, "real": True,

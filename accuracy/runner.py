@@ -1,7 +1,7 @@
 """The accuracy runner: inputs × recipes → result rows, each recipe's error against two FP64 references.
 
 For every input and recipe, :func:`zyfa.emulator.emulate` runs the recipe and the FP64 oracle
-(:func:`reference.attention.attention_fp64`) gives two references:
+(:func:`zyfa.reference.attention.attention_fp64`) gives two references:
 
 - ``deq_*`` metrics: against the oracle on the *dequantized* inputs the recipe saw (``Emulation.q_deq`` …):
   the error the kernel's own arithmetic adds (P rounding, row sums, accumulation, output rounding);
@@ -13,7 +13,7 @@ the inputs (recipes that quantize Q/K/V alike share it; a shared reference is ch
 bit-identical dequantized inputs before reuse, and one whose inputs equal the originals reuses the
 original reference).
 
-A run can skip (input, recipe) pairs already done (``skip``: keys of :func:`accuracy.results_io.row_key`) and
+A run can skip (input, recipe) pairs already done (``skip``: keys of :func:`zyfa.accuracy.results_io.row_key`) and
 hand each row to ``on_row`` as it finishes (``zyfa accuracy --out`` appends it to disk there), so a killed run
 keeps its rows and a resumed one makes the same rows as an uninterrupted one. Before an input runs, its
 memory need is estimated (:func:`memory_estimate_bytes`) and a run that cannot fit is refused with one line.
@@ -43,15 +43,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from zyfa.accuracy import conformance
+from zyfa.accuracy.implementations import device_platform, pairing
+from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.metrics import compute_metrics
+from zyfa.accuracy.provenance import device_name, provenance
+from zyfa.accuracy.real_rows import implementation_row
+from zyfa.accuracy.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
+from zyfa.reference.attention import attention_fp64
 
-from accuracy import conformance
-from accuracy.implementations import device_platform, pairing
-from accuracy.inputs import AttentionInput
-from accuracy.metrics import compute_metrics
-from accuracy.provenance import device_name, provenance
-from accuracy.real_rows import implementation_row
-from accuracy.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
-from reference.attention import attention_fp64
 from zyfa.dispatch import route_input
 from zyfa.emulator import emulate, quantization_key, quantize_inputs
 from zyfa.outputs import atomic_write_text
@@ -106,16 +106,16 @@ def run_accuracy(
     real_platform: str | None = "auto",
 ) -> ResultRows:
     """Run every recipe on every input; one flat row per (input, recipe), in that order, then one row per
-    (input, implementation) for the real implementations (:mod:`accuracy.implementations`).
+    (input, implementation) for the real implementations (:mod:`zyfa.accuracy.implementations`).
 
     Args:
-        inputs: attention inputs (:mod:`accuracy.inputs`).
+        inputs: attention inputs (:mod:`zyfa.accuracy.inputs`).
         recipes: recipe names or :class:`~zyfa.recipes.Recipe` objects.
         device: "cpu", "cuda" or "auto"; the emulator and the oracle both run there.
         progress: a tqdm bar over (input × recipe) on stderr, labelled ``progress_label``.
         seed: seeds torch's global generator before the run (the emulator is deterministic; recorded).
         chunk_size: query rows per block of the FP64 oracle.
-        skip: row keys (:func:`accuracy.results_io.row_key`: input name, content hash, recipe) not to run
+        skip: row keys (:func:`zyfa.accuracy.results_io.row_key`: input name, content hash, recipe) not to run
             again (a resumed run); the rows made are those an uninterrupted run makes for the other pairs.
         on_start: called with the run's provenance before the first input runs.
         on_row: called with each row as soon as it is made (e.g. to append it to a file).
@@ -124,13 +124,13 @@ def run_accuracy(
             (:class:`accuracy.implementations.Implementation`); rows by :func:`accuracy.real_rows.implementation_row`
             (``real: true``, ``implementation``, the paired recipe, ``status``). Those not available here
             (device, package) are not run: the provenance's ``implementations_unavailable`` says why. Those with
-            rows to make are first probed (:mod:`accuracy.conformance`; ``implementations_conformance`` in the
+            rows to make are first probed (:mod:`zyfa.accuracy.conformance`; ``implementations_conformance`` in the
             provenance): a failed probe makes their ``ok`` rows ``nonconforming``, a paired row outside the
             error-ratio band ``suspect``, and a quantization granularity that differs from the pairing's is
             warned (``pairing_warning``).
         real_platform: the platform whose arithmetic the real implementations have, for their pairing
-            (:func:`accuracy.implementations.pairing`): ``"auto"`` (the device's:
-            :func:`accuracy.implementations.device_platform`, CUDA capability 9.0 -> ``h200``), a platform name,
+            (:func:`zyfa.accuracy.implementations.pairing`): ``"auto"`` (the device's:
+            :func:`zyfa.accuracy.implementations.device_platform`, CUDA capability 9.0 -> ``h200``), a platform name,
             or None (each recipe's own platform). Recorded in the provenance (``implementations_platform``).
 
     Returns:
@@ -205,7 +205,7 @@ def run_accuracy(
 
 
 def input_key(inp: AttentionInput, recipe: str | None, implementation: str | None = None) -> tuple:
-    """The :func:`accuracy.results_io.row_key` of the row (inp, recipe) will make; with ``implementation``,
+    """The :func:`zyfa.accuracy.results_io.row_key` of the row (inp, recipe) will make; with ``implementation``,
     that real implementation's row (``recipe`` is then its paired recipe or None)."""
     return row_key({"input": inp.name, "input_content_hash": inp.meta.get("content_hash"), "recipe": recipe,
                     "implementation": implementation})

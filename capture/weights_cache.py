@@ -24,7 +24,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from capture.fetch import cache_dir, cache_folder, sha256_file
+from zyfa.capture.fetch import cache_dir, cache_folder, sha256_file
 
 MANIFEST = "zyfa-weights.json"
 _CHUNK = 1 << 22

@@ -1,5 +1,5 @@
 """The FP64 oracle: exact attention in float64. Imports torch only."""
 
-from reference.attention import attention_fp64
+from zyfa.reference.attention import attention_fp64
 
 __all__ = ["attention_fp64"]

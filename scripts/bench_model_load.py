@@ -2,7 +2,7 @@
 
     python3 scripts/bench_model_load.py --model qwen25coder-1.5b [--dtype fp32] [--rebuild] [--out result.json]
 
-Each load runs ``capture.models.load_model`` in its own Python process (nothing warm in memory but the OS page
+Each load runs ``zyfa.capture.models.load_model`` in its own Python process (nothing warm in memory but the OS page
 cache) and reports the wall time of the load, where the weights came from (``model_weights`` provenance), the peak
 resident memory, the greedy continuation of "The capital of France is" and a sha256 of that prompt's next-token
 logits, and a sha256 of the token ids of the first 2048-token window of the pydoc text (the tokenizer is cached too).
@@ -27,8 +27,8 @@ _CHILD = r"""
 import hashlib, json, resource, sys, time
 t0 = time.perf_counter()
 import torch
-from capture.models import load_model
-from capture.text import token_window
+from zyfa.capture.models import load_model
+from zyfa.capture.text import token_window
 lm = load_model(sys.argv[1], dtype=sys.argv[2])
 load_s = time.perf_counter() - t0
 ids = lm.tokenizer(sys.argv[3], return_tensors="pt").input_ids
@@ -54,8 +54,8 @@ def _one(model: str, dtype: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capture.models import MODELS, get_model_spec
-    from capture.weights_cache import weights_dir
+    from zyfa.capture.models import MODELS, get_model_spec
+    from zyfa.capture.weights_cache import weights_dir
 
     p = argparse.ArgumentParser(prog="scripts/bench_model_load.py", description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen25coder-1.5b", help=f"a registry model ({', '.join(MODELS)})")

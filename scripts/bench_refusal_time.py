@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from capture.version import git_label, git_state  # noqa: E402
+from zyfa.capture.version import git_label, git_state  # noqa: E402
 
 COMMANDS = [
     ["accuracy", "--seq", "-5"],

@@ -13,7 +13,7 @@ build). Nothing of FlashInfer's code is changed. docs/real_kernels.md says how i
 Needs: network to the package index (pip's), CUDA 13's nvcc (``CUDA_HOME`` or on PATH), a C++ compiler, ninja,
 torch, jinja2, filelock and FlashInfer's other import-time dependencies (click, einops, nvidia-ml-py, tabulate,
 requests, tqdm, packaging). Every file is fetched as bytes and checked against its pinned sha256 before anything
-reads it (``capture.fetch.index_download``); only then does FlashInfer's build code run. Writes into ``--out``:
+reads it (``zyfa.capture.fetch.index_download``); only then does FlashInfer's build code run. Writes into ``--out``:
 ``flashinfer-fa3-sm90.tar.xz`` (about 5 MB; unpack it into the GPU machine's package folder) and the
 apache-tvm-ffi wheel for the GPU machine's Python 3.12. ``scripts/gpu_check.sh`` and ``scripts/gpu_real_kernels.sh``
 install both. On 2 CPU cores the build takes about 25 minutes.
@@ -94,7 +94,7 @@ print(json.dumps({"files": files, "version": flashinfer.__version__}))
 
 
 def _fetch(item, dest: Path) -> Path:
-    from capture.fetch import index_download
+    from zyfa.capture.fetch import index_download
 
     project, filename, sha = item
     return index_download(project, filename, sha, dest_dir=dest)

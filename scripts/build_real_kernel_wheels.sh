@@ -15,7 +15,7 @@ trap 'rm -rf "$TMP"' EXIT
 SDIST=$(python3 -c '
 import sys
 from pathlib import Path
-from capture.fetch import index_download
+from zyfa.capture.fetch import index_download
 print(index_download("flash-attn", "flash_attn-2.8.3.post2.tar.gz",
                      "d0f9f0b08a986cdeadbffcf5ec8b3a8f514366c68ad1853d3ab061bc83cc340b", dest_dir=Path(sys.argv[1])))
 ' "$TMP")

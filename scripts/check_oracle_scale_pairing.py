@@ -11,11 +11,12 @@ the committed real rows of reports/study/results.jsonl beside them. CPU only; ab
 import json
 from pathlib import Path
 
-from accuracy.implementations import Pairing
-from accuracy.inputs import make_gaussian
-from accuracy.real_rows import _paired_output
-from accuracy.study.run import gaussian_specs
-from reference.attention import attention_fp64
+from zyfa.accuracy.implementations import Pairing
+from zyfa.accuracy.inputs import make_gaussian
+from zyfa.accuracy.real_rows import _paired_output
+from zyfa.accuracy.study.run import gaussian_specs
+from zyfa.reference.attention import attention_fp64
+
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe

@@ -11,7 +11,7 @@
   (the rescale to the final row max, then 1/l), rounded to bf16. ceil(s_k / d) calls with the same Q and K show
   every key's value. Which running max each probability was rounded against, which tile size and order the
   kernel used and how it normalised can be read off bit for bit;
-- the study's Gaussian inputs (``accuracy.study.run.gaussian_specs("default")``), whose outputs the study's
+- the study's Gaussian inputs (``zyfa.accuracy.study.run.gaussian_specs("default")``), whose outputs the study's
   real-vs-emulated table compares with the ``bf16`` emulation.
 
 ``fit`` evaluates, with no GPU, candidate models of an FA2-style forward (``fa2_model``: KV tiles of ``block_n``
@@ -63,9 +63,8 @@ def one_hot_values(s_k: int, d: int, block: int) -> torch.Tensor:
 def record(out: Path) -> None:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from accuracy.inputs import make_gaussian
-    from accuracy.study.run import gaussian_specs
+    from zyfa.accuracy.inputs import make_gaussian
+    from zyfa.accuracy.study.run import gaussian_specs
 
     if not torch.cuda.is_available():
         sys.exit("explain_sdpa_flash.py record: needs a CUDA GPU")
@@ -208,8 +207,9 @@ def candidates(head_dim: int, s_q: int, s_k: int, batch_heads: int) -> dict[str,
 
 
 def fit(path: Path) -> None:
-    from accuracy.inputs import make_gaussian
-    from reference.attention import attention_fp64
+    from zyfa.accuracy.inputs import make_gaussian
+    from zyfa.reference.attention import attention_fp64
+
     from zyfa.emulator import emulate
 
     data = torch.load(path, weights_only=False)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
-from reference.attention import attention_fp64
+from zyfa.accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+from zyfa.reference.attention import attention_fp64
+
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2
 from zyfa.platforms import get_platform

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 import torch
+from zyfa.reference.attention import attention_fp64
 
-from reference.attention import attention_fp64
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe

@@ -24,8 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=None)
     args = ap.parse_args(argv)
 
-    from accuracy.inputs import capture_inputs
-    from reference.attention import attention_fp64
+    from zyfa.accuracy.inputs import capture_inputs
+    from zyfa.reference.attention import attention_fp64
+
     from zyfa.emulator import emulate
     from zyfa.kernels.attention_fp8 import recipe_from_spec
     from zyfa.norms import rel_l2

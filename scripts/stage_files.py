@@ -11,7 +11,7 @@ atomically (a partial or corrupt file is never left under its final name).
     python3 scripts/stage_files.py join --parts /tmp/stage --into "$ZYFA_CACHE/models" [--manifest M]
     python3 scripts/stage_files.py plan --out .stage           # which chunk each call carries, in order
 
-For the registry models, the pinned sha256 of ``capture.models.MODELS`` is checked too (``join`` refuses a file
+For the registry models, the pinned sha256 of ``zyfa.capture.models.MODELS`` is checked too (``join`` refuses a file
 whose name is a registry model's and whose hash is not the pinned one).
 """
 
@@ -58,7 +58,7 @@ def split(files: list[Path], out: Path, chunk_mb: float) -> dict:
 
 def _pinned() -> dict[str, str]:
     try:
-        from capture.models import MODELS
+        from zyfa.capture.models import MODELS
     except ImportError:  # the project is not importable there: the manifest's hashes still hold
         return {}
     return {m.file_name: m.file_sha256 for m in MODELS.values()}

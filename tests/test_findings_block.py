@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from accuracy.study.findings import BEGIN, END, TARGETS, accumulator_findings, findings, render, replace_block
+from zyfa.accuracy.study.findings import BEGIN, END, TARGETS, accumulator_findings, findings, render, replace_block
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +21,7 @@ def test_the_committed_block_is_the_generated_one(block, name):
     text = (ROOT / name).read_text(encoding="utf-8")
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     mine = text[text.index(BEGIN):text.index(END) + len(END)]
-    assert mine == block, f"{name}: regenerate with python -m accuracy.study.findings --write"
+    assert mine == block, f"{name}: regenerate with python -m zyfa.accuracy.study.findings --write"
 
 
 def test_every_row_states_condition_unit_n_interval_and_verdict(block):
@@ -60,8 +59,8 @@ def test_the_accumulator_row_once_rows_under_the_plan_exist(tmp_path):
     left out, not counted as "no"); rows under another hash are ignored."""
     import shutil
 
-    from accuracy.plan import load_plan
-    from accuracy.results_io import jsonl_text
+    from zyfa.accuracy.plan import load_plan
+    from zyfa.accuracy.results_io import jsonl_text
 
     shutil.copytree(ROOT / "studies", tmp_path / "studies")
     plan = load_plan(tmp_path / "studies" / "accumulator.toml")

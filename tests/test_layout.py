@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from zyfa import SOURCE_TREE_PACKAGES
+
 ROOT = Path(__file__).resolve().parents[1]
 OURS = {"zyfa", "reference", "capture", "accuracy"}
 # package -> packages of ours it may import (command modules that wire packages together are exempt)
@@ -23,14 +25,39 @@ EXEMPT = {ROOT / "zyfa" / "cli.py"}
 ALSO_ALLOWED = {ROOT / "zyfa" / "bench" / "cli.py": {"capture"}, ROOT / "zyfa" / "bench" / "cases.py": {"capture"}}
 
 
-def _imports(path: Path) -> set[str]:
+def _folder_name(module: str) -> str:
+    """A module's dotted name by folder: ``zyfa.accuracy.runner`` (how it is imported) -> ``zyfa.accuracy.runner``."""
+    parts = module.split(".")
+    if len(parts) > 1 and parts[0] == "zyfa" and parts[1] in SOURCE_TREE_PACKAGES:
+        return ".".join(parts[1:])
+    return module
+
+
+def _parsed(path: Path) -> ast.Module:
+    """The module's tree with every absolute import named by folder (:func:`_folder_name`)."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                a.name = _folder_name(a.name)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "zyfa":
+                node.names = [ast.alias(name=a.name, asname=a.asname or a.name) if a.name in SOURCE_TREE_PACKAGES
+                              else a for a in node.names]
+            node.module = _folder_name(node.module)
+    return tree
+
+
+def _imports(path: Path) -> set[str]:
+    tree = _parsed(path)
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.add(node.module.split(".")[0])
+            if node.module == "zyfa":
+                found |= {a.name for a in node.names if a.name in SOURCE_TREE_PACKAGES}
     return found
 
 
@@ -80,7 +107,7 @@ def _role_of_file(path: Path) -> str:
 
 def _accuracy_targets(path: Path) -> set[str]:
     """Every accuracy module ``path`` imports, as "core", "<role>" or "<role>.<module>"."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = _parsed(path)
     names = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -157,8 +184,8 @@ def _private_module_of_package(importer: str, target: str) -> bool:
 def _private_uses(path: Path, me: str | None = None) -> list[str]:
     """``from m import _x`` and ``m._x`` of our modules outside the importer's own package (``me``: the
     importer's module name, by default from its path)."""
-    me = me or _module_of(path)
-    tree = ast.parse(path.read_text(), filename=str(path))
+    me = _folder_name(me or _module_of(path))
+    tree = _parsed(path)
     bound: dict[str, str] = {}  # local name -> our module it names
     found = []
     for node in ast.walk(tree):
@@ -203,11 +230,11 @@ def test_the_checks_find_what_they_look_for(tmp_path):
     probe.write_text("from accuracy.impact.rows import _secret\nfrom accuracy.impact import rows\nrows._x\n"
                      "from accuracy.report import blocks\nblocks._private_here_too\nimport accuracy.study.run as sr\n"
                      "sr.log\nfrom accuracy import runner\n")
-    assert _private_uses(probe, "accuracy.report.probe") == [
+    assert _private_uses(probe, "zyfa.accuracy.report.probe") == [
         "line 1: from accuracy.impact.rows import _secret", "line 3: rows._x", "line 5: blocks._private_here_too"]
     assert _accuracy_targets(probe) == {"impact.rows", "report.blocks", "study.run", "core"}
     # a package's private modules are its own to import whole; their private names are not
     probe.write_text("from zyfa.kernels import _triton_fp8\nfrom zyfa.kernels.attention_fp8 import _plan_cache\n")
     assert _private_uses(probe, "zyfa.kernels.probe") == ["line 2: from zyfa.kernels.attention_fp8 import _plan_cache"]
-    assert _private_uses(probe, "accuracy.probe") == ["line 1: from zyfa.kernels import _triton_fp8",
+    assert _private_uses(probe, "zyfa.accuracy.probe") == ["line 1: from zyfa.kernels import _triton_fp8",
                                                      "line 2: from zyfa.kernels.attention_fp8 import _plan_cache"]

@@ -16,23 +16,26 @@ import importlib.util
 import os
 import sys
 
-from capture.version import git_label, git_state
+from zyfa.capture.version import git_label, git_state
 
 DESCRIPTION = "zyfa: speed and numerical error of FP8 FlashAttention, one subcommand per capability."
 
 # name -> (module, one-line help). The module provides add_arguments(parser) and main(args) -> int.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "accuracy": ("accuracy.cli", "error of FP8 attention recipes against the FP64 oracle"),
+    "accuracy": ("zyfa.accuracy.cli", "error of FP8 attention recipes against the FP64 oracle"),
     "recipes": ("zyfa.recipes_cli", "list the named recipes and their numerics"),
-    "capture": ("capture.cli", "capture Q/K/V from a real model into HDF5"),
+    "capture": ("zyfa.capture.cli", "capture Q/K/V from a real model into HDF5"),
     "bench": ("zyfa.bench.cli", "benchmark the Triton FP8 kernels against cuDNN and SDPA (GPU)"),
-    "report": ("accuracy.study.report_cli", "render result files into Markdown, PNG and HTML reports"),
-    "study": ("accuracy.study.cli", "the one-command study: captures + Gaussian inputs -> accuracy -> report"),
-    "impact": ("accuracy.impact.cli", "perplexity and next-token KL with each recipe swapped into a model"),
-    "longctx": ("accuracy.longctx.cli", "long-context retrieval (needle, passkey) with any implementation in a model"),
-    "tasks": ("accuracy.tasks.cli", "generated-output tasks (HumanEval pass@1, sandboxed) with any implementation"),
-    "cliffs": ("accuracy.study.cliffs_cli", "the length-cliff finder: error, NaN rows and refusals at every length"),
-    "compare": ("accuracy.study.compare_cli",
+    "report": ("zyfa.accuracy.study.report_cli", "render result files into Markdown, PNG and HTML reports"),
+    "study": ("zyfa.accuracy.study.cli", "the one-command study: captures + Gaussian inputs -> accuracy -> report"),
+    "impact": ("zyfa.accuracy.impact.cli", "perplexity and next-token KL with each recipe swapped into a model"),
+    "longctx": ("zyfa.accuracy.longctx.cli",
+                "long-context retrieval (needle, passkey) with any implementation in a model"),
+    "tasks": ("zyfa.accuracy.tasks.cli",
+              "generated-output tasks (HumanEval pass@1, sandboxed) with any implementation"),
+    "cliffs": ("zyfa.accuracy.study.cliffs_cli",
+               "the length-cliff finder: error, NaN rows and refusals at every length"),
+    "compare": ("zyfa.accuracy.study.compare_cli",
                 "two result files compared: the change in error (and speed) of each implementation"),
 }
 
@@ -40,9 +43,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 # name -> the module holding add_arguments(parser) and check_args(args), where the subcommand's own module imports
 # heavy packages at its top (torch, scipy): the dispatch parses and checks with it, then imports the subcommand's.
 ARGUMENTS: dict[str, str] = {
-    "study": "accuracy.study.study_args",
-    "report": "accuracy.study.report_args",
-    "impact": "accuracy.impact.impact_args",
+    "study": "zyfa.accuracy.study.study_args",
+    "report": "zyfa.accuracy.study.report_args",
+    "impact": "zyfa.accuracy.impact.impact_args",
     "bench": "zyfa.bench.args",
 }
 

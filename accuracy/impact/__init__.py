@@ -2,7 +2,7 @@
 
 Operator error (accuracy.runner) is a proxy; this module measures the model itself. Every attention layer
 of a real model (or one layer at a time) runs a recipe's tiled emulator instead of the model's own
-attention, through capture.hook.swap_attention, on held-out text windows (``capture.text.token_window``,
+attention, through capture.hook.swap_attention, on held-out text windows (``zyfa.capture.text.token_window``,
 ``split="heldout"``: the odd slices of the token stream, never the capture windows). Against the stock
 model (transformers' ``sdpa``, run once per window and reused) we report:
 
@@ -24,9 +24,9 @@ the model's dtype. It expresses only causal and causal+sliding-window attention:
 exactly that pattern (padding or packed-sequence masks raise :class:`UnsupportedMaskError`); the expected
 pattern is built once per (s_q, s_k, window) and each mask costs one ``torch.equal``.
 
-Modules: :mod:`accuracy.impact.model` (the attention adaptor and the logits comparison, torch),
-:mod:`accuracy.impact.run` (running models: :func:`~accuracy.impact.run.run_impact`),
-:mod:`accuracy.impact.rows` (result files: merging, corrections, dropping rows; torch-free),
-:mod:`accuracy.impact.section` (the report section and ``impact.md``; torch-free) and
-:mod:`accuracy.impact.cli` (the ``zyfa impact`` command). Rendering uses :mod:`accuracy.report`'s blocks.
+Modules: :mod:`zyfa.accuracy.impact.model` (the attention adaptor and the logits comparison, torch),
+:mod:`zyfa.accuracy.impact.run` (running models: :func:`~accuracy.impact.run.run_impact`),
+:mod:`zyfa.accuracy.impact.rows` (result files: merging, corrections, dropping rows; torch-free),
+:mod:`zyfa.accuracy.impact.section` (the report section and ``impact.md``; torch-free) and
+:mod:`zyfa.accuracy.impact.cli` (the ``zyfa impact`` command). Rendering uses :mod:`zyfa.accuracy.report`'s blocks.
 """

@@ -7,9 +7,9 @@ Every argument (models, recipes, layers) is checked before anything is written o
 to ``zyfa-impact/results.jsonl`` in the current directory; an existing file is refused unless ``--resume``
 (keep its rows, measure the missing ones) or ``--force`` (start over). Rows go to ``<out>.partial`` as they finish
 (one fsync'd line each, under the run lock that refuses a second live run on the same output), and ``<out>`` is
-written whole when the run finishes (:class:`accuracy.results_io.ResultsFile`, as every command).
+written whole when the run finishes (:class:`zyfa.accuracy.results_io.ResultsFile`, as every command).
 
-Exposed: ``main(args) -> int``; the flags are in :mod:`accuracy.impact.impact_args` (``add_arguments``,
+Exposed: ``main(args) -> int``; the flags are in :mod:`zyfa.accuracy.impact.impact_args` (``add_arguments``,
 ``check_args``), read before this module (torch) is imported.
 """
 
@@ -23,15 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from zyfa.accuracy.impact.impact_args import add_arguments
+from zyfa.accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
+from zyfa.accuracy.impact.run import run_impact
+from zyfa.accuracy.impact.section import command_of, results_paths, write_markdown
+from zyfa.accuracy.results_io import ResultsFile
+from zyfa.accuracy.shard import say, wants_sharding
+from zyfa.capture.fetch import FetchError
+from zyfa.capture.models import prepare_sources
 
-from accuracy.impact.impact_args import add_arguments
-from accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
-from accuracy.impact.run import run_impact
-from accuracy.impact.section import command_of, results_paths, write_markdown
-from accuracy.results_io import ResultsFile
-from accuracy.shard import say, wants_sharding
-from capture.fetch import FetchError
-from capture.models import prepare_sources
 from zyfa.outputs import OutputError, atomic_write_text
 from zyfa.plugins import wall_options
 from zyfa.recipes import get_recipe, split_spec_list
@@ -67,12 +67,12 @@ def main(args: argparse.Namespace) -> int:
     try:  # every argument before anything is written or deleted
         if args.force and args.resume:
             raise ValueError("--force and --resume exclude each other")
-        from capture.models import check_model_names
+        from zyfa.capture.models import check_model_names
 
         check_model_names(split)
         recipes = [get_recipe(r).name for r in split_spec_list(args.recipes)]
-        from accuracy.impact.model import model_attention
-        from accuracy.implementations import load_plugins
+        from zyfa.accuracy.impact.model import model_attention
+        from zyfa.accuracy.implementations import load_plugins
 
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
         impl_names = split_spec_list(args.implementations or "")
@@ -83,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
             ok, why = fn.impl.available()
             if not ok:
                 raise ValueError(f"implementation {n} cannot run here: {why}")
-        from accuracy.runner import resolve_device
+        from zyfa.accuracy.runner import resolve_device
 
         device = resolve_device(args.device)
         layer_recipes = [get_recipe(r).name for r in split_spec_list(args.layer_recipes)]
@@ -140,8 +140,8 @@ SWEEP_LAYERS_GUESS = 24
 
 
 def cell_cost(cell: tuple, n_tokens: int, layers: list[int] | None) -> float:
-    """The estimated cost of one impact cell (:func:`accuracy.impact.run.impact_cells`)."""
-    from capture.models import MODELS
+    """The estimated cost of one impact cell (:func:`zyfa.accuracy.impact.run.impact_cells`)."""
+    from zyfa.capture.models import MODELS
 
     kind, model, _w, _r = cell
     size = MODELS[model].file_size / 1e8 if model in MODELS else 1.0
@@ -179,8 +179,8 @@ def _dumps(row: dict) -> str:
 
 
 class _Sink:
-    """``run_impact``'s sink: the done set, rows into the results file (a :class:`accuracy.results_io.ResultsFile`,
-    or one rank's file of an :class:`accuracy.shard.ShardedResults`)."""
+    """``run_impact``'s sink: the done set, rows into the results file (a :class:`zyfa.accuracy.results_io.ResultsFile`,
+    or one rank's file of an :class:`zyfa.accuracy.shard.ShardedResults`)."""
 
     def __init__(self, results, device: str):
         self.results, self.device, self.done = results, device, set(results.done)
@@ -196,8 +196,8 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
                   md: Path, command) -> int:
     """One rank of a sharded ``zyfa impact`` (or its --dry-run): cells planned over the ranks, each rank's rows in
     ``<out>.partial/rank-K.jsonl``, rank 0 merging them into ``--out`` in a single process's order."""
-    from accuracy.impact.run import impact_cells
-    from accuracy.shard import (
+    from zyfa.accuracy.impact.run import impact_cells
+    from zyfa.accuracy.shard import (
         UNITS_PER_SECOND,
         Dist,
         ShardedResults,
@@ -291,6 +291,6 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
 
 
 if __name__ == "__main__":  # pragma: no cover
-    p = argparse.ArgumentParser(prog="python -m accuracy.impact.cli")
+    p = argparse.ArgumentParser(prog="python -m zyfa.accuracy.impact.cli")
     add_arguments(p)
     sys.exit(main(p.parse_args()))

@@ -1,5 +1,5 @@
 """``zyfa impact``'s command line: its flags, defaults and the checks that need no heavy import, so that the
-``zyfa`` dispatch refuses a bad argument in one line before :mod:`accuracy.impact.cli` (torch, the models) is
+``zyfa`` dispatch refuses a bad argument in one line before :mod:`zyfa.accuracy.impact.cli` (torch, the models) is
 imported.
 
 Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``DEFAULT_OUT``, ``DEFAULT_RECIPES``,
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from accuracy.shard import add_shard_arguments
+from zyfa.accuracy.shard import add_shard_arguments
+
 from zyfa.plugins import add_wall_arguments
 
 DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
@@ -66,9 +67,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """The flags' checks that need no heavy import: counts, exclusive flags, model, recipe and text names. The
-    output files and the implementations are checked by :func:`accuracy.impact.cli.main`, before any work."""
-    from capture.models import check_model_names
-    from capture.text import check_text
+    output files and the implementations are checked by :func:`zyfa.accuracy.impact.cli.main`, before any work."""
+    from zyfa.capture.models import check_model_names
+    from zyfa.capture.text import check_text
+
     from zyfa.recipes import get_recipe, split_spec_list
 
     if args.render_only or args.drop_rows is not None:

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 import torch
+from zyfa.accuracy.impact.rows import BLOCK_TOKENS
 
-from accuracy.impact.rows import BLOCK_TOKENS
 from zyfa.emulator import emulate
 from zyfa.recipes import Recipe, get_recipe
 
@@ -41,7 +41,7 @@ STOCK = "stock"
 # ------------------------------------------------------------------------------------------------- adaptor
 
 class RecipeAttention:
-    """A transformers attention function that runs a recipe's emulator (for ``capture.hook.swap_attention``).
+    """A transformers attention function that runs a recipe's emulator (for ``zyfa.capture.hook.swap_attention``).
 
     Args:
         recipe: a :class:`zyfa.recipes.Recipe` or its name.
@@ -132,7 +132,7 @@ class RecipeAttention:
 
 class ModelAttention(RecipeAttention):
     """Any implementation (a registry :class:`~accuracy.implementations.Implementation`, or a recipe's emulator)
-    as a transformers attention function, for ``capture.hook.swap_attention``.
+    as a transformers attention function, for ``zyfa.capture.hook.swap_attention``.
 
     Args:
         impl: an Implementation (built-in or plug-in), a :class:`~zyfa.recipes.Recipe` or a recipe spec (the
@@ -153,7 +153,7 @@ class ModelAttention(RecipeAttention):
                  on_layer: Callable[[int], None] | None = None):
         if fallback not in (None, STOCK):
             raise ValueError(f"fallback must be None or {STOCK!r}, not {fallback!r}")
-        from accuracy.implementations import Implementation
+        from zyfa.accuracy.implementations import Implementation
 
         self.impl = impl if isinstance(impl, Implementation) else None
         super().__init__(get_recipe("fp32") if self.impl is not None else get_recipe(impl), on_layer=on_layer)
@@ -164,8 +164,8 @@ class ModelAttention(RecipeAttention):
 
     def __call__(self, module, query, key, value, attention_mask, *, scaling=None, sliding_window=None,
                  dropout=0.0, softcap=None, is_causal=None, **kwargs):
-        from accuracy.implementations import call_implementation, unsupported_reason
-        from accuracy.inputs import AttentionInput
+        from zyfa.accuracy.implementations import call_implementation, unsupported_reason
+        from zyfa.accuracy.inputs import AttentionInput
 
         layer, window, sm_scale = self.layer_call(module, query, key, attention_mask, scaling=scaling,
                                                   sliding_window=sliding_window, dropout=dropout, softcap=softcap,
@@ -209,11 +209,11 @@ class ModelAttention(RecipeAttention):
 
 def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw) -> ModelAttention | None:
     """The attention function for ``name``: ``stock`` -> None (the model's own attention, nothing swapped); a
-    built-in implementation (:func:`accuracy.implementations.builtin_names`; ``triton:SPEC``: our kernel under any
+    built-in implementation (:func:`zyfa.accuracy.implementations.builtin_names`; ``triton:SPEC``: our kernel under any
     recipe spec it honours) or a plug-in among ``plugins`` (loaded :class:`~accuracy.implementations.Implementation`,
     by name) -> that kernel; anything else is a recipe spec (:mod:`zyfa.recipes`) run by the emulator. ValueError
     (the spec grammar's one line) for an unknown one."""
-    from accuracy.implementations import builtin_names, get_implementation
+    from zyfa.accuracy.implementations import builtin_names, get_implementation
 
     if name == STOCK:
         return None

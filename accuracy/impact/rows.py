@@ -1,6 +1,6 @@
 """``zyfa impact`` result files: reading, merging, the corrections a report needs, and dropping rows.
 
-Results files hold one JSONL row per measurement (written by :class:`accuracy.results_io.ResultsFile`), so
+Results files hold one JSONL row per measurement (written by :class:`zyfa.accuracy.results_io.ResultsFile`), so
 concurrent runs write one file each and a report merges them (:func:`load_rows`, then :func:`prepare_rows`: a
 measurement found twice counts once, the latest by date; the ``p_flushed_mean`` of rows written before the
 emulator fix of commit 2f53d66 is corrected at load time, with a note, see :func:`correct_p_flushed`).
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from zyfa.accuracy.results_io import row_key
+from zyfa.capture.version import git_state
 
-from accuracy.results_io import row_key
-from capture.version import git_state
 from zyfa.recipes import Recipe, get_recipe
 
 BLOCK_TOKENS = 256  # tokens per block for the pooled block CI and the per-block KL in the rows

@@ -1,7 +1,7 @@
 """Running models with each recipe swapped in: ``zyfa impact``'s measurement, rows handed to the results file.
 
 Exposed: ``run_impact``, ``impact_cells``, ``ids_hash`` (the default recipes are in
-:mod:`accuracy.impact.impact_args`).
+:mod:`zyfa.accuracy.impact.impact_args`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 import torch
+from zyfa.accuracy.impact.impact_args import DEFAULT_LAYER_RECIPES
+from zyfa.accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, model_attention, stock_logits
+from zyfa.accuracy.impact.rows import impact_key
 
-from accuracy.impact.impact_args import DEFAULT_LAYER_RECIPES
-from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, model_attention, stock_logits
-from accuracy.impact.rows import impact_key
 from zyfa.norms import rel_l2
 from zyfa.recipes import get_recipe
 
@@ -47,7 +47,7 @@ def _window_row(cmp: dict[str, Any]) -> dict[str, Any]:
 
 def _provenance(extra: dict[str, Any]) -> dict[str, Any]:
     try:
-        from accuracy.provenance import provenance
+        from zyfa.accuracy.provenance import provenance
     except ImportError:  # pragma: no cover - the module exists in this tree
         import datetime as dt
         import platform
@@ -83,10 +83,9 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     not loaded.
     """
     from tqdm import tqdm
-
-    from capture.hook import attention_modules, swap_attention
-    from capture.models import load_model
-    from capture.text import load_text, num_windows, token_window
+    from zyfa.capture.hook import attention_modules, swap_attention
+    from zyfa.capture.models import load_model
+    from zyfa.capture.text import load_text, num_windows, token_window
 
     recipes = [get_recipe(r).name for r in recipes]
     impl_names = list(dict.fromkeys([*implementations, *(p.name for p in plugins)]))
@@ -98,7 +97,7 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     text_sha = load_text(text).sha256
     import datetime as dt
 
-    from accuracy.p_flushed import flush_count_factor
+    from zyfa.accuracy.p_flushed import flush_count_factor
 
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     # the emulator's p_flushed_frac is a fraction (commit 2f53d66): checked once, recorded in every row
@@ -211,8 +210,7 @@ def _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, todo, n_layers, 
            swap_attention) -> None:
     """One layer swapped at a time; operator error of that layer from the same pass."""
     from tqdm import tqdm
-
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
 
     todo = set(todo)
     ref_orig: dict[int, torch.Tensor] = {}  # layer -> fp64 reference of its stock q/k/v (same for every recipe)

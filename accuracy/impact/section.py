@@ -15,17 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from accuracy.impact.rows import BLOCK_TOKENS, load_rows, prepare_rows, row_date
-from accuracy.report.blocks import blocks_markdown as _blocks_markdown
-from accuracy.report.blocks import fmt, fmt_ci, sharding_line, slug
-from accuracy.report.document import Doc
-from accuracy.report.plots import png, pyplot
-from accuracy.verdict import spearman_with_p
+from zyfa.accuracy.impact.rows import BLOCK_TOKENS, load_rows, prepare_rows, row_date
+from zyfa.accuracy.report.blocks import blocks_markdown as _blocks_markdown
+from zyfa.accuracy.report.blocks import fmt, fmt_ci, sharding_line, slug
+from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.report.plots import png, pyplot
+from zyfa.accuracy.verdict import spearman_with_p
 
 
 def _ci(values, *, seed: int = 0):
-    from accuracy.metrics import bootstrap_ci
+    from zyfa.accuracy.metrics import bootstrap_ci
 
     return bootstrap_ci(np.asarray(values, dtype=np.float64), seed=seed)
 
@@ -33,7 +32,7 @@ def _ci(values, *, seed: int = 0):
 def summarize(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     """All-layer rows aggregated per (model, n_tokens, text) and recipe, recipes by mean KL (prepared rows).
 
-    Each entry: recipe, windows (sorted window indices), rows, and the CIs over windows (``accuracy.metrics.CI``)
+    Each entry: recipe, windows (sorted window indices), rows, and the CIs over windows (``zyfa.accuracy.metrics.CI``)
     ``ppl_ratio``, ``delta_ppl``, ``kl``; ``kl_blocks`` (pooled 256-token blocks, or None); means ``kl_p99``,
     ``top1``, ``p_flushed`` (NaN where a row has none).
     """
@@ -86,7 +85,7 @@ IMPACT_HEADER = ["recipe", "windows", "ppl ratio", "Δppl", "KL (nats/token)", "
 
 def section_blocks(rows: list[dict[str, Any]], *, command: str | None = None, files: list[dict] | None = None,
                    level: int = 2, key_prefix: str = "t-impact") -> list[tuple]:
-    """The impact section as blocks, rendered by :func:`render_markdown` here and by ``accuracy.report``:
+    """The impact section as blocks, rendered by :func:`render_markdown` here and by ``zyfa.accuracy.report``:
     ("h", level, text), ("p", text), ("code", text), ("table", key, header, rows, prose?)."""
     from scipy import stats
 
@@ -227,7 +226,7 @@ def _layer_blocks(lay, win, stats, level, key_prefix) -> list[tuple]:
 
 
 def blocks_markdown(blocks: list[tuple]) -> str:
-    """Markdown of :func:`section_blocks` (the section alone; ``accuracy.report`` renders it in the report)."""
+    """Markdown of :func:`section_blocks` (the section alone; ``zyfa.accuracy.report`` renders it in the report)."""
     return "\n".join(_blocks_markdown(blocks)).rstrip() + "\n"
 
 
@@ -277,7 +276,7 @@ def write_markdown(rows_path: str | Path | Iterable[str | Path], md_path: str | 
 
 
 def report_section(rows: list[dict[str, Any]], files: list[dict]) -> Callable[[Doc, bool], None]:
-    """The section for :func:`accuracy.report.build.build_report` (``sections=``): :func:`section_blocks` (its
+    """The section for :func:`zyfa.accuracy.report.build.build_report` (``sections=``): :func:`section_blocks` (its
     tables, notes, per-layer sweep), plus :func:`kl_figure` after the per-model tables when ``plots``."""
 
     def add(doc: Doc, plots: bool) -> None:

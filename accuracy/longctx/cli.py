@@ -27,7 +27,7 @@ Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
 
 One-factor ablation: ``--ablate triton:fa3 accum_flush_tiles=0,1`` runs the kernel (or a recipe's emulation) once
 per value of that one field on the same prompts; rows carry ``ablation_base``/``_field``/``_value`` and
-:func:`accuracy.ablation.ablation_pairs` pairs them per prompt.
+:func:`zyfa.accuracy.ablation.ablation_pairs` pairs them per prompt.
 
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` splits the (model, task, length,
 implementation) cells over the ranks; each rank loads only its models and rank 0 merges the rows in the grid's order;
@@ -44,11 +44,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from accuracy.command import UsageError
-from accuracy.kernel_verdicts import verdict_lines
-from accuracy.shard import say, wants_sharding
-from capture.fetch import FetchError
-from capture.models import prepare_sources
+from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.kernel_verdicts import verdict_lines
+from zyfa.accuracy.shard import say, wants_sharding
+from zyfa.capture.fetch import FetchError
+from zyfa.capture.models import prepare_sources
+
 from zyfa.plugins import add_wall_arguments, wall_options
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
@@ -117,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace an existing --out when the run finishes")
     parser.add_argument("--resume", action="store_true", help="continue --out: run only the missing rows")
     parser.add_argument("--allow-failed", action="store_true", help="exit 0 even when rows failed")
-    from accuracy.shard import add_shard_arguments
+    from zyfa.accuracy.shard import add_shard_arguments
 
     add_shard_arguments(parser, "longctx", "cells (model, task, length, implementation)")
     parser.add_argument("--render", default=None, metavar="RESULTS",
@@ -155,7 +156,7 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def _depths(text: str | None) -> list[float]:
-    from accuracy.longctx.run import DEFAULT_DEPTHS
+    from zyfa.accuracy.longctx.run import DEFAULT_DEPTHS
 
     if text is None:
         return list(DEFAULT_DEPTHS)
@@ -177,9 +178,9 @@ def check_args(args: argparse.Namespace) -> None:
     """The flags' checks that need no heavy import, run by the ``zyfa`` dispatch before :func:`main` (which repeats
     them with the rest): the grid's numbers, the text, the model and task names. A ``--plan`` supplies the grid,
     and ``--render``/``--calibrate`` take none: those are checked in :func:`main`."""
-    from accuracy.longctx.tasks import TASKS
-    from capture.models import check_model_names
-    from capture.text import UnknownTextError, check_text
+    from zyfa.accuracy.longctx.tasks import TASKS
+    from zyfa.capture.models import check_model_names
+    from zyfa.capture.text import UnknownTextError, check_text
 
     if args.render is not None or args.calibrate is not None or getattr(args, "plan", None):
         return
@@ -218,7 +219,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _implementation_kind(name: str) -> str:
     """What runs ``name`` as the model's attention: "stock", "kernel" or "emulator" (ValueError: unknown)."""
-    from accuracy.impact.model import STOCK, model_attention
+    from zyfa.accuracy.impact.model import STOCK, model_attention
 
     if name == STOCK:
         return "stock"
@@ -228,8 +229,8 @@ def _implementation_kind(name: str) -> str:
 def _apply_plan(args: argparse.Namespace) -> None:
     """Check the plan before any work and let it supply the grid (models, tasks, lengths, depths, implementations,
     facts as seeds); its name and hash go into every row (``args.plan_fields``)."""
-    from accuracy.longctx.tasks import TASKS
-    from accuracy.plan import PlanError, check_plan, load_plan
+    from zyfa.accuracy.longctx.tasks import TASKS
+    from zyfa.accuracy.plan import PlanError, check_plan, load_plan
 
     try:
         plan = load_plan(args.plan)
@@ -262,22 +263,22 @@ def _apply_plan(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     import torch
+    from zyfa.accuracy.ablation import ablation_tags, parse_ablation
+    from zyfa.accuracy.impact.model import STOCK, model_attention
+    from zyfa.accuracy.implementations import load_plugins
+    from zyfa.accuracy.longctx.run import GridSpec, run_longctx
+    from zyfa.accuracy.longctx.tasks import TASKS
+    from zyfa.accuracy.provenance import provenance
+    from zyfa.accuracy.results_io import ResultsFile, jsonl_text
+    from zyfa.accuracy.run_harness import WorkBudget, refuse_unavailable
+    from zyfa.accuracy.runner import resolve_device
+    from zyfa.capture.text import UnknownTextError, check_text
 
-    from accuracy.ablation import ablation_tags, parse_ablation
-    from accuracy.impact.model import STOCK, model_attention
-    from accuracy.implementations import load_plugins
-    from accuracy.longctx.run import GridSpec, run_longctx
-    from accuracy.longctx.tasks import TASKS
-    from accuracy.provenance import provenance
-    from accuracy.results_io import ResultsFile, jsonl_text
-    from accuracy.run_harness import WorkBudget, refuse_unavailable
-    from accuracy.runner import resolve_device
-    from capture.text import UnknownTextError, check_text
     from zyfa.outputs import OutputError, atomic_write_text
     from zyfa.recipes import split_spec_list
 
     models = [m.strip() for m in (args.models or DEFAULT_MODELS).split(",") if m.strip()]
-    from capture.models import check_model_names
+    from zyfa.capture.models import check_model_names
 
     try:
         check_model_names(models)
@@ -335,7 +336,7 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     # conformance probes (accuracy.conformance) before any model loads: a kernel that ignores the mask or maps
     # heads wrongly is not scored; its rows say why
-    from accuracy.conformance import probe_cached
+    from zyfa.accuracy.conformance import probe_cached
 
     nonconforming = {}
     for n in names:
@@ -435,16 +436,15 @@ def grid_order(spec) -> Callable[[dict], tuple]:
 
 def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming: dict, out: Path) -> int:
     """One rank of a sharded ``zyfa longctx`` (or its --dry-run): cells (model, task, length, implementation)
-    planned by :func:`accuracy.shard.plan` over :func:`cell_cost`, rank 0 merging in :func:`grid_order`."""
+    planned by :func:`zyfa.accuracy.shard.plan` over :func:`cell_cost`, rank 0 merging in :func:`grid_order`."""
     import time
     import uuid
 
     import torch
-
-    from accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
-    from accuracy.provenance import provenance
-    from accuracy.results_io import jsonl_text, read_jsonl
-    from accuracy.shard import (
+    from zyfa.accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
+    from zyfa.accuracy.provenance import provenance
+    from zyfa.accuracy.results_io import jsonl_text, read_jsonl
+    from zyfa.accuracy.shard import (
         UNITS_PER_SECOND,
         Dist,
         ShardedResults,
@@ -457,7 +457,8 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
         rank_device,
         sharding_summary,
     )
-    from capture.models import MODELS
+    from zyfa.capture.models import MODELS
+
     from zyfa.outputs import OutputError, atomic_write_text
 
     cells = []
@@ -558,7 +559,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from accuracy.longctx.section import RenderError, render_folder
+    from zyfa.accuracy.longctx.section import RenderError, render_folder
 
     try:
         path = render_folder(args.render, Path(args.out or "zyfa-longctx-report"), cliffs=args.cliffs,
@@ -571,8 +572,8 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from accuracy.longctx.calibrate import difficulty_markdown
-    from accuracy.schemas import read_rows
+    from zyfa.accuracy.longctx.calibrate import difficulty_markdown
+    from zyfa.accuracy.schemas import read_rows
 
     rows = []
     for p in (x.strip() for x in args.calibrate.split(",") if x.strip()):

@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-
-from accuracy.impact.model import STOCK, ModelAttention
+from zyfa.accuracy.impact.model import STOCK, ModelAttention
 
 __all__ = ["Coverage", "equal_coverage"]
 
@@ -69,7 +68,7 @@ def equal_coverage(model, fns: dict[str, ModelAttention | None], *, probe_len: i
                    layers: Sequence[int] | None = None) -> Coverage:
     """The layers (among ``layers``, None: all) that every implementation in ``fns`` (name -> attention function,
     None for stock) runs on a ``probe_len``-token sequence; one probing pass per real implementation."""
-    from capture.hook import attention_modules, swap_attention
+    from zyfa.capture.hook import attention_modules, swap_attention
 
     chosen = sorted(attention_modules(model)) if layers is None else sorted(int(x) for x in layers)
     refused: dict[int, list[str]] = {}

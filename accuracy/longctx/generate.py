@@ -28,8 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-
-from accuracy.impact.model import (
+from zyfa.accuracy.impact.model import (
     ModelAttention,
     UnsupportedLayerError,
     logits_from_hidden,
@@ -73,7 +72,7 @@ class Generation:
 
 
 def _swap(model, fn: ModelAttention | None, layers: Sequence[int] | None):
-    from capture.hook import swap_attention
+    from zyfa.capture.hook import swap_attention
 
     return swap_attention(model, fn, layers=layers) if fn is not None else contextlib.nullcontext()
 

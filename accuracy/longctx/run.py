@@ -2,12 +2,12 @@
 
 Each implementation (a recipe's emulator, ``triton:<recipe>``, a real peer kernel, a plug-in, the model's own
 ``stock`` attention) runs as the model's attention in the chosen layers (all by default) for the whole prefill,
-answer tokens included (teacher forcing, :mod:`accuracy.longctx.tasks`). From the logits at the answer's positions
+answer tokens included (teacher forcing, :mod:`zyfa.accuracy.longctx.tasks`). From the logits at the answer's positions
 a row records the log probability of the answer and whether greedy decoding returns it (the argmax at every answer
 position is the answer's token). Operator error against the FP64 oracle is measured in the same pass, on the first
 prompt of each batch, in a few layers: the error curve beside the accuracy curve.
 
-Rows are appended to ``<out>.partial`` as each batch finishes (:class:`accuracy.results_io.ResultsFile`), so a
+Rows are appended to ``<out>.partial`` as each batch finishes (:class:`zyfa.accuracy.results_io.ResultsFile`), so a
 stopped run keeps them and ``--resume`` runs only the missing ones; ``max_seconds`` stops the run cleanly between
 batches, so a long grid can be spread over several calls of a GPU machine.
 
@@ -27,8 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from accuracy.impact.model import (
+from zyfa.accuracy.impact.model import (
     STOCK,
     ModelAttention,
     UnsupportedLayerError,
@@ -36,12 +35,13 @@ from accuracy.impact.model import (
     logits_from_hidden,
     model_attention,
 )
-from accuracy.implementations import ImplementationError, device_platform
-from accuracy.longctx.coverage import Coverage, equal_coverage
-from accuracy.longctx.generate import greedy_generate
-from accuracy.longctx.tasks import DEFAULT_TASKS, PromptError, build_prompt, fact_id, min_length, score_generated
-from accuracy.results_io import row_key
-from accuracy.run_harness import WorkBudget
+from zyfa.accuracy.implementations import ImplementationError, device_platform
+from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
+from zyfa.accuracy.longctx.generate import greedy_generate
+from zyfa.accuracy.longctx.tasks import DEFAULT_TASKS, PromptError, build_prompt, fact_id, min_length, score_generated
+from zyfa.accuracy.results_io import row_key
+from zyfa.accuracy.run_harness import WorkBudget
+
 from zyfa.norms import rel_l2
 
 __all__ = ["DECODE_NOTE", "DEFAULT_DEPTHS", "DEFAULT_LENGTHS", "GridSpec", "accumulation", "plan_lengths", "row_input",
@@ -107,7 +107,7 @@ def _op_layer_set(n_layers: int, k: int) -> list[int]:
 
 
 def _max_context(model_name: str) -> int | None:
-    from capture.models import MODELS
+    from zyfa.capture.models import MODELS
 
     return MODELS[model_name].max_context if model_name in MODELS else None
 
@@ -119,17 +119,17 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                 owns: Callable[[str, str, int, str], bool] | None = None,
                 on_start: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run the grid into ``results`` (an opened :class:`~accuracy.results_io.ResultsFile`, started by the
-    caller). ``nonconforming``: implementation -> the conformance probes' line (:mod:`accuracy.conformance`); such
+    caller). ``nonconforming``: implementation -> the conformance probes' line (:mod:`zyfa.accuracy.conformance`); such
     an implementation is not run, its rows are ``status: nonconforming`` with that line. Returns
     ``{"keys": planned row keys, "order": their places in a whole grid's order, "complete": bool, "made": rows made,
     "failed": n}``.
 
-    ``owns(model, task, length, implementation)``: a sharded run's share (:mod:`accuracy.shard`); cells it does not
+    ``owns(model, task, length, implementation)``: a sharded run's share (:mod:`zyfa.accuracy.shard`); cells it does not
     own are neither run nor planned here, and a model with no owned cell is not loaded.
 
     ``on_start()``: called once, after the first model's checks (lengths, needle fit, layers) and before its first
     row or a stop, so a refused run writes nothing (the caller starts its results file there).
-    ``max_seconds`` counts scoring work only (:class:`accuracy.run_harness.WorkBudget`), not model loading: a
+    ``max_seconds`` counts scoring work only (:class:`zyfa.accuracy.run_harness.WorkBudget`), not model loading: a
     budget above zero always makes at least one batch.
 
     Batches are cut from a cell's full prompt list, never from what is left of it: a resumed run scores the same
@@ -141,9 +141,8 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
             implementation (one line each, before that model's first row).
     """
     from tqdm import tqdm
-
-    from capture.hook import attention_modules
-    from capture.models import load_model
+    from zyfa.capture.hook import attention_modules
+    from zyfa.capture.models import load_model
 
     log = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
     run_id = run_id or uuid.uuid4().hex[:12]
@@ -309,8 +308,8 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
                  platform_note, model_name, dtype, tokenizer, layers=None, coverage: Coverage | None = None
                  ) -> list[dict]:
     """Run one batch of prompts of the same length under implementation ``name``; one row per prompt."""
-    from capture.hook import swap_attention
-    from reference.attention import attention_fp64
+    from zyfa.capture.hook import swap_attention
+    from zyfa.reference.attention import attention_fp64
 
     t0 = time.perf_counter()
     op: dict[str, float] = {}
@@ -379,7 +378,7 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
 
 def _generated(model, tokenizer, p, fn, extra: int, *, layers, device, name: str, dtype: str) -> dict[str, Any]:
     """The answer decoded greedily after the question, with ``fn`` in the prefill and every decode step, scored
-    by :func:`accuracy.longctx.tasks.score_generated`; stops at a newline."""
+    by :func:`zyfa.accuracy.longctx.tasks.score_generated`; stops at a newline."""
     prompt = p.ids[:len(p.ids) - (len(p.answer) - 1)]
 
     def stop(tokens: list[int]) -> bool:
@@ -403,7 +402,7 @@ def accumulation(fn: ModelAttention, platform: str | None) -> str:
     ``high precision`` (no FP8: bf16/fp32 recipes, SDPA), ``matrix_unit never flushed``, ``matrix_unit flushed every
     N KV tiles``, ``fp32`` (true fp32 sums: the mi355x platform) or ``fp32 via k=32 flushes`` (a true fp32 sum kept
     on Hopper by flushing the tensor cores' accumulator every k=32 step)."""
-    from accuracy.implementations import pairing
+    from zyfa.accuracy.implementations import pairing
 
     if fn.impl is None:
         r = fn.recipe

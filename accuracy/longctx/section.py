@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from accuracy.longctx.scores import (
+from zyfa.accuracy.longctx.scores import (
     BASELINE_MIN,
     accumulator_comparison,
     baseline_of,
@@ -22,12 +22,12 @@ from accuracy.longctx.scores import (
     load_rows,
     retrieving_lengths,
 )
-from accuracy.longctx.verdicts import plan_blocks
-from accuracy.plan import PlanError, check_rows, load_plan
-from accuracy.report.blocks import md_cell, sharding_line, slug
-from accuracy.report.document import Doc, write_report
-from accuracy.report.plots import png, pyplot
-from accuracy.schemas import mixed_code_notice
+from zyfa.accuracy.longctx.verdicts import plan_blocks
+from zyfa.accuracy.plan import PlanError, check_rows, load_plan
+from zyfa.accuracy.report.blocks import md_cell, sharding_line, slug
+from zyfa.accuracy.report.document import Doc, write_report
+from zyfa.accuracy.report.plots import png, pyplot
+from zyfa.accuracy.schemas import mixed_code_notice
 
 __all__ = ["RenderError", "accumulator_group", "cliff_table", "headline", "hypothesis", "never_flushed_lower",
            "render_folder", "section_blocks"]
@@ -42,7 +42,7 @@ class RenderError(ValueError):
 
 def accumulator_group(name: str, accumulation: str | None = None) -> str:
     """The accumulator class of an implementation: from its rows' ``accumulation`` (what its paired recipe does
-    on the platform it ran on, :func:`accuracy.longctx.run.accumulation`), else guessed from its name."""
+    on the platform it ran on, :func:`zyfa.accuracy.longctx.run.accumulation`), else guessed from its name."""
     if accumulation:
         unit = accumulation.startswith(("matrix_unit", "hopper_fp8"))  # hopper_fp8: rows before the rename
         if unit and "never" in accumulation:
@@ -96,7 +96,7 @@ def _order(names: Sequence[str], baseline: str | None, groups: dict[str, str]) -
 def hypothesis(rows: Sequence[dict]) -> tuple[dict[tuple, dict], list[str]]:
     """The accumulator hypothesis (docs/LONGCTX.md) per (model, task, length): the never-flushed class against
     each other FP8 class present (flushed per KV tile, fp32 accumulation), paired per prompt
-    (:func:`accuracy.longctx.scores.accumulator_comparison`); and the classes compared."""
+    (:func:`zyfa.accuracy.longctx.scores.accumulator_comparison`); and the classes compared."""
     groups = _groups(rows)
     present = set(groups.values())
     others = [g for g in GROUPS[1:3] if g in present]
@@ -404,7 +404,7 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
                   plan: str | None = None) -> Path:
     """Render long-context results (JSONL paths or globs) into ``out_dir``: report.md, report.html, figures.
     An existing report.md there is kept unless ``force``. ``plan``: a study plan file; its verdicts lead the
-    report, and rows not written under the plan as it is now are refused (:func:`accuracy.plan.check_rows`)."""
+    report, and rows not written under the plan as it is now are refused (:func:`zyfa.accuracy.plan.check_rows`)."""
     try:
         rows, provs = load_rows(results)
     except (FileNotFoundError, ValueError) as e:
@@ -434,7 +434,7 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
 def cliff_table(path: str):
     """(header, rows) of the cliff finder's flags in ``path`` (its JSONL), by its own renderer."""
     try:
-        from accuracy.report.cliffs import flag_table  # the cliff finder's table, where that module exists
+        from zyfa.accuracy.report.cliffs import flag_table  # the cliff finder's table, where that module exists
     except ImportError:
         raise RenderError("the cliff finder's renderer (accuracy.report.cliffs) is not installed") from None
     return flag_table(path)

@@ -5,14 +5,14 @@ Every prompt is exactly ``length`` tokens long, the length the attention kernel 
 but the last (teacher forcing: the forward pass scores each answer token from the tokens before it, so the logits
 at the last ``len(answer)`` positions say both how likely the answer is and whether greedy decoding returns it).
 
-- **needle**: the haystack is real text from a shipped source (``capture.text``: the Lee news corpus, Shakespeare,
+- **needle**: the haystack is real text from a shipped source (``zyfa.capture.text``: the Lee news corpus, Shakespeare,
   the Python reference), a window chosen by the seed; the needle is ``The special magic number for <key> is
   <value>.`` with a seeded two-word key and a seeded 7-digit value, inserted at a sentence boundary near the depth;
   the question asks for the key's number.
 - **passkey**: the haystack is the repeated filler of the passkey test (``The grass is green. The sky is blue. ...``),
   the needle ``The pass key is <value>. Remember it. <value> is the pass key.`` with a seeded 5-digit value.
 
-Tasks with room to fail (issue 41), all on the Paul Graham essays of the standard test (``capture.text``'s
+Tasks with room to fail (issue 41), all on the Paul Graham essays of the standard test (``zyfa.capture.text``'s
 ``paulgraham``, whatever ``text`` says), in the spirit of RULER (arXiv 2404.06654):
 
 - **niah**: the standard needle test (G. Kamradt): the needle "The best thing to do in San Francisco is eat a
@@ -210,7 +210,7 @@ def _haystack(tokenizer, task: str, n: int, seed: int, text: str) -> tuple[list[
         unit = _encode(tokenizer, FILLER)
         reps = n // len(unit) + 1
         return (unit * reps)[:n], {"haystack": "passkey filler"}
-    from capture.text import load_text
+    from zyfa.capture.text import load_text
 
     src = load_text(text)
     stream = _text_stream(tokenizer, src)

@@ -1,8 +1,8 @@
-"""A study plan's verdicts on long-context rows (:mod:`accuracy.plan`, :mod:`accuracy.verdict`).
+"""A study plan's verdicts on long-context rows (:mod:`zyfa.accuracy.plan`, :mod:`zyfa.accuracy.verdict`).
 
 For each contrast of the plan and each (model, task, length) cell, the two arms' rows are paired per prompt
 (depth, fact); the fact (the row's ``seed``: key, value and haystack window) is the independent unit, so the
-interval is a cluster bootstrap over facts. Each metric of the plan gets :func:`accuracy.verdict.paired_verdict`
+interval is a cluster bootstrap over facts. Each metric of the plan gets :func:`zyfa.accuracy.verdict.paired_verdict`
 with the plan's threshold and alpha. The primary contrast's informative verdicts form one family for the plan's
 correction (Holm): an "effect" whose adjusted p is not below alpha is reported as inconclusive after the
 correction. Exploratory contrasts are labelled so and left out of the family.
@@ -15,9 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from accuracy.plan import METRICS, Contrast, Plan
-from accuracy.report.blocks import md_cell
-from accuracy.verdict import holm, paired_verdict
+from zyfa.accuracy.plan import METRICS, Contrast, Plan
+from zyfa.accuracy.report.blocks import md_cell
+from zyfa.accuracy.verdict import holm, paired_verdict
 
 __all__ = ["plan_blocks", "plan_verdicts"]
 

@@ -1,7 +1,7 @@
 """The accuracy report: tables and figures computed from result rows, in one :class:`Doc`.
 
 Every number is computed from the result rows (or the benchmark rows) here and formatted by
-:func:`accuracy.report.blocks.fmt`, so a test can parse them back.
+:func:`zyfa.accuracy.report.blocks.fmt`, so a test can parse them back.
 
 Content: a summary of each implementation's absolute error with its interval per model and for the Gaussian inputs
 (and ``zyfa``'s paired ratios to each peer); then per model (capture inputs) and for Gaussian inputs: a recipe x
@@ -11,11 +11,11 @@ per-layer x per-head heatmaps (captures); error against sequence length (Gaussia
 rank correlations of the error with input properties (Q/K outliers, attention entropy, flushed probabilities;
 each ρ with its p and n), the benchmark tables, every (input, recipe) error, and the inputs with their hashes.
 Provenance and the regenerating command come first. Sections made elsewhere (the model-impact section of
-:mod:`accuracy.impact.section`) are passed in as callables and placed after the model and Gaussian sections.
+:mod:`zyfa.accuracy.impact.section`) are passed in as callables and placed after the model and Gaussian sections.
 
-Real kernels (rows of :mod:`accuracy.real_rows`, ``real: true``) passed as ``real_rows`` are rows of their own
+Real kernels (rows of :mod:`zyfa.accuracy.real_rows`, ``real: true``) passed as ``real_rows`` are rows of their own
 in the summary, the recipe x metric tables and the paired ratio tables, labelled as measured on their device
-(:func:`accuracy.report.real_kernels.measured_label`: ``cudnn-fp8 (real, H200)``) and placed after the recipe
+(:func:`zyfa.accuracy.report.real_kernels.measured_label`: ``cudnn-fp8 (real, H200)``) and placed after the recipe
 they are paired with, their emulation. The other tables (ablation, per layer and head, head dim, sequence length,
 causes, every result) keep the emulated recipes.
 
@@ -33,16 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-from accuracy.report.blocks import fmt, fmt_ci, kind_of, sharding_line, slug
-from accuracy.report.document import Doc
-from accuracy.report.front import model_anchor, section_front
-from accuracy.report.plots import png, pyplot
-from accuracy.report.real_kernels import measured_label, measured_on, unavailable_of
-from accuracy.report.speed import section_speed, speed_anchor
-from accuracy.results_io import row_key
-from accuracy.schemas import check_provenance, read_rows
-from accuracy.verdict import spearman_with_p
+from zyfa.accuracy.report.blocks import fmt, fmt_ci, kind_of, sharding_line, slug
+from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.report.front import model_anchor, section_front
+from zyfa.accuracy.report.plots import png, pyplot
+from zyfa.accuracy.report.real_kernels import measured_label, measured_on, unavailable_of
+from zyfa.accuracy.report.speed import section_speed, speed_anchor
+from zyfa.accuracy.results_io import row_key
+from zyfa.accuracy.schemas import check_provenance, read_rows
+from zyfa.accuracy.verdict import spearman_with_p
 
 __all__ = ["GAUSSIAN", "Results", "build_report", "group_of", "load_results", "select_recipes"]
 
@@ -92,7 +91,7 @@ class Results:
 def _read_one(path: Path) -> tuple[list[dict], dict]:
     if path.suffix.lower() == ".jsonl":  # no torch import needed for JSONL; every line checked by its schema
         return read_rows(path)
-    from accuracy.runner import read_results
+    from zyfa.accuracy.runner import read_results
 
     rows = read_results(path)
     return list(rows), check_provenance(rows.provenance or {}, f"{path} (its provenance)")
@@ -177,7 +176,7 @@ def _val(row: dict, key: str) -> float:
 
 def mean_ci(values, *, log: bool = False):
     """Mean and bootstrap 95% CI (scipy BCa via accuracy.metrics.bootstrap_ci); log: geometric mean."""
-    from accuracy.metrics import bootstrap_ci
+    from zyfa.accuracy.metrics import bootstrap_ci
 
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
@@ -829,16 +828,16 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
                  front_rows: Sequence[dict] | None = None, real_rows: Sequence[dict] = (),
                  closing: Sequence[Callable[[Doc, bool], None]] = (), front_lines: Sequence[str] = (),
                  this_run: Sequence[str] = ()) -> Doc:
-    """The report document for the result rows and benchmark rows (:func:`accuracy.report.speed.load_bench`).
+    """The report document for the result rows and benchmark rows (:func:`zyfa.accuracy.report.speed.load_bench`).
 
     ``res``: the recipes' rows. ``real_rows``: real kernels' rows (``real: true``), shown as rows of their own,
     marked as measured on their device, in the summary, the recipe x metric tables and the paired ratio tables
-    (the real-vs-emulated section itself is :func:`accuracy.report.real_kernels.report_section`, passed in
-    ``sections``). ``front``: open on the front page (:mod:`accuracy.report.front`), made from ``front_rows``
+    (the real-vs-emulated section itself is :func:`zyfa.accuracy.report.real_kernels.report_section`, passed in
+    ``sections``). ``front``: open on the front page (:mod:`zyfa.accuracy.report.front`), made from ``front_rows``
     (default: the rows and the real rows). ``sections``: callables ``add(doc, plots)`` that append further
-    sections (e.g. the model-impact section, :func:`accuracy.impact.section.report_section`), placed after the
+    sections (e.g. the model-impact section, :func:`zyfa.accuracy.impact.section.report_section`), placed after the
     model and Gaussian sections. ``closing``: the same kind of callables, placed last (the recommendation table of
-    :mod:`accuracy.report.quantization`). ``front_lines``: findings of other sections stated on the front page
+    :mod:`zyfa.accuracy.report.quantization`). ``front_lines``: findings of other sections stated on the front page
     (the long-context finding), one paragraph each. ``this_run``: the labels of the result files this command
     wrote (the front page says their numbers are "this run"; the others are named with their commit).
     """

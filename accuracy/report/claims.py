@@ -8,7 +8,7 @@ peer's (:data:`CLAIMS`): ``zyfa/ck`` and ``zyfa/triton-amd`` in [0.95, 1.05] ("a
 Our figure at the paper's condition: recipe rows (the emulations; real-kernel rows are left out) at head dim 128,
 paired per unit with the peer on the same input. The unit is each layer × head where rows carry per-head errors
 (``deq_rel_l2_heads``), else each input (a layer, a Gaussian draw). The figure is the geometric mean of the per-unit
-ratios (:func:`accuracy.verdict.paired_verdict` with ``ratio=True``) with two 95% intervals: over the independent
+ratios (:func:`zyfa.accuracy.verdict.paired_verdict` with ``ratio=True``) with two 95% intervals: over the independent
 units, the capture layers (a cluster bootstrap: a layer's heads share its input and are resampled together; the
 verdict's interval, as ``studies/hd128-claims-clustered.toml`` declares), and over every layer × head as if
 independent (shown beside it; narrower), under the kernel-only error (``deq``: against FP64 on the recipe's own
@@ -39,9 +39,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from accuracy.report.blocks import fmt
-from accuracy.report.document import Doc
-from accuracy.verdict import paired_verdict
+from zyfa.accuracy.report.blocks import fmt
+from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.verdict import paired_verdict
+
 from zyfa.recipes import get_recipe
 
 __all__ = ["CLAIMS", "CONDITION_HEAD_DIM", "ERRORS", "INPUT_KINDS", "VARIANTS", "Claim", "claim_figures",
@@ -186,7 +187,7 @@ def sensitivity(rows: Sequence[dict], variants=VARIANTS) -> list[dict]:
     """The verdicts with each technique-1 variant as ZYFA: one dict per (claim, variant, input kind, error) as in
     :func:`claim_figures`, plus ``variant`` (its label) and ``spec`` (the recipe spec that makes its rows).
     ``variants``: (label, recipe names or specs whose rows stand for it) pairs (default :data:`VARIANTS`; a plan's
-    list: :mod:`accuracy.report.hd128`)."""
+    list: :mod:`zyfa.accuracy.report.hd128`)."""
     out = []
     for label, names in variants:
         for c in CLAIMS:

@@ -1,7 +1,7 @@
 """Rendering of a length-cliff sweep (``zyfa cliffs``): the error-against-length plot with the flagged points
 marked, the table of flags with reproducers, and the same as report blocks for the study.
 
-Everything here reads sweep rows and their provenance only (:mod:`accuracy.cliffs` makes them), so a GPU run's
+Everything here reads sweep rows and their provenance only (:mod:`zyfa.accuracy.cliffs` makes them), so a GPU run's
 JSONL renders on any machine.
 
 Exposed:
@@ -22,11 +22,12 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from accuracy.cliffs import WINDOW, CliffRule, find_flags, format_lengths, read_sweeps, reproducers
-from accuracy.report.blocks import blocks_markdown, fmt
-from accuracy.report.document import Doc
-from accuracy.report.plots import png, pyplot
-from accuracy.schemas import mixed_code_notice
+from zyfa.accuracy.cliffs import WINDOW, CliffRule, find_flags, format_lengths, read_sweeps, reproducers
+from zyfa.accuracy.report.blocks import blocks_markdown, fmt
+from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.report.plots import png, pyplot
+from zyfa.accuracy.schemas import mixed_code_notice
+
 from zyfa.outputs import atomic_write_bytes, atomic_write_text
 
 __all__ = ["TABLE_HEADER", "add_section", "cliff_table", "flag_groups", "flag_table", "plot_png", "render",
@@ -127,7 +128,7 @@ def _n_rows(rows, g) -> str:
 
 def flag_table(paths, rule: CliffRule | None = None) -> tuple[list[str], list]:
     """(header, body) of :func:`cliff_table` for sweep files (a path, a list or comma-separated; ``.partial``
-    too: :func:`accuracy.cliffs.read_sweeps`), for a report that tables another command's sweep."""
+    too: :func:`zyfa.accuracy.cliffs.read_sweeps`), for a report that tables another command's sweep."""
     rows, prov = read_sweeps(paths, flag="cliffs")
     return cliff_table(rows, prov, rule)
 

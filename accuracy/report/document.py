@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accuracy.report.blocks import blocks_markdown
+from zyfa.accuracy.report.blocks import blocks_markdown
+
 from zyfa.markdown import md_escape
 
 

@@ -15,7 +15,7 @@ Computed from the result rows and the benchmark rows:
   Under the table: the paragraph on deq and orig, its ratios computed from the table's printed numbers
   (:func:`front_prose`; errors in one format, :func:`number`), the whole reasons the cells had to cut, one line per
   recipe status and why (the recipes' ``status_note``), and the 4-bit weights of the captured models
-  (:func:`quantized_weights`, from :data:`capture.models.MODELS`);
+  (:func:`quantized_weights`, from :data:`zyfa.capture.models.MODELS`);
 * "where we land": :func:`zyfa.bench.table.summary_lines` of the benchmark file (the same table as its Markdown), with
   the GPU named and each row's source (:func:`bench_source`); a column only beside an implementation with error
   rows here, a ``× peer`` column (our kernel's speed over the peer's) only where our kernel's column is shown too,
@@ -42,13 +42,12 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
-
-from accuracy.kernel_verdicts import Verdict, implementation_verdicts, short_reason
-from accuracy.report.blocks import fmt_ci, slug
-from accuracy.report.document import Doc
-from accuracy.report.plots import png, pyplot
-from accuracy.report.real_kernels import measured_on
-from capture.models import MODELS
+from zyfa.accuracy.kernel_verdicts import Verdict, implementation_verdicts, short_reason
+from zyfa.accuracy.report.blocks import fmt_ci, slug
+from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.report.plots import png, pyplot
+from zyfa.accuracy.report.real_kernels import measured_on
+from zyfa.capture.models import MODELS
 
 # ZYFA's ablations: in the details, not on the front page
 ABLATION_PREFIX = ("zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed", "zyfa-tilescale")
@@ -109,7 +108,7 @@ def status_of(name: str, rows: Sequence[dict] = ()) -> str:
 
 
 def _ci(values):
-    from accuracy.metrics import bootstrap_ci
+    from zyfa.accuracy.metrics import bootstrap_ci
 
     x = np.asarray([v for v in values if v is not None], dtype=np.float64)
     if x.size == 0:
@@ -149,7 +148,7 @@ def sources_of(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]], th
 def error_table(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] = (),
                 this_run: Sequence[str] = ()) -> list[dict]:
     """One entry per implementation on the front page (:func:`on_front_page`), in the order of the rows (recipes
-    first, then real kernels): name, status, verdict (:func:`accuracy.kernel_verdicts.implementation_verdicts`
+    first, then real kernels): name, status, verdict (:func:`zyfa.accuracy.kernel_verdicts.implementation_verdicts`
     of its rows), source (:func:`source_label` of its rows' files, ``provenances`` as (file label, record),
     ``this_run`` the labels this command wrote), and the (mean, low, high) of ``orig_rel_l2`` and ``deq_rel_l2``
     over the capture inputs and over the Gaussian inputs that ran (status ``ok`` or ``suspect``; NaN triples
@@ -406,7 +405,7 @@ def bench_source(name: str, meta: dict) -> str:
 
 def quantized_weights(rows: Sequence[dict]) -> str:
     """The sentence on the captures' model weights (4-bit GGUF for the shipped models, from the model registry
-    :data:`capture.models.MODELS`), or "" without captures."""
+    :data:`zyfa.capture.models.MODELS`), or "" without captures."""
     models = list(dict.fromkeys(str(r.get("input_model")) for r in rows if r.get("input_source") == "capture"
                                 and r.get("input_model")))
     if not models:

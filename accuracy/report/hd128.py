@@ -5,7 +5,7 @@ Plans (TOML, written before the figures they decide; the rows record nothing of 
 plan's hash): ``studies/hd128-claims-clustered.toml`` (the claims, their ranges, the verdict's interval over layers;
 it supersedes ``studies/hd128-claims.toml``, kept as first declared) and ``studies/hd128-sensitivity.toml`` (the
 technique-1 variants as recipe specs, each taking zyfa's place). The figures and the rule are
-:mod:`accuracy.report.claims`'.
+:mod:`zyfa.accuracy.report.claims`'.
 
 Exposed: ``SensitivityPlan``, ``PlanFileError``, ``load_sensitivity_plan(path)``, ``plan_file_hash(path)``,
 ``sensitivity_figures(rows, plan=None)``, ``hd128_section(rows, *, sensitivity_plan=..., claims_plan=...) ->
@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accuracy.plan import plan_hash
-from accuracy.report.claims import VARIANTS, claims_section, sensitivity
-from accuracy.report.document import Doc
+from zyfa.accuracy.plan import plan_hash
+from zyfa.accuracy.report.claims import VARIANTS, claims_section, sensitivity
+from zyfa.accuracy.report.document import Doc
+
 from zyfa.recipes import get_recipe
 
 if sys.version_info >= (3, 11):
@@ -52,7 +53,7 @@ def _read(path: str | Path) -> dict:
 
 
 def plan_file_hash(path: str | Path) -> str:
-    """The plan's hash as :func:`accuracy.plan.plan_hash` computes it (parsed content; comments do not count)."""
+    """The plan's hash as :func:`zyfa.accuracy.plan.plan_hash` computes it (parsed content; comments do not count)."""
     return plan_hash(_read(path))
 
 
@@ -126,7 +127,7 @@ def _plan_rows(rows: Sequence[dict], plan: SensitivityPlan) -> list[dict]:
 
 
 def sensitivity_figures(rows: Sequence[dict], plan: SensitivityPlan | None = None) -> list[dict]:
-    """:func:`accuracy.report.claims.sensitivity` over the plan's variants, on its layers."""
+    """:func:`zyfa.accuracy.report.claims.sensitivity` over the plan's variants, on its layers."""
     plan = plan or load_sensitivity_plan()
     return sensitivity(_plan_rows(rows, plan), _variants(plan))
 

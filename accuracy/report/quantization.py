@@ -27,9 +27,10 @@ import math
 import shlex
 from collections.abc import Callable, Sequence
 
-from accuracy.report.blocks import fmt, fmt_ci
-from accuracy.report.build import group_of, input_key, mean_ci
-from accuracy.report.document import Doc
+from zyfa.accuracy.report.blocks import fmt, fmt_ci
+from zyfa.accuracy.report.build import group_of, input_key, mean_ci
+from zyfa.accuracy.report.document import Doc
+
 from zyfa.recipes import QUANT_SCHEMES, RECIPES
 
 __all__ = ["REFERENCES", "quantization_section", "recommendation_rows", "recommendation_section", "scheme_samples",
@@ -175,7 +176,7 @@ def quantization_section(rows: Sequence[dict]) -> Callable[[Doc, bool], None]:
 # ---------------------------------------------------------------------------------------------- recommendation
 
 def _by_recipe(impact: dict | None) -> dict:
-    """{(model, n_tokens, text): {recipe: entry}} of :func:`accuracy.impact.section.summarize`'s result."""
+    """{(model, n_tokens, text): {recipe: entry}} of :func:`zyfa.accuracy.impact.section.summarize`'s result."""
     return {g: {e["recipe"]: e for e in entries} for g, entries in (impact or {}).items()}
 
 
@@ -223,9 +224,9 @@ def _kernel_cost(name: str, bench_rows: list[dict]) -> str:
 
 def recommendation_rows(acc_rows: Sequence[dict], impact: dict | None, bench: Sequence = ()) -> dict:
     """The recommendation table's content: {"header", "body", "kl_groups", "unmeasured_kl", "unbenched",
-    "per_tensor_kernel"}. ``impact``: :func:`accuracy.impact.section.summarize` of the prepared impact rows (the
+    "per_tensor_kernel"}. ``impact``: :func:`zyfa.accuracy.impact.section.summarize` of the prepared impact rows (the
     caller summarizes them: this module does not import the impact package); ``bench``:
-    :func:`accuracy.report.speed.load_bench`."""
+    :func:`zyfa.accuracy.report.speed.load_bench`."""
     caps = [r for r in acc_rows if r.get("input_source") == "capture" and not r.get("real")]
     _, _, details = scheme_table(caps) if caps else ([], [], {})
     impact = _by_recipe(impact)

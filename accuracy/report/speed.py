@@ -8,8 +8,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from accuracy.report.blocks import fmt
-from accuracy.report.document import Doc
+from zyfa.accuracy.report.blocks import fmt
+from zyfa.accuracy.report.document import Doc
+
 from zyfa.bench.table import ROW_HEADER, canonical_rows, row_cells
 
 

@@ -33,12 +33,12 @@ Writes ``<out>/results.jsonl`` (the runner's rows plus per-input features and pe
 provenance header) and the report (``report.md``, ``fig_*.png``, ``report.html``, and with Chromium installed
 ``report_screenshot.png`` of its first screen, checked for console errors). Progress goes to stderr.
 
-The report opens on its front page (:mod:`accuracy.report.front`): each implementation's error with its interval
+The report opens on its front page (:mod:`zyfa.accuracy.report.front`): each implementation's error with its interval
 and status, the speed table "where we land" with the GPU named, and speed against accuracy with the Pareto
 frontier. The speed comes from the repository's ``reports/bench/bench.json`` (else its newest
 ``reports/bench/bench*.json``), found from the package's location, not the current directory; ``--bench`` names
 other files.
-Modules: :mod:`accuracy.study.run` (the inputs and the run), :mod:`accuracy.study.compose` (the report from
-results, benchmark and impact files), :mod:`accuracy.study.cli` (``zyfa study``) and
-:mod:`accuracy.study.report_cli` (``zyfa report``).
+Modules: :mod:`zyfa.accuracy.study.run` (the inputs and the run), :mod:`zyfa.accuracy.study.compose` (the report from
+results, benchmark and impact files), :mod:`zyfa.accuracy.study.cli` (``zyfa study``) and
+:mod:`zyfa.accuracy.study.report_cli` (``zyfa report``).
 """

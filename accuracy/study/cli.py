@@ -1,4 +1,4 @@
-"""``zyfa study``: the one-command study (see :mod:`accuracy.study` for what it runs and writes).
+"""``zyfa study``: the one-command study (see :mod:`zyfa.accuracy.study` for what it runs and writes).
 
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``, ``impact_files(spec)``.
 """
@@ -14,11 +14,11 @@ import time
 import uuid
 from pathlib import Path
 
-from accuracy.cli import cell_cost, read_finished
-from accuracy.report.build import load_results
-from accuracy.report.document import save_screenshot
-from accuracy.results_io import row_key
-from accuracy.shard import (
+from zyfa.accuracy.cli import cell_cost, read_finished
+from zyfa.accuracy.report.build import load_results
+from zyfa.accuracy.report.document import save_screenshot
+from zyfa.accuracy.results_io import row_key
+from zyfa.accuracy.shard import (
     UNITS_PER_SECOND,
     Dist,
     RankRows,
@@ -32,10 +32,10 @@ from accuracy.shard import (
     rank_device,
     say,
 )
-from accuracy.study import run as study_run
-from accuracy.study.compose import REPO_ROOT, find_bench, load_report_inputs, render, split_paths
-from accuracy.study.report_cli import report_command
-from accuracy.study.run import (
+from zyfa.accuracy.study import run as study_run
+from zyfa.accuracy.study.compose import REPO_ROOT, find_bench, load_report_inputs, render, split_paths
+from zyfa.accuracy.study.report_cli import report_command
+from zyfa.accuracy.study.run import (
     DEFAULT_CLIFFS,
     DEFAULT_IMPACT,
     DEFAULT_LONGCTX,
@@ -48,7 +48,8 @@ from accuracy.study.run import (
     run_study,
     study_inputs,
 )
-from accuracy.study.study_args import DEFAULT_OUT
+from zyfa.accuracy.study.study_args import DEFAULT_OUT
+
 from zyfa.outputs import OutputError, StagedFolder
 from zyfa.plugins import wall_flags, wall_options
 
@@ -176,7 +177,7 @@ def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes,
     """``--dry-run [N]``: the accuracy rows per rank with estimated seconds; writes nothing."""
     import os
 
-    from accuracy.runner import resolve_device
+    from zyfa.accuracy.runner import resolve_device
 
     dry_run_world(args.dry_run)  # a bad N is refused on every rank
     if int(os.environ.get("RANK", 0) or 0) != 0:
@@ -240,7 +241,7 @@ def main(args: argparse.Namespace) -> int:
         max_tokens = args.max_tokens if args.max_tokens is not None else (512 if args.quick else None)
         if args.gaussian_filter is not None:
             re.compile(args.gaussian_filter)
-        from accuracy.implementations import load_plugins, parse_implementations
+        from zyfa.accuracy.implementations import load_plugins, parse_implementations
 
         if args.kernel_recipe and not args.kernel:
             raise ValueError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
@@ -261,7 +262,7 @@ def main(args: argparse.Namespace) -> int:
         stage, stage_dir, resumed = _open_stage(out, dist, force=args.force, resume=args.resume)
         inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
                               name_filter=args.gaussian_filter)
-        from accuracy.runner import resolve_device  # torch: only once the arguments are checked
+        from zyfa.accuracy.runner import resolve_device  # torch: only once the arguments are checked
 
         device = rank_device(resolve_device(args.device), dist)
         cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
@@ -289,8 +290,8 @@ def main(args: argparse.Namespace) -> int:
         give_up(dist, e)
         return 2
 
-    from accuracy.inputs import file_sha256
-    from accuracy.runner import write_results
+    from zyfa.accuracy.inputs import file_sha256
+    from zyfa.accuracy.runner import write_results
 
     command = _command(args)
     prov = {"study_command": command, "study_mode": mode, "study_notes": notes,
@@ -322,12 +323,12 @@ def main(args: argparse.Namespace) -> int:
     dist.close()
     if rows is None:  # a rank other than 0: its rows are merged, rank 0 writes the study
         return 0
-    from accuracy.implementations import unavailable_lines
+    from zyfa.accuracy.implementations import unavailable_lines
 
     for line in unavailable_lines(rows.provenance.get("implementations_unavailable") or {}):
         log(line)
     if not dist.grouped:  # one process: the --dry-run estimate of the rows it made beside their time
-        from accuracy.cost_model import PROVENANCE_KEY, record
+        from zyfa.accuracy.cost_model import PROVENANCE_KEY, record
 
         made = [r for r in rows if row_key(r) not in done_before]
         rows.provenance[PROVENANCE_KEY] = [*rows.provenance.get(PROVENANCE_KEY, []), record(
@@ -362,6 +363,6 @@ def main(args: argparse.Namespace) -> int:
             "report, was removed")
     if rc:
         return rc
-    from accuracy.cli import failed_rows_status
+    from zyfa.accuracy.cli import failed_rows_status
 
     return failed_rows_status(rows, "zyfa study", allow=getattr(args, "allow_failed", False))

@@ -15,7 +15,7 @@ a killed run and the finished file is written atomically), ``cliffs.png`` (error
 points marked) and ``cliffs.md`` (the table of flags with a one-line reproducer each, and the smallest
 reproducer per implementation). Bad input exits with status 2 and one line on stderr.
 
-The sweep is :mod:`accuracy.cliffs`, the rendering :mod:`accuracy.report.cliffs`.
+The sweep is :mod:`zyfa.accuracy.cliffs`, the rendering :mod:`zyfa.accuracy.report.cliffs`.
 
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
@@ -28,8 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from accuracy.command import UsageError
-from accuracy.kernel_verdicts import verdict_lines
+from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.kernel_verdicts import verdict_lines
+
 from zyfa.plugins import add_wall_arguments, wall_options
 
 PROG = "zyfa cliffs"
@@ -162,8 +163,8 @@ def _fail(e, results=None, status: int = 2) -> int:
 
 
 def _rule(args, provenance: dict | None = None):
-    from accuracy.cliffs import CliffRule
-    from accuracy.report.cliffs import rule_of
+    from zyfa.accuracy.cliffs import CliffRule
+    from zyfa.accuracy.report.cliffs import rule_of
 
     if args.metric is not None and args.metric not in _METRICS:
         raise UsageError(f"--metric {args.metric!r}: choose one of {', '.join(_METRICS)}")
@@ -177,8 +178,9 @@ def _rule(args, provenance: dict | None = None):
 
 
 def _render_only(args) -> int:
-    from accuracy.cliffs import read_sweeps
-    from accuracy.report.cliffs import render
+    from zyfa.accuracy.cliffs import read_sweeps
+    from zyfa.accuracy.report.cliffs import render
+
     from zyfa.outputs import check_dir_writable
 
     rows, prov = read_sweeps(args.render, flag="--render")
@@ -191,8 +193,8 @@ def _render_only(args) -> int:
     _print_summary(rows, prov, rule)
     print(f"wrote {paths['png']} and {paths['markdown']}")
     if args.flagged_out:
-        from accuracy.cliffs import flagged_rows
-        from accuracy.runner import write_results
+        from zyfa.accuracy.cliffs import flagged_rows
+        from zyfa.accuracy.runner import write_results
 
         kept = flagged_rows(rows, rule)
         write_results(kept, Path(args.flagged_out), {**prov, "rows_kept": (
@@ -220,7 +222,7 @@ class _Plan:
 
 
 def _plan(args) -> _Plan:
-    from accuracy.cliffs import (
+    from zyfa.accuracy.cliffs import (
         DEFAULT_MAX_LENGTH,
         check_lengths_fit,
         default_lengths,
@@ -228,10 +230,11 @@ def _plan(args) -> _Plan:
         plan_keys,
         subjects,
     )
-    from accuracy.implementations import load_plugins, parse_implementations
-    from accuracy.results_io import ResultsFile
-    from accuracy.run_harness import refuse_unavailable
-    from accuracy.runner import resolve_device
+    from zyfa.accuracy.implementations import load_plugins, parse_implementations
+    from zyfa.accuracy.results_io import ResultsFile
+    from zyfa.accuracy.run_harness import refuse_unavailable
+    from zyfa.accuracy.runner import resolve_device
+
     from zyfa.recipes import parse_recipes
 
     rule = _rule(args)
@@ -290,8 +293,8 @@ def _plan(args) -> _Plan:
 
 def _source(args, device):
     """(source, its own mask, the zyfa cliffs argv of the input, the zyfa accuracy argv of it or None)."""
-    from accuracy.cliffs import DEFAULT_MAX_LENGTH, CaptureSource, GaussianSource
-    from accuracy.inputs import GaussianSpec, capture_inputs
+    from zyfa.accuracy.cliffs import DEFAULT_MAX_LENGTH, CaptureSource, GaussianSource
+    from zyfa.accuracy.inputs import GaussianSpec, capture_inputs
 
     dev = ["--device", device.type]
     if args.inputs.strip() == "gaussian":
@@ -345,9 +348,9 @@ def _source(args, device):
 
 
 def _run(args, plan: _Plan) -> int:
-    from accuracy.cliffs import run_cliffs
-    from accuracy.report.cliffs import render
-    from accuracy.runner import write_results
+    from zyfa.accuracy.cliffs import run_cliffs
+    from zyfa.accuracy.report.cliffs import render
+    from zyfa.accuracy.runner import write_results
 
     results = plan.results
     first = results.provenance if results.resumed_from is not None else {}
@@ -389,7 +392,7 @@ def _run(args, plan: _Plan) -> int:
 
 
 def _print_summary(rows, prov, rule) -> None:
-    from accuracy.report.cliffs import flag_groups
+    from zyfa.accuracy.report.cliffs import flag_groups
 
     for line in verdict_lines(rows):
         print(line)
@@ -406,7 +409,7 @@ def _print_summary(rows, prov, rule) -> None:
         first = min(mine, key=lambda g: g["length"])
         print(f"{name}: " + ", ".join(f"{k} at {n} length(s)" for k, n in counts.items())
               + f"; shortest {first['kind']} at {first['length']}: {first['reproducer']}")
-    from accuracy.implementations import unavailable_lines
+    from zyfa.accuracy.implementations import unavailable_lines
 
     for line in unavailable_lines(prov.get("implementations_unavailable") or {}):
         print(line)

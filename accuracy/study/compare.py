@@ -4,7 +4,7 @@ compared per implementation and input.
 For each implementation (a recipe's emulation or a real kernel) present in both files, and each error metric both
 carry (``deq_rel_l2``, ``orig_rel_l2``), the ratio B / A is taken per input over the inputs both files have (an
 input is its name and content hash: the same name with other data is not the same input). The summary is
-:func:`accuracy.verdict.paired_verdict` on those pairs (geometric-mean ratio, cluster-bootstrap interval, the
+:func:`zyfa.accuracy.verdict.paired_verdict` on those pairs (geometric-mean ratio, cluster-bootstrap interval, the
 verdict against a threshold, by default 2%): the unit is the input; capture rows of one head each are clustered
 by their capture file and layer, and rows holding per-head errors (``*_heads``) count each head as a unit
 clustered by its input. Units where either side has no finite positive error (a failed row, NaN) are left out and
@@ -23,7 +23,7 @@ speed: per implementation, the ratio of median kernel times B / A over the cases
 timed. Last, what differs in the two runs' provenance (commit, versions, device, seed, inputs' hashes, kernels'
 file hashes).
 
-The command (arguments, files, exit status) is :mod:`accuracy.study.compare_cli`.
+The command (arguments, files, exit status) is :mod:`zyfa.accuracy.study.compare_cli`.
 
 Exposed: ``compare(a, b, *, threshold=0.02, ...) -> Comparison``, ``compare_speed(bench_a, bench_b)``,
 ``kernel_key(name) -> str``, ``render(comparison) -> str``, ``load_results(path) -> Side``.
@@ -36,9 +36,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accuracy.report.speed import load_bench
-from accuracy.results_io import read_jsonl, row_key
-from accuracy.verdict import Verdict, paired_verdict
+from zyfa.accuracy.report.speed import load_bench
+from zyfa.accuracy.results_io import read_jsonl, row_key
+from zyfa.accuracy.verdict import Verdict, paired_verdict
+
 from zyfa.markdown import md_escape
 
 __all__ = ["METRICS", "THRESHOLD", "Comparison", "Side", "compare", "compare_speed", "kernel_key", "load_results",
@@ -82,7 +83,7 @@ def load_results(path: str | Path) -> Side:
     if p.is_dir():
         raise ValueError(f"{p} is a directory; give a results file (.jsonl), e.g. {p / 'results.jsonl'}")
     if p.suffix.lower() == ".csv":
-        from accuracy.runner import read_results  # torch: only for a CSV
+        from zyfa.accuracy.runner import read_results  # torch: only for a CSV
 
         res = read_results(p)
         rows, prov = list(res), res.provenance

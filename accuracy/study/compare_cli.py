@@ -1,5 +1,5 @@
 """``zyfa compare A.jsonl B.jsonl [--bench A.json B.json] [--out DIR]``: two result files of ``zyfa accuracy`` or
-``zyfa study`` compared per implementation and input (:mod:`accuracy.study.compare`; docs/API.md).
+``zyfa study`` compared per implementation and input (:mod:`zyfa.accuracy.study.compare`; docs/API.md).
 
 Markdown goes to stdout, or to ``DIR/compare.md`` with ``--out DIR`` (an existing one only with ``--force``). Bad
 input (a missing file, a file that is not a result file, no implementation and input in common) is one line on
@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="two zyfa bench files: adds the ratio of kernel times B / A per implementation")
     parser.add_argument("--threshold", type=float, default=None,
                         help="the smallest change that matters, a fraction of 1 (default: "
-                             "accuracy.study.compare.THRESHOLD, 2%%)")
+                             "zyfa.accuracy.study.compare.THRESHOLD, 2%%)")
     parser.add_argument("--out", metavar="DIR", help="write DIR/compare.md (the folder is created) instead of "
                         "printing to stdout")
     parser.add_argument("--force", action="store_true", help="replace an existing DIR/compare.md")
@@ -48,7 +48,13 @@ def main(args: argparse.Namespace) -> int:
         for p in (args.a, args.b, *(args.bench or ())):
             if not Path(p).exists():
                 raise ValueError(f"no such file: {p}")
-        from accuracy.study.compare import THRESHOLD, compare, compare_speed, load_results, render  # after the checks
+        from zyfa.accuracy.study.compare import (  # after the checks
+            THRESHOLD,
+            compare,
+            compare_speed,
+            load_results,
+            render,
+        )
 
         threshold = THRESHOLD if args.threshold is None else args.threshold
         a, b = load_results(args.a), load_results(args.b)

@@ -2,7 +2,7 @@
 
 ``zyfa study`` (after its run) and ``zyfa report`` (from result files) both render through :func:`render`, so
 the two give the same report from the same files. The quantization section and the closing recommendation table
-(:mod:`accuracy.report.quantization`) come from the accuracy rows, the impact rows and the benchmark rows.
+(:mod:`zyfa.accuracy.report.quantization`) come from the accuracy rows, the impact rows and the benchmark rows.
 
 Exposed: ``split_paths(values)``, ``find_bench(root)``, ``ReportInputs``, ``load_report_inputs(...)``,
 ``render(...)``, ``REPO_ROOT``.
@@ -15,18 +15,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accuracy.impact.rows import load_rows, prepare_rows
-from accuracy.impact.section import report_section, summarize
-from accuracy.report.build import Results, build_report
-from accuracy.report.claims import claims_headline
-from accuracy.report.document import Doc, write_report
-from accuracy.report.front import source_label, sources_of
-from accuracy.report.hd128 import hd128_section
-from accuracy.report.quantization import quantization_section, recommendation_section
-from accuracy.report.real_kernels import report_section as real_kernels_section
-from accuracy.report.real_kernels import split_real, unavailable_of
-from accuracy.report.speed import load_bench
-from accuracy.schemas import mixed_code_notice
+from zyfa.accuracy.impact.rows import load_rows, prepare_rows
+from zyfa.accuracy.impact.section import report_section, summarize
+from zyfa.accuracy.report.build import Results, build_report
+from zyfa.accuracy.report.claims import claims_headline
+from zyfa.accuracy.report.document import Doc, write_report
+from zyfa.accuracy.report.front import source_label, sources_of
+from zyfa.accuracy.report.hd128 import hd128_section
+from zyfa.accuracy.report.quantization import quantization_section, recommendation_section
+from zyfa.accuracy.report.real_kernels import report_section as real_kernels_section
+from zyfa.accuracy.report.real_kernels import split_real, unavailable_of
+from zyfa.accuracy.report.speed import load_bench
+from zyfa.accuracy.schemas import mixed_code_notice
 
 # the repository this package sits in (the committed reports and datasets are found from here, not from the
 # current directory)
@@ -81,8 +81,8 @@ def load_report_inputs(bench_paths: Sequence[str | Path] = (),
                        cliffs_path: str | Path | None = None) -> ReportInputs:
     """Load the benchmark, impact and long-context files (ValueError, FileNotFoundError or OSError naming the bad
     one)."""
-    from accuracy.longctx.scores import BASELINES, baseline_of
-    from accuracy.longctx.scores import load_rows as load_longctx
+    from zyfa.accuracy.longctx.scores import BASELINES, baseline_of
+    from zyfa.accuracy.longctx.scores import load_rows as load_longctx
 
     bench = load_bench(bench_paths)
     impact = load_rows(impact_paths) if impact_paths else None
@@ -98,7 +98,7 @@ def load_report_inputs(bench_paths: Sequence[str | Path] = (),
 
 def _cliffs_section(path: str):
     """The length-cliff finder's flags (``zyfa cliffs``) as a report section of their own."""
-    from accuracy.longctx.section import cliff_table
+    from zyfa.accuracy.longctx.section import cliff_table
 
     header, rows = cliff_table(path)
 
@@ -113,7 +113,7 @@ def _cliffs_section(path: str):
 
 def _longctx_section(inputs: ReportInputs):
     """The long-context section as a report section (``add(doc, plots)``), and its one-sentence finding."""
-    from accuracy.longctx.section import cliff_table, section_blocks
+    from zyfa.accuracy.longctx.section import cliff_table, section_blocks
 
     rows, provs = inputs.longctx
     table = cliff_table(inputs.cliffs_path) if inputs.cliffs_path else None
@@ -131,7 +131,7 @@ def _longctx_section(inputs: ReportInputs):
 
 
 def _longctx_source(inputs: ReportInputs) -> str:
-    """The source labels of the long-context files (:func:`accuracy.report.front.source_label`), each once."""
+    """The source labels of the long-context files (:func:`zyfa.accuracy.report.front.source_label`), each once."""
     provs = inputs.longctx[1]
     paths = split_paths(inputs.longctx_paths)
     names = paths if len(paths) == len(provs) else [f"{', '.join(inputs.longctx_paths)} ({i + 1})"

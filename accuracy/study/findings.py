@@ -1,18 +1,18 @@
 """The findings that carry a verdict, generated from committed result files and plan files: the README's "What we
 found" verdict table and docs/FINDINGS.md's, between markers, so that neither can drift from the data.
 
-    python -m accuracy.study.findings            # print the block
-    python -m accuracy.study.findings --write    # replace the block in README.md and docs/FINDINGS.md
-    python -m accuracy.study.findings --check    # exit 1 where a file's block differs from the generated one
+    python -m zyfa.accuracy.study.findings            # print the block
+    python -m zyfa.accuracy.study.findings --write    # replace the block in README.md and docs/FINDINGS.md
+    python -m zyfa.accuracy.study.findings --check    # exit 1 where a file's block differs from the generated one
 
 Each row states its condition (model, head dim, length, metric), its unit and n, the figure with its 95% interval
 over the independent units, the verdict by its plan's rule, and for a null or an inconclusive verdict the smallest
 effect the design could have detected. Rows:
 
-- the paper's three accuracy claims at head dim 128 (:mod:`accuracy.report.claims`, plan
+- the paper's three accuracy claims at head dim 128 (:mod:`zyfa.accuracy.report.claims`, plan
   ``studies/hd128-claims-clustered.toml``; intervals over layers), each with how many technique-1 variants of
   ``studies/hd128-sensitivity.toml`` keep its verdict (rows in ``reports/hd128/sensitivity.jsonl`` where run);
-- the long-context accumulator contrast of ``studies/accumulator.toml`` (:mod:`accuracy.longctx.verdicts`), one
+- the long-context accumulator contrast of ``studies/accumulator.toml`` (:mod:`zyfa.accuracy.longctx.verdicts`), one
   row per model: "untested at the condition" until rows written under that plan's hash exist in
   ``reports/accumulator/`` (or ``reports/longctx/``).
 
@@ -30,19 +30,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from accuracy.longctx.scores import load_rows
-from accuracy.longctx.verdicts import plan_verdicts
-from accuracy.plan import load_plan
-from accuracy.report.build import load_results
-from accuracy.report.claims import CLAIMS, claim_figures
-from accuracy.report.hd128 import CLAIMS_PLAN, load_sensitivity_plan, plan_file_hash, sensitivity_figures
-from capture.models import MODELS
+from zyfa.accuracy.longctx.scores import load_rows
+from zyfa.accuracy.longctx.verdicts import plan_verdicts
+from zyfa.accuracy.plan import load_plan
+from zyfa.accuracy.report.build import load_results
+from zyfa.accuracy.report.claims import CLAIMS, claim_figures
+from zyfa.accuracy.report.hd128 import CLAIMS_PLAN, load_sensitivity_plan, plan_file_hash, sensitivity_figures
+from zyfa.capture.models import MODELS
 
 __all__ = ["BEGIN", "END", "Finding", "accumulator_findings", "findings", "hd128_findings", "main", "render",
            "replace_block"]
 
 ROOT = Path(__file__).resolve().parents[2]
-BEGIN = "<!-- findings:begin (generated: python -m accuracy.study.findings --write; do not edit by hand) -->"
+BEGIN = "<!-- findings:begin (generated: python -m zyfa.accuracy.study.findings --write; do not edit by hand) -->"
 END = "<!-- findings:end -->"
 HEADER = ("| question (generated) | condition | unit, n | figure [95% interval] | verdict | from |\n"
           "|---|---|---|---|---|---|")
@@ -222,7 +222,7 @@ TARGETS = ("README.md", "docs/FINDINGS.md")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m accuracy.study.findings", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m zyfa.accuracy.study.findings", description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="replace the block in " + " and ".join(TARGETS))
     ap.add_argument("--check", action="store_true", help="exit 1 where a file's block differs")
     args = ap.parse_args(argv)
@@ -248,8 +248,8 @@ def main(argv=None) -> int:
                 path.write_text(new, encoding="utf-8")
                 print(f"wrote {name}")
             else:
-                print(f"findings: {name}: its block differs from the generated one (python -m accuracy.study.findings "
-                      "--write)", file=sys.stderr)
+                print(f"findings: {name}: its block differs from the generated one "
+                      "(python -m zyfa.accuracy.study.findings --write)", file=sys.stderr)
                 status = 1
     return status
 

@@ -1,10 +1,10 @@
 """Run the hd128 sensitivity plan: each technique-1 variant the plan runs, on the capture's layers, with the
 per-head errors the claims table pairs per layer x head.
 
-    python -m accuracy.study.hd128_sensitivity --plan studies/hd128-sensitivity.toml \
+    python -m zyfa.accuracy.study.hd128_sensitivity --plan studies/hd128-sensitivity.toml \
         --inputs ~/.cache/zyfa/captures/qwen25coder-1.5b-pydoc-2048.h5 --out reports/hd128/sensitivity.jsonl
 
-Rows are those of ``zyfa accuracy`` (:func:`accuracy.runner.run_accuracy`) plus ``deq_rel_l2_heads`` and
+Rows are those of ``zyfa accuracy`` (:func:`zyfa.accuracy.runner.run_accuracy`) plus ``deq_rel_l2_heads`` and
 ``orig_rel_l2_heads`` (:func:`accuracy.features.head_errors`) and ``plan``/``plan_hash``; the peers' rows are not run
 again (they are in the plan's ``results``, paired on the input's content hash). ``--layers`` runs a subset (a
 slice for a test or a timing); the plan's layers are the default. An existing ``--out`` is refused unless ``--force``.
@@ -20,10 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-from accuracy.features import head_errors
-from accuracy.inputs import capture_inputs
-from accuracy.report.hd128 import SENSITIVITY_PLAN, PlanFileError, load_sensitivity_plan
-from accuracy.runner import run_accuracy, write_results
+from zyfa.accuracy.features import head_errors
+from zyfa.accuracy.inputs import capture_inputs
+from zyfa.accuracy.report.hd128 import SENSITIVITY_PLAN, PlanFileError, load_sensitivity_plan
+from zyfa.accuracy.runner import run_accuracy, write_results
 
 __all__ = ["main", "run_sensitivity"]
 
@@ -44,7 +44,8 @@ def run_sensitivity(plan, inputs, *, device: str = "cpu", progress: bool = False
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m accuracy.study.hd128_sensitivity", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m zyfa.accuracy.study.hd128_sensitivity",
+                                 description=__doc__.split("\n")[0])
     ap.add_argument("--plan", default=str(SENSITIVITY_PLAN))
     ap.add_argument("--inputs", required=True, help="the hd128 capture file (.h5)")
     ap.add_argument("--layers", default=None, help="comma-separated layer indices (default: the plan's)")
@@ -77,7 +78,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     rows, prov = run_sensitivity(plan, inputs, device=args.device)
     prov = {**prov, "plan": args.plan, "plan_hash": plan.hash, "wall_s": round(time.perf_counter() - t0, 1),
-            "argv": ["python", "-m", "accuracy.study.hd128_sensitivity", *(argv if argv is not None else sys.argv[1:])]}
+            "argv": ["python", "-m", "zyfa.accuracy.study.hd128_sensitivity",
+                     *(argv if argv is not None else sys.argv[1:])]}
     write_results(rows, out, prov)
     print(f"wrote {len(rows)} rows to {out} in {prov['wall_s']} s ({len(inputs)} layers x {len(plan.run)} variants)")
     return 0

@@ -1,5 +1,5 @@
 """``zyfa report``'s command line: its flags and the checks that need no heavy import, so that the ``zyfa``
-dispatch refuses a bad argument in one line before :mod:`accuracy.study.report_cli` (the report's builders,
+dispatch refuses a bad argument in one line before :mod:`zyfa.accuracy.study.report_cli` (the report's builders,
 scipy) is imported.
 
 Exposed: ``add_arguments(parser)``, ``check_args(args)``.

@@ -7,11 +7,11 @@ one HTML file.
 
 Writes ``report.md`` (with ``fig_*.png`` next to it) and ``report.html`` (self-contained: the same content,
 plots inlined as base64 data URIs, inline CSS, no script, no external resource). It reads result files
-only and never runs a kernel. The content is :func:`accuracy.report.build.build_report`'s; with ``--impact``
-(``zyfa impact`` result files, merged), the model-impact section of :mod:`accuracy.impact.section`
+only and never runs a kernel. The content is :func:`zyfa.accuracy.report.build.build_report`'s; with ``--impact``
+(``zyfa impact`` result files, merged), the model-impact section of :mod:`zyfa.accuracy.impact.section`
 (perplexity and next-token KL per model and recipe with CIs over windows, the per-layer sweep) comes after
 the model and Gaussian sections, with a figure of the KL per recipe. The report is composed as
-:mod:`accuracy.study.compose` composes the study's, so both commands give the same report from the same files.
+:mod:`zyfa.accuracy.study.compose` composes the study's, so both commands give the same report from the same files.
 
 A hand-written ``report.md`` or ``report.html`` already in ``--out`` (one without the "Regenerate" command every
 report carries) is never overwritten without ``--force``. Duplicate rows (one measurement made twice) keep the
@@ -19,10 +19,10 @@ later one (a later file on the command line, or a later line of a file), with a 
 rows whose ``run_id`` no provenance record names are counted in a notice and flagged in the report.
 
 Without ``--bench`` the speed tables come from the bench file ``zyfa study`` finds
-(:func:`accuracy.study.compose.find_bench`).
+(:func:`zyfa.accuracy.study.compose.find_bench`).
 
 Exposed: ``main(args) -> int``, ``report_command(...)``, ``check_not_hand_written``; the flags are in
-:mod:`accuracy.study.report_args` (``add_arguments``, ``check_args``), read before this module is imported.
+:mod:`zyfa.accuracy.study.report_args` (``add_arguments``, ``check_args``), read before this module is imported.
 """
 
 from __future__ import annotations
@@ -33,9 +33,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from accuracy.report.build import load_results, select_recipes
-from accuracy.report.document import save_screenshot
-from accuracy.study.compose import find_bench, load_report_inputs, render, split_paths
+from zyfa.accuracy.report.build import load_results, select_recipes
+from zyfa.accuracy.report.document import save_screenshot
+from zyfa.accuracy.study.compose import find_bench, load_report_inputs, render, split_paths
+
 from zyfa.outputs import check_dir_writable
 
 # Free space a report needs (Markdown, HTML with inlined plots, PNGs), checked before rendering.

@@ -46,7 +46,7 @@ def log(msg: str) -> None:
 def gaussian_specs(mode: str, max_seq: int | None = None, name_filter: str | None = None) -> list:
     """The Gaussian inputs of a study mode ("default", "quick" or "long"), lengths capped at ``max_seq``, only
     those whose name matches the regular expression ``name_filter`` (e.g. ``d128-causal``)."""
-    from accuracy.inputs import GaussianSpec
+    from zyfa.accuracy.inputs import GaussianSpec
 
     def spec(seq, hd=128, hdv=None, **kw):
         return GaussianSpec(heads_q=1, heads_kv=1, seq=seq, head_dim=hd, head_dim_v=hdv, **kw)
@@ -98,7 +98,7 @@ def default_captures(folder: str = "datasets") -> list[Path]:
 def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
                  max_tokens: int | None = None, name_filter: str | None = None) -> list:
     """Capture inputs (one per layer, all captured heads) then Gaussian inputs."""
-    from accuracy.inputs import capture_inputs, make_gaussian
+    from zyfa.accuracy.inputs import capture_inputs, make_gaussian
 
     inputs = []
     for path in captures:
@@ -138,10 +138,10 @@ def refusals(inputs: list, recipes: list[str]) -> dict[tuple[str, str], str]:
 
 
 def planned_keys(inputs: list, recipes: list[str], implementations=(), refused: dict | None = None) -> list[tuple]:
-    """The row keys (:func:`accuracy.runner.input_key`) a study of ``inputs`` makes, in its order: per input, the
+    """The row keys (:func:`zyfa.accuracy.runner.input_key`) a study of ``inputs`` makes, in its order: per input, the
     recipes it takes (not in ``refused``, default :func:`refusals`), then the real implementations available
     here."""
-    from accuracy.runner import input_key
+    from zyfa.accuracy.runner import input_key
 
     refused = refusals(inputs, recipes) if refused is None else refused
     usable = [i for i in implementations if i.available()[0]]
@@ -154,16 +154,16 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
               rows_file=None):
     """Run the accuracy runner, then add per-input features and (captures) per-head errors to the rows.
 
-    ``implementations``: real kernels (:mod:`accuracy.implementations`) run beside the recipes; those not
+    ``implementations``: real kernels (:mod:`zyfa.accuracy.implementations`) run beside the recipes; those not
     available on this machine are listed with the reason in the provenance (``implementations_unavailable``).
-    ``rows_file`` (an :class:`accuracy.results_io.ResultsFile`, optional): the accuracy rows are appended to it as
+    ``rows_file`` (an :class:`zyfa.accuracy.results_io.ResultsFile`, optional): the accuracy rows are appended to it as
     they finish, and the rows it already holds (a resumed study) are not run again; features and per-head errors
     are then computed for every row, so a resumed study's rows equal an uninterrupted one's. A sharded rank's
     ``rows_file`` (:class:`accuracy.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
     once their rows are merged (rank 0 computes the features of every row)."""
-    from accuracy.features import head_errors, input_features
-    from accuracy.p_flushed import flush_count_factor
-    from accuracy.runner import ResultRows, resolve_device, run_accuracy
+    from zyfa.accuracy.features import head_errors, input_features
+    from zyfa.accuracy.p_flushed import flush_count_factor
+    from zyfa.accuracy.runner import ResultRows, resolve_device, run_accuracy
 
     dev = resolve_device(device)
     t0 = time.perf_counter()

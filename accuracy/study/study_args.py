@@ -1,5 +1,5 @@
 """``zyfa study``'s command line: its flags and the checks that need no heavy import, so that the ``zyfa``
-dispatch refuses a bad argument in one line before :mod:`accuracy.study.cli` (torch, scipy, the kernels) is
+dispatch refuses a bad argument in one line before :mod:`zyfa.accuracy.study.cli` (torch, scipy, the kernels) is
 imported.
 
 Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``DEFAULT_OUT``.
@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import re
 
-from accuracy.shard import add_shard_arguments
-from accuracy.study.run import DEFAULT_CLIFFS, DEFAULT_IMPACT, DEFAULT_LONGCTX
+from zyfa.accuracy.shard import add_shard_arguments
+from zyfa.accuracy.study.run import DEFAULT_CLIFFS, DEFAULT_IMPACT, DEFAULT_LONGCTX
+
 from zyfa.plugins import add_wall_arguments
 
 # Default output folders, in the current directory: a study never writes into the repository unless asked.
@@ -75,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_args(args: argparse.Namespace) -> None:
     """The checks of the flags alone (numbers, recipe names, the platform, the filter): a ValueError names the
-    first bad one. The files named are checked by :func:`accuracy.study.cli.main`, before any work."""
+    first bad one. The files named are checked by :func:`zyfa.accuracy.study.cli.main`, before any work."""
     from zyfa.platforms import get_platform
     from zyfa.recipes import parse_recipes
 

@@ -18,7 +18,7 @@ dim (it is the emulator's count; it does not mean AITER runs that shape).
 
 Command (CPU at small sizes; the full sweep on a GPU)::
 
-    python -m accuracy.study.synthetic_sweep --out synth --seq 2048 --heads 4 --kv-heads 1 \\
+    python -m zyfa.accuracy.study.synthetic_sweep --out synth --seq 2048 --heads 4 --kv-heads 1 \\
         --entropies 0.5,1,1.5,2,3,4,5 --head-dims 64,128,256 --sinks none,0.3 --k-outliers 0:0,2:20 \\
         --captures datasets/*.h5 --device auto
 
@@ -48,12 +48,12 @@ import time
 from pathlib import Path
 
 import torch
+from zyfa.accuracy.inputs import AttentionInput, capture_inputs
+from zyfa.accuracy.provenance import provenance
+from zyfa.accuracy.report.plots import png, pyplot
+from zyfa.accuracy.runner import resolve_device, run_accuracy, write_results
+from zyfa.accuracy.synthetic import SyntheticSpec, attention_profile, make_synthetic
 
-from accuracy.inputs import AttentionInput, capture_inputs
-from accuracy.provenance import provenance
-from accuracy.report.plots import png, pyplot
-from accuracy.runner import resolve_device, run_accuracy, write_results
-from accuracy.synthetic import SyntheticSpec, attention_profile, make_synthetic
 from zyfa.emulator import emulate
 
 __all__ = ["calibrate", "input_stats", "main", "matching_spec", "plot_ratios", "ratio_points", "run_sweep",
@@ -255,7 +255,7 @@ def _floats(text: str) -> list[float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m accuracy.study.synthetic_sweep",
+    p = argparse.ArgumentParser(prog="python -m zyfa.accuracy.study.synthetic_sweep",
                                 description="Synthetic attention calibrated against captures, and the recipes' "
                                             "error ratio against entropy and P flushing.")
     p.add_argument("--out", required=True, help="output folder (new, or --force)")
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out.mkdir(exist_ok=True)
     t0 = time.perf_counter()
-    command = "python -m accuracy.study.synthetic_sweep " + shlex.join(argv)
+    command = "python -m zyfa.accuracy.study.synthetic_sweep " + shlex.join(argv)
     prov = provenance({"command": command, "device": device})
     head = f"Command: `{command}`\n\nProvenance: git {prov.get('git_commit')} (dirty: {prov.get('git_dirty')}), " \
            f"{prov.get('date_utc')}, {device}\n\n"

@@ -28,8 +28,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from accuracy.command import UsageError
-from accuracy.shard import say
+from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.shard import say
 
 DEFAULT_OUT = "zyfa-tasks/humaneval.jsonl"
 DEFAULT_IMPLEMENTATIONS = {
@@ -89,8 +89,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _summarize(paths: str) -> int:
-    from accuracy.schemas import read_rows
-    from accuracy.tasks.stats import summary_markdown
+    from zyfa.accuracy.schemas import read_rows
+    from zyfa.accuracy.tasks.stats import summary_markdown
 
     rows = []
     for p in (x.strip() for x in paths.split(",") if x.strip()):
@@ -110,17 +110,17 @@ def _run(args: argparse.Namespace) -> int:
     import uuid
 
     import torch
+    from zyfa.accuracy.impact.model import STOCK, model_attention
+    from zyfa.accuracy.implementations import load_plugins
+    from zyfa.accuracy.provenance import provenance
+    from zyfa.accuracy.results_io import ResultsFile, jsonl_text
+    from zyfa.accuracy.runner import resolve_device
+    from zyfa.accuracy.tasks.humaneval import HumanEvalSpec, load_problems, run_humaneval, select_problems
+    from zyfa.accuracy.tasks.sandbox import Limits, network_isolation
+    from zyfa.accuracy.tasks.stats import summary_markdown
+    from zyfa.capture.fetch import FetchError
+    from zyfa.capture.models import check_model_names, prepare_sources
 
-    from accuracy.impact.model import STOCK, model_attention
-    from accuracy.implementations import load_plugins
-    from accuracy.provenance import provenance
-    from accuracy.results_io import ResultsFile, jsonl_text
-    from accuracy.runner import resolve_device
-    from accuracy.tasks.humaneval import HumanEvalSpec, load_problems, run_humaneval, select_problems
-    from accuracy.tasks.sandbox import Limits, network_isolation
-    from accuracy.tasks.stats import summary_markdown
-    from capture.fetch import FetchError
-    from capture.models import check_model_names, prepare_sources
     from zyfa.outputs import OutputError, atomic_write_text
 
     try:

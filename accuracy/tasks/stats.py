@@ -2,11 +2,11 @@
 (exact McNemar test on the discordant problems, a bootstrap interval on the pass-rate difference over problems),
 and the drift of the logits along the generated sequences by position.
 
-The scoring (:mod:`accuracy.tasks.humaneval`) writes one row per (problem, implementation) with ``passed``; this
+The scoring (:mod:`zyfa.accuracy.tasks.humaneval`) writes one row per (problem, implementation) with ``passed``; this
 module only reads rows. The unit of inference is the problem (study_methods.md §1): the arrays are aligned by
 task id, and only problems where both implementations produced a scored row are paired.
 
-``mcnemar_exact`` is ``accuracy.verdict.mcnemar_exact`` where that module exists. STAND-IN (replace when
+``mcnemar_exact`` is ``zyfa.accuracy.verdict.mcnemar_exact`` where that module exists. STAND-IN (replace when
 accuracy/verdict.py lands on this branch): until then a private exact two-sided binomial test on the discordant
 pairs with the same signature, ``(a_pass, b_pass) -> (p, n01, n10)``.
 
@@ -19,11 +19,10 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-
-from accuracy.metrics import bootstrap_ci
+from zyfa.accuracy.metrics import bootstrap_ci
 
 try:
-    from accuracy.verdict import mcnemar_exact
+    from zyfa.accuracy.verdict import mcnemar_exact
 except ImportError:  # STAND-IN until accuracy/verdict.py (another branch) is merged: delete this branch then
     def mcnemar_exact(a_pass: Sequence[bool], b_pass: Sequence[bool]) -> tuple[float, int, int]:
         """Exact two-sided McNemar test: (p, n01 = a fails & b passes, n10 = a passes & b fails)."""

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from capture.record import LayerRecord
-from capture.store import CaptureWriter
+from zyfa.capture.record import LayerRecord
+from zyfa.capture.store import CaptureWriter
 
 N_Q, N_KV, SEQ, D = 6, 2, 96, 64
 

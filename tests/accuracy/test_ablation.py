@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from zyfa.accuracy.ablation import ablation_pairs, parse_ablation
 
-from accuracy.ablation import ablation_pairs, parse_ablation
 from zyfa.cli import main
 from zyfa.recipes import SpecError, get_recipe
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from zyfa.accuracy.runner import read_results
 
-from accuracy.runner import read_results
 from zyfa.cli import main
 
 SMALL = ["accuracy", "--seq", "128", "--head-dim", "64", "--heads", "2", "--kv-heads", "1", "--device", "cpu",

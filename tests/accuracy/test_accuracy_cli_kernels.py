@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.runner import read_results
+from zyfa.reference.attention import attention_fp64
 
-from accuracy.inputs import GaussianSpec, make_gaussian
-from accuracy.runner import read_results
-from reference.attention import attention_fp64
 from zyfa.cli import main
 from zyfa.norms import rel_l2
 

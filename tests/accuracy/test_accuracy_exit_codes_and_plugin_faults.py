@@ -12,8 +12,8 @@ import json
 import subprocess
 
 import pytest
+from zyfa.accuracy.runner import read_results
 
-from accuracy.runner import read_results
 from tests.faults import env, zyfa_cmd
 from zyfa.cli import main
 

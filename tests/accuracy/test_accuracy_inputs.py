@@ -6,8 +6,7 @@ import math
 
 import pytest
 import torch
-
-from accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, content_hash, make_gaussian
+from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, content_hash, make_gaussian
 
 
 def test_gaussian_is_deterministic_by_seed():

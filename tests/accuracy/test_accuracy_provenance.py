@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from zyfa.accuracy.provenance import device_name, provenance
+from zyfa.capture.version import git_state
 
 import zyfa
-from accuracy.provenance import device_name, provenance
-from capture.version import git_state
 
 HOST = "zyfa-test-host-4e7c1d"  # a name no real field could contain by chance
 

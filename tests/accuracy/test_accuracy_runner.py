@@ -7,13 +7,13 @@ import math
 
 import pytest
 import torch
+from zyfa.accuracy import runner as runner
+from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
+from zyfa.accuracy.metrics import compute_metrics
+from zyfa.accuracy.provenance import device_name
+from zyfa.accuracy.runner import ResultRows, read_results, run_accuracy, write_results
+from zyfa.reference.attention import attention_fp64
 
-import accuracy.runner as runner
-from accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
-from accuracy.metrics import compute_metrics
-from accuracy.provenance import device_name
-from accuracy.runner import ResultRows, read_results, run_accuracy, write_results
-from reference.attention import attention_fp64
 from zyfa.emulator import emulate
 
 

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from zyfa.accuracy.cli import read_finished
+from zyfa.accuracy.shard import Dist, ShardedResults, SharedOutputError, cells_digest, format_plan, plan
 
-from accuracy.cli import read_finished
-from accuracy.shard import Dist, ShardedResults, SharedOutputError, cells_digest, format_plan, plan
 from tests.faults import kill_rank_when, torchrun_cmd, torchrun_env
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from accuracy.api import api_inputs, assert_kernel_conforms, measure
+from zyfa.accuracy.api import api_inputs, assert_kernel_conforms, measure
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"

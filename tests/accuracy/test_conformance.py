@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from accuracy import conformance
-from accuracy.implementations import (
+from zyfa.accuracy import conformance
+from zyfa.accuracy.implementations import (
     Implementation,
     ImplResult,
     builtin_names,
     get_implementation,
     load_plugin,
 )
-from accuracy.runner import read_results
-from accuracy.tolerances import SUSPECT_BAND
+from zyfa.accuracy.runner import read_results
+from zyfa.accuracy.tolerances import SUSPECT_BAND
+
 from zyfa.cli import main
 
 EXAMPLE_FILE = Path(__file__).resolve().parents[2] / "examples" / "fp8_torch_attention.py"

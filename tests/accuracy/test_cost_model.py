@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from zyfa.accuracy.cli import cell_cost, read_provenance
+from zyfa.accuracy.cost_model import PROVENANCE_KEY, fit, record, records_of
+from zyfa.accuracy.shard import UNITS_PER_SECOND
 
-from accuracy.cli import cell_cost, read_provenance
-from accuracy.cost_model import PROVENANCE_KEY, fit, record, records_of
-from accuracy.shard import UNITS_PER_SECOND
 from zyfa.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

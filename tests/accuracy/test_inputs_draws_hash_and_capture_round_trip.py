@@ -9,11 +9,10 @@ import hashlib
 
 import pytest
 import torch
-
-from accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, content_hash, file_sha256, make_gaussian
-from capture.record import LayerRecord
-from capture.store import CaptureWriter
-from capture.version import git_label
+from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, content_hash, file_sha256, make_gaussian
+from zyfa.capture.record import LayerRecord
+from zyfa.capture.store import CaptureWriter
+from zyfa.capture.version import git_label
 
 
 def _draws(spec: GaussianSpec):

@@ -7,8 +7,7 @@ import math
 
 import pytest
 import torch
-
-from accuracy.inputs import AttentionInput, GaussianSpec
+from zyfa.accuracy.inputs import AttentionInput, GaussianSpec
 
 
 def _message(fn, *args, **kwargs) -> str:

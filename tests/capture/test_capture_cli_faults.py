@@ -23,9 +23,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-
-from capture import cli
-from capture.store import KILL_AT_ENV, open_capture
+from zyfa.capture import cli
+from zyfa.capture.store import KILL_AT_ENV, open_capture
 
 ROOT = Path(__file__).resolve().parents[2]
 SEQ = 48
@@ -158,12 +157,12 @@ def test_disk_full_mid_layer_is_one_clear_line_and_keeps_earlier_files(tiny_gemm
 
 
 def test_unwritable_output_fails_before_the_model_loads(tiny_gemma3_dir, tmp_path, monkeypatch, capsys):
-    import capture.models
+    import zyfa.capture.models
 
     def no_load(*a, **kw):
         raise AssertionError("the model was loaded before the output was checked")
 
-    monkeypatch.setattr(capture.models, "load_model", no_load)
+    monkeypatch.setattr(zyfa.capture.models, "load_model", no_load)
     for out, why in ((Path("/sys/zyfa-capture.h5"), "the folder /sys is not writable"),  # read-only, even as root
                      (tmp_path, "it is a folder; give a file name")):
         rc = _main(_args(tiny_gemma3_dir, out))

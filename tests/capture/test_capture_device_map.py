@@ -6,9 +6,8 @@ from __future__ import annotations
 import h5py
 import numpy as np
 import pytest
-
-from capture.models import parse_device_map
-from capture.pipeline import run_capture
+from zyfa.capture.models import parse_device_map
+from zyfa.capture.pipeline import run_capture
 
 pytest.importorskip("accelerate", reason="--device-map needs accelerate")
 

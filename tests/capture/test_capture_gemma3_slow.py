@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from capture.hook import QKVRecorder, swap_attention
+from zyfa.capture.hook import QKVRecorder, swap_attention
 
 pytestmark = pytest.mark.slow
 
 
 def test_gemma3_sliding_window_capture():
-    from capture.models import load_model
-    from capture.text import token_window
+    from zyfa.capture.models import load_model
+    from zyfa.capture.text import token_window
 
     lm = load_model("gemma3")
     win = token_window(lm.tokenizer, "lee", 600, 0)  # longer than the 512 window: a real mask on local layers

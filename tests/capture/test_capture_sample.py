@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from capture.sample import SAMPLES
-from capture.store import open_capture, read_capture
+from zyfa.capture.sample import SAMPLES
+from zyfa.capture.store import open_capture, read_capture
 
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"
 
@@ -25,7 +24,7 @@ def test_sample_file_is_valid(spec):
         assert rec.q.isfinite().all() and rec.k.isfinite().all() and rec.v.isfinite().all()
     card = (DATASETS / f"{spec.name}.md").read_text()
     assert info.attrs["model_sha256"] in card and info.attrs["text_sha256"] in card
-    assert "python3 -m capture.sample" in card
+    assert "python3 -m zyfa.capture.sample" in card
 
 
 def test_sample_is_small():

@@ -8,11 +8,11 @@ one or dropped. The logits must stay bit-identical to stock sdpa, and the window
 from __future__ import annotations
 
 import torch
+from zyfa.capture.hook import QKVRecorder, swap_attention
+from zyfa.capture.pipeline import run_capture
+from zyfa.capture.store import read_capture
+from zyfa.capture.text import token_window
 
-from capture.hook import QKVRecorder, swap_attention
-from capture.pipeline import run_capture
-from capture.store import read_capture
-from capture.text import token_window
 from tests.capture.tiny_model import HEAD_DIM, N_KV, N_Q, QUERY_PRE_ATTN_SCALAR, WINDOW
 
 SEQ = 40  # five windows long: most rows see a truncated window
@@ -77,7 +77,7 @@ def test_captured_window_reproduces_the_module_output(tiny_gemma3):
         other = _attention_by_hand(c.q, c.k, c.v, c.kv_head_of_q, c.sm_scale, c.causal, wrong)
         assert (other - real).abs().max().item() > 1e-3, wrong
     # and the project's float64 reference, which the accuracy runner uses, agrees with the module
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
 
     k = c.k[:, list(c.kv_head_of_q)]
     v = c.v[:, list(c.kv_head_of_q)]

@@ -8,11 +8,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
-from capture.hook import QKVRecorder, swap_attention
-from capture.models import ContextTooLongError
-from capture.pipeline import run_capture
-from capture.store import open_capture, read_capture, read_token_ids
+from zyfa.capture.hook import QKVRecorder, swap_attention
+from zyfa.capture.models import ContextTooLongError
+from zyfa.capture.pipeline import run_capture
+from zyfa.capture.store import open_capture, read_capture, read_token_ids
 
 N_TOKENS, LAYERS, HEADS = 96, [0, 29], [0, 4]  # as in conftest.py's capture_file
 
@@ -122,7 +121,7 @@ def test_context_too_long_and_bad_layers(smollm2, tmp_path):
 
 
 def test_cli_reports_bad_input(capsys, tmp_path):
-    from capture import cli
+    from zyfa.capture import cli
 
     parser = argparse.ArgumentParser()
     cli.add_arguments(parser)

@@ -8,10 +8,9 @@ import subprocess
 import sys
 
 import pytest
-
-from capture.fetch import FetchError, HashMismatchError, pip_download
-from capture.models import MODELS, UnknownModelError, fetch_model, get_model_spec, load_model
-from capture.text import UnknownTextError, WindowOutOfRangeError, load_text, num_windows, token_window
+from zyfa.capture.fetch import FetchError, HashMismatchError, pip_download
+from zyfa.capture.models import MODELS, UnknownModelError, fetch_model, get_model_spec, load_model
+from zyfa.capture.text import UnknownTextError, WindowOutOfRangeError, load_text, num_windows, token_window
 
 
 def test_unknown_model_lists_known_ones():
@@ -49,7 +48,7 @@ def test_wrong_hash_of_a_download_is_refused(tmp_path):
         pip_download("x==1.0", filename="x-1.0-py3-none-any.whl", sha256="0" * 64, dest_dir=wheels,
                      extra_args=("--index-url", "http://127.0.0.1:9/simple", "--retries", "0", "--timeout", "2"))
     assert not (wheels / "x-1.0-py3-none-any.whl").exists()
-    from capture.fetch import check_sha256
+    from zyfa.capture.fetch import check_sha256
 
     (wheels / "y").write_bytes(b"y")
     with pytest.raises(HashMismatchError, match="sha256 mismatch for y-file"):

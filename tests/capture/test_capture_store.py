@@ -11,10 +11,9 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
-from capture.hook import select_heads
-from capture.record import LayerRecord
-from capture.store import (
+from zyfa.capture.hook import select_heads
+from zyfa.capture.record import LayerRecord
+from zyfa.capture.store import (
     CaptureFormatError,
     CaptureMismatchError,
     CaptureWriter,
@@ -177,7 +176,7 @@ def test_full_disk_keeps_complete_layers(tmp_path):
         import resource, signal, sys
         sys.path.insert(0, {str(root)!r})
         from tests.capture.test_capture_store import _call, _meta, IDS
-        from capture.store import CaptureWriter, CaptureWriteError
+        from zyfa.capture.store import CaptureWriter, CaptureWriteError
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG from write() instead of being killed
         w = CaptureWriter({str(path)!r}, _meta(), IDS)
         w.write_layer(_call(0))
@@ -211,7 +210,7 @@ def test_killed_writer_leaves_a_resumable_file(tmp_path):
         import sys, time
         sys.path.insert(0, {str(root)!r})
         from tests.capture.test_capture_store import _call, _meta, IDS
-        from capture.store import CaptureWriter
+        from zyfa.capture.store import CaptureWriter
         w = CaptureWriter({str(path)!r}, _meta(), IDS)
         for i in range(3):
             w.write_layer(_call(i))

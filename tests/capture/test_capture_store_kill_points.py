@@ -19,8 +19,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from zyfa.capture.store import KILL_AT_ENV, CaptureFormatError, CaptureWriter, open_capture, read_capture
 
-from capture.store import KILL_AT_ENV, CaptureFormatError, CaptureWriter, open_capture, read_capture
 from tests.capture.test_capture_store import IDS, _call, _meta, _write
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def _kill_at_each(runs: list[tuple[str, Path]]) -> dict[Path, int]:
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
         from tests.capture.test_capture_store import _call, _meta, IDS
-        from capture.store import CaptureWriter
+        from zyfa.capture.store import CaptureWriter
         for boundary, path in zip(sys.argv[1::2], sys.argv[2::2]):
             pid = os.fork()
             if pid == 0:

@@ -11,10 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
-from capture.fetch import FetchError, HashMismatchError, sha256_file
-from capture.models import MODELS, ModelSpec, Wheel, fetch_model
-from capture.store import open_capture, read_capture
+from zyfa.capture.fetch import FetchError, HashMismatchError, sha256_file
+from zyfa.capture.models import MODELS, ModelSpec, Wheel, fetch_model
+from zyfa.capture.store import open_capture, read_capture
 
 NAME = "qwen25coder-1.5b"
 SHIPPED = Path(__file__).resolve().parents[2] / "datasets" / "qwen25coder-1.5b-pydoc-1024.h5"
@@ -192,9 +191,8 @@ def test_the_committed_capture_is_head_dim_128_with_12_query_and_2_kv_heads():
 @pytest.mark.slow
 def test_the_real_model_loads_from_the_cache_and_answers_paris():
     import torch
-
-    from capture.models import load_model
-    from capture.weights_cache import lookup
+    from zyfa.capture.models import load_model
+    from zyfa.capture.weights_cache import lookup
 
     spec = MODELS[NAME]
     if lookup(spec.file_sha256, "float32") is None:

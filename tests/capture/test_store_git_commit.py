@@ -1,5 +1,5 @@
 """``capture.version``: the one git reader (``git_state``, ``git_label``), whose label is the ``git_commit`` attribute
-of every capture (``capture.store``), on real git repositories."""
+of every capture (``zyfa.capture.store``), on real git repositories."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-import capture.version
-from capture.version import GitState, git_label, git_state
+import zyfa.capture.version
+from zyfa.capture.version import GitState, git_label, git_state
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -98,7 +97,7 @@ def test_environment_names_the_commit_with_dirty_unknown(repo, monkeypatch):
 
 
 def test_default_is_this_projects_checkout():
-    root = Path(capture.version.__file__).resolve().parents[1]
+    root = Path(zyfa.capture.version.__file__).resolve().parents[1]
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True)
     except OSError:

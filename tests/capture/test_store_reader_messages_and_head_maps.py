@@ -17,9 +17,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
-from capture.record import LayerRecord
-from capture.store import CaptureFormatError, CaptureWriter, open_capture, read_capture
+from zyfa.capture.record import LayerRecord
+from zyfa.capture.store import CaptureFormatError, CaptureWriter, open_capture, read_capture
 
 S, D = 16, 8
 IDS = np.arange(3, 3 + S)[None]

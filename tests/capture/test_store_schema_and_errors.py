@@ -22,9 +22,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
-from capture.record import LayerRecord
-from capture.store import (
+from zyfa.capture.record import LayerRecord
+from zyfa.capture.store import (
     SCHEMA,
     SCHEMA_VERSION,
     CaptureFormatError,

@@ -14,10 +14,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from zyfa.accuracy.inputs import capture_inputs
+from zyfa.capture.record import LayerRecord
+from zyfa.capture.store import CaptureFormatError, CaptureWriter, open_capture, read_capture
 
-from accuracy.inputs import capture_inputs
-from capture.record import LayerRecord
-from capture.store import CaptureFormatError, CaptureWriter, open_capture, read_capture
 from zyfa.cli import main
 
 S, D = 16, 8

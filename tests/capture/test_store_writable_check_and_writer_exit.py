@@ -27,9 +27,8 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
-from capture.record import LayerRecord
-from capture.store import (
+from zyfa.capture.record import LayerRecord
+from zyfa.capture.store import (
     KILL_AT_ENV,
     CaptureFormatError,
     CaptureWriteError,
@@ -197,7 +196,7 @@ def test_kill_at_the_half_point_leaves_the_first_half_of_the_tokens(tmp_path):
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         from tests.capture.test_store_writable_check_and_writer_exit import _meta, _record, IDS
-        from capture.store import CaptureWriter
+        from zyfa.capture.store import CaptureWriter
         w = CaptureWriter({str(path)!r}, _meta(), IDS)
         w.write_layer(_record())
         sys.exit(3)

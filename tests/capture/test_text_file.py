@@ -4,8 +4,8 @@ line before any model loads."""
 from __future__ import annotations
 
 import pytest
+from zyfa.capture.text import UnknownTextError, check_text, load_text
 
-from capture.text import UnknownTextError, check_text, load_text
 from zyfa.cli import main
 
 

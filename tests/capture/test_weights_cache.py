@@ -8,9 +8,8 @@ from dataclasses import replace
 
 import pytest
 import torch
-
-from capture import weights_cache
-from capture.models import MODELS, fetch_model, load_model
+from zyfa.capture import weights_cache
+from zyfa.capture.models import MODELS, fetch_model, load_model
 
 
 @pytest.fixture

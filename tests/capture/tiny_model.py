@@ -1,7 +1,7 @@
 """A tiny randomly initialised Gemma-3 text model with sliding-window layers, and a byte-level tokenizer.
 
 Built from a config (no download, a few hundred KB), saved as a Hugging Face directory so that the real
-``zyfa capture`` path (``capture.models.load_model`` on a directory) loads it. Layer 0 is a sliding-window
+``zyfa capture`` path (``zyfa.capture.models.load_model`` on a directory) loads it. Layer 0 is a sliding-window
 layer (window ``WINDOW`` keys), layer 1 full attention; GQA 4:2, head dim 16, and a softmax scale other than
 1/sqrt(head_dim) (``query_pre_attn_scalar``).
 """

@@ -9,9 +9,9 @@ import random
 from pathlib import Path
 
 import pytest
+from zyfa.accuracy.cliffs import ROW_KEYS, GaussianSource, find_flags, read_sweeps, run_cliffs, subjects
+from zyfa.accuracy.inputs import GaussianSpec
 
-from accuracy.cliffs import ROW_KEYS, GaussianSource, find_flags, read_sweeps, run_cliffs, subjects
-from accuracy.inputs import GaussianSpec
 from tests.faults import kill_when, run_zyfa
 from zyfa.cli import main
 
@@ -66,8 +66,7 @@ def test_small_sweep_two_recipes_both_masks_and_chunked(tmp_path, capsys):
 
 
 def test_oracle_computed_once_per_point_and_quantization(monkeypatch):
-    import reference.attention as ra
-
+    from zyfa.reference import attention as ra
     calls = []
     real = ra.attention_fp64
 
@@ -258,7 +257,7 @@ def test_render_merges_several_sweeps(tmp_path):
     assert "nan_at_16" in md and "No flags: " in md and "plugins.py:exact" in md
     assert "Not run: " in md and "`cudnn-fp8`" in md and "1-20" in md and "10-30" in md
     # the table alone, for another report (zyfa study, zyfa longctx), from the same files
-    from accuracy.report.cliffs import TABLE_HEADER, flag_table
+    from zyfa.accuracy.report.cliffs import TABLE_HEADER, flag_table
 
     header, body = flag_table(f"{a / 'cliffs.jsonl'},{b / 'cliffs.jsonl'}")
     assert tuple(header) == TABLE_HEADER and [r[2] for r in body] == ["16"] and body[0][3] == "nonfinite"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from zyfa.accuracy.cliffs import GaussianSource, find_flags, run_cliffs, subjects
+from zyfa.accuracy.implementations import builtin_names, get_implementation
+from zyfa.accuracy.inputs import GaussianSpec
 
-from accuracy.cliffs import GaussianSource, find_flags, run_cliffs, subjects
-from accuracy.implementations import builtin_names, get_implementation
-from accuracy.inputs import GaussianSpec
 from zyfa.cli import main
 
 PEERS = ("cudnn-fp8", "flashinfer-fa3", "sdpa-bf16:cudnn", "flash-attn-triton-amd")

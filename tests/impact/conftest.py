@@ -12,7 +12,7 @@ N_TOKENS = 96
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from capture.models import load_model
+    from zyfa.capture.models import load_model
 
     return load_model("smollm2")
 
@@ -20,8 +20,7 @@ def smollm2():
 @pytest.fixture(scope="session")
 def ids(smollm2):
     import torch
-
-    from capture.text import token_window
+    from zyfa.capture.text import token_window
 
     tw = token_window(smollm2.tokenizer, "lee", N_TOKENS, 0, split="heldout")
     return torch.tensor([tw.ids], dtype=torch.long)
@@ -30,7 +29,7 @@ def ids(smollm2):
 @pytest.fixture(scope="session")
 def stock(smollm2, ids):
     """(final hidden state, fp32 logits) of the stock (sdpa) pass."""
-    from accuracy.impact.model import final_hidden, stock_logits
+    from zyfa.accuracy.impact.model import final_hidden, stock_logits
 
     h = final_hidden(smollm2.model, ids)
     return h, stock_logits(smollm2.model, h)
@@ -39,8 +38,8 @@ def stock(smollm2, ids):
 @pytest.fixture(scope="session")
 def aiter_all(smollm2, ids, stock):
     """compare_logits of the all-layer aiter swap against stock."""
-    from accuracy.impact.model import RecipeAttention, compare_logits, final_hidden
-    from capture.hook import swap_attention
+    from zyfa.accuracy.impact.model import RecipeAttention, compare_logits, final_hidden
+    from zyfa.capture.hook import swap_attention
 
     with swap_attention(smollm2.model, RecipeAttention("aiter")):
         h = final_hidden(smollm2.model, ids)

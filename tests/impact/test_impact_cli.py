@@ -10,10 +10,10 @@ import pytest
 
 @pytest.fixture(scope="module")
 def run(smollm2, tmp_path_factory, monkeypatch_module):
-    import capture.models
-    from accuracy.impact import cli as impact_cli
+    import zyfa.capture.models
+    from zyfa.accuracy.impact import cli as impact_cli
 
-    monkeypatch_module.setattr(capture.models, "load_model", lambda name, **kw: smollm2)
+    monkeypatch_module.setattr(zyfa.capture.models, "load_model", lambda name, **kw: smollm2)
     out = tmp_path_factory.mktemp("impact") / "results.jsonl"
     argv = ["--models", "smollm2", "--recipes", "fp32,aiter", "--tokens", "32", "--windows", "2",
             "--per-layer", "smollm2", "--layer-recipes", "aiter", "--layers", "28,29", "--out", str(out),
@@ -55,7 +55,7 @@ def test_rows_and_provenance(run):
 
 
 def test_resume_adds_nothing(run):
-    from accuracy.impact import cli as impact_cli
+    from zyfa.accuracy.impact import cli as impact_cli
 
     out, parser, argv = run
     before = out.read_text()
@@ -80,8 +80,8 @@ def test_rows_are_checked_and_timed(run):
 
 def test_drop_then_resume_measures_the_row_again(run, tmp_path):
     """Drop one window row from a copy of the results; --resume adds back exactly that row (same numbers)."""
-    from accuracy.impact import cli as impact_cli
-    from accuracy.impact import rows as impact_rows
+    from zyfa.accuracy.impact import cli as impact_cli
+    from zyfa.accuracy.impact import rows as impact_rows
 
     out, parser, argv = run
     copy = tmp_path / "results.jsonl"
@@ -101,7 +101,7 @@ def test_drop_then_resume_measures_the_row_again(run, tmp_path):
 
 
 def test_render_markdown_spearman():
-    from accuracy.impact.section import render_markdown
+    from zyfa.accuracy.impact.section import render_markdown
 
     rows = []
     for i in range(6):
@@ -115,7 +115,7 @@ def test_render_markdown_spearman():
 
 
 def test_unknown_recipe_is_a_usage_error(capsys):
-    from accuracy.impact import cli as impact_cli
+    from zyfa.accuracy.impact import cli as impact_cli
 
     parser = argparse.ArgumentParser()
     impact_cli.add_arguments(parser)

@@ -6,8 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-
-from accuracy.impact.model import RecipeAttention, UnsupportedMaskError
+from zyfa.accuracy.impact.model import RecipeAttention, UnsupportedMaskError
 
 S, D = 48, 16
 
@@ -77,8 +76,8 @@ def test_bad_shape_noncausal_softcap_refused():
 
 
 def test_padded_batch_in_a_real_model_refused(smollm2, ids):
-    from accuracy.impact.model import final_hidden  # noqa: F401  (the same import path the runner uses)
-    from capture.hook import swap_attention
+    from zyfa.accuracy.impact.model import final_hidden  # noqa: F401  (the same import path the runner uses)
+    from zyfa.capture.hook import swap_attention
 
     short = ids[:, :16]
     attn = torch.ones_like(short)

@@ -39,7 +39,7 @@ def test_a_typo_deletes_and_creates_nothing(tmp_path, monkeypatch, capsys, argv,
 def test_default_out_is_in_the_current_directory():
     import argparse
 
-    from accuracy.impact.impact_args import add_arguments
+    from zyfa.accuracy.impact.impact_args import add_arguments
 
     p = argparse.ArgumentParser()
     add_arguments(p)

@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from accuracy.impact import cli as impact_cli
-from accuracy.impact import rows as impact_rows
-from accuracy.results_io import ResultsFile
+from zyfa.accuracy.impact import cli as impact_cli
+from zyfa.accuracy.impact import rows as impact_rows
+from zyfa.accuracy.results_io import ResultsFile
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "reports" / "impact" / "results_7_recipes.jsonl"  # the first run: every row before the fix

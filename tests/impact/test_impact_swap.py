@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import torch
-
-from accuracy.impact.model import (
+from zyfa.accuracy.impact.model import (
     RecipeAttention,
     compare_logits,
     final_hidden,
     logits_from_hidden,
     stock_logits,
 )
-from capture.hook import swap_attention
+from zyfa.capture.hook import swap_attention
 
 
 def test_head_matches_model_logits(smollm2, ids, stock):

@@ -14,8 +14,8 @@ import zlib
 
 import pytest
 import torch
+from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION, KERNEL_VS_H200_EMULATION
 
-from accuracy.tolerances import KERNEL_VS_EMULATION, KERNEL_VS_H200_EMULATION
 from zyfa.norms import rel_l2
 
 pytestmark = pytest.mark.gpu
@@ -51,7 +51,8 @@ def _inputs(shape, seed):
 
 
 def _run(spec, shape, seed=0, config=None, sm_scale=None):
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
+
     from zyfa.emulator import emulate
     from zyfa.kernels.attention_fp8 import attention_fp8, kernel_recipe, quantize_for_kernel
 
@@ -136,7 +137,7 @@ def test_agrees_with_emulator(spec, shape_name):
 def test_softmax_scale_reaches_the_kernel(spec, shape_name, sm_scale):
     """sm_scale other than 1/sqrt(d): the kernel agrees with the emulation at that scale (error ratio and the
     outputs themselves), and is far from the FP64 answer at the default scale."""
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
 
     shape = SHAPES[shape_name]
     out, lse, em, ref, _ = _run(spec, shape, seed=_seed(shape_name) + 1, sm_scale=sm_scale)
@@ -281,7 +282,8 @@ def test_huge_logits_stay_finite_and_exact_t_agrees():
     shape = (1, 2, 2, 192, 192, 128, 128, True, None)
     q, k, v = _inputs(shape, 21)
     q, k = q * 300.0, k * 300.0
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
+
     from zyfa.emulator import emulate
     from zyfa.kernels.attention_fp8 import attention_fp8, quantize_for_kernel
 
@@ -428,7 +430,8 @@ def _vs_h200(spec, q, k, v, causal, window, sm_scale, what, platform="h200"):
     import json
     import os
 
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
+
     from zyfa.emulator import emulate
     from zyfa.kernels.attention_fp8 import attention_fp8, quantize_for_kernel
 
@@ -453,7 +456,7 @@ def _vs_h200(spec, q, k, v, causal, window, sm_scale, what, platform="h200"):
 def _gaussian_h200(name):
     shape = H200_GAUSSIAN[name]
     if shape == "outliers":
-        from accuracy.inputs import GaussianSpec, make_gaussian
+        from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
 
         x = make_gaussian(GaussianSpec(heads_q=4, heads_kv=4, seq=1024, head_dim=128, outlier_frac=0.001,
                                        outlier_scale=10.0, seed=3))
@@ -476,7 +479,7 @@ def test_kernel_within_one_percent_of_its_h200_emulation_on_every_capture_layer(
     """Every layer of the shipped capture (first 1024 tokens, all heads); the failures are listed together."""
     from pathlib import Path
 
-    from accuracy.inputs import capture_inputs
+    from zyfa.accuracy.inputs import capture_inputs
 
     path = Path(__file__).resolve().parents[2] / "datasets" / capture
     misses = []

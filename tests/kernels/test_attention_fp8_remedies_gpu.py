@@ -16,8 +16,8 @@ import math
 
 import pytest
 import torch
+from zyfa.accuracy.tolerances import KERNEL_VS_H200_EMULATION
 
-from accuracy.tolerances import KERNEL_VS_H200_EMULATION
 from tests.kernels.test_attention_fp8_gpu import _seed
 from zyfa.norms import rel_l2
 
@@ -66,7 +66,8 @@ def _inputs(shape, seed, outliers):
 
 
 def _run(spec, shape, seed, outliers, config=None, k_offset=None):
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
+
     from zyfa.emulator import emulate
     from zyfa.kernels.attention_fp8 import attention_fp8_quantized, kernel_recipe
 

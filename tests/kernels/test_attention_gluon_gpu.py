@@ -24,7 +24,8 @@ GLUON_SHAPES = {
 
 
 def _run_gluon(shape, seed, pingpong, config=None):
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
+
     from zyfa.emulator import emulate
     from zyfa.kernels.attention_fp8 import quantize_for_kernel
     from zyfa.kernels.attention_gluon import attention_fp8_gluon

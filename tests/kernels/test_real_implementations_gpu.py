@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION, NO_CLAIM_BAND
 
-from accuracy.tolerances import KERNEL_VS_EMULATION, NO_CLAIM_BAND
 from zyfa.norms import rel_l2, rel_l2_from_terms, rel_l2_terms
 
 pytestmark = pytest.mark.gpu
@@ -85,7 +85,7 @@ def _input_keys():
 
 @cache
 def _load(key: str):
-    from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+    from zyfa.accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
 
     if key.startswith("gaussian"):
         x = make_gaussian(GaussianSpec(**GAUSSIAN[int(key[len("gaussian"):])]))
@@ -99,14 +99,14 @@ def _load(key: str):
 
 
 def _impl_names():
-    from accuracy.implementations import builtin_names
+    from zyfa.accuracy.implementations import builtin_names
 
     return builtin_names()
 
 
 @cache
 def _oracle(key: str):
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
 
     x = _load(key)
     return attention_fp64(x.q, x.k, x.v, causal=x.causal, window=x.window, sm_scale=x.sm_scale)
@@ -114,7 +114,8 @@ def _oracle(key: str):
 
 @cache
 def _emulation(key: str, spec: str):
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
+
     from zyfa.emulator import emulate
     from zyfa.recipes import get_recipe
 
@@ -189,7 +190,7 @@ def _log(record: dict) -> None:
 @pytest.mark.parametrize("key", _input_keys())
 @pytest.mark.parametrize("impl_name", _impl_names())
 def test_real_within_3pct_of_emulation(impl_name, key):
-    from accuracy.implementations import ImplementationError, call_implementation, get_implementation
+    from zyfa.accuracy.implementations import ImplementationError, call_implementation, get_implementation
 
     impl = get_implementation(impl_name)
     ok, why = impl.available()
@@ -210,7 +211,8 @@ def test_real_within_3pct_of_emulation(impl_name, key):
         raise
     # compared with the emulation of what it computes on this device (accuracy.implementations.pairing: the recipe
     # on the h200 platform, our kernel's own version of it, cuDNN's oracle output scale), as the study does
-    from accuracy.implementations import device_platform, pairing
+    from zyfa.accuracy.implementations import device_platform, pairing
+
     from zyfa.formats import round_to_fp8
 
     pair = pairing(impl, *device_platform(x.q.device))

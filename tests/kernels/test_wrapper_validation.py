@@ -493,7 +493,8 @@ def test_the_guard_takes_the_unclamped_loops_on_every_committed_capture():
     import math
     from pathlib import Path
 
-    from capture.store import read_capture
+    from zyfa.capture.store import read_capture
+
     from zyfa.kernels.attention_fp8 import quantize_for_kernel
 
     r = recipe_from_spec("zyfa-hopper")

@@ -10,7 +10,7 @@ pytest.importorskip("gguf", reason="long-context tests need the 'capture' extra 
 
 @pytest.fixture(scope="session")
 def smollm2():
-    from capture.models import load_model
+    from zyfa.capture.models import load_model
 
     return load_model("smollm2")
 

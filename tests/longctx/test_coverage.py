@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
+from zyfa.accuracy.impact.model import ModelAttention, model_attention
+from zyfa.accuracy.implementations import get_implementation
+from zyfa.accuracy.longctx.coverage import equal_coverage
+from zyfa.accuracy.longctx.generate import greedy_generate
 
-from accuracy.impact.model import ModelAttention, model_attention
-from accuracy.implementations import get_implementation
-from accuracy.longctx.coverage import equal_coverage
-from accuracy.longctx.generate import greedy_generate
 from tests.longctx.conftest import tiny_llama
 
 CPU = torch.device("cpu")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from accuracy.ablation import ablation_pairs
+from zyfa.accuracy.ablation import ablation_pairs
+
 from zyfa.cli import main
 
 BASE = ["longctx", "--models", "smollm2", "--tasks", "passkey", "--lengths", "128", "--depths", "0,1", "--seeds", "1",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from zyfa.accuracy.kernel_verdicts import verdict_lines
 
-from accuracy.kernel_verdicts import verdict_lines
 from zyfa.cli import main
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
@@ -21,13 +21,13 @@ def quick_load(monkeypatch, smollm2):
     of the run discipline do not each spend a real load."""
     import time
 
-    import capture.models
+    import zyfa.capture.models
 
     def load(name, **kw):
         time.sleep(0.3)
         return smollm2
 
-    monkeypatch.setattr(capture.models, "load_model", load)
+    monkeypatch.setattr(zyfa.capture.models, "load_model", load)
 
 
 def _rows(path):

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from accuracy.longctx.calibrate import difficulty_table
+from zyfa.accuracy.longctx.calibrate import difficulty_table
+
 from zyfa.cli import main
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from accuracy.longctx.scores import cell_table, length_table, retrieving_lengths, wilson
+from zyfa.accuracy.longctx.scores import cell_table, length_table, retrieving_lengths, wilson
 
 
 def _row(impl, length, depth, seed, exact, lp, model="m", task="needle", status="ok", op=None):
@@ -84,8 +83,8 @@ def _classes_grid(never_misses: bool, seeds=12):
 
 
 def test_accumulator_comparison_pairs_classes_per_prompt():
-    from accuracy.longctx.scores import accumulator_comparison
-    from accuracy.longctx.section import GROUPS, _groups, never_flushed_lower
+    from zyfa.accuracy.longctx.scores import accumulator_comparison
+    from zyfa.accuracy.longctx.section import GROUPS, _groups, never_flushed_lower
 
     rows = _classes_grid(never_misses=True)
     comp = accumulator_comparison(rows, _groups(rows), GROUPS[0], GROUPS[1:3])
@@ -101,7 +100,7 @@ def test_accumulator_comparison_pairs_classes_per_prompt():
 
 
 def test_headline_says_whether_the_hypothesis_holds():
-    from accuracy.longctx.section import headline
+    from zyfa.accuracy.longctx.section import headline
 
     held = headline(_classes_grid(never_misses=True))
     assert "is supported" in held or "holds in part" in held
@@ -112,7 +111,7 @@ def test_headline_says_whether_the_hypothesis_holds():
 
 
 def test_section_names_the_ranks_of_a_sharded_run():
-    from accuracy.longctx.section import section_blocks
+    from zyfa.accuracy.longctx.section import section_blocks
 
     rows = _classes_grid(never_misses=False, seeds=4)
     prov = {"command": "zyfa longctx ...", "git_commit": "abc", "world_size": 3, "backend": "gloo",
@@ -126,7 +125,7 @@ def test_section_names_the_ranks_of_a_sharded_run():
 
 
 def test_generated_answers_are_scored_beside_teacher_forced_ones():
-    from accuracy.longctx.section import section_blocks
+    from zyfa.accuracy.longctx.section import section_blocks
 
     rows = _grid()
     plain = length_table(rows, "sdpa-fp32")

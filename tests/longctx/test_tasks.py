@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from accuracy.longctx.tasks import PromptError, build_prompt, min_length, tokenizer_prefix
+from zyfa.accuracy.longctx.tasks import PromptError, build_prompt, min_length, tokenizer_prefix
 
 
 @pytest.mark.parametrize("task", ["needle", "passkey"])
@@ -68,7 +67,7 @@ def test_passkey_filler_and_prefix(smollm2):
 
 @pytest.mark.parametrize("task", ["niah", "multikey", "multivalue", "vartrack"])
 def test_ruler_tasks_exact_length_answer_last_and_facts(smollm2, task):
-    from accuracy.longctx.tasks import fact_id, score_generated
+    from zyfa.accuracy.longctx.tasks import fact_id, score_generated
 
     tok = smollm2.tokenizer
     prompts = [build_prompt(tok, task, 600, d, s) for d in (0.0, 0.5, 1.0) for s in range(3)]
@@ -91,7 +90,7 @@ def test_ruler_tasks_exact_length_answer_last_and_facts(smollm2, task):
 
 
 def test_the_standard_needle_and_question(smollm2):
-    from accuracy.longctx.tasks import NIAH_NEEDLE, score_generated
+    from zyfa.accuracy.longctx.tasks import NIAH_NEEDLE, score_generated
 
     tok = smollm2.tokenizer
     p = build_prompt(tok, "niah", 800, 0.3, 0)

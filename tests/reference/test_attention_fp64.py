@@ -12,8 +12,7 @@ from pathlib import Path
 import mpmath
 import pytest
 import torch
-
-from reference import attention_fp64
+from zyfa.reference import attention_fp64
 
 ROOT = Path(__file__).resolve().parents[2]
 # float64 rounding of the scores and of P @ V: a few 1e-16 relative; the chunked and naive paths run the
@@ -273,7 +272,7 @@ def test_cuda_matches_cpu():
 _LONG_RUN = textwrap.dedent(
     """
     import math, resource, torch
-    from reference import attention_fp64
+    from zyfa.reference import attention_fp64
     s, d = 32768, 64
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 1, s, d, generator=gen, dtype=torch.bfloat16) for _ in range(3))

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from reference import attention_fp64
+from zyfa.reference import attention_fp64
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"causal": True}, {"window": 2, "chunk_size": 2}])

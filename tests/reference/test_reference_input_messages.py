@@ -13,8 +13,7 @@ import math
 
 import pytest
 import torch
-
-from reference import attention_fp64
+from zyfa.reference import attention_fp64
 
 
 def _raises(exc, message, *args, **kwargs):

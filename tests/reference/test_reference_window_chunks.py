@@ -8,8 +8,7 @@ import math
 
 import pytest
 import torch
-
-from reference import attention_fp64
+from zyfa.reference import attention_fp64
 
 
 def rowwise(q, k, v, *, window, sm_scale):

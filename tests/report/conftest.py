@@ -6,10 +6,9 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-
-from accuracy.features import input_features
-from accuracy.inputs import GaussianSpec, make_gaussian
-from accuracy.runner import run_accuracy, write_results
+from zyfa.accuracy.features import input_features
+from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.runner import run_accuracy, write_results
 
 RECIPES = ["zyfa", "zyfa-exp2", "ck"]
 FLOAT = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]\d+)?|nan|-?inf")

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from accuracy.report.blocks import blocks_markdown
-from accuracy.report.build import load_results
-from accuracy.report.claims import (
+from zyfa.accuracy.report.blocks import blocks_markdown
+from zyfa.accuracy.report.build import load_results
+from zyfa.accuracy.report.claims import (
     CLAIMS,
     claim_figures,
     claim_verdict,
@@ -18,7 +17,7 @@ from accuracy.report.claims import (
     claims_section,
     sensitivity,
 )
-from accuracy.report.document import Doc
+from zyfa.accuracy.report.document import Doc
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "reports" / "study" / "results.jsonl"

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from zyfa.accuracy.report import front
+from zyfa.accuracy.report.build import build_report, load_results
+from zyfa.accuracy.report.document import FIRST_SCREEN, render_html, render_markdown
+from zyfa.accuracy.report.speed import load_bench
 
-from accuracy.report import front
-from accuracy.report.build import build_report, load_results
-from accuracy.report.document import FIRST_SCREEN, render_html, render_markdown
-from accuracy.report.speed import load_bench
 from tests.report.conftest import html_tables, md_tables, numbers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,7 +263,7 @@ def test_committed_study_reports_open_on_the_front_page():
 
 
 def test_the_study_finds_the_bench_from_the_repository_not_the_current_directory(tmp_path, monkeypatch):
-    from accuracy.study.compose import REPO_ROOT, find_bench
+    from zyfa.accuracy.study.compose import REPO_ROOT, find_bench
 
     reports = tmp_path / "repo" / "reports" / "bench"
     reports.mkdir(parents=True)
@@ -314,8 +314,8 @@ def test_a_measurement_made_again_later_replaces_the_earlier_row(tmp_path):
     how many rows were replaced; distinct rows of both files are kept."""
     import json
 
-    from accuracy.report.build import build_report, load_results
-    from accuracy.report.document import render_markdown
+    from zyfa.accuracy.report.build import build_report, load_results
+    from zyfa.accuracy.report.document import render_markdown
 
     def write(path, rows):
         prov = {"record": "provenance", "run_id": path.stem, "recipes": sorted({r["recipe"] for r in rows})}
@@ -346,7 +346,7 @@ def _page_widths(page: Path, width: int, work: Path) -> tuple[int, int]:
     import subprocess
     import tempfile
 
-    from accuracy.report.document import CHROMIUM_FLAGS
+    from zyfa.accuracy.report.document import CHROMIUM_FLAGS
 
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     probe = work / f"{page.parent.name}-width_probe.html"
@@ -364,7 +364,7 @@ def _page_widths(page: Path, width: int, work: Path) -> tuple[int, int]:
 
 @pytest.mark.skipif(__import__("shutil").which("chromium") is None, reason="needs Debian's chromium (CI installs it)")
 def test_first_screen_fits_1280_px_without_horizontal_scroll(front_doc_timed, tmp_path):
-    from accuracy.report.document import write_report
+    from zyfa.accuracy.report.document import write_report
 
     _, doc, _, _ = front_doc_timed
     page = write_report(doc, tmp_path / "report")["html"]

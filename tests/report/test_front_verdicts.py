@@ -2,7 +2,7 @@
 every number of it names its source; the terminal summary of the scoring commands gives the same reasons.
 
 The rows are real: four plug-in kernels measured on small inputs (two Gaussian ones and a few tokens of the shipped
-SmolLM2 capture) by the accuracy runner on the CPU (:func:`accuracy.api.measure`), each run written to its own
+SmolLM2 capture) by the accuracy runner on the CPU (:func:`zyfa.accuracy.api.measure`), each run written to its own
 result file with its provenance, as ``zyfa accuracy`` writes them:
 
 - ``good``: the shipped example kernel (per-tensor FP8 then fp32 attention): ok;
@@ -20,12 +20,11 @@ import re
 from pathlib import Path
 
 import pytest
-
-from accuracy.api import measure
-from accuracy.kernel_verdicts import implementation_verdicts, short_reason, verdict_lines
-from accuracy.report.build import build_report, load_results
-from accuracy.report.document import Doc, render_html, render_markdown
-from accuracy.report.front import (
+from zyfa.accuracy.api import measure
+from zyfa.accuracy.kernel_verdicts import implementation_verdicts, short_reason, verdict_lines
+from zyfa.accuracy.report.build import build_report, load_results
+from zyfa.accuracy.report.document import Doc, render_html, render_markdown
+from zyfa.accuracy.report.front import (
     FRONT_KEYS,
     error_table,
     front_prose,
@@ -35,9 +34,10 @@ from accuracy.report.front import (
     source_label,
     sources_of,
 )
-from accuracy.report.speed import load_bench
-from accuracy.runner import write_results
-from capture.models import MODELS
+from zyfa.accuracy.report.speed import load_bench
+from zyfa.accuracy.runner import write_results
+from zyfa.capture.models import MODELS
+
 from tests.report.conftest import FLOAT, html_tables, md_tables
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from accuracy.report.blocks import blocks_markdown
-from accuracy.report.build import load_results
-from accuracy.report.claims import VARIANTS, claim_figures
-from accuracy.report.document import Doc
-from accuracy.report.hd128 import (
+from zyfa.accuracy.report.blocks import blocks_markdown
+from zyfa.accuracy.report.build import load_results
+from zyfa.accuracy.report.claims import VARIANTS, claim_figures
+from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.report.hd128 import (
     CLAIMS_PLAN,
     SENSITIVITY_PLAN,
     PlanFileError,
@@ -25,7 +24,7 @@ from accuracy.report.hd128 import (
     load_sensitivity_plan,
     plan_file_hash,
 )
-from accuracy.study.hd128_sensitivity import main as sensitivity_main
+from zyfa.accuracy.study.hd128_sensitivity import main as sensitivity_main
 
 ROOT = Path(__file__).resolve().parents[2]
 HD128 = ROOT / "reports" / "hd128" / "results.jsonl"

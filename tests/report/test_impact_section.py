@@ -12,8 +12,8 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from scipy import stats
+from zyfa.accuracy.impact import rows as impact_rows
 
-from accuracy.impact import rows as impact_rows
 from tests.report.conftest import html_tables, md_tables, numbers
 from zyfa.recipes import RECIPES
 
@@ -217,8 +217,8 @@ def test_missing_impact_file_is_an_error(small_results, tmp_path, capsys):
 def test_study_picks_the_committed_impact_files(tmp_path, monkeypatch):
     """Unset --impact: the repository's committed impact results, whatever the current directory (a study run
     from elsewhere keeps its impact section); impact files of the current directory are not picked up."""
-    from accuracy.study import cli as study
-    from accuracy.study.compose import REPO_ROOT
+    from zyfa.accuracy.study import cli as study
+    from zyfa.accuracy.study.compose import REPO_ROOT
 
     committed = sorted(p.name for p in (REPO_ROOT / "reports" / "impact").glob("results*.jsonl"))
     assert committed, "the repository commits its impact results"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from zyfa.accuracy.report.build import load_results
+from zyfa.accuracy.report.quantization import scheme_samples, scheme_table
+from zyfa.accuracy.study.compose import ReportInputs, load_report_inputs, render
 
-from accuracy.report.build import load_results
-from accuracy.report.quantization import scheme_samples, scheme_table
-from accuracy.study.compose import ReportInputs, load_report_inputs, render
 from tests.report.conftest import html_tables, md_tables, numbers
 
 FIXTURE = Path(__file__).parent / "fixtures" / "quant_rows_cpu.jsonl"

@@ -7,12 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from accuracy.conformance import pairing_warning
-from accuracy.implementations import load_plugin
-from accuracy.report.blocks import blocks_markdown
-from accuracy.report.real_kernels import not_run, real_kernel_blocks, real_vs_emulated
-from accuracy.tolerances import KERNEL_VS_EMULATION
+from zyfa.accuracy.conformance import pairing_warning
+from zyfa.accuracy.implementations import load_plugin
+from zyfa.accuracy.report.blocks import blocks_markdown
+from zyfa.accuracy.report.real_kernels import not_run, real_kernel_blocks, real_vs_emulated
+from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "real_rows_cpu.jsonl"
 
@@ -70,7 +69,7 @@ def _row(impl, ratio):
 
 
 def test_flagged_implementations_get_their_measured_cause_or_none_named():
-    from accuracy.report.real_kernels import MEASURED_CAUSES
+    from zyfa.accuracy.report.real_kernels import MEASURED_CAUSES
 
     rows = [_row("sdpa-bf16:flash", 0.94), _row("mystery-kernel", 1.10), _row("sdpa-bf16:cudnn", 1.0)]
     md = "\n".join(blocks_markdown(real_kernel_blocks(rows)))

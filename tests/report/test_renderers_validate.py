@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 import pytest
+from zyfa.accuracy.schemas import SchemaError, check_any_row, check_provenance, mixed_code_notice
 
-from accuracy.schemas import SchemaError, check_any_row, check_provenance, mixed_code_notice
 from zyfa.cli import main as zyfa
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -217,7 +217,7 @@ def test_schemas_name_the_field_and_pass_every_committed_row():
         check_any_row({"kind": "longctx"}, "f:5")
     assert mixed_code_notice([{"git_commit": "a", "git_dirty": False}] * 2) is None
     assert "1 of the 2 runs" in mixed_code_notice([{"git_commit": "a"}, {"git_commit": "a+dirty"}])
-    from accuracy.schemas import read_rows
+    from zyfa.accuracy.schemas import read_rows
 
     for path in (LONGCTX, CLIFFS, *sorted((ROOT / "reports" / "real_kernels").glob("*.jsonl"))):
         rows, _ = read_rows(path)

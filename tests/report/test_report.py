@@ -12,8 +12,8 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from zyfa.accuracy.report import build, document, speed
 
-from accuracy.report import build, document, speed
 from tests.report.conftest import RECIPES, html_tables, md_tables, numbers
 from zyfa.bench.table import ROW_HEADER
 
@@ -256,7 +256,7 @@ def test_console_errors_are_caught(tmp_path):
 
 
 def test_csv_results_render_the_same_tables(small_results, tmp_path):
-    from accuracy.runner import read_results, write_results
+    from zyfa.accuracy.runner import read_results, write_results
 
     path, _ = small_results
     csv = write_results(read_results(path), tmp_path / "results.csv")

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from zyfa.accuracy.report.build import load_results
 
-from accuracy.report.build import load_results
 from zyfa.cli import main as zyfa
 
 SMALL = ["accuracy", "--seq", "64", "--heads", "2", "--head-dim", "64", "--recipes", "zyfa,fp32", "--device", "cpu",

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from zyfa.accuracy.study.compose import find_bench
 
-from accuracy.study.compose import find_bench
 from zyfa.cli import main
 
 

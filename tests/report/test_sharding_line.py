@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from accuracy.report.blocks import sharding_line
+from zyfa.accuracy.report.blocks import sharding_line
+
 from zyfa.cli import main
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from zyfa.accuracy.features import head_errors, input_features
+from zyfa.accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+from zyfa.accuracy.report import build, document
+from zyfa.accuracy.runner import run_accuracy, write_results
+from zyfa.accuracy.study import run as study_run
 
-from accuracy.features import head_errors, input_features
-from accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
-from accuracy.report import build, document
-from accuracy.runner import run_accuracy, write_results
-from accuracy.study import run as study_run
 from tests.report.conftest import md_tables, numbers
 
 ROOT = Path(__file__).resolve().parents[2]

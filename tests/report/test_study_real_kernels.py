@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from zyfa.accuracy.implementations import BASELINE_ONLY, builtin_names
 
-from accuracy.implementations import BASELINE_ONLY, builtin_names
 from tests.report.conftest import md_tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ EXAMPLE = str(ROOT / "examples" / "fp8_torch_attention.py") + ":attention"
 def test_study_with_a_kernel(tmp_path, monkeypatch, capsys):
     from zyfa.cli import main
 
-    monkeypatch.setattr("accuracy.study.cli.shutil.which", lambda name: None)  # no screenshot
+    monkeypatch.setattr("zyfa.accuracy.study.cli.shutil.which", lambda name: None)  # no screenshot
     out = tmp_path / "study"
     argv = ["study", "--captures", str(SAMPLE), "--max-tokens", "64", "--gaussian-filter", "^$", "--recipes",
             "zyfa,ck", "--kernel", EXAMPLE, "--kernel-recipe", "zyfa", "--device", "cpu", "--impact", "none",
@@ -83,7 +83,7 @@ def test_study_with_failed_rows_exits_3_unless_allowed(tmp_path, monkeypatch, ca
     """Issue 32: the study is written whole, then exit 3 for its failed kernel rows; --allow-failed gives 0."""
     from zyfa.cli import main
 
-    monkeypatch.setattr("accuracy.study.cli.shutil.which", lambda name: None)  # no screenshot
+    monkeypatch.setattr("zyfa.accuracy.study.cli.shutil.which", lambda name: None)  # no screenshot
     bad = tmp_path / "bad.py"
     bad.write_text("def attn(q, k, v, *, causal, sm_scale, window):\n    raise RuntimeError('boom')\n")
     out = tmp_path / "study"

@@ -7,7 +7,8 @@ from __future__ import annotations
 import errno
 import os
 
-from accuracy.study.run import refusals
+from zyfa.accuracy.study.run import refusals
+
 from tests.faults import result_rows, rows_match
 from zyfa.cli import main as zyfa
 
@@ -17,7 +18,7 @@ ARGS = ["study", "--max-seq", "128", "--captures", "none", "--gaussian-filter", 
 
 
 def test_refusals_name_the_rotating_recipe_on_non_power_of_two_head_dims():
-    from accuracy.inputs import GaussianSpec, make_gaussian
+    from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
 
     inputs = [make_gaussian(GaussianSpec(heads_q=1, heads_kv=1, seq=16, head_dim=d, head_dim_v=dv))
               for d, dv in ((64, None), (192, 128))]

@@ -137,8 +137,8 @@ def test_read_only_out_fails_before_work(tmp_path, capsys):
 
 
 def test_bench_and_impact_inputs_found_from_any_directory(tmp_path, monkeypatch):
-    from accuracy.study.cli import impact_files
-    from accuracy.study.compose import find_bench
+    from zyfa.accuracy.study.cli import impact_files
+    from zyfa.accuracy.study.compose import find_bench
 
     monkeypatch.chdir(tmp_path)
     impact = impact_files(None)

@@ -8,10 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-
-from accuracy.inputs import capture_inputs
-from accuracy.study import synthetic_sweep as sw
-from accuracy.synthetic import SyntheticSpec, make_synthetic
+from zyfa.accuracy.inputs import capture_inputs
+from zyfa.accuracy.study import synthetic_sweep as sw
+from zyfa.accuracy.synthetic import SyntheticSpec, make_synthetic
 
 CAPTURE = Path(__file__).resolve().parents[2] / "datasets" / "smollm2-lee-2048.h5"
 
@@ -62,7 +61,7 @@ def test_command_refuses_bad_input_before_writing_and_writes_its_files(tmp_path,
     assert {"calibration.md", "calibration.json", "sweep.jsonl", "sweep.md", "fig_ratio_vs_entropy.png",
             "fig_ratio_vs_p_flushed.png"} <= names
     cal = json.loads((out / "calibration.json").read_text())
-    assert len(cal["rows"]) == 3 and cal["provenance"]["command"].startswith("python -m accuracy.study")
+    assert len(cal["rows"]) == 3 and cal["provenance"]["command"].startswith("python -m zyfa.accuracy.study")
     assert "synthetic-b1-h1x1-s128-d128-causal-H1.5" in (out / "sweep.md").read_text()
     assert SyntheticSpec(entropy=1.5, seq=128, heads=1, kv_heads=1, rope=1).name in (out / "sweep.md").read_text()
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from zyfa.accuracy.tasks.humaneval import DATASET, load_problems, program, select_problems, truncate
+from zyfa.accuracy.tasks.sandbox import Limits, run_sandboxed
+from zyfa.accuracy.tasks.stats import drift_by_position, mcnemar_exact, paired_summary, summary_markdown
 
-from accuracy.tasks.humaneval import DATASET, load_problems, program, select_problems, truncate
-from accuracy.tasks.sandbox import Limits, run_sandboxed
-from accuracy.tasks.stats import drift_by_position, mcnemar_exact, paired_summary, summary_markdown
 from zyfa.cli import main
 
 

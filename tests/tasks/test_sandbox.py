@@ -8,8 +8,7 @@ import socket
 import threading
 
 import pytest
-
-from accuracy.tasks.sandbox import Limits, network_isolation, run_sandboxed
+from zyfa.accuracy.tasks.sandbox import Limits, network_isolation, run_sandboxed
 
 FAST = Limits(cpu_seconds=2, wall_seconds=6, memory_bytes=1 << 30)
 WEAK = ((), "sockets blocked in the child's Python only (test)")

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from zyfa.reference.attention import attention_fp64
 
 import zyfa.emulator
-from reference.attention import attention_fp64
 from zyfa.emulator import UnsupportedHeadDimWarning, emulate
 from zyfa.emulator_tile import decode_e4m3fn_fast, mma, round_to_fp8_fast
 from zyfa.formats import decode_fp8, round_to_bf16, round_to_fp8

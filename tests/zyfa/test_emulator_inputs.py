@@ -9,11 +9,11 @@ import re
 
 import pytest
 import torch
+from zyfa.accuracy.inputs import AttentionInput, content_hash
+from zyfa.accuracy.metrics import compute_metrics
+from zyfa.accuracy.runner import run_accuracy
+from zyfa.reference.attention import attention_fp64
 
-from accuracy.inputs import AttentionInput, content_hash
-from accuracy.metrics import compute_metrics
-from accuracy.runner import run_accuracy
-from reference.attention import attention_fp64
 from zyfa.emulator import UnsupportedHeadDimWarning, emulate, validate_qkv
 from zyfa.kernels.attention_fp8 import recipe_from_spec
 from zyfa.recipes import RECIPES, get_recipe

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from zyfa.reference.attention import attention_fp64
 
-from reference.attention import attention_fp64
 from zyfa.emulator import emulate
 from zyfa.emulator_tile import exp2_bittrick, mma
 from zyfa.recipes import get_recipe

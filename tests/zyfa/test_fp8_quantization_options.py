@@ -15,8 +15,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from zyfa.reference.attention import attention_fp64
 
-from reference.attention import attention_fp64
 from zyfa.emulator import emulate, quantize_inputs
 from zyfa.norms import rel_l2
 from zyfa.recipes import QUANT_SCHEMES, RECIPES, get_recipe

@@ -7,8 +7,8 @@ import math
 
 import pytest
 import torch
+from zyfa.accuracy.implementations import builtin_names, get_implementation
 
-from accuracy.implementations import builtin_names, get_implementation
 from zyfa.peers.names import BENCH_PEERS, OLD_NAMES, PEER_NAMES, canonical_name
 from zyfa.peers.registry import PEERS, get_peer, prepare
 from zyfa.peers.sdpa import sdpa_forward

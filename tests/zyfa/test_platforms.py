@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 import torch
+from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.runner import run_accuracy
+from zyfa.reference.attention import attention_fp64
 
-from accuracy.inputs import GaussianSpec, make_gaussian
-from accuracy.runner import run_accuracy
-from reference.attention import attention_fp64
 from zyfa.cli import main
 from zyfa.emulator import emulate
 from zyfa.formats import round_to_fp8

@@ -720,7 +720,7 @@ def test_emulated_mad_p_is_the_hand_formula(rounding, offset):
 def test_softmax_scale_other_than_the_default(name, sm_scale):
     """sm_scale reaches the scores: the emulator agrees with the independent reference at that scale, and the
     fp32 control with the FP64 oracle at that scale, which the default scale's oracle is far from."""
-    from reference.attention import attention_fp64
+    from zyfa.reference.attention import attention_fp64
 
     _assert_agrees(get_recipe(name), dict(h=2, h_kv=1, s_q=16, s_k=300, d=16, std=1.0), MASKS["causal"], sm_scale)
     if name == "fp32":

@@ -64,7 +64,7 @@ def gaussian_qkv(b, h, h_kv, s, d_qk, d_v, seed=0, device="cuda"):
 
 def captured_qkv(path, s, device="cuda"):
     """First layer of a capture, tiled along the sequence to s tokens (bf16)."""
-    from capture.store import read_capture
+    from zyfa.capture.store import read_capture
 
     rec = next(iter(read_capture(path, allow_incomplete=True)))
     out = []

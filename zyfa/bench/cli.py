@@ -12,10 +12,10 @@ import os
 import platform
 import sys
 
-from capture.version import git_label
 from zyfa.bench.args import SHAPES, add_arguments, check_args, output_stem
 from zyfa.bench.cases import bench_heads, captured_qkv, gaussian_qkv, run_case
 from zyfa.bench.table import render, to_markdown
+from zyfa.capture.version import git_label
 from zyfa.outputs import atomic_write_text
 from zyfa.peers.names import canonical_name
 from zyfa.peers.registry import PEERS

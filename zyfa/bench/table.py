@@ -1,6 +1,6 @@
 """The bench table: the Markdown of a ``zyfa bench`` file from its rows (where we land, the speed–accuracy planes,
 the user's kernels, every row), and ``--render``, which rewrites it from the JSON. It imports no torch, so the
-report's speed section (:mod:`accuracy.report.speed`) renders the same table from here.
+report's speed section (:mod:`zyfa.accuracy.report.speed`) renders the same table from here.
 
 Exposed: ``OURS_IMPL``, ``WRONG_OUTPUT_REL_L2``, ``canonical_rows``, ``headline_tflops``, ``ratio_cell``,
 ``plugin_lines``, ``plane_lines``, ``summary_lines``, ``ROW_HEADER``, ``row_cells``, ``to_markdown``, ``render``.
