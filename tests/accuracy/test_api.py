@@ -68,8 +68,8 @@ def test_measure_recipes_on_captures_and_bad_arguments():
 
 
 def test_the_package_re_exports_the_api_lazily():
-    code = ("import sys, accuracy; light = 'torch' not in sys.modules; from accuracy import measure; "
-            "import accuracy.api; print(light, measure is accuracy.api.measure)")
+    code = ("import sys, zyfa.accuracy; light = 'torch' not in sys.modules; from zyfa.accuracy import measure; "
+            "import zyfa.accuracy.api; print(light, measure is zyfa.accuracy.api.measure)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert res.stdout.split() == ["True", "True"], res.stderr

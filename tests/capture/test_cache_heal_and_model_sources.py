@@ -130,7 +130,7 @@ def test_a_cached_text_that_is_not_utf8_is_extracted_again(tmp_path):
     if gensim is None:
         pytest.skip("the gensim wheel (the lee text's source) is not in the cache")
     _copy(gensim, cache / "wheels")
-    code = ("from capture.text import load_text\n"
+    code = ("from zyfa.capture.text import load_text\n"
             "print(load_text('lee').sha256); print(len(load_text('pydoc').text))")
     env = dict(os.environ, ZYFA_CACHE=str(cache), PIP_NO_INDEX="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)

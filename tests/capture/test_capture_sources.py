@@ -91,7 +91,7 @@ def test_token_windows_are_deterministic_and_disjoint(smollm2):
 @pytest.mark.skipif(sys.platform != "linux", reason="uses the cache path layout of Linux")
 def test_cache_dir_is_overridable(tmp_path):
     env = dict(os.environ, ZYFA_CACHE=str(tmp_path / "c"))
-    out = subprocess.run([sys.executable, "-c", "from capture.fetch import cache_dir; print(cache_dir())"],
+    out = subprocess.run([sys.executable, "-c", "from zyfa.capture.fetch import cache_dir; print(cache_dir())"],
                          env=env, capture_output=True, text=True, check=True).stdout.strip()
     assert out == str(tmp_path / "c")
 
