@@ -343,7 +343,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         costs = [cell_cost(inp.shape) for inp, _, _ in cells]
         if dry:
             print_dry_run(args.dry_run, [f"{inp.name} {name}" for inp, _, name in cells], costs,
-                          UNITS_PER_SECOND.get(device.type, 2e8))
+                          UNITS_PER_SECOND.get(device.type, UNITS_PER_SECOND["cpu"]))
             return 0
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, planned=keys,
                                       reader=read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE,

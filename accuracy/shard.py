@@ -50,12 +50,19 @@ from zyfa.accuracy.results_io import read_log, row_key
 
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
-__all__ = ["UNITS_PER_SECOND", "Dist", "RankRows", "SharedOutputError", "ShardedResults", "add_shard_arguments",
-           "announce", "cells_digest", "describe_key", "dry_run_world", "format_plan", "give_up", "launch", "plan",
-           "print_dry_run", "rank_device", "say", "sharded_launch", "sharding_summary", "wants_sharding"]
+__all__ = ["MODEL_UNITS_PER_SECOND", "UNITS_PER_SECOND", "Dist", "RankRows", "SharedOutputError", "ShardedResults",
+           "add_shard_arguments", "announce", "cells_digest", "describe_key", "dry_run_world", "format_plan",
+           "give_up", "launch", "plan", "print_dry_run", "rank_device", "say", "sharded_launch", "sharding_summary",
+           "wants_sharding"]
 
-# Cost units (multiply-adds of the FP64 oracle, roughly) per second, by device kind: for --dry-run estimates.
-UNITS_PER_SECOND = {"cpu": 2.0e8, "cuda": 5.0e10}
+# Cost units (multiply-adds of the FP64 oracle, roughly) per second, by device kind: for --dry-run estimates of the
+# operator commands (accuracy, study). cpu: fitted by scripts/fit_cost_model.py on the README's `zyfa study` run on
+# 2 idle cores (3 December, commit 9626ac6: 502 cells measured in 119.5 s, estimated 2260 s at the old 2e8);
+# cuda: not yet fitted.
+UNITS_PER_SECOND = {"cpu": 3.78e9, "cuda": 5.0e10}
+# The same for a model's forward pass (longctx, impact: the units of their cells), not fitted yet: the values the
+# operator rate gave before its fit (old rate / 50).
+MODEL_UNITS_PER_SECOND = {"cpu": 4.0e6, "cuda": 1.0e9}
 # Timeout of the process group's collectives: ranks that finish early wait at the barrier for the slowest, so it
 # is long (a grid's share can take hours); a dead peer still ends the wait (torchrun also stops the others).
 # ZYFA_SHARD_TIMEOUT_S overrides it.

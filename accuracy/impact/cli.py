@@ -198,7 +198,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     ``<out>.partial/rank-K.jsonl``, rank 0 merging them into ``--out`` in a single process's order."""
     from zyfa.accuracy.impact.run import impact_cells
     from zyfa.accuracy.shard import (
-        UNITS_PER_SECOND,
+        MODEL_UNITS_PER_SECOND,
         Dist,
         ShardedResults,
         announce,
@@ -213,7 +213,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     cells = impact_cells(models, recipes, impl_names, windows=args.windows, per_layer=per_layer,
                          layer_recipes=layer_recipes, layer_windows=args.layer_windows)
     costs = [cell_cost(c, args.tokens, layers) for c in cells]
-    rate = UNITS_PER_SECOND.get(device.type, 2e8) / 50  # a model's forward pass, not one attention operator
+    rate = MODEL_UNITS_PER_SECOND.get(device.type, MODEL_UNITS_PER_SECOND["cpu"])  # a model's forward pass
     if args.dry_run is not None:
         try:
             print_dry_run(args.dry_run, [" ".join(map(str, c)) for c in cells], costs, rate)

@@ -445,7 +445,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     from zyfa.accuracy.provenance import provenance
     from zyfa.accuracy.results_io import jsonl_text, read_jsonl
     from zyfa.accuracy.shard import (
-        UNITS_PER_SECOND,
+        MODEL_UNITS_PER_SECOND,
         Dist,
         ShardedResults,
         SharedOutputError,
@@ -471,7 +471,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
             raise UsageError(str(e)) from None
         cells += [(m, t, n, name) for t in spec.tasks for n in lengths for name in spec.implementations]
     per_cell = len(spec.depths) * len(spec.seeds)
-    rate = UNITS_PER_SECOND.get(device.type, 2e8) / 50  # a model's prefill, not one attention operator
+    rate = MODEL_UNITS_PER_SECOND.get(device.type, MODEL_UNITS_PER_SECOND["cpu"])  # a model's forward pass
     if args.dry_run is not None:
         try:
             print_dry_run(args.dry_run, [f"{m} {t} L{n} {name}" for m, t, n, name in cells],

@@ -188,7 +188,7 @@ def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes,
     keys = planned_keys(inputs, recipes, impls)
     costs = [cell_cost(by_name[k[0]].shape) for k in keys]
     labels = [f"{k[0]} {k[3] or k[2]}" for k in keys]
-    rate = UNITS_PER_SECOND.get(resolve_device(args.device).type, 2e8)
+    rate = UNITS_PER_SECOND.get(resolve_device(args.device).type, UNITS_PER_SECOND["cpu"])
     print_dry_run(args.dry_run, labels, costs, rate)
     return 0
 

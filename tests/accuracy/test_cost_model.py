@@ -48,7 +48,7 @@ def test_fit_is_the_geometric_mean_rate_and_reports_the_spread():
     lo, hi = f["cpu"]["measured_over_estimate"]
     assert lo == pytest.approx(0.5) and hi == pytest.approx(2.0)
     clo, chi = f["cpu"]["current_measured_over_estimate"]
-    assert clo == pytest.approx(2.0 / (4e9 / UNITS_PER_SECOND["cpu"]))
+    assert clo == pytest.approx(2.0 / (4e9 / UNITS_PER_SECOND["cpu"]), rel=1e-3)  # estimates kept to the ms
     assert f["cuda"]["units_per_second"] == pytest.approx(5e10)
     assert fit([]) == {}
     assert records_of({}) == [] and records_of({PROVENANCE_KEY: recs[:1]}) == recs[:1]
