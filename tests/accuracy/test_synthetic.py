@@ -31,6 +31,8 @@ SMALL = {"seq": 256, "heads": 2, "kv_heads": 1, "head_dim": 64}
     (2.0, 0.3, 128, 1),
     (3.5, 0.1, 256, 0),
     (0.5, 0.6, 64, 1),
+    (2.0, 0.3, 96, 1),  # a head dim no modelled kernel runs: the emulator computes it
+    (1.5, None, 80, 0),
 ])
 def test_realised_entropy_and_sink_match_the_request(entropy, sink, head_dim, rope):
     spec = SyntheticSpec(entropy=entropy, sink=sink, rope=rope, **{**SMALL, "head_dim": head_dim})
@@ -100,7 +102,7 @@ def test_parse_round_trip_and_split_of_the_inputs_flag():
     ("synthetic:entropi=2", "unknown synthetic key 'entropi'; valid keys: " + ", ".join(SYNTHETIC_KEYS)),
     ("synthetic:entropy", "synthetic: 'entropy' is not KEY=VALUE; valid keys: " + ", ".join(SYNTHETIC_KEYS)),
     ("synthetic:seq=1.5", "synthetic: seq must be an integer, got '1.5'; valid keys: " + ", ".join(SYNTHETIC_KEYS)),
-    ("synthetic:head_dim=96", "synthetic: head_dim must be one of [64, 128, 256], got 96"),
+    ("synthetic:head_dim=95", "synthetic: head_dim must be an even number >= 8 (RoPE rotates channel pairs), got 95"),
     ("synthetic:sink=1.5", "synthetic: sink must be in (0, 1), got 1.5"),
     ("synthetic:heads=4,kv_heads=3", "synthetic: heads (4) must be a multiple of kv_heads (3)"),
     ("synthetic:rope=2", "synthetic: rope must be 0 or 1, got 2"),
