@@ -178,21 +178,11 @@ def check_args(args: argparse.Namespace) -> None:
     """The flags' checks that need no heavy import, run by the ``zyfa`` dispatch before :func:`main` (which repeats
     them with the rest): the grid's numbers, the text, the model and task names. A ``--plan`` supplies the grid,
     and ``--render``/``--calibrate`` take none: those are checked in :func:`main`."""
-    from zyfa.accuracy.longctx.tasks import TASKS
-    from zyfa.capture.models import check_model_names
     from zyfa.capture.text import UnknownTextError, check_text
 
     if args.render is not None or args.calibrate is not None or getattr(args, "plan", None):
         return
-    check_model_names([m.strip() for m in (args.models or DEFAULT_MODELS).split(",") if m.strip()])
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    bad = [t for t in tasks if t not in TASKS]
-    if bad or not tasks:
-        raise UsageError(f"--tasks: unknown task {bad[0] if bad else '(none)'!r}; tasks: {', '.join(TASKS)}")
-    if args.seeds < 1:
-        raise UsageError("--seeds must be at least 1")
-    if args.generate < 0:
-        raise UsageError("--generate must be 0 (off) or more")
+    grid_flags(args)
     if args.lengths:
         _ints(args.lengths, "--lengths")
     if args.depths is not None:
@@ -201,6 +191,29 @@ def check_args(args: argparse.Namespace) -> None:
         check_text(args.text)
     except UnknownTextError as e:
         raise UsageError(f"--text: {e}") from None
+
+
+def grid_flags(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """The models and tasks of the flags (or of a plan applied to them), with the seeds and --generate checked;
+    UsageError in one line. Torch-free: :func:`check_args` runs it before any heavy import, :func:`_run` after a
+    plan has filled the flags."""
+    from zyfa.accuracy.longctx.tasks import TASKS
+    from zyfa.capture.models import check_model_names
+
+    models = [m.strip() for m in (args.models or DEFAULT_MODELS).split(",") if m.strip()]
+    try:
+        check_model_names(models)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    bad = [t for t in tasks if t not in TASKS]
+    if bad or not tasks:
+        raise UsageError(f"--tasks: unknown task {bad[0] if bad else '(none)'!r}; tasks: {', '.join(TASKS)}")
+    if args.seeds < 1:
+        raise UsageError("--seeds must be at least 1")
+    if args.generate < 0:
+        raise UsageError("--generate must be 0 (off) or more")
+    return models, tasks
 
 
 def main(args: argparse.Namespace) -> int:
@@ -267,7 +280,6 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
     from zyfa.accuracy.longctx.run import GridSpec, run_longctx
-    from zyfa.accuracy.longctx.tasks import TASKS
     from zyfa.accuracy.provenance import provenance
     from zyfa.accuracy.results_io import ResultsFile, jsonl_text
     from zyfa.accuracy.run_harness import WorkBudget, refuse_unavailable
@@ -277,21 +289,7 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.outputs import OutputError, atomic_write_text
     from zyfa.recipes import split_spec_list
 
-    models = [m.strip() for m in (args.models or DEFAULT_MODELS).split(",") if m.strip()]
-    from zyfa.capture.models import check_model_names
-
-    try:
-        check_model_names(models)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    bad = [t for t in tasks if t not in TASKS]
-    if bad or not tasks:
-        raise UsageError(f"--tasks: unknown task {bad[0] if bad else '(none)'!r}; tasks: {', '.join(TASKS)}")
-    if args.seeds < 1:
-        raise UsageError("--seeds must be at least 1")
-    if args.generate < 0:
-        raise UsageError("--generate must be 0 (off) or more")
+    models, tasks = grid_flags(args)  # again: a plan may have supplied them after check_args
     lengths = _ints(args.lengths, "--lengths") if args.lengths else None
     depths = _depths(args.depths)
     layers = [n - 1 for n in _ints(",".join(str(int(t) + 1) if t.strip().isdigit() else t

@@ -108,6 +108,7 @@ def greedy_generate(model, prompt: Sequence[int], fn: ModelAttention | None, *, 
     mode = "stock" if fn is None else "cached"
     stopped = "max_new_tokens"
     ran_decode: dict = {}
+    cache_kw = _cache_argument(decoder)  # once, not per step
     with torch.no_grad(), _swap(model, fn, layers):
         res = decoder(input_ids=ids, use_cache=True)
         ran_prefill = _ran(fn, dtype)
@@ -128,7 +129,7 @@ def greedy_generate(model, prompt: Sequence[int], fn: ModelAttention | None, *, 
                 if fn is not None:
                     fn.ran = {}
                 try:
-                    res = decoder(input_ids=step, use_cache=True, **{_cache_argument(decoder): cache})
+                    res = decoder(input_ids=step, use_cache=True, **{cache_kw: cache})
                     cache = _cache_of(res)
                     if fn is not None and _fallback_layers(fn.ran_summary()) - _fallback_layers(ran_prefill):
                         raise UnsupportedLayerError("decode shape sent layers to the fallback")

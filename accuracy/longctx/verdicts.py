@@ -38,7 +38,8 @@ def plan_verdicts(plan: Plan, rows: Sequence[dict]) -> list[dict]:
     """One dict per (contrast, model, task, length, metric): ``contrast`` (:class:`~accuracy.plan.Contrast`),
     ``model``, ``task``, ``length``, ``metric``, ``verdict`` (:class:`~accuracy.verdict.Verdict` or None where no
     prompt has both arms), ``dropped`` (prompts with only one arm ok), ``p_adjusted`` (the correction's, primary
-    only), ``label`` (the verdict after the correction)."""
+    only), ``label`` (the verdict after the correction) and ``kind`` (its kind: the verdict's, "inconclusive" where the
+    correction takes an effect away)."""
     out = []
     for c in plan.contrasts:
         for m in plan.models:
@@ -55,6 +56,7 @@ def plan_verdicts(plan: Plan, rows: Sequence[dict]) -> list[dict]:
         v = out[i]["verdict"]
         if v.kind == "effect" and not p < plan.alpha:
             out[i]["label"] = f"inconclusive after {plan.correction} (adjusted p = {p:.2g})"
+            out[i]["kind"] = "inconclusive"
     return out
 
 
@@ -63,14 +65,14 @@ def _one(plan: Plan, rows, c: Contrast, m: str, t: str, n: int, metric: str, thr
     b = _values(rows, c.b, m, t, n, metric)
     both = [k for k in a if k in b]
     rec = {"contrast": c, "model": m, "task": t, "length": n, "metric": metric, "verdict": None,
-           "dropped": len(set(a) ^ set(b)), "p_adjusted": math.nan, "label": "no paired prompts"}
+           "dropped": len(set(a) ^ set(b)), "p_adjusted": math.nan, "label": "no paired prompts", "kind": None}
     if not both:
         return rec
     label, higher, _unit = METRICS[metric]
     v = paired_verdict({k: a[k] for k in both}, {k: b[k] for k in both}, clusters=lambda k: k[1],
                        threshold=threshold, alpha=plan.alpha, higher_is_better=higher, metric=label,
                        arms=(c.a, c.b))
-    rec.update(verdict=v, label=v.label)
+    rec.update(verdict=v, label=v.label, kind=v.kind)
     return rec
 
 

@@ -170,11 +170,7 @@ def accumulator_findings(root: Path) -> list[Finding]:
                                "–", "untested at the condition: no rows under this plan yet", src))
             continue
         informative = [v for v in mine if v["verdict"].informative]
-
-        def kind(v) -> str:
-            return "inconclusive" if str(v.get("label", "")).startswith("inconclusive after") else v["verdict"].kind
-
-        kinds = {k: [v for v in informative if kind(v) == k] for k in ("effect", "equivalent", "inconclusive")}
+        kinds = {k: [v for v in informative if v["kind"] == k] for k in ("effect", "equivalent", "inconclusive")}
         det = [v["verdict"].detectable for v in kinds["inconclusive"] if math.isfinite(v["verdict"].detectable)]
         n_units = sorted({v["verdict"].n_clusters for v in informative})
         def cell(v) -> str:
