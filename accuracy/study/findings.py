@@ -178,8 +178,9 @@ def accumulator_findings(root: Path) -> list[Finding]:
                     f"[{v['verdict'].lo:+.3g}, {v['verdict'].hi:+.3g}]")
 
         figure = "; ".join(cell(v) for v in kinds["effect"])
-        if not figure and informative:  # no effect: the cell furthest from zero, with its interval
-            figure = "no effect; largest " + cell(max(informative, key=lambda v: abs(v["verdict"].effect)))
+        if not figure and informative:  # no effect: the cell furthest from zero in units of its metric's threshold
+            figure = "no effect; largest " + cell(max(informative, key=lambda v: abs(v["verdict"].effect)
+                                                       / plan.metrics[v["metric"]]))
         verdict = (f"{len(kinds['effect'])} effects, {len(kinds['equivalent'])} no effect above the threshold, "
                    f"{len(kinds['inconclusive'])} inconclusive" + (f" (detectable ≥ {min(det):.3g}–{max(det):.3g})"
                                                                    if det else "")
