@@ -23,7 +23,7 @@ STATE=${1:?usage: longctx_h200_background.sh STATE DEADLINE_EPOCH}
 DEADLINE=${2:?usage: longctx_h200_background.sh STATE DEADLINE_EPOCH}
 PLAN=${PLAN:-}
 if [ -n "$PLAN" ] && [ -z "${MODELS:-}" ]; then
-  MODELS=$(python3 -c "from accuracy.plan import load_plan; print(' '.join(load_plan('$PLAN').models))")
+  MODELS=$(python3 -c "from zyfa.accuracy.plan import load_plan; print(' '.join(load_plan('$PLAN').models))")
 fi
 MODELS=${MODELS:-smollm2 gemma3 qwen25coder}
 IMPLS=${IMPLS:-sdpa-fp32,stock,triton:zyfa-hopper,triton:zyfa,triton:fa3,triton:ck,triton:aiter,cudnn-fp8,flashinfer-fa3}
@@ -62,7 +62,7 @@ print('1-128,' + format_lengths(sorted(t | c)))")
 ) &
 
 for m in $MODELS; do
-  f=$(python3 -c "from capture.models import MODELS; print(MODELS['$m'].file_name)")
+  f=$(python3 -c "from zyfa.capture.models import MODELS; print(MODELS['$m'].file_name)")
   while [ ! -f "$ZYFA_CACHE/models/$f" ]; do
     if [ "$(left)" -lt 90 ]; then log "$m: its file never came; not run"; continue 2; fi
     sleep 2

@@ -60,6 +60,7 @@ def plan_file_hash(path: str | Path) -> str:
 @dataclass(frozen=True)
 class SensitivityPlan:
     source: str
+    name: str
     hash: str
     variants: tuple[tuple[str, str], ...]  # (label, recipe spec as written)
     run: tuple[str, ...]  # the specs this plan runs (the others have rows already)
@@ -101,7 +102,8 @@ def load_sensitivity_plan(path: str | Path = SENSITIVITY_PLAN) -> SensitivityPla
     if layers != "all" and not (isinstance(layers, list) and layers and all(
             isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in layers)):
         raise PlanFileError(f"plan {src}: layers must be \"all\" or a list of layer indices")
-    return SensitivityPlan(source=src, hash=plan_hash(data), variants=tuple(variants.items()), run=tuple(run),
+    return SensitivityPlan(source=src, name=str(data.get("name", Path(src).stem)), hash=plan_hash(data),
+                           variants=tuple(variants.items()), run=tuple(run),
                            layers=layers if layers == "all" else tuple(layers),
                            results=str(data.get("results", "")))
 

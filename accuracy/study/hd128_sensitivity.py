@@ -38,7 +38,7 @@ def run_sensitivity(plan, inputs, *, device: str = "cpu", progress: bool = False
         for r in rows:
             if r["input"] == inp.name:
                 r.update(heads.get(r["recipe"], {}))
-                r.update(plan="hd128-sensitivity", plan_hash=plan.hash)
+                r.update(plan=plan.name, plan_hash=plan.hash)
                 out.append(r)
     return out, rows.provenance
 
