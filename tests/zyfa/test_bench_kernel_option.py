@@ -18,7 +18,8 @@ EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"
 
 
 def _bench(*argv, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # the tree first, then what the machine already had on the path (the GPU machine's peer packages in /tmp/site)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "zyfa", "bench", *argv], capture_output=True, text=True, cwd=cwd,
                           env=env, timeout=300)
 
