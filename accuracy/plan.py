@@ -14,6 +14,7 @@ written under another hash. Example (``studies/accumulator.toml``)::
     lengths = ["4k", 8192]
     depths = [0.0, 0.5, 1.0]
     facts = 50                     # distinct facts (seeds) per cell: the independent unit
+    first_fact = 0                 # optional: the first fact's seed (a later plan takes fresh facts, e.g. 50)
     baselines = ["sdpa-fp32"]      # run beside the contrasts, not compared by the rule
 
     [primary]
@@ -65,8 +66,8 @@ METRICS = {
     "answer_logprob": ("Δ log p(answer)", True, "nats"),
     "exact": ("exact match", True, "fraction of prompts"),
 }
-_KEYS = {"name", "description", "alpha", "correction", "models", "tasks", "lengths", "depths", "facts", "baselines",
-         "primary", "metrics", "exploratory", "pilot", "text", "dtype", "fallback"}
+_KEYS = {"name", "description", "alpha", "correction", "models", "tasks", "lengths", "depths", "facts", "first_fact",
+         "baselines", "primary", "metrics", "exploratory", "pilot", "text", "dtype", "fallback"}
 
 
 class PlanError(ValueError):
@@ -102,6 +103,7 @@ class Plan:
     depths: tuple[float, ...]
     facts: int
     baselines: tuple[str, ...] = ()
+    first_fact: int = 0  # the facts are seeds first_fact .. first_fact + facts - 1 (fresh facts for a later plan)
     pilot: bool = False
     description: str = ""
     text: str | None = None
@@ -227,6 +229,10 @@ def parse_plan(data: dict, source: str = "<plan>") -> Plan:
     facts = data.get("facts")
     if isinstance(facts, bool) or not isinstance(facts, int) or facts < 1:
         raise PlanError(f"plan {source}: facts must be a positive integer (distinct facts per cell), not {facts!r}")
+    first_fact = data.get("first_fact", 0)
+    if isinstance(first_fact, bool) or not isinstance(first_fact, int) or first_fact < 0:
+        raise PlanError(f"plan {source}: first_fact must be a non-negative integer (the first fact's seed), "
+                        f"not {first_fact!r}")
     pilot = data.get("pilot", False)
     if not isinstance(pilot, bool):
         raise PlanError(f"plan {source}: pilot must be true or false")
@@ -242,7 +248,7 @@ def parse_plan(data: dict, source: str = "<plan>") -> Plan:
     return Plan(name=name.strip(), source=source, hash=plan_hash(data), primary=primary, exploratory=exploratory,
                 metrics={m: float(t) for m, t in metrics.items()}, alpha=float(alpha), correction=correction,
                 models=_strings(data, "models", source), tasks=_strings(data, "tasks", source), lengths=lengths,
-                depths=tuple(float(d) for d in depths_raw), facts=facts,
+                depths=tuple(float(d) for d in depths_raw), facts=facts, first_fact=first_fact,
                 baselines=_strings(data, "baselines", source, required=False), pilot=pilot,
                 description=data.get("description", ""), text=data.get("text"), dtype=data.get("dtype"),
                 fallback=data.get("fallback"))

@@ -39,12 +39,16 @@ def test_every_row_states_condition_unit_n_interval_and_verdict(block):
     # the hd128 claims: intervals over the 28 layers, not the 336 heads as if independent
     assert sum("n = 336 in 28 layers (interval over layers)" in r for r in rows) == 3
     # the technique-1 sensitivity: each claim says under how many variants its verdict holds, and which change it
-    assert sum("technique-1 variants against zyfa on the same 14 even layers" in r for r in rows) == 3
+    assert sum("technique-1 variants against zyfa on all layers (28 clusters" in r for r in rows) == 3
     # (the plain chord puts zyfa's kernel-only error above CK's: the deq verdict rests on our MAD choice)
     assert any("`zyfa:mad_rounding=nearest,mad_offset=0`: deq contradicted (above the range)" in r for r in rows)
-    # the long-context accumulator plan: one row per model, each with its cells counted by verdict
+    # the long-context accumulator plans: one row per model of each plan (four models over three plans), each with
+    # its cells counted by verdict and its plan named
     acc = [r for r in rows if "never-flushed" in r]
-    assert len(acc) == 2 and all("fact, n = 50 per cell" in r and " inconclusive" in r for r in acc)
+    assert len(acc) == 4 and all("fact, n = 50 per cell" in r and " inconclusive" in r for r in acc)
+    assert {m for r in acc for m in ("gemma3", "qwen25coder-1.5b", "smollm2") if f"on {m} (" in r} == {
+        "gemma3", "qwen25coder-1.5b", "smollm2"}
+    assert sum("`studies/accumulator-hd128.toml`" in r for r in acc) == 1
 
 
 def test_a_file_without_the_markers_is_refused():
@@ -79,8 +83,11 @@ def test_the_accumulator_row_once_rows_under_the_plan_exist(tmp_path):
     out.write_text(jsonl_text(rows, {"plan_hash": plan.hash}))
     (tmp_path / "reports" / "longctx" / "other.jsonl").write_text(jsonl_text(
         [{**r, "plan_hash": "0" * 64, "input": r["input"] + "x"} for r in rows], {}))
-    row, untested = accumulator_findings(tmp_path)  # one per model of the plan; the second has no rows
-    assert untested.verdict.startswith("untested at the condition")
+    # one per model of each plan, the first plan first; its second model and the later plans have no rows here
+    row, untested, *later = accumulator_findings(tmp_path)
+    assert len(later) == len(list((tmp_path / "studies").glob("accumulator-*.toml")))
+    assert all(f.verdict.startswith("untested at the condition") for f in (untested, *later))
+    assert row.source.startswith("`studies/accumulator.toml`") and "`reports/longctx/accumulator/`" in row.source
     assert row.unit == "fact, n = 50 per cell"
     assert row.verdict.startswith("1 effects, 0 no effect above the threshold, 0 inconclusive of 1 cells; "
                                   "1 ceiling/floor cells left out")

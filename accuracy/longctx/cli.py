@@ -264,6 +264,7 @@ def _apply_plan(args: argparse.Namespace) -> None:
     args.depths = ",".join(map(str, plan.depths))
     args.implementations = ",".join(plan.implementations)
     args.seeds = plan.facts
+    args.first_seed = plan.first_fact
     for key in ("text", "dtype", "fallback"):
         if getattr(plan, key) is not None:
             setattr(args, key, getattr(plan, key))
@@ -353,8 +354,10 @@ def _run(args: argparse.Namespace) -> int:
     out = Path(args.out or DEFAULT_OUT)
     if args.out is None:
         out.parent.mkdir(parents=True, exist_ok=True)
+    first_seed = getattr(args, "first_seed", 0)  # a plan's first_fact (fresh facts); 0 without a plan
     spec = GridSpec(models=models, implementations=names, tasks=tasks, lengths=lengths, depths=depths,
-                    seeds=list(range(args.seeds)), text=args.text, layers=layers, op_layers=args.op_layers,
+                    seeds=list(range(first_seed, first_seed + args.seeds)), text=args.text, layers=layers,
+                    op_layers=args.op_layers,
                     fallback=None if args.fallback == "none" else "stock", row_tags=ablation_tags(ablations),
                     row_fields=getattr(args, "plan_fields", None) or {}, coverage=args.coverage,
                     generate=args.generate)

@@ -73,7 +73,7 @@ INPUT_KINDS = {"capture": "real activations (captures)", "synthetic": "synthetic
                "gaussian": "Gaussian"}
 ERRORS = {"deq_rel_l2": "deq", "orig_rel_l2": "orig"}
 # technique 1's plausible variants: label -> recipe names whose rows stand for it (a spec and its named alias);
-# the list studies/hd128-sensitivity.toml declares (tests/report/test_hd128.py keeps them equal)
+# the list studies/hd128-sensitivity-all.toml declares (tests/report/test_hd128.py keeps them equal)
 VARIANTS = (
     ("as assumed (zyfa: trunc, offset +1/16, exponent per row)", ("zyfa",)),
     ("trunc, offset 0", ("zyfa:mad_offset=0",)),

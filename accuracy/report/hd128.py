@@ -3,9 +3,10 @@ intervals, and the sensitivity of the verdicts to our reading of technique 1.
 
 Plans (TOML, written before the figures they decide; the rows record nothing of them, the report states each
 plan's hash): ``studies/hd128-claims-clustered.toml`` (the claims, their ranges, the verdict's interval over layers;
-it supersedes ``studies/hd128-claims.toml``, kept as first declared) and ``studies/hd128-sensitivity.toml`` (the
-technique-1 variants as recipe specs, each taking zyfa's place). The figures and the rule are
-:mod:`zyfa.accuracy.report.claims`'.
+it supersedes ``studies/hd128-claims.toml``, kept as first declared) and ``studies/hd128-sensitivity-all.toml`` (the
+technique-1 variants as recipe specs, each taking zyfa's place, on all 28 layers; it supersedes
+``studies/hd128-sensitivity.toml``, which ran them on the 14 even layers and is kept with its rows). The figures and
+the rule are :mod:`zyfa.accuracy.report.claims`'.
 
 Exposed: ``SensitivityPlan``, ``PlanFileError``, ``load_sensitivity_plan(path)``, ``plan_file_hash(path)``,
 ``sensitivity_figures(rows, plan=None)``, ``hd128_section(rows, *, sensitivity_plan=..., claims_plan=...) ->
@@ -30,12 +31,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["CLAIMS_PLAN", "SENSITIVITY_PLAN", "PlanFileError", "SensitivityPlan", "hd128_section",
-           "load_sensitivity_plan", "plan_file_hash", "sensitivity_figures"]
+__all__ = ["CLAIMS_PLAN", "SENSITIVITY_PLAN", "SENSITIVITY_RESULTS", "PlanFileError", "SensitivityPlan",
+           "hd128_section", "load_sensitivity_plan", "plan_file_hash", "sensitivity_figures"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIMS_PLAN = ROOT / "studies" / "hd128-claims-clustered.toml"
-SENSITIVITY_PLAN = ROOT / "studies" / "hd128-sensitivity.toml"
+SENSITIVITY_PLAN = ROOT / "studies" / "hd128-sensitivity-all.toml"
+#: the rows of SENSITIVITY_PLAN's variants (the H200's emulator; within 2.2e-5 of the CPU's on the even layers)
+SENSITIVITY_RESULTS = ROOT / "reports" / "hd128" / "sensitivity-all.jsonl"
 
 
 class PlanFileError(ValueError):

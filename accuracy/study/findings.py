@@ -11,7 +11,7 @@ effect the design could have detected. Rows:
 
 - the paper's three accuracy claims at head dim 128 (:mod:`zyfa.accuracy.report.claims`, plan
   ``studies/hd128-claims-clustered.toml``; intervals over layers), each with how many technique-1 variants of
-  ``studies/hd128-sensitivity.toml`` keep its verdict (rows in ``reports/hd128/sensitivity.jsonl`` where run);
+  ``studies/hd128-sensitivity-all.toml`` keep its verdict (rows in ``reports/hd128/sensitivity-all.jsonl`` where run);
 - the long-context accumulator contrast of ``studies/accumulator.toml`` (:mod:`zyfa.accuracy.longctx.verdicts`), one
   row per model: "untested at the condition" until rows written under that plan's hash exist in
   ``reports/accumulator/`` (or ``reports/longctx/``).
@@ -35,7 +35,14 @@ from zyfa.accuracy.longctx.verdicts import plan_verdicts
 from zyfa.accuracy.plan import load_plan
 from zyfa.accuracy.report.build import load_results
 from zyfa.accuracy.report.claims import CLAIMS, claim_figures
-from zyfa.accuracy.report.hd128 import CLAIMS_PLAN, load_sensitivity_plan, plan_file_hash, sensitivity_figures
+from zyfa.accuracy.report.hd128 import (
+    CLAIMS_PLAN,
+    SENSITIVITY_PLAN,
+    SENSITIVITY_RESULTS,
+    load_sensitivity_plan,
+    plan_file_hash,
+    sensitivity_figures,
+)
 from zyfa.capture.models import MODELS
 
 __all__ = ["BEGIN", "END", "Finding", "accumulator_findings", "findings", "hd128_findings", "main", "render",
@@ -84,11 +91,11 @@ def _side(f: dict, c) -> str:
 def hd128_findings(root: Path) -> list[Finding]:
     """The paper's three claims at head dim 128, with the technique-1 sensitivity."""
     results = root / "reports" / "hd128" / "results.jsonl"
-    sens_file = root / "reports" / "hd128" / "sensitivity.jsonl"
+    sens_file = root / SENSITIVITY_RESULTS.relative_to(ROOT)
     rows = load_results([results]).rows
     all_rows = load_results([results, sens_file]).rows if sens_file.is_file() else rows
     figs = [f for f in claim_figures(rows) if f["kind"] == "capture"]
-    plan = load_sensitivity_plan(root / "studies" / "hd128-sensitivity.toml")
+    plan = load_sensitivity_plan(root / SENSITIVITY_PLAN.relative_to(ROOT))
     sens = [s for s in sensitivity_figures(all_rows, plan) if s["kind"] == "capture"]
     claims_hash = plan_file_hash(root / "studies" / CLAIMS_PLAN.name)[:12]
     model = next((r.get("input_model") for r in rows if r.get("input_source") == "capture"), "?")
@@ -122,10 +129,10 @@ def hd128_findings(root: Path) -> list[Finding]:
                     if _side(cells[e], c) != _side(base[e], c)]
             if diff:
                 changed.append(f"`{spec}`: " + ", ".join(diff))
-        layers = "all layers" if plan.layers == "all" else f"{len(plan.layers)} even layers"
+        layers = "all layers" if plan.layers == "all" else f"the same {len(plan.layers)} even layers"
         if ran:
             n_base = base["deq"]["n_clusters"]
-            verdict += (f"; technique-1 variants against zyfa on the same {layers} ({n_base} clusters; there zyfa "
+            verdict += (f"; technique-1 variants against zyfa on {layers} ({n_base} clusters; there zyfa "
                         f"is deq {_side(base['deq'], c)}, orig {_side(base['orig'], c)}): the same under "
                         f"{ran - len(changed)} of {ran}" + (f", changed under {'; '.join(changed)}" if changed
                                                             else ""))
@@ -140,19 +147,30 @@ def hd128_findings(root: Path) -> list[Finding]:
             f"layer × head, n = {d['n']} in {d['n_clusters']} layers (interval over layers)",
             figure, verdict,
             f"`reports/hd128/`, `studies/hd128-claims-clustered.toml` ({claims_hash}), "
-            f"`studies/hd128-sensitivity.toml` ({plan.hash[:12]})"))
+            f"`{SENSITIVITY_PLAN.relative_to(ROOT).as_posix()}` ({plan.hash[:12]})"))
     return out
 
 
 def accumulator_findings(root: Path) -> list[Finding]:
-    """The accumulator plan's primary contrast, one finding per model of the plan, from the rows under
-    ``reports/accumulator/`` and ``reports/longctx/`` (any depth of folder) written under the plan's current hash.
-    A cell's verdict is the plan's after its correction (an effect that does not survive Holm is inconclusive)."""
-    plan = load_plan(root / "studies" / "accumulator.toml")
-    files = sorted(f for d in ("accumulator", "longctx")
-                   for f in glob.glob(str(root / "reports" / d / "**" / "*.jsonl"), recursive=True))
-    rows = [r for r in (load_rows(files)[0] if files else []) if r.get("plan_hash") == plan.hash]
-    src = f"`studies/accumulator.toml` ({plan.short_hash}), `reports/accumulator/`"
+    """The accumulator plans' primary contrast (``studies/accumulator*.toml``: the first plan and the same contrast
+    on further models), one finding per model of each plan, from the rows under ``reports/accumulator*/`` and
+    ``reports/longctx/`` (any depth of folder) written under that plan's current hash. A cell's verdict is the plan's
+    after its correction (an effect that does not survive Holm is inconclusive)."""
+    files = sorted({f for pattern in ("accumulator*", "longctx")
+                    for f in glob.glob(str(root / "reports" / pattern / "**" / "*.jsonl"), recursive=True)})
+    by_file = {f: load_rows([f])[0] for f in files}
+    out = []
+    first_plan_first = lambda f: (f.name != "accumulator.toml", f.name)  # noqa: E731
+    for plan_file in sorted((root / "studies").glob("accumulator*.toml"), key=first_plan_first):
+        out += _accumulator_plan_findings(root, load_plan(plan_file), plan_file.name, by_file)
+    return out
+
+
+def _accumulator_plan_findings(root: Path, plan, plan_name: str, by_file: dict[str, list[dict]]) -> list[Finding]:
+    mine = {f: [r for r in rows if r.get("plan_hash") == plan.hash] for f, rows in by_file.items()}
+    rows = [r for f in sorted(mine) for r in mine[f]]
+    folders = sorted({Path(f).parent.relative_to(root).as_posix() for f, rs in mine.items() if rs})
+    src = f"`studies/{plan_name}` ({plan.short_hash})" + "".join(f", `{d}/`" for d in folders)
     verdicts = plan_verdicts(plan, rows) if rows else []
     out = []
     for model in plan.models:

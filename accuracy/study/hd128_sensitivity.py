@@ -1,8 +1,8 @@
 """Run the hd128 sensitivity plan: each technique-1 variant the plan runs, on the capture's layers, with the
 per-head errors the claims table pairs per layer x head.
 
-    python -m zyfa.accuracy.study.hd128_sensitivity --plan studies/hd128-sensitivity.toml \
-        --inputs ~/.cache/zyfa/captures/qwen25coder-1.5b-pydoc-2048.h5 --out reports/hd128/sensitivity.jsonl
+    python -m zyfa.accuracy.study.hd128_sensitivity --plan studies/hd128-sensitivity-all.toml --device cuda \
+        --inputs ~/.cache/zyfa/captures/qwen25coder-1.5b-pydoc-2048.h5 --out reports/hd128/sensitivity-all.jsonl
 
 Rows are those of ``zyfa accuracy`` (:func:`zyfa.accuracy.runner.run_accuracy`) plus ``deq_rel_l2_heads`` and
 ``orig_rel_l2_heads`` (:func:`accuracy.features.head_errors`) and ``plan``/``plan_hash``; the peers' rows are not run

@@ -80,6 +80,8 @@ def test_hash_ignores_layout_and_comments_but_not_values(tmp_path):
     (("name = \"t\"", "name = \"t\"\nalpha = 1.5"), "alpha must be a number in (0, 1)"),
     (("name = \"t\"", "name = \"t\"\ncorrection = \"bonferoni\""), "correction 'bonferoni' is not one of"),
     (("depths = [0.0, 1.0]", "depths = [0.0, 1.5]"), "depths must be a non-empty list of fractions"),
+    (("facts = 50", "facts = 50\nfirst_fact = -1"), "first_fact must be a non-negative integer"),
+    (("facts = 50", "facts = 50\nfirst_fact = true"), "first_fact must be a non-negative integer"),
 ])
 def test_shape_problems_are_one_line(tmp_path, edit, line):
     text = GOOD.replace(*edit)
@@ -138,6 +140,25 @@ def test_the_shipped_accumulator_plan():
     assert plan.facts >= MIN_FACTS and not plan.pilot and plan.correction == "holm"
     assert plan.tasks == ("niah", "multikey") and plan.lengths == (8192, 16384, 32768)
     check_plan(plan, tasks=("niah", "multikey"), implementation_kind=lambda n: "kernel")
+
+
+@pytest.mark.parametrize("name", ["accumulator.toml", "accumulator-hd128.toml", "accumulator-smollm2.toml",
+                                  "fp8-retrieval-hd128.toml"])
+def test_every_shipped_longctx_plan_checks(name):
+    """Every committed long-context plan parses and passes the registry checks (models, lengths within context)."""
+    plan = load_plan(ROOT / "studies" / name)
+    assert plan.facts >= MIN_FACTS and not plan.pilot
+    check_plan(plan, tasks=("niah", "multikey"), implementation_kind=lambda n: "kernel")
+
+
+def test_a_later_plan_takes_fresh_facts(tmp_path):
+    """first_fact moves the facts' seeds (default 0), so a plan written after another's rows can take facts none of
+    them used; it is part of the hash."""
+    first = load_plan(_write(tmp_path, GOOD))
+    later = load_plan(_write(tmp_path, GOOD.replace("facts = 50", "facts = 50\nfirst_fact = 50"), "later.toml"))
+    assert first.first_fact == 0 and later.first_fact == 50 and first.hash != later.hash
+    fresh = set(range(later.first_fact, later.first_fact + later.facts))
+    assert fresh.isdisjoint(range(first.first_fact, first.first_fact + first.facts))
 
 
 def test_parse_plan_from_data():

@@ -175,6 +175,17 @@ def test_longctx_plan_end_to_end(tmp_path, capsys):
     assert err.count("\n") == 0 and "the plan changed after its rows were written" in err
 
 
+def test_plan_first_fact_runs_fresh_facts(tmp_path):
+    """A plan's first_fact picks the seeds, so its prompts carry facts the default seeds did not."""
+    plan_path = tmp_path / "later.toml"
+    plan_path.write_text(CLI_PLAN.replace("facts = 2", "facts = 2\nfirst_fact = 7"))
+    out = tmp_path / "r.jsonl"
+    assert main(["longctx", "--plan", str(plan_path), "--device", "cpu", "--no-progress", "--out", str(out)]) == 0
+    rows = _rows(out)
+    assert {r["seed"] for r in rows} == {7, 8}
+    assert all(r["input"].endswith(("/s7", "/s8")) for r in rows)
+
+
 def test_plan_models_subset_only(tmp_path, capsys):
     plan_path = tmp_path / "cli.toml"
     plan_path.write_text(CLI_PLAN)

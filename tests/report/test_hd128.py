@@ -125,11 +125,17 @@ def test_sensitivity_driver_runs_a_real_slice(tmp_path, capsys):
     assert sensitivity_main(["--plan", str(plan), "--inputs", str(capture), "--layers", "0", "--out", str(out)]) == 2
 
 
+def test_the_current_sensitivity_plan_takes_every_layer_and_supersedes_the_even_layers():
+    plan, first = load_sensitivity_plan(), load_sensitivity_plan(ROOT / "studies" / "hd128-sensitivity.toml")
+    assert plan.layers == "all" and first.layers == tuple(range(0, 28, 2))
+    assert plan.variants == first.variants and plan.run == first.run and plan.name == "hd128-sensitivity-all"
+
+
 def test_section_names_its_plans_and_restricts_the_sensitivity_to_their_layers():
     rows = _rows([0.0] * 4)
     rows += [{**r, "recipe": "zyfa:mad_offset=0.0"} for r in rows if r["recipe"] == "zyfa" and r["input_layer"] < 2]
     doc = Doc("t")
-    hd128_section(rows)(doc, False)
+    hd128_section(rows, sensitivity_plan=ROOT / "studies" / "hd128-sensitivity.toml")(doc, False)
     md = "\n".join(blocks_markdown(doc.blocks))
     assert "hd128-claims-clustered.toml" in md and plan_file_hash(CLAIMS_PLAN)[:12] in md
     assert "95% interval over layer × head units" in md and "48 layer × head units in 4 layers" in md
