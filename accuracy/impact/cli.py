@@ -34,7 +34,7 @@ from zyfa.capture.models import prepare_sources
 
 from zyfa.outputs import OutputError, atomic_write_text
 from zyfa.plugins import wall_options
-from zyfa.recipes import get_recipe, split_spec_list
+from zyfa.recipe_spec import get_recipe, split_spec_list
 
 
 def main(args: argparse.Namespace) -> int:

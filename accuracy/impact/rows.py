@@ -26,7 +26,8 @@ import numpy as np
 from zyfa.accuracy.results_io import row_key
 from zyfa.capture.version import git_state
 
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 
 BLOCK_TOKENS = 256  # tokens per block for the pooled block CI and the per-block KL in the rows
 

@@ -21,7 +21,7 @@ from zyfa.accuracy.impact.model import RecipeAttention, compare_logits, final_hi
 from zyfa.accuracy.impact.rows import impact_key
 
 from zyfa.norms import rel_l2
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 
 def _sha256(data: bytes) -> str:

@@ -100,7 +100,7 @@ def status_of(name: str, rows: Sequence[dict] = ()) -> str:
         devices = sorted({measured_on(r) for r in real})
         return "measured on " + ", ".join(devices)
     try:
-        from zyfa.recipes import get_recipe
+        from zyfa.recipe_spec import get_recipe
 
         return str(getattr(get_recipe(name), "status", None) or "-")
     except (ValueError, KeyError, ImportError):
@@ -426,7 +426,7 @@ def _status_lines(entries: Sequence[dict]) -> list[str]:
     """One line per (status, why) among the table's recipes: the recipes with that status and the why of it
     (``status_note`` of :mod:`zyfa.recipes`; ``from source`` without a note: every field read in the peer's
     source), and one line for a real kernel's ``measured on``."""
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     groups: dict[tuple[str, str], list[str]] = {}
     for e in entries:

@@ -116,7 +116,7 @@ def refusals(inputs: list, recipes: list[str]) -> dict[tuple[str, str], str]:
     vendor kernel is applied only where the vendor's dispatcher runs that kernel (:mod:`zyfa.dispatch`: ``aiter``
     leaves out head dims 64 and 256)."""
     from zyfa.dispatch import route_input
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
     from zyfa.rotation import rotation_matrix
 
     out = {}

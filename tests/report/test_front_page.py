@@ -117,7 +117,7 @@ def test_error_table_means_intervals_and_status(front_doc):
     assert t == html_tables(page)["t-front-error"]
     assert t[0] == ["implementation", "verdict", "captures: deq", "captures: orig", "Gaussian: deq",
                     "Gaussian: orig", "status", "from"]
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     shown = {line[0]: line for line in t[1:]}
     assert list(shown) == ["zyfa", "ck"]  # the ablation zyfa-exp2 is in the details only

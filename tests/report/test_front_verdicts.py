@@ -196,7 +196,7 @@ def test_every_number_on_the_front_page_names_its_source(page):
 def test_status_and_weights_are_explained_where_they_appear(page):
     _, _, md, _ = page
     front = _front_md(md)
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     assert f"`zyfa` is **assumed**: {get_recipe('zyfa').status_note}." in front  # the paper's recipe, and why
     assert f"`fa3` is **modelled**: {get_recipe('fa3').status_note}" in front

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zyfa.recipes import (
-    RECIPES,
+from zyfa.recipe_spec import (
     TRITON_KERNEL_FIELDS,
     SpecError,
     SpecParts,
@@ -15,6 +14,7 @@ from zyfa.recipes import (
     split_spec,
     split_spec_list,
 )
+from zyfa.recipes import RECIPES
 
 
 @pytest.mark.parametrize("spec, name", [

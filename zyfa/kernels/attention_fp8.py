@@ -65,7 +65,8 @@ from zyfa.kernels.validation import (
     v_descale_for,
     validate_inputs,
 )
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 
 __all__ = [
     "HD128_CAUSAL_MAXNREG",

@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from zyfa.recipes import Recipe, get_recipe, triton_kernel_recipe
+from zyfa.recipe_spec import get_recipe, triton_kernel_recipe
+from zyfa.recipes import Recipe
 
 __all__ = [
     "LOG2E",
@@ -134,7 +135,7 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
 
 
 def kernel_recipe(spec: Recipe | str) -> Recipe:
-    """The recipe as this kernel computes it (:func:`zyfa.recipes.triton_kernel_recipe`): FA3's head-dim tiles
+    """The recipe as this kernel computes it (:func:`zyfa.recipe_spec.triton_kernel_recipe`): FA3's head-dim tiles
     (``head_dim_tiles``: 224 keys at hd128, 160 at hd64 and hd192) are no Triton block size, so the kernel keeps
     the recipe's ``block_m`` x ``block_n``; and it visits KV tiles from key 0 on (``kv_order`` forward). An
     emulation meant to match the kernel must do the same. Fields as the recipe's; named as the recipe where
@@ -145,7 +146,7 @@ def kernel_recipe(spec: Recipe | str) -> Recipe:
 
 
 def recipe_from_spec(spec: Recipe | str) -> Recipe:
-    """A recipe spec -> Recipe: :func:`zyfa.recipes.get_recipe`, the one grammar (kept as a name for scripts)."""
+    """A recipe spec -> Recipe: :func:`zyfa.recipe_spec.get_recipe`, the one grammar (kept as a name for scripts)."""
     return get_recipe(spec)
 
 
