@@ -260,8 +260,9 @@ OLD_FORMS = {
                           "2f53d66 wrote it (the emulator then counted the unmasked probabilities once per head), "
                           "else marked checked",
 }
-# Keys whose values are history, never migrated: the command lines a run was started with and its provenance.
-HISTORY_KEYS = ("provenance", "argv", "command")
+# Keys whose values are history, never migrated: the command lines a run was started with, its provenance and the
+# migrations' own notes.
+HISTORY_KEYS = ("provenance", "argv", "command", "migrated")
 _OLD_SPECS = tuple(f"accumulator={old}" for old in ACCUMULATOR_ALIASES)
 
 

@@ -83,11 +83,11 @@ def _renamed(value, key=None):
 def rename_accumulator(row: dict) -> bool:
     """accumulator-name, in place; True if the row changed."""
     new = _renamed(row)
-    if new == row:
+    if json.dumps(new) == json.dumps(row):  # (not ==: NaN is not equal to itself)
         return False
     row.clear()
     row.update(new)
-    add_note(row, "accumulator=hopper_fp8 renamed matrix_unit")
+    add_note(row, "accumulator hopper_fp8 renamed matrix_unit")
     return True
 
 
