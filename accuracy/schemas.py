@@ -35,6 +35,7 @@ from pathlib import Path
 
 from zyfa.accuracy.results_io import IMPACT_KINDS, check_row, read_jsonl, read_log
 
+from zyfa.recipe_spec import names_old_accumulator
 from zyfa.recipes import ACCUMULATOR_ALIASES
 
 __all__ = ["CLIFFS", "HUMANEVAL", "LONGCTX", "MIGRATE_COMMAND", "OLD_FORMS", "PROVENANCE", "RESULT", "SchemaError",
@@ -238,7 +239,8 @@ def check_provenance(prov, where: str) -> dict:
 
 def check_any_row(row, where: str, *, cliffs: bool = False) -> dict:
     """A row checked by its kind: a cliff sweep's (``cliffs``), a long-context or HumanEval row (its ``kind``), else
-    an operator result row."""
+    an operator result row. A row in an older form is refused first (:func:`check_migrated`)."""
+    check_migrated(row, where)
     if cliffs:
         return check_fields(row, CLIFFS, where, "cliff sweep row")
     kind = row.get("kind") if isinstance(row, dict) else None
@@ -253,17 +255,12 @@ def check_any_row(row, where: str, *, cliffs: bool = False) -> dict:
 # changed in the row's "migrated" field): name -> what the migration does.
 MIGRATE_COMMAND = "python scripts/migrate_rows.py"
 OLD_FORMS = {
-    "accumulator-name": "a recipe spec or accumulation label under the accumulator's old name (accumulator=hopper_fp8, "
-                        "'hopper_fp8 ...'): renamed matrix_unit",
-    "p_flushed-per-head": "a zyfa impact row whose p_flushed_mean was not checked to be a fraction (no "
-                          "p_flushed_checked): divided by the query heads where a process started before commit "
-                          "2f53d66 wrote it (the emulator then counted the unmasked probabilities once per head), "
-                          "else marked checked",
+    "accumulator-name": "the accumulator's old name hopper_fp8 in a recipe spec or an accumulation label",
+    "p_flushed-per-head": "a zyfa impact row's p_flushed_mean without p_flushed_checked",
 }
 # Keys whose values are history, never migrated: the command lines a run was started with, its provenance and the
 # migrations' own notes.
 HISTORY_KEYS = ("provenance", "argv", "command", "migrated")
-_OLD_SPECS = tuple(f"accumulator={old}" for old in ACCUMULATOR_ALIASES)
 
 
 def _old_accumulator(value, key: str | None = None) -> bool:
@@ -271,7 +268,7 @@ def _old_accumulator(value, key: str | None = None) -> bool:
     if key in HISTORY_KEYS:
         return False
     if isinstance(value, str):
-        return any(s in value for s in _OLD_SPECS) or (key == "accumulation" and value.startswith(
+        return names_old_accumulator(value) or (key == "accumulation" and value.startswith(
             tuple(ACCUMULATOR_ALIASES)))
     if isinstance(value, dict):
         return any(_old_accumulator(v, k) for k, v in value.items())

@@ -31,7 +31,6 @@ any file would change)
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import math
 import os
@@ -41,6 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from zyfa.accuracy.impact.rows import process_key, process_starts, row_date  # noqa: E402
 from zyfa.accuracy.results_io import IMPACT_KINDS  # noqa: E402
 from zyfa.accuracy.schemas import HISTORY_KEYS  # noqa: E402
 
@@ -49,11 +49,14 @@ from zyfa.peers.names import OLD_NAMES  # noqa: E402
 from zyfa.recipes import ACCUMULATOR_ALIASES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-# The emulator fix that made p_flushed_frac a fraction, and the date after which no inflated row was committed (the
-# last such rows are in 6df17ed, 2026-11-30T00:10:00Z): a later process with the same command line is never divided.
+# The emulator fix that made p_flushed_frac a fraction (commit 2f53d66, "Emulator: p_flushed_frac counts the mask once
+# per batch-head"), and the date after which no inflated row was committed (the last such rows are in 6df17ed): a
+# later process with the same command line is never divided. A process keeps the code it started with, so what
+# counts is when the writing process started, not the commit in a row. Checked against re-measurements after the
+# fix: old value / heads equals the new one (window 0 of SmolLM2 and Qwen: ck, aiter and zyfa-exp2 agree to 6
+# digits, e.g. SmolLM2 aiter 0.797723).
 P_FLUSHED_FIX = ("2f53d66", "2026-11-29T23:54:38Z")
 P_FLUSHED_LAST_INFLATED_UTC = "2026-11-30T00:10:00Z"
-UTC = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def add_note(row: dict, what: str) -> None:
@@ -91,33 +94,6 @@ def rename_accumulator(row: dict) -> bool:
     return True
 
 
-def _row_date(row: dict) -> str:
-    return str((row.get("provenance") or {}).get("date_utc") or "")
-
-
-def _process_key(row: dict) -> tuple:
-    p = row.get("provenance") or {}
-    return (p.get("run_started_utc") or tuple(p.get("argv") or ()),)
-
-
-def process_starts(rows: list[dict]) -> dict[tuple, str]:
-    """Process key -> its start: ``run_started_utc``, else the earliest row date less that row's seconds (and the
-    stock pass's)."""
-    starts: dict[tuple, str] = {}
-    for r in rows:
-        d = (r.get("provenance") or {}).get("run_started_utc")
-        if not d and _row_date(r):
-            try:
-                back = float(r.get("seconds") or 0) + float(r.get("seconds_stock") or 0)
-                d = (dt.datetime.strptime(_row_date(r), UTC) - dt.timedelta(seconds=back)).strftime(UTC)
-            except (ValueError, TypeError):
-                d = _row_date(r)
-        k = _process_key(r)
-        if d and (k not in starts or d < starts[k]):
-            starts[k] = d
-    return starts
-
-
 def fix_p_flushed(rows: list[dict]) -> int:
     """p_flushed-per-head over the rows of one file, in place; returns how many rows changed."""
     impact = [r for r in rows if isinstance(r, dict) and r.get("kind") in IMPACT_KINDS]
@@ -128,7 +104,7 @@ def fix_p_flushed(rows: list[dict]) -> int:
         if (not isinstance(v, (int, float)) or isinstance(v, bool) or r.get("p_flushed_checked")
                 or "p_flushed_mean_raw" in r):
             continue
-        pre = starts.get(_process_key(r), "9") < P_FLUSHED_FIX[1] and _row_date(r) < P_FLUSHED_LAST_INFLATED_UTC
+        pre = starts.get(process_key(r), "9") < P_FLUSHED_FIX[1] and row_date(r) < P_FLUSHED_LAST_INFLATED_UTC
         if pre and v > 0:
             heads = (r.get("provenance") or {}).get("num_q_heads")
             r["p_flushed_mean_raw"] = v

@@ -114,6 +114,13 @@ def parse_field_value(field_name: str, text: str):
     return text
 
 
+def names_old_accumulator(text: str) -> bool:
+    """Whether ``text`` (a stored spec, e.g. a result row's ``recipe``) spells an accumulator by an old name
+    (``accumulator=hopper_fp8``, :data:`zyfa.recipes.ACCUMULATOR_ALIASES`). The grammar still reads such a spec typed
+    by a user; result files are migrated once (``scripts/migrate_rows.py``) and their readers refuse the old name."""
+    return any(f"accumulator={old}" in text for old in ACCUMULATOR_ALIASES)
+
+
 def split_spec(spec: str) -> SpecParts:
     """Split a recipe spec by the grammar (module docstring), checking the name, platform, fields and values;
     :class:`SpecError` in one line for anything else. ``NAME@PLATFORM:overrides`` is read as
