@@ -212,8 +212,7 @@ def default_mad_cvt(plan: KernelPlan, mad_t: int) -> int:
     with no clamp at 126 where it provably cannot bind: 4 for exact t and :func:`mad_codes_bounded`; 6 for the
     fused MAD, whose codes drift by up to MAD_FUSED_DRIFT·|m|: the kernel bounds every row max |m| of a program by
     DQK·448²·c before its loops and runs them without the clamp where that is at most :func:`mad_m_safe`, with
-    one fp32 min (3) otherwise (the same bits as 3 either way). 3 where the recipe leaves no margin. The packed
-    u16x2 clamp (5) has fewer instructions but was no faster than 3 on the H200 (docs/KERNEL.md).
+    one fp32 min (3) otherwise (the same bits as 3 either way). 3 where the recipe leaves no margin.
     0 for exp2 recipes (unused)."""
     if not plan.exp_mad:
         return 0
