@@ -161,3 +161,15 @@ def test_readers_refuse_an_unmigrated_row_in_one_line(old_files, tmp_path, capsy
                                          r"accumulator's old name"):
         checked_rows([{"impl": "cudnn-fp8"}, {"impl": "triton-fp8", "recipe": OLD_SPEC}])
     assert checked_rows([{"impl": "triton-fp8", "recipe": NEW_SPEC}]) == [{"impl": "triton-fp8", "recipe": NEW_SPEC}]
+
+
+def test_bench_render_refuses_an_unmigrated_file_before_writing(old_files, capsys):
+    from zyfa.cli import main
+
+    md = old_files / "bench.md"
+    assert main(["bench", "--render", str(old_files / "bench.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"zyfa bench --render: {old_files / 'bench.json'}: bench row 0: peer 'sdpa-cudnn' under its old "
+                   "name (now 'sdpa-bf16:cudnn'), written before a rename; migrate the file once with "
+                   "`python scripts/migrate_rows.py`")
+    assert not md.exists()

@@ -89,8 +89,8 @@ def planted(tmp_path_factory):
                                            "tflops": t, "ms": 1.0}
                                           for impl, recipe, t in (("triton-fp8", "zyfa", 405.7),
                                                                   ("triton-fp8", "zyfa-hopper", 813.2),
-                                                                  ("sdpa-cudnn", "bf16", 603.1),
-                                                                  ("sdpa-flash", "bf16", 350.0),
+                                                                  ("sdpa-bf16:cudnn", "bf16", 603.1),
+                                                                  ("sdpa-bf16:flash", "bf16", 350.0),
                                                                   ("triton-fp8", "fa3", 774.0),
                                                                   ("flashinfer-fa3", "fa3", 843.0),
                                                                   ("cudnn-fp8", "cudnn-fp8", 933.3))]}))

@@ -329,6 +329,10 @@ def render(path: str, ours: str = "zyfa-hopper") -> str:
     for i, r in enumerate(data["rows"]):
         _check_bench_row(r, f"{path}: rows[{i}]")
     try:
+        checked_rows(data["rows"])
+    except ValueError as e:  # a file in an older form: its own line, before the Markdown is touched
+        raise ValueError(f"{path}: {e}") from None
+    try:
         text = to_markdown(data["meta"], data["rows"], ours)
     except KeyError as e:
         raise ValueError(f"{path}: not a complete zyfa bench file (no {e.args[0]!r} field); "
