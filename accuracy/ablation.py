@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from zyfa.recipes import SpecError, SpecParts, format_field_value, overridable_fields, parse_field_value, split_spec
+from zyfa.recipe_spec import SpecError, SpecParts, format_field_value, overridable_fields, parse_field_value, split_spec
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from zyfa.accuracy.implementations import (
 from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
 from zyfa.accuracy.runner import ResultRows, resolve_device, run_accuracy
 
-from zyfa.recipes import parse_recipes
+from zyfa.recipe_spec import parse_recipes
 
 __all__ = ["api_inputs", "assert_kernel_conforms", "measure"]
 

@@ -182,7 +182,7 @@ def main(args: argparse.Namespace) -> int:
     from zyfa.accuracy.results_io import ROW_BYTES_ESTIMATE, ResultsFile
 
     from zyfa.outputs import check_writable
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     results = None
     try:
@@ -455,7 +455,7 @@ def _fail(e: BaseException | str, results=None, status: int = 2) -> int:
 
 
 def _parse_recipes(spec: str):
-    from zyfa.recipes import parse_recipes
+    from zyfa.recipe_spec import parse_recipes
 
     if spec.strip() == "none":
         return []
@@ -490,7 +490,7 @@ def _ablation_tagger(args: argparse.Namespace):
     from zyfa.accuracy.ablation import ablation_tags
     from zyfa.accuracy.implementations import get_implementation
 
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     ablations = _ablations(args)
     names = {}

@@ -156,7 +156,7 @@ class Subject:
 
 def subjects(recipes: Sequence = (), implementations: Sequence = ()) -> list[Subject]:
     """Recipes (names or Recipe objects) first, then implementations, as :class:`Subject`; a name twice is an error."""
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     out = [Subject(r.name, "recipe", recipe=r) for r in (get_recipe(x) for x in recipes)]
     out += [Subject(i.name, "plugin" if i.plugin else "builtin", impl=i) for i in implementations]

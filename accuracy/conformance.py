@@ -58,7 +58,7 @@ from zyfa.accuracy.tolerances import SUSPECT_BAND
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.norms import rel_l2
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 __all__ = ["BIG", "GQA_OFFSETS", "LSE_ABS_MAX", "MASK_MISS", "OUTPUT_REL_L2_MAX", "SCORED_BIG", "SCORED_MISS",
            "Conformance", "apply", "pairing_warning", "probe", "probe_cached", "scored_mask_check",

@@ -31,7 +31,8 @@ from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2_per
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 
 __all__ = ["FEATURES", "head_errors", "input_features"]
 

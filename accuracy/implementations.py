@@ -80,7 +80,7 @@ from zyfa.peers.flashinfer_fa3 import (
 from zyfa.peers.registry import PEERS
 from zyfa.peers.sdpa import sdpa_forward
 from zyfa.plugins import PluginError, check_signature, load_callable, parse_spec
-from zyfa.recipes import SpecError, get_recipe, split_spec, split_spec_list
+from zyfa.recipe_spec import SpecError, get_recipe, split_spec, split_spec_list
 
 __all__ = [
     "BASELINE_ONLY",
@@ -455,7 +455,7 @@ def builtin_names() -> list[str]:
 def get_implementation(name: str) -> Implementation:
     """A built-in by name; ``triton:SPEC`` for any recipe spec the Triton kernel honours (``triton:fa3:
     accum_flush_tiles=1``: the kernel with that field changed); ValueError listing the names for an unknown one,
-    the spec grammar's one line (:class:`zyfa.recipes.SpecError`) for a bad ``triton:`` spec."""
+    the spec grammar's one line (:class:`zyfa.recipe_spec.SpecError`) for a bad ``triton:`` spec."""
     reg = _builtins()
     if name not in reg and name.startswith("triton:"):
         return _triton_spec_impl(name, reg)
@@ -468,7 +468,7 @@ def get_implementation(name: str) -> Implementation:
 def parse_implementations(spec: str | None) -> list[Implementation]:
     """``"all"`` (every built-in but the baselines of :data:`BASELINE_ONLY`), ``"available"`` (those of them whose
     device and package are here), ``"none"``/empty,
-    or comma-separated names (:func:`zyfa.recipes.split_spec_list`: a ``triton:`` spec's overrides stay with it);
+    or comma-separated names (:func:`zyfa.recipe_spec.split_spec_list`: a ``triton:`` spec's overrides stay with it);
     ValueError names an unknown one."""
     if spec is None or not spec.strip() or spec.strip() == "none":
         return []

@@ -53,7 +53,7 @@ from zyfa.accuracy.provenance import device_name
 
 from zyfa.formats import round_to_fp8
 from zyfa.norms import rel_l2
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 __all__ = ["implementation_row", "row_label"]
 

@@ -24,7 +24,6 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
-from zyfa.recipes import ACCUMULATOR_ALIASES
 
 __all__ = ["ACROSS_RUNS_IDENTITY", "IMPACT_IDENTITY", "IMPACT_KINDS", "MAX_JSON_DEPTH", "RUN_IDENTITY", "ResultsFile",
            "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl", "read_log", "row_key"]
@@ -198,16 +197,7 @@ def row_key(row: dict, *, across_runs: bool = False) -> tuple:
         fields = IMPACT_IDENTITY
     else:
         fields = ACROSS_RUNS_IDENTITY if across_runs else RUN_IDENTITY
-    return tuple(_current_names(row.get(f)) for f in fields)
-
-
-def _current_names(value):
-    """A spec written under an old accumulator name (``accumulator=hopper_fp8``, a row made before the rename) names
-    the same recipe as today's spelling: one identity, so a resume does not measure it again."""
-    if isinstance(value, str) and "accumulator=" in value:
-        for old, new in ACCUMULATOR_ALIASES.items():
-            value = value.replace(f"accumulator={old}", f"accumulator={new}")
-    return value
+    return tuple(row.get(f) for f in fields)
 
 
 class ResultsFile:

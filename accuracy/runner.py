@@ -56,7 +56,8 @@ from zyfa.dispatch import route_input
 from zyfa.emulator import emulate, quantization_key, quantize_inputs
 from zyfa.outputs import atomic_write_text
 from zyfa.platforms import get_platform
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 
 __all__ = ["ResultRows", "available_bytes", "check_memory", "input_key", "memory_estimate_bytes",
            "read_results", "resolve_device", "run_accuracy", "write_results"]

@@ -14,12 +14,17 @@ Row kinds and their schemas (a field not listed is not checked; one that is list
     cliffs           a row of a file whose provenance is a cliff sweep's (``record_kind: cliffs``, :data:`CLIFFS`)
     humaneval        a ``zyfa tasks humaneval`` row (:data:`HUMANEVAL`)
 
+Rows written before a schema change are rewritten once by ``scripts/migrate_rows.py``, never repaired as they are
+read: :func:`check_migrated` (run on every row :func:`read_rows` returns, and on ``zyfa impact``'s rows) refuses a
+row in an older form in one line naming the script (:data:`OLD_FORMS` lists the forms).
+
 And the provenance of what is combined: :func:`mixed_code_notice` says where rows of several git commits, or of a
 modified (dirty) tree, are rendered together.
 
 Exposed: ``SchemaError``, ``PROVENANCE``, ``RESULT``, ``LONGCTX``, ``CLIFFS``, ``HUMANEVAL``,
 ``check_provenance(prov, where)``, ``check_fields(obj, schema, where)``, ``check_any_row(row, where, cliffs=False)``,
-``read_rows(path, partial=None) -> (rows, provenance)``, ``mixed_code_notice(provs) -> str | None``.
+``read_rows(path, partial=None) -> (rows, provenance)``, ``mixed_code_notice(provs) -> str | None``,
+``check_migrated(row, where)``, ``unmigrated_form(row) -> str | None``, ``OLD_FORMS``, ``MIGRATE_COMMAND``.
 """
 
 from __future__ import annotations
@@ -28,10 +33,14 @@ import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from zyfa.accuracy.results_io import check_row, read_jsonl, read_log
+from zyfa.accuracy.results_io import IMPACT_KINDS, check_row, read_jsonl, read_log
 
-__all__ = ["CLIFFS", "HUMANEVAL", "LONGCTX", "PROVENANCE", "RESULT", "SchemaError", "check_any_row", "check_fields",
-           "check_provenance", "mixed_code_notice", "read_rows"]
+from zyfa.recipe_spec import names_old_accumulator
+from zyfa.recipes import ACCUMULATOR_ALIASES
+
+__all__ = ["CLIFFS", "HUMANEVAL", "LONGCTX", "MIGRATE_COMMAND", "OLD_FORMS", "PROVENANCE", "RESULT", "SchemaError",
+           "check_any_row", "check_fields", "check_migrated", "check_provenance", "mixed_code_notice", "read_rows",
+           "unmigrated_form"]
 
 
 class SchemaError(ValueError):
@@ -230,7 +239,8 @@ def check_provenance(prov, where: str) -> dict:
 
 def check_any_row(row, where: str, *, cliffs: bool = False) -> dict:
     """A row checked by its kind: a cliff sweep's (``cliffs``), a long-context or HumanEval row (its ``kind``), else
-    an operator result row."""
+    an operator result row. A row in an older form is refused first (:func:`check_migrated`)."""
+    check_migrated(row, where)
     if cliffs:
         return check_fields(row, CLIFFS, where, "cliff sweep row")
     kind = row.get("kind") if isinstance(row, dict) else None
@@ -239,6 +249,53 @@ def check_any_row(row, where: str, *, cliffs: bool = False) -> dict:
     if kind == "humaneval":
         return check_fields(check_row(row, where), HUMANEVAL, where, "HumanEval row")
     return check_fields(check_row(row, where), RESULT, where, "result row")
+
+
+# The forms of rows written before a schema change, each rewritten by scripts/migrate_rows.py (which notes what it
+# changed in the row's "migrated" field): name -> what the migration does.
+MIGRATE_COMMAND = "python scripts/migrate_rows.py"
+OLD_FORMS = {
+    "accumulator-name": "the accumulator's old name hopper_fp8 in a recipe spec or an accumulation label",
+    "p_flushed-per-head": "a zyfa impact row's p_flushed_mean without p_flushed_checked",
+}
+# Keys whose values are history, never migrated: the command lines a run was started with, its provenance and the
+# migrations' own notes.
+HISTORY_KEYS = ("provenance", "argv", "command", "migrated")
+
+
+def _old_accumulator(value, key: str | None = None) -> bool:
+    """Whether an old accumulator name is in ``value`` (strings inside dicts and lists; history keys skipped)."""
+    if key in HISTORY_KEYS:
+        return False
+    if isinstance(value, str):
+        return names_old_accumulator(value) or (key == "accumulation" and value.startswith(
+            tuple(ACCUMULATOR_ALIASES)))
+    if isinstance(value, dict):
+        return any(_old_accumulator(v, k) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_old_accumulator(v, key) for v in value)
+    return False
+
+
+def unmigrated_form(row) -> str | None:
+    """The name (a key of :data:`OLD_FORMS`) of the older form ``row`` is in, or None for a current row."""
+    if not isinstance(row, dict):
+        return None
+    if _old_accumulator(row):
+        return "accumulator-name"
+    if (row.get("kind") in IMPACT_KINDS and _is_num(row.get("p_flushed_mean")) and not row.get("p_flushed_checked")
+            and "p_flushed_mean_raw" not in row):
+        return "p_flushed-per-head"
+    return None
+
+
+def check_migrated(row, where: str) -> dict:
+    """``row`` if it is in the current form, else SchemaError in one line naming the form and the migration."""
+    form = unmigrated_form(row)
+    if form is not None:
+        raise SchemaError(f"{where}: a row written before a schema change ({form}: {OLD_FORMS[form]}); migrate the "
+                          f"file once with `{MIGRATE_COMMAND}`")
+    return row
 
 
 def read_rows(path: str | Path, partial: bool | None = None) -> tuple[list[dict], dict]:

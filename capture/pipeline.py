@@ -109,14 +109,14 @@ def run_capture(
     check_text(text)
     if loaded is None and model in MODELS:
         check_context(n_tokens, MODELS[model].max_context, model)
-    from zyfa.capture.store import check_writable
+    from zyfa.capture.writer import check_writable
 
     check_writable(out)  # a read-only or missing output folder fails now, not after the model has loaded
 
     import torch
     import transformers
     from zyfa.capture.hook import QKVRecorder, StopForward, select_heads, swap_attention
-    from zyfa.capture.store import CaptureWriter
+    from zyfa.capture.writer import CaptureWriter
 
     t0 = time.perf_counter()
     bar = _Bar(progress)

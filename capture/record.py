@@ -1,7 +1,7 @@
 """``LayerRecord``: what one attention layer saw, the one type the hook produces and the store writes and reads.
 
 The hook (``zyfa.capture.hook.QKVRecorder``) hands a ``LayerRecord`` to its callback as each layer runs; the
-writer (``zyfa.capture.store.CaptureWriter.write_layer``) stores one; the reader (``zyfa.capture.store.read_capture``)
+writer (``zyfa.capture.writer.CaptureWriter.write_layer``) stores one; the reader (``zyfa.capture.store.read_capture``)
 yields them, with ``model``, ``path`` and ``meta`` (the file's root attributes) filled in.
 
 Exposed: ``LayerRecord``.

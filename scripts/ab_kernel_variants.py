@@ -53,7 +53,6 @@ def variant_set(name):
             for shape in ("hd128", "hd256", "mla", "hd64"):
                 add("clamp (MAD_CVT 3)", shape, c, "zyfa-hopper", {"MAD_CVT": 3}, same_bits=True)
                 add("guarded (default, 6)", shape, c, "zyfa-hopper", None)
-            add("packed clamp (5)", "hd128", c, "zyfa-hopper", {"MAD_CVT": 5}, same_bits=True)
             add("fa3 flushed per tile", "hd128", c, "fa3:accum_flush_tiles=1", None)
             add("fa3 flushed per tile, maxnreg 168", "hd128", c, "fa3:accum_flush_tiles=1", {"maxnreg": 168})
             add("guarded, maxnreg 168", "mla", c, "zyfa-hopper", {"maxnreg": 168}, same_bits=True)

@@ -19,7 +19,7 @@ from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 RESULTS = Path(__file__).resolve().parents[1] / "reports" / "study" / "results.jsonl"
 

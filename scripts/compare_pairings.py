@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from zyfa.recipes import get_recipe, split_spec_list
+from zyfa.recipe_spec import get_recipe, split_spec_list
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,8 @@
 
 Needs triton (3.6.x, as on the H200: `pip install triton==3.6.0`); no GPU, no CUDA toolkit.
 Usage: python scripts/inspect_sass.py [--recipe zyfa-hopper] [--dqk 128 --dv 128] [--causal] [--window]
-       [--block-m 64 --warps 4] [--stages N] [--maxnreg N] [--mad-cvt N] [--mad-t 0|1] [--pipeline-qk 0|1]
-       [--p-perm 0|1] [--ws] [--no-tma] [--const NAME=INT ...] [--dump file.sass] [--unaligned]
+       [--block-m 64 --warps 4] [--stages N] [--maxnreg N] [--mad-cvt N] [--mad-t 0|1]
+       [--p-perm 0|1] [--no-tma] [--const NAME=INT ...] [--dump file.sass] [--unaligned]
 Without launch flags it compiles the binary the wrapper launches for that recipe and shape
 (``attention_fp8.resolve_config``: the default config, then any flag given as an override, e.g.
 ``--maxnreg 0`` for no register cap, ``--const DV_SPLIT=1``). The arguments carry the hints the launch's
@@ -114,14 +114,12 @@ def main():
     ap.add_argument("--dv", type=int, default=128)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--window", action="store_true")
-    ap.add_argument("--ws", action="store_true")
     ap.add_argument("--no-tma", action="store_true")
     ap.add_argument("--block-m", type=int, default=None, help="query rows per program (default: the wrapper's)")
     ap.add_argument("--warps", type=int, default=None)
     ap.add_argument("--stages", type=int, default=None)
     ap.add_argument("--mad-cvt", type=int, default=None)
     ap.add_argument("--mad-t", type=int, default=None, help="1 exact t (emulator form), 0 one fused FFMA")
-    ap.add_argument("--pipeline-qk", type=int, default=None, help="1: S of the next tile issued before the softmax")
     ap.add_argument("--maxnreg", type=int, default=None, help="register cap; 0 for none")
     ap.add_argument("--p-perm", type=int, default=None, help="1: P columns / V keys reordered per 32-key step")
     ap.add_argument("--dump", default=None, help="write the SASS here")
@@ -133,12 +131,9 @@ def main():
     a = ap.parse_args()
     config = {}
     for key, val in (("BLOCK_M", a.block_m), ("num_warps", a.warps), ("num_stages", a.stages),
-                     ("MAD_CVT", a.mad_cvt), ("MAD_T", a.mad_t), ("PIPELINE_QK", a.pipeline_qk),
-                     ("maxnreg", a.maxnreg), ("P_PERM", a.p_perm)):
+                     ("MAD_CVT", a.mad_cvt), ("MAD_T", a.mad_t), ("maxnreg", a.maxnreg), ("P_PERM", a.p_perm)):
         if val is not None:
             config[key] = val
-    if a.ws:
-        config["WS"] = True
     if a.no_tma:
         config["TMA"] = False
     for item in a.const:
@@ -159,7 +154,7 @@ def main():
             f.write(sass)
     md = ck.metadata
     res = re.search(r"REG:(\d+).*?STACK:(\d+).*?SHARED:(\d+).*?LOCAL:(\d+)", sass)
-    shown = {k: v for k, v in sorted(cfg.items()) if k not in ("TMA", "WS") or not v}
+    shown = {k: v for k, v in sorted(cfg.items()) if k != "TMA" or not v}
     print(f"compiled in {dt:.1f}s  {a.recipe} dqk={a.dqk} dv={a.dv} causal={a.causal} window={a.window}  "
           f"config {shown}  REG/STACK/SHARED/LOCAL={res.groups() if res else '?'} shared={md.shared}")
     keys = ["QGMMA", "HGMMA", "WARPGROUP", "MUFU", "F2I", "I2F", "F2F", "F2FP", "FFMA", "FMUL", "FADD", "FMNMX",

@@ -21,7 +21,7 @@ from zyfa.reference.attention import attention_fp64
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2
 from zyfa.platforms import get_platform
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 
 def emulation_error(recipe, x, platform=None) -> float:

@@ -14,7 +14,7 @@ from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 
 def main() -> None:

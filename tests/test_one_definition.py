@@ -8,6 +8,7 @@ checks that each one still catches the forms it was written for, and passes the 
 
 Facts and homes:
     rel-L2                       zyfa/norms.py          (rel_l2 and its zero-reference rule)
+    recipe-spec grammar          zyfa/recipe_spec.py    (split_spec, get_recipe, parse_recipes, split_spec_list)
     row identity                 accuracy/results_io.py (row_key and its field tuples)
     shared FP64-reference key    zyfa/emulator.py       (QUANT_FIELDS, quantization_key)
     git reader                   capture/version.py     (git_state, git_label)
@@ -88,6 +89,12 @@ FACTS = (
         "zyfa/peers/registry.py": "gives each name of the table its recipe, checks and prepare, checked equal to it",
         "accuracy/report/front.py": "FRONT_REAL is the front page's choice of implementations (ours among them) to "
                                     "show, a selection, not the names' definition",
+    }),
+    Fact("recipe-spec grammar", "zyfa/recipe_spec.py", (
+        r"^\s*def\s+_*(get_recipe|split_spec\w*|resolve_recipe|recipe_from_spec)\s*\(",
+        r"\.partition\(\s*[\"']@[\"']\s*\)",  # NAME@PLATFORM split by hand
+    ), allowed={
+        "zyfa/kernels/kernel_plan.py": "recipe_from_spec is a one-line alias of get_recipe, kept as a name for scripts",
     }),
     Fact("UsageError", "accuracy/command.py", (
         r"^\s*class\s+UsageError\b",
@@ -201,6 +208,11 @@ OLD_FORMS.update({
         "PLANE_PEERS = {\"cudnn-fp8\": \"cuDNN FP8\", \"flashinfer-fa3\": \"FA3 FP8 (FlashInfer)\"}",
     ],
     "UsageError": ["class UsageError(ValueError):"],
+    "recipe-spec grammar": [
+        "def resolve_recipe(spec: str) -> Recipe:",
+        "def recipe_from_spec(spec: str | Recipe) -> Recipe:",
+        "    name, _, platform = spec.partition(\"@\")",
+    ],
     "sharded-run scaffold": [
         "    if sharded_launch() or args.dry_run is not None or args.backend is not None:",
         "            device = torch.device(\"cuda\", torch.cuda.current_device())",
@@ -227,6 +239,8 @@ NEW_FORMS = {
     "peer names": ["    peers = [p for p in PEER_NAMES if any(p in (r.get(\"vs\") or {}) for r in mine)]",
                    "PLANE_PEERS = (\"cudnn-fp8\", \"flashinfer-fa3\")",
                    "    prepare(\"flashinfer-fa3\", q, k, v, causal=False, sm_scale=0.1)"],
+    "recipe-spec grammar": ["    recipe = get_recipe(spec)", "    recipes = parse_recipes(args.recipes)",
+                            "from zyfa.recipe_spec import SpecError, get_recipe"],
     "UsageError": ["from accuracy.command import UsageError", "        raise UsageError(str(e)) from None"],
     "sharded-run scaffold": ["        if wants_sharding(args, out):", "        device = rank_device(device, dist)",
                              "        give_up(dist, e)", "    announce(\"zyfa impact: \", dist, shares, \"cells\")",

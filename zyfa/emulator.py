@@ -36,7 +36,8 @@ from zyfa.emulator_tile import (
 from zyfa.formats import get_format, round_to_bf16, round_to_fp8
 from zyfa.platforms import Platform, get_platform
 from zyfa.quant import quantize
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 from zyfa.rotation import rotate_qk
 
 LN2 = math.log(2.0)

@@ -6,7 +6,8 @@ import argparse
 import dataclasses
 import json
 
-from zyfa.recipes import DESCRIPTIVE_FIELDS, RECIPES, Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import DESCRIPTIVE_FIELDS, RECIPES, Recipe
 
 # Table columns: (header, main fields, further fields). Main fields always show their value; a further field
 # shows as name=value where it is not at its default, and the line under the table names the defaults of those

@@ -34,7 +34,7 @@ from zyfa.capture.models import prepare_sources
 
 from zyfa.outputs import OutputError, atomic_write_text
 from zyfa.plugins import wall_options
-from zyfa.recipes import get_recipe, split_spec_list
+from zyfa.recipe_spec import get_recipe, split_spec_list
 
 
 def main(args: argparse.Namespace) -> int:
@@ -46,7 +46,11 @@ def main(args: argparse.Namespace) -> int:
     md = Path(args.markdown) if args.markdown else out.with_name("impact.md")
     command = command_of(list(sys.argv))
     if args.render_only:
-        write_markdown(outs, md)
+        try:
+            write_markdown(outs, md)
+        except (ValueError, OSError) as e:  # a row in an older form, a file that cannot be read: one line
+            print(f"zyfa impact: {e}", file=sys.stderr)
+            return 2
         print(f"wrote {md} from {len(outs)} file(s)")
         return 0
     if len(outs) > 1 or any(c in args.out for c in ",*?["):

@@ -71,7 +71,7 @@ def check_args(args: argparse.Namespace) -> None:
     from zyfa.capture.models import check_model_names
     from zyfa.capture.text import check_text
 
-    from zyfa.recipes import get_recipe, split_spec_list
+    from zyfa.recipe_spec import get_recipe, split_spec_list
 
     if args.render_only or args.drop_rows is not None:
         return

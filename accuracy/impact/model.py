@@ -23,7 +23,8 @@ import torch
 from zyfa.accuracy.impact.rows import BLOCK_TOKENS
 
 from zyfa.emulator import emulate
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 
 
 class UnsupportedMaskError(ValueError):

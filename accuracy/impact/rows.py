@@ -2,21 +2,22 @@
 
 Results files hold one JSONL row per measurement (written by :class:`zyfa.accuracy.results_io.ResultsFile`), so
 concurrent runs write one file each and a report merges them (:func:`load_rows`, then :func:`prepare_rows`: a
-measurement found twice counts once, the latest by date; the ``p_flushed_mean`` of rows written before the
-emulator fix of commit 2f53d66 is corrected at load time, with a note, see :func:`correct_p_flushed`).
+measurement found twice counts once, the latest by date; rows are read as they are stored: a row in an older form
+is refused, naming ``scripts/migrate_rows.py``, which rewrites such files once (:func:`p_flushed_notes` says what
+it changed in the p_flushed values).
 :func:`drop_rows` (``zyfa impact --drop-rows model:recipe:window``) removes rows, keeping them in
 ``<file>.dropped``, so that a ``--resume`` run measures them again. Torch-free.
 
 Exposed: ``read_rows``, ``row_key`` (:func:`accuracy.results_io.row_key`, re-exported), ``impact_key``, ``row_date``,
-``json_default``, ``load_rows``, ``prepare_rows``, ``correct_p_flushed``, ``stale_rows``, ``dedup_rows``,
-``file_sha256``, ``parse_drop_spec``, ``drop_rows``.
+``json_default``, ``load_rows``, ``prepare_rows``, ``p_flushed_notes``, ``stale_rows``, ``dedup_rows``,
+``process_key``, ``process_starts``, ``file_sha256``, ``parse_drop_spec``, ``drop_rows``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -24,9 +25,11 @@ from typing import Any
 
 import numpy as np
 from zyfa.accuracy.results_io import row_key
+from zyfa.accuracy.schemas import check_migrated
 from zyfa.capture.version import git_state
 
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 
 BLOCK_TOKENS = 256  # tokens per block for the pooled block CI and the per-block KL in the rows
 
@@ -48,9 +51,10 @@ def impact_key(kind: str, model: str, recipe: str, window: int, layer: int | Non
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a results JSONL file (a partial last line from a killed run is skipped)."""
+    """Rows of a results JSONL file (a partial last line from a killed run is skipped); a row in an older form is
+    refused (:func:`zyfa.accuracy.schemas.check_migrated`: one line naming the file, the line and the migration)."""
     rows = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         line = line.strip()
         if not line:
             continue
@@ -60,24 +64,11 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
             continue
         if isinstance(obj, dict) and obj.get("record") == "provenance":
             continue  # the first line of a run's <out>.partial (accuracy.results_io.ResultsFile)
-        rows.append(obj)
+        rows.append(check_migrated(obj, f"{path}:{n}"))
     return rows
 
 
 
-# The emulator's ``p_flushed_frac`` counted the unmasked probabilities once per tile instead of once per
-# (batch, head) until commit 2f53d66 ("Emulator: p_flushed_frac counts the mask once per batch-head",
-# 2026-11-29T23:54:38Z), so rows written by a process started before it carry ``p_flushed_mean`` inflated by
-# batch x query heads (batch is 1 here). A process keeps the code it started with, so what counts is when the
-# writing process started, not the commit recorded in a row (HEAD when the row was written): rows carry
-# ``run_started_utc`` since this was added; for older rows the start is bounded from above by the earliest
-# (row date - its seconds - seconds_stock) of the rows of the same file and command line. The last rows of
-# such processes were committed in 6df17ed (2026-11-30T00:10:00Z); later rows are never corrected (a guard
-# against a later process with the same command line). Rows written by this module since then carry
-# ``p_flushed_checked``. Checked against re-measurements after the fix: old value / heads equals the new one
-# (window 0 of SmolLM2 and Qwen: ck, aiter and zyfa-exp2 agree to 6 digits, e.g. SmolLM2 aiter 0.797723).
-P_FLUSHED_FIX = ("2f53d66", "2026-11-29T23:54:38Z")
-P_FLUSHED_LAST_INFLATED_UTC = "2026-11-30T00:10:00Z"
 # Changes to the numerics of named recipes since the first impact rows: (commit, UTC, what, which recipes).
 # Rows of those recipes written by a process started before the change measure the recipe as it was then:
 # the report flags them (numbers unchanged) until they are measured again (the later row wins) or dropped.
@@ -98,13 +89,13 @@ def row_date(row: dict[str, Any]) -> str:
     return str((row.get("provenance") or {}).get("date_utc") or "")
 
 
-def _process_key(row: dict[str, Any]) -> tuple:
+def process_key(row: dict[str, Any]) -> tuple:
     """Rows of one writing process: same file, and the run's start time or else the same command line."""
     p = row.get("provenance") or {}
     return (row.get("_file"), p.get("run_started_utc") or tuple(p.get("argv") or ()))
 
 
-def _process_starts(rows: list[dict[str, Any]]) -> dict[tuple, str]:
+def process_starts(rows: list[dict[str, Any]]) -> dict[tuple, str]:
     """Process key -> its start: ``run_started_utc``, else an upper bound (the earliest row date less the
     row's own seconds and the stock pass's)."""
     import datetime as dt
@@ -121,44 +112,26 @@ def _process_starts(rows: list[dict[str, Any]]) -> dict[tuple, str]:
                 d = (t - dt.timedelta(seconds=back)).strftime(fmt)
             except (ValueError, TypeError):
                 d = row_date(r)
-        k = _process_key(r)
+        k = process_key(r)
         if d and (k not in starts or d < starts[k]):
             starts[k] = d
     return starts
 
 
-def correct_p_flushed(rows: list[dict[str, Any]]) -> list[str]:
-    """Divide the inflated ``p_flushed_mean`` of pre-fix rows by batch x query heads, in place; returns notes.
-
-    Each corrected row keeps ``p_flushed_mean_raw`` and says why in ``p_flushed_mean_note``; a value that is
-    still not a fraction afterwards becomes NaN (raw value kept). Rows already corrected are left alone.
-    """
-    starts = _process_starts(rows)
+def p_flushed_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """The report's notes on rows whose ``p_flushed_mean`` the migration (``scripts/migrate_rows.py``) changed: divided
+    by the query heads (written by a process whose emulator counted the unmasked probabilities once per head), or
+    NaN (not a fraction); each keeps ``p_flushed_mean_raw`` and a ``p_flushed_mean_note``."""
     fixed: dict[str, list] = defaultdict(list)
-    bad = []
+    bad, commits = [], set()
     for r in rows:
-        v = r.get("p_flushed_mean")
-        if not isinstance(v, (int, float)) or "p_flushed_mean_raw" in r:
+        if "p_flushed_mean_raw" not in r:
             continue
-        p = r.get("provenance") or {}
-        pre = (not r.get("p_flushed_checked") and starts.get(_process_key(r), "9") < P_FLUSHED_FIX[1]
-               and row_date(r) < P_FLUSHED_LAST_INFLATED_UTC)
-        if pre and v > 0:
-            heads = p.get("num_q_heads")
-            r["p_flushed_mean_raw"] = v
-            if isinstance(heads, int) and heads > 0:
-                r["p_flushed_mean"] = v / heads
-                r["p_flushed_mean_note"] = (f"divided by batch x query heads = 1 x {heads}: written by a process "
-                                            f"started before commit {P_FLUSHED_FIX[0]}")
-                fixed[r.get("model")].append((heads, row_date(r)))
-            else:
-                r["p_flushed_mean"] = math.nan
-                r["p_flushed_mean_note"] = "pre-fix row without num_q_heads in its provenance: not a fraction"
-                bad.append(r)
-        if isinstance(r.get("p_flushed_mean"), (int, float)) and r["p_flushed_mean"] > 1:
-            r.setdefault("p_flushed_mean_raw", r["p_flushed_mean"])
-            r["p_flushed_mean"] = math.nan
-            r["p_flushed_mean_note"] = "not a fraction (> 1): shown as nan"
+        v = r.get("p_flushed_mean")
+        if isinstance(v, (int, float)) and v == v:
+            fixed[r.get("model")].append(((r.get("provenance") or {}).get("num_q_heads"), row_date(r)))
+            commits.update(re.findall(r"before commit (\w+)", str(r.get("p_flushed_mean_note"))))
+        else:
             bad.append(r)
     notes = []
     if fixed:
@@ -167,9 +140,10 @@ def correct_p_flushed(rows: list[dict[str, Any]]) -> list[str]:
         per = ", ".join(f"{m} ÷{v[0][0]}" for m, v in sorted(fixed.items(), key=lambda kv: str(kv[0])))
         notes.append(
             f"P flushed: {n} rows (written {dates[0]} to {dates[-1]} by processes started before commit "
-            f"{P_FLUSHED_FIX[0]}, which made the emulator count the unmasked probabilities once per batch-head) "
-            f"recorded `p_flushed_mean` inflated by batch x query heads; it is divided here at load time ({per}; "
-            "each row keeps `p_flushed_mean_raw` and a `p_flushed_mean_note`; the result files are unchanged).")
+            f"{', '.join(sorted(commits))}, which made the emulator count the unmasked probabilities once per "
+            f"batch-head) recorded `p_flushed_mean` inflated by batch x query heads; the migration of the result "
+            f"files (`scripts/migrate_rows.py`) divided it ({per}; each row keeps `p_flushed_mean_raw` and a "
+            "`p_flushed_mean_note`).")
     if bad:
         notes.append(f"P flushed: {len(bad)} rows hold a value that is not a fraction; shown as nan "
                      f"({', '.join(sorted({_label(r) for r in bad})[:12])}).")
@@ -184,14 +158,14 @@ def _label(row: dict[str, Any]) -> str:
 def stale_rows(rows: list[dict[str, Any]]) -> list[tuple[tuple, list[dict[str, Any]]]]:
     """[(change, rows)]: rows of recipes whose numerics changed (:data:`RECIPE_CHANGES`) after their process
     started (a row appears under each change it predates)."""
-    starts = _process_starts(rows)
+    starts = process_starts(rows)
     found: dict[tuple, list] = defaultdict(list)
     for r in rows:
         try:
             recipe = get_recipe(r.get("recipe"))
         except ValueError:
             continue
-        start = starts.get(_process_key(r), "9")
+        start = starts.get(process_key(r), "9")
         for c in RECIPE_CHANGES:
             if c[3](recipe) and start < c[1]:
                 found[c].append(r)
@@ -221,10 +195,10 @@ def dedup_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[d
 
 
 def prepare_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The rows a report shows and the notes it must carry: p_flushed corrected, repeated measurements merged
+    """The rows a report shows and the notes it must carry: the migrated p_flushed values, repeated measurements merged
     (the latest kept), rows measured before a change to their recipe flagged."""
     rows = [r for r in rows if r.get("kind") in ("impact_window", "impact_layer")]
-    notes = correct_p_flushed(rows)
+    notes = p_flushed_notes(rows)
     rows, old = dedup_rows(rows)
     if old:
         files = sorted({str(r.get("_file")) for r in old if r.get("_file")})

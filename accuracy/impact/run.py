@@ -21,7 +21,7 @@ from zyfa.accuracy.impact.model import RecipeAttention, compare_logits, final_hi
 from zyfa.accuracy.impact.rows import impact_key
 
 from zyfa.norms import rel_l2
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 
 def _sha256(data: bytes) -> str:
@@ -97,11 +97,11 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     text_sha = load_text(text).sha256
     import datetime as dt
 
-    from zyfa.accuracy.p_flushed import flush_count_factor
-
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    # the emulator's p_flushed_frac is a fraction (commit 2f53d66): checked once, recorded in every row
-    checked = {"p_flushed_checked": True} if flush_count_factor() == 1.0 else {}
+    # the emulator's p_flushed_frac is a fraction (tests/zyfa/test_emulator.py::
+    # test_flushed_fraction_is_a_fraction_on_multi_head_inputs); the readers refuse an impact row without this mark
+    # (rows from before commit 2f53d66 were migrated: scripts/migrate_rows.py)
+    checked = {"p_flushed_checked": True}
 
     for model_name in models:
         mine = [c for c in impact_cells([model_name], recipes, impl_names, windows=windows,

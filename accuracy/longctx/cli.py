@@ -288,7 +288,7 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.capture.text import UnknownTextError, check_text
 
     from zyfa.outputs import OutputError, atomic_write_text
-    from zyfa.recipes import split_spec_list
+    from zyfa.recipe_spec import split_spec_list
 
     models, tasks = grid_flags(args)  # again: a plan may have supplied them after check_args
     lengths = _ints(args.lengths, "--lengths") if args.lengths else None

@@ -44,7 +44,7 @@ def accumulator_group(name: str, accumulation: str | None = None) -> str:
     """The accumulator class of an implementation: from its rows' ``accumulation`` (what its paired recipe does
     on the platform it ran on, :func:`zyfa.accuracy.longctx.run.accumulation`), else guessed from its name."""
     if accumulation:
-        unit = accumulation.startswith(("matrix_unit", "hopper_fp8"))  # hopper_fp8: rows before the rename
+        unit = accumulation.startswith("matrix_unit")
         if unit and "never" in accumulation:
             return GROUPS[0]
         if unit:

@@ -43,7 +43,7 @@ from zyfa.accuracy.report.blocks import fmt
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.verdict import paired_verdict
 
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 __all__ = ["CLAIMS", "CONDITION_HEAD_DIM", "ERRORS", "INPUT_KINDS", "VARIANTS", "Claim", "claim_figures",
            "claim_verdict", "claims_headline", "claims_section", "commands", "input_kind", "sensitivity"]

@@ -100,7 +100,7 @@ def status_of(name: str, rows: Sequence[dict] = ()) -> str:
         devices = sorted({measured_on(r) for r in real})
         return "measured on " + ", ".join(devices)
     try:
-        from zyfa.recipes import get_recipe
+        from zyfa.recipe_spec import get_recipe
 
         return str(getattr(get_recipe(name), "status", None) or "-")
     except (ValueError, KeyError, ImportError):
@@ -208,9 +208,9 @@ def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
     numerics it borrows), every peer by its own name (``cudnn-fp8``, ``sdpa-bf16:cudnn``, ``flashinfer-fa3``, ...).
     Our kernel's speeds include V's transpose where it was timed (as in the bench summary).
     """
-    from zyfa.bench.table import canonical_rows, headline_tflops
+    from zyfa.bench.table import checked_rows, headline_tflops
 
-    ok = [r for r in canonical_rows(bench_rows) if "error" not in r and isinstance(r.get("tflops"), (int, float))
+    ok = [r for r in checked_rows(bench_rows) if "error" not in r and isinstance(r.get("tflops"), (int, float))
           and r.get("input", "gaussian") == "gaussian"]
     for pick in (lambda r: r.get("d_qk") == 128 and r.get("d_v") == 128 and not r.get("causal"),
                  lambda r: r.get("d_qk") == 128 and r.get("d_v") == 128, lambda r: True):
@@ -426,7 +426,7 @@ def _status_lines(entries: Sequence[dict]) -> list[str]:
     """One line per (status, why) among the table's recipes: the recipes with that status and the why of it
     (``status_note`` of :mod:`zyfa.recipes`; ``from source`` without a note: every field read in the peer's
     source), and one line for a real kernel's ``measured on``."""
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     groups: dict[tuple[str, str], list[str]] = {}
     for e in entries:

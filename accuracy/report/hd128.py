@@ -24,7 +24,7 @@ from zyfa.accuracy.plan import plan_hash
 from zyfa.accuracy.report.claims import VARIANTS, claims_section, sensitivity
 from zyfa.accuracy.report.document import Doc
 
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -11,7 +11,7 @@ from pathlib import Path
 from zyfa.accuracy.report.blocks import fmt
 from zyfa.accuracy.report.document import Doc
 
-from zyfa.bench.table import ROW_HEADER, canonical_rows, row_cells
+from zyfa.bench.table import ROW_HEADER, checked_rows, row_cells
 
 
 def load_bench(paths: Sequence[str | Path]) -> list[tuple[str, dict, list[dict]]]:
@@ -77,7 +77,7 @@ def section_speed(doc: Doc, bench: list) -> None:
         if isinstance(meta.get("versions"), dict):
             info.append("versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
         doc.p(f"**{name}**" + ("; " + "; ".join(info) if info else ""))
-        rows = canonical_rows(rows)  # today's peer names, as the bench's Markdown shows them
+        rows = checked_rows(rows)  # a row in an older form refused, as the bench's Markdown does
         ok = [r for r in rows if "error" not in r and r.get("tflops") is not None]
         shape_keys = [k for k in ("input", "h", "h_kv", "d_qk", "d_v", "s", "causal") if any(k in r for r in ok)]
         if _has_tflops_table(rows):

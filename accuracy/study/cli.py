@@ -221,7 +221,7 @@ def main(args: argparse.Namespace) -> int:
             notes.append("No capture files were used (no `datasets/*.h5` found, or `--captures none`): this study "
                          "ran on Gaussian inputs only.")
             log("no capture files: Gaussian inputs only")
-        from zyfa.recipes import parse_recipes
+        from zyfa.recipe_spec import parse_recipes
 
         base = QUICK_RECIPES if args.quick else STUDY_RECIPES
         recipes = [r.name for r in parse_recipes(args.recipes or ",".join(base))]

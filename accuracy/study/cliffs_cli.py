@@ -111,7 +111,7 @@ def check_args(args: argparse.Namespace) -> None:
     """The flags' checks that need no heavy import (run by the ``zyfa`` dispatch before :func:`main`, and again by
     the plan): numbers, exclusive flags, recipe names and the platform."""
     from zyfa.platforms import get_platform
-    from zyfa.recipes import parse_recipes
+    from zyfa.recipe_spec import parse_recipes
 
     if args.flagged_out and not args.render:
         raise UsageError("--flagged-out applies to --render")
@@ -235,7 +235,7 @@ def _plan(args) -> _Plan:
     from zyfa.accuracy.run_harness import refuse_unavailable
     from zyfa.accuracy.runner import resolve_device
 
-    from zyfa.recipes import parse_recipes
+    from zyfa.recipe_spec import parse_recipes
 
     rule = _rule(args)
     check_args(args)

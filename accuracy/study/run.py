@@ -116,7 +116,7 @@ def refusals(inputs: list, recipes: list[str]) -> dict[tuple[str, str], str]:
     vendor kernel is applied only where the vendor's dispatcher runs that kernel (:mod:`zyfa.dispatch`: ``aiter``
     leaves out head dims 64 and 256)."""
     from zyfa.dispatch import route_input
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
     from zyfa.rotation import rotation_matrix
 
     out = {}
@@ -162,7 +162,6 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     ``rows_file`` (:class:`accuracy.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
     once their rows are merged (rank 0 computes the features of every row)."""
     from zyfa.accuracy.features import head_errors, input_features
-    from zyfa.accuracy.p_flushed import flush_count_factor
     from zyfa.accuracy.runner import ResultRows, resolve_device, run_accuracy
 
     dev = resolve_device(device)
@@ -252,12 +251,4 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
         rows.provenance.setdefault("study_notes", []).append(
             "Not run, refused by the recipe: " + "; ".join(f"{r} on {', '.join(ins)}" for r, ins in by_recipe.items())
             + ".")
-    factor = flush_count_factor()
-    if factor != 1.0:
-        for r in rows:
-            if isinstance(r.get("p_flushed_frac"), (int, float)):
-                r["p_flushed_frac"] = r["p_flushed_frac"] / (r["batch"] * r["heads_q"])
-        rows.provenance["p_flushed_frac_note"] = (
-            "divided by batch x heads: this emulator counts flushed probabilities over (batch, head, row, key) "
-            "but the unmasked ones over (row, key) only")
     return rows

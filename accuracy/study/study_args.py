@@ -78,7 +78,7 @@ def check_args(args: argparse.Namespace) -> None:
     """The checks of the flags alone (numbers, recipe names, the platform, the filter): a ValueError names the
     first bad one. The files named are checked by :func:`zyfa.accuracy.study.cli.main`, before any work."""
     from zyfa.platforms import get_platform
-    from zyfa.recipes import parse_recipes
+    from zyfa.recipe_spec import parse_recipes
 
     for flag, value in (("--max-seq", args.max_seq), ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:

@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
     try:
-        from zyfa.recipes import parse_recipes
+        from zyfa.recipe_spec import parse_recipes
 
         recipes = [r.name for r in parse_recipes(args.recipes)]
         specs = sweep_specs(entropies=_floats(args.entropies), head_dims=[int(x) for x in args.head_dims.split(",")],

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from zyfa.capture.record import LayerRecord
-from zyfa.capture.store import CaptureWriter
+from zyfa.capture.writer import CaptureWriter
 
 N_Q, N_KV, SEQ, D = 6, 2, 96, 64
 

@@ -9,7 +9,7 @@ import pytest
 from zyfa.accuracy.ablation import ablation_pairs, parse_ablation
 
 from zyfa.cli import main
-from zyfa.recipes import SpecError, get_recipe
+from zyfa.recipe_spec import SpecError, get_recipe
 
 CAPTURE = "datasets/smollm2-lee-2048.h5"
 

@@ -20,7 +20,8 @@ from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.norms import rel_l2
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"

@@ -11,8 +11,8 @@ import pytest
 import torch
 from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, content_hash, file_sha256, make_gaussian
 from zyfa.capture.record import LayerRecord
-from zyfa.capture.store import CaptureWriter
 from zyfa.capture.version import git_label
+from zyfa.capture.writer import CaptureWriter
 
 
 def _draws(spec: GaussianSpec):

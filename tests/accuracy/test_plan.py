@@ -35,7 +35,7 @@ b = "zyfa-hopper"
 
 def _kind(name: str) -> str:
     """A registry stand-in with the real rule's shape: emulator recipe names, 'triton:' kernels, others unknown."""
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     if name.startswith("triton:") and ":" not in name[len("triton:"):]:
         return "kernel"

@@ -31,7 +31,7 @@ from zyfa.reference.attention import attention_fp64
 from tests.report.conftest import md_tables
 from zyfa.emulator import emulate, quantize_inputs
 from zyfa.norms import rel_l2
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = f"{ROOT / 'examples' / 'fp8_torch_attention.py'}:attention"

@@ -154,11 +154,3 @@ def test_refuse_unavailable_names_the_first_and_counts_the_rest():
                                          r"\(and 1 more\)"):
         refuse_unavailable([("a", _Impl(True)), ("b", _Impl(False, "no CUDA device")), ("c", _Impl(False, "x"))])
 
-
-def test_row_key_reads_the_old_accumulator_name_as_todays():
-    """A row made before the accumulator rename is the same measurement as today's spelling: a resume skips it."""
-    old = {"input": "x", "input_content_hash": "h", "recipe": "triton-amd:p_scale=tile_amax,accumulator=hopper_fp8",
-           "implementation": "flash-attn-triton-amd"}
-    new = dict(old, recipe="triton-amd:p_scale=tile_amax,accumulator=matrix_unit")
-    assert row_key(old) == row_key(new)
-    assert row_key(old) != row_key(dict(old, recipe="triton-amd:p_scale=tile_amax,accumulator=fp32"))

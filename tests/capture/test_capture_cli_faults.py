@@ -24,7 +24,8 @@ import h5py
 import numpy as np
 import pytest
 from zyfa.capture import cli
-from zyfa.capture.store import KILL_AT_ENV, open_capture
+from zyfa.capture.store import open_capture
+from zyfa.capture.writer import KILL_AT_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 SEQ = 48

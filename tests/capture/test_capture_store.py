@@ -13,13 +13,8 @@ import pytest
 import torch
 from zyfa.capture.hook import select_heads
 from zyfa.capture.record import LayerRecord
-from zyfa.capture.store import (
-    CaptureFormatError,
-    CaptureMismatchError,
-    CaptureWriter,
-    open_capture,
-    read_capture,
-)
+from zyfa.capture.store import CaptureFormatError, CaptureMismatchError, open_capture, read_capture
+from zyfa.capture.writer import CaptureWriter
 
 N_Q, N_KV, S, D = 6, 2, 40, 16
 
@@ -176,7 +171,8 @@ def test_full_disk_keeps_complete_layers(tmp_path):
         import resource, signal, sys
         sys.path.insert(0, {str(root)!r})
         from tests.capture.test_capture_store import _call, _meta, IDS
-        from zyfa.capture.store import CaptureWriter, CaptureWriteError
+        from zyfa.capture.store import CaptureWriteError
+        from zyfa.capture.writer import CaptureWriter
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # get EFBIG from write() instead of being killed
         w = CaptureWriter({str(path)!r}, _meta(), IDS)
         w.write_layer(_call(0))
@@ -210,7 +206,7 @@ def test_killed_writer_leaves_a_resumable_file(tmp_path):
         import sys, time
         sys.path.insert(0, {str(root)!r})
         from tests.capture.test_capture_store import _call, _meta, IDS
-        from zyfa.capture.store import CaptureWriter
+        from zyfa.capture.writer import CaptureWriter
         w = CaptureWriter({str(path)!r}, _meta(), IDS)
         for i in range(3):
             w.write_layer(_call(i))

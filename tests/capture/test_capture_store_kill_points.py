@@ -19,7 +19,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from zyfa.capture.store import KILL_AT_ENV, CaptureFormatError, CaptureWriter, open_capture, read_capture
+from zyfa.capture.store import CaptureFormatError, open_capture, read_capture
+from zyfa.capture.writer import KILL_AT_ENV, CaptureWriter
 
 from tests.capture.test_capture_store import IDS, _call, _meta, _write
 
@@ -51,7 +52,7 @@ def _kill_at_each(runs: list[tuple[str, Path]]) -> dict[Path, int]:
         import os, sys
         sys.path.insert(0, {str(ROOT)!r})
         from tests.capture.test_capture_store import _call, _meta, IDS
-        from zyfa.capture.store import CaptureWriter
+        from zyfa.capture.writer import CaptureWriter
         for boundary, path in zip(sys.argv[1::2], sys.argv[2::2]):
             pid = os.fork()
             if pid == 0:

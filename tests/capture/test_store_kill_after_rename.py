@@ -16,7 +16,8 @@ from pathlib import Path
 
 import h5py
 import torch
-from zyfa.capture.store import KILL_AT_ENV, CaptureWriter, open_capture, read_capture
+from zyfa.capture.store import open_capture, read_capture
+from zyfa.capture.writer import KILL_AT_ENV, CaptureWriter
 
 from tests.capture.test_store_schema_and_errors import IDS, _meta, _write
 
@@ -31,7 +32,7 @@ def test_kill_right_after_the_rename(tmp_path):
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         from tests.capture.test_store_schema_and_errors import IDS, _meta, _record
-        from zyfa.capture.store import CaptureWriter
+        from zyfa.capture.writer import CaptureWriter
         w = CaptureWriter({str(path)!r}, _meta(), IDS)
         w.write_layer(_record(0))
         print("not killed", flush=True)

@@ -6,7 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from zyfa.capture.store import CaptureFormatError, CaptureWriter, open_capture
+from zyfa.capture.store import CaptureFormatError, open_capture
+from zyfa.capture.writer import CaptureWriter
 
 from tests.capture.test_store_schema_and_errors import IDS, _meta, _write
 

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import torch
 from zyfa.capture.record import LayerRecord
-from zyfa.capture.store import CaptureFormatError, CaptureWriter, open_capture, read_capture
+from zyfa.capture.store import CaptureFormatError, open_capture, read_capture
+from zyfa.capture.writer import CaptureWriter
 
 S, D = 16, 8
 IDS = np.arange(3, 3 + S)[None]

@@ -29,12 +29,11 @@ from zyfa.capture.store import (
     CaptureFormatError,
     CaptureMismatchError,
     CaptureWriteError,
-    CaptureWriter,
-    check_writable,
     open_capture,
     read_capture,
     read_token_ids,
 )
+from zyfa.capture.writer import CaptureWriter, check_writable
 
 S, D = 24, 8
 IDS = np.arange(100, 100 + S)[None]

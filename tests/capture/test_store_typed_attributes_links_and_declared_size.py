@@ -16,7 +16,8 @@ import pytest
 import torch
 from zyfa.accuracy.inputs import capture_inputs
 from zyfa.capture.record import LayerRecord
-from zyfa.capture.store import CaptureFormatError, CaptureWriter, open_capture, read_capture
+from zyfa.capture.store import CaptureFormatError, open_capture, read_capture
+from zyfa.capture.writer import CaptureWriter
 
 from zyfa.cli import main
 

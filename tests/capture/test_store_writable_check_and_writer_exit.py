@@ -28,16 +28,8 @@ import numpy as np
 import pytest
 import torch
 from zyfa.capture.record import LayerRecord
-from zyfa.capture.store import (
-    KILL_AT_ENV,
-    CaptureFormatError,
-    CaptureWriteError,
-    CaptureWriter,
-    check_writable,
-    open_capture,
-    read_capture,
-    read_token_ids,
-)
+from zyfa.capture.store import CaptureFormatError, CaptureWriteError, open_capture, read_capture, read_token_ids
+from zyfa.capture.writer import KILL_AT_ENV, CaptureWriter, check_writable
 
 ROOT = Path(__file__).resolve().parents[2]
 S, D = 24, 8
@@ -196,7 +188,7 @@ def test_kill_at_the_half_point_leaves_the_first_half_of_the_tokens(tmp_path):
         import sys
         sys.path.insert(0, {str(ROOT)!r})
         from tests.capture.test_store_writable_check_and_writer_exit import _meta, _record, IDS
-        from zyfa.capture.store import CaptureWriter
+        from zyfa.capture.writer import CaptureWriter
         w = CaptureWriter({str(path)!r}, _meta(), IDS)
         w.write_layer(_record())
         sys.exit(3)

@@ -1,5 +1,5 @@
-"""Impact result files without a model: dropping rows (resume semantics kept), the load-time correction of the
-pre-fix p_flushed_mean (on the committed results), merging several files."""
+"""Impact result files without a model: dropping rows (resume semantics kept), the migrated pre-fix p_flushed_mean
+(on the committed results) and the refusal of an unmigrated row, merging several files."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def _row(model, recipe, window, layer=None, date="2026-11-30T01:00:00Z", **kw):
     return {"kind": "impact_window" if layer is None else "impact_layer", "model": model, "recipe": recipe,
             "window": window, "layer": layer, "n_tokens": 64, "text": "lee", "kl_mean": 1e-3, "ppl_ratio": 1.01,
             "delta_ppl": 0.2, "ppl_stock": 20.0, "kl_p99": 1e-2, "top1_agree": 0.95, "p_flushed_mean": 0.1,
+            "p_flushed_checked": True,
             "provenance": {"date_utc": date, "argv": ["cli.py", "impact"], "num_q_heads": 9}, **kw}
 
 
@@ -110,33 +111,33 @@ def test_render_only_merges_several_files(results, tmp_path):
 
 
 @pytest.mark.skipif(not COMMITTED.is_file(), reason="committed impact results absent")
-def test_committed_pre_fix_rows_are_corrected():
+def test_committed_pre_fix_rows_are_migrated():
+    """Every row of the first run predates the fix: the migration divided each by its query heads, kept the value
+    read and said why; the report's note says the migration did it."""
     rows, files = impact_rows.load_rows([COMMITTED])
-    raw = {id(r): r["p_flushed_mean"] for r in rows}
-    assert max(raw.values()) > 1  # the committed file holds the inflated values
-    kept, notes = impact_rows.prepare_rows(rows)
-    for r in rows:  # every row of the committed file predates the fix (all four processes started before it)
+    for r in rows:
         heads = r["provenance"]["num_q_heads"]
-        assert r["p_flushed_mean"] == pytest.approx(raw[id(r)] / heads)
         assert 0.0 <= r["p_flushed_mean"] <= 1.0
-        if raw[id(r)] > 0:
-            assert r["p_flushed_mean_raw"] == raw[id(r)] and "2f53d66" in r["p_flushed_mean_note"]
-    assert any("divided here at load time" in n for n in notes)
+        if "p_flushed_mean_raw" in r:
+            assert r["p_flushed_mean"] == pytest.approx(r["p_flushed_mean_raw"] / heads)
+            assert "2f53d66" in r["p_flushed_mean_note"] and "p_flushed_mean per head" in r["migrated"]
+        else:
+            assert r["p_flushed_checked"] is True and r["p_flushed_mean"] == 0.0
+    assert sum("p_flushed_mean_raw" in r for r in rows) == 82  # the other 10 held 0, a fraction however counted
+    _, notes = impact_rows.prepare_rows(rows)
+    assert any("`scripts/migrate_rows.py`) divided it" in n and "smollm2 ÷9" in n for n in notes)
     assert files[0]["sha256"] == impact_rows.file_sha256(COMMITTED)
 
 
-def test_correction_rules():
-    pre = "2026-11-29T22:00:00Z"
-    a = _row("m", "zyfa", 0, date=pre, p_flushed_mean=4.5)  # pre-fix process: divided by the 9 heads
-    b = _row("m", "ck", 0, date="2026-11-30T03:00:00Z", p_flushed_mean=0.3)  # a later process: untouched
-    c = _row("m", "aiter", 0, date=pre, p_flushed_mean=0.5, p_flushed_checked=True)  # checked at run time
-    d = _row("m", "aiter", 1, date="2026-11-30T03:00:00Z", p_flushed_mean=3.0)  # not a fraction: nan
-    b["provenance"]["argv"] = d["provenance"]["argv"] = ["cli.py", "impact", "--later"]
-    rows = [a, b, c, d]
-    notes = impact_rows.correct_p_flushed(rows)
-    assert a["p_flushed_mean"] == pytest.approx(0.5) and a["p_flushed_mean_raw"] == 4.5
-    assert b["p_flushed_mean"] == 0.3 and "p_flushed_mean_raw" not in b
-    assert c["p_flushed_mean"] == 0.5
-    assert d["p_flushed_mean"] != d["p_flushed_mean"] and d["p_flushed_mean_raw"] == 3.0
-    assert len(notes) == 2 and "m/aiter/w1" in notes[1]
-    assert impact_rows.correct_p_flushed(rows) == [] and a["p_flushed_mean"] == pytest.approx(0.5)  # idempotent
+def test_an_unmigrated_row_is_refused_in_one_line_naming_the_migration(tmp_path):
+    path = tmp_path / "results.jsonl"
+    old = _row("m", "zyfa", 0)
+    del old["p_flushed_checked"]
+    path.write_text(json.dumps(_row("m", "ck", 0)) + "\n" + json.dumps(old) + "\n")
+    with pytest.raises(ValueError) as e:
+        impact_rows.read_rows(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}:2: a row written before a schema change (p_flushed-per-head: ")
+    assert msg.endswith("migrate the file once with `python scripts/migrate_rows.py`") and "\n" not in msg
+    assert _main(["--render-only", "--out", str(path), "--markdown", str(tmp_path / "x.md")]) == 2
+    assert not (tmp_path / "x.md").exists()

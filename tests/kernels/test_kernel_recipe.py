@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from zyfa.kernels.attention_fp8 import kernel_recipe
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 
 def test_fa3_head_dim_tiles_become_the_kernels_fixed_tiles():

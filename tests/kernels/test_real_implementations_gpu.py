@@ -117,7 +117,7 @@ def _emulation(key: str, spec: str):
     from zyfa.reference.attention import attention_fp64
 
     from zyfa.emulator import emulate
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     x = _load(key)
     r = spec if not isinstance(spec, str) else get_recipe(spec)  # a spec, or a Recipe (a pairing's)
@@ -140,7 +140,7 @@ def _qk_hopper_shift(key: str, spec: str) -> float:
     dequantized V. Per query head, so the product tensor stays small.
     """
     from zyfa.emulator import quantize_inputs
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     x = _load(key)
     qi = quantize_inputs(x.q, x.k, x.v, get_recipe(spec))

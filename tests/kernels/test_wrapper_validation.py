@@ -29,6 +29,7 @@ from zyfa.kernels.attention_fp8 import (
     recipe_from_spec,
     resolve_config,
 )
+from zyfa.kernels.tuning import REMOVED_SWITCHES
 from zyfa.recipes import RECIPES
 
 FP8 = torch.float8_e4m3fn
@@ -252,7 +253,7 @@ def test_default_config_mad_form_and_register_caps():
     for d_qk, d_v in ((64, 64), (128, 128), (192, 128), (256, 256)):
         for causal in (False, True):
             cfg = default_config(d_qk, d_v, causal, hop)
-            assert cfg["PIPELINE_QK"] == 0 and cfg["P_PERM"] == 1
+            assert cfg["P_PERM"] == 1 and not set(cfg) & set(REMOVED_SWITCHES)
             assert cfg.get("PV_MODE", hop.pv_mode) == (2 if d_qk == 256 else 4)  # same per-tile flush
             capped = (d_qk == 64 or d_qk == 128) and causal
             assert cfg["BLOCK_M"] == (128 if d_qk == 256 or (d_qk == 64 and not causal) else 64), (d_qk, causal)
@@ -269,14 +270,10 @@ def test_default_config_mad_form_and_register_caps():
             assert default_config(d_qk, d_v, False, kernel_plan(r)).get("VT_EARLY", 0) == early, (d_qk, r)
     with pytest.raises(ValueError, match="VT_EARLY=2"):
         resolve_config(128, 128, False, hop, {"VT_EARLY": 2})
-    # exp2 P's rounded sum from codes of their own, only where there is one (the MAD recipes' configs unchanged)
-    for r, want in (("zyfa-exp2", 1), ("ck:rowsum=rounded", 1), ("ck", None), ("fa3", None), ("zyfa", None),
-                    ("zyfa-hopper", None)):
-        for d_qk, d_v in ((64, 64), (128, 128), (192, 128), (256, 256)):
-            assert default_config(d_qk, d_v, True, kernel_plan(r)).get("EXP2_SUM") == want, (r, d_qk)
-    assert resolve_config(128, 128, False, kernel_plan("zyfa-exp2"), {"EXP2_SUM": 0})[0]["EXP2_SUM"] == 0
-    with pytest.raises(ValueError, match=r"EXP2_SUM=2: expected 0 .* or 1"):
-        resolve_config(128, 128, False, kernel_plan("zyfa-exp2"), {"EXP2_SUM": 2})
+    # switches removed after they lost their A/B: an override naming one is refused, not silently ignored
+    for key, value in (("PIPELINE_QK", 1), ("WS", True), ("EXP2_SUM", 0), ("PIPELINE_QK", 0)):
+        with pytest.raises(ValueError, match=rf"^{key} was removed from the kernel: .*; docs/KERNEL.md$"):
+            resolve_config(128, 128, False, kernel_plan("zyfa-exp2"), {key: value})
     for r, cfg in (("zyfa-exp2", {"VT_EARLY": 1}), ("zyfa", {"VT_EARLY": 1}),
                    ("zyfa-hopper", {"VT_EARLY": 1, "PV_MODE": 1})):
         with pytest.raises(ValueError, match="VT_EARLY=1 is not supported with the fp32 accumulation"):
@@ -306,7 +303,7 @@ def test_mad_conversion_defaults_and_refusals():
     # the guard needs one score scale per program: per-row Q or per-tile K descales keep the clamp
     assert mad_cvt_for_descales(6, 0, False) == 6 and mad_cvt_for_descales(6, 2, False) == 6
     assert mad_cvt_for_descales(6, 1, False) == 3 and mad_cvt_for_descales(6, 0, True) == 3
-    assert mad_cvt_for_descales(5, 1, True) == 5 and mad_cvt_for_descales(4, 1, False) == 4
+    assert mad_cvt_for_descales(3, 1, True) == 3 and mad_cvt_for_descales(4, 1, False) == 4
     with pytest.raises(ValueError, match="MAD_CVT=4.*MAD_T=1"):
         resolve_config(128, 128, False, hop, {"MAD_CVT": 4})  # fused t: bound not rigorous
     with pytest.raises(ValueError, match="MAD_CVT=4.*126.959"):
@@ -319,10 +316,11 @@ def test_mad_conversion_defaults_and_refusals():
     mma = kernel_plan("zyfa-hopper:rowsum=rounded_mma")
     assert default_config(256, 256, False, mma)["num_stages"] == 2  # the ones tile: 3 stages exceed 227 KB
     assert default_config(256, 256, False, hop)["num_stages"] == 3
-    assert resolve_config(256, 256, False, hop, {"PIPELINE_QK": 1})[0]["PV_MODE"] == 4  # 262 KB of smem with 2
-    assert resolve_config(256, 256, False, hop, {"PIPELINE_QK": 1, "PV_MODE": 2})[0]["PV_MODE"] == 2
-    cfg, cvt, bias = resolve_config(128, 128, False, hop, {"MAD_CVT": 1})
-    assert cvt == 2 and bias == hop.mad_bias + 0.5  # truncating recipe: cvt.rzi, bias back to 56 + offset
+    for cvt in (1, 2, 5):  # F2I and the packed clamp, removed after they lost their A/B
+        with pytest.raises(ValueError, match=rf"^MAD_CVT={cvt} was removed from the kernel: "):
+            resolve_config(128, 128, False, hop, {"MAD_CVT": cvt})
+    assert resolve_config(128, 128, False, hop, {"MAD_CVT": 0, "MAD_T": 1}) == (
+        {**default_config(128, 128, False, hop), "MAD_CVT": 0, "MAD_T": 1}, 0, hop.mad_bias)
 
 
 @pytest.mark.parametrize("spec", ["zyfa", "zyfa-tilescale", "zyfa-pow2fixed", "zyfa-noscale"])

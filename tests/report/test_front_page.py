@@ -29,7 +29,7 @@ def _bench_row(impl, recipe, tflops, *, s=32768, d=128, causal=False):
 BENCH_ROWS = [
     _bench_row("triton-fp8", "zyfa-hopper", 813.2), _bench_row("triton-fp8", "zyfa", 405.7),
     _bench_row("triton-fp8", "ck", 700.4), _bench_row("triton-fp8", "ck:accumulator=matrix_unit", 777.0),
-    _bench_row("sdpa-cudnn", "bf16", 603.1), _bench_row("sdpa-flash", "bf16", 350.0),
+    _bench_row("sdpa-bf16:cudnn", "bf16", 603.1), _bench_row("sdpa-bf16:flash", "bf16", 350.0),
     _bench_row("cudnn-fp8", "cudnn-fp8", 933.3),
     _bench_row("triton-fp8", "zyfa", 300.0, s=16384),  # shorter: not the speed of the picture
     _bench_row("triton-fp8", "zyfa-hopper", 802.0, causal=True),
@@ -117,7 +117,7 @@ def test_error_table_means_intervals_and_status(front_doc):
     assert t == html_tables(page)["t-front-error"]
     assert t[0] == ["implementation", "verdict", "captures: deq", "captures: orig", "Gaussian: deq",
                     "Gaussian: orig", "status", "from"]
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     shown = {line[0]: line for line in t[1:]}
     assert list(shown) == ["zyfa", "ck"]  # the ablation zyfa-exp2 is in the details only

@@ -89,8 +89,8 @@ def planted(tmp_path_factory):
                                            "tflops": t, "ms": 1.0}
                                           for impl, recipe, t in (("triton-fp8", "zyfa", 405.7),
                                                                   ("triton-fp8", "zyfa-hopper", 813.2),
-                                                                  ("sdpa-cudnn", "bf16", 603.1),
-                                                                  ("sdpa-flash", "bf16", 350.0),
+                                                                  ("sdpa-bf16:cudnn", "bf16", 603.1),
+                                                                  ("sdpa-bf16:flash", "bf16", 350.0),
                                                                   ("triton-fp8", "fa3", 774.0),
                                                                   ("flashinfer-fa3", "fa3", 843.0),
                                                                   ("cudnn-fp8", "cudnn-fp8", 933.3))]}))
@@ -196,7 +196,7 @@ def test_every_number_on_the_front_page_names_its_source(page):
 def test_status_and_weights_are_explained_where_they_appear(page):
     _, _, md, _ = page
     front = _front_md(md)
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     assert f"`zyfa` is **assumed**: {get_recipe('zyfa').status_note}." in front  # the paper's recipe, and why
     assert f"`fa3` is **modelled**: {get_recipe('fa3').status_note}" in front

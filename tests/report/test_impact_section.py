@@ -1,13 +1,16 @@
 """zyfa report --impact: the model-impact section (accuracy.impact's tables) in the Markdown and the HTML, from
 several impact result files (one per concurrent run), with every named recipe, 1-3 windows per model, a
-per-layer sweep, a repeated measurement and pre-fix rows whose p_flushed_mean is corrected at load time."""
+per-layer sweep, a repeated measurement and pre-fix rows whose p_flushed_mean the migration divided
+(scripts/migrate_rows.py, run on the file as on the committed ones)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import re
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from tests.report.conftest import html_tables, md_tables, numbers
 from zyfa.recipes import RECIPES
 
 N_TOKENS = 64
+ROOT = Path(__file__).resolve().parents[2]
 POST_FIX = "2026-12-02T01:{:02d}:{:02d}Z"  # after 2f53d66 (p_flushed_mean a fraction) and every RECIPE_CHANGES
 PRE_FIX = "2026-11-29T22:{:02d}:{:02d}Z"  # a process started before it: p_flushed_mean inflated by the heads
 
@@ -34,6 +38,7 @@ def _row(model, recipe, window, *, date, argv, heads=4, layer=None, rng, pf=None
         "ppl_ratio": ratio, "kl_mean": kl, "kl_p99": kl * 8, "kl_max": kl * 20,
         "top1_agree": float(rng.uniform(0.85, 1.0)), "kl_blocks": [kl * 0.9, kl * 1.1], "n_scored": N_TOKENS - 1,
         "p_flushed_mean": float(pf if pf is not None else rng.uniform(0.0, 0.9)), "seconds": 1.0,
+        **({"p_flushed_checked": True} if date >= "2026-11-30" else {}),  # a pre-fix row is left to the migration
         "provenance": {"date_utc": date, "git_commit": "0" * 40, "git_dirty": False, "argv": list(argv),
                        "num_q_heads": heads, "model_description": f"test model {model}", "model_sha256": "ab" * 32,
                        "torch": "2.x", "transformers": "5.x", "cpu": "test cpu"},
@@ -78,6 +83,10 @@ def impact_files(tmp_path_factory):
     pa, pb = d / "results.jsonl", d / "results_s2_b.jsonl"
     pa.write_text("".join(json.dumps(r) + "\n" for r in a))
     pb.write_text("".join(json.dumps(r) + "\n" for r in b))
+    spec = importlib.util.spec_from_file_location("migrate_rows", ROOT / "scripts" / "migrate_rows.py")
+    migrate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migrate)
+    assert migrate.main([str(d)]) == 0  # the old rows migrated once, as the committed files were
     return pa, pb, a, b
 
 
@@ -180,20 +189,20 @@ def test_per_layer_summary_and_spearman(rendered, impact_files):
     assert [float(x[1]) for x in detail[1:]] == pytest.approx([r["kl_mean"] for r in lay], rel=6e-3)
 
 
-def test_pre_fix_p_flushed_is_corrected_with_a_note(rendered, impact_files):
+def test_pre_fix_p_flushed_is_migrated_with_a_note(rendered, impact_files):
     _, md, page = rendered
     t = md_tables(md)[_table_key("old")]
     col = t[0].index("P flushed")
     shown = {line[0]: numbers(line[col])[0] for line in t[1:]}
     assert shown == pytest.approx({"zyfa": 0.5, "aiter": 0.8, "fa3": 0.3, "bf16": 0.0}, abs=6e-4)
     for doc in (md, re.sub(r"<[^>]+>", "", page)):
-        assert "divided here at load time" in doc and "old ÷9" in doc
+        assert "scripts/migrate_rows.py" in doc and "divided it (old ÷9" in doc
         changed = doc.split("Measured before a recipe change: ")[1:]
         assert any(x.startswith("old/zyfa/w0 were written") and "fdfa291" in x for x in changed)
         assert any(x.startswith("old/fa3/w0 were written") and "435c315" in x for x in changed)
         assert not any("m17/" in x for x in changed)
     _, _, a, _ = impact_files
-    assert [r["p_flushed_mean"] for r in a if r["model"] == "old"] == [4.5, 7.2, 2.7, 0.0]  # rows untouched
+    assert [r["p_flushed_mean"] for r in a if r["model"] == "old"] == [4.5, 7.2, 2.7, 0.0]  # as written
 
 
 def test_regenerate_command_names_the_impact_files(rendered, impact_files):

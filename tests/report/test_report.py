@@ -201,7 +201,7 @@ def test_speed_table_from_bench_json(small_results, tmp_path):
     shape = {"input": "gaussian", "h": 16, "h_kv": 16, "s": 32768, "d_qk": 128, "d_v": 128}
     bench.write_text(json.dumps({"meta": {"device": "NVIDIA H200", "versions": {"torch": "2.11"}}, "rows": [
         {**shape, "causal": False, "impl": "triton-fp8", "recipe": "zyfa", "ms": 1.2345, "tflops": 912.34},
-        {**shape, "causal": False, "impl": "sdpa-cudnn", "recipe": "bf16", "ms": 1.1, "tflops": 927.0},
+        {**shape, "causal": False, "impl": "sdpa-bf16:cudnn", "recipe": "bf16", "ms": 1.1, "tflops": 927.0},
         {**shape, "causal": True, "impl": "triton-fp8", "recipe": "fa3", "error": "correctness check failed"}]}))
     res = build.load_results([path])
     doc = build.build_report(res, bench=speed.load_bench([bench]), plots=False)

@@ -74,11 +74,16 @@ def test_plugin_rows_render_with_their_ratios_against_the_peers():
     assert "## Your kernels" in md and "rotating order, 5 repeats" in md and "| W |" not in md
 
 
-def test_an_old_bench_file_renders_with_todays_peer_names():
-    old = [_row("sdpa-cudnn", "bf16", 1.5), _row("triton-fp8", "zyfa-hopper", 1.0, tflops_incl_transpose=1000.0)]
-    md = to_markdown({"device": "H200", "command": "c", "date": "d", "git_commit": "g", "versions": {},
-                      "inputs_note": "n"}, old)
-    assert "sdpa-bf16:cudnn" in md and "sdpa-cudnn |" not in md and "fixed order" in md
+def test_a_bench_file_from_before_the_interleaved_bench_says_so_and_old_peer_names_are_refused():
+    meta = {"device": "H200", "command": "c", "date": "d", "git_commit": "g", "versions": {}, "inputs_note": "n"}
+    rows = [_row("sdpa-bf16:cudnn", "bf16", 1.5), _row("triton-fp8", "zyfa-hopper", 1.0, tflops_incl_transpose=1000.0)]
+    md = to_markdown(meta, rows)
+    assert "sdpa-bf16:cudnn" in md and "fixed order" in md
+    old = [dict(rows[0], impl="sdpa-cudnn"), rows[1]]  # a file not migrated (scripts/migrate_rows.py)
+    with pytest.raises(ValueError, match=r"^bench row 0: peer 'sdpa-cudnn' under its old name \(now "
+                                         r"'sdpa-bf16:cudnn'\), written before a rename; migrate the file once with "
+                                         r"`python scripts/migrate_rows.py`$"):
+        to_markdown(meta, old)
 
 
 @pytest.mark.gpu

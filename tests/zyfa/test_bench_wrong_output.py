@@ -15,7 +15,7 @@ def _line(rows):
 
 
 def test_a_peer_with_wrong_output_is_no_speed():
-    rows = [_row("triton-fp8", "zyfa-hopper", 800.0, 0.056), _row("sdpa-cudnn", "bf16", 600.0, 0.0),
+    rows = [_row("triton-fp8", "zyfa-hopper", 800.0, 0.056), _row("sdpa-bf16:cudnn", "bf16", 600.0, 0.0),
             _row("cudnn-fp8", "cudnn-fp8", 700.0, 0.06), _row("flash-attn-triton-amd", "triton-amd", 65.0, 0.51)]
     cells = _line(rows)
     assert cells[9] == "wrong output (rel-L2 0.51)"

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from zyfa.emulator import quantize_inputs
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 pytestmark = pytest.mark.gpu
 

@@ -24,7 +24,7 @@ from zyfa.accuracy.runner import run_accuracy
 from zyfa.accuracy.study.run import refusals
 
 from zyfa.dispatch import TABLES, base_name, route, table_rows
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 
 def _aiter(**kw):

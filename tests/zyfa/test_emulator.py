@@ -25,7 +25,8 @@ from zyfa.emulator_tile import decode_e4m3fn_fast, mma, round_to_fp8_fast
 from zyfa.formats import decode_fp8, round_to_bf16, round_to_fp8
 from zyfa.norms import rel_l2
 from zyfa.platforms import H200
-from zyfa.recipes import RECIPES, Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import RECIPES, Recipe
 
 # ----------------------------------------------------------------------------------------------------------------- core
 

@@ -13,7 +13,7 @@ import torch
 
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 pytestmark = pytest.mark.gpu
 

@@ -15,7 +15,7 @@ from tests.zyfa.hopper_rule import hopper_mma
 from zyfa.emulator import emulate, quantize_inputs
 from zyfa.emulator_tile import min_exp
 from zyfa.platforms import H200, get_platform
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -16,7 +16,8 @@ from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import UnsupportedHeadDimWarning, emulate, validate_qkv
 from zyfa.kernels.attention_fp8 import recipe_from_spec
-from zyfa.recipes import RECIPES, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import RECIPES
 
 # --------------------------------------------------------------------------------------------------------- input checks
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from zyfa.emulator import emulate, quantize_inputs
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 pytestmark = pytest.mark.filterwarnings("ignore:head dims")
 

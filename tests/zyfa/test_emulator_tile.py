@@ -12,7 +12,7 @@ from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate
 from zyfa.emulator_tile import exp2_bittrick, mma
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 # ----------------------------------------------------------------------------------------------------------- hopper mma
 

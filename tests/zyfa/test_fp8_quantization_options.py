@@ -19,7 +19,8 @@ from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate, quantize_inputs
 from zyfa.norms import rel_l2
-from zyfa.recipes import QUANT_SCHEMES, RECIPES, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import QUANT_SCHEMES, RECIPES
 
 E4M3_MAX = 448.0
 HALF_ULP_REL = 2.0**-4  # e4m3fn normal numbers: 3 stored mantissa bits
@@ -256,7 +257,7 @@ def test_schemes_change_only_the_quantization_of_zyfa():
 
 def test_plus_names_parse_with_platforms_overrides_and_lists():
     from zyfa.kernels.attention_fp8 import recipe_from_spec
-    from zyfa.recipes import parse_recipes
+    from zyfa.recipe_spec import parse_recipes
 
     r = get_recipe("zyfa+block+hadamard@h200")
     assert r.platform == "h200" and r.qk_rotation == "random_hadamard" and r.q_scale == "block"

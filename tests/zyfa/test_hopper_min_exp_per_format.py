@@ -21,7 +21,7 @@ import torch
 from tests.zyfa.hopper_rule import hopper_mma
 from zyfa.emulator import emulate
 from zyfa.formats import get_format
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

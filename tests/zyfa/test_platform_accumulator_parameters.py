@@ -10,7 +10,7 @@ import torch
 
 from zyfa.emulator import emulate
 from zyfa.platforms import H200, MI355X, Platform
-from zyfa.recipes import SpecError, get_recipe
+from zyfa.recipe_spec import SpecError, get_recipe
 
 
 def _qkv(seed=0, s=64, d=64):

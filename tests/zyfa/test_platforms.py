@@ -18,7 +18,8 @@ from zyfa.cli import main
 from zyfa.emulator import emulate
 from zyfa.formats import round_to_fp8
 from zyfa.platforms import PLATFORM_NAMES, PLATFORMS, get_platform, stepwise_mma, truncating_mma
-from zyfa.recipes import RECIPES, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import RECIPES
 
 
 def _e4m3fn_values() -> np.ndarray:

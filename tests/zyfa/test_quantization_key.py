@@ -10,7 +10,7 @@ import textwrap
 import torch
 
 from zyfa.emulator import QUANT_FIELDS, quantization_key, quantize_inputs
-from zyfa.recipes import get_recipe
+from zyfa.recipe_spec import get_recipe
 
 
 def _recipe_attributes(fn) -> set[str]:

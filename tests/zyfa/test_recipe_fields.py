@@ -35,7 +35,8 @@ from zyfa.emulator import emulate
 from zyfa.formats import e4m3fn_bits_from_log2, round_to_bf16, round_to_fp8
 from zyfa.norms import rel_l2
 from zyfa.platforms import H200, Platform, get_platform
-from zyfa.recipes import RECIPES, Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import RECIPES, Recipe
 from zyfa.rotation import rotation_matrix
 
 pytestmark = pytest.mark.filterwarnings("ignore:head dims")  # tiny head dims on purpose

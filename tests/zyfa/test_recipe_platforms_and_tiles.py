@@ -15,7 +15,8 @@ import re
 import pytest
 
 from zyfa.platforms import PLATFORMS
-from zyfa.recipes import RECIPES, Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import RECIPES, Recipe
 
 
 def _numerics(r: Recipe) -> dict:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zyfa.recipes import (
-    RECIPES,
+from zyfa.recipe_spec import (
     TRITON_KERNEL_FIELDS,
     SpecError,
     SpecParts,
@@ -15,6 +14,7 @@ from zyfa.recipes import (
     split_spec,
     split_spec_list,
 )
+from zyfa.recipes import RECIPES
 
 
 @pytest.mark.parametrize("spec, name", [
@@ -36,7 +36,7 @@ from zyfa.recipes import (
     ("triton:zyfa", "zyfa"),  # the kernel computes zyfa as it is: the same name
     ("triton:zyfa@h200", "zyfa@h200"),
     ("triton:fa3:accum_flush_tiles=1", "triton:fa3:accum_flush_tiles=1"),
-    ("triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1@h200",  # a committed row's name,
+    ("triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1@h200",  # an old spec a user types,
      "triton-amd:p_scale=tile_amax,accumulator=matrix_unit,accum_flush_tiles=1@h200"),  # read under today's name
 ])
 def test_a_spec_names_its_recipe_by_the_canonical_spec(spec, name):

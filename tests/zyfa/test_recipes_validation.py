@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from zyfa.recipes import RECIPES, Recipe, get_recipe, parse_recipes
+from zyfa.recipe_spec import get_recipe, parse_recipes
+from zyfa.recipes import RECIPES, Recipe
 
 # the documented choices of every categorical field (zyfa/recipes.py's Recipe docstring), written out by hand
 CHOICES = {

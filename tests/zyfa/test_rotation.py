@@ -80,7 +80,7 @@ def test_refusals_name_the_problem():
 def test_a_rotating_recipe_rotates_before_quantizing_and_refuses_other_head_dims():
     from zyfa.emulator import emulate, quantize_inputs
     from zyfa.kernels.attention_fp8 import recipe_from_spec
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     r = recipe_from_spec("zyfa:qk_rotation=random_hadamard,rotation_seed=3")
     assert (r.qk_rotation, r.rotation_seed) == ("random_hadamard", 3)

@@ -3,7 +3,7 @@
 Each command runs in this process (one child process checks the real exit) on its cheapest path: ``--dry-run``,
 a 16-token cliff sweep, ``zyfa bench`` checking its specs before it looks for a GPU; on the CPU. An accepted spec
 exits 0 (``zyfa bench``: the GPU line, not a spec refusal); a refused one exits 2 with one line ending in
-:func:`zyfa.recipes.get_recipe`'s message, and no traceback.
+:func:`zyfa.recipe_spec.get_recipe`'s message, and no traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from zyfa.cli import main
-from zyfa.recipes import SpecError, get_recipe
+from zyfa.recipe_spec import SpecError, get_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 GAUSS = ["--inputs", "gaussian", "--seq", "64", "--head-dim", "64", "--heads", "1", "--device", "cpu"]

@@ -9,7 +9,7 @@ import json
 import os
 
 from zyfa.peers.names import BENCH_PEERS, PEER_NAMES, canonical_name
-from zyfa.recipes import get_recipe, split_spec_list
+from zyfa.recipe_spec import get_recipe, split_spec_list
 
 # name -> (d_qk, d_v) of the benchmarked shapes
 SHAPES = {"hd64": (64, 64), "hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128)}

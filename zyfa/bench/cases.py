@@ -35,7 +35,7 @@ def gaussian_kernel_call(shape: str, s: int, causal: bool, spec: str, config: di
     recipe's per-head descales: (fn, (q, k, v)), fn launching it once. For the scripts that time, warm or profile
     launch variants; :func:`run_case` also handles per-block descales and checks the output."""
     from zyfa.kernels import attention_fp8 as A
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     d_qk, d_v = SHAPES[shape]
     h = bench_heads(shape)
@@ -161,7 +161,7 @@ def prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref) -> Candi
 
     d_qk, s_k = q.shape[3], k.shape[2]
     from zyfa.emulator import quantization_key
-    from zyfa.recipes import get_recipe
+    from zyfa.recipe_spec import get_recipe
 
     sm_scale = 1.0 / math.sqrt(d_qk)
     row = dict(base, impl=OURS_IMPL, recipe=spec)

@@ -106,7 +106,7 @@ def main(args) -> int:
         print(f"zyfa bench: {err}", file=sys.stderr)
         return 2
     from zyfa.kernels.attention_fp8 import kernel_plan
-    from zyfa.recipes import get_recipe, split_spec_list
+    from zyfa.recipe_spec import get_recipe, split_spec_list
 
     recipes = split_spec_list(args.recipes)
     other = recipes if args.recipes_other == "same" else split_spec_list(args.recipes_other)

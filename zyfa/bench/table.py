@@ -2,7 +2,7 @@
 the user's kernels, every row), and ``--render``, which rewrites it from the JSON. It imports no torch, so the
 report's speed section (:mod:`zyfa.accuracy.report.speed`) renders the same table from here.
 
-Exposed: ``OURS_IMPL``, ``WRONG_OUTPUT_REL_L2``, ``canonical_rows``, ``headline_tflops``, ``ratio_cell``,
+Exposed: ``OURS_IMPL``, ``WRONG_OUTPUT_REL_L2``, ``checked_rows``, ``headline_tflops``, ``ratio_cell``,
 ``plugin_lines``, ``plane_lines``, ``summary_lines``, ``ROW_HEADER``, ``row_cells``, ``to_markdown``, ``render``.
 """
 
@@ -15,6 +15,7 @@ import os
 from zyfa.markdown import md_escape
 from zyfa.outputs import atomic_write_text
 from zyfa.peers.names import PEER_NAMES, canonical_name
+from zyfa.recipe_spec import names_old_accumulator
 
 OURS_IMPL = "triton-fp8"  # the bench's name of our kernel (its recipe in the row's "recipe")
 # rel-L2 against SDPA BF16 on Gaussian inputs above which a row's output is wrong (an FP8 attention is at about
@@ -24,9 +25,19 @@ OURS_IMPL = "triton-fp8"  # the bench's name of our kernel (its recipe in the ro
 WRONG_OUTPUT_REL_L2 = 0.3
 
 
-def canonical_rows(rows):
-    """Bench rows with today's peer names (older files called SDPA's backends ``sdpa-cudnn``/``sdpa-flash``)."""
-    return [dict(r, impl=canonical_name(r.get("impl"))) for r in rows]
+def checked_rows(rows):
+    """Bench rows as stored, refused in one line where a row is in an older form: an old peer name (SDPA's backends
+    were ``sdpa-cudnn``/``sdpa-flash``) or an old accumulator name in its recipe; ``scripts/migrate_rows.py`` rewrites
+    such a file once."""
+    for i, r in enumerate(rows):
+        impl, recipe = r.get("impl"), r.get("recipe")
+        old = (f"peer {impl!r} under its old name (now {canonical_name(impl)!r})" if canonical_name(impl) != impl
+               else f"recipe {recipe!r} under the accumulator's old name"
+               if isinstance(recipe, str) and names_old_accumulator(recipe) else None)
+        if old:
+            raise ValueError(f"bench row {i}: {old}, written before a rename; migrate the file once with "
+                             "`python scripts/migrate_rows.py`")
+    return rows
 
 
 def _num(x, fmt):
@@ -49,7 +60,7 @@ def plugin_lines(rows) -> list[str]:
     """'Your kernels': every user kernel (``plugin:NAME``) at each case it ran, its median TFLOP/s with the range
     over the repeats, its error (bf16 and FP8 output), and its speed ratio against each peer of the same
     interleaving (median [min–max] of the per-repeat ratios, clock-matched median)."""
-    mine = [r for r in canonical_rows(rows) if str(r.get("impl", "")).startswith("plugin:")]
+    mine = [r for r in checked_rows(rows) if str(r.get("impl", "")).startswith("plugin:")]
     if not mine:
         return []
     peers = [p for p in PEER_NAMES if any(p in (r.get("vs") or {}) for r in mine)]
@@ -101,7 +112,7 @@ def row_cells(r: dict) -> list[str]:
 
 
 def to_markdown(meta, rows, ours="zyfa-hopper"):
-    rows = canonical_rows(rows)
+    rows = checked_rows(rows)
     # every string of the file as inert Markdown (zyfa.markdown): names and notes add no column, row or heading
     meta = {k: md_escape(v) if isinstance(v, str) else v for k, v in meta.items()}
     rows = [{k: md_escape(v) if isinstance(v, str) else v for k, v in r.items()} for r in rows]
@@ -169,7 +180,7 @@ def plane_lines(rows, peer="cudnn-fp8"):
     (V's transpose included) and more accurate, fastest first; where none is, the fastest of the more accurate ones.
     Empty without a row of that peer. ``peer``: one of :data:`PLANE_PEERS`."""
     name = PEER_NAMES[peer]
-    rows = canonical_rows(rows)
+    rows = checked_rows(rows)
     # cuDNN FP8 writes FP8: set against our error with the output rounded the same way, where the row has it
     err_key = "rel_l2_fp8_out_vs_sdpa_bf16" if peer == "cudnn-fp8" else "rel_l2_vs_sdpa_bf16"
 
@@ -218,7 +229,7 @@ def summary_lines(rows, ours="zyfa-hopper"):
     capture's shape) where both were timed. Our kernel's speeds include V's transpose where it was timed
     (:func:`headline_tflops`). A row whose output is wrong (rel-L2 against SDPA BF16 above
     :data:`WRONG_OUTPUT_REL_L2`) is shown as such, never as a speed."""
-    rows = canonical_rows(rows)
+    rows = checked_rows(rows)
     out = []
     for (d_qk, d_v, causal), (s, at, rs) in _longest_gaussian(rows).items():
 
@@ -317,6 +328,10 @@ def render(path: str, ours: str = "zyfa-hopper") -> str:
         raise ValueError(f"{path}: not a zyfa bench file ('meta' must be an object, 'rows' a list of objects)")
     for i, r in enumerate(data["rows"]):
         _check_bench_row(r, f"{path}: rows[{i}]")
+    try:
+        checked_rows(data["rows"])
+    except ValueError as e:  # a file in an older form: its own line, before the Markdown is touched
+        raise ValueError(f"{path}: {e}") from None
     try:
         text = to_markdown(data["meta"], data["rows"], ours)
     except KeyError as e:

@@ -19,14 +19,12 @@ import triton.language as tl
 
 # P-scale modes (P_SCALE constexpr)
 PS_NONE, PS_FMAX, PS_POW2, PS_POW2_BLOCK = 0, 1, 2, 3
-# MAD integer conversions (MAD_CVT constexpr): magic-number add after two fp32 clamps; cvt.rni / cvt.rzi (F2I);
-# fma.rn.sat of x/128 (the FFMA clamps at 0 itself), then the magic add, with the clamp at 126 as an fp32 min (3),
-# left out where it provably cannot bind (4: attention_fp8.mad_codes_bounded), or on packed u16x2 pairs (5); 6: left
-# out in the programs where a bound on the row maxima shows that no code can pass 126 (the runtime flag `guarded`,
-# one branch per tile), else the fp32 min of 3; the same bits as 3 either way.
-CVT_MAGIC, CVT_RNI, CVT_RZI = 0, 1, 2
-CVT_SAT_MAGIC = tl.constexpr(3)  # 4 (no clamp at 126) is the sat case that is none of 3, 5 and 6
-CVT_SAT_MAGIC_U16 = tl.constexpr(5)
+# MAD integer conversions (MAD_CVT constexpr): 0: magic-number add after two fp32 clamps (the reference form);
+# 3: fma.rn.sat of x/128 (the FFMA clamps at 0 itself), then the magic add, with the clamp at 126 as an fp32 min;
+# 4: the same, the clamp left out where it provably cannot bind (attention_fp8.mad_codes_bounded); 6: left out in
+# the programs where a bound on the row maxima shows that no code can pass 126 (the runtime flag `guarded`, one
+# branch per tile), else the fp32 min of 3; the same bits as 3 either way.
+CVT_SAT_MAGIC = tl.constexpr(3)  # 4 (no clamp at 126) is the sat case that is neither 3 nor 6
 CVT_SAT_MAGIC_GUARDED = tl.constexpr(6)
 # 448^2: |q·k| <= DQK·448^2 for e4m3fn operands, so every row max of s·c is at most DQK·448^2·c in magnitude
 FP8_MAX_SQ = tl.constexpr(200704.0)
@@ -42,13 +40,6 @@ MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2^23: x + MAGIC leaves RNE(x) in the l
 MAGIC_SAT = tl.constexpr(98304.0)  # 1.5 * 2^16: y + MAGIC_SAT leaves RNE(128·y) in the low byte for y in [0, 1]
 # 2^120: (code << 20) read as fp32 is value(code) * 2^-120, subnormal codes included
 TWO_POW_120 = tl.constexpr(1.329227995784916e36)
-
-
-@triton.jit
-def _rni(x):
-    """Round to nearest even, to int32: one cvt.rni.s32.f32 (F2I)."""
-    return tl.inline_asm_elementwise("cvt.rni.s32.f32 $0, $1;", "=r,r", [x], dtype=tl.int32,
-                                     is_pure=True, pack=1)
 
 
 @triton.jit
@@ -73,16 +64,6 @@ def _fma_sat(a, b, c):
 
 
 @triton.jit
-def _codes_min126_u8(bits):
-    """The low bytes of four int32 (codes <= 255) as four e4m3fn codes clamped to 126: two PRMT into u16x2
-    pairs, two min.u16x2, one PRMT into bytes."""
-    return tl.inline_asm_elementwise(
-        "{ .reg .b32 lo, hi, cap; mov.b32 cap, 0x007E007E; prmt.b32 lo, $1, $2, 0x5410; "
-        "prmt.b32 hi, $3, $4, 0x5410; min.u16x2 lo, lo, cap; min.u16x2 hi, hi, cap; prmt.b32 $0, lo, hi, 0x6420; }",
-        "=r,r,r,r,r", [bits], dtype=tl.uint8, is_pure=True, pack=4)
-
-
-@triton.jit
 def _e4m3_codes_u8(p):
     """e4m3fn codes of fp32 p (RNE, saturating at 448) from the conversion instruction, four to a register: two
     cvt.rn.satfinite.e4m3x2.f32, the instruction of Triton's own cast, but a tensor of codes of its own, apart from
@@ -91,17 +72,6 @@ def _e4m3_codes_u8(p):
         "{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, $2, $1; cvt.rn.satfinite.e4m3x2.f32 hi, $4, $3; "
         "mov.b32 $0, {lo, hi}; }",
         "=r,r,r,r,r", [p], dtype=tl.uint8, is_pure=True, pack=4)
-
-
-@triton.jit
-def _round_e4m3_value(p):
-    """RNE of p >= 0 to an e4m3fn value (saturating at 448), in fp32 integer arithmetic: the value the
-    hardware cast gives, without reading the FP8 tensor back (see the window workaround below)."""
-    b = p.to(tl.int32, bitcast=True)
-    lsb = (b >> 20) & 1
-    normal = ((b + 0x7FFFF + lsb) & -1048576).to(tl.float32, bitcast=True)  # keep 3 mantissa bits, RNE
-    sub = (p + 24576.0) - 24576.0  # subnormal range: multiples of 2^-9 (ulp of 1.5 * 2^14), RNE
-    return tl.minimum(tl.where(p < 0.015625, sub, normal), 448.0)
 
 
 @triton.jit
@@ -186,7 +156,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
                      TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0,
                      kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
                      vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1,
-                     vt_in=None, vt_hi_in=None, EXP2_SUM: tl.constexpr = 0):
+                     vt_in=None, vt_hi_in=None):
     """Mask, online max, P in e4m3fn (MAD or exp2), row sum, and O += P8 · V8 for one KV tile with scores s.
 
     vt_in (and vt_hi_in with DV_SPLIT 2): Vᵀ's tile, when the caller loaded it beside K's at the top of the
@@ -238,8 +208,9 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
     if EXP_MAD and MAD_CVT >= CVT_SAT_MAGIC:
         # bits = clamp(R(8·(t + e) + 56 + offset), 0, 126), with y = x/128 from one fma.rn.sat: scaling by 2^-7
         # commutes with the rounding, so RNE(128·y) = RNE(x) bit for bit, and the FFMA's saturation is the clamp
-        # at 0. The clamp at 126: packed (min.u16x2, half an op per score), or none where it provably cannot
-        # bind (MAD_T=1 and kernel_plan.mad_codes_bounded): fewer FMNMX per score (docs/KERNEL.md).
+        # at 0. The clamp at 126: one fp32 min, or none where it provably cannot bind (MAD_T=1 and
+        # kernel_plan.mad_codes_bounded, or the program's bound under MAD_CVT 6): fewer FMNMX per score
+        # (docs/KERNEL.md).
         if MAD_T == 0:
             row_bias = mad_bias + 8.0 * (e_new - m_use)
             y = _fma_sat(s, tl.full(s.shape, 1.0, tl.float32) * (c8s * 0.0078125),
@@ -256,13 +227,8 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             if guarded == 0:
                 y = tl.minimum(y, 0.984375)
         bits = (y + MAGIC_SAT).to(tl.int32, bitcast=True)  # low byte = RNE(128·y); bits 8-19 are zero
-        if MAD_CVT == CVT_SAT_MAGIC_U16:
-            p8 = _codes_min126_u8(bits).to(tl.float8e4nv, bitcast=True)
-        else:
-            p8 = bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+        p8 = bits.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
         if ROWSUM_ROUNDED == 1:
-            # MAD_CVT 5 clamps only P's copy of the code: they differ only where a fused MAD overshoots 126,
-            # which needs |m| > 2^18
             l_tile = _code_value_sum(bits)
         elif ROWSUM_ROUNDED == 0:
             l_tile = tl.sum(tl.math.exp2(s * cs + (e_new - m_use)[:, None]), 1)
@@ -278,12 +244,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             t = _mul_rn(s, tl.full(s.shape, 1.0, tl.float32) * cs) - m_use[:, None]
             x = t * 8.0 + (mad_bias + 8.0 * e_new)[:, None]
         x = tl.minimum(tl.maximum(x, 0.0), 126.0)
-        if MAD_CVT == 0:
-            bits = (x + MAGIC).to(tl.int32, bitcast=True)  # low byte = RNE(x)
-        elif MAD_CVT == 1:
-            bits = _rni(x)
-        else:
-            bits = x.to(tl.int32)  # cvt.rzi: toward zero (x >= 0: floor)
+        bits = (x + MAGIC).to(tl.int32, bitcast=True)  # low byte = RNE(x)
         if DEBUG % 2 == 1:
             # diagnostic route: decode the code to its fp32 value, then the (exact) hardware cast
             p8 = ((bits << 20).to(tl.float32, bitcast=True) * TWO_POW_120).to(tl.float8e4nv)
@@ -305,7 +266,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
         # conversion to fp32), the tensor that also feeds the P·V dot, Triton 3.6 compiled a wrong row sum on the
         # H200 (the output right up to that factor): under a sliding window, with pointer loads (TMA off) at every
         # length, and with TMA at one key or two query rows against one key (docs/KERNEL.md, "A compile fault").
-        if ROWSUM_ROUNDED == 1 and EXP2_SUM == 1:
+        if ROWSUM_ROUNDED == 1:
             # the codes from a conversion of their own, P's tensor a bitcast of them, the sum decoded from the
             # codes: the MAD branch's form (fewer instructions than re-rounding p)
             codes = _e4m3_codes_u8(p)
@@ -313,13 +274,7 @@ def _softmax_pv_tile(s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, one
             l_tile = _code_value_sum(codes.to(tl.int32))
         else:
             p8 = p.to(tl.float8e4nv)
-            if ROWSUM_ROUNDED == 1 and DEBUG // 2 == 1:
-                # diagnostic route (wrong, see above): the sum of p8 converted back to fp32
-                l_tile = tl.sum(p8.to(tl.float32), 1)
-            elif ROWSUM_ROUNDED == 1:
-                # EXP2_SUM 0: p rounded again in fp32 integer arithmetic (the cast's value, bit for bit)
-                l_tile = tl.sum(_round_e4m3_value(p), 1)
-            elif ROWSUM_ROUNDED == 0:
+            if ROWSUM_ROUNDED == 0:
                 l_tile = tl.sum(p, 1)
     # ---- O += P8 · V8 (V read K-major from Vt)
     DVH: tl.constexpr = DV // DV_SPLIT
@@ -377,61 +332,27 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 EXP_MAD: tl.constexpr, MAD_CVT: tl.constexpr, P_SCALE: tl.constexpr, E_FIXED: tl.constexpr,
                 TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                 QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
-                TMA: tl.constexpr, WS: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr,
-                PIPELINE_QK: tl.constexpr, P_PERM: tl.constexpr = 0,
+                TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0,
                 kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0,
-                EXP2_SUM: tl.constexpr = 0):
-    """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N).
-
-    PIPELINE_QK (technique 2, FA3's intra-warpgroup overlap written by hand): S for tile j+1 is computed
-    before the softmax and P·V of tile j, and carried into the next iteration, so its wgmma can run on the
-    tensor cores while the warpgroup does tile j's vector work. The prologue computes S for the first tile;
-    the last tile is finished after the loop. Applied to the unmasked segment only (the masked window edge
-    and diagonal/tail segments are one or two tiles).
-    """
-    if PIPELINE_QK and not MASKED:
-        # [lo, hi) holds whole tiles here (the unmasked segment's bounds are multiples of BLOCK_N)
-        s = _qk_tile(q1, q2, k1_src, k2_src, lo, seq_k, BLOCK_N, D1, D2, DQK, QK_K32, TMA)
-        for start_n in tl.range(lo, hi - BLOCK_N, BLOCK_N):
-            start_n = tl.multiple_of(start_n, BLOCK_N)
-            s_next = _qk_tile(q1, q2, k1_src, k2_src, start_n + BLOCK_N, seq_k, BLOCK_N, D1, D2, DQK, QK_K32,
-                              TMA)
-            acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
-                s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
-                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
-                MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
-                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT, EXP2_SUM=EXP2_SUM)
-            s = s_next
-        if hi > lo:
-            acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
-                s, tl.multiple_of(hi - BLOCK_N, BLOCK_N), acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src,
-                ones_src,
-                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
-                MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
-                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT, EXP2_SUM=EXP2_SUM)
-    else:
-        DVH: tl.constexpr = DV // DV_SPLIT
-        for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
-            start_n = tl.multiple_of(start_n, BLOCK_N)
-            vt_in = None
-            vt_hi_in = None
-            if VT_EARLY:
-                vt_in = _vt_tile(vt_src, start_n, seq_k_pad, 0, DVH, BLOCK_N, TMA)
-                if DV_SPLIT == 2:
-                    vt_hi_in = _vt_tile(vt_src, start_n, seq_k_pad, DVH, DVH, BLOCK_N, TMA)
-            s = _qk_tile(q1, q2, k1_src, k2_src, start_n, seq_k, BLOCK_N, D1, D2, DQK, QK_K32, TMA)
-            acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
-                s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
-                pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
-                MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
-                ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-                kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT, vt_in=vt_in, vt_hi_in=vt_hi_in, EXP2_SUM=EXP2_SUM)
+                vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0):
+    """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N)."""
+    DVH: tl.constexpr = DV // DV_SPLIT
+    for start_n in tl.range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        vt_in = None
+        vt_hi_in = None
+        if VT_EARLY:
+            vt_in = _vt_tile(vt_src, start_n, seq_k_pad, 0, DVH, BLOCK_N, TMA)
+            if DV_SPLIT == 2:
+                vt_hi_in = _vt_tile(vt_src, start_n, seq_k_pad, DVH, DVH, BLOCK_N, TMA)
+        s = _qk_tile(q1, q2, k1_src, k2_src, start_n, seq_k, BLOCK_N, D1, D2, DQK, QK_K32, TMA)
+        acc, acc_tc, a_prod, l_i, m_i, e_i = _softmax_pv_tile(
+            s, start_n, acc, acc_tc, a_prod, l_i, m_i, e_i, vt_src, ones_src,
+            pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
+            MASKED, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, DV, EXP_MAD, MAD_CVT, P_SCALE, TILE_GRAN, E_CAP,
+            ROWSUM_ROUNDED, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
+            kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
+            DV_SPLIT=DV_SPLIT, vt_in=vt_in, vt_hi_in=vt_hi_in)
     return acc, acc_tc, a_prod, l_i, m_i, e_i
 
 
@@ -497,11 +418,10 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                  EXP_MAD: tl.constexpr, MAD_CVT: tl.constexpr, P_SCALE: tl.constexpr, E_FIXED: tl.constexpr,
                  TILE_GRAN: tl.constexpr, E_CAP: tl.constexpr, ROWSUM_ROUNDED: tl.constexpr,
                  QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
-                 RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr, WS: tl.constexpr,
-                 DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1, PIPELINE_QK: tl.constexpr = 0,
+                 RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr,
+                 DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1,
                  P_PERM: tl.constexpr = 0, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                 VD_MODE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0,
-                 EXP2_SUM: tl.constexpr = 0):
+                 VD_MODE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0):
     DQK: tl.constexpr = D1 + D2
     DVH: tl.constexpr = DV // DV_SPLIT  # DV_SPLIT 2: O in two column halves (acc, acc_tc), see _softmax_pv_tile
     num_m = tl.cdiv(seq_q, BLOCK_M)
@@ -632,10 +552,9 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
         acc_tc = tl.zeros([1, 1], tl.float32)
     a_prod = tl.full([BLOCK_M], 1.0, tl.float32)
 
-    # The three segments in order: the window's masked left edge (sliding window only), the full tiles (unmasked;
-    # the only segment that may be warp-specialized), the masked diagonal/tail. tl.static_range unrolls the loop
-    # when the kernel is compiled, so each segment keeps its own constexpr MASKED and WS: the same code as three
-    # written-out calls (SASS identical, docs/KERNEL.md "Checks").
+    # The three segments in order: the window's masked left edge (sliding window only), the full tiles (unmasked),
+    # the masked diagonal/tail. tl.static_range unrolls the loop when the kernel is compiled, so each segment keeps
+    # its own constexpr MASKED: the same code as three written-out calls (SASS identical, docs/KERNEL.md "Checks").
     for seg in tl.static_range(3):
         if seg == 0:
             seg_lo = lo
@@ -652,9 +571,9 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                 seg_lo, seg_hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
                 seg != 1, CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
                 EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-                QK_K32, PV_MODE, FLUSH, TMA, WS and seg == 1, DEBUG, MAD_T, PIPELINE_QK, P_PERM=P_PERM,
+                QK_K32, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
                 kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-                DV_SPLIT=DV_SPLIT, VT_EARLY=VT_EARLY, EXP2_SUM=EXP2_SUM)
+                DV_SPLIT=DV_SPLIT, VT_EARLY=VT_EARLY)
     if PV_MODE == 3:
         acc = acc * a_prod[:, None] + acc_tc
 

@@ -65,7 +65,8 @@ from zyfa.kernels.validation import (
     v_descale_for,
     validate_inputs,
 )
-from zyfa.recipes import Recipe, get_recipe
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 
 __all__ = [
     "HD128_CAUSAL_MAXNREG",
@@ -272,20 +273,16 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
             one-element tensor or (b, h_kv); for ``v_scale='channel'`` per channel (b, h_kv, d_v) /
             (b, h_kv, 1, d_v), for ``v_scale='block'`` per key like k_descale. Default 1.0. Must be positive.
         config: launch overrides for tuning and ablations: BLOCK_M, num_warps, num_stages, maxnreg, TMA (device
-            tensor descriptors, else pointer loads), WS (Triton's warp_specialize: no effect on sm_90 in Triton
-            3.6), MAD_CVT (0 magic-number add after two fp32 clamps, 1 cvt.rni/rzi, 3/4/5/6 fma.rn.sat of x/128
-            then the magic add, with an fp32 clamp at 126 / none / a packed one / none where the program's
+            tensor descriptors, else pointer loads), MAD_CVT (0 magic-number add after two fp32 clamps, 3/4/6
+            fma.rn.sat of x/128 then the magic add, with an fp32 clamp at 126 / none / none where the program's
             bound allows: :func:`default_mad_cvt`),
             MAD_T (1 exact t as the emulator; 0 one fused FFMA, faster, the default where
-            :func:`fused_mad_is_exact`; see docs/KERNEL.md),
-            PIPELINE_QK (1: S of the next KV tile computed before this tile's softmax, FA3's intra-warpgroup
-            overlap written by hand; Triton 3.6 serialises it on sm_90), maxnreg None/0 = no cap,
+            :func:`fused_mad_is_exact`; see docs/KERNEL.md), maxnreg None/0 = no cap,
             QK_K32 / PV_MODE (accumulation code, see the kernel), DV_SPLIT (2: P·V as two dots over O's column
             halves, the same arithmetic per element with half the registers for the per-tile product), VT_EARLY
-            (1: Vᵀ's tile loaded at the top of each iteration beside K's, the same bits; no effect with
-            PIPELINE_QK; refused with the fp32-accumulation recipes, whose compile it broke), EXP2_SUM (the rounded
-            row sum of exp2 P: 1 from P's codes converted apart from its FP8 tensor, the default; 0 p rounded again
-            in fp32; the same bits).
+            (1: Vᵀ's tile loaded at the top of each iteration beside K's, the same bits; refused with the
+            fp32-accumulation recipes, whose compile it broke). Keys of switches removed after they lost their
+            A/B (PIPELINE_QK, WS, EXP2_SUM; MAD_CVT 1, 2, 5: docs/KERNEL.md) are refused.
     Returns:
         (out, lse): out (b, h, s_q, d_v) bf16 (fp32 when the recipe's out_format is fp32), lse (b, h, s_q)
         fp32 natural log of the scores of the K it was given (for a K smoothed by the caller, without the

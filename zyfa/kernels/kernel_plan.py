@@ -23,7 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from zyfa.recipes import Recipe, get_recipe, triton_kernel_recipe
+from zyfa.recipe_spec import get_recipe, triton_kernel_recipe
+from zyfa.recipes import Recipe
 
 __all__ = [
     "LOG2E",
@@ -134,7 +135,7 @@ def kernel_plan(recipe: Recipe | str) -> KernelPlan:
 
 
 def kernel_recipe(spec: Recipe | str) -> Recipe:
-    """The recipe as this kernel computes it (:func:`zyfa.recipes.triton_kernel_recipe`): FA3's head-dim tiles
+    """The recipe as this kernel computes it (:func:`zyfa.recipe_spec.triton_kernel_recipe`): FA3's head-dim tiles
     (``head_dim_tiles``: 224 keys at hd128, 160 at hd64 and hd192) are no Triton block size, so the kernel keeps
     the recipe's ``block_m`` x ``block_n``; and it visits KV tiles from key 0 on (``kv_order`` forward). An
     emulation meant to match the kernel must do the same. Fields as the recipe's; named as the recipe where
@@ -145,7 +146,7 @@ def kernel_recipe(spec: Recipe | str) -> Recipe:
 
 
 def recipe_from_spec(spec: Recipe | str) -> Recipe:
-    """A recipe spec -> Recipe: :func:`zyfa.recipes.get_recipe`, the one grammar (kept as a name for scripts)."""
+    """A recipe spec -> Recipe: :func:`zyfa.recipe_spec.get_recipe`, the one grammar (kept as a name for scripts)."""
     return get_recipe(spec)
 
 
@@ -211,8 +212,7 @@ def default_mad_cvt(plan: KernelPlan, mad_t: int) -> int:
     with no clamp at 126 where it provably cannot bind: 4 for exact t and :func:`mad_codes_bounded`; 6 for the
     fused MAD, whose codes drift by up to MAD_FUSED_DRIFT·|m|: the kernel bounds every row max |m| of a program by
     DQK·448²·c before its loops and runs them without the clamp where that is at most :func:`mad_m_safe`, with
-    one fp32 min (3) otherwise (the same bits as 3 either way). 3 where the recipe leaves no margin. The packed
-    u16x2 clamp (5) has fewer instructions but was no faster than 3 on the H200 (docs/KERNEL.md).
+    one fp32 min (3) otherwise (the same bits as 3 either way). 3 where the recipe leaves no margin.
     0 for exp2 recipes (unused)."""
     if not plan.exp_mad:
         return 0
