@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.implementation_names import check_kernel_flags
 from zyfa.accuracy.kernel_verdicts import verdict_lines
 from zyfa.accuracy.metric_names import ERROR_METRICS
 from zyfa.accuracy.shard import wants_sharding
@@ -174,6 +175,7 @@ def check_args(args: argparse.Namespace) -> None:
     out = _check_out(args.out)
     if out is None and (args.force or args.resume):
         raise UsageError("--force and --resume apply to --out")
+    check_kernel_flags(args)  # --implementations, --kernel: the registry's lines, before torch
     _plan_inputs(args)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from zyfa.accuracy.impact.impact_args import add_arguments
+from zyfa.accuracy.impact.impact_args import add_arguments, kernel_names
 from zyfa.accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
 from zyfa.accuracy.impact.run import run_impact
 from zyfa.accuracy.impact.section import command_of, results_paths, write_markdown
@@ -75,12 +75,9 @@ def main(args: argparse.Namespace) -> int:
         from zyfa.accuracy.implementations import load_plugins
 
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
-        impl_names = split_spec_list(args.implementations or "")
+        impl_names = kernel_names(args)
         for n in impl_names:
-            fn = model_attention(n)
-            if fn.impl is None:
-                raise ValueError(f"--implementations: {n!r} is a recipe; give it with --recipes")
-            ok, why = fn.impl.available()
+            ok, why = model_attention(n).impl.available()
             if not ok:
                 raise ValueError(f"implementation {n} cannot run here: {why}")
         from zyfa.accuracy.runner import resolve_device

@@ -45,12 +45,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.implementation_names import check_attention_names, check_kernels
 from zyfa.accuracy.kernel_verdicts import verdict_lines
 from zyfa.accuracy.shard import say, wants_sharding
 from zyfa.capture.fetch import FetchError
 from zyfa.capture.models import prepare_sources
 
 from zyfa.plugins import add_wall_arguments, wall_options
+from zyfa.recipes import split_spec_list
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
 DEFAULT_MODELS = "smollm2,gemma3,qwen25coder"
@@ -60,6 +62,8 @@ DEFAULT_IMPLEMENTATIONS = {
     "cpu": "sdpa-fp32,bf16,zyfa,zyfa-hopper,fa3",
 }
 EXIT_FAILED_ROWS = 3
+# how a refusal's line starts, before torch (the zyfa dispatch reads it) and after
+REFUSAL = "zyfa longctx: "
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -191,6 +195,10 @@ def check_args(args: argparse.Namespace) -> None:
         check_text(args.text)
     except UnknownTextError as e:
         raise UsageError(f"--text: {e}") from None
+    wall_options(args)
+    plugins = check_kernels(args.kernel, args.kernel_recipe)  # the registry's lines, before torch
+    if args.implementations is not None:
+        check_attention_names(split_spec_list(args.implementations), plugins)
 
 
 def grid_flags(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -226,7 +234,7 @@ def main(args: argparse.Namespace) -> int:
             _apply_plan(args)
         return _run(args)
     except UsageError as e:
-        say(f"zyfa longctx: {e}")
+        say(f"{REFUSAL}{e}")
         return 2
 
 
