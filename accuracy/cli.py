@@ -302,9 +302,9 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     import os
     import uuid
 
+    from zyfa.accuracy.cost_model import rate
     from zyfa.accuracy.results_io import ROW_BYTES_ESTIMATE
     from zyfa.accuracy.shard import (
-        UNITS_PER_SECOND,
         Dist,
         ShardedResults,
         announce,
@@ -345,7 +345,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         costs = [cell_cost(inp.shape) for inp, _, _ in cells]
         if dry:
             print_dry_run(args.dry_run, [f"{inp.name} {name}" for inp, _, name in cells], costs,
-                          UNITS_PER_SECOND.get(device.type, UNITS_PER_SECOND["cpu"]))
+                          rate("accuracy", device.type))
             return 0
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, planned=keys,
                                       reader=read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE,

@@ -283,8 +283,11 @@ def _apply_plan(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import time
+
     import torch
     from zyfa.accuracy.ablation import ablation_tags, parse_ablation
+    from zyfa.accuracy.cost_model import add_record
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
     from zyfa.accuracy.longctx.run import GridSpec, run_longctx
@@ -386,6 +389,7 @@ def _run(args: argparse.Namespace) -> int:
 
         prov["run_id"] = uuid.uuid4().hex[:12]
     batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 1)
+    t0 = time.perf_counter()
     try:
         try:
             res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
@@ -403,6 +407,10 @@ def _run(args: argparse.Namespace) -> int:
               f"{results.partial}; run the same command with --resume to continue", file=sys.stderr)
         return 0
     rows = results.rows_in_order(res["keys"])
+    lengths_made = [int(r.get("length") or 0) for r in results.made]  # this run's rows: the estimate beside the time
+    add_record(prov, results.provenance, sum(cell_cost(n, 1) for n in lengths_made), time.perf_counter() - t0,
+               device.type, command="longctx", cells=len(lengths_made),
+               work={"prompts": len(lengths_made), "tokens": sum(lengths_made), "models": models})
     kept = len(results.unplanned(res["keys"]))
     if kept:
         prov["kept_unplanned_rows"] = kept
@@ -447,11 +455,11 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     import uuid
 
     import torch
+    from zyfa.accuracy.cost_model import rate as units_per_second
     from zyfa.accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
     from zyfa.accuracy.provenance import provenance
     from zyfa.accuracy.results_io import jsonl_text, read_jsonl
     from zyfa.accuracy.shard import (
-        MODEL_UNITS_PER_SECOND,
         Dist,
         ShardedResults,
         SharedOutputError,
@@ -477,7 +485,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
             raise UsageError(str(e)) from None
         cells += [(m, t, n, name) for t in spec.tasks for n in lengths for name in spec.implementations]
     per_cell = len(spec.depths) * len(spec.seeds)
-    rate = MODEL_UNITS_PER_SECOND.get(device.type, MODEL_UNITS_PER_SECOND["cpu"])  # a model's forward pass
+    rate = units_per_second("longctx", device.type)
     if args.dry_run is not None:
         try:
             print_dry_run(args.dry_run, [f"{m} {t} L{n} {name}" for m, t, n, name in cells],

@@ -129,9 +129,11 @@ def _summarize(paths: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import time
     import uuid
 
     import torch
+    from zyfa.accuracy.cost_model import add_record, generation_units
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
     from zyfa.accuracy.provenance import provenance
@@ -195,6 +197,7 @@ def _run(args: argparse.Namespace) -> int:
                        "plugins": {p.name: p.description for p in plugins}})
     prov["run_id"] = results.provenance.get("run_id") or uuid.uuid4().hex[:12]
     results.start(prov)
+    t0 = time.perf_counter()
     try:
         try:
             res = run_humaneval(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
@@ -211,6 +214,11 @@ def _run(args: argparse.Namespace) -> int:
               f"{results.partial}; run the same command with --resume to continue", file=sys.stderr)
         return 0
     rows = results.rows_in_order(res["keys"])
+    made = [(int(r.get("prompt_tokens") or 0), int(r.get("generated_tokens") or 0)) for r in results.made]
+    add_record(prov, results.provenance, sum(generation_units(p, g) for p, g in made), time.perf_counter() - t0,
+               device.type, command="tasks", cells=len(made),  # this run's rows: the estimate beside the time
+               work={"rows": len(made), "prompt_tokens": sum(p for p, _ in made),
+                     "generated_tokens": sum(g for _, g in made), "model": args.model})
     results.finish(rows, prov, lambda rs, path, p: atomic_write_text(path, jsonl_text(rs, p)))
     failed = sum(1 for r in rows if r.get("status") == "failed")
     print(summary_markdown(rows), end="")
