@@ -21,7 +21,7 @@ rows carry their own provenance, in the provenance of each row the run made (:fu
 each record once). ``scripts/fit_cost_model.py`` fits one rate per (command, device type) from two runs or more
 (:func:`fit`: the geometric mean of units per measured second, so each run counts by its ratio, not its size).
 
-Exposed: ``RATES``, ``rate(command, device_type)``, ``record(...)``, ``records_of(provenance)``,
+Exposed: ``RATES``, ``CUDA_FIT_FILES``, ``rate(command, device_type)``, ``record(...)``, ``records_of(provenance)``,
 ``records_in_file(path)``, ``add_record(provenance, previous, ...)``, ``generation_units(prompt, generated)``,
 ``fit(records)``, ``MIN_RUNS``, ``PROVENANCE_KEY``.
 """
@@ -44,15 +44,30 @@ MIN_RUNS = 2
 # - accuracy, study, cpu: fitted by scripts/fit_cost_model.py on the README's `zyfa study` run on 2 idle cores
 #   (3 December, commit 9626ac6: 502 cells measured in 119.5 s, estimated 2260 s at the old 2e8); accuracy's rows
 #   are the same units, so it takes the study's rate until its own runs are fitted.
-# - accuracy, study, cuda: not fitted (the committed H200 study files predate the records: docs/COST_MODEL.md).
-# - longctx, impact: not fitted; the values the operator rate gave before its fit (old rate / 50).
-# - tasks: not fitted; one SmolLM2 run on 2 cores (tests/accuracy/test_cost_records.py's size) gave the order.
+# - study, cuda, and longctx, cuda: fitted from the committed H200 files, whose records were rebuilt from their
+#   rows (docs/COST_MODEL.md has the command, the files and each run's ratio; the spread is wide: GPU time is
+#   mostly a fixed cost per row, which work units do not see). accuracy, cuda: the study's rate (same units).
+# - longctx, cpu; impact: not fitted; the values the operator rate gave before its fit (old rate / 50).
+# - tasks, cuda: fitted from the 16 committed HumanEval partial runs on the H200 (Qwen2.5-Coder), rebuilt from
+#   their rows' generation time; tasks, cpu: see docs/COST_MODEL.md.
+# The committed H200 files the cuda rates of study (and accuracy), longctx and tasks were fitted from, with
+#   python scripts/fit_cost_model.py --from-rows <these files>
+# (tests/accuracy/test_cost_model.py checks that RATES holds what that command prints).
+CUDA_FIT_FILES = (
+    "reports/study/results.jsonl", "reports/study/results_flashinfer_fa3.jsonl", "reports/study-long/results.jsonl",
+    "reports/study-long/results_fa3_kv_reverse.jsonl", "reports/sharding/study_single.jsonl",
+    "reports/sharding/study_nccl_1rank.jsonl", "reports/longctx/results-smollm2.jsonl",
+    "reports/longctx/results-gemma3.jsonl", "reports/longctx/results-qwen25coder.jsonl",
+    "reports/longctx/results-smollm2-mi355x.jsonl", "reports/accumulator/results-gemma3.jsonl",
+    "reports/accumulator/results-qwen25coder.jsonl",
+    *(f"reports/humaneval/he-{i}.jsonl.partial" for i in range(16)),
+)
 RATES: dict[str, dict[str, float]] = {
-    "accuracy": {"cpu": 3.78e9, "cuda": 5.0e10},
-    "study": {"cpu": 3.78e9, "cuda": 5.0e10},
-    "longctx": {"cpu": 4.0e6, "cuda": 1.0e9},
+    "accuracy": {"cpu": 3.78e9, "cuda": 5.72e9},
+    "study": {"cpu": 3.78e9, "cuda": 5.72e9},
+    "longctx": {"cpu": 4.0e6, "cuda": 8.22e8},
     "impact": {"cpu": 4.0e6, "cuda": 1.0e9},
-    "tasks": {"cpu": 4.0e5, "cuda": 1.0e8},
+    "tasks": {"cpu": 8.7e3, "cuda": 1.90e4},
 }
 
 

@@ -410,7 +410,8 @@ def _run(args: argparse.Namespace) -> int:
     lengths_made = [int(r.get("length") or 0) for r in results.made]  # this run's rows: the estimate beside the time
     add_record(prov, results.provenance, sum(cell_cost(n, 1) for n in lengths_made), time.perf_counter() - t0,
                device.type, command="longctx", cells=len(lengths_made),
-               work={"prompts": len(lengths_made), "tokens": sum(lengths_made), "models": models})
+               work={"prompts": len(lengths_made), "tokens": sum(lengths_made), "models": models,
+                     "implementations": names})
     kept = len(results.unplanned(res["keys"]))
     if kept:
         prov["kept_unplanned_rows"] = kept

@@ -11,7 +11,16 @@ from pathlib import Path
 
 import pytest
 from zyfa.accuracy.cli import cell_cost, read_provenance
-from zyfa.accuracy.cost_model import PROVENANCE_KEY, fit, rate, record, records_in_file, records_of
+from zyfa.accuracy.cost_model import (
+    CUDA_FIT_FILES,
+    PROVENANCE_KEY,
+    RATES,
+    fit,
+    rate,
+    record,
+    records_in_file,
+    records_of,
+)
 
 from zyfa.cli import main
 
@@ -94,3 +103,32 @@ def test_the_fit_script_reads_result_files(tmp_path):
     assert bad.stderr.splitlines() == [
         "fit_cost_model: accuracy on cpu: 1 run; a rate is fitted from 2 or more",
         "fit_cost_model: no (command, device) with 2 or more runs with work and a measured time in these files"]
+
+
+def test_the_committed_cuda_rates_are_the_fit_of_the_committed_h200_files():
+    """RATES' cuda values for study (accuracy: the same), longctx and tasks are what the fit script prints for the files
+    named in CUDA_FIT_FILES, their records rebuilt from their rows (--from-rows)."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_cost_model.py"), "--from-rows",
+                           *CUDA_FIT_FILES], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| study | cuda | 6 |" in done.stdout and "| longctx | cuda | 6 |" in done.stdout
+    assert "| tasks | cuda | 16 |" in done.stdout
+    fitted = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("RATES["):
+            key, value = line.split(" = ")
+            fitted[key] = float(value)
+    assert fitted == {f'RATES["{c}"]["cuda"]': RATES[c]["cuda"] for c in ("longctx", "study", "tasks")}
+    assert RATES["accuracy"]["cuda"] == RATES["study"]["cuda"]
+
+
+def test_a_study_file_without_records_gets_one_rebuilt_from_its_rows():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from fit_cost_model import rebuilt_record
+
+    path = ROOT / "reports" / "sharding" / "study_single.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    rec = rebuilt_record(path)
+    assert rec["command"] == "study" and rec["device_type"] == "cuda" and rec["cells"] == len(rows) - 1
+    assert rec["units"] == sum(cell_cost(r) for r in rows[1:])
+    assert rec["measured_s"] == rows[0]["study_accuracy_s"] and rec["rebuilt_from"].startswith("provenance")

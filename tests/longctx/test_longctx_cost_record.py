@@ -39,7 +39,8 @@ def test_each_run_records_the_units_of_its_rows_beside_its_time(session_model, t
         assert rec["units_per_second"] == rate("longctx", "cpu")
         assert rec["estimate_s"] == pytest.approx(rec["units"] / rate("longctx", "cpu"), abs=1e-3)
         assert 0 < rec["measured_s"] < 600
-        assert rec["work"] == {"prompts": 1, "tokens": 128, "models": ["smollm2"]}
+    assert first["work"] == {"prompts": 1, "tokens": 128, "models": ["smollm2"], "implementations": ["stock"]}
+    assert second["work"] == {**first["work"], "implementations": ["stock", "zyfa"]}
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_cost_model.py"), str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
