@@ -51,6 +51,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.implementation_names import check_kernel_flags
 from zyfa.accuracy.kernel_verdicts import verdict_lines
 from zyfa.accuracy.metric_names import ERROR_METRICS
 from zyfa.accuracy.shard import wants_sharding
@@ -174,6 +175,7 @@ def check_args(args: argparse.Namespace) -> None:
     out = _check_out(args.out)
     if out is None and (args.force or args.resume):
         raise UsageError("--force and --resume apply to --out")
+    check_kernel_flags(args)  # --implementations, --kernel: the registry's lines, before torch
     _plan_inputs(args)
 
 
@@ -300,9 +302,9 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     import os
     import uuid
 
+    from zyfa.accuracy.cost_model import rate
     from zyfa.accuracy.results_io import ROW_BYTES_ESTIMATE
     from zyfa.accuracy.shard import (
-        UNITS_PER_SECOND,
         Dist,
         ShardedResults,
         announce,
@@ -343,7 +345,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         costs = [cell_cost(inp.shape) for inp, _, _ in cells]
         if dry:
             print_dry_run(args.dry_run, [f"{inp.name} {name}" for inp, _, name in cells], costs,
-                          UNITS_PER_SECOND.get(device.type, UNITS_PER_SECOND["cpu"]))
+                          rate("accuracy", device.type))
             return 0
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, planned=keys,
                                       reader=read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE,

@@ -1,64 +1,161 @@
 """The cost model behind ``--dry-run``, checked against the runs it plans: each run records its estimate beside
-its measured time, and :func:`fit` refits the rate from such records.
+its measured time, and :func:`fit` refits the rates from such records.
 
-The model (:func:`accuracy.cli.cell_cost`, :data:`accuracy.shard.UNITS_PER_SECOND`): one accuracy row on an input
-costs batch x query heads x s_q x s_k x (d + d_v) units, and a device does a fixed number of units per second
-(``cpu``, ``cuda``). A run of ``zyfa accuracy`` or ``zyfa study`` writes one :func:`record` per run (a resumed run
-adds one) into its provenance under ``cost_model``: the units it ran, the rate and estimate ``--dry-run`` would
-have printed, the measured wall seconds of the rows, and the machine's CPU count and load. ``scripts/fit_cost_model.py``
-reads the records of result files and prints the rate that fits them (:func:`fit`: the geometric mean of units
-per measured second, so that each run counts by its ratio, not by its size) with the spread of measured over
-estimated time after the fit.
+Units of work, per command (each command's cost function says how its cells are counted):
 
-Exposed: ``record(...)``, ``records_of(provenance)``, ``fit(records)``, ``PROVENANCE_KEY``.
+- ``accuracy``, ``study``: one accuracy row on an input costs batch x query heads x s_q x s_k x (d + d_v)
+  (:func:`zyfa.accuracy.cli.cell_cost`).
+- ``longctx``: one prompt of ``length`` tokens costs length x (length + 2048), the attention beside the rest of the
+  prefill (:func:`zyfa.accuracy.longctx.cli.cell_cost`).
+- ``impact``: one forward pass of n tokens costs n x (n + 2048) x (model file size / 1e8)
+  (:func:`zyfa.accuracy.impact.cli.cell_cost`); a row is one pass.
+- ``tasks`` (humaneval): a prompt of p tokens and g generated ones cost p x (p + 2048) + g x (p + g / 2 + 2048),
+  a prefill and g cached decode steps in the same units as longctx (:func:`generation_units`).
+
+A device does :data:`RATES` ``[command][device type]`` units per second; :func:`rate` is what ``--dry-run`` divides
+by. A finished run writes one :func:`record` into its provenance under ``cost_model`` (a resumed run adds one):
+the units of the rows it made, with the sizes they came from (``work``: prompts, tokens, layers, ...), the rate and
+estimate ``--dry-run`` would have printed, the measured wall seconds, the machine's CPU count and load. ``zyfa
+accuracy``, ``study``, ``longctx`` and ``tasks`` keep it in their file's provenance line; ``zyfa impact``, whose
+rows carry their own provenance, in the provenance of each row the run made (:func:`records_in_file` reads either,
+each record once). ``scripts/fit_cost_model.py`` fits one rate per (command, device type) from two runs or more
+(:func:`fit`: the geometric mean of units per measured second, so each run counts by its ratio, not its size).
+
+Exposed: ``RATES``, ``CUDA_FIT_FILES``, ``rate(command, device_type)``, ``record(...)``, ``records_of(provenance)``,
+``records_in_file(path)``, ``add_record(provenance, previous, ...)``, ``generation_units(prompt, generated)``,
+``fit(records)``, ``MIN_RUNS``, ``PROVENANCE_KEY``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import math
 import os
 from collections.abc import Iterable, Sequence
-
-from zyfa.accuracy.shard import UNITS_PER_SECOND
+from pathlib import Path
 
 # the provenance key holding a run's list of records (one per run and resumed run)
 PROVENANCE_KEY = "cost_model"
-# the rate of a device type the model has none for (as --dry-run uses)
-_DEFAULT_RATE = UNITS_PER_SECOND["cpu"]
+# fewer runs than this fit no rate (one run's ratio says nothing of the spread)
+MIN_RUNS = 2
+
+# Units per second by command and device type. Where each value comes from:
+# - accuracy, study, cpu: fitted by scripts/fit_cost_model.py on the README's `zyfa study` run on 2 idle cores
+#   (3 December, commit 9626ac6: 502 cells measured in 119.5 s, estimated 2260 s at the old 2e8); accuracy's rows
+#   are the same units, so it takes the study's rate until its own runs are fitted.
+# - study, cuda, and longctx, cuda: fitted from the committed H200 files, whose records were rebuilt from their
+#   rows (docs/COST_MODEL.md has the command, the files and each run's ratio; the spread is wide: GPU time is
+#   mostly a fixed cost per row, which work units do not see). accuracy, cuda: the study's rate (same units).
+# - longctx, cpu; impact: not fitted; the values the operator rate gave before its fit (old rate / 50).
+# - tasks, cuda: fitted from the 16 committed HumanEval partial runs on the H200 (Qwen2.5-Coder), rebuilt from
+#   their rows' generation time; tasks, cpu: fitted from two SmolLM2 runs on 2 loaded cores (docs/COST_MODEL.md).
+# The committed H200 files the cuda rates of study (and accuracy), longctx and tasks were fitted from, with
+#   python scripts/fit_cost_model.py --from-rows <these files>
+# (tests/accuracy/test_cost_model.py checks that RATES holds what that command prints).
+CUDA_FIT_FILES = (
+    "reports/study/results.jsonl", "reports/study/results_flashinfer_fa3.jsonl", "reports/study-long/results.jsonl",
+    "reports/study-long/results_fa3_kv_reverse.jsonl", "reports/sharding/study_single.jsonl",
+    "reports/sharding/study_nccl_1rank.jsonl", "reports/longctx/results-smollm2.jsonl",
+    "reports/longctx/results-gemma3.jsonl", "reports/longctx/results-qwen25coder.jsonl",
+    "reports/longctx/results-smollm2-mi355x.jsonl", "reports/accumulator/results-gemma3.jsonl",
+    "reports/accumulator/results-qwen25coder.jsonl",
+    *(f"reports/humaneval/he-{i}.jsonl.partial" for i in range(16)),
+)
+RATES: dict[str, dict[str, float]] = {
+    "accuracy": {"cpu": 3.78e9, "cuda": 5.72e9},
+    "study": {"cpu": 3.78e9, "cuda": 5.72e9},
+    "longctx": {"cpu": 4.0e6, "cuda": 8.22e8},
+    "impact": {"cpu": 4.0e6, "cuda": 1.0e9},
+    "tasks": {"cpu": 1.13e4, "cuda": 1.90e4},
+}
 
 
-def record(units: float, measured_s: float, device_type: str, *, command: str, cells: int) -> dict:
+def rate(command: str, device_type: str) -> float:
+    """Units per second of ``command`` on a ``device_type`` device (a device type the table lacks: the cpu's)."""
+    rates = RATES[command]
+    return rates.get(device_type, rates["cpu"])
+
+
+def generation_units(prompt: int, generated: int) -> float:
+    """The units of a prompt of ``prompt`` tokens and ``generated`` tokens decoded with a cache (``tasks``)."""
+    p, g = float(prompt), float(generated)
+    return p * (p + 2048) + g * (p + g / 2 + 2048)
+
+
+def record(units: float, measured_s: float, device_type: str, *, command: str, cells: int,
+           work: dict | None = None) -> dict:
     """One run's estimate beside its measurement: ``units`` of work over ``cells`` rows took ``measured_s``
-    wall seconds on a ``device_type`` device."""
-    rate = UNITS_PER_SECOND.get(device_type, _DEFAULT_RATE)
+    wall seconds on a ``device_type`` device; ``work``: the sizes the units were counted from."""
+    per_s = rate(command, device_type)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"command": command, "device_type": device_type, "cells": int(cells), "units": float(units),
-            "units_per_second": rate, "estimate_s": round(units / rate, 3), "measured_s": round(measured_s, 3),
-            "cpu_count": os.cpu_count(), "load_1min": None if load is None else round(load, 2)}
+    rec = {"command": command, "device_type": device_type, "cells": int(cells), "units": float(units),
+           "units_per_second": per_s, "estimate_s": round(units / per_s, 3), "measured_s": round(measured_s, 3),
+           "cpu_count": os.cpu_count(), "load_1min": None if load is None else round(load, 2),
+           "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    if work:
+        rec["work"] = dict(work)
+    return rec
+
+
+def add_record(provenance: dict, previous: dict | None, units: float, measured_s: float, device_type: str, *,
+               command: str, cells: int, work: dict | None = None) -> dict:
+    """Put the records of ``previous`` (the provenance of the file a resumed run continues, else None) and this
+    run's :func:`record` into ``provenance``; returns this run's record."""
+    rec = record(units, measured_s, device_type, command=command, cells=cells, work=work)
+    provenance[PROVENANCE_KEY] = [*records_of(previous or {}), rec]
+    return rec
 
 
 def records_of(provenance: dict) -> list[dict]:
     """The cost records of one provenance (none for a file written before they were recorded)."""
-    recs = provenance.get(PROVENANCE_KEY) or []
+    recs = (provenance or {}).get(PROVENANCE_KEY) or []
     return [r for r in (recs if isinstance(recs, list) else [recs]) if isinstance(r, dict)]
 
 
-def fit(records: Iterable[dict]) -> dict[str, dict]:
-    """Per device type: the fitted units per second (geometric mean of units / measured seconds over the records
-    with work and time), the records used, the current rate, and the range of measured / estimated time under the
-    fitted rate (1.0 everywhere: the model explains every run)."""
-    by_type: dict[str, list[dict]] = {}
+def records_in_file(path: str | Path) -> list[dict]:
+    """Every cost record of a result file, each once: its provenance line's, and those in its rows' own provenance
+    (``zyfa impact``); lines that are not JSON objects are skipped."""
+    out, seen = [], set()
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(obj, dict):
+                continue
+            prov = obj if obj.get("record") == "provenance" else obj.get("provenance")
+            for r in records_of(prov if isinstance(prov, dict) else {}):
+                key = json.dumps(r, sort_keys=True)
+                if key not in seen:
+                    seen.add(key)
+                    out.append(r)
+    return out
+
+
+def fit(records: Iterable[dict]) -> dict[tuple[str, str], dict]:
+    """Per (command, device type): the fitted units per second (geometric mean of units / measured seconds over
+    the records with work and time), the records used, the current rate, and the range of measured / estimated
+    time under the fitted rate and under the current one. Fewer than :data:`MIN_RUNS` records fit nothing: the
+    entry has ``refused``, one line saying why, and no rate."""
+    by_key: dict[tuple[str, str], list[dict]] = {}
     for r in records:
         if r.get("units", 0) > 0 and r.get("measured_s", 0) > 0:
-            by_type.setdefault(str(r.get("device_type")), []).append(r)
+            by_key.setdefault((str(r.get("command")), str(r.get("device_type"))), []).append(r)
     out = {}
-    for device_type, recs in sorted(by_type.items()):
-        rate = math.exp(sum(math.log(r["units"] / r["measured_s"]) for r in recs) / len(recs))
-        ratios = [r["measured_s"] / (r["units"] / rate) for r in recs]
-        out[device_type] = {"units_per_second": rate, "runs": len(recs),
-                            "current_units_per_second": UNITS_PER_SECOND.get(device_type, _DEFAULT_RATE),
-                            "measured_over_estimate": (min(ratios), max(ratios)),
-                            "current_measured_over_estimate": _ratios(recs)}
+    for (command, device_type), recs in sorted(by_key.items()):
+        current = rate(command, device_type) if command in RATES else math.nan
+        entry = {"runs": len(recs), "current_units_per_second": current,
+                 "current_measured_over_estimate": _ratios(recs)}
+        if len(recs) < MIN_RUNS:
+            entry["refused"] = (f"{command} on {device_type}: {len(recs)} run; a rate is fitted from {MIN_RUNS} or "
+                                "more")
+        else:
+            per_s = math.exp(sum(math.log(r["units"] / r["measured_s"]) for r in recs) / len(recs))
+            ratios = [r["measured_s"] / (r["units"] / per_s) for r in recs]
+            entry.update({"units_per_second": per_s, "measured_over_estimate": (min(ratios), max(ratios))})
+        out[(command, device_type)] = entry
     return out
 
 

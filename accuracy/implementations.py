@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from zyfa.accuracy.implementation_names import builtin_key, builtin_names, check_kernels, check_plugin_name
 from zyfa.accuracy.inputs import AttentionInput
 from zyfa.accuracy.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
 
@@ -80,7 +81,7 @@ from zyfa.peers.flashinfer_fa3 import (
 from zyfa.peers.registry import PEERS
 from zyfa.peers.sdpa import sdpa_forward
 from zyfa.plugins import PluginError, check_signature, load_callable, parse_spec
-from zyfa.recipe_spec import SpecError, get_recipe, split_spec, split_spec_list
+from zyfa.recipe_spec import get_recipe, split_spec_list
 
 __all__ = [
     "BASELINE_ONLY",
@@ -290,20 +291,6 @@ def unsupported_reason(impl: Implementation, x: AttentionInput) -> str | None:
 
 # ---------------------------------------------------------------------------------------------- triton:<recipe>
 
-def _triton_recipes() -> list[str]:
-    from zyfa.kernels.attention_fp8 import kernel_plan
-    from zyfa.recipes import RECIPES
-
-    names = []
-    for name, r in RECIPES.items():
-        try:
-            kernel_plan(r)
-        except ValueError:
-            continue
-        names.append(name)
-    return names
-
-
 def _triton_impl(recipe: str) -> Implementation:
     from zyfa.kernels.attention_fp8 import SUPPORTED_HEAD_DIMS
 
@@ -412,57 +399,29 @@ def _flashinfer_fa3_impl() -> Implementation:
 
 # ---------------------------------------------------------------------------------------------- registry
 
-def _builtins() -> dict[str, Callable[[], Implementation]]:
-    reg: dict[str, Callable[[], Implementation]] = {}
-    for recipe in _triton_recipes():
-        reg[f"triton:{recipe}"] = (lambda r=recipe: _triton_impl(r))
-    reg["cudnn-fp8"] = lambda: _cudnn_impl("cudnn-fp8", "first-pass")
-    reg["cudnn-fp8:oracle-scale"] = lambda: _cudnn_impl("cudnn-fp8:oracle-scale", "oracle")
-    reg["sdpa-bf16:cudnn"] = lambda: _sdpa_impl("cudnn")
-    reg["sdpa-bf16:flash"] = lambda: _sdpa_impl("flash")
-    reg["sdpa-fp32"] = _sdpa_fp32_impl
-    reg["flash-attn-triton-amd"] = _flash_attn_amd_impl
-    reg["flashinfer-fa3"] = _flashinfer_fa3_impl
-    return reg
-
-
-def _triton_spec_impl(name: str, reg: dict[str, Callable[[], Implementation]]) -> Implementation:
-    """``triton:SPEC`` beyond the named recipes: our kernel under the recipe SPEC names, named by its canonical
-    spec (``triton:zyfa:accum_flush_tiles=1``)."""
-    from zyfa.kernels.attention_fp8 import kernel_plan
-
-    spec = split_spec(name).text()[len("triton:"):]
-    if f"triton:{spec}" in reg:
-        return reg[f"triton:{spec}"]()
-    try:
-        kernel_plan(get_recipe(spec))
-    except SpecError:
-        raise
-    except ValueError as e:
-        raise ValueError(f"implementation {name!r}: {e}") from None
-    return _triton_impl(spec)
+_PEERS: dict[str, Callable[[], Implementation]] = {
+    "cudnn-fp8": lambda: _cudnn_impl("cudnn-fp8", "first-pass"),
+    "cudnn-fp8:oracle-scale": lambda: _cudnn_impl("cudnn-fp8:oracle-scale", "oracle"),
+    "sdpa-bf16:cudnn": lambda: _sdpa_impl("cudnn"),
+    "sdpa-bf16:flash": lambda: _sdpa_impl("flash"),
+    "sdpa-fp32": _sdpa_fp32_impl,
+    "flash-attn-triton-amd": _flash_attn_amd_impl,
+    "flashinfer-fa3": _flashinfer_fa3_impl,
+}
+if set(_PEERS) != {n for n in builtin_names() if not n.startswith("triton:")}:  # pragma: no cover
+    raise ImportError("implementations: the registry's peers differ from accuracy.implementation_names' table")
 
 
 # built-ins that are baselines, not kernels under study: named explicitly, never part of "all" or "available"
 BASELINE_ONLY = ("sdpa-fp32",)
 
 
-def builtin_names() -> list[str]:
-    """Every built-in implementation's name, in a fixed order."""
-    return list(_builtins())
-
-
 def get_implementation(name: str) -> Implementation:
     """A built-in by name; ``triton:SPEC`` for any recipe spec the Triton kernel honours (``triton:fa3:
     accum_flush_tiles=1``: the kernel with that field changed); ValueError listing the names for an unknown one,
     the spec grammar's one line (:class:`zyfa.recipe_spec.SpecError`) for a bad ``triton:`` spec."""
-    reg = _builtins()
-    if name not in reg and name.startswith("triton:"):
-        return _triton_spec_impl(name, reg)
-    if name not in reg:
-        raise ValueError(f"unknown implementation {name!r}; built-ins: {', '.join(reg)} "
-                         "(a kernel of your own: --kernel module:function)")
-    return reg[name]()
+    key = builtin_key(name)  # the one table of names and their lines (accuracy.implementation_names, torch-free)
+    return _PEERS[key]() if key in _PEERS else _triton_impl(key[len("triton:"):])
 
 
 def parse_implementations(spec: str | None) -> list[Implementation]:
@@ -518,9 +477,10 @@ def load_plugin(spec: str, *, recipe: str | None = None, in_process: bool = Fals
             where, quantization = worker.load(src, timeout)
     except PluginError as e:
         raise ImplementationError(str(e)) from None
-    if src.name in _builtins():
-        raise ImplementationError(f"kernel {spec!r}: the name {src.name!r} is a built-in implementation's; "
-                                  "choose another NAME")
+    try:
+        check_plugin_name(src, spec)
+    except ValueError as e:
+        raise ImplementationError(str(e)) from None
     info = {"plugin_source": where, "plugin_sha256": src.sha256}
 
     def run(x: AttentionInput, context: dict) -> ImplResult:
@@ -554,14 +514,7 @@ def load_plugins(specs, recipes=None, *, in_process: bool = False,
     """
     specs = list(specs or [])
     recipes = list(recipes or [])
-    if len(recipes) > 1 and len(recipes) != len(specs):
-        raise ValueError(f"--kernel-recipe given {len(recipes)} times for {len(specs)} --kernel; give it once "
-                         "(for every kernel) or once per kernel, in the same order")
-    for r in recipes:
-        try:
-            get_recipe(r)
-        except ValueError as e:
-            raise ValueError(f"--kernel-recipe {r!r}: {e}") from None
+    check_kernels(specs, recipes)  # what is known without running the user's code, in the lines checked before torch
     paired = recipes * len(specs) if len(recipes) == 1 else (recipes or [None] * len(specs))
     out: list[Implementation] = []
     for spec, recipe in zip(specs, paired, strict=True):

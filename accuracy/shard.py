@@ -7,8 +7,8 @@ rank 0 merges every rank file into ``<out>``: the rows a single process writes, 
 
 Plan rule (deterministic): cells sorted by cost, largest first (ties: planned order), each given to the rank
 with the least cost so far (ties: the lowest rank): LPT, within 4/3 of the best makespan. Cost models live with
-the commands (``accuracy``: batch x query heads x s_q x s_k x (d + d_v) per row); :data:`UNITS_PER_SECOND`
-turns cost units into the rough seconds ``--dry-run`` prints.
+the commands (``accuracy``: batch x query heads x s_q x s_k x (d + d_v) per row); the rates of
+:mod:`zyfa.accuracy.cost_model` turn cost units into the seconds ``--dry-run`` prints.
 
 Files and locks: rank 0 alone holds the output's :class:`zyfa.outputs.RunLock` (``<out>.partial.lock``, the lock
 a single-process run takes), decides refuse / ``--force`` / ``--resume`` and broadcasts the done set (the rows
@@ -50,19 +50,11 @@ from zyfa.accuracy.results_io import read_log, row_key
 
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
-__all__ = ["MODEL_UNITS_PER_SECOND", "UNITS_PER_SECOND", "Dist", "RankRows", "SharedOutputError", "ShardedResults",
+__all__ = ["Dist", "RankRows", "SharedOutputError", "ShardedResults",
            "add_shard_arguments", "announce", "cells_digest", "describe_key", "dry_run_world", "format_plan",
            "give_up", "launch", "plan", "print_dry_run", "rank_device", "say", "sharded_launch", "sharding_summary",
            "wants_sharding"]
 
-# Cost units (multiply-adds of the FP64 oracle, roughly) per second, by device kind: for --dry-run estimates of the
-# operator commands (accuracy, study). cpu: fitted by scripts/fit_cost_model.py on the README's `zyfa study` run on
-# 2 idle cores (3 December, commit 9626ac6: 502 cells measured in 119.5 s, estimated 2260 s at the old 2e8);
-# cuda: not yet fitted.
-UNITS_PER_SECOND = {"cpu": 3.78e9, "cuda": 5.0e10}
-# The same for a model's forward pass (longctx, impact: the units of their cells), not fitted yet: the values the
-# operator rate gave before its fit (old rate / 50).
-MODEL_UNITS_PER_SECOND = {"cpu": 4.0e6, "cuda": 1.0e9}
 # Timeout of the process group's collectives: ranks that finish early wait at the barrier for the slowest, so it
 # is long (a grid's share can take hours); a dead peer still ends the wait (torchrun also stops the others).
 # ZYFA_SHARD_TIMEOUT_S overrides it.

@@ -33,6 +33,15 @@ COMMANDS = [
     ["longctx", "--lengths", "-5"],
     ["cliffs", "--max-length", "-1"],
     ["report", "--results", "no/such.jsonl", "--out", "x"],
+    # a bad implementation name or plug-in spec, in each command that takes one
+    ["accuracy", "--implementations", "nope"],
+    ["accuracy", "--kernel", "no/such.py:fn"],
+    ["study", "--implementations", "triton:nope"],
+    ["cliffs", "--kernel", "no/such.py:fn"],
+    ["impact", "--implementations", "nope"],
+    ["longctx", "--implementations", "nope"],
+    ["tasks", "humaneval", "--kernel", "no/such.py:fn"],
+    ["bench", "--kernel", "no/such.py:fn"],
 ]
 
 

@@ -1,36 +1,86 @@
-"""Fit the ``--dry-run`` cost model's rate (units of work per second, per device type) from measured runs.
+"""Fit the ``--dry-run`` cost model's rates (units of work per second, per command and device type) from measured runs.
 
-    python scripts/fit_cost_model.py zyfa-study/results.jsonl runs/*.jsonl
+    python scripts/fit_cost_model.py zyfa-study/results.jsonl zyfa-longctx/results.jsonl runs/*.jsonl
 
-Reads the provenance lines of ``zyfa accuracy`` and ``zyfa study`` result files: each run records the units of work
-of the rows it made, the estimate ``--dry-run`` gives for them and the wall seconds they took
-(:mod:`zyfa.accuracy.cost_model`). Prints, per device type, the rate that fits the runs (geometric mean of units per
-second), the current rate of :data:`zyfa.accuracy.shard.UNITS_PER_SECOND`, and the range of measured / estimated time
-under each: the line to put into ``UNITS_PER_SECOND`` when the runs were made on the machine the README's times
-are for. A file without records (older runs) is named and skipped; no record at all exits with status 2.
+Reads the cost records of result files of ``zyfa accuracy``, ``study``, ``longctx``, ``impact`` and ``tasks``: each
+run records the units of work of the rows it made, the estimate ``--dry-run`` gives for them and the wall seconds
+they took (:mod:`zyfa.accuracy.cost_model`; in the file's provenance line, or for ``zyfa impact`` in its rows'
+provenance). Prints, per (command, device type), the rate that fits the runs (geometric mean of units per second),
+the current rate of :data:`zyfa.accuracy.cost_model.RATES`, and the range of measured / estimated time under each:
+the values to put into ``RATES`` when the runs were made on the machine the README's times are for. A (command,
+device type) with fewer than 2 runs is named in one line and not fitted; a file without records (older runs) is
+named and skipped (``--from-rows`` rebuilds its record instead, below); no rate fitted at all exits with status 2.
+Imports no torch.
+
+``--from-rows``: files written before the records carry enough to rebuild one record each, by the same units: a
+``zyfa study`` file its runner's wall time (``study_accuracy_s``) and its rows' shapes
+(:func:`zyfa.accuracy.cli.cell_cost`, every row being that run's); a ``zyfa longctx`` file its rows' ``seconds``
+(each prompt's share of its batch's scoring time: model loads and probes are not in it) and lengths
+(:func:`zyfa.accuracy.longctx.cli.cell_cost`), over all the sessions that resumed it; a ``zyfa tasks humaneval``
+file (or ``.partial``) its rows' ``generate_seconds`` (the sandbox and the drift pass are not in it) and tokens
+(:func:`zyfa.accuracy.cost_model.generation_units`). Such a record says ``rebuilt_from``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zyfa.accuracy.cli import read_provenance  # noqa: E402
-from zyfa.accuracy.cost_model import fit, records_of  # noqa: E402
+from zyfa.accuracy.cli import cell_cost  # noqa: E402
+from zyfa.accuracy.cost_model import MIN_RUNS, fit, generation_units, record, records_in_file  # noqa: E402
+from zyfa.accuracy.longctx.cli import cell_cost as prompt_cost  # noqa: E402
+
+SHAPE = ("batch", "heads_q", "seq_q", "seq_k", "head_dim", "head_dim_v")
 
 
-def read_records(path: Path) -> list[dict]:
-    """The cost records of a result file's provenance."""
-    return records_of(read_provenance(path))
+def rebuilt_record(path: Path) -> dict | None:
+    """One record rebuilt from a study or long-context file written before the records (None for another file)."""
+    lines = []
+    for text in path.read_text(encoding="utf-8").splitlines():
+        try:
+            lines.append(json.loads(text))
+        except json.JSONDecodeError:  # a killed run's last line
+            continue
+    prov = lines[0] if lines and lines[0].get("record") == "provenance" else {}
+    rows = [r for r in lines if r.get("record") != "provenance"]
+    device = str(prov.get("device") or "").split(":")[0]
+    if not device or not rows:
+        return None
+    if prov.get("study_accuracy_s") and all(all(k in r for k in SHAPE) for r in rows):
+        rec = record(sum(cell_cost({k: r[k] for k in SHAPE}) for r in rows), prov["study_accuracy_s"], device,
+                     command="study", cells=len(rows))
+        rec["rebuilt_from"] = "provenance study_accuracy_s; rows' shapes"
+    elif all(r.get("kind") == "longctx" and r.get("seconds") is not None for r in rows):
+        rec = record(sum(prompt_cost(int(r["length"]), 1) for r in rows), sum(float(r["seconds"]) for r in rows),
+                     device, command="longctx", cells=len(rows),
+                     work={"prompts": len(rows), "tokens": sum(int(r["length"]) for r in rows),
+                           "models": sorted({r.get("model") for r in rows})})
+        rec["rebuilt_from"] = "rows' seconds (scoring only) and lengths"
+    elif all(r.get("kind") == "humaneval" for r in rows):
+        made = [(int(r.get("prompt_tokens") or 0), int(r.get("generated_tokens") or 0)) for r in rows]
+        rec = record(sum(generation_units(p, g) for p, g in made),
+                     sum(float(r.get("generate_seconds") or 0) for r in rows), device, command="tasks",
+                     cells=len(rows), work={"rows": len(rows), "prompt_tokens": sum(p for p, _ in made),
+                                            "generated_tokens": sum(g for _, g in made), "model": prov.get("model")})
+        rec["rebuilt_from"] = "rows' generate_seconds (generation only) and tokens"
+    else:
+        return None
+    rec.update({"date_utc": prov.get("date_utc"), "load_1min": None, "cpu_count": prov.get("cpu_count"),
+                "device_name": prov.get("device_name") or prov.get("cuda_device"), "file": str(path)})
+    return rec
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("files", nargs="+", help="result files (.jsonl) of zyfa accuracy or zyfa study")
+    parser.add_argument("files", nargs="+", help="result files (.jsonl) of zyfa accuracy, study, longctx, impact or "
+                                                 "tasks")
+    parser.add_argument("--from-rows", action="store_true",
+                        help="rebuild the record of a study or long-context file written before the records")
     args = parser.parse_args(argv)
     records = []
     for name in args.files:
@@ -38,24 +88,34 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             print(f"fit_cost_model: no such file: {name}", file=sys.stderr)
             return 2
-        found = read_records(path)
-        if not found:
+        found = records_in_file(path)
+        if not found and args.from_rows:
+            found = [r for r in [rebuilt_record(path)] if r is not None]
+            print(f"{name}: " + (f"record rebuilt from its {found[0]['rebuilt_from']}" if found else
+                                 "no cost records, and none can be rebuilt from its rows; skipped"))
+        elif not found:
             print(f"{name}: no cost records (written before they were recorded); skipped")
         records += found
     fitted = fit(records)
+    for f in fitted.values():
+        if "refused" in f:
+            print(f"fit_cost_model: {f['refused']}", file=sys.stderr)
+    fitted = {k: f for k, f in fitted.items() if "refused" not in f}
     if not fitted:
-        print("fit_cost_model: no run with work and a measured time in these files", file=sys.stderr)
+        print(f"fit_cost_model: no (command, device) with {MIN_RUNS} or more runs with work and a measured time in "
+              "these files", file=sys.stderr)
         return 2
-    print("| device | runs | fitted units/s | current units/s | measured/estimate, fitted | measured/estimate, "
-          "current |")
-    print("|---|---:|---:|---:|---|---|")
-    for device, f in fitted.items():
+    print("| command | device | runs | fitted units/s | current units/s | measured/estimate, fitted | "
+          "measured/estimate, current |")
+    print("|---|---|---:|---:|---:|---|---|")
+    for (command, device), f in fitted.items():
         lo, hi = f["measured_over_estimate"]
         clo, chi = f["current_measured_over_estimate"]
-        print(f"| {device} | {f['runs']} | {f['units_per_second']:.3g} | {f['current_units_per_second']:.3g} | "
-              f"{lo:.2f}-{hi:.2f} | {clo:.2f}-{chi:.2f} |")
-    print("\nUNITS_PER_SECOND = {" + ", ".join(f'"{d}": {f["units_per_second"]:.2e}' for d, f in fitted.items())
-          + "}")
+        print(f"| {command} | {device} | {f['runs']} | {f['units_per_second']:.3g} | "
+              f"{f['current_units_per_second']:.3g} | {lo:.2f}-{hi:.2f} | {clo:.2f}-{chi:.2f} |")
+    print()
+    for (command, device), f in fitted.items():
+        print(f'RATES["{command}"]["{device}"] = {f["units_per_second"]:.2e}')
     return 0
 
 

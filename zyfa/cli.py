@@ -105,7 +105,8 @@ def _main(argv: list[str] | None) -> int:
             try:
                 check(args)
             except (ValueError, FileNotFoundError) as e:
-                print(f"zyfa {name}: error: {e}", file=sys.stderr)
+                # REFUSAL: the prefix a command's run gives its own refusals, so a line is the same before torch
+                print(f"{getattr(arguments, 'REFUSAL', f'zyfa {name}: error: ')}{e}", file=sys.stderr)
                 return 2
         module = importlib.import_module(available[name][0])
         return int(module.main(args) or 0)

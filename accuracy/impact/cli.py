@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from zyfa.accuracy.impact.impact_args import add_arguments
+from zyfa.accuracy.cost_model import PROVENANCE_KEY, record
+from zyfa.accuracy.impact.impact_args import add_arguments, kernel_names
 from zyfa.accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
 from zyfa.accuracy.impact.run import run_impact
 from zyfa.accuracy.impact.section import command_of, results_paths, write_markdown
@@ -79,12 +80,9 @@ def main(args: argparse.Namespace) -> int:
         from zyfa.accuracy.implementations import load_plugins
 
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
-        impl_names = split_spec_list(args.implementations or "")
+        impl_names = kernel_names(args)
         for n in impl_names:
-            fn = model_attention(n)
-            if fn.impl is None:
-                raise ValueError(f"--implementations: {n!r} is a recipe; give it with --recipes")
-            ok, why = fn.impl.available()
+            ok, why = model_attention(n).impl.available()
             if not ok:
                 raise ValueError(f"implementation {n} cannot run here: {why}")
         from zyfa.accuracy.runner import resolve_device
@@ -130,6 +128,12 @@ def main(args: argparse.Namespace) -> int:
         results.close()
         say(f"zyfa impact: interrupted; the rows finished so far are in {results.partial} (rerun with --resume)")
         return 130
+    # the --dry-run estimate of this run's rows beside their time, in each of their provenance (accuracy/cost_model.py)
+    rec = record(sum(cell_cost(("window", r.get("model"), 0, None), args.tokens, None) for r in results.made),
+                 time.perf_counter() - t0, device.type, command="impact", cells=len(results.made),
+                 work={"passes": len(results.made), "tokens": args.tokens, "models": split})
+    for r in results.made:
+        r["provenance"] = {**(r.get("provenance") or {}), PROVENANCE_KEY: [rec]}
     results.finish(results.kept + results.made, {},
                    lambda rows, path, _prov: atomic_write_text(path, "".join(_dumps(r) + "\n" for r in rows)))
     write_markdown(out, md, command=command)
@@ -200,9 +204,9 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
                   md: Path, command) -> int:
     """One rank of a sharded ``zyfa impact`` (or its --dry-run): cells planned over the ranks, each rank's rows in
     ``<out>.partial/rank-K.jsonl``, rank 0 merging them into ``--out`` in a single process's order."""
+    from zyfa.accuracy.cost_model import rate as units_per_second
     from zyfa.accuracy.impact.run import impact_cells
     from zyfa.accuracy.shard import (
-        MODEL_UNITS_PER_SECOND,
         Dist,
         ShardedResults,
         announce,
@@ -217,7 +221,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     cells = impact_cells(models, recipes, impl_names, windows=args.windows, per_layer=per_layer,
                          layer_recipes=layer_recipes, layer_windows=args.layer_windows)
     costs = [cell_cost(c, args.tokens, layers) for c in cells]
-    rate = MODEL_UNITS_PER_SECOND.get(device.type, MODEL_UNITS_PER_SECOND["cpu"])  # a model's forward pass
+    rate = units_per_second("impact", device.type)
     if args.dry_run is not None:
         try:
             print_dry_run(args.dry_run, [" ".join(map(str, c)) for c in cells], costs, rate)

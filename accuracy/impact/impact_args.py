@@ -2,7 +2,7 @@
 ``zyfa`` dispatch refuses a bad argument in one line before :mod:`zyfa.accuracy.impact.cli` (torch, the models) is
 imported.
 
-Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``DEFAULT_OUT``, ``DEFAULT_RECIPES``,
+Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``kernel_names(args)``, ``DEFAULT_OUT``, ``DEFAULT_RECIPES``,
 ``DEFAULT_LAYER_RECIPES``.
 """
 
@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 
+from zyfa.accuracy.implementation_names import attention_kind, check_kernels
 from zyfa.accuracy.shard import add_shard_arguments
 
-from zyfa.plugins import add_wall_arguments
+from zyfa.plugins import add_wall_arguments, wall_options
+from zyfa.recipe_spec import split_spec_list
 
 DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
 DEFAULT_LAYER_RECIPES = "zyfa,ck,aiter"
@@ -66,12 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """The flags' checks that need no heavy import: counts, exclusive flags, model, recipe and text names. The
-    output files and the implementations are checked by :func:`zyfa.accuracy.impact.cli.main`, before any work."""
+    """The flags' checks that need no heavy import: counts, exclusive flags, model, recipe and text names, the
+    implementations' names and the ``--kernel`` specs (their files parsed, not run). The output files, the kernels'
+    import and whether they can run here are checked by :func:`zyfa.accuracy.impact.cli.main`, before any work."""
     from zyfa.capture.models import check_model_names
     from zyfa.capture.text import check_text
 
-    from zyfa.recipe_spec import get_recipe, split_spec_list
+    from zyfa.recipe_spec import get_recipe
 
     if args.render_only or args.drop_rows is not None:
         return
@@ -85,3 +88,20 @@ def check_args(args: argparse.Namespace) -> None:
     for spec in split_spec_list(args.recipes) + split_spec_list(args.layer_recipes):
         get_recipe(spec)
     check_text(args.text)
+    wall_options(args)
+    check_kernels(args.kernel, args.kernel_recipe)
+    kernel_names(args)
+
+
+def kernel_names(args: argparse.Namespace) -> list[str]:
+    """The ``--implementations`` names, each a kernel (a built-in, ``triton:SPEC``): a recipe belongs in
+    ``--recipes`` and the model's own attention is every row's reference. ValueError in one line. Torch-free."""
+    names = split_spec_list(args.implementations or "")
+    for n in names:
+        kind = attention_kind(n)
+        if kind == "emulator":
+            raise ValueError(f"--implementations: {n!r} is a recipe; give it with --recipes")
+        if kind == "stock":
+            raise ValueError(f"--implementations: {n!r} is the model's own attention, the reference every row is "
+                             "compared with; name kernels here")
+    return names

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 from zyfa.accuracy.impact.rows import BLOCK_TOKENS
+from zyfa.accuracy.implementation_names import STOCK  # the model's own attention: a baseline, never swapped
 
 from zyfa.emulator import emulate
 from zyfa.recipe_spec import get_recipe
@@ -35,8 +36,6 @@ class UnsupportedLayerError(ValueError):
     """An implementation refuses a layer's shape (a sliding window, a head dim) and no fallback was asked for."""
 
 
-# the model's own attention (transformers' sdpa in the model's dtype): a baseline, never swapped
-STOCK = "stock"
 
 
 # ------------------------------------------------------------------------------------------------- adaptor

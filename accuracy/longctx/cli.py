@@ -45,12 +45,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.implementation_names import check_attention_names, check_kernels
 from zyfa.accuracy.kernel_verdicts import verdict_lines
 from zyfa.accuracy.shard import say, wants_sharding
 from zyfa.capture.fetch import FetchError
 from zyfa.capture.models import prepare_sources
 
 from zyfa.plugins import add_wall_arguments, wall_options
+from zyfa.recipe_spec import split_spec_list
 
 DEFAULT_OUT = "zyfa-longctx/results.jsonl"
 DEFAULT_MODELS = "smollm2,gemma3,qwen25coder"
@@ -60,6 +62,8 @@ DEFAULT_IMPLEMENTATIONS = {
     "cpu": "sdpa-fp32,bf16,zyfa,zyfa-hopper,fa3",
 }
 EXIT_FAILED_ROWS = 3
+# how a refusal's line starts, before torch (the zyfa dispatch reads it) and after
+REFUSAL = "zyfa longctx: "
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -191,6 +195,10 @@ def check_args(args: argparse.Namespace) -> None:
         check_text(args.text)
     except UnknownTextError as e:
         raise UsageError(f"--text: {e}") from None
+    wall_options(args)
+    plugins = check_kernels(args.kernel, args.kernel_recipe)  # the registry's lines, before torch
+    if args.implementations is not None:
+        check_attention_names(split_spec_list(args.implementations), plugins)
 
 
 def grid_flags(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -226,7 +234,7 @@ def main(args: argparse.Namespace) -> int:
             _apply_plan(args)
         return _run(args)
     except UsageError as e:
-        say(f"zyfa longctx: {e}")
+        say(f"{REFUSAL}{e}")
         return 2
 
 
@@ -276,8 +284,11 @@ def _apply_plan(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import time
+
     import torch
     from zyfa.accuracy.ablation import ablation_tags, parse_ablation
+    from zyfa.accuracy.cost_model import add_record
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
     from zyfa.accuracy.longctx.run import GridSpec, run_longctx
@@ -381,6 +392,7 @@ def _run(args: argparse.Namespace) -> int:
 
         prov["run_id"] = uuid.uuid4().hex[:12]
     batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 1)
+    t0 = time.perf_counter()
     try:
         try:
             res = run_longctx(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
@@ -398,6 +410,11 @@ def _run(args: argparse.Namespace) -> int:
               f"{results.partial}; run the same command with --resume to continue", file=sys.stderr)
         return 0
     rows = results.rows_in_order(res["keys"])
+    lengths_made = [int(r.get("length") or 0) for r in results.made]  # this run's rows: the estimate beside the time
+    add_record(prov, results.provenance, sum(cell_cost(n, 1) for n in lengths_made), time.perf_counter() - t0,
+               device.type, command="longctx", cells=len(lengths_made),
+               work={"prompts": len(lengths_made), "tokens": sum(lengths_made), "models": models,
+                     "implementations": names})
     kept = len(results.unplanned(res["keys"]))
     if kept:
         prov["kept_unplanned_rows"] = kept
@@ -442,11 +459,11 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     import uuid
 
     import torch
+    from zyfa.accuracy.cost_model import rate as units_per_second
     from zyfa.accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
     from zyfa.accuracy.provenance import provenance
     from zyfa.accuracy.results_io import jsonl_text, read_jsonl
     from zyfa.accuracy.shard import (
-        MODEL_UNITS_PER_SECOND,
         Dist,
         ShardedResults,
         SharedOutputError,
@@ -472,7 +489,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
             raise UsageError(str(e)) from None
         cells += [(m, t, n, name) for t in spec.tasks for n in lengths for name in spec.implementations]
     per_cell = len(spec.depths) * len(spec.seeds)
-    rate = MODEL_UNITS_PER_SECOND.get(device.type, MODEL_UNITS_PER_SECOND["cpu"])  # a model's forward pass
+    rate = units_per_second("longctx", device.type)
     if args.dry_run is not None:
         try:
             print_dry_run(args.dry_run, [f"{m} {t} L{n} {name}" for m, t, n, name in cells],

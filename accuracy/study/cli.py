@@ -15,11 +15,11 @@ import uuid
 from pathlib import Path
 
 from zyfa.accuracy.cli import cell_cost, read_finished
+from zyfa.accuracy.cost_model import rate
 from zyfa.accuracy.report.build import load_results
 from zyfa.accuracy.report.document import save_screenshot
 from zyfa.accuracy.results_io import row_key
 from zyfa.accuracy.shard import (
-    UNITS_PER_SECOND,
     Dist,
     RankRows,
     ShardedResults,
@@ -188,8 +188,7 @@ def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes,
     keys = planned_keys(inputs, recipes, impls)
     costs = [cell_cost(by_name[k[0]].shape) for k in keys]
     labels = [f"{k[0]} {k[3] or k[2]}" for k in keys]
-    rate = UNITS_PER_SECOND.get(resolve_device(args.device).type, UNITS_PER_SECOND["cpu"])
-    print_dry_run(args.dry_run, labels, costs, rate)
+    print_dry_run(args.dry_run, labels, costs, rate("study", resolve_device(args.device).type))
     return 0
 
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.implementation_names import check_kernel_flags
 from zyfa.accuracy.kernel_verdicts import verdict_lines
 
 from zyfa.plugins import add_wall_arguments, wall_options
@@ -121,6 +122,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--force and --resume exclude each other")
     if args.kernel_recipe and not args.kernel:
         raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
+    check_kernel_flags(args)  # --implementations, --kernel: the registry's lines, before torch
     if args.max_length is not None and args.max_length < 1:
         raise UsageError(f"--max-length must be >= 1, got {args.max_length}")
     if args.coarse_step < 1:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 
+from zyfa.accuracy.implementation_names import check_kernel_flags
 from zyfa.accuracy.shard import add_shard_arguments
 from zyfa.accuracy.study.run import DEFAULT_CLIFFS, DEFAULT_IMPACT, DEFAULT_LONGCTX
 
@@ -96,3 +97,4 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"--gaussian-filter is not a regular expression: {e}") from None
     if args.kernel_recipe and not args.kernel:
         raise ValueError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
+    check_kernel_flags(args, "all")  # --implementations (default all), --kernel: the registry's lines, before torch

@@ -18,7 +18,7 @@ problems (rerun with ``--resume``); a summary (pass@1, paired differences, McNem
 when the run finishes. Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line), 3 when rows
 failed (``--allow-failed`` gives 0).
 
-Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
+Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``main(args) -> int``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import sys
 from pathlib import Path
 
 from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.implementation_names import check_attention_names, check_kernels
 from zyfa.accuracy.shard import say
 
 DEFAULT_OUT = "zyfa-tasks/humaneval.jsonl"
@@ -37,6 +38,8 @@ DEFAULT_IMPLEMENTATIONS = {
     "cpu": "stock,zyfa",
 }
 EXIT_FAILED_ROWS = 3
+# how a refusal's line starts, before torch (the zyfa dispatch reads it) and after
+REFUSAL = "zyfa tasks humaneval: "
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,6 +78,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="print the Markdown summary of RESULTS (JSONL files, comma-separated); runs nothing")
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """The ``--implementations`` and ``--kernel`` checks that need no heavy import, run by the ``zyfa`` dispatch
+    before :func:`main` (whose run checks them again with the registry, in the same lines): ValueError in one line."""
+    if getattr(args, "task", None) != "humaneval" or args.summarize is not None:
+        return
+    plugins = check_kernels(args.kernel, args.kernel_recipe)
+    if args.implementations is not None:
+        names = implementation_names(args.implementations)
+        names += [p.name for p in plugins if p.name not in names]
+        if len(set(names)) != len(names):
+            raise UsageError(f"--implementations names one twice: {','.join(names)}")
+        check_attention_names(names, plugins)
+
+
+def implementation_names(text: str) -> list[str]:
+    """``--implementations`` as names, in order (comma-separated)."""
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
 def main(args: argparse.Namespace) -> int:
     if getattr(args, "task", None) != "humaneval":
         say("zyfa tasks: name a task: humaneval")
@@ -84,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
             return _summarize(args.summarize)
         return _run(args)
     except UsageError as e:
-        say(f"zyfa tasks humaneval: {e}")
+        say(f"{REFUSAL}{e}")
         return 2
 
 
@@ -107,9 +129,11 @@ def _summarize(paths: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    import time
     import uuid
 
     import torch
+    from zyfa.accuracy.cost_model import add_record, generation_units
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
     from zyfa.accuracy.provenance import provenance
@@ -136,8 +160,7 @@ def _run(args: argparse.Namespace) -> int:
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [])
     except (ValueError, RuntimeError) as e:
         raise UsageError(str(e)) from None
-    names = [n.strip() for n in (args.implementations or DEFAULT_IMPLEMENTATIONS[device.type]).split(",")
-             if n.strip()]
+    names = implementation_names(args.implementations or DEFAULT_IMPLEMENTATIONS[device.type])
     names += [p.name for p in plugins if p.name not in names]
     if len(set(names)) != len(names):
         raise UsageError(f"--implementations names one twice: {','.join(names)}")
@@ -174,6 +197,7 @@ def _run(args: argparse.Namespace) -> int:
                        "plugins": {p.name: p.description for p in plugins}})
     prov["run_id"] = results.provenance.get("run_id") or uuid.uuid4().hex[:12]
     results.start(prov)
+    t0 = time.perf_counter()
     try:
         try:
             res = run_humaneval(spec, results=results, device=device, dtype=args.dtype, plugins=plugins,
@@ -190,6 +214,11 @@ def _run(args: argparse.Namespace) -> int:
               f"{results.partial}; run the same command with --resume to continue", file=sys.stderr)
         return 0
     rows = results.rows_in_order(res["keys"])
+    made = [(int(r.get("prompt_tokens") or 0), int(r.get("generated_tokens") or 0)) for r in results.made]
+    add_record(prov, results.provenance, sum(generation_units(p, g) for p, g in made), time.perf_counter() - t0,
+               device.type, command="tasks", cells=len(made),  # this run's rows: the estimate beside the time
+               work={"rows": len(made), "prompt_tokens": sum(p for p, _ in made),
+                     "generated_tokens": sum(g for _, g in made), "model": args.model})
     results.finish(rows, prov, lambda rs, path, p: atomic_write_text(path, jsonl_text(rs, p)))
     failed = sum(1 for r in rows if r.get("status") == "failed")
     print(summary_markdown(rows), end="")

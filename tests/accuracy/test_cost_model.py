@@ -3,6 +3,7 @@ scripts/fit_cost_model.py fits the rate from the records."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -10,8 +11,16 @@ from pathlib import Path
 
 import pytest
 from zyfa.accuracy.cli import cell_cost, read_provenance
-from zyfa.accuracy.cost_model import PROVENANCE_KEY, fit, record, records_of
-from zyfa.accuracy.shard import UNITS_PER_SECOND
+from zyfa.accuracy.cost_model import (
+    CUDA_FIT_FILES,
+    PROVENANCE_KEY,
+    RATES,
+    fit,
+    rate,
+    record,
+    records_in_file,
+    records_of,
+)
 
 from zyfa.cli import main
 
@@ -27,8 +36,8 @@ def test_a_run_records_its_estimate_beside_its_time_and_a_resume_adds_one(tmp_pa
     units = 2 * cell_cost({"batch": 1, "heads_q": 2, "seq_q": 48, "seq_k": 48, "head_dim": 64, "head_dim_v": 64})
     assert rec["command"] == "accuracy" and rec["device_type"] == "cpu" and rec["cells"] == 2
     assert rec["units"] == units
-    assert rec["units_per_second"] == UNITS_PER_SECOND["cpu"]
-    assert rec["estimate_s"] == pytest.approx(units / UNITS_PER_SECOND["cpu"], abs=1e-3)
+    assert rec["units_per_second"] == rate("accuracy", "cpu")
+    assert rec["estimate_s"] == pytest.approx(units / rate("accuracy", "cpu"), abs=1e-3)
     assert 0 < rec["measured_s"] < 600
     assert rec["cpu_count"] >= 1
     # --resume with one more recipe: only its row is run, and it gets its own record
@@ -38,33 +47,88 @@ def test_a_run_records_its_estimate_beside_its_time_and_a_resume_adds_one(tmp_pa
     assert recs[1]["units"] == units / 2
 
 
-def test_fit_is_the_geometric_mean_rate_and_reports_the_spread():
-    recs = [record(1e9, 2.0, "cpu", command="accuracy", cells=1), record(4e9, 2.0, "cpu", command="study", cells=3),
-            record(0.0, 1.0, "cpu", command="accuracy", cells=0), record(5e10, 1.0, "cuda", command="study", cells=1)]
+def test_fit_is_the_geometric_mean_rate_per_command_and_device_and_reports_the_spread():
+    recs = [record(1e9, 2.0, "cpu", command="study", cells=1), record(4e9, 2.0, "cpu", command="study", cells=3),
+            record(0.0, 1.0, "cpu", command="study", cells=0), record(5e10, 1.0, "cuda", command="study", cells=1),
+            record(4e6, 1.0, "cpu", command="longctx", cells=1), record(8e6, 1.0, "cpu", command="longctx", cells=2)]
     f = fit(recs)
-    assert set(f) == {"cpu", "cuda"}
-    assert f["cpu"]["runs"] == 2  # the run with no work is left out
-    assert f["cpu"]["units_per_second"] == pytest.approx(math.sqrt(5e8 * 2e9))
-    lo, hi = f["cpu"]["measured_over_estimate"]
+    assert set(f) == {("study", "cpu"), ("study", "cuda"), ("longctx", "cpu")}
+    s = f[("study", "cpu")]
+    assert s["runs"] == 2  # the run with no work is left out
+    assert s["units_per_second"] == pytest.approx(math.sqrt(5e8 * 2e9))
+    lo, hi = s["measured_over_estimate"]
     assert lo == pytest.approx(0.5) and hi == pytest.approx(2.0)
-    clo, chi = f["cpu"]["current_measured_over_estimate"]
-    assert clo == pytest.approx(2.0 / (4e9 / UNITS_PER_SECOND["cpu"]), rel=1e-3)  # estimates kept to the ms
-    assert f["cuda"]["units_per_second"] == pytest.approx(5e10)
+    clo, chi = s["current_measured_over_estimate"]
+    assert clo == pytest.approx(2.0 / (4e9 / rate("study", "cpu")), rel=1e-3)  # estimates kept to the ms
+    assert f[("longctx", "cpu")]["units_per_second"] == pytest.approx(math.sqrt(4e6 * 8e6))
+    # one run fits nothing: the entry says so in one line
+    one = f[("study", "cuda")]
+    assert "units_per_second" not in one and one["runs"] == 1
+    assert one["refused"] == "study on cuda: 1 run; a rate is fitted from 2 or more"
     assert fit([]) == {}
     assert records_of({}) == [] and records_of({PROVENANCE_KEY: recs[:1]}) == recs[:1]
 
 
+def test_records_are_read_from_the_provenance_line_and_from_rows_each_once(tmp_path):
+    a, b = (record(1e9, 1.0, "cpu", command="impact", cells=n, work={"passes": n}) for n in (1, 2))
+    path = tmp_path / "impact.jsonl"
+    rows = [{"kind": "impact_window", "provenance": {PROVENANCE_KEY: [a]}},
+            {"kind": "impact_window", "provenance": {PROVENANCE_KEY: [a]}},
+            {"kind": "impact_layer", "provenance": {PROVENANCE_KEY: [b]}}, {"kind": "impact_window"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "not json\n", encoding="utf-8")
+    assert records_in_file(path) == [a, b]
+    assert a["work"] == {"passes": 1} and a["date_utc"].endswith("Z")
+
+
 def test_the_fit_script_reads_result_files(tmp_path):
     out = tmp_path / "r.jsonl"
-    assert main(["accuracy", "--seq", "32", "--heads", "1", "--head-dim", "64", "--recipes", "bf16", "--device",
-                 "cpu", "--no-progress", "--out", str(out)]) == 0
+    argv = ["accuracy", "--seq", "32", "--heads", "1", "--head-dim", "64", "--device", "cpu", "--no-progress",
+            "--out", str(out)]
+    assert main([*argv, "--recipes", "bf16"]) == 0
+    assert main([*argv, "--recipes", "bf16,fp32", "--resume"]) == 0  # a second run: two records
     old = tmp_path / "old.jsonl"
     old.write_text('{"record": "provenance", "git_commit": "x"}\n', encoding="utf-8")
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_cost_model.py"), str(out), str(old)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert f"{old}: no cost records" in done.stdout
-    assert "| cpu | 1 |" in done.stdout and "UNITS_PER_SECOND = {\"cpu\": " in done.stdout
-    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_cost_model.py"), str(old)],
+    assert done.stdout.count("| accuracy | cpu | 2 |") == 1 and 'RATES["accuracy"]["cpu"] = ' in done.stdout
+    # one run of a kind is named in one line and not fitted; nothing fitted at all is status 2
+    one = tmp_path / "one.jsonl"
+    assert main(["accuracy", "--seq", "32", "--heads", "1", "--head-dim", "64", "--recipes", "bf16", "--device",
+                 "cpu", "--no-progress", "--out", str(one)]) == 0
+    bad = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_cost_model.py"), str(one), str(old)],
                          capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "no run with work" in bad.stderr
+    assert bad.returncode == 2
+    assert bad.stderr.splitlines() == [
+        "fit_cost_model: accuracy on cpu: 1 run; a rate is fitted from 2 or more",
+        "fit_cost_model: no (command, device) with 2 or more runs with work and a measured time in these files"]
+
+
+def test_the_committed_cuda_rates_are_the_fit_of_the_committed_h200_files():
+    """RATES' cuda values for study (accuracy: the same), longctx and tasks are what the fit script prints for the files
+    named in CUDA_FIT_FILES, their records rebuilt from their rows (--from-rows)."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_cost_model.py"), "--from-rows",
+                           *CUDA_FIT_FILES], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| study | cuda | 6 |" in done.stdout and "| longctx | cuda | 6 |" in done.stdout
+    assert "| tasks | cuda | 16 |" in done.stdout
+    fitted = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("RATES["):
+            key, value = line.split(" = ")
+            fitted[key] = float(value)
+    assert fitted == {f'RATES["{c}"]["cuda"]': RATES[c]["cuda"] for c in ("longctx", "study", "tasks")}
+    assert RATES["accuracy"]["cuda"] == RATES["study"]["cuda"]
+
+
+def test_a_study_file_without_records_gets_one_rebuilt_from_its_rows():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from fit_cost_model import rebuilt_record
+
+    path = ROOT / "reports" / "sharding" / "study_single.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    rec = rebuilt_record(path)
+    assert rec["command"] == "study" and rec["device_type"] == "cuda" and rec["cells"] == len(rows) - 1
+    assert rec["units"] == sum(cell_cost(r) for r in rows[1:])
+    assert rec["measured_s"] == rows[0]["study_accuracy_s"] and rec["rebuilt_from"].startswith("provenance")

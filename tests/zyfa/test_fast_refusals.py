@@ -7,6 +7,8 @@ itself is measured by ``scripts/bench_refusal_time.py`` (not a timed test: the m
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -59,6 +61,40 @@ CASES = [
     (["cliffs", "--max-length", "-1"], "--max-length must be >= 1, got -1"),
     (["compare", "no/a.jsonl", "no/b.jsonl"], "no such file"),
 ]
+# A bad --implementations name or --kernel spec, in every command that takes them: the registry's and the plug-in
+# loader's lines, from the torch-free table (accuracy/implementation_names.py) and the spec read without running it.
+KERNEL = "examples/fp8_torch_attention.py"
+KERNEL_CASES = [
+    (["accuracy", "--implementations", "nope"], "unknown implementation 'nope'; built-ins: triton:zyfa,"),
+    (["accuracy", "--implementations", "cudnn-fp8,triton:nope"], "unknown recipe 'nope'"),
+    (["accuracy", "--implementations", "triton:zyfa:bogus=1"], "no field 'bogus'"),
+    (["accuracy", "--implementations", "triton:bf16"],
+     "implementation 'triton:bf16': recipe 'bf16': the Triton FP8 kernel does not support q_format='bf16'"),
+    (["accuracy", "--kernel", "no/such.py:fn"], "kernel 'no/such.py:fn': no such file no/such.py"),
+    (["accuracy", "--kernel", f"{KERNEL}:nofn"], "defines no 'nofn' (the file was not run)"),
+    (["accuracy", "--kernel", "nocolon"], "expected module:function or path/to/file.py:function"),
+    (["accuracy", "--kernel", f"cudnn-fp8={KERNEL}:attention"], "the name 'cudnn-fp8' is a built-in implementation's"),
+    (["accuracy", "--kernel", f"A={KERNEL}:attention", "--kernel", "A=examples/noop_attention.py:attention"],
+     "--kernel: the name 'A' is given to two kernels"),
+    (["accuracy", "--kernel", f"{KERNEL}:attention", "--kernel-recipe", "nope"], "--kernel-recipe 'nope': unknown"),
+    (["accuracy", "--kernel", f"{KERNEL}:attention", "--kernel-timeout", "0"], "--kernel-timeout must be"),
+    (["study", "--implementations", "nope"], "unknown implementation 'nope'"),
+    (["study", "--kernel", "no/such.py:fn"], "no such file no/such.py"),
+    (["cliffs", "--implementations", "triton:nope"], "unknown recipe 'nope'"),
+    (["cliffs", "--kernel", f"{KERNEL}:nofn"], "defines no 'nofn'"),
+    (["impact", "--implementations", "nope"], "unknown recipe 'nope'"),
+    (["impact", "--implementations", "zyfa"], "--implementations: 'zyfa' is a recipe; give it with --recipes"),
+    (["impact", "--implementations", "stock"], "--implementations: 'stock' is the model's own attention"),
+    (["impact", "--kernel", "no/such.py:fn"], "no such file no/such.py"),
+    (["longctx", "--implementations", "stock,nope"], "--implementations: unknown recipe 'nope'"),
+    (["longctx", "--implementations", "triton:zyfa:bogus=1"], "--implementations: bad recipe override 'bogus=1'"),
+    (["longctx", "--kernel", "no/such.py:fn"], "no such file no/such.py"),
+    (["tasks", "humaneval", "--implementations", "stock,nope"], "--implementations: unknown recipe 'nope'"),
+    (["tasks", "humaneval", "--implementations", "stock,zyfa,stock"], "--implementations names one twice"),
+    (["tasks", "humaneval", "--kernel", "no/such.py:fn"], "no such file no/such.py"),
+    (["bench", "--kernel", "no/such.py:fn"], "--kernel: kernel 'no/such.py:fn': no such file no/such.py"),
+    (["bench", "--kernel", f"{KERNEL}:nofn"], "defines no 'nofn'"),
+]
 
 
 def _probe(argv: list[str], cwd: Path) -> dict:
@@ -69,8 +105,9 @@ def _probe(argv: list[str], cwd: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("argv,message", CASES, ids=[" ".join(a) for a, _ in CASES])
+@pytest.mark.parametrize("argv,message", CASES + KERNEL_CASES, ids=[" ".join(a) for a, _ in CASES + KERNEL_CASES])
 def test_a_bad_argument_is_refused_before_any_heavy_import(argv, message, tmp_path):
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the plug-in cases' files, relative to the folder
     got = _probe(argv, tmp_path)
     assert got["rc"] == 2
     assert message in got["err"]
@@ -78,11 +115,70 @@ def test_a_bad_argument_is_refused_before_any_heavy_import(argv, message, tmp_pa
     lines = [line for line in got["err"].splitlines() if line.strip() and not line.startswith(("usage:", " "))]
     assert len(lines) == 1, got["err"]
     assert got["heavy"] == [], f"imported before refusing: {got['heavy']}"
-    assert list(tmp_path.iterdir()) == [], "a refusal wrote a file"
+    assert [p.name for p in tmp_path.iterdir()] == ["examples"], "a refusal wrote a file"
 
 
 def test_every_subcommand_has_a_case():
     assert {a[0] for a, _ in CASES} == set(SUBCOMMANDS)
+
+
+def test_every_command_taking_kernels_has_kernel_cases():
+    """Each subcommand with --implementations or --kernel has a case of each flag it takes."""
+    takes = {}
+    for name in SUBCOMMANDS:
+        parser = argparse.ArgumentParser()
+        importlib.import_module(ARGUMENTS.get(name, SUBCOMMANDS[name][0])).add_arguments(parser)
+        text = _all_help(parser)
+        takes[name] = {f for f in ("--implementations", "--kernel") if f"{f} " in text}
+    covered = {}
+    for argv, _ in KERNEL_CASES:
+        covered.setdefault(argv[0], set()).update(f for f in ("--implementations", "--kernel") if f in argv)
+    assert {n: f for n, f in takes.items() if f} == covered
+
+
+def _all_help(parser: argparse.ArgumentParser) -> str:
+    """A parser's help with its subcommands' (``zyfa tasks humaneval``)."""
+    text = parser.format_help()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            text += "".join(_all_help(p) for p in action.choices.values())
+    return text
+
+
+# The run's own path, with torch: each command's main() alone, without the dispatch's check_args (one process).
+LATE = """
+import argparse, contextlib, importlib, io, json, sys
+from zyfa.cli import ARGUMENTS, SUBCOMMANDS
+out = []
+for argv in json.loads(sys.argv[1]):
+    name = argv[0]
+    parser = argparse.ArgumentParser()
+    importlib.import_module(ARGUMENTS.get(name, SUBCOMMANDS[name][0])).add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = importlib.import_module(SUBCOMMANDS[name][0]).main(args)
+    out.append({"rc": rc, "err": err.getvalue(), "torch": "torch" in sys.modules})
+print(json.dumps(out))
+"""
+
+
+def test_the_refusal_line_is_the_same_before_and_after_torch(tmp_path):
+    """The line printed before torch (the dispatch's check_args) is the line the run prints on its own, with the
+    registry and the plug-in loader (torch loaded), for every command whose run does not call check_args itself."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    cases = [argv for argv, _ in KERNEL_CASES if argv[0] not in ("cliffs", "bench")]  # their main runs check_args
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", LATE, json.dumps(cases)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    late = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(r["torch"] for r in late)
+    for argv, after in zip(cases, late, strict=True):
+        before = _probe(argv, tmp_path)
+        assert after["rc"] == before["rc"] == 2, (argv, after)
+        assert after["err"] == before["err"], argv
+    assert [p.name for p in tmp_path.iterdir()] == ["examples"], "a refusal wrote a file"
 
 
 @pytest.mark.parametrize("name", sorted(SUBCOMMANDS))

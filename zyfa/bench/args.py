@@ -9,8 +9,11 @@ import json
 import os
 
 from zyfa.peers.names import BENCH_PEERS, PEER_NAMES, canonical_name
+from zyfa.plugins import PluginError, parse_spec
 from zyfa.recipe_spec import get_recipe, split_spec_list
 
+# how a refusal's line starts, before torch (the zyfa dispatch reads it) and in zyfa.bench.cli
+REFUSAL = "zyfa bench: "
 # name -> (d_qk, d_v) of the benchmarked shapes
 SHAPES = {"hd64": (64, 64), "hd128": (128, 128), "hd256": (256, 256), "mla": (192, 128)}
 
@@ -71,9 +74,21 @@ def output_stem(out: str) -> str:
     return out[: -len(".json")]
 
 
+def parse_kernel_arg(arg: str) -> tuple[str, str]:
+    """``[NAME=]FILE.py:FN`` -> (name, spec), the name defaulting to the function's; checked without running the file
+    (:func:`zyfa.plugins.parse_spec`). ValueError in one line for a missing file or function."""
+    try:
+        src = parse_spec(arg)
+    except PluginError as e:
+        raise ValueError(f"--kernel: {e}") from None
+    name = src.name if not src.name.startswith("plugin:") else src.function
+    return name, arg
+
+
 def check_args(args) -> None:
     """The flags' checks that need no heavy import (run by the ``zyfa`` dispatch before :func:`zyfa.bench.cli.main`,
-    and by it): lengths, shapes, peers, counts, the launch config and the recipe names. ValueError in one line."""
+    and by it): lengths, shapes, peers, counts, the launch config, the recipe names and the ``--kernel`` specs (the
+    files parsed, not run). ValueError in one line."""
     if args.render:
         return
     output_stem(args.out)
@@ -99,3 +114,5 @@ def check_args(args) -> None:
     for spec in split_spec_list(args.recipes) + ([] if args.recipes_other == "same"
                                                  else split_spec_list(args.recipes_other)):
         get_recipe(spec)
+    for spec in args.kernel:
+        parse_kernel_arg(spec)

@@ -12,7 +12,7 @@ import os
 import platform
 import sys
 
-from zyfa.bench.args import SHAPES, add_arguments, check_args, output_stem
+from zyfa.bench.args import REFUSAL, SHAPES, add_arguments, check_args, output_stem, parse_kernel_arg
 from zyfa.bench.cases import bench_heads, captured_qkv, gaussian_qkv, run_case
 from zyfa.bench.table import render, to_markdown
 from zyfa.capture.version import git_label
@@ -52,19 +52,6 @@ def _find_capture(spec):
     return files[0] if files else None
 
 
-def parse_kernel_arg(arg: str) -> tuple[str, str]:
-    """``[NAME=]FILE.py:FN`` -> (name, spec), the name defaulting to the function's; checked without running the file
-    (:func:`zyfa.plugins.parse_spec`). ValueError in one line for a missing file or function."""
-    from zyfa.plugins import PluginError, parse_spec
-
-    try:
-        src = parse_spec(arg)
-    except PluginError as e:
-        raise ValueError(f"--kernel: {e}") from None
-    name = src.name if not src.name.startswith("plugin:") else src.function
-    return name, arg
-
-
 def load_kernel(spec: str):
     """The user's kernel, imported in this process and its signature checked (zyfa.plugins)."""
     from zyfa.plugins import PluginError, check_signature, load_callable, parse_spec
@@ -88,7 +75,7 @@ def main(args) -> int:
     try:
         stem = output_stem(args.out)
     except ValueError as err:
-        print(f"zyfa bench: {err}", file=sys.stderr)
+        print(f"{REFUSAL}{err}", file=sys.stderr)
         return 2
     existing = [p for p in (stem + ".json", stem + ".md") if os.path.exists(p)]
     if existing and not args.overwrite:
@@ -103,7 +90,7 @@ def main(args) -> int:
         if unknown:
             raise ValueError(f"--peers: unknown {', '.join(unknown)}; known: {', '.join(timed)}")
     except ValueError as err:
-        print(f"zyfa bench: {err}", file=sys.stderr)
+        print(f"{REFUSAL}{err}", file=sys.stderr)
         return 2
     from zyfa.kernels.attention_fp8 import kernel_plan
     from zyfa.recipe_spec import get_recipe, split_spec_list
@@ -114,7 +101,7 @@ def main(args) -> int:
         for spec in dict.fromkeys([*recipes, *other]):
             kernel_plan(get_recipe(spec))
     except ValueError as err:
-        print(f"zyfa bench: {err}", file=sys.stderr)
+        print(f"{REFUSAL}{err}", file=sys.stderr)
         return 2
     import torch
 
@@ -131,7 +118,7 @@ def main(args) -> int:
     try:
         kernels = [(name, load_kernel(spec)) for name, spec in plugins]
     except ValueError as err:
-        print(f"zyfa bench: {err}", file=sys.stderr)
+        print(f"{REFUSAL}{err}", file=sys.stderr)
         return 2
     timing = dict(repeats=args.repeats, timer=timer, clock=clock, config=config)
 
