@@ -33,7 +33,8 @@ finishes) or ``--resume`` (keep its rows, run only the (input, recipe) pairs not
 is written atomically and equals an uninterrupted run's rows (provenance and wall times aside).
 
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa accuracy ... --out r.jsonl`` gives each rank a
-share of the rows (:mod:`zyfa.accuracy.shard`: longest first to the least-loaded rank, cost batch x heads x s_q x s_k x
+share of the rows (:mod:`zyfa.accuracy.io.shard`: longest first to the least-loaded rank, cost batch x heads x s_q x
+s_k x
 (d + d_v)); ranks write ``<out>.partial/rank-K.jsonl`` and rank 0 merges them into the file one process writes;
 ``--resume`` works across any change of N; ``--dry-run [N]`` prints the plan and runs nothing.
 
@@ -50,10 +51,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.io.command import UsageError
+from zyfa.accuracy.io.shard import wants_sharding
 from zyfa.accuracy.kernel_verdicts import verdict_lines
 from zyfa.accuracy.metric_names import ERROR_METRICS
-from zyfa.accuracy.shard import wants_sharding
 
 from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
@@ -140,7 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-failed", action="store_true",
                         help=f"exit 0 even when rows failed or a kernel is nonconforming (default: exit "
                              f"{EXIT_FAILED_ROWS} after writing every row)")
-    from zyfa.accuracy.shard import add_shard_arguments
+    from zyfa.accuracy.io.shard import add_shard_arguments
 
     add_shard_arguments(parser, "accuracy", "rows")
     r = parser.add_argument_group("real kernels (beside the recipes' emulations)")
@@ -179,7 +180,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``zyfa accuracy``; 0 on success, 2 on bad input (message on stderr, no traceback)."""
-    from zyfa.accuracy.results_io import ROW_BYTES_ESTIMATE, ResultsFile
+    from zyfa.accuracy.io.results_io import ROW_BYTES_ESTIMATE, ResultsFile
 
     from zyfa.outputs import check_writable
     from zyfa.recipes import get_recipe
@@ -235,14 +236,14 @@ def main(args: argparse.Namespace) -> int:
         return _fail("interrupted", results, status=130)
     wall = time.perf_counter() - t0
 
-    from zyfa.accuracy.cost_model import PROVENANCE_KEY, record
+    from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, record
 
     prov = rows.provenance
     if first_prov:  # a resumed run: its first provenance, and this run's
         prov = {**first_prov, "resumed": [*first_prov.get("resumed", []), {
             k: rows.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
                                                 "device", "device_name")}]}
-    # the --dry-run estimate of the rows this run made, beside their measured time (accuracy/cost_model.py)
+    # the --dry-run estimate of the rows this run made, beside their measured time (accuracy/io/cost_model.py)
     prov[PROVENANCE_KEY] = [*prov.get(PROVENANCE_KEY, []), record(
         sum(cost[k[0]] for k in to_run), wall, device.type, command="accuracy", cells=len(to_run))]
     if results is not None:
@@ -300,8 +301,8 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     import os
     import uuid
 
-    from zyfa.accuracy.results_io import ROW_BYTES_ESTIMATE
-    from zyfa.accuracy.shard import (
+    from zyfa.accuracy.io.results_io import ROW_BYTES_ESTIMATE
+    from zyfa.accuracy.io.shard import (
         UNITS_PER_SECOND,
         Dist,
         ShardedResults,
@@ -448,7 +449,7 @@ def _fail(e: BaseException | str, results=None, status: int = 2) -> int:
         results.close()
         if results.partial.exists():
             kept = f"; the rows finished so far are in {results.partial} (rerun with --resume to continue)"
-    from zyfa.accuracy.shard import say
+    from zyfa.accuracy.io.shard import say
 
     say(f"zyfa accuracy: error: {e}{kept}")
     return status

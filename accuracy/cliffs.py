@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from zyfa.accuracy.results_io import row_key
+from zyfa.accuracy.io.results_io import row_key
 from zyfa.capture.ranges import expand_ranges
 
 from zyfa.norms import rel_l2_from_terms, rel_l2_terms
@@ -244,7 +244,7 @@ class CaptureSource:
 
 
 def _key(name: str, subject: Subject) -> tuple:
-    """The :func:`zyfa.accuracy.results_io.row_key` of the row of ``subject`` at input ``name`` (no content hash)."""
+    """The :func:`zyfa.accuracy.io.results_io.row_key` of the row of ``subject`` at input ``name`` (no content hash)."""
     return row_key({"input": name, "recipe": subject.recipe_name, "implementation": subject.name})
 
 
@@ -338,7 +338,7 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
     """
     import torch
     from zyfa.accuracy.implementations import device_platform
-    from zyfa.accuracy.provenance import device_name, provenance
+    from zyfa.accuracy.io.provenance import device_name, provenance
     from zyfa.accuracy.runner import resolve_device
 
     lengths = sorted(set(int(L) for L in lengths))
@@ -677,7 +677,7 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
     files or an unfinished run's ``cliffs.jsonl.partial``; several are merged (:func:`merge_provenance`).
     FileNotFoundError / ValueError (one line, naming ``flag``) for a missing file, a file that is not a sweep's,
     or no rows at all."""
-    from zyfa.accuracy.schemas import read_rows
+    from zyfa.accuracy.io.schemas import read_rows
 
     items = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else [str(p) for p in paths]
     files = [Path(p) for p in items if p]
@@ -700,7 +700,7 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
 def _read_partial(path: Path) -> tuple[list[dict], dict]:
     """(rows, provenance) of an unfinished run's ``cliffs.jsonl.partial`` (its complete lines), so what a run cut
     short has measured can be rendered too; the provenance says ``partial: true``."""
-    from zyfa.accuracy.schemas import read_rows
+    from zyfa.accuracy.io.schemas import read_rows
 
     rows, prov = read_rows(path, partial=True)
     return rows, {**prov, "partial": True}

@@ -13,7 +13,7 @@ the inputs (recipes that quantize Q/K/V alike share it; a shared reference is ch
 bit-identical dequantized inputs before reuse, and one whose inputs equal the originals reuses the
 original reference).
 
-A run can skip (input, recipe) pairs already done (``skip``: keys of :func:`zyfa.accuracy.results_io.row_key`) and
+A run can skip (input, recipe) pairs already done (``skip``: keys of :func:`zyfa.accuracy.io.results_io.row_key`) and
 hand each row to ``on_row`` as it finishes (``zyfa accuracy --out`` appends it to disk there), so a killed run
 keeps its rows and a resumed one makes the same rows as an uninterrupted one. Before an input runs, its
 memory need is estimated (:func:`memory_estimate_bytes`) and a run that cannot fit is refused with one line.
@@ -46,10 +46,10 @@ import torch
 from zyfa.accuracy import conformance
 from zyfa.accuracy.implementations import device_platform, pairing
 from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.io.provenance import device_name, provenance
+from zyfa.accuracy.io.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
 from zyfa.accuracy.metrics import compute_metrics
-from zyfa.accuracy.provenance import device_name, provenance
 from zyfa.accuracy.real_rows import implementation_row
-from zyfa.accuracy.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.dispatch import route_input
@@ -115,7 +115,7 @@ def run_accuracy(
         progress: a tqdm bar over (input × recipe) on stderr, labelled ``progress_label``.
         seed: seeds torch's global generator before the run (the emulator is deterministic; recorded).
         chunk_size: query rows per block of the FP64 oracle.
-        skip: row keys (:func:`zyfa.accuracy.results_io.row_key`: input name, content hash, recipe) not to run
+        skip: row keys (:func:`zyfa.accuracy.io.results_io.row_key`: input name, content hash, recipe) not to run
             again (a resumed run); the rows made are those an uninterrupted run makes for the other pairs.
         on_start: called with the run's provenance before the first input runs.
         on_row: called with each row as soon as it is made (e.g. to append it to a file).
@@ -205,7 +205,7 @@ def run_accuracy(
 
 
 def input_key(inp: AttentionInput, recipe: str | None, implementation: str | None = None) -> tuple:
-    """The :func:`zyfa.accuracy.results_io.row_key` of the row (inp, recipe) will make; with ``implementation``,
+    """The :func:`zyfa.accuracy.io.results_io.row_key` of the row (inp, recipe) will make; with ``implementation``,
     that real implementation's row (``recipe`` is then its paired recipe or None)."""
     return row_key({"input": inp.name, "input_content_hash": inp.meta.get("content_hash"), "recipe": recipe,
                     "implementation": implementation})

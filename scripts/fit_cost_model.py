@@ -4,8 +4,8 @@
 
 Reads the provenance lines of ``zyfa accuracy`` and ``zyfa study`` result files: each run records the units of work
 of the rows it made, the estimate ``--dry-run`` gives for them and the wall seconds they took
-(:mod:`zyfa.accuracy.cost_model`). Prints, per device type, the rate that fits the runs (geometric mean of units per
-second), the current rate of :data:`zyfa.accuracy.shard.UNITS_PER_SECOND`, and the range of measured / estimated time
+(:mod:`zyfa.accuracy.io.cost_model`). Prints, per device type, the rate that fits the runs (geometric mean of units per
+second), the current rate of :data:`zyfa.accuracy.io.shard.UNITS_PER_SECOND`, and the range of measured / estimated time
 under each: the line to put into ``UNITS_PER_SECOND`` when the runs were made on the machine the README's times
 are for. A file without records (older runs) is named and skipped; no record at all exits with status 2.
 """
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zyfa.accuracy.cli import read_provenance  # noqa: E402
-from zyfa.accuracy.cost_model import fit, records_of  # noqa: E402
+from zyfa.accuracy.io.cost_model import fit, records_of  # noqa: E402
 
 
 def read_records(path: Path) -> list[dict]:

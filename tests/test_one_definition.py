@@ -8,14 +8,14 @@ checks that each one still catches the forms it was written for, and passes the 
 
 Facts and homes:
     rel-L2                       zyfa/norms.py          (rel_l2 and its zero-reference rule)
-    row identity                 accuracy/results_io.py (row_key and its field tuples)
+    row identity                 accuracy/io/results_io.py (row_key and its field tuples)
     shared FP64-reference key    zyfa/emulator.py       (QUANT_FIELDS, quantization_key)
     git reader                   capture/version.py     (git_state, git_label)
     kernel-vs-emulation bands    accuracy/tolerances.py (Band and its entries)
     cuDNN FP8 graph              zyfa/peers/cudnn_fp8.py (built there once; the bench times what zyfa.peers prepare)
     peer names                   zyfa/peers/names.py    (PEER_NAMES, BENCH_PEERS, OLD_NAMES)
-    UsageError                   accuracy/command.py
-    sharded-run scaffold         accuracy/shard.py      (wants_sharding, print_dry_run, rank_device, announce, give_up,
+    UsageError                   accuracy/io/command.py
+    sharded-run scaffold         accuracy/io/shard.py   (wants_sharding, print_dry_run, rank_device, announce, give_up,
                                                          sharding_summary)
 """
 
@@ -53,7 +53,7 @@ FACTS = (
         "tests/accuracy/test_metrics_float64_expectations.py": "the same: compute_metrics' expected values by hand",
         "tests/zyfa/test_norms.py": "the home's own test, against the formula",
     }),
-    Fact("row identity", "accuracy/results_io.py", (
+    Fact("row identity", "accuracy/io/results_io.py", (
         r"^\s*def\s+_*row_key\s*\(",
         r"row\.get\(\"input\"\),\s*row\.get\(\"input_content_hash\"\)",  # a key spelled out field by field
         r"row\.get\(\"kind\"\),\s*row\.get\(\"model\"\)",
@@ -89,10 +89,10 @@ FACTS = (
         "accuracy/report/front.py": "FRONT_REAL is the front page's choice of implementations (ours among them) to "
                                     "show, a selection, not the names' definition",
     }),
-    Fact("UsageError", "accuracy/command.py", (
+    Fact("UsageError", "accuracy/io/command.py", (
         r"^\s*class\s+UsageError\b",
     )),
-    Fact("sharded-run scaffold", "accuracy/shard.py", (
+    Fact("sharded-run scaffold", "accuracy/io/shard.py", (
         r"sharded_launch\(\)\s+or\b",  # the test for the sharded path
         r"torch\.device\(\s*[\"']cuda[\"']\s*,\s*torch\.cuda\.current_device\(\)\)",  # this rank's GPU
         r"print\(format_plan\(",  # the dry-run plan
@@ -227,7 +227,7 @@ NEW_FORMS = {
     "peer names": ["    peers = [p for p in PEER_NAMES if any(p in (r.get(\"vs\") or {}) for r in mine)]",
                    "PLANE_PEERS = (\"cudnn-fp8\", \"flashinfer-fa3\")",
                    "    prepare(\"flashinfer-fa3\", q, k, v, causal=False, sm_scale=0.1)"],
-    "UsageError": ["from accuracy.command import UsageError", "        raise UsageError(str(e)) from None"],
+    "UsageError": ["from accuracy.io.command import UsageError", "        raise UsageError(str(e)) from None"],
     "sharded-run scaffold": ["        if wants_sharding(args, out):", "        device = rank_device(device, dist)",
                              "        give_up(dist, e)", "    announce(\"zyfa impact: \", dist, shares, \"cells\")",
                              "    results.start({\"command\": cmd, \"world_size\": dist.world, \"rank\": dist.rank})"],

@@ -7,7 +7,7 @@ Every argument (models, recipes, layers) is checked before anything is written o
 to ``zyfa-impact/results.jsonl`` in the current directory; an existing file is refused unless ``--resume``
 (keep its rows, measure the missing ones) or ``--force`` (start over). Rows go to ``<out>.partial`` as they finish
 (one fsync'd line each, under the run lock that refuses a second live run on the same output), and ``<out>`` is
-written whole when the run finishes (:class:`zyfa.accuracy.results_io.ResultsFile`, as every command).
+written whole when the run finishes (:class:`zyfa.accuracy.io.results_io.ResultsFile`, as every command).
 
 Exposed: ``main(args) -> int``; the flags are in :mod:`zyfa.accuracy.impact.impact_args` (``add_arguments``,
 ``check_args``), read before this module (torch) is imported.
@@ -27,8 +27,8 @@ from zyfa.accuracy.impact.impact_args import add_arguments
 from zyfa.accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
 from zyfa.accuracy.impact.run import run_impact
 from zyfa.accuracy.impact.section import command_of, results_paths, write_markdown
-from zyfa.accuracy.results_io import ResultsFile
-from zyfa.accuracy.shard import say, wants_sharding
+from zyfa.accuracy.io.results_io import ResultsFile
+from zyfa.accuracy.io.shard import say, wants_sharding
 from zyfa.capture.fetch import FetchError
 from zyfa.capture.models import prepare_sources
 
@@ -133,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-# Cost model of --dry-run and of the plan (accuracy.shard.plan): one forward pass of n tokens costs
+# Cost model of --dry-run and of the plan (accuracy.io.shard.plan): one forward pass of n tokens costs
 # n x (n + 2048) x (model file size / 1e8) units; a per-layer sweep cell makes one pass per swept layer, its
 # layer count from --layers or else SWEEP_LAYERS_GUESS (the model is not loaded to plan).
 SWEEP_LAYERS_GUESS = 24
@@ -179,8 +179,9 @@ def _dumps(row: dict) -> str:
 
 
 class _Sink:
-    """``run_impact``'s sink: the done set, rows into the results file (a :class:`zyfa.accuracy.results_io.ResultsFile`,
-    or one rank's file of an :class:`zyfa.accuracy.shard.ShardedResults`)."""
+    """``run_impact``'s sink: the done set, rows into the results file (a
+    :class:`zyfa.accuracy.io.results_io.ResultsFile`,
+    or one rank's file of an :class:`zyfa.accuracy.io.shard.ShardedResults`)."""
 
     def __init__(self, results, device: str):
         self.results, self.device, self.done = results, device, set(results.done)
@@ -197,7 +198,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     """One rank of a sharded ``zyfa impact`` (or its --dry-run): cells planned over the ranks, each rank's rows in
     ``<out>.partial/rank-K.jsonl``, rank 0 merging them into ``--out`` in a single process's order."""
     from zyfa.accuracy.impact.run import impact_cells
-    from zyfa.accuracy.shard import (
+    from zyfa.accuracy.io.shard import (
         MODEL_UNITS_PER_SECOND,
         Dist,
         ShardedResults,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from zyfa.accuracy.shard import add_shard_arguments
+from zyfa.accuracy.io.shard import add_shard_arguments
 
 from zyfa.plugins import add_wall_arguments
 

@@ -1,13 +1,13 @@
 """``zyfa impact`` result files: reading, merging, the corrections a report needs, and dropping rows.
 
-Results files hold one JSONL row per measurement (written by :class:`zyfa.accuracy.results_io.ResultsFile`), so
+Results files hold one JSONL row per measurement (written by :class:`zyfa.accuracy.io.results_io.ResultsFile`), so
 concurrent runs write one file each and a report merges them (:func:`load_rows`, then :func:`prepare_rows`: a
 measurement found twice counts once, the latest by date; the ``p_flushed_mean`` of rows written before the
 emulator fix of commit 2f53d66 is corrected at load time, with a note, see :func:`correct_p_flushed`).
 :func:`drop_rows` (``zyfa impact --drop-rows model:recipe:window``) removes rows, keeping them in
 ``<file>.dropped``, so that a ``--resume`` run measures them again. Torch-free.
 
-Exposed: ``read_rows``, ``row_key`` (:func:`accuracy.results_io.row_key`, re-exported), ``impact_key``, ``row_date``,
+Exposed: ``read_rows``, ``row_key`` (:func:`accuracy.io.results_io.row_key`, re-exported), ``impact_key``, ``row_date``,
 ``json_default``, ``load_rows``, ``prepare_rows``, ``correct_p_flushed``, ``stale_rows``, ``dedup_rows``,
 ``file_sha256``, ``parse_drop_spec``, ``drop_rows``.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from zyfa.accuracy.results_io import row_key
+from zyfa.accuracy.io.results_io import row_key
 from zyfa.capture.version import git_state
 
 from zyfa.recipes import Recipe, get_recipe
@@ -42,7 +42,8 @@ def json_default(x):
 
 def impact_key(kind: str, model: str, recipe: str, window: int, layer: int | None, n_tokens: int,
                text: str) -> tuple:
-    """The :func:`accuracy.results_io.row_key` of the impact row these values describe (what a run plans and skips)."""
+    """The :func:`accuracy.io.results_io.row_key` of the impact row these values describe (what a run plans and
+    skips)."""
     return row_key({"kind": kind, "model": model, "recipe": recipe, "window": window, "layer": layer,
                     "n_tokens": n_tokens, "text": text})
 
@@ -59,7 +60,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
         if isinstance(obj, dict) and obj.get("record") == "provenance":
-            continue  # the first line of a run's <out>.partial (accuracy.results_io.ResultsFile)
+            continue  # the first line of a run's <out>.partial (accuracy.io.results_io.ResultsFile)
         rows.append(obj)
     return rows
 

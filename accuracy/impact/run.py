@@ -47,7 +47,7 @@ def _window_row(cmp: dict[str, Any]) -> dict[str, Any]:
 
 def _provenance(extra: dict[str, Any]) -> dict[str, Any]:
     try:
-        from zyfa.accuracy.provenance import provenance
+        from zyfa.accuracy.io.provenance import provenance
     except ImportError:  # pragma: no cover - the module exists in this tree
         import datetime as dt
         import platform
@@ -77,7 +77,7 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     records the ``device`` it ran on.
 
     ``sink``: an object with ``done`` (the row keys made before) and ``write(row)``, over the command's results
-    file (:class:`accuracy.results_io.ResultsFile`, or a rank's file of :class:`accuracy.shard.ShardedResults`:
+    file (:class:`accuracy.io.results_io.ResultsFile`, or a rank's file of :class:`accuracy.io.shard.ShardedResults`:
     fsync'd rows under the run lock). A sharded rank passes ``owns(kind, model, window, recipe)``, its
     share of the cells (:func:`impact_cells`): the others are skipped, and a model with no cell of this rank is
     not loaded.
@@ -97,7 +97,7 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     text_sha = load_text(text).sha256
     import datetime as dt
 
-    from zyfa.accuracy.p_flushed import flush_count_factor
+    from zyfa.accuracy.io.p_flushed import flush_count_factor
 
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     # the emulator's p_flushed_frac is a fraction (commit 2f53d66): checked once, recorded in every row

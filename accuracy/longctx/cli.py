@@ -44,9 +44,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.io.command import UsageError
+from zyfa.accuracy.io.shard import say, wants_sharding
 from zyfa.accuracy.kernel_verdicts import verdict_lines
-from zyfa.accuracy.shard import say, wants_sharding
 from zyfa.capture.fetch import FetchError
 from zyfa.capture.models import prepare_sources
 
@@ -118,7 +118,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace an existing --out when the run finishes")
     parser.add_argument("--resume", action="store_true", help="continue --out: run only the missing rows")
     parser.add_argument("--allow-failed", action="store_true", help="exit 0 even when rows failed")
-    from zyfa.accuracy.shard import add_shard_arguments
+    from zyfa.accuracy.io.shard import add_shard_arguments
 
     add_shard_arguments(parser, "longctx", "cells (model, task, length, implementation)")
     parser.add_argument("--render", default=None, metavar="RESULTS",
@@ -279,10 +279,10 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.accuracy.ablation import ablation_tags, parse_ablation
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
+    from zyfa.accuracy.io.provenance import provenance
+    from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text
+    from zyfa.accuracy.io.run_harness import WorkBudget, refuse_unavailable
     from zyfa.accuracy.longctx.run import GridSpec, run_longctx
-    from zyfa.accuracy.provenance import provenance
-    from zyfa.accuracy.results_io import ResultsFile, jsonl_text
-    from zyfa.accuracy.run_harness import WorkBudget, refuse_unavailable
     from zyfa.accuracy.runner import resolve_device
     from zyfa.capture.text import UnknownTextError, check_text
 
@@ -434,15 +434,14 @@ def grid_order(spec) -> Callable[[dict], tuple]:
 
 def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming: dict, out: Path) -> int:
     """One rank of a sharded ``zyfa longctx`` (or its --dry-run): cells (model, task, length, implementation)
-    planned by :func:`zyfa.accuracy.shard.plan` over :func:`cell_cost`, rank 0 merging in :func:`grid_order`."""
+    planned by :func:`zyfa.accuracy.io.shard.plan` over :func:`cell_cost`, rank 0 merging in :func:`grid_order`."""
     import time
     import uuid
 
     import torch
-    from zyfa.accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
-    from zyfa.accuracy.provenance import provenance
-    from zyfa.accuracy.results_io import jsonl_text, read_jsonl
-    from zyfa.accuracy.shard import (
+    from zyfa.accuracy.io.provenance import provenance
+    from zyfa.accuracy.io.results_io import jsonl_text, read_jsonl
+    from zyfa.accuracy.io.shard import (
         MODEL_UNITS_PER_SECOND,
         Dist,
         ShardedResults,
@@ -455,6 +454,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
         rank_device,
         sharding_summary,
     )
+    from zyfa.accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
     from zyfa.capture.models import MODELS
 
     from zyfa.outputs import OutputError, atomic_write_text
@@ -570,8 +570,8 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    from zyfa.accuracy.io.schemas import read_rows
     from zyfa.accuracy.longctx.calibrate import difficulty_markdown
-    from zyfa.accuracy.schemas import read_rows
 
     rows = []
     for p in (x.strip() for x in args.calibrate.split(",") if x.strip()):

@@ -7,7 +7,7 @@ a row records the log probability of the answer and whether greedy decoding retu
 position is the answer's token). Operator error against the FP64 oracle is measured in the same pass, on the first
 prompt of each batch, in a few layers: the error curve beside the accuracy curve.
 
-Rows are appended to ``<out>.partial`` as each batch finishes (:class:`zyfa.accuracy.results_io.ResultsFile`), so a
+Rows are appended to ``<out>.partial`` as each batch finishes (:class:`zyfa.accuracy.io.results_io.ResultsFile`), so a
 stopped run keeps them and ``--resume`` runs only the missing ones; ``max_seconds`` stops the run cleanly between
 batches, so a long grid can be spread over several calls of a GPU machine.
 
@@ -36,11 +36,11 @@ from zyfa.accuracy.impact.model import (
     model_attention,
 )
 from zyfa.accuracy.implementations import ImplementationError, device_platform
+from zyfa.accuracy.io.results_io import row_key
+from zyfa.accuracy.io.run_harness import WorkBudget
 from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
 from zyfa.accuracy.longctx.generate import greedy_generate
 from zyfa.accuracy.longctx.tasks import DEFAULT_TASKS, PromptError, build_prompt, fact_id, min_length, score_generated
-from zyfa.accuracy.results_io import row_key
-from zyfa.accuracy.run_harness import WorkBudget
 
 from zyfa.norms import rel_l2
 
@@ -118,18 +118,19 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                 nonconforming: dict[str, str] | None = None,
                 owns: Callable[[str, str, int, str], bool] | None = None,
                 on_start: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Run the grid into ``results`` (an opened :class:`~accuracy.results_io.ResultsFile`, started by the
+    """Run the grid into ``results`` (an opened :class:`~accuracy.io.results_io.ResultsFile`, started by the
     caller). ``nonconforming``: implementation -> the conformance probes' line (:mod:`zyfa.accuracy.conformance`); such
     an implementation is not run, its rows are ``status: nonconforming`` with that line. Returns
     ``{"keys": planned row keys, "order": their places in a whole grid's order, "complete": bool, "made": rows made,
     "failed": n}``.
 
-    ``owns(model, task, length, implementation)``: a sharded run's share (:mod:`zyfa.accuracy.shard`); cells it does not
+    ``owns(model, task, length, implementation)``: a sharded run's share (:mod:`zyfa.accuracy.io.shard`); cells it does
+    not
     own are neither run nor planned here, and a model with no owned cell is not loaded.
 
     ``on_start()``: called once, after the first model's checks (lengths, needle fit, layers) and before its first
     row or a stop, so a refused run writes nothing (the caller starts its results file there).
-    ``max_seconds`` counts scoring work only (:class:`zyfa.accuracy.run_harness.WorkBudget`), not model loading: a
+    ``max_seconds`` counts scoring work only (:class:`zyfa.accuracy.io.run_harness.WorkBudget`), not model loading: a
     budget above zero always makes at least one batch.
 
     Batches are cut from a cell's full prompt list, never from what is left of it: a resumed run scores the same

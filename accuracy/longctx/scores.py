@@ -25,8 +25,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from zyfa.accuracy.io.schemas import read_rows
 from zyfa.accuracy.metrics import bootstrap_ci
-from zyfa.accuracy.schemas import read_rows
 
 __all__ = ["BASELINES", "BASELINE_MIN", "accumulator_comparison", "baseline_of", "cell_table", "length_table",
            "load_rows", "retrieving_lengths", "wilson"]
@@ -38,7 +38,7 @@ BASELINE_MIN = 0.5
 def load_rows(spec: str | Sequence[str]) -> tuple[list[dict], list[dict]]:
     """(long-context rows, provenance records) of JSONL files: comma-separated paths or quoted globs. A row
     measured in several files counts once: the later file's (by the order given, globs sorted). Every line is
-    checked by its schema (:func:`zyfa.accuracy.schemas.read_rows`)."""
+    checked by its schema (:func:`zyfa.accuracy.io.schemas.read_rows`)."""
     paths: list[str] = []
     for part in ([spec] if isinstance(spec, str) else list(spec)):
         for item in (p.strip() for p in str(part).split(",") if p.strip()):

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+from zyfa.accuracy.io.schemas import mixed_code_notice
 from zyfa.accuracy.longctx.scores import (
     BASELINE_MIN,
     accumulator_comparison,
@@ -27,7 +28,6 @@ from zyfa.accuracy.plan import PlanError, check_rows, load_plan
 from zyfa.accuracy.report.blocks import md_cell, sharding_line, slug
 from zyfa.accuracy.report.document import Doc, write_report
 from zyfa.accuracy.report.plots import png, pyplot
-from zyfa.accuracy.schemas import mixed_code_notice
 
 __all__ = ["RenderError", "accumulator_group", "cliff_table", "headline", "hypothesis", "never_flushed_lower",
            "render_folder", "section_blocks"]

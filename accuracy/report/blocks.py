@@ -98,7 +98,8 @@ def slug(s: object) -> str:
 
 
 def sharding_line(prov: dict) -> str | None:
-    """One sentence on how a sharded run (``torchrun``, :mod:`zyfa.accuracy.shard`) ran, from its merged provenance: the
+    """One sentence on how a sharded run (``torchrun``, :mod:`zyfa.accuracy.io.shard`) ran, from its merged provenance:
+    the
     number of ranks and the backend, each rank's rows (and devices, where recorded) and the wall time; None for a
     run of one process without torchrun."""
     world = prov.get("world_size")

@@ -33,14 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from zyfa.accuracy.io.results_io import row_key
+from zyfa.accuracy.io.schemas import check_provenance, read_rows
 from zyfa.accuracy.report.blocks import fmt, fmt_ci, kind_of, sharding_line, slug
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.front import model_anchor, section_front
 from zyfa.accuracy.report.plots import png, pyplot
 from zyfa.accuracy.report.real_kernels import measured_label, measured_on, unavailable_of
 from zyfa.accuracy.report.speed import section_speed, speed_anchor
-from zyfa.accuracy.results_io import row_key
-from zyfa.accuracy.schemas import check_provenance, read_rows
 from zyfa.accuracy.verdict import spearman_with_p
 
 __all__ = ["GAUSSIAN", "Results", "build_report", "group_of", "load_results", "select_recipes"]

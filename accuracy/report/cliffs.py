@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from zyfa.accuracy.cliffs import WINDOW, CliffRule, find_flags, format_lengths, read_sweeps, reproducers
+from zyfa.accuracy.io.schemas import mixed_code_notice
 from zyfa.accuracy.report.blocks import blocks_markdown, fmt
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.plots import png, pyplot
-from zyfa.accuracy.schemas import mixed_code_notice
 
 from zyfa.outputs import atomic_write_bytes, atomic_write_text
 

@@ -15,10 +15,8 @@ import uuid
 from pathlib import Path
 
 from zyfa.accuracy.cli import cell_cost, read_finished
-from zyfa.accuracy.report.build import load_results
-from zyfa.accuracy.report.document import save_screenshot
-from zyfa.accuracy.results_io import row_key
-from zyfa.accuracy.shard import (
+from zyfa.accuracy.io.results_io import row_key
+from zyfa.accuracy.io.shard import (
     UNITS_PER_SECOND,
     Dist,
     RankRows,
@@ -32,6 +30,8 @@ from zyfa.accuracy.shard import (
     rank_device,
     say,
 )
+from zyfa.accuracy.report.build import load_results
+from zyfa.accuracy.report.document import save_screenshot
 from zyfa.accuracy.study import run as study_run
 from zyfa.accuracy.study.compose import REPO_ROOT, find_bench, load_report_inputs, render, split_paths
 from zyfa.accuracy.study.report_cli import report_command
@@ -328,7 +328,7 @@ def main(args: argparse.Namespace) -> int:
     for line in unavailable_lines(rows.provenance.get("implementations_unavailable") or {}):
         log(line)
     if not dist.grouped:  # one process: the --dry-run estimate of the rows it made beside their time
-        from zyfa.accuracy.cost_model import PROVENANCE_KEY, record
+        from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, record
 
         made = [r for r in rows if row_key(r) not in done_before]
         rows.provenance[PROVENANCE_KEY] = [*rows.provenance.get(PROVENANCE_KEY, []), record(

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from zyfa.accuracy.command import UsageError
+from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.kernel_verdicts import verdict_lines
 
 from zyfa.plugins import add_wall_arguments, wall_options
@@ -231,8 +231,8 @@ def _plan(args) -> _Plan:
         subjects,
     )
     from zyfa.accuracy.implementations import load_plugins, parse_implementations
-    from zyfa.accuracy.results_io import ResultsFile
-    from zyfa.accuracy.run_harness import refuse_unavailable
+    from zyfa.accuracy.io.results_io import ResultsFile
+    from zyfa.accuracy.io.run_harness import refuse_unavailable
     from zyfa.accuracy.runner import resolve_device
 
     from zyfa.recipes import parse_recipes

@@ -36,8 +36,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zyfa.accuracy.io.results_io import read_jsonl, row_key
 from zyfa.accuracy.report.speed import load_bench
-from zyfa.accuracy.results_io import read_jsonl, row_key
 from zyfa.accuracy.verdict import Verdict, paired_verdict
 
 from zyfa.markdown import md_escape

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from zyfa.accuracy.impact.rows import load_rows, prepare_rows
 from zyfa.accuracy.impact.section import report_section, summarize
+from zyfa.accuracy.io.schemas import mixed_code_notice
 from zyfa.accuracy.report.build import Results, build_report
 from zyfa.accuracy.report.claims import claims_headline
 from zyfa.accuracy.report.document import Doc, write_report
@@ -26,7 +27,6 @@ from zyfa.accuracy.report.quantization import quantization_section, recommendati
 from zyfa.accuracy.report.real_kernels import report_section as real_kernels_section
 from zyfa.accuracy.report.real_kernels import split_real, unavailable_of
 from zyfa.accuracy.report.speed import load_bench
-from zyfa.accuracy.schemas import mixed_code_notice
 
 # the repository this package sits in (the committed reports and datasets are found from here, not from the
 # current directory)

@@ -156,13 +156,14 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
 
     ``implementations``: real kernels (:mod:`zyfa.accuracy.implementations`) run beside the recipes; those not
     available on this machine are listed with the reason in the provenance (``implementations_unavailable``).
-    ``rows_file`` (an :class:`zyfa.accuracy.results_io.ResultsFile`, optional): the accuracy rows are appended to it as
+    ``rows_file`` (an :class:`zyfa.accuracy.io.results_io.ResultsFile`, optional): the accuracy rows are appended to it
+    as
     they finish, and the rows it already holds (a resumed study) are not run again; features and per-head errors
     are then computed for every row, so a resumed study's rows equal an uninterrupted one's. A sharded rank's
-    ``rows_file`` (:class:`accuracy.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
+    ``rows_file`` (:class:`accuracy.io.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
     once their rows are merged (rank 0 computes the features of every row)."""
     from zyfa.accuracy.features import head_errors, input_features
-    from zyfa.accuracy.p_flushed import flush_count_factor
+    from zyfa.accuracy.io.p_flushed import flush_count_factor
     from zyfa.accuracy.runner import ResultRows, resolve_device, run_accuracy
 
     dev = resolve_device(device)

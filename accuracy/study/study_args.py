@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from zyfa.accuracy.shard import add_shard_arguments
+from zyfa.accuracy.io.shard import add_shard_arguments
 from zyfa.accuracy.study.run import DEFAULT_CLIFFS, DEFAULT_IMPACT, DEFAULT_LONGCTX
 
 from zyfa.plugins import add_wall_arguments

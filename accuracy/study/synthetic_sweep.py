@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 from zyfa.accuracy.inputs import AttentionInput, capture_inputs
-from zyfa.accuracy.provenance import provenance
+from zyfa.accuracy.io.provenance import provenance
 from zyfa.accuracy.report.plots import png, pyplot
 from zyfa.accuracy.runner import resolve_device, run_accuracy, write_results
 from zyfa.accuracy.synthetic import SyntheticSpec, attention_profile, make_synthetic

@@ -28,8 +28,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from zyfa.accuracy.command import UsageError
-from zyfa.accuracy.shard import say
+from zyfa.accuracy.io.command import UsageError
+from zyfa.accuracy.io.shard import say
 
 DEFAULT_OUT = "zyfa-tasks/humaneval.jsonl"
 DEFAULT_IMPLEMENTATIONS = {
@@ -89,7 +89,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _summarize(paths: str) -> int:
-    from zyfa.accuracy.schemas import read_rows
+    from zyfa.accuracy.io.schemas import read_rows
     from zyfa.accuracy.tasks.stats import summary_markdown
 
     rows = []
@@ -112,8 +112,8 @@ def _run(args: argparse.Namespace) -> int:
     import torch
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
-    from zyfa.accuracy.provenance import provenance
-    from zyfa.accuracy.results_io import ResultsFile, jsonl_text
+    from zyfa.accuracy.io.provenance import provenance
+    from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text
     from zyfa.accuracy.runner import resolve_device
     from zyfa.accuracy.tasks.humaneval import HumanEvalSpec, load_problems, run_humaneval, select_problems
     from zyfa.accuracy.tasks.sandbox import Limits, network_isolation

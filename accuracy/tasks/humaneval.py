@@ -39,9 +39,9 @@ from typing import Any
 import torch
 from zyfa.accuracy.impact.model import STOCK, UnsupportedLayerError, UnsupportedMaskError, model_attention
 from zyfa.accuracy.implementations import ImplementationError
+from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
 from zyfa.accuracy.longctx.generate import greedy_generate, sequence_drift, sequence_logits
-from zyfa.accuracy.results_io import row_key
 from zyfa.accuracy.runner import progress_bar
 from zyfa.accuracy.tasks.sandbox import Limits, run_sandboxed
 
@@ -162,7 +162,7 @@ def _paired_recipe(fn) -> str | None:
 def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: str = "fp32", plugins=(),
                   max_seconds: float | None = None, run_id: str | None = None,
                   log: Callable[[str], None] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Run the problems into ``results`` (an opened and started :class:`~accuracy.results_io.ResultsFile`).
+    """Run the problems into ``results`` (an opened and started :class:`~accuracy.io.results_io.ResultsFile`).
     Returns ``{"keys": planned row keys in order, "complete": bool, "made": n, "failed": n}``.
 
     Raises:

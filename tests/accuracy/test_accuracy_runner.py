@@ -9,8 +9,8 @@ import pytest
 import torch
 from zyfa.accuracy import runner as runner
 from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
+from zyfa.accuracy.io.provenance import device_name
 from zyfa.accuracy.metrics import compute_metrics
-from zyfa.accuracy.provenance import device_name
 from zyfa.accuracy.runner import ResultRows, read_results, run_accuracy, write_results
 from zyfa.reference.attention import attention_fp64
 

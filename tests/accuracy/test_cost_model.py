@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from zyfa.accuracy.cli import cell_cost, read_provenance
-from zyfa.accuracy.cost_model import PROVENANCE_KEY, fit, record, records_of
-from zyfa.accuracy.shard import UNITS_PER_SECOND
+from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, fit, record, records_of
+from zyfa.accuracy.io.shard import UNITS_PER_SECOND
 
 from zyfa.cli import main
 

@@ -7,8 +7,8 @@ traceback in the middle of a table.
 
 Row kinds and their schemas (a field not listed is not checked; one that is listed and present must fit):
     provenance       the ``{"record": "provenance"}`` line of every result file (:data:`PROVENANCE`)
-    result           an operator row of ``zyfa accuracy``/``study`` (:func:`zyfa.accuracy.results_io.check_row`: types,
-                     metrics in range), and the typed fields of :data:`RESULT`
+    result           an operator row of ``zyfa accuracy``/``study`` (:func:`zyfa.accuracy.io.results_io.check_row`:
+                     types, metrics in range), and the typed fields of :data:`RESULT`
     longctx          a long-context row, ``"kind": "longctx"`` (:data:`LONGCTX`); RULER-style task rows are such
                      rows too
     cliffs           a row of a file whose provenance is a cliff sweep's (``record_kind: cliffs``, :data:`CLIFFS`)
@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from zyfa.accuracy.results_io import check_row, read_jsonl, read_log
+from zyfa.accuracy.io.results_io import check_row, read_jsonl, read_log
 
 __all__ = ["CLIFFS", "HUMANEVAL", "LONGCTX", "PROVENANCE", "RESULT", "SchemaError", "check_any_row", "check_fields",
            "check_provenance", "mixed_code_notice", "read_rows"]
@@ -138,7 +138,7 @@ def numbers_by_key(lo: float | None = None) -> Check:
 # (check, required) per field
 Schema = dict[str, tuple[Check, bool]]
 
-# The provenance record of any result file (accuracy.provenance.provenance and what each command adds).
+# The provenance record of any result file (accuracy.io.provenance.provenance and what each command adds).
 PROVENANCE: Schema = {
     "zyfa_version": (string(), False), "git_commit": (string(), False), "git_dirty": (boolean(), False),
     "python": (string(), False), "torch": (string(), False), "numpy": (string(), False),

@@ -257,7 +257,7 @@ class ResultsFile:
         :func:`read_jsonl`). ``lock=False``: the caller holds a lock covering ``path`` already (a study's
         folder). A command whose rows are not ``zyfa accuracy`` rows (``zyfa impact``) passes their identity
         ``key``, the ``check`` of a partial's lines and ``dumps`` (a row as one JSON line), as to
-        :class:`zyfa.accuracy.shard.ShardedResults`."""
+        :class:`zyfa.accuracy.io.shard.ShardedResults`."""
         path = Path(path)
         if force and resume:
             raise OutputError("--force and --resume exclude each other")
@@ -310,7 +310,7 @@ class ResultsFile:
     @property
     def skip(self) -> set:
         """The planned rows this run does not make: those done before (a sharded rank's view skips other ranks'
-        too, :class:`zyfa.accuracy.shard.RankRows`)."""
+        too, :class:`zyfa.accuracy.io.shard.RankRows`)."""
         return self.done
 
     @property

@@ -46,7 +46,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from zyfa.accuracy.results_io import read_log, row_key
+from zyfa.accuracy.io.results_io import read_log, row_key
 
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
@@ -323,8 +323,8 @@ class ShardedResults:
              need_bytes: int = 0, flag: str = "--out", key: Callable[[dict], tuple] = row_key,
              check: Callable[[object, str], dict] | None = None,
              dumps: Callable[[dict], str] = json.dumps, cells: Sequence | None = None) -> ShardedResults:
-        """``key``: a row's identity (default :func:`zyfa.accuracy.results_io.row_key`); ``check``: the row check of
-        the rank files (default a ``zyfa accuracy`` row, :func:`zyfa.accuracy.results_io.check_row`); ``dumps``: a
+        """``key``: a row's identity (default :func:`zyfa.accuracy.io.results_io.row_key`); ``check``: the row check of
+        the rank files (default a ``zyfa accuracy`` row, :func:`zyfa.accuracy.io.results_io.check_row`); ``dumps``: a
         row as one JSON line (rank files). A command whose rows differ (``zyfa impact``) passes its own.
         ``cells``: what this rank would run (cells and costs, inputs, implementations available here), compared
         across the ranks first (:func:`cells_digest`): ranks that differ (another file, an implementation available
@@ -479,7 +479,7 @@ class ShardedResults:
 
 
 class RankRows:
-    """A rank's share of a runner's rows, with the interface of :class:`zyfa.accuracy.results_io.ResultsFile` that
+    """A rank's share of a runner's rows, with the interface of :class:`zyfa.accuracy.io.results_io.ResultsFile` that
     :func:`zyfa.accuracy.study.run.run_study` uses (``check_plan``, ``done``, ``skip``, ``run_id``, ``start``, ``add``,
     ``rows_in_order``, ``close``), over a :class:`ShardedResults` (open it first: a collective).
 

@@ -1,5 +1,5 @@
-"""What every measuring command shares around its rows, besides the results file (:mod:`zyfa.accuracy.results_io`,
-:mod:`zyfa.accuracy.shard`): a time budget that counts work, and the refusal of implementations that cannot run here.
+"""What every measuring command shares around its rows, besides the results file (:mod:`zyfa.accuracy.io.results_io`,
+:mod:`zyfa.accuracy.io.shard`): a time budget that counts work, and the refusal of implementations that cannot run here.
 
 The run discipline itself (docs/RELIABILITY.md): every refusal before any file is written; rows appended to
 ``<out>.partial`` with fsync under the run lock (``ResultsFile`` / ``ShardedResults``); ``--resume`` continuing
