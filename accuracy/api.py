@@ -33,7 +33,9 @@ from zyfa.accuracy.implementations import (
     load_plugin,
 )
 from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
-from zyfa.accuracy.runner import ResultRows, resolve_device, run_accuracy
+from zyfa.accuracy.io.device import resolve_device
+from zyfa.accuracy.io.results_io import ResultRows
+from zyfa.accuracy.runner import run_accuracy
 
 from zyfa.recipes import parse_recipes
 
@@ -114,7 +116,7 @@ def measure(kernel: Callable | str | Implementation | None = None, *, inputs="ga
         device: "auto" (CUDA if present), "cpu" or "cuda".
 
     Returns:
-        :class:`~accuracy.runner.ResultRows` (with ``.provenance``): one row per input and recipe, then one per
+        :class:`~accuracy.io.results_io.ResultRows` (with ``.provenance``): one row per input and recipe, then one per
         input for the kernel with its ``status`` (``ok``, ``suspect``, ``nonconforming``, ``failed``,
         ``unsupported``) and ``reason``/``error``.
 

@@ -201,7 +201,9 @@ def main(args: argparse.Namespace) -> int:
             return _main_sharded(args, recipes, columns, out)
         results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=read_finished) \
             if out is not None else None
-        from zyfa.accuracy.runner import input_key, resolve_device, run_accuracy, write_results
+        from zyfa.accuracy.io.device import resolve_device
+        from zyfa.accuracy.io.results_io import write_results
+        from zyfa.accuracy.runner import input_key, run_accuracy
 
         device = resolve_device(args.device)
         impls = _parse_implementations(args)
@@ -331,7 +333,9 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     try:
         if dist is None:
             dist = launch(args.backend)
-        from zyfa.accuracy.runner import input_key, resolve_device, run_accuracy, write_results
+        from zyfa.accuracy.io.device import resolve_device
+        from zyfa.accuracy.io.results_io import write_results
+        from zyfa.accuracy.runner import input_key, run_accuracy
 
         device = rank_device(resolve_device(args.device), dist)
         impls = _parse_implementations(args)
@@ -406,7 +410,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
 
 def read_provenance(path: Path) -> dict:
     """The provenance of a finished result file (empty if it has none)."""
-    from zyfa.accuracy.runner import read_results
+    from zyfa.accuracy.io.results_io import read_results
 
     try:
         return read_results(path).provenance
@@ -437,7 +441,7 @@ def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> in
 
 def read_finished(path: Path):
     """(rows, provenance) of a finished ``zyfa accuracy`` results file (the reader of resumed outputs)."""
-    from zyfa.accuracy.runner import read_results
+    from zyfa.accuracy.io.results_io import read_results
 
     rows = read_results(path)
     return list(rows), rows.provenance
@@ -611,7 +615,7 @@ def _plan_inputs(args: argparse.Namespace):
 
 def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
     from zyfa.accuracy.inputs import capture_inputs, make_gaussian
-    from zyfa.accuracy.runner import check_memory
+    from zyfa.accuracy.io.device import check_memory
     from zyfa.accuracy.synthetic import make_synthetic
 
     spec, synthetic, files = _plan_inputs(args)

@@ -280,8 +280,8 @@ def _point_shape(source, L: int, shape: str, chunk: int) -> dict:
 
 def check_lengths_fit(source, lengths: Sequence[int], device) -> None:
     """ValueError (one line) when the longest length needs more memory than ``device`` has free
-    (:func:`zyfa.accuracy.runner.check_memory`), naming the longest length that fits."""
-    from zyfa.accuracy.runner import check_memory
+    (:func:`zyfa.accuracy.io.device.check_memory`), naming the longest length that fits."""
+    from zyfa.accuracy.io.device import check_memory
 
     if source.max_length is not None and max(lengths) > source.max_length:
         raise ValueError(f"length {max(lengths)} is above the input's {source.max_length} tokens: use --max-length "
@@ -308,7 +308,7 @@ def _longest_fitting(source, lengths: Sequence[int], device) -> int | None:
 
 
 def _fits(source, L, device) -> bool:
-    from zyfa.accuracy.runner import check_memory
+    from zyfa.accuracy.io.device import check_memory
 
     try:
         check_memory(_point_shape(source, L, "equal", 1), device)
@@ -338,8 +338,8 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
     """
     import torch
     from zyfa.accuracy.implementations import device_platform
+    from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.provenance import device_name, provenance
-    from zyfa.accuracy.runner import resolve_device
 
     lengths = sorted(set(int(L) for L in lengths))
     if not lengths:
@@ -388,7 +388,7 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
         left = [s for s in usable if _key(name, s) not in skip]
         if left:
             todo.setdefault(L, []).append((mask, shape, name, left))
-    from zyfa.accuracy.runner import progress_bar
+    from zyfa.accuracy.io.device import progress_bar
 
     bar = progress_bar(sum(len(p[3]) for pts in todo.values() for p in pts), enabled=progress, unit="row",
                        desc="cliffs")
@@ -451,7 +451,7 @@ def _errors(out, lse, ref, prefix: str) -> dict:
 def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[dict]:
     import torch
     from zyfa.accuracy.implementations import ImplementationError, call_implementation, unsupported_reason
-    from zyfa.accuracy.runner import sync_device
+    from zyfa.accuracy.io.device import sync_device
     from zyfa.reference.attention import attention_fp64
 
     from zyfa.emulator import emulate, quantization_key, quantize_inputs

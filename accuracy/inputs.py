@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from zyfa.accuracy.gaussian_spec import SUPPORTED_HEAD_DIMS, GaussianSpec
+from zyfa.accuracy.io.device import available_bytes, check_memory
 
 __all__ = [
     "SUPPORTED_HEAD_DIMS",
@@ -189,10 +190,8 @@ def check_capture_memory(info, *, layers=None, heads=None, max_tokens=None, devi
 
     ``info``: :func:`zyfa.capture.store.open_capture`'s metadata (shapes from the file's structure, no data read).
     Two needs per layer: reading (the stored q, k, v whole, :data:`READ_COPIES` times, against the host's
-    free memory) and the run (:func:`zyfa.accuracy.runner.check_memory`, the rule Gaussian inputs are checked by,
+    free memory) and the run (:func:`zyfa.accuracy.io.device.check_memory`, the rule Gaussian inputs are checked by,
     on the selected heads and tokens, against ``device``'s)."""
-    from zyfa.accuracy.runner import available_bytes, check_memory
-
     want = info.complete_layers if layers is None else [i for i in sorted(set(int(x) for x in layers))
                                                         if i in info.datasets]
     host = available_bytes(torch.device("cpu"))

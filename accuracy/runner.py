@@ -16,77 +16,47 @@ original reference).
 A run can skip (input, recipe) pairs already done (``skip``: keys of :func:`zyfa.accuracy.io.results_io.row_key`) and
 hand each row to ``on_row`` as it finishes (``zyfa accuracy --out`` appends it to disk there), so a killed run
 keeps its rows and a resumed one makes the same rows as an uninterrupted one. Before an input runs, its
-memory need is estimated (:func:`memory_estimate_bytes`) and a run that cannot fit is refused with one line.
+memory need is estimated (:func:`zyfa.accuracy.io.device.memory_estimate_bytes`) and a run that cannot fit is refused
+with one line.
 
 Exposed:
     run_accuracy(inputs, recipes, *, device="cpu", progress=True, seed=0, skip=(), on_start=None, on_row=None,
                  run_id=None) -> ResultRows
     input_key(inp, recipe) -> the row key of (inp, recipe)
-    write_results(rows, path, provenance=None)   .jsonl (provenance header record) or .csv (+ sidecar), atomic
-    read_results(path) -> ResultRows             rows checked (a foreign file fails naming path and line)
-    memory_estimate_bytes(shape, device), check_memory(shape, device, what), available_bytes(device)
-    ResultRows: a list of flat dict rows with ``.provenance`` (dict) and ``.run_id``
+
+The device, memory and progress helpers live in :mod:`zyfa.accuracy.io.device`, the result files
+(``write_results``, ``read_results``, ``ResultRows``) in :mod:`zyfa.accuracy.io.results_io`.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
-import os
-import sys
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
 from zyfa.accuracy import conformance
 from zyfa.accuracy.implementations import device_platform, pairing
 from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.io.device import ORACLE_CHUNK, check_memory, progress_bar, resolve_device, sync_device
 from zyfa.accuracy.io.provenance import device_name, provenance
-from zyfa.accuracy.io.results_io import check_row, jsonl_text, loads_checked, read_jsonl, row_key
+from zyfa.accuracy.io.results_io import ResultRows, row_key
 from zyfa.accuracy.metrics import compute_metrics
 from zyfa.accuracy.real_rows import implementation_row
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.dispatch import route_input
 from zyfa.emulator import emulate, quantization_key, quantize_inputs
-from zyfa.outputs import atomic_write_text
 from zyfa.platforms import get_platform
 from zyfa.recipes import Recipe, get_recipe
 
-__all__ = ["ResultRows", "available_bytes", "check_memory", "input_key", "memory_estimate_bytes",
-           "read_results", "resolve_device", "run_accuracy", "write_results"]
+__all__ = ["input_key", "run_accuracy"]
 
 # Per-metric keys of compute_metrics that describe the output, not the reference: kept once, unprefixed.
 _UNPREFIXED = ("has_nan", "nonfinite_frac", "n_rows", "n_zero_ref_rows")
-# Query rows per block of the FP64 oracle (run_accuracy's chunk_size default).
-ORACLE_CHUNK = 1024
 
-
-class ResultRows(list):
-    """Result rows (flat dicts) plus the run's provenance record."""
-
-    def __init__(self, rows: Iterable[dict] = (), provenance: dict | None = None):
-        super().__init__(rows)
-        self.provenance: dict = dict(provenance or {})
-
-    @property
-    def run_id(self) -> str | None:
-        return self.provenance.get("run_id")
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """"auto" -> cuda when available else cpu; "cuda" without a GPU -> ValueError."""
-    if str(device) == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but no CUDA device is available (use --device cpu or auto)")
-    return dev
 
 
 def run_accuracy(
@@ -209,59 +179,6 @@ def input_key(inp: AttentionInput, recipe: str | None, implementation: str | Non
     that real implementation's row (``recipe`` is then its paired recipe or None)."""
     return row_key({"input": inp.name, "input_content_hash": inp.meta.get("content_hash"), "recipe": recipe,
                     "implementation": implementation})
-
-
-def memory_estimate_bytes(shape: dict, device: str | torch.device = "cpu", *, chunk_size: int = ORACLE_CHUNK,
-                          block_n: int = 128) -> int:
-    """Peak bytes one input of ``shape`` (``AttentionInput.shape``) needs in :func:`run_accuracy`, roughly.
-
-    Terms (from the code paths, and checked against measured peaks on CPU): about 30 float32 copies of the
-    largest of Q/K/V (inputs, dequantized copies, K/V expanded to the query heads, the accumulator), a few
-    float64 score blocks of the FP64 oracle (one GQA group × ``chunk_size`` rows × all keys) and the
-    emulator's score tiles (all heads × a query chunk × ``block_n`` keys, about 12 live copies).
-    """
-    b, h, h_kv = shape["batch"], shape["heads_q"], shape["heads_kv"]
-    s_q, s_k = shape["seq_q"], shape["seq_k"]
-    d = max(shape["head_dim"], shape["head_dim_v"])
-    tensors = 30 * 4 * b * h * max(s_q, s_k) * d
-    group = h // max(1, h_kv)
-    oracle = 4 * 8 * group * min(chunk_size, s_q) * s_k
-    q_chunk = 2048 if torch.device(device).type == "cpu" else max(2048, (1 << 24) // max(1, b * h * block_n))
-    tiles = 12 * 4 * b * h * min(q_chunk, s_q) * block_n
-    return int(tensors + oracle + tiles)
-
-
-def available_bytes(dev: torch.device) -> int | None:
-    """Free memory of ``dev`` in bytes (CUDA: free device memory; CPU: MemAvailable), None where unknown."""
-    if dev.type == "cuda":
-        try:
-            return int(torch.cuda.mem_get_info(dev)[0])
-        except (RuntimeError, AssertionError):
-            return None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_memory(shape: dict, device: str | torch.device = "cpu", what: str = "input") -> int:
-    """ValueError (one line) when ``shape`` needs more memory than ``device`` has free; returns the estimate."""
-    dev = torch.device(device)
-    need = memory_estimate_bytes(shape, dev)
-    have = available_bytes(dev)
-    if have is not None and need > have:
-        dims = (f"batch {shape['batch']}, heads {shape['heads_q']}/{shape['heads_kv']}, "
-                f"seq {shape['seq_q']}/{shape['seq_k']}, head dim {shape['head_dim']}/{shape['head_dim_v']}")
-        raise ValueError(f"{what} ({dims}) needs about {need / 2**30:.1f} GiB, but {dev.type} has "
-                         f"{have / 2**30:.1f} GiB free: use fewer heads, tokens or a smaller batch")
-    return need
 
 
 def _run_input(inp: AttentionInput, recipes: list[Recipe], skip: set, dev: torch.device, run_id: str,
@@ -408,156 +325,3 @@ def _plain(v):
     return v
 
 
-def sync_device(dev: torch.device) -> None:
-    """Wait for the device's queued work (CUDA), so wall times measure it."""
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-class _NoBar:
-    def set_postfix_str(self, *a, **k):
-        pass
-
-    def update(self, n=1):
-        pass
-
-    def close(self):
-        pass
-
-
-def progress_bar(total: int, *, enabled: bool, unit: str = "run", desc: str = "accuracy"):
-    """A tqdm bar on stderr (a silent stand-in when disabled or tqdm is missing)."""
-    if not enabled:
-        return _NoBar()
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(total=total, file=sys.stderr, unit=unit, desc=desc, dynamic_ncols=True)
-
-
-# ---------------------------------------------------------------------------------------------- result files
-
-def _sidecar(path: Path) -> Path:
-    return path.with_suffix(".provenance.json")
-
-
-def write_results(rows: Sequence[dict], path: str | Path, provenance: dict | None = None) -> Path:
-    """Write rows as JSONL (first line: ``{"record": "provenance", ...}``) or CSV (+ ``.provenance.json``).
-
-    Each file is written atomically (a temporary file, then a rename): an interrupted write leaves the previous
-    file. Floats are written as numbers (JSON: non-finite ones as ``NaN``/``Infinity``, which Python's json and
-    pandas read; CSV: ``nan``/``inf``). The CSV sidecar also records each column's type so that
-    :func:`read_results` restores them exactly.
-    """
-    path = Path(path)
-    prov = provenance if provenance is not None else getattr(rows, "provenance", {})
-    suffix = path.suffix.lower()
-    if suffix not in (".jsonl", ".csv"):
-        raise ValueError(f"result file must end in .jsonl or .csv, got {path.name!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if suffix == ".jsonl":
-        atomic_write_text(path, jsonl_text(rows, prov))
-        return path
-    columns: list[str] = []
-    for row in rows:
-        columns.extend(k for k in row if k not in columns)
-    types = {c: _column_type([row.get(c) for row in rows]) for c in columns}
-    buf = io.StringIO(newline="")
-    w = csv.writer(buf)
-    w.writerow(columns)
-    for row in rows:
-        w.writerow([_cell(row.get(c)) for c in columns])
-    atomic_write_text(_sidecar(path), json.dumps({"provenance": prov, "columns": types}, indent=1) + "\n")
-    atomic_write_text(path, buf.getvalue())
-    return path
-
-
-def _column_type(values: list) -> str:
-    kinds = {type(v) for v in values if v is not None}
-    if not kinds:
-        return "str"
-    if kinds == {bool}:
-        return "bool"
-    if kinds == {int}:
-        return "int"
-    if kinds <= {int, float}:
-        return "float"
-    if kinds == {str}:
-        return "str"
-    return "json"
-
-
-def _cell(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)  # shortest round-trip form; nan, inf, -inf
-    if isinstance(v, (int, str)):
-        return str(v)
-    return json.dumps(v)
-
-
-def _parse(cell: str, kind: str | None):
-    if kind == "str":
-        return cell if cell != "" else None
-    if cell == "":
-        return None
-    if kind == "bool":
-        return cell.lower() == "true"
-    if kind == "int":
-        return int(cell)
-    if kind == "float":
-        return float(cell)
-    if kind == "json":
-        try:
-            return loads_checked(cell, "cell")
-        except ValueError:
-            return cell
-    # no sidecar: best guess
-    if cell.lower() in ("true", "false"):
-        return cell.lower() == "true"
-    for conv in (int, float):
-        try:
-            return conv(cell)
-        except ValueError:
-            pass
-    return cell
-
-
-def read_results(path: str | Path) -> ResultRows:
-    """Rows and provenance from a file written by :func:`write_results`."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"result file not found: {path}")
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return ResultRows(*read_jsonl(path))
-    if suffix == ".csv":
-        side = _sidecar(path)
-        try:
-            meta = loads_checked(side.read_text(), str(side)) if side.is_file() else {}
-        except (ValueError, UnicodeDecodeError):
-            raise ValueError(f"{side}: not JSON (the sidecar of {path.name})") from None
-        if not isinstance(meta, dict):
-            raise ValueError(f"{side}: not a provenance sidecar (expected a JSON object)")
-        types = meta.get("columns", {})
-        try:
-            with open(path, newline="", encoding="utf-8") as f:
-                reader = csv.DictReader(f)
-                rows = []
-                for n, r in enumerate(reader, 2):
-                    if None in r or None in r.values():
-                        raise ValueError(f"{path}:{n}: {'more' if None in r else 'fewer'} cells than columns")
-                    try:
-                        parsed = {k: _parse(v, types.get(k)) for k, v in r.items()}
-                    except (ValueError, RecursionError) as e:
-                        raise ValueError(f"{path}:{n}: a cell that is not what its column holds "
-                                         f"({str(e).split(';')[0][:200]})") from None
-                    rows.append(check_row(parsed, f"{path}:{n}"))
-        except (UnicodeDecodeError, csv.Error) as e:
-            raise ValueError(f"{path}: not a result CSV ({e})") from None
-        return ResultRows(rows, meta.get("provenance", {}))
-    raise ValueError(f"result file must end in .jsonl or .csv, got {path.name!r}")

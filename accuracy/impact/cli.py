@@ -83,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
             ok, why = fn.impl.available()
             if not ok:
                 raise ValueError(f"implementation {n} cannot run here: {why}")
-        from zyfa.accuracy.runner import resolve_device
+        from zyfa.accuracy.io.device import resolve_device
 
         device = resolve_device(args.device)
         layer_recipes = [get_recipe(r).name for r in split_spec_list(args.layer_recipes)]

@@ -13,21 +13,27 @@ Exposed:
     ResultsFile                                   ``--out`` of a run: refuse / force / resume, rows
                                                   appended to ``<out>.partial`` as they finish, the
                                                   finished file written atomically
+    write_results(rows, path, provenance=None)    .jsonl (provenance header record) or .csv (+ sidecar), atomic
+    read_results(path) -> ResultRows              rows checked (a foreign file fails naming path and line)
+    ResultRows                                    a list of flat dict rows with ``.provenance`` and ``.run_id``
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
+from zyfa.outputs import AppendLog, OutputError, RunLock, atomic_write_text, check_writable, partial_path
 from zyfa.recipes import ACCUMULATOR_ALIASES
 
-__all__ = ["ACROSS_RUNS_IDENTITY", "IMPACT_IDENTITY", "IMPACT_KINDS", "MAX_JSON_DEPTH", "RUN_IDENTITY", "ResultsFile",
-           "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl", "read_log", "row_key"]
+__all__ = ["ACROSS_RUNS_IDENTITY", "IMPACT_IDENTITY", "IMPACT_KINDS", "MAX_JSON_DEPTH", "RUN_IDENTITY", "ResultRows",
+           "ResultsFile", "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl", "read_log",
+           "read_results", "row_key", "write_results"]
 
 # Row keys of numbers (or null) in an operator result row: error metrics are prefixed with these.
 _METRIC_PREFIXES = ("deq_", "orig_")
@@ -392,3 +398,142 @@ def jsonl_text(rows: Sequence[dict], provenance: dict) -> str:
     """A JSONL result file's text: the provenance record, then one row per line."""
     lines = [json.dumps({"record": "provenance", **provenance})] + [json.dumps(r) for r in rows]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- result files
+
+class ResultRows(list):
+    """Result rows (flat dicts) plus the run's provenance record."""
+
+    def __init__(self, rows: Iterable[dict] = (), provenance: dict | None = None):
+        super().__init__(rows)
+        self.provenance: dict = dict(provenance or {})
+
+    @property
+    def run_id(self) -> str | None:
+        return self.provenance.get("run_id")
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_suffix(".provenance.json")
+
+
+def write_results(rows: Sequence[dict], path: str | Path, provenance: dict | None = None) -> Path:
+    """Write rows as JSONL (first line: ``{"record": "provenance", ...}``) or CSV (+ ``.provenance.json``).
+
+    Each file is written atomically (a temporary file, then a rename): an interrupted write leaves the previous
+    file. Floats are written as numbers (JSON: non-finite ones as ``NaN``/``Infinity``, which Python's json and
+    pandas read; CSV: ``nan``/``inf``). The CSV sidecar also records each column's type so that
+    :func:`read_results` restores them exactly.
+    """
+    path = Path(path)
+    prov = provenance if provenance is not None else getattr(rows, "provenance", {})
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".csv"):
+        raise ValueError(f"result file must end in .jsonl or .csv, got {path.name!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".jsonl":
+        atomic_write_text(path, jsonl_text(rows, prov))
+        return path
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(k for k in row if k not in columns)
+    types = {c: _column_type([row.get(c) for row in rows]) for c in columns}
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow(columns)
+    for row in rows:
+        w.writerow([_cell(row.get(c)) for c in columns])
+    atomic_write_text(_sidecar(path), json.dumps({"provenance": prov, "columns": types}, indent=1) + "\n")
+    atomic_write_text(path, buf.getvalue())
+    return path
+
+
+def _column_type(values: list) -> str:
+    kinds = {type(v) for v in values if v is not None}
+    if not kinds:
+        return "str"
+    if kinds == {bool}:
+        return "bool"
+    if kinds == {int}:
+        return "int"
+    if kinds <= {int, float}:
+        return "float"
+    if kinds == {str}:
+        return "str"
+    return "json"
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)  # shortest round-trip form; nan, inf, -inf
+    if isinstance(v, (int, str)):
+        return str(v)
+    return json.dumps(v)
+
+
+def _parse(cell: str, kind: str | None):
+    if kind == "str":
+        return cell if cell != "" else None
+    if cell == "":
+        return None
+    if kind == "bool":
+        return cell.lower() == "true"
+    if kind == "int":
+        return int(cell)
+    if kind == "float":
+        return float(cell)
+    if kind == "json":
+        try:
+            return loads_checked(cell, "cell")
+        except ValueError:
+            return cell
+    # no sidecar: best guess
+    if cell.lower() in ("true", "false"):
+        return cell.lower() == "true"
+    for conv in (int, float):
+        try:
+            return conv(cell)
+        except ValueError:
+            pass
+    return cell
+
+
+def read_results(path: str | Path) -> ResultRows:
+    """Rows and provenance from a file written by :func:`write_results`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"result file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return ResultRows(*read_jsonl(path))
+    if suffix == ".csv":
+        side = _sidecar(path)
+        try:
+            meta = loads_checked(side.read_text(), str(side)) if side.is_file() else {}
+        except (ValueError, UnicodeDecodeError):
+            raise ValueError(f"{side}: not JSON (the sidecar of {path.name})") from None
+        if not isinstance(meta, dict):
+            raise ValueError(f"{side}: not a provenance sidecar (expected a JSON object)")
+        types = meta.get("columns", {})
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                reader = csv.DictReader(f)
+                rows = []
+                for n, r in enumerate(reader, 2):
+                    if None in r or None in r.values():
+                        raise ValueError(f"{path}:{n}: {'more' if None in r else 'fewer'} cells than columns")
+                    try:
+                        parsed = {k: _parse(v, types.get(k)) for k, v in r.items()}
+                    except (ValueError, RecursionError) as e:
+                        raise ValueError(f"{path}:{n}: a cell that is not what its column holds "
+                                         f"({str(e).split(';')[0][:200]})") from None
+                    rows.append(check_row(parsed, f"{path}:{n}"))
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise ValueError(f"{path}: not a result CSV ({e})") from None
+        return ResultRows(rows, meta.get("provenance", {}))
+    raise ValueError(f"result file must end in .jsonl or .csv, got {path.name!r}")

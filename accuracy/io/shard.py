@@ -46,7 +46,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from zyfa.accuracy.io.results_io import read_log, row_key
+from zyfa.accuracy.io.results_io import read_log, row_key, write_results
 
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
@@ -536,8 +536,6 @@ class RankRows:
         return sharding_summary(self.dist, rows, time.perf_counter() - self._t0 if self._t0 is not None else 0.0)
 
     def rows_in_order(self, keys: Sequence[tuple]) -> list[dict] | None:
-        from zyfa.accuracy.runner import write_results
-
         return self.results.finish(keys, lambda rows: {**(self.provenance or self._start), **self.sharding(rows)},
                                    write_results)
 

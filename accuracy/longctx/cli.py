@@ -279,11 +279,11 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.accuracy.ablation import ablation_tags, parse_ablation
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
+    from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.provenance import provenance
     from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text
     from zyfa.accuracy.io.run_harness import WorkBudget, refuse_unavailable
     from zyfa.accuracy.longctx.run import GridSpec, run_longctx
-    from zyfa.accuracy.runner import resolve_device
     from zyfa.capture.text import UnknownTextError, check_text
 
     from zyfa.outputs import OutputError, atomic_write_text

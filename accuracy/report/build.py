@@ -91,7 +91,7 @@ class Results:
 def _read_one(path: Path) -> tuple[list[dict], dict]:
     if path.suffix.lower() == ".jsonl":  # no torch import needed for JSONL; every line checked by its schema
         return read_rows(path)
-    from zyfa.accuracy.runner import read_results
+    from zyfa.accuracy.io.results_io import read_results
 
     rows = read_results(path)
     return list(rows), check_provenance(rows.provenance or {}, f"{path} (its provenance)")

@@ -177,7 +177,7 @@ def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes,
     """``--dry-run [N]``: the accuracy rows per rank with estimated seconds; writes nothing."""
     import os
 
-    from zyfa.accuracy.runner import resolve_device
+    from zyfa.accuracy.io.device import resolve_device
 
     dry_run_world(args.dry_run)  # a bad N is refused on every rank
     if int(os.environ.get("RANK", 0) or 0) != 0:
@@ -262,7 +262,7 @@ def main(args: argparse.Namespace) -> int:
         stage, stage_dir, resumed = _open_stage(out, dist, force=args.force, resume=args.resume)
         inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
                               name_filter=args.gaussian_filter)
-        from zyfa.accuracy.runner import resolve_device  # torch: only once the arguments are checked
+        from zyfa.accuracy.io.device import resolve_device  # torch: only once the arguments are checked
 
         device = rank_device(resolve_device(args.device), dist)
         cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
@@ -291,7 +291,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
     from zyfa.accuracy.inputs import file_sha256
-    from zyfa.accuracy.runner import write_results
+    from zyfa.accuracy.io.results_io import write_results
 
     command = _command(args)
     prov = {"study_command": command, "study_mode": mode, "study_notes": notes,

@@ -194,7 +194,7 @@ def _render_only(args) -> int:
     print(f"wrote {paths['png']} and {paths['markdown']}")
     if args.flagged_out:
         from zyfa.accuracy.cliffs import flagged_rows
-        from zyfa.accuracy.runner import write_results
+        from zyfa.accuracy.io.results_io import write_results
 
         kept = flagged_rows(rows, rule)
         write_results(kept, Path(args.flagged_out), {**prov, "rows_kept": (
@@ -231,9 +231,9 @@ def _plan(args) -> _Plan:
         subjects,
     )
     from zyfa.accuracy.implementations import load_plugins, parse_implementations
+    from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.results_io import ResultsFile
     from zyfa.accuracy.io.run_harness import refuse_unavailable
-    from zyfa.accuracy.runner import resolve_device
 
     from zyfa.recipes import parse_recipes
 
@@ -349,8 +349,8 @@ def _source(args, device):
 
 def _run(args, plan: _Plan) -> int:
     from zyfa.accuracy.cliffs import run_cliffs
+    from zyfa.accuracy.io.results_io import write_results
     from zyfa.accuracy.report.cliffs import render
-    from zyfa.accuracy.runner import write_results
 
     results = plan.results
     first = results.provenance if results.resumed_from is not None else {}

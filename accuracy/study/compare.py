@@ -83,7 +83,7 @@ def load_results(path: str | Path) -> Side:
     if p.is_dir():
         raise ValueError(f"{p} is a directory; give a results file (.jsonl), e.g. {p / 'results.jsonl'}")
     if p.suffix.lower() == ".csv":
-        from zyfa.accuracy.runner import read_results  # torch: only for a CSV
+        from zyfa.accuracy.io.results_io import read_results  # torch: only for a CSV
 
         res = read_results(p)
         rows, prov = list(res), res.provenance

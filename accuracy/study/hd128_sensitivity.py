@@ -22,8 +22,9 @@ from pathlib import Path
 
 from zyfa.accuracy.features import head_errors
 from zyfa.accuracy.inputs import capture_inputs
+from zyfa.accuracy.io.results_io import write_results
 from zyfa.accuracy.report.hd128 import SENSITIVITY_PLAN, PlanFileError, load_sensitivity_plan
-from zyfa.accuracy.runner import run_accuracy, write_results
+from zyfa.accuracy.runner import run_accuracy
 
 __all__ = ["main", "run_sensitivity"]
 

@@ -163,8 +163,10 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     ``rows_file`` (:class:`accuracy.io.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
     once their rows are merged (rank 0 computes the features of every row)."""
     from zyfa.accuracy.features import head_errors, input_features
+    from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.p_flushed import flush_count_factor
-    from zyfa.accuracy.runner import ResultRows, resolve_device, run_accuracy
+    from zyfa.accuracy.io.results_io import ResultRows
+    from zyfa.accuracy.runner import run_accuracy
 
     dev = resolve_device(device)
     t0 = time.perf_counter()

@@ -112,9 +112,9 @@ def _run(args: argparse.Namespace) -> int:
     import torch
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
+    from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.provenance import provenance
     from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text
-    from zyfa.accuracy.runner import resolve_device
     from zyfa.accuracy.tasks.humaneval import HumanEvalSpec, load_problems, run_humaneval, select_problems
     from zyfa.accuracy.tasks.sandbox import Limits, network_isolation
     from zyfa.accuracy.tasks.stats import summary_markdown

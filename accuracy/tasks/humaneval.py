@@ -39,10 +39,10 @@ from typing import Any
 import torch
 from zyfa.accuracy.impact.model import STOCK, UnsupportedLayerError, UnsupportedMaskError, model_attention
 from zyfa.accuracy.implementations import ImplementationError
+from zyfa.accuracy.io.device import progress_bar
 from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
 from zyfa.accuracy.longctx.generate import greedy_generate, sequence_drift, sequence_logits
-from zyfa.accuracy.runner import progress_bar
 from zyfa.accuracy.tasks.sandbox import Limits, run_sandboxed
 
 __all__ = ["DATASET", "STOP_SEQUENCES", "HumanEvalSpec", "Problem", "load_problems", "program", "row_input",

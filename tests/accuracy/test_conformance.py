@@ -20,7 +20,7 @@ from zyfa.accuracy.implementations import (
     get_implementation,
     load_plugin,
 )
-from zyfa.accuracy.runner import read_results
+from zyfa.accuracy.io.results_io import read_results
 from zyfa.accuracy.tolerances import SUSPECT_BAND
 
 from zyfa.cli import main

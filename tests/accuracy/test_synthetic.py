@@ -131,7 +131,7 @@ def test_cli_runs_a_synthetic_input_and_refuses_a_bad_key_in_one_line(tmp_path):
                          "zyfa,ck", "--device", "cpu", "--no-progress", "--out", str(out)],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    from zyfa.accuracy.runner import read_results
+    from zyfa.accuracy.io.results_io import read_results
 
     rows = read_results(out)
     assert [r["recipe"] for r in rows] == ["zyfa", "ck"]

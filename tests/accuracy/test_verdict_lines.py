@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from zyfa.accuracy.io.results_io import read_results
 from zyfa.accuracy.kernel_verdicts import verdict_lines
-from zyfa.accuracy.runner import read_results
 
 from zyfa.cli import main
 

@@ -256,7 +256,7 @@ def test_console_errors_are_caught(tmp_path):
 
 
 def test_csv_results_render_the_same_tables(small_results, tmp_path):
-    from zyfa.accuracy.runner import read_results, write_results
+    from zyfa.accuracy.io.results_io import read_results, write_results
 
     path, _ = small_results
     csv = write_results(read_results(path), tmp_path / "results.csv")
