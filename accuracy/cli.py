@@ -22,7 +22,7 @@ not run, with the reason.
 Bad input (an unknown recipe, an unsupported head dim, a missing file, an input too large for the device's
 memory, a ``--kernel`` that does not load) exits with status 2 and one line on stderr naming the problem. A run
 whose rows include failed or nonconforming ones writes every row, prints each implementation's verdict with its
-reason on stderr (:func:`zyfa.accuracy.kernel_verdicts.verdict_lines`) and exits with status 3
+reason on stderr (:func:`zyfa.accuracy.scoring.kernel_verdicts.verdict_lines`) and exits with status 3
 (``--allow-failed``: 0). ``--kernel`` imports the named module or file: its top-level code runs in this
 process.
 
@@ -53,8 +53,8 @@ from pathlib import Path
 
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.shard import wants_sharding
-from zyfa.accuracy.kernel_verdicts import verdict_lines
-from zyfa.accuracy.metric_names import ERROR_METRICS
+from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
+from zyfa.accuracy.scoring.metric_names import ERROR_METRICS
 
 from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ablate", nargs=2, action="append", metavar=("IMPL", "FIELD=V1,V2"),
                         help="a one-factor ablation: IMPL (a recipe spec, or triton:SPEC for our kernel) once per "
                              "value of FIELD, on the same inputs; rows carry ablation_base/_field/_value "
-                             "(accuracy.ablation pairs them per input). Repeatable")
+                             "(accuracy.scoring.ablation pairs them per input). Repeatable")
     parser.add_argument("--platform", default=None,
                         help="emulate every recipe on this GPU's arithmetic: h200 or mi355x (default: each "
                              "recipe's own; a recipe moved off its own platform is named NAME@PLATFORM)")
@@ -420,7 +420,7 @@ def read_provenance(path: Path) -> dict:
 
 def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> int:
     """The exit status of a finished run, after its verdicts on stderr (one line per implementation that is not
-    a clean ``ok`` with its reason, then the clean ones: :func:`zyfa.accuracy.kernel_verdicts.verdict_lines`):
+    a clean ``ok`` with its reason, then the clean ones: :func:`zyfa.accuracy.scoring.kernel_verdicts.verdict_lines`):
     :data:`EXIT_FAILED_ROWS` when rows failed (``status`` in :data:`FAILED_STATUSES`), unless ``allow``
     (``--allow-failed``); else 0."""
     for line in verdict_lines(rows):
@@ -483,8 +483,9 @@ def _parse_implementations(args: argparse.Namespace) -> list:
 
 
 def _ablations(args: argparse.Namespace) -> list:
-    """--ablate IMPL FIELD=V1,V2 -> :class:`accuracy.ablation.Ablation` each (SpecError, one line, for a bad one)."""
-    from zyfa.accuracy.ablation import parse_ablation
+    """--ablate IMPL FIELD=V1,V2 -> :class:`accuracy.scoring.ablation.Ablation` each (SpecError, one line, for a bad
+    one)."""
+    from zyfa.accuracy.scoring.ablation import parse_ablation
 
     return [parse_ablation(base, assignment) for base, assignment in (getattr(args, "ablate", None) or [])]
 
@@ -492,8 +493,8 @@ def _ablations(args: argparse.Namespace) -> list:
 def _ablation_tagger(args: argparse.Namespace):
     """A function adding a row's ablation group (ablation_base, _field, _value) to it, in place; rows are matched
     by the name they carry (the recipe's canonical name on --platform, or the implementation's)."""
-    from zyfa.accuracy.ablation import ablation_tags
     from zyfa.accuracy.implementations import get_implementation
+    from zyfa.accuracy.scoring.ablation import ablation_tags
 
     from zyfa.recipes import get_recipe
 

@@ -31,7 +31,8 @@ one query group of the input with the hidden keys' values raised, those rows com
 miss makes that row ``nonconforming``.
 
 Also here: :func:`suspect_reason` (a paired row whose real/emulated error ratio is outside
-:data:`zyfa.accuracy.tolerances.SUSPECT_BAND` gets ``status: suspect``), and :func:`pairing_warning` (a kernel that
+:data:`zyfa.accuracy.scoring.tolerances.SUSPECT_BAND` gets ``status: suspect``), and :func:`pairing_warning` (a kernel
+that
 reports its quantization granularity, an
 optional attribute ``fn.quantization`` of a plug-in: ``"tensor"``, ``"head"``, ... or a dict per tensor
 ``{"q": ..., "k": ..., "v": ...}``, paired with a recipe that quantizes otherwise).
@@ -54,7 +55,7 @@ from zyfa.accuracy.implementations import (
     unsupported_reason,
 )
 from zyfa.accuracy.inputs import AttentionInput
-from zyfa.accuracy.tolerances import SUSPECT_BAND
+from zyfa.accuracy.scoring.tolerances import SUSPECT_BAND
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.norms import rel_l2
@@ -331,7 +332,7 @@ def probe_cached(impl: Implementation, device: str | torch.device = "cpu") -> Co
 
 def suspect_reason(row: dict) -> str | None:
     """Why a paired real row is suspect (its ``real_emu_ratio`` outside
-    :data:`zyfa.accuracy.tolerances.SUSPECT_BAND`), or None."""
+    :data:`zyfa.accuracy.scoring.tolerances.SUSPECT_BAND`), or None."""
     ratio = row.get("real_emu_ratio")
     if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
         return None

@@ -49,7 +49,7 @@ from zyfa.accuracy.implementations import (
 )
 from zyfa.accuracy.inputs import AttentionInput
 from zyfa.accuracy.io.provenance import device_name
-from zyfa.accuracy.metrics import compute_metrics
+from zyfa.accuracy.scoring.metrics import compute_metrics
 
 from zyfa.formats import round_to_fp8
 from zyfa.norms import rel_l2

@@ -43,8 +43,8 @@ from zyfa.accuracy.inputs import AttentionInput
 from zyfa.accuracy.io.device import ORACLE_CHUNK, check_memory, progress_bar, resolve_device, sync_device
 from zyfa.accuracy.io.provenance import device_name, provenance
 from zyfa.accuracy.io.results_io import ResultRows, row_key
-from zyfa.accuracy.metrics import compute_metrics
 from zyfa.accuracy.real_rows import implementation_row
+from zyfa.accuracy.scoring.metrics import compute_metrics
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.dispatch import route_input

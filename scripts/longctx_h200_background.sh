@@ -23,7 +23,7 @@ STATE=${1:?usage: longctx_h200_background.sh STATE DEADLINE_EPOCH}
 DEADLINE=${2:?usage: longctx_h200_background.sh STATE DEADLINE_EPOCH}
 PLAN=${PLAN:-}
 if [ -n "$PLAN" ] && [ -z "${MODELS:-}" ]; then
-  MODELS=$(python3 -c "from accuracy.plan import load_plan; print(' '.join(load_plan('$PLAN').models))")
+  MODELS=$(python3 -c "from accuracy.scoring.plan import load_plan; print(' '.join(load_plan('$PLAN').models))")
 fi
 MODELS=${MODELS:-smollm2 gemma3 qwen25coder}
 IMPLS=${IMPLS:-sdpa-fp32,stock,triton:zyfa-hopper,triton:zyfa,triton:fa3,triton:ck,triton:aiter,cudnn-fp8,flashinfer-fa3}

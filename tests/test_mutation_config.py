@@ -24,7 +24,7 @@ ISSUE_MODULES = {
     "zyfa/emulator_tile.py",  # emulate's tile steps, moved out of zyfa/emulator.py
     "zyfa/recipes.py",
     "reference/attention.py",
-    "accuracy/metrics.py",
+    "accuracy/scoring/metrics.py",
     "accuracy/inputs.py",
     "capture/store.py",
 }

@@ -11,7 +11,7 @@ Facts and homes:
     row identity                 accuracy/io/results_io.py (row_key and its field tuples)
     shared FP64-reference key    zyfa/emulator.py       (QUANT_FIELDS, quantization_key)
     git reader                   capture/version.py     (git_state, git_label)
-    kernel-vs-emulation bands    accuracy/tolerances.py (Band and its entries)
+    kernel-vs-emulation bands    accuracy/scoring/tolerances.py (Band and its entries)
     cuDNN FP8 graph              zyfa/peers/cudnn_fp8.py (built there once; the bench times what zyfa.peers prepare)
     peer names                   zyfa/peers/names.py    (PEER_NAMES, BENCH_PEERS, OLD_NAMES)
     UsageError                   accuracy/io/command.py
@@ -100,7 +100,7 @@ FACTS = (
         r"rank \{\w+\} \{len\(\w+\)\} (rows|cells)",  # the ranks line
         r"[\"']world_size[\"']:\s*[\w.]+,\s*[\"']backend[\"']",  # the sharding provenance
     ), folders=("zyfa", "reference", "capture", "accuracy", "scripts", "examples")),
-    Fact("kernel-vs-emulation band", "accuracy/tolerances.py", (
+    Fact("kernel-vs-emulation band", "accuracy/scoring/tolerances.py", (
         r"-\s*1\)\s*[<>]=?\s*0\.0[13]\b",  # abs(ratio - 1) <= 0.03
         r"-\s*1\)\s*[<>]=?\s*[A-Z0-9_]*TOL\b",  # abs(ratio - 1) > H200_TOL
         r"\b[A-Z_]*BAND\s*=\s*\(",  # a band tuple

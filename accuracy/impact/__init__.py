@@ -10,7 +10,7 @@ model (transformers' ``sdpa``, run once per window and reused) we report:
   window's own next tokens, positions 0..s-2);
 * ``kl_mean``: mean over positions of KL(stock || recipe) of the next-token distributions, in nats/token
   (computed in float64 from the fp32 logits), plus its p99 and max, and the top-1 agreement;
-* confidence intervals over windows (scipy bootstrap, accuracy.metrics.bootstrap_ci) and, because windows
+* confidence intervals over windows (scipy bootstrap, accuracy.scoring.metrics.bootstrap_ci) and, because windows
   are few, also over 256-token blocks of all windows pooled (blocks are not independent: a rough guide);
 * per-layer sensitivity: one layer swapped at a time; that layer sees exactly the stock q/k/v, so the
   recipe's operator error there (rel-L2 against reference.attention_fp64 of the original q/k/v, and of the

@@ -20,11 +20,11 @@ from zyfa.accuracy.report.blocks import blocks_markdown as _blocks_markdown
 from zyfa.accuracy.report.blocks import fmt, fmt_ci, sharding_line, slug
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.plots import png, pyplot
-from zyfa.accuracy.verdict import spearman_with_p
+from zyfa.accuracy.scoring.verdict import spearman_with_p
 
 
 def _ci(values, *, seed: int = 0):
-    from zyfa.accuracy.metrics import bootstrap_ci
+    from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
     return bootstrap_ci(np.asarray(values, dtype=np.float64), seed=seed)
 
@@ -32,7 +32,8 @@ def _ci(values, *, seed: int = 0):
 def summarize(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     """All-layer rows aggregated per (model, n_tokens, text) and recipe, recipes by mean KL (prepared rows).
 
-    Each entry: recipe, windows (sorted window indices), rows, and the CIs over windows (``zyfa.accuracy.metrics.CI``)
+    Each entry: recipe, windows (sorted window indices), rows, and the CIs over windows
+    (``zyfa.accuracy.scoring.metrics.CI``)
     ``ppl_ratio``, ``delta_ppl``, ``kl``; ``kl_blocks`` (pooled 256-token blocks, or None); means ``kl_p99``,
     ``top1``, ``p_flushed`` (NaN where a row has none).
     """
@@ -244,7 +245,8 @@ def command_of(argv: list[str]) -> str | None:
 
 
 def _spearman(stats, x: np.ndarray, y: np.ndarray) -> str:
-    """ρ with its two-sided p and n (the layers where both values are finite): accuracy.verdict.spearman_with_p."""
+    """ρ with its two-sided p and n (the layers where both values are finite):
+    accuracy.scoring.verdict.spearman_with_p."""
     rho, p, n = spearman_with_p(x, y)
     return "-" if not math.isfinite(rho) else f"{rho:+.2f} (p={p:.2g}, n={n})"
 

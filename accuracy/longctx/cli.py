@@ -27,7 +27,7 @@ Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
 
 One-factor ablation: ``--ablate triton:fa3 accum_flush_tiles=0,1`` runs the kernel (or a recipe's emulation) once
 per value of that one field on the same prompts; rows carry ``ablation_base``/``_field``/``_value`` and
-:func:`zyfa.accuracy.ablation.ablation_pairs` pairs them per prompt.
+:func:`zyfa.accuracy.scoring.ablation.ablation_pairs` pairs them per prompt.
 
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` splits the (model, task, length,
 implementation) cells over the ranks; each rank loads only its models and rank 0 merges the rows in the grid's order;
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.shard import say, wants_sharding
-from zyfa.accuracy.kernel_verdicts import verdict_lines
+from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
 from zyfa.capture.fetch import FetchError
 from zyfa.capture.models import prepare_sources
 
@@ -76,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ablate", nargs=2, action="append", metavar=("IMPL", "FIELD=V1,V2"),
                         help="a one-factor ablation: IMPL (a recipe spec, or triton:SPEC for our kernel) once per "
                              "value of FIELD, on the same prompts; rows carry ablation_base/_field/_value "
-                             "(accuracy.ablation pairs them per prompt). Repeatable; without --implementations "
+                             "(accuracy.scoring.ablation pairs them per prompt). Repeatable; without --implementations "
                              "only the ablation runs")
     add_wall_arguments(parser)
     parser.add_argument("--tasks", default="needle,passkey",
@@ -127,9 +127,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cliffs", default=None, metavar="JSONL",
                         help="with --render: the cliff finder's results to table beside it")
     parser.add_argument("--plan", default=None, metavar="FILE",
-                        help="a study plan (TOML, accuracy/plan.py; e.g. studies/accumulator.toml): it supplies the "
-                             "models, tasks, lengths, depths, implementations and facts (seeds), overriding those "
-                             "flags, and every row records its hash; with --render: the verdicts by its rule")
+                        help="a study plan (TOML, accuracy/scoring/plan.py; e.g. studies/accumulator.toml): it "
+                             "supplies the models, tasks, lengths, depths, implementations and facts (seeds), "
+                             "overriding those flags, and every row records its hash; with --render: the verdicts by "
+                             "its rule")
     parser.add_argument("--calibrate", default=None, metavar="RESULTS",
                         help="print, per (model, task, length), the baseline's accuracy in RESULTS (JSONL, "
                              "comma-separated) and whether it lies in the 60-90%% band; runs nothing")
@@ -243,7 +244,7 @@ def _apply_plan(args: argparse.Namespace) -> None:
     """Check the plan before any work and let it supply the grid (models, tasks, lengths, depths, implementations,
     facts as seeds); its name and hash go into every row (``args.plan_fields``)."""
     from zyfa.accuracy.longctx.tasks import TASKS
-    from zyfa.accuracy.plan import PlanError, check_plan, load_plan
+    from zyfa.accuracy.scoring.plan import PlanError, check_plan, load_plan
 
     try:
         plan = load_plan(args.plan)
@@ -276,7 +277,6 @@ def _apply_plan(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     import torch
-    from zyfa.accuracy.ablation import ablation_tags, parse_ablation
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations import load_plugins
     from zyfa.accuracy.io.device import resolve_device
@@ -284,6 +284,7 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text
     from zyfa.accuracy.io.run_harness import WorkBudget, refuse_unavailable
     from zyfa.accuracy.longctx.run import GridSpec, run_longctx
+    from zyfa.accuracy.scoring.ablation import ablation_tags, parse_ablation
     from zyfa.capture.text import UnknownTextError, check_text
 
     from zyfa.outputs import OutputError, atomic_write_text

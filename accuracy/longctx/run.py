@@ -69,7 +69,7 @@ class GridSpec:
     op_layers: int = 3  # layers whose operator error is measured (first, middle, last, ...)
     fallback: str | None = None  # "stock": layers an implementation refuses run the model's own attention
     row_fields: dict[str, Any] = field(default_factory=dict)  # added to every row (a study plan's name and hash)
-    # implementation name -> fields every row of it carries (an --ablate group: accuracy.ablation)
+    # implementation name -> fields every row of it carries (an --ablate group: accuracy.scoring.ablation)
     row_tags: dict[str, dict[str, str]] = field(default_factory=dict)
     # with fallback "stock": "equal" swaps only the layers every implementation takes (the rest run stock for all,
     # accuracy.longctx.coverage); "own" lets each implementation fall back on its own

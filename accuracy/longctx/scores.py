@@ -10,7 +10,7 @@ Rules (docs/LONGCTX.md):
 - Accuracy is the fraction of prompts whose greedy answer is exact, with a 95% Wilson score interval.
 - The paired difference is, per prompt, ``log p(answer | implementation) - log p(answer | baseline)``; its mean
   over the prompts of the retrieving cells of a length has a 95% bootstrap interval
-  (:func:`zyfa.accuracy.metrics.bootstrap_ci`). The accuracy drop is the baseline's accuracy minus the
+  (:func:`zyfa.accuracy.scoring.metrics.bootstrap_ci`). The accuracy drop is the baseline's accuracy minus the
   implementation's on the same prompts.
 
 Exposed: ``BASELINES``, ``BASELINE_MIN``, ``load_rows``, ``baseline_of``, ``wilson``, ``cell_table``,
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from zyfa.accuracy.io.schemas import read_rows
-from zyfa.accuracy.metrics import bootstrap_ci
+from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
 __all__ = ["BASELINES", "BASELINE_MIN", "accumulator_comparison", "baseline_of", "cell_table", "length_table",
            "load_rows", "retrieving_lengths", "wilson"]

@@ -24,10 +24,10 @@ from zyfa.accuracy.longctx.scores import (
     retrieving_lengths,
 )
 from zyfa.accuracy.longctx.verdicts import plan_blocks
-from zyfa.accuracy.plan import PlanError, check_rows, load_plan
 from zyfa.accuracy.report.blocks import md_cell, sharding_line, slug
 from zyfa.accuracy.report.document import Doc, write_report
 from zyfa.accuracy.report.plots import png, pyplot
+from zyfa.accuracy.scoring.plan import PlanError, check_rows, load_plan
 
 __all__ = ["RenderError", "accumulator_group", "cliff_table", "headline", "hypothesis", "never_flushed_lower",
            "render_folder", "section_blocks"]
@@ -404,7 +404,8 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
                   plan: str | None = None) -> Path:
     """Render long-context results (JSONL paths or globs) into ``out_dir``: report.md, report.html, figures.
     An existing report.md there is kept unless ``force``. ``plan``: a study plan file; its verdicts lead the
-    report, and rows not written under the plan as it is now are refused (:func:`zyfa.accuracy.plan.check_rows`)."""
+    report, and rows not written under the plan as it is now are refused
+    (:func:`zyfa.accuracy.scoring.plan.check_rows`)."""
     try:
         rows, provs = load_rows(results)
     except (FileNotFoundError, ValueError) as e:

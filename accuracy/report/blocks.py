@@ -84,7 +84,8 @@ def kind_of(metric: str) -> str:
 
 
 def fmt_ci(ci, kind: str = "err") -> str:
-    """``estimate [low, high]`` of an (estimate, low, high) triple (e.g. ``zyfa.accuracy.metrics.CI``); the estimate
+    """``estimate [low, high]`` of an (estimate, low, high) triple (e.g. ``zyfa.accuracy.scoring.metrics.CI``); the
+    estimate
     alone when the interval is a point or undefined."""
     est, lo, hi = (float(x) for x in ci)
     if lo == hi or math.isnan(lo) or math.isnan(hi):  # one value, or no interval

@@ -41,7 +41,7 @@ from zyfa.accuracy.report.front import model_anchor, section_front
 from zyfa.accuracy.report.plots import png, pyplot
 from zyfa.accuracy.report.real_kernels import measured_label, measured_on, unavailable_of
 from zyfa.accuracy.report.speed import section_speed, speed_anchor
-from zyfa.accuracy.verdict import spearman_with_p
+from zyfa.accuracy.scoring.verdict import spearman_with_p
 
 __all__ = ["GAUSSIAN", "Results", "build_report", "group_of", "load_results", "select_recipes"]
 
@@ -175,8 +175,8 @@ def _val(row: dict, key: str) -> float:
 
 
 def mean_ci(values, *, log: bool = False):
-    """Mean and bootstrap 95% CI (scipy BCa via accuracy.metrics.bootstrap_ci); log: geometric mean."""
-    from zyfa.accuracy.metrics import bootstrap_ci
+    """Mean and bootstrap 95% CI (scipy BCa via accuracy.scoring.metrics.bootstrap_ci); log: geometric mean."""
+    from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:

@@ -4,7 +4,8 @@ and "how fast?", every number with where it came from.
 Computed from the result rows and the benchmark rows:
 
 * the first table, one row per implementation: its verdict (``ok``, ``suspect``, ``nonconforming``, ``failed``,
-  ``not run``; :func:`accuracy.kernel_verdicts.implementation_verdicts`, the same verdicts the scoring commands print)
+  ``not run``; :func:`accuracy.scoring.kernel_verdicts.implementation_verdicts`, the same verdicts the scoring commands
+  print)
   with the reason in the same row, then its error, absolute, with its bootstrap 95% interval, on the captures and
   on the Gaussian inputs, its status (``zyfa.recipes.Recipe.status``: verified, from source, assumed, modelled; a
   real kernel's rows are "measured" on their device) and ``from``: the source of its numbers (:func:`source_label`:
@@ -42,11 +43,11 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
-from zyfa.accuracy.kernel_verdicts import Verdict, implementation_verdicts, short_reason
 from zyfa.accuracy.report.blocks import fmt_ci, slug
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.plots import png, pyplot
 from zyfa.accuracy.report.real_kernels import measured_on
+from zyfa.accuracy.scoring.kernel_verdicts import Verdict, implementation_verdicts, short_reason
 from zyfa.capture.models import MODELS
 
 # ZYFA's ablations: in the details, not on the front page
@@ -108,7 +109,7 @@ def status_of(name: str, rows: Sequence[dict] = ()) -> str:
 
 
 def _ci(values):
-    from zyfa.accuracy.metrics import bootstrap_ci
+    from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
     x = np.asarray([v for v in values if v is not None], dtype=np.float64)
     if x.size == 0:
@@ -148,7 +149,8 @@ def sources_of(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]], th
 def error_table(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] = (),
                 this_run: Sequence[str] = ()) -> list[dict]:
     """One entry per implementation on the front page (:func:`on_front_page`), in the order of the rows (recipes
-    first, then real kernels): name, status, verdict (:func:`zyfa.accuracy.kernel_verdicts.implementation_verdicts`
+    first, then real kernels): name, status, verdict
+    (:func:`zyfa.accuracy.scoring.kernel_verdicts.implementation_verdicts`
     of its rows), source (:func:`source_label` of its rows' files, ``provenances`` as (file label, record),
     ``this_run`` the labels this command wrote), and the (mean, low, high) of ``orig_rel_l2`` and ``deq_rel_l2``
     over the capture inputs and over the Gaussian inputs that ran (status ``ok`` or ``suspect``; NaN triples

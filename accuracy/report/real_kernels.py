@@ -3,7 +3,8 @@
 Built from result rows only (``real: true`` rows of :func:`zyfa.accuracy.runner.run_accuracy` with implementations):
 one table row per (implementation, input) with the real kernel's error against the FP64 oracle, its paired
 recipe's emulation error on the same reference, their ratio and the rel-L2 between the two outputs; rows whose
-ratio falls outside :data:`zyfa.accuracy.tolerances.KERNEL_VS_EMULATION` are flagged. Implementations that failed, could
+ratio falls outside :data:`zyfa.accuracy.scoring.tolerances.KERNEL_VS_EMULATION` are flagged. Implementations that
+failed, could
 not take an input, or were not available on the machine are listed with the reason.
 
 Exposed:
@@ -23,7 +24,7 @@ import math
 from collections.abc import Sequence
 
 from zyfa.accuracy.report.blocks import fmt
-from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_EMULATION
 
 __all__ = ["MEASURED_CAUSES", "measured_label", "measured_on", "not_run", "real_kernel_blocks",
            "real_vs_emulated", "report_section", "split_real", "unavailable_of"]

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from zyfa.accuracy.io.command import UsageError
-from zyfa.accuracy.kernel_verdicts import verdict_lines
+from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
 
 from zyfa.plugins import add_wall_arguments, wall_options
 

@@ -11,8 +11,8 @@ from zyfa.accuracy import runner as runner
 from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
 from zyfa.accuracy.io.provenance import device_name
 from zyfa.accuracy.io.results_io import ResultRows, read_results, write_results
-from zyfa.accuracy.metrics import compute_metrics
 from zyfa.accuracy.runner import run_accuracy
+from zyfa.accuracy.scoring.metrics import compute_metrics
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate

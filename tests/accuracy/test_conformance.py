@@ -21,7 +21,7 @@ from zyfa.accuracy.implementations import (
     load_plugin,
 )
 from zyfa.accuracy.io.results_io import read_results
-from zyfa.accuracy.tolerances import SUSPECT_BAND
+from zyfa.accuracy.scoring.tolerances import SUSPECT_BAND
 
 from zyfa.cli import main
 

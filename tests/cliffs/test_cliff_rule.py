@@ -129,7 +129,7 @@ def test_default_ranges():
 def test_operator_errors_match_compute_metrics():
     import torch
     from zyfa.accuracy.cliffs import operator_errors
-    from zyfa.accuracy.metrics import compute_metrics
+    from zyfa.accuracy.scoring.metrics import compute_metrics
     from zyfa.reference.attention import attention_fp64
 
     g = torch.Generator().manual_seed(3)

@@ -1,7 +1,7 @@
 """GPU tests of the Triton FP8 attention kernel (H200): agreement with the emulator, masks, tails, GQA, MLA.
 
 For each supported shape and recipe the kernel's relative L2 error against the FP64 oracle (on the same
-dequantized inputs) must be within 3% (accuracy.tolerances.KERNEL_VS_EMULATION) of the emulator's error for the
+dequantized inputs) must be within 3% (accuracy.scoring.tolerances.KERNEL_VS_EMULATION) of the emulator's error for the
 same recipe and inputs (run on the GPU), and the two outputs themselves must agree (:func:`_agreement`): a kernel
 with a different error of the same size fails there even when the error magnitudes match.
 Skipped without a Hopper GPU (tests/conftest.py).
@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 import torch
-from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION, KERNEL_VS_H200_EMULATION
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_EMULATION, KERNEL_VS_H200_EMULATION
 
 from zyfa.norms import rel_l2
 

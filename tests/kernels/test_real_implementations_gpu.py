@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION, NO_CLAIM_BAND
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_EMULATION, NO_CLAIM_BAND
 
 from zyfa.norms import rel_l2, rel_l2_from_terms, rel_l2_terms
 

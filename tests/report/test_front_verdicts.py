@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from zyfa.accuracy.api import measure
 from zyfa.accuracy.io.results_io import write_results
-from zyfa.accuracy.kernel_verdicts import implementation_verdicts, short_reason, verdict_lines
 from zyfa.accuracy.report.build import build_report, load_results
 from zyfa.accuracy.report.document import Doc, render_html, render_markdown
 from zyfa.accuracy.report.front import (
@@ -36,6 +35,7 @@ from zyfa.accuracy.report.front import (
     sources_of,
 )
 from zyfa.accuracy.report.speed import load_bench
+from zyfa.accuracy.scoring.kernel_verdicts import implementation_verdicts, short_reason, verdict_lines
 from zyfa.capture.models import MODELS
 
 from tests.report.conftest import FLOAT, html_tables, md_tables

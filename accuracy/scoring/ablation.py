@@ -8,7 +8,7 @@ overrides and platform kept, only that field set). Every row of those specs reco
 ``ablation_base`` (the base spec as given), ``ablation_field`` and ``ablation_value`` (the value as the grammar
 writes it). :func:`ablation_pairs` aligns the rows of one group per unit (the row's ``input``: an input of
 ``zyfa accuracy``, a prompt of ``zyfa longctx``) into one array per value, for a paired comparison
-(``zyfa.accuracy.verdict.paired_verdict(unit_ids, a, b, ...)``).
+(``zyfa.accuracy.scoring.verdict.paired_verdict(unit_ids, a, b, ...)``).
 
 Exposed: :class:`Ablation`, :func:`parse_ablation`, :func:`ablation_tags`, :class:`AblationPairs`,
 :func:`ablation_pairs`.

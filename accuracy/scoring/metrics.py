@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from zyfa.accuracy.metric_names import ERROR_METRICS
+from zyfa.accuracy.scoring.metric_names import ERROR_METRICS
 
 from zyfa.norms import rel_l2_from_terms
 

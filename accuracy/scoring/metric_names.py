@@ -1,5 +1,5 @@
 """The names of the error metrics (no torch: the CLIs list them in their flags before any heavy import);
-:func:`zyfa.accuracy.metrics.compute_metrics` computes them."""
+:func:`zyfa.accuracy.scoring.metrics.compute_metrics` computes them."""
 
 # The float metrics of compute_metrics, in table order; the remaining keys are flags and counts.
 ERROR_METRICS = (
