@@ -32,7 +32,7 @@ from zyfa.accuracy.implementations import (
     callable_implementation,
     load_plugin,
 )
-from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
+from zyfa.accuracy.inputs.attention_input import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
 from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.results_io import ResultRows
 from zyfa.accuracy.runner import run_accuracy
@@ -50,7 +50,8 @@ def api_inputs(inputs="gaussian", *, seq: int = GAUSSIAN["seq"], head_dim: int =
                max_tokens: int | None = None, device="cpu") -> list[AttentionInput]:
     """The inputs of :func:`measure`: ``"gaussian"`` (a no-mask and a causal Gaussian input of ``seq`` tokens,
     ``heads`` heads, head dim ``head_dim``), a capture file's path (.h5; ``layers`` and ``max_tokens`` select), a
-    :class:`~accuracy.inputs.GaussianSpec`, an :class:`~accuracy.inputs.AttentionInput`, or a list of these.
+    :class:`~accuracy.inputs.attention_input.GaussianSpec`, an
+    :class:`~accuracy.inputs.attention_input.AttentionInput`, or a list of these.
 
     Raises:
         ValueError: an item that is none of these, or a missing file.

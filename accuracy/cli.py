@@ -84,7 +84,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "arithmetic); orig_* with the FP64 oracle on the original inputs (adds the Q/K/V quantization).")
     parser.add_argument("--inputs", default="gaussian",
                         help="'gaussian', 'synthetic:KEY=VALUE,...' (controlled attention entropy, sink, K outliers: "
-                             "accuracy/synthetic.py), or capture file(s) (.h5), comma-separated (default: gaussian)")
+                             "accuracy/inputs/synthetic.py), or capture file(s) (.h5), comma-separated (default: "
+                             "gaussian)")
     parser.add_argument("--recipes", default=None,
                         help=f"comma-separated recipe specs, or 'all' (default: {DEFAULT_RECIPES}; none with "
                              "--ablate); NAME@PLATFORM runs one on another platform, NAME:field=value,... with "
@@ -561,8 +562,8 @@ def _int_list(spec: str, flag: str) -> list[int]:
 def _plan_inputs(args: argparse.Namespace):
     """The inputs the flags name, checked without drawing or reading anything (no torch: :func:`check_args`):
     (GaussianSpec or None, SyntheticSpecs, capture files)."""
-    from zyfa.accuracy.gaussian_spec import GaussianSpec
-    from zyfa.accuracy.synthetic_spec import is_synthetic, parse_synthetic, split_inputs
+    from zyfa.accuracy.inputs.gaussian_spec import GaussianSpec
+    from zyfa.accuracy.inputs.synthetic_spec import is_synthetic, parse_synthetic, split_inputs
 
     items = split_inputs(args.inputs)
     if not items:
@@ -615,9 +616,9 @@ def _plan_inputs(args: argparse.Namespace):
 
 
 def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
-    from zyfa.accuracy.inputs import capture_inputs, make_gaussian
+    from zyfa.accuracy.inputs.attention_input import capture_inputs, make_gaussian
+    from zyfa.accuracy.inputs.synthetic import make_synthetic
     from zyfa.accuracy.io.device import check_memory
-    from zyfa.accuracy.synthetic import make_synthetic
 
     spec, synthetic, files = _plan_inputs(args)
     gaussian = spec is not None

@@ -177,7 +177,7 @@ def _chunk_suffix(shape: str, chunk: int) -> str:
 class GaussianSource:
     """Gaussian inputs: at length L, ``make_gaussian(spec with seq=L, not causal)``; the mask is the point's."""
 
-    spec: Any  # accuracy.inputs.GaussianSpec (its seq and causal are replaced per point)
+    spec: Any  # accuracy.inputs.attention_input.GaussianSpec (its seq and causal are replaced per point)
     max_length: int | None = None  # no limit
 
     @property
@@ -188,7 +188,7 @@ class GaussianSource:
         return dataclasses.replace(self.spec, seq=length, causal=mask == "causal").name + _chunk_suffix(shape, chunk)
 
     def input_at(self, length: int):
-        from zyfa.accuracy.inputs import make_gaussian
+        from zyfa.accuracy.inputs.attention_input import make_gaussian
 
         return make_gaussian(dataclasses.replace(self.spec, seq=length, causal=False, window=None))
 
@@ -203,9 +203,9 @@ class GaussianSource:
 @dataclass(frozen=True)
 class CaptureSource:
     """Prefixes of one captured layer: at length L, its first L tokens (``base`` is the layer at full length,
-    from :func:`zyfa.accuracy.inputs.capture_inputs`). Causal points keep the layer's sliding window."""
+    from :func:`zyfa.accuracy.inputs.attention_input.capture_inputs`). Causal points keep the layer's sliding window."""
 
-    base: Any  # accuracy.inputs.AttentionInput
+    base: Any  # accuracy.inputs.attention_input.AttentionInput
 
     @property
     def kind(self) -> str:
@@ -224,7 +224,7 @@ class CaptureSource:
         return f"{self._stem()}-s{length}{tag}{_chunk_suffix(shape, chunk)}"
 
     def input_at(self, length: int):
-        from zyfa.accuracy.inputs import AttentionInput, content_hash
+        from zyfa.accuracy.inputs.attention_input import AttentionInput, content_hash
 
         b = self.base
         q, k, v = (t[:, :, :length].contiguous() for t in (b.q, b.k, b.v))

@@ -54,7 +54,7 @@ from zyfa.accuracy.implementations import (
     call_implementation,
     unsupported_reason,
 )
-from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.inputs.attention_input import AttentionInput
 from zyfa.accuracy.scoring.tolerances import SUSPECT_BAND
 from zyfa.reference.attention import attention_fp64
 

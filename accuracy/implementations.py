@@ -1,7 +1,8 @@
 """Real attention implementations beside the recipes' emulations: a registry, built-in adapters, user plug-ins.
 
 An :class:`Implementation` is a named callable that runs one attention forward over an
-:class:`~accuracy.inputs.AttentionInput` and returns the output (and the natural-log LSE where it has one).
+:class:`~accuracy.inputs.attention_input.AttentionInput` and returns the output (and the natural-log LSE where it has
+one).
 It carries the recipe whose numerics it claims (so it can be paired with that recipe's emulation), what it
 needs (a device, a package: :meth:`Implementation.available` says whether they are here, and why not), and how
 it quantizes: ``"recipe"`` (it takes the FP8 values the recipe's quantizer, :func:`zyfa.emulator.quantize_inputs`,
@@ -61,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.inputs.attention_input import AttentionInput
 from zyfa.accuracy.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
 
 from zyfa.peers import cudnn_fp8, flash_attn_amd, flashinfer_fa3

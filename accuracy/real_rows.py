@@ -47,7 +47,7 @@ from zyfa.accuracy.implementations import (
     pairing,
     unsupported_reason,
 )
-from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.inputs.attention_input import AttentionInput
 from zyfa.accuracy.io.provenance import device_name
 from zyfa.accuracy.scoring.metrics import compute_metrics
 

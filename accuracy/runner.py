@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from zyfa.accuracy import conformance
 from zyfa.accuracy.implementations import device_platform, pairing
-from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.inputs.attention_input import AttentionInput
 from zyfa.accuracy.io.device import ORACLE_CHUNK, check_memory, progress_bar, resolve_device, sync_device
 from zyfa.accuracy.io.provenance import device_name, provenance
 from zyfa.accuracy.io.results_io import ResultRows, row_key
@@ -79,7 +79,7 @@ def run_accuracy(
     (input, implementation) for the real implementations (:mod:`zyfa.accuracy.implementations`).
 
     Args:
-        inputs: attention inputs (:mod:`zyfa.accuracy.inputs`).
+        inputs: attention inputs (:mod:`zyfa.accuracy.inputs.attention_input`).
         recipes: recipe names or :class:`~zyfa.recipes.Recipe` objects.
         device: "cpu", "cuda" or "auto"; the emulator and the oracle both run there.
         progress: a tqdm bar over (input × recipe) on stderr, labelled ``progress_label``.

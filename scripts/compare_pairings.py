@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         get_implementation,
         unsupported_reason,
     )
-    from zyfa.accuracy.inputs import capture_inputs
+    from zyfa.accuracy.inputs.attention_input import capture_inputs
     from zyfa.reference.attention import attention_fp64
 
     from zyfa.emulator import emulate
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             for path in sorted(glob.glob(pat)):
                 inputs += capture_inputs(path, max_tokens=args.max_tokens)
     if args.gaussian:
-        from zyfa.accuracy.inputs import make_gaussian
+        from zyfa.accuracy.inputs.attention_input import make_gaussian
         from zyfa.accuracy.study.run import gaussian_specs
 
         inputs += [make_gaussian(s) for s in gaussian_specs("default")]

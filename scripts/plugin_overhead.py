@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 from zyfa.accuracy.implementations import call_implementation, load_plugin
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.accuracy.plugin_worker import shutdown_shared_worker
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "fp8_torch_attention.py") + ":attention"

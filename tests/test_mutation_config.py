@@ -25,7 +25,7 @@ ISSUE_MODULES = {
     "zyfa/recipes.py",
     "reference/attention.py",
     "accuracy/scoring/metrics.py",
-    "accuracy/inputs.py",
+    "accuracy/inputs/attention_input.py",
     "capture/store.py",
 }
 

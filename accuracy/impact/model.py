@@ -165,7 +165,7 @@ class ModelAttention(RecipeAttention):
     def __call__(self, module, query, key, value, attention_mask, *, scaling=None, sliding_window=None,
                  dropout=0.0, softcap=None, is_causal=None, **kwargs):
         from zyfa.accuracy.implementations import call_implementation, unsupported_reason
-        from zyfa.accuracy.inputs import AttentionInput
+        from zyfa.accuracy.inputs.attention_input import AttentionInput
 
         layer, window, sm_scale = self.layer_call(module, query, key, attention_mask, scaling=scaling,
                                                   sliding_window=sliding_window, dropout=dropout, softcap=softcap,

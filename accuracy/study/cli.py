@@ -290,7 +290,7 @@ def main(args: argparse.Namespace) -> int:
         give_up(dist, e)
         return 2
 
-    from zyfa.accuracy.inputs import file_sha256
+    from zyfa.accuracy.inputs.attention_input import file_sha256
     from zyfa.accuracy.io.results_io import write_results
 
     command = _command(args)

@@ -294,7 +294,7 @@ def _plan(args) -> _Plan:
 def _source(args, device):
     """(source, its own mask, the zyfa cliffs argv of the input, the zyfa accuracy argv of it or None)."""
     from zyfa.accuracy.cliffs import DEFAULT_MAX_LENGTH, CaptureSource, GaussianSource
-    from zyfa.accuracy.inputs import GaussianSpec, capture_inputs
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec, capture_inputs
 
     dev = ["--device", device.type]
     if args.inputs.strip() == "gaussian":

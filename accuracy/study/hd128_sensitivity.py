@@ -5,7 +5,8 @@ per-head errors the claims table pairs per layer x head.
         --inputs ~/.cache/zyfa/captures/qwen25coder-1.5b-pydoc-2048.h5 --out reports/hd128/sensitivity.jsonl
 
 Rows are those of ``zyfa accuracy`` (:func:`zyfa.accuracy.runner.run_accuracy`) plus ``deq_rel_l2_heads`` and
-``orig_rel_l2_heads`` (:func:`accuracy.features.head_errors`) and ``plan``/``plan_hash``; the peers' rows are not run
+``orig_rel_l2_heads`` (:func:`accuracy.inputs.features.head_errors`) and ``plan``/``plan_hash``; the peers' rows are
+not run
 again (they are in the plan's ``results``, paired on the input's content hash). ``--layers`` runs a subset (a
 slice for a test or a timing); the plan's layers are the default. An existing ``--out`` is refused unless ``--force``.
 
@@ -20,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from zyfa.accuracy.features import head_errors
-from zyfa.accuracy.inputs import capture_inputs
+from zyfa.accuracy.inputs.attention_input import capture_inputs
+from zyfa.accuracy.inputs.features import head_errors
 from zyfa.accuracy.io.results_io import write_results
 from zyfa.accuracy.report.hd128 import SENSITIVITY_PLAN, PlanFileError, load_sensitivity_plan
 from zyfa.accuracy.runner import run_accuracy

@@ -46,7 +46,7 @@ def log(msg: str) -> None:
 def gaussian_specs(mode: str, max_seq: int | None = None, name_filter: str | None = None) -> list:
     """The Gaussian inputs of a study mode ("default", "quick" or "long"), lengths capped at ``max_seq``, only
     those whose name matches the regular expression ``name_filter`` (e.g. ``d128-causal``)."""
-    from zyfa.accuracy.inputs import GaussianSpec
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec
 
     def spec(seq, hd=128, hdv=None, **kw):
         return GaussianSpec(heads_q=1, heads_kv=1, seq=seq, head_dim=hd, head_dim_v=hdv, **kw)
@@ -98,7 +98,7 @@ def default_captures(folder: str = "datasets") -> list[Path]:
 def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
                  max_tokens: int | None = None, name_filter: str | None = None) -> list:
     """Capture inputs (one per layer, all captured heads) then Gaussian inputs."""
-    from zyfa.accuracy.inputs import capture_inputs, make_gaussian
+    from zyfa.accuracy.inputs.attention_input import capture_inputs, make_gaussian
 
     inputs = []
     for path in captures:
@@ -162,7 +162,7 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     are then computed for every row, so a resumed study's rows equal an uninterrupted one's. A sharded rank's
     ``rows_file`` (:class:`accuracy.io.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
     once their rows are merged (rank 0 computes the features of every row)."""
-    from zyfa.accuracy.features import head_errors, input_features
+    from zyfa.accuracy.inputs.features import head_errors, input_features
     from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.p_flushed import flush_count_factor
     from zyfa.accuracy.io.results_io import ResultRows

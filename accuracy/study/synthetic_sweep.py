@@ -48,13 +48,13 @@ import time
 from pathlib import Path
 
 import torch
-from zyfa.accuracy.inputs import AttentionInput, capture_inputs
+from zyfa.accuracy.inputs.attention_input import AttentionInput, capture_inputs
+from zyfa.accuracy.inputs.synthetic import SyntheticSpec, attention_profile, make_synthetic
 from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.provenance import provenance
 from zyfa.accuracy.io.results_io import write_results
 from zyfa.accuracy.report.plots import png, pyplot
 from zyfa.accuracy.runner import run_accuracy
-from zyfa.accuracy.synthetic import SyntheticSpec, attention_profile, make_synthetic
 
 from zyfa.emulator import emulate
 

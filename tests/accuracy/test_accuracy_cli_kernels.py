@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.accuracy.io.results_io import read_results
 from zyfa.reference.attention import attention_fp64
 

@@ -16,7 +16,7 @@ from zyfa.accuracy.implementations import (
     load_plugins,
     parse_implementations,
 )
-from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
+from zyfa.accuracy.inputs.attention_input import AttentionInput, GaussianSpec, make_gaussian
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.norms import rel_l2
@@ -352,7 +352,7 @@ def test_flashinfer_pack_refuses_head_dims_it_does_not_hold(tmp_path, monkeypatc
     import sys
 
     from zyfa.accuracy.implementations import get_implementation
-    from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 
     from zyfa.peers.flashinfer_fa3 import PACK_MANIFEST, packed_head_dims
 

@@ -19,7 +19,7 @@ from zyfa.accuracy.implementations import (
     load_plugin,
     pairing,
 )
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.accuracy.real_rows import implementation_row
 from zyfa.accuracy.report.blocks import blocks_markdown
 from zyfa.accuracy.report.build import load_results, select_recipes

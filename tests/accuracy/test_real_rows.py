@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from zyfa.accuracy.implementations import get_implementation, load_plugin
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.accuracy.real_rows import implementation_row, row_label
 from zyfa.reference.attention import attention_fp64
 

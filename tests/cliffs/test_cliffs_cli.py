@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from zyfa.accuracy.cliffs import ROW_KEYS, GaussianSource, find_flags, read_sweeps, run_cliffs, subjects
-from zyfa.accuracy.inputs import GaussianSpec
+from zyfa.accuracy.inputs.attention_input import GaussianSpec
 
 from tests.faults import kill_when, run_zyfa
 from zyfa.cli import main

@@ -413,7 +413,7 @@ def test_qgmma_in_sass():
 H200_SPECS = ["zyfa", "ck", "aiter", H1, "fa3"]
 H200_GAUSSIAN = {
     **{name: SHAPES[name] for name in ("hd64-gqa-odd", "hd128-causal-gqa", "hd256-b2", "mla-causal", "hd64-window")},
-    "hd128-outliers": "outliers",  # FA3-paper outliers in Q and K (accuracy.inputs.GaussianSpec)
+    "hd128-outliers": "outliers",  # FA3-paper outliers in Q and K (accuracy.inputs.attention_input.GaussianSpec)
 }
 
 
@@ -456,7 +456,7 @@ def _vs_h200(spec, q, k, v, causal, window, sm_scale, what, platform="h200"):
 def _gaussian_h200(name):
     shape = H200_GAUSSIAN[name]
     if shape == "outliers":
-        from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+        from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 
         x = make_gaussian(GaussianSpec(heads_q=4, heads_kv=4, seq=1024, head_dim=128, outlier_frac=0.001,
                                        outlier_scale=10.0, seed=3))
@@ -479,7 +479,7 @@ def test_kernel_within_one_percent_of_its_h200_emulation_on_every_capture_layer(
     """Every layer of the shipped capture (first 1024 tokens, all heads); the failures are listed together."""
     from pathlib import Path
 
-    from zyfa.accuracy.inputs import capture_inputs
+    from zyfa.accuracy.inputs.attention_input import capture_inputs
 
     path = Path(__file__).resolve().parents[2] / "datasets" / capture
     misses = []

@@ -85,7 +85,7 @@ def _input_keys():
 
 @cache
 def _load(key: str):
-    from zyfa.accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec, capture_inputs, make_gaussian
 
     if key.startswith("gaussian"):
         x = make_gaussian(GaussianSpec(**GAUSSIAN[int(key[len("gaussian"):])]))

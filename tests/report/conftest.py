@@ -6,8 +6,8 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from zyfa.accuracy.features import input_features
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
+from zyfa.accuracy.inputs.features import input_features
 from zyfa.accuracy.io.results_io import write_results
 from zyfa.accuracy.runner import run_accuracy
 

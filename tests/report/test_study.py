@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from zyfa.accuracy.features import head_errors, input_features
-from zyfa.accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, capture_inputs, make_gaussian
+from zyfa.accuracy.inputs.features import head_errors, input_features
 from zyfa.accuracy.io.results_io import write_results
 from zyfa.accuracy.report import build, document
 from zyfa.accuracy.runner import run_accuracy

@@ -2,7 +2,7 @@
 
 Exposed:
     AttentionInput           one (q, k, v) problem with its mask, scale and metadata (incl. content hash)
-    GaussianSpec             frozen, validated description of a Gaussian input (accuracy/gaussian_spec.py)
+    GaussianSpec             frozen, validated description of a Gaussian input (accuracy/inputs/gaussian_spec.py)
     make_gaussian(spec)      -> AttentionInput, deterministic in ``spec.seed``
     capture_inputs(path, layers=None, heads=None, max_tokens=None) -> list[AttentionInput]
     content_hash(*tensors, causal=False, window=None)   sha256 of dtypes, shapes, bytes and the mask, 16 hex digits
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from zyfa.accuracy.gaussian_spec import SUPPORTED_HEAD_DIMS, GaussianSpec
+from zyfa.accuracy.inputs.gaussian_spec import SUPPORTED_HEAD_DIMS, GaussianSpec
 from zyfa.accuracy.io.device import available_bytes, check_memory
 
 __all__ = [

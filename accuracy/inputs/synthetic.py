@@ -1,11 +1,13 @@
 """Controlled synthetic attention inputs: Q/K/V whose attention has a chosen entropy, sink and K outlier channels.
 
-Gaussian inputs (:mod:`zyfa.accuracy.inputs`) have diffuse attention (5.4-9.9 nats on the study's shapes), where an
+Gaussian inputs (:mod:`zyfa.accuracy.inputs.attention_input`) have diffuse attention (5.4-9.9 nats on the study's
+shapes), where an
 unscaled e4m3 cast of P flushes almost nothing; real layers are peaked and flush a large part of P. A
 :class:`SyntheticSpec` sets the attention structure instead, so that regime can be swept at any head dim:
 
 - ``entropy``: the mean attention entropy in nats (per query row of softmax(sm_scale·QKᵀ), mask applied,
-  averaged over rows and heads, as :func:`zyfa.accuracy.features.input_features` computes it). Reached by scaling Q
+  averaged over rows and heads, as :func:`zyfa.accuracy.inputs.features.input_features` computes it). Reached by
+  scaling Q
   by a temperature found by root-finding (Brent) on the realised entropy of a fixed subset of query rows.
 - ``sink``: the mean probability on key 0 (an attention sink). One RoPE channel pair (the lowest frequency) is
   reserved: it is zero in every Q and K row except a constant in Q and a single entry in key 0, so it adds a
@@ -20,7 +22,8 @@ unscaled e4m3 cast of P flushes almost nothing; real layers are peaked and flush
 Everything else is N(0, 1): Q's bulk, K's bulk, V. The draws come first, in a fixed order, from one
 ``torch.Generator`` seeded with ``seed``; the calibrated temperature and boost are rounded to a grid
 (1/1024 in log2) so that the tensors are bit-identical from run to run, and the input is hashed like a
-Gaussian one (:func:`zyfa.accuracy.inputs.content_hash`). The realised entropy, sink mass and max|K| are in the
+Gaussian one (:func:`zyfa.accuracy.inputs.attention_input.content_hash`). The realised entropy, sink mass and max|K|
+are in the
 input's ``meta``.
 
 Exposed:
@@ -39,8 +42,14 @@ import dataclasses
 import math
 
 import torch
-from zyfa.accuracy.inputs import AttentionInput, content_hash
-from zyfa.accuracy.synthetic_spec import SYNTHETIC_KEYS, SyntheticSpec, is_synthetic, parse_synthetic, split_inputs
+from zyfa.accuracy.inputs.attention_input import AttentionInput, content_hash
+from zyfa.accuracy.inputs.synthetic_spec import (
+    SYNTHETIC_KEYS,
+    SyntheticSpec,
+    is_synthetic,
+    parse_synthetic,
+    split_inputs,
+)
 
 __all__ = ["SYNTHETIC_KEYS", "SyntheticSpec", "attention_profile", "is_synthetic", "make_synthetic", "parse_synthetic",
            "rope", "split_inputs"]
@@ -95,7 +104,7 @@ def attention_profile(q: torch.Tensor, k: torch.Tensor, *, sm_scale: float | Non
     """Mean attention entropy (nats) and mean probability on key 0 (sink mass) of softmax(sm_scale·QKᵀ),
     over the query ``rows`` (default all; s_q == s_k, causal or not) and every head, in float32.
 
-    The entropy is :func:`zyfa.accuracy.features.input_features`' ``feat_entropy_nats`` (tests hold them equal);
+    The entropy is :func:`zyfa.accuracy.inputs.features.input_features`' ``feat_entropy_nats`` (tests hold them equal);
     this form takes a subset of rows, which the calibration needs."""
     b, h_q, s, d = q.shape
     h_kv = k.shape[1]

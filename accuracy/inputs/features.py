@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 
 import torch
-from zyfa.accuracy.inputs import AttentionInput
+from zyfa.accuracy.inputs.attention_input import AttentionInput
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate

@@ -1,5 +1,6 @@
 """The description of a controlled synthetic input (``synthetic:KEY=VALUE,...``), parsed and checked without
-torch, so that a bad one is refused before any heavy import; :func:`zyfa.accuracy.synthetic.make_synthetic` draws it
+torch, so that a bad one is refused before any heavy import; :func:`zyfa.accuracy.inputs.synthetic.make_synthetic`
+draws it
 (the regime and the calibration are described there).
 
 Exposed:
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from zyfa.accuracy.gaussian_spec import DTYPE_NAMES
+from zyfa.accuracy.inputs.gaussian_spec import DTYPE_NAMES
 
 __all__ = ["PREFIX", "SYNTHETIC_KEYS", "SyntheticSpec", "is_synthetic", "parse_synthetic", "split_inputs"]
 

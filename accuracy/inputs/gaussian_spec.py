@@ -1,6 +1,6 @@
 """The description of a seeded Gaussian attention input, and its checks: no torch, so that ``zyfa accuracy``
 refuses a bad shape in one line before any heavy import (the tensors are drawn by
-:func:`zyfa.accuracy.inputs.make_gaussian`).
+:func:`zyfa.accuracy.inputs.attention_input.make_gaussian`).
 
 Exposed:
     GaussianSpec          frozen, validated description of a Gaussian input (FA3-style outliers optional)
