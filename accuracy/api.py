@@ -1,7 +1,8 @@
 """The Python API: measure a kernel from Python, and a pytest helper for a kernel repository's own tests.
 
 The same work as ``zyfa accuracy --kernel``, through the same runner (:func:`zyfa.accuracy.runner.run_accuracy`) and
-the same plug-in path (:mod:`zyfa.accuracy.implementations`: conformance probes first, then the kernel scored against
+the same plug-in path (:mod:`zyfa.accuracy.implementations.registry`: conformance probes first, then the kernel scored
+against
 the FP64 oracle beside the paired recipe's emulation)::
 
     from zyfa.accuracy.api import assert_kernel_conforms, measure
@@ -26,7 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from zyfa.accuracy.implementations import (
+from zyfa.accuracy.implementations.registry import (
     Implementation,
     ImplementationError,
     callable_implementation,
@@ -102,11 +103,11 @@ def measure(kernel: Callable | str | Implementation | None = None, *, inputs="ga
             recipes: str | Sequence[str] = (), pair_with: str | None = None, name: str | None = None,
             device: str = "auto", seed: int = 0, progress: bool = False, **input_options) -> ResultRows:
     """The error of ``kernel`` (and of ``recipes``' emulations) against the FP64 oracle: the rows of
-    ``zyfa accuracy`` (docs/CONTRACTS.md, row fields in :mod:`zyfa.accuracy.real_rows`).
+    ``zyfa accuracy`` (docs/CONTRACTS.md, row fields in :mod:`zyfa.accuracy.implementations.real_rows`).
 
     Args:
         kernel: a callable with the plug-in contract, a ``path/to/file.py:function`` / ``module:function`` spec
-            (imported and run in this process), an :class:`~accuracy.implementations.Implementation`, or None
+            (imported and run in this process), an :class:`~accuracy.implementations.registry.Implementation`, or None
             (recipes only).
         inputs: see :func:`api_inputs` (``input_options``: ``seq``, ``head_dim``, ``heads``, ``layers``,
             ``max_tokens``).

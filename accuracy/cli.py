@@ -285,7 +285,7 @@ def _print_report(rows, prov: dict, inputs, columns, args) -> None:
             print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
     for w in (prov.get("implementations_pairing_warnings") or {}).values():
         print(f"warning: {w}")
-    from zyfa.accuracy.implementations import unavailable_lines
+    from zyfa.accuracy.implementations.registry import unavailable_lines
 
     for line in unavailable_lines(prov.get("implementations_unavailable") or {}):
         print(line)
@@ -470,7 +470,7 @@ def _parse_recipes(spec: str):
 
 def _parse_implementations(args: argparse.Namespace) -> list:
     """Built-ins of --implementations, then the --kernel plug-ins (a kernel that does not load fails its rows)."""
-    from zyfa.accuracy.implementations import get_implementation, load_plugins, parse_implementations
+    from zyfa.accuracy.implementations.registry import get_implementation, load_plugins, parse_implementations
 
     if args.kernel_recipe and not args.kernel:
         raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
@@ -494,7 +494,7 @@ def _ablations(args: argparse.Namespace) -> list:
 def _ablation_tagger(args: argparse.Namespace):
     """A function adding a row's ablation group (ablation_base, _field, _value) to it, in place; rows are matched
     by the name they carry (the recipe's canonical name on --platform, or the implementation's)."""
-    from zyfa.accuracy.implementations import get_implementation
+    from zyfa.accuracy.implementations.registry import get_implementation
     from zyfa.accuracy.scoring.ablation import ablation_tags
 
     from zyfa.recipes import get_recipe

@@ -6,7 +6,7 @@ A sweep visits *points*: (length, mask, shape). The length L is the number of ke
 keys, bottom-right causal as docs/CONTRACTS.md aligns it; only at L > chunk, where it differs from ``equal``).
 At each point the FP64 oracle runs once on the original inputs, and once per distinct dequantization of them
 (shared by every recipe and implementation that quantizes alike); then every *subject* runs: a recipe through
-the emulator, a built-in real kernel or a user's plug-in (:mod:`zyfa.accuracy.implementations`).
+the emulator, a built-in real kernel or a user's plug-in (:mod:`zyfa.accuracy.implementations.registry`).
 
 Inputs (:class:`GaussianSource`, :class:`CaptureSource`): at each length the Gaussian input is
 ``make_gaussian`` of the spec with ``seq = L`` (the very input ``zyfa accuracy --seq L`` draws, so a flag has a
@@ -140,7 +140,8 @@ def format_lengths(lengths: Sequence[int]) -> str:
 @dataclass(frozen=True)
 class Subject:
     """One thing swept: a recipe through the emulator (``kind="recipe"``, ``recipe`` a Recipe) or a real
-    implementation (``kind`` ``builtin``/``plugin``, ``impl`` an :class:`~accuracy.implementations.Implementation`)."""
+    implementation (``kind`` ``builtin``/``plugin``, ``impl`` an
+    :class:`~accuracy.implementations.registry.Implementation`)."""
 
     name: str
     kind: str
@@ -337,7 +338,7 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
         ValueError: no lengths or subjects, an unknown mask or shape, or a longest length that would not fit.
     """
     import torch
-    from zyfa.accuracy.implementations import device_platform
+    from zyfa.accuracy.implementations.registry import device_platform
     from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.provenance import device_name, provenance
 
@@ -450,7 +451,7 @@ def _errors(out, lse, ref, prefix: str) -> dict:
 
 def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[dict]:
     import torch
-    from zyfa.accuracy.implementations import ImplementationError, call_implementation, unsupported_reason
+    from zyfa.accuracy.implementations.registry import ImplementationError, call_implementation, unsupported_reason
     from zyfa.accuracy.io.device import sync_device
     from zyfa.reference.attention import attention_fp64
 
@@ -523,8 +524,9 @@ _PAIRED: dict = {}
 
 
 def _paired_recipe(impl, plat):
-    """The recipe whose quantization ``impl`` uses (:func:`zyfa.accuracy.implementations.pairing`), once per run."""
-    from zyfa.accuracy.implementations import pairing
+    """The recipe whose quantization ``impl`` uses (:func:`zyfa.accuracy.implementations.registry.pairing`), once per
+    run."""
+    from zyfa.accuracy.implementations.registry import pairing
 
     key = (id(impl), plat)
     if key not in _PAIRED:

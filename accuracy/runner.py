@@ -37,13 +37,13 @@ from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
-from zyfa.accuracy import conformance
-from zyfa.accuracy.implementations import device_platform, pairing
+from zyfa.accuracy.implementations import conformance
+from zyfa.accuracy.implementations.real_rows import implementation_row
+from zyfa.accuracy.implementations.registry import device_platform, pairing
 from zyfa.accuracy.inputs.attention_input import AttentionInput
 from zyfa.accuracy.io.device import ORACLE_CHUNK, check_memory, progress_bar, resolve_device, sync_device
 from zyfa.accuracy.io.provenance import device_name, provenance
 from zyfa.accuracy.io.results_io import ResultRows, row_key
-from zyfa.accuracy.real_rows import implementation_row
 from zyfa.accuracy.scoring.metrics import compute_metrics
 from zyfa.reference.attention import attention_fp64
 
@@ -76,7 +76,7 @@ def run_accuracy(
     real_platform: str | None = "auto",
 ) -> ResultRows:
     """Run every recipe on every input; one flat row per (input, recipe), in that order, then one row per
-    (input, implementation) for the real implementations (:mod:`zyfa.accuracy.implementations`).
+    (input, implementation) for the real implementations (:mod:`zyfa.accuracy.implementations.registry`).
 
     Args:
         inputs: attention inputs (:mod:`zyfa.accuracy.inputs.attention_input`).
@@ -91,16 +91,19 @@ def run_accuracy(
         on_row: called with each row as soon as it is made (e.g. to append it to a file).
         run_id: the run's id (a resumed run keeps its first id); default a new random one.
         implementations: real kernels run beside the recipes on the same inputs and device
-            (:class:`accuracy.implementations.Implementation`); rows by :func:`accuracy.real_rows.implementation_row`
+            (:class:`accuracy.implementations.registry.Implementation`); rows by
+            :func:`accuracy.implementations.real_rows.implementation_row`
             (``real: true``, ``implementation``, the paired recipe, ``status``). Those not available here
             (device, package) are not run: the provenance's ``implementations_unavailable`` says why. Those with
-            rows to make are first probed (:mod:`zyfa.accuracy.conformance`; ``implementations_conformance`` in the
+            rows to make are first probed (:mod:`zyfa.accuracy.implementations.conformance`;
+            ``implementations_conformance`` in the
             provenance): a failed probe makes their ``ok`` rows ``nonconforming``, a paired row outside the
             error-ratio band ``suspect``, and a quantization granularity that differs from the pairing's is
             warned (``pairing_warning``).
         real_platform: the platform whose arithmetic the real implementations have, for their pairing
-            (:func:`zyfa.accuracy.implementations.pairing`): ``"auto"`` (the device's:
-            :func:`zyfa.accuracy.implementations.device_platform`, CUDA capability 9.0 -> ``h200``), a platform name,
+            (:func:`zyfa.accuracy.implementations.registry.pairing`): ``"auto"`` (the device's:
+            :func:`zyfa.accuracy.implementations.registry.device_platform`, CUDA capability 9.0 -> ``h200``), a
+            platform name,
             or None (each recipe's own platform). Recorded in the provenance (``implementations_platform``).
 
     Returns:
@@ -139,7 +142,7 @@ def run_accuracy(
     for inp in inputs:
         check_memory(inp.shape, dev, what=f"input {inp.name}")
     skip = set(skip)
-    # conformance probes (accuracy.conformance) of the kernels with rows to make, before any is scored
+    # conformance probes (accuracy.implementations.conformance) of the kernels with rows to make, before any is scored
     probed = [i for i in impls if any(input_key(inp, i.recipe, i.name) not in skip for inp in inputs)]
     confs = {i.name: conformance.probe_cached(i, dev) for i in probed}
     warnings = {i.name: w for i in probed if (w := conformance.pairing_warning(i)) is not None}

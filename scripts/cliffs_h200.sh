@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The length-cliff sweep (zyfa cliffs, docs/CLIFFS.md) on one H200: our Triton kernel under every recipe it honours
-# (accuracy.implementations.builtin_names(): the triton:* names), cuDNN FP8, FA3 through FlashInfer, AMD's Triton
+# (accuracy.implementations.registry.builtin_names(): the triton:* names), cuDNN FP8, FA3 through FlashInfer, AMD's Triton
 # FP8 forward (flash-attn) and SDPA BF16 on cuDNN, at head dim 128 and 64, causal and not, s_q = s_k and chunked
 # prefill (the last 128 query rows against all L keys). From the repository root on the GPU machine:
 #
@@ -54,7 +54,7 @@ KV_HEADS=${KV_HEADS:-1}
 T=${GROUP_TIMEOUT:-330}
 # the triton:* names in five groups, one per line
 TRITON_GROUPS=$(python3 -c "
-from zyfa.accuracy.implementations import builtin_names
+from zyfa.accuracy.implementations.registry import builtin_names
 names = [n for n in builtin_names() if n.startswith('triton:')]
 print('\n'.join(','.join(names[i::5]) for i in range(min(5, len(names)))))")
 CENTRES_4=$(python3 -c "

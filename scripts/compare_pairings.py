@@ -5,7 +5,8 @@ For each input, runs the real implementation once and every candidate emulation 
 ``@platform`` where wanted) on the same inputs, and prints, per (input, spec): the real kernel's rel-L2 error and
 the emulation's against the FP64 oracle on the spec's dequantized inputs, their ratio, and the rel-L2 between the
 two outputs. The candidate whose outputs are closest to the kernel's is the better description of what it
-computes; `zyfa.accuracy.implementations.pairing` should name it. Used to find why AMD's Triton FP8 forward had 1.86x
+computes; `zyfa.accuracy.implementations.registry.pairing` should name it. Used to find why AMD's Triton FP8 forward
+had 1.86x
 its emulation's error on Qwen2.5-Coder's layer 0 (docs/real_kernels.md).
 
     A=triton-amd:p_scale=tile_amax
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="JSON file for the rows")
     args = ap.parse_args(argv)
 
-    from zyfa.accuracy.implementations import (
+    from zyfa.accuracy.implementations.registry import (
         ImplementationError,
         call_implementation,
         get_implementation,

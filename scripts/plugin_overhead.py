@@ -1,7 +1,9 @@
-"""Per-call overhead of the plug-in worker process (accuracy/plugin_worker.py) against an in-process call.
+"""Per-call overhead of the plug-in worker process (accuracy/implementations/plugin_worker.py) against an in-process
+call.
 
 The same plug-in (examples/fp8_torch_attention.py:attention) is called through
-:func:`zyfa.accuracy.implementations.call_implementation` on one Gaussian input, loaded once in the worker and once in
+:func:`zyfa.accuracy.implementations.registry.call_implementation` on one Gaussian input, loaded once in the worker and
+once in
 this process; each is timed over ``--calls`` calls after ``--warmup`` (the worker's start-up is reported apart).
 The overhead per call is the difference of the medians: the inputs' copies, their transfer (shared memory on the
 CPU, CUDA IPC on a GPU), the check for writes and the output's copy back.
@@ -21,9 +23,9 @@ import time
 from pathlib import Path
 
 import torch
-from zyfa.accuracy.implementations import call_implementation, load_plugin
+from zyfa.accuracy.implementations.plugin_worker import shutdown_shared_worker
+from zyfa.accuracy.implementations.registry import call_implementation, load_plugin
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
-from zyfa.accuracy.plugin_worker import shutdown_shared_worker
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "fp8_torch_attention.py") + ":attention"
 

@@ -19,7 +19,7 @@ ALLOWED = {
     "accuracy": {"zyfa", "reference", "capture"},
 }
 # the command module wires the packages together; zyfa/bench/ is not exempt: the peer kernels it times live in
-# zyfa/peers/, below both it and accuracy/implementations.py
+# zyfa/peers/, below both it and accuracy/implementations/registry.py
 EXEMPT = {ROOT / "zyfa" / "cli.py"}
 # files that may import one more package of ours: the benchmark times on captured activations (capture's store)
 ALSO_ALLOWED = {ROOT / "zyfa" / "bench" / "cli.py": {"capture"}, ROOT / "zyfa" / "bench" / "cases.py": {"capture"}}

@@ -278,7 +278,7 @@ def _apply_plan(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace) -> int:
     import torch
     from zyfa.accuracy.impact.model import STOCK, model_attention
-    from zyfa.accuracy.implementations import load_plugins
+    from zyfa.accuracy.implementations.registry import load_plugins
     from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.provenance import provenance
     from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text
@@ -333,9 +333,10 @@ def _run(args: argparse.Namespace) -> int:
         WorkBudget(args.max_seconds)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    # conformance probes (accuracy.conformance) before any model loads: a kernel that ignores the mask or maps
+    # conformance probes (accuracy.implementations.conformance) before any model loads: a kernel that ignores the mask
+    # or maps
     # heads wrongly is not scored; its rows say why
-    from zyfa.accuracy.conformance import probe_cached
+    from zyfa.accuracy.implementations.conformance import probe_cached
 
     nonconforming = {}
     for n in names:

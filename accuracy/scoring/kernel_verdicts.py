@@ -1,6 +1,7 @@
 """One verdict per implementation from its result rows, with the reason, for every command that scores kernels.
 
-The rows of ``zyfa accuracy`` / ``zyfa study`` (:mod:`zyfa.accuracy.real_rows`, :mod:`zyfa.accuracy.conformance`),
+The rows of ``zyfa accuracy`` / ``zyfa study`` (:mod:`zyfa.accuracy.implementations.real_rows`,
+:mod:`zyfa.accuracy.implementations.conformance`),
 ``zyfa longctx`` and ``zyfa cliffs`` carry a ``status`` per row and the why in ``reason`` or ``error``. A kernel
 that crashed on one input or ignored the mask on one input is not ``ok`` on the others: the verdict of an
 implementation is the worst status among its rows, in the order of :data:`VERDICTS`:

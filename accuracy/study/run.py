@@ -154,7 +154,7 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
               rows_file=None):
     """Run the accuracy runner, then add per-input features and (captures) per-head errors to the rows.
 
-    ``implementations``: real kernels (:mod:`zyfa.accuracy.implementations`) run beside the recipes; those not
+    ``implementations``: real kernels (:mod:`zyfa.accuracy.implementations.registry`) run beside the recipes; those not
     available on this machine are listed with the reason in the provenance (``implementations_unavailable``).
     ``rows_file`` (an :class:`zyfa.accuracy.io.results_io.ResultsFile`, optional): the accuracy rows are appended to it
     as

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy import conformance
-from zyfa.accuracy.implementations import (
+from zyfa.accuracy.implementations import conformance
+from zyfa.accuracy.implementations.registry import (
     Implementation,
     ImplResult,
     builtin_names,

@@ -1,4 +1,4 @@
-"""Which emulation a real kernel is compared with (accuracy.implementations.pairing, issue 11): the recipe on
+"""Which emulation a real kernel is compared with (accuracy.implementations.registry.pairing, issue 11): the recipe on
 the platform of the device it ran on, the Triton kernel's own version of its recipe, the oracle's output scale
 for cuDNN's oracle-scale variant; recorded in each row and shown in the report; ``zyfa report --recipes`` keeps
 the real kernels paired with a selected recipe. All on a CPU, through the runner and a CPU-run plug-in."""
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.implementations import (
+from zyfa.accuracy.implementations.real_rows import implementation_row
+from zyfa.accuracy.implementations.registry import (
     Implementation,
     ImplResult,
     builtin_names,
@@ -20,7 +21,6 @@ from zyfa.accuracy.implementations import (
     pairing,
 )
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
-from zyfa.accuracy.real_rows import implementation_row
 from zyfa.accuracy.report.blocks import blocks_markdown
 from zyfa.accuracy.report.build import load_results, select_recipes
 from zyfa.accuracy.report.real_kernels import real_kernel_blocks, real_vs_emulated

@@ -8,7 +8,7 @@ import math
 
 import pytest
 from zyfa.accuracy.cliffs import GaussianSource, find_flags, run_cliffs, subjects
-from zyfa.accuracy.implementations import builtin_names, get_implementation
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
 from zyfa.accuracy.inputs.attention_input import GaussianSpec
 
 from zyfa.cli import main

@@ -99,7 +99,7 @@ def _load(key: str):
 
 
 def _impl_names():
-    from zyfa.accuracy.implementations import builtin_names
+    from zyfa.accuracy.implementations.registry import builtin_names
 
     return builtin_names()
 
@@ -190,7 +190,7 @@ def _log(record: dict) -> None:
 @pytest.mark.parametrize("key", _input_keys())
 @pytest.mark.parametrize("impl_name", _impl_names())
 def test_real_within_3pct_of_emulation(impl_name, key):
-    from zyfa.accuracy.implementations import ImplementationError, call_implementation, get_implementation
+    from zyfa.accuracy.implementations.registry import ImplementationError, call_implementation, get_implementation
 
     impl = get_implementation(impl_name)
     ok, why = impl.available()
@@ -209,9 +209,10 @@ def test_real_within_3pct_of_emulation(impl_name, key):
     except ImplementationError as e:
         _log({**base, "status": "failed", "error": str(e)})
         raise
-    # compared with the emulation of what it computes on this device (accuracy.implementations.pairing: the recipe
+    # compared with the emulation of what it computes on this device (accuracy.implementations.registry.pairing: the
+    # recipe
     # on the h200 platform, our kernel's own version of it, cuDNN's oracle output scale), as the study does
-    from zyfa.accuracy.implementations import device_platform, pairing
+    from zyfa.accuracy.implementations.registry import device_platform, pairing
 
     from zyfa.formats import round_to_fp8
 

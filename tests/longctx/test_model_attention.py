@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from zyfa.accuracy.impact.model import ModelAttention, UnsupportedLayerError, model_attention
-from zyfa.accuracy.implementations import Implementation, ImplResult, get_implementation, load_plugin
+from zyfa.accuracy.implementations.registry import Implementation, ImplResult, get_implementation, load_plugin
 from zyfa.capture.hook import swap_attention
 
 from tests.longctx.conftest import tiny_llama

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.implementations import BASELINE_ONLY, builtin_names
+from zyfa.accuracy.implementations.registry import BASELINE_ONLY, builtin_names
 
 from tests.report.conftest import md_tables
 

@@ -9,15 +9,18 @@ Row fields (besides the input's fields and ``run_id``):
 - ``implementation``, ``real: true``, ``recipe`` (the recipe it claims, or None), ``recipe_short``,
   ``quantizes`` (``recipe`` / ``self`` / ``none``), ``device``, ``device_name``, ``device_platform`` (the
   platform of the device it ran on, None where none is modelled);
-- with a recipe, the emulation it is compared with (:func:`zyfa.accuracy.implementations.pairing`): ``paired_spec``
+- with a recipe, the emulation it is compared with (:func:`zyfa.accuracy.implementations.registry.pairing`):
+``paired_spec``
   (the emulated recipe's name, e.g. ``zyfa@h200``; `` (scale_o: oracle amax)`` appended where its FP8 output is
   scaled by the oracle's amax, as the kernel's), ``paired_platform`` and ``pairing_note`` (why not the device's
   platform; empty when it is);
 - ``status``: ``ok``, ``failed`` (``error``: one line naming the kernel) or ``unsupported`` (``reason``); the
   runner then makes an ``ok`` row ``nonconforming`` (the kernel failed a conformance probe) or ``suspect`` (its
-  error ratio is outside the band), with ``reason`` (:func:`zyfa.accuracy.conformance.apply`); a plug-in whose
+  error ratio is outside the band), with ``reason`` (:func:`zyfa.accuracy.implementations.conformance.apply`); a
+  plug-in whose
   mask fails on this input's own lengths is ``nonconforming`` here (``scored_mask_check``: ``passed``,
-  ``failed``, ``none`` where the mask hides nothing, ``skipped: why``; :func:`accuracy.conformance.scored_mask_check`);
+  ``failed``, ``none`` where the mask hides nothing, ``skipped: why``;
+  :func:`accuracy.implementations.conformance.scored_mask_check`);
 - ``orig_*`` metrics against FP64 on the original inputs; with a paired recipe also ``deq_*`` against FP64
   on the recipe's dequantized inputs where the kernel received them (``quantizes`` ``recipe`` or ``none``; a
   kernel that quantizes for itself, every plug-in, never saw them and has no ``deq_*``), the emulation's
@@ -38,8 +41,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from zyfa.accuracy.conformance import scored_mask_check
-from zyfa.accuracy.implementations import (
+from zyfa.accuracy.implementations.conformance import scored_mask_check
+from zyfa.accuracy.implementations.registry import (
     Implementation,
     ImplementationError,
     call_implementation,
@@ -99,10 +102,11 @@ def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, r
         base: the input's row fields (``run_id``, name, shape, metadata).
         ref_orig: (out, lse) of the FP64 oracle on the original inputs.
         paired: ``paired(recipe) -> (emulation out, emulation lse, (ref_out, ref_lse) on its dequantized
-            inputs)`` for a :class:`~zyfa.recipes.Recipe` (the one :func:`zyfa.accuracy.implementations.pairing`
+            inputs)`` for a :class:`~zyfa.recipes.Recipe` (the one
+            :func:`zyfa.accuracy.implementations.registry.pairing`
             chose).
         platform: (platform name or None, why none) of the device; default
-            :func:`zyfa.accuracy.implementations.device_platform` of ``device``.
+            :func:`zyfa.accuracy.implementations.registry.device_platform` of ``device``.
     """
     plat, why_none = platform if platform is not None else device_platform(device)
     row: dict[str, Any] = {**base, "recipe": impl.recipe, "implementation": impl.name, "real": True,
@@ -132,7 +136,8 @@ def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, r
         row[k] = m_orig[k]
     row.update({"orig_" + k: v for k, v in m_orig.items() if k not in _UNPREFIXED})
     row["status"] = "ok"
-    if impl.plugin:  # the mask at this input's own lengths, not only at the probes' (accuracy.conformance)
+    # the mask at this input's own lengths, not only at the probes' (accuracy.implementations.conformance)
+    if impl.plugin:
         outcome, line = scored_mask_check(impl, x, out)
         row["scored_mask_check"] = outcome if outcome != "skipped" else f"skipped: {line}"
         if outcome == "failed":

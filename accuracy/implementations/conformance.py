@@ -7,7 +7,8 @@ oracle), built so that a broken kernel misses by orders of magnitude more than F
 
 - ``output``: a plain input (4 heads, 128 tokens, head dim 64, no mask): the output must be a
   float tensor of shape (b, h, s_q, d_v) on the inputs' device (checked by
-  :func:`zyfa.accuracy.implementations.call_implementation`), with rel-L2 to FP64 below :data:`OUTPUT_REL_L2_MAX` (FP8
+  :func:`zyfa.accuracy.implementations.registry.call_implementation`), with rel-L2 to FP64 below
+  :data:`OUTPUT_REL_L2_MAX` (FP8
   gives about 0.03; a kernel that masks when not asked gives about 0.5 or more).
 - ``lse`` (when it returns one): the natural-log LSE within :data:`LSE_ABS_MAX` of FP64's. A miss is named:
   base 2 (ratio 1/ln 2 = 1.4427 to FP64's), unscaled (the LSE of Q·Kᵀ without ``sm_scale``), or off by so much.
@@ -26,7 +27,8 @@ naming the probe and what was seen, never ``ok``. Built-ins are probed once per 
 (:func:`probe_cached`); plug-ins every run.
 
 The probes' fixed size misses a kernel that masks only at small lengths, so a plug-in's mask is also checked on
-each scored input's own lengths (:func:`scored_mask_check`, called by :mod:`zyfa.accuracy.real_rows`): one more call on
+each scored input's own lengths (:func:`scored_mask_check`, called by :mod:`zyfa.accuracy.implementations.real_rows`):
+one more call on
 one query group of the input with the hidden keys' values raised, those rows compared with the scored output. A
 miss makes that row ``nonconforming``.
 
@@ -48,7 +50,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from zyfa.accuracy.implementations import (
+from zyfa.accuracy.implementations.registry import (
     Implementation,
     ImplementationError,
     call_implementation,

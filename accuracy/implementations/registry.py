@@ -30,7 +30,8 @@ Built-ins (:func:`builtin_names`):
 
 Plug-ins (:func:`load_plugin`): ``"[NAME=]module:function"`` or ``"[NAME=]path/to/file.py:function"`` with the
 contract in docs/CONTRACTS.md, ``fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse)``, read by
-:mod:`zyfa.plugins` and run in a worker process (:mod:`zyfa.accuracy.plugin_worker`: copies of the inputs
+:mod:`zyfa.plugins` and run in a worker process (:mod:`zyfa.accuracy.implementations.plugin_worker`: copies of the
+inputs
 checked for writes, a time limit, the worker's death a failed row) unless ``in_process``. Every failure (bad
 path, wrong signature, wrong output shape, NaN, an exception, a time-out) raises :class:`ImplementationError`,
 whose message names the kernel, so the runner can mark that row failed and go on.
@@ -62,8 +63,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from zyfa.accuracy.implementations.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
 from zyfa.accuracy.inputs.attention_input import AttentionInput
-from zyfa.accuracy.plugin_worker import DEFAULT_TIMEOUT_S, KernelFault, protected_call, shared_worker
 
 from zyfa.peers import cudnn_fp8, flash_attn_amd, flashinfer_fa3
 from zyfa.peers.common import NO_CUDA, per_head_descales
@@ -497,7 +498,7 @@ def load_plugin(spec: str, *, recipe: str | None = None, in_process: bool = Fals
         recipe: with ``--kernel-recipe``: the recipe it is paired with (compared with its emulation); the kernel
             still gets the original inputs.
         in_process: call it in this process (``--kernel-in-process``) instead of the shared worker process
-            (:mod:`zyfa.accuracy.plugin_worker`, the default).
+            (:mod:`zyfa.accuracy.implementations.plugin_worker`, the default).
         timeout: the time limit of one call in the worker (``--kernel-timeout``).
 
     Raises:
@@ -535,7 +536,7 @@ def load_plugin(spec: str, *, recipe: str | None = None, in_process: bool = Fals
             raise ImplementationError(f"kernel {spec!r} {e}") from (e.__cause__ or e)
         return ImplResult(out, lse, dict(info))
 
-    run.quantization = quantization  # its granularity, if it says (accuracy.conformance)
+    run.quantization = quantization  # its granularity, if it says (accuracy.implementations.conformance)
     mode = "in this process" if in_process else f"in a worker process, {timeout:g} s per call"
     return Implementation(name=src.name, fn=run, recipe=recipe, quantizes="self", device="the run's",
                           package=None, check=None, limits=None, description=f"user kernel {spec} ({where}; {mode})",
