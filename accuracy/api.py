@@ -1,6 +1,7 @@
 """The Python API: measure a kernel from Python, and a pytest helper for a kernel repository's own tests.
 
-The same work as ``zyfa accuracy --kernel``, through the same runner (:func:`zyfa.accuracy.runner.run_accuracy`) and
+The same work as ``zyfa accuracy --kernel``, through the same runner
+(:func:`zyfa.accuracy.operator.runner.run_accuracy`) and
 the same plug-in path (:mod:`zyfa.accuracy.implementations.registry`: conformance probes first, then the kernel scored
 against
 the FP64 oracle beside the paired recipe's emulation)::
@@ -36,7 +37,7 @@ from zyfa.accuracy.implementations.registry import (
 from zyfa.accuracy.inputs.attention_input import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
 from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.results_io import ResultRows
-from zyfa.accuracy.runner import run_accuracy
+from zyfa.accuracy.operator.runner import run_accuracy
 
 from zyfa.recipes import parse_recipes
 

@@ -19,8 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zyfa.accuracy.cli import read_provenance  # noqa: E402
 from zyfa.accuracy.io.cost_model import fit, records_of  # noqa: E402
+from zyfa.accuracy.operator.cli import read_provenance  # noqa: E402
 
 
 def read_records(path: Path) -> list[dict]:

@@ -26,7 +26,8 @@ ALSO_ALLOWED = {ROOT / "zyfa" / "bench" / "cli.py": {"capture"}, ROOT / "zyfa" /
 
 
 def _folder_name(module: str) -> str:
-    """A module's dotted name by folder: ``zyfa.accuracy.runner`` (how it is imported) -> ``zyfa.accuracy.runner``."""
+    """A module's dotted name by folder: ``zyfa.accuracy.operator.runner`` (how it is imported) ->
+    ``zyfa.accuracy.operator.runner``."""
     parts = module.split(".")
     if len(parts) > 1 and parts[0] == "zyfa" and parts[1] in SOURCE_TREE_PACKAGES:
         return ".".join(parts[1:])

@@ -1,6 +1,6 @@
 """What FP8 attention does to the model: perplexity and next-token KL with a recipe's emulator swapped in.
 
-Operator error (accuracy.runner) is a proxy; this module measures the model itself. Every attention layer
+Operator error (accuracy.operator.runner) is a proxy; this module measures the model itself. Every attention layer
 of a real model (or one layer at a time) runs a recipe's tiled emulator instead of the model's own
 attention, through capture.hook.swap_attention, on held-out text windows (``zyfa.capture.text.token_window``,
 ``split="heldout"``: the odd slices of the token stream, never the capture windows). Against the stock

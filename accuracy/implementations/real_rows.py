@@ -1,6 +1,7 @@
 """One result row for one real implementation on one input: its error beside its paired emulation's.
 
-:func:`zyfa.accuracy.runner.run_accuracy` calls :func:`implementation_row` for each (input, implementation) after
+:func:`zyfa.accuracy.operator.runner.run_accuracy` calls :func:`implementation_row` for each (input, implementation)
+after
 the input's recipe rows, with the input's FP64 oracle on the original inputs and a function giving the paired
 recipe's emulation and its FP64 reference on the recipe's dequantized inputs (shared with the recipe rows).
 

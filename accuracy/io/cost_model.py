@@ -1,7 +1,8 @@
 """The cost model behind ``--dry-run``, checked against the runs it plans: each run records its estimate beside
 its measured time, and :func:`fit` refits the rate from such records.
 
-The model (:func:`accuracy.cli.cell_cost`, :data:`accuracy.io.shard.UNITS_PER_SECOND`): one accuracy row on an input
+The model (:func:`accuracy.operator.cli.cell_cost`, :data:`accuracy.io.shard.UNITS_PER_SECOND`): one accuracy row on an
+input
 costs batch x query heads x s_q x s_k x (d + d_v) units, and a device does a fixed number of units per second
 (``cpu``, ``cuda``). A run of ``zyfa accuracy`` or ``zyfa study`` writes one :func:`record` per run (a resumed run
 adds one) into its provenance under ``cost_model``: the units it ran, the rate and estimate ``--dry-run`` would

@@ -1,6 +1,7 @@
 """The report's "real vs emulated" part: each real implementation's error beside its emulation's (torch-free).
 
-Built from result rows only (``real: true`` rows of :func:`zyfa.accuracy.runner.run_accuracy` with implementations):
+Built from result rows only (``real: true`` rows of :func:`zyfa.accuracy.operator.runner.run_accuracy` with
+implementations):
 one table row per (implementation, input) with the real kernel's error against the FP64 oracle, its paired
 recipe's emulation error on the same reference, their ratio and the rel-L2 between the two outputs; rows whose
 ratio falls outside :data:`zyfa.accuracy.scoring.tolerances.KERNEL_VS_EMULATION` are flagged. Implementations that

@@ -14,7 +14,6 @@ import time
 import uuid
 from pathlib import Path
 
-from zyfa.accuracy.cli import cell_cost, read_finished
 from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.io.shard import (
     UNITS_PER_SECOND,
@@ -30,6 +29,7 @@ from zyfa.accuracy.io.shard import (
     rank_device,
     say,
 )
+from zyfa.accuracy.operator.cli import cell_cost, read_finished
 from zyfa.accuracy.report.build import load_results
 from zyfa.accuracy.report.document import save_screenshot
 from zyfa.accuracy.study import run as study_run
@@ -363,6 +363,6 @@ def main(args: argparse.Namespace) -> int:
             "report, was removed")
     if rc:
         return rc
-    from zyfa.accuracy.cli import failed_rows_status
+    from zyfa.accuracy.operator.cli import failed_rows_status
 
     return failed_rows_status(rows, "zyfa study", allow=getattr(args, "allow_failed", False))

@@ -4,7 +4,7 @@ per-head errors the claims table pairs per layer x head.
     python -m zyfa.accuracy.study.hd128_sensitivity --plan studies/hd128-sensitivity.toml \
         --inputs ~/.cache/zyfa/captures/qwen25coder-1.5b-pydoc-2048.h5 --out reports/hd128/sensitivity.jsonl
 
-Rows are those of ``zyfa accuracy`` (:func:`zyfa.accuracy.runner.run_accuracy`) plus ``deq_rel_l2_heads`` and
+Rows are those of ``zyfa accuracy`` (:func:`zyfa.accuracy.operator.runner.run_accuracy`) plus ``deq_rel_l2_heads`` and
 ``orig_rel_l2_heads`` (:func:`accuracy.inputs.features.head_errors`) and ``plan``/``plan_hash``; the peers' rows are
 not run
 again (they are in the plan's ``results``, paired on the input's content hash). ``--layers`` runs a subset (a
@@ -24,8 +24,8 @@ from pathlib import Path
 from zyfa.accuracy.inputs.attention_input import capture_inputs
 from zyfa.accuracy.inputs.features import head_errors
 from zyfa.accuracy.io.results_io import write_results
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report.hd128 import SENSITIVITY_PLAN, PlanFileError, load_sensitivity_plan
-from zyfa.accuracy.runner import run_accuracy
 
 __all__ = ["main", "run_sensitivity"]
 

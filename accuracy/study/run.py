@@ -138,10 +138,11 @@ def refusals(inputs: list, recipes: list[str]) -> dict[tuple[str, str], str]:
 
 
 def planned_keys(inputs: list, recipes: list[str], implementations=(), refused: dict | None = None) -> list[tuple]:
-    """The row keys (:func:`zyfa.accuracy.runner.input_key`) a study of ``inputs`` makes, in its order: per input, the
+    """The row keys (:func:`zyfa.accuracy.operator.runner.input_key`) a study of ``inputs`` makes, in its order: per
+    input, the
     recipes it takes (not in ``refused``, default :func:`refusals`), then the real implementations available
     here."""
-    from zyfa.accuracy.runner import input_key
+    from zyfa.accuracy.operator.runner import input_key
 
     refused = refusals(inputs, recipes) if refused is None else refused
     usable = [i for i in implementations if i.available()[0]]
@@ -166,7 +167,7 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.p_flushed import flush_count_factor
     from zyfa.accuracy.io.results_io import ResultRows
-    from zyfa.accuracy.runner import run_accuracy
+    from zyfa.accuracy.operator.runner import run_accuracy
 
     dev = resolve_device(device)
     t0 = time.perf_counter()

@@ -53,8 +53,8 @@ from zyfa.accuracy.inputs.synthetic import SyntheticSpec, attention_profile, mak
 from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.provenance import provenance
 from zyfa.accuracy.io.results_io import write_results
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report.plots import png, pyplot
-from zyfa.accuracy.runner import run_accuracy
 
 from zyfa.emulator import emulate
 

@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.cli import cell_cost, read_provenance
 from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, fit, record, records_of
 from zyfa.accuracy.io.shard import UNITS_PER_SECOND
+from zyfa.accuracy.operator.cli import cell_cost, read_provenance
 
 from zyfa.cli import main
 

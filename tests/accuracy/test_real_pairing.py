@@ -21,10 +21,10 @@ from zyfa.accuracy.implementations.registry import (
     pairing,
 )
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report.blocks import blocks_markdown
 from zyfa.accuracy.report.build import load_results, select_recipes
 from zyfa.accuracy.report.real_kernels import real_kernel_blocks, real_vs_emulated
-from zyfa.accuracy.runner import run_accuracy
 from zyfa.accuracy.scoring.tolerances import KERNEL_VS_H200_EMULATION
 from zyfa.reference.attention import attention_fp64
 

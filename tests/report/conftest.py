@@ -9,7 +9,7 @@ import pytest
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.accuracy.inputs.features import input_features
 from zyfa.accuracy.io.results_io import write_results
-from zyfa.accuracy.runner import run_accuracy
+from zyfa.accuracy.operator.runner import run_accuracy
 
 RECIPES = ["zyfa", "zyfa-exp2", "ck"]
 FLOAT = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]\d+)?|nan|-?inf")

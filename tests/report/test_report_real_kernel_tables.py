@@ -206,7 +206,7 @@ def cpu_study(tmp_path_factory):
     from zyfa.accuracy.implementations.registry import load_plugin, parse_implementations
     from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
     from zyfa.accuracy.io.results_io import write_results
-    from zyfa.accuracy.runner import run_accuracy
+    from zyfa.accuracy.operator.runner import run_accuracy
     from zyfa.accuracy.study.compose import ReportInputs, render
 
     inputs = [make_gaussian(GaussianSpec(heads_q=2, heads_kv=1, seq=128, head_dim=64, causal=c, seed=0))

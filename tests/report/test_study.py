@@ -11,8 +11,8 @@ import torch
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, capture_inputs, make_gaussian
 from zyfa.accuracy.inputs.features import head_errors, input_features
 from zyfa.accuracy.io.results_io import write_results
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report import build, document
-from zyfa.accuracy.runner import run_accuracy
 from zyfa.accuracy.study import run as study_run
 
 from tests.report.conftest import md_tables, numbers

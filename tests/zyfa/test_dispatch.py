@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import pytest
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
-from zyfa.accuracy.runner import run_accuracy
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.study.run import refusals
 
 from zyfa.dispatch import TABLES, base_name, route, table_rows

@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 from zyfa.accuracy.inputs.attention_input import AttentionInput, content_hash
-from zyfa.accuracy.runner import run_accuracy
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.scoring.metrics import compute_metrics
 from zyfa.reference.attention import attention_fp64
 

@@ -59,7 +59,7 @@ from zyfa.accuracy.scoring.metric_names import ERROR_METRICS
 from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
 
 DEFAULT_RECIPES = "zyfa,ck,aiter,aiter-triton,triton-amd,fa3,bf16"
-# Table columns by default: row keys of accuracy.runner.run_accuracy
+# Table columns by default: row keys of accuracy.operator.runner.run_accuracy
 DEFAULT_COLUMNS = ("deq_rel_l2", "orig_rel_l2", "deq_sqnr_db", "deq_max_abs_err", "deq_row_rel_err_p99",
                    "deq_lse_max_abs_err", "p_flushed_frac", "time_emulate_s")
 # Columns --metrics may name, besides deq_/orig_ + ERROR_METRICS (a bare metric name means both)
@@ -204,7 +204,7 @@ def main(args: argparse.Namespace) -> int:
             if out is not None else None
         from zyfa.accuracy.io.device import resolve_device
         from zyfa.accuracy.io.results_io import write_results
-        from zyfa.accuracy.runner import input_key, run_accuracy
+        from zyfa.accuracy.operator.runner import input_key, run_accuracy
 
         device = resolve_device(args.device)
         impls = _parse_implementations(args)
@@ -336,7 +336,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
             dist = launch(args.backend)
         from zyfa.accuracy.io.device import resolve_device
         from zyfa.accuracy.io.results_io import write_results
-        from zyfa.accuracy.runner import input_key, run_accuracy
+        from zyfa.accuracy.operator.runner import input_key, run_accuracy
 
         device = rank_device(resolve_device(args.device), dist)
         impls = _parse_implementations(args)
