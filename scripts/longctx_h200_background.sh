@@ -50,7 +50,7 @@ log "kernels warmed in $((SECONDS - t0)) s: $(grep -c '^ok' "$STATE/warm.log") o
 
 [ "${SIDE:-1}" = 0 ] || (
   LENGTHS=$(python3 -c "
-from zyfa.accuracy.cliffs import default_centres, format_lengths
+from zyfa.accuracy.cliffs.sweep import default_centres, format_lengths
 c = {n for c in default_centres() for n in range(c - 16, c + 17, 4) if n <= 32768}
 t = {n for m in range(128, 1025, 128) for n in range(m - 16, m + 17, 4) if n > 128}
 print('1-128,' + format_lengths(sorted(t | c)))")

@@ -33,7 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                 "long-context retrieval (needle, passkey) with any implementation in a model"),
     "tasks": ("zyfa.accuracy.tasks.cli",
               "generated-output tasks (HumanEval pass@1, sandboxed) with any implementation"),
-    "cliffs": ("zyfa.accuracy.study.cliffs_cli",
+    "cliffs": ("zyfa.accuracy.cliffs.cli",
                "the length-cliff finder: error, NaN rows and refusals at every length"),
     "compare": ("zyfa.accuracy.study.compare_cli",
                 "two result files compared: the change in error (and speed) of each implementation"),

@@ -183,7 +183,7 @@ LONGCTX: Schema = {
     "run_id": (string(), False), "text_offset": (integer(0, null=True), False),
 }
 
-# A cliff sweep's row (accuracy.cliffs): lengths and shapes are positive counts; errors NaN-free numbers >= 0.
+# A cliff sweep's row (accuracy.cliffs.sweep): lengths and shapes are positive counts; errors NaN-free numbers >= 0.
 CLIFFS: Schema = {
     "input": (string(null=False), True), "implementation": (string(null=False), True),
     "length": (integer(1), True), "status": (string(null=False), True),

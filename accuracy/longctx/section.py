@@ -435,7 +435,7 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
 def cliff_table(path: str):
     """(header, rows) of the cliff finder's flags in ``path`` (its JSONL), by its own renderer."""
     try:
-        from zyfa.accuracy.report.cliffs import flag_table  # the cliff finder's table, where that module exists
+        from zyfa.accuracy.cliffs.section import flag_table  # the cliff finder's table, where that module exists
     except ImportError:
-        raise RenderError("the cliff finder's renderer (accuracy.report.cliffs) is not installed") from None
+        raise RenderError("the cliff finder's renderer (accuracy.cliffs.section) is not installed") from None
     return flag_table(path)

@@ -15,7 +15,7 @@ a killed run and the finished file is written atomically), ``cliffs.png`` (error
 points marked) and ``cliffs.md`` (the table of flags with a one-line reproducer each, and the smallest
 reproducer per implementation). Bad input exits with status 2 and one line on stderr.
 
-The sweep is :mod:`zyfa.accuracy.cliffs`, the rendering :mod:`zyfa.accuracy.report.cliffs`.
+The sweep is :mod:`zyfa.accuracy.cliffs.sweep`, the rendering :mod:`zyfa.accuracy.cliffs.section`.
 
 Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
 """
@@ -163,8 +163,8 @@ def _fail(e, results=None, status: int = 2) -> int:
 
 
 def _rule(args, provenance: dict | None = None):
-    from zyfa.accuracy.cliffs import CliffRule
-    from zyfa.accuracy.report.cliffs import rule_of
+    from zyfa.accuracy.cliffs.section import rule_of
+    from zyfa.accuracy.cliffs.sweep import CliffRule
 
     if args.metric is not None and args.metric not in _METRICS:
         raise UsageError(f"--metric {args.metric!r}: choose one of {', '.join(_METRICS)}")
@@ -178,8 +178,8 @@ def _rule(args, provenance: dict | None = None):
 
 
 def _render_only(args) -> int:
-    from zyfa.accuracy.cliffs import read_sweeps
-    from zyfa.accuracy.report.cliffs import render
+    from zyfa.accuracy.cliffs.section import render
+    from zyfa.accuracy.cliffs.sweep import read_sweeps
 
     from zyfa.outputs import check_dir_writable
 
@@ -193,7 +193,7 @@ def _render_only(args) -> int:
     _print_summary(rows, prov, rule)
     print(f"wrote {paths['png']} and {paths['markdown']}")
     if args.flagged_out:
-        from zyfa.accuracy.cliffs import flagged_rows
+        from zyfa.accuracy.cliffs.sweep import flagged_rows
         from zyfa.accuracy.io.results_io import write_results
 
         kept = flagged_rows(rows, rule)
@@ -222,7 +222,7 @@ class _Plan:
 
 
 def _plan(args) -> _Plan:
-    from zyfa.accuracy.cliffs import (
+    from zyfa.accuracy.cliffs.sweep import (
         DEFAULT_MAX_LENGTH,
         check_lengths_fit,
         default_lengths,
@@ -293,7 +293,7 @@ def _plan(args) -> _Plan:
 
 def _source(args, device):
     """(source, its own mask, the zyfa cliffs argv of the input, the zyfa accuracy argv of it or None)."""
-    from zyfa.accuracy.cliffs import DEFAULT_MAX_LENGTH, CaptureSource, GaussianSource
+    from zyfa.accuracy.cliffs.sweep import DEFAULT_MAX_LENGTH, CaptureSource, GaussianSource
     from zyfa.accuracy.inputs.attention_input import GaussianSpec, capture_inputs
 
     dev = ["--device", device.type]
@@ -348,9 +348,9 @@ def _source(args, device):
 
 
 def _run(args, plan: _Plan) -> int:
-    from zyfa.accuracy.cliffs import run_cliffs
+    from zyfa.accuracy.cliffs.section import render
+    from zyfa.accuracy.cliffs.sweep import run_cliffs
     from zyfa.accuracy.io.results_io import write_results
-    from zyfa.accuracy.report.cliffs import render
 
     results = plan.results
     first = results.provenance if results.resumed_from is not None else {}
@@ -392,7 +392,7 @@ def _run(args, plan: _Plan) -> int:
 
 
 def _print_summary(rows, prov, rule) -> None:
-    from zyfa.accuracy.report.cliffs import flag_groups
+    from zyfa.accuracy.cliffs.section import flag_groups
 
     for line in verdict_lines(rows):
         print(line)

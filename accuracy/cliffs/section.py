@@ -1,7 +1,8 @@
 """Rendering of a length-cliff sweep (``zyfa cliffs``): the error-against-length plot with the flagged points
 marked, the table of flags with reproducers, and the same as report blocks for the study.
 
-Everything here reads sweep rows and their provenance only (:mod:`zyfa.accuracy.cliffs` makes them), so a GPU run's
+Everything here reads sweep rows and their provenance only (:mod:`zyfa.accuracy.cliffs.sweep` makes them), so a GPU
+run's
 JSONL renders on any machine.
 
 Exposed:
@@ -22,7 +23,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from zyfa.accuracy.cliffs import WINDOW, CliffRule, find_flags, format_lengths, read_sweeps, reproducers
+from zyfa.accuracy.cliffs.sweep import WINDOW, CliffRule, find_flags, format_lengths, read_sweeps, reproducers
 from zyfa.accuracy.io.schemas import mixed_code_notice
 from zyfa.accuracy.report.blocks import blocks_markdown, fmt
 from zyfa.accuracy.report.document import Doc
@@ -128,7 +129,7 @@ def _n_rows(rows, g) -> str:
 
 def flag_table(paths, rule: CliffRule | None = None) -> tuple[list[str], list]:
     """(header, body) of :func:`cliff_table` for sweep files (a path, a list or comma-separated; ``.partial``
-    too: :func:`zyfa.accuracy.cliffs.read_sweeps`), for a report that tables another command's sweep."""
+    too: :func:`zyfa.accuracy.cliffs.sweep.read_sweeps`), for a report that tables another command's sweep."""
     rows, prov = read_sweeps(paths, flag="cliffs")
     return cliff_table(rows, prov, rule)
 
