@@ -28,12 +28,8 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from zyfa.accuracy.implementations.registry import (
-    Implementation,
-    ImplementationError,
-    callable_implementation,
-    load_plugin,
-)
+from zyfa.accuracy.implementations.base import Implementation, ImplementationError
+from zyfa.accuracy.implementations.plugins import callable_implementation, load_plugin
 from zyfa.accuracy.inputs.attention_input import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
 from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.results_io import ResultRows
@@ -108,7 +104,7 @@ def measure(kernel: Callable | str | Implementation | None = None, *, inputs="ga
 
     Args:
         kernel: a callable with the plug-in contract, a ``path/to/file.py:function`` / ``module:function`` spec
-            (imported and run in this process), an :class:`~accuracy.implementations.registry.Implementation`, or None
+            (imported and run in this process), an :class:`~accuracy.implementations.base.Implementation`, or None
             (recipes only).
         inputs: see :func:`api_inputs` (``input_options``: ``seq``, ``head_dim``, ``heads``, ``layers``,
             ``max_tokens``).

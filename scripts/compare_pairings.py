@@ -5,7 +5,7 @@ For each input, runs the real implementation once and every candidate emulation 
 ``@platform`` where wanted) on the same inputs, and prints, per (input, spec): the real kernel's rel-L2 error and
 the emulation's against the FP64 oracle on the spec's dequantized inputs, their ratio, and the rel-L2 between the
 two outputs. The candidate whose outputs are closest to the kernel's is the better description of what it
-computes; `zyfa.accuracy.implementations.registry.pairing` should name it. Used to find why AMD's Triton FP8 forward
+computes; `zyfa.accuracy.implementations.base.pairing` should name it. Used to find why AMD's Triton FP8 forward
 had 1.86x
 its emulation's error on Qwen2.5-Coder's layer 0 (docs/real_kernels.md).
 
@@ -43,12 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="JSON file for the rows")
     args = ap.parse_args(argv)
 
-    from zyfa.accuracy.implementations.registry import (
-        ImplementationError,
-        call_implementation,
-        get_implementation,
-        unsupported_reason,
-    )
+    from zyfa.accuracy.implementations.base import ImplementationError, call_implementation, unsupported_reason
+    from zyfa.accuracy.implementations.registry import get_implementation
     from zyfa.accuracy.inputs.attention_input import capture_inputs
     from zyfa.reference.attention import attention_fp64
 

@@ -2,7 +2,7 @@
 call.
 
 The same plug-in (examples/fp8_torch_attention.py:attention) is called through
-:func:`zyfa.accuracy.implementations.registry.call_implementation` on one Gaussian input, loaded once in the worker and
+:func:`zyfa.accuracy.implementations.base.call_implementation` on one Gaussian input, loaded once in the worker and
 once in
 this process; each is timed over ``--calls`` calls after ``--warmup`` (the worker's start-up is reported apart).
 The overhead per call is the difference of the medians: the inputs' copies, their transfer (shared memory on the
@@ -23,8 +23,9 @@ import time
 from pathlib import Path
 
 import torch
+from zyfa.accuracy.implementations.base import call_implementation
 from zyfa.accuracy.implementations.plugin_worker import shutdown_shared_worker
-from zyfa.accuracy.implementations.registry import call_implementation, load_plugin
+from zyfa.accuracy.implementations.plugins import load_plugin
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "fp8_torch_attention.py") + ":attention"

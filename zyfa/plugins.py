@@ -1,5 +1,5 @@
 """Reading a ``--kernel`` spec and loading the user's function: shared by the in-process path
-(:func:`zyfa.accuracy.implementations.registry.load_plugin`) and the plug-in worker
+(:func:`zyfa.accuracy.implementations.plugins.load_plugin`) and the plug-in worker
 (:mod:`zyfa.accuracy.implementations.plugin_worker`).
 
 A spec is ``[NAME=]module:function`` or ``[NAME=]path/to/file.py:function``. ``NAME`` (letters, digits, ``_ . + -``,

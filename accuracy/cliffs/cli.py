@@ -230,7 +230,8 @@ def _plan(args) -> _Plan:
         plan_keys,
         subjects,
     )
-    from zyfa.accuracy.implementations.registry import load_plugins, parse_implementations
+    from zyfa.accuracy.implementations.plugins import load_plugins
+    from zyfa.accuracy.implementations.registry import parse_implementations
     from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.results_io import ResultsFile
     from zyfa.accuracy.io.run_harness import refuse_unavailable
@@ -409,7 +410,7 @@ def _print_summary(rows, prov, rule) -> None:
         first = min(mine, key=lambda g: g["length"])
         print(f"{name}: " + ", ".join(f"{k} at {n} length(s)" for k, n in counts.items())
               + f"; shortest {first['kind']} at {first['length']}: {first['reproducer']}")
-    from zyfa.accuracy.implementations.registry import unavailable_lines
+    from zyfa.accuracy.implementations.base import unavailable_lines
 
     for line in unavailable_lines(prov.get("implementations_unavailable") or {}):
         print(line)

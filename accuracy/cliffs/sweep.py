@@ -141,7 +141,7 @@ def format_lengths(lengths: Sequence[int]) -> str:
 class Subject:
     """One thing swept: a recipe through the emulator (``kind="recipe"``, ``recipe`` a Recipe) or a real
     implementation (``kind`` ``builtin``/``plugin``, ``impl`` an
-    :class:`~accuracy.implementations.registry.Implementation`)."""
+    :class:`~accuracy.implementations.base.Implementation`)."""
 
     name: str
     kind: str
@@ -338,7 +338,7 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
         ValueError: no lengths or subjects, an unknown mask or shape, or a longest length that would not fit.
     """
     import torch
-    from zyfa.accuracy.implementations.registry import device_platform
+    from zyfa.accuracy.implementations.base import device_platform
     from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.provenance import device_name, provenance
 
@@ -451,7 +451,7 @@ def _errors(out, lse, ref, prefix: str) -> dict:
 
 def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[dict]:
     import torch
-    from zyfa.accuracy.implementations.registry import ImplementationError, call_implementation, unsupported_reason
+    from zyfa.accuracy.implementations.base import ImplementationError, call_implementation, unsupported_reason
     from zyfa.accuracy.io.device import sync_device
     from zyfa.reference.attention import attention_fp64
 
@@ -524,9 +524,9 @@ _PAIRED: dict = {}
 
 
 def _paired_recipe(impl, plat):
-    """The recipe whose quantization ``impl`` uses (:func:`zyfa.accuracy.implementations.registry.pairing`), once per
+    """The recipe whose quantization ``impl`` uses (:func:`zyfa.accuracy.implementations.base.pairing`), once per
     run."""
-    from zyfa.accuracy.implementations.registry import pairing
+    from zyfa.accuracy.implementations.base import pairing
 
     key = (id(impl), plat)
     if key not in _PAIRED:

@@ -72,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
         check_model_names(split)
         recipes = [get_recipe(r).name for r in split_spec_list(args.recipes)]
         from zyfa.accuracy.impact.model import model_attention
-        from zyfa.accuracy.implementations.registry import load_plugins
+        from zyfa.accuracy.implementations.plugins import load_plugins
 
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
         impl_names = split_spec_list(args.implementations or "")

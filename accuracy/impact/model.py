@@ -132,7 +132,7 @@ class RecipeAttention:
 
 
 class ModelAttention(RecipeAttention):
-    """Any implementation (a registry :class:`~accuracy.implementations.registry.Implementation`, or a recipe's
+    """Any implementation (a registry :class:`~accuracy.implementations.base.Implementation`, or a recipe's
     emulator)
     as a transformers attention function, for ``zyfa.capture.hook.swap_attention``.
 
@@ -155,7 +155,7 @@ class ModelAttention(RecipeAttention):
                  on_layer: Callable[[int], None] | None = None):
         if fallback not in (None, STOCK):
             raise ValueError(f"fallback must be None or {STOCK!r}, not {fallback!r}")
-        from zyfa.accuracy.implementations.registry import Implementation
+        from zyfa.accuracy.implementations.base import Implementation
 
         self.impl = impl if isinstance(impl, Implementation) else None
         super().__init__(get_recipe("fp32") if self.impl is not None else get_recipe(impl), on_layer=on_layer)
@@ -166,7 +166,7 @@ class ModelAttention(RecipeAttention):
 
     def __call__(self, module, query, key, value, attention_mask, *, scaling=None, sliding_window=None,
                  dropout=0.0, softcap=None, is_causal=None, **kwargs):
-        from zyfa.accuracy.implementations.registry import call_implementation, unsupported_reason
+        from zyfa.accuracy.implementations.base import call_implementation, unsupported_reason
         from zyfa.accuracy.inputs.attention_input import AttentionInput
 
         layer, window, sm_scale = self.layer_call(module, query, key, attention_mask, scaling=scaling,
@@ -214,7 +214,7 @@ def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw)
     built-in implementation (:func:`zyfa.accuracy.implementations.registry.builtin_names`; ``triton:SPEC``: our kernel
     under any
     recipe spec it honours) or a plug-in among ``plugins`` (loaded
-    :class:`~accuracy.implementations.registry.Implementation`,
+    :class:`~accuracy.implementations.base.Implementation`,
     by name) -> that kernel; anything else is a recipe spec (:mod:`zyfa.recipes`) run by the emulator. ValueError
     (the spec grammar's one line) for an unknown one."""
     from zyfa.accuracy.implementations.registry import builtin_names, get_implementation

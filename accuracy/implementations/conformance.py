@@ -7,7 +7,7 @@ oracle), built so that a broken kernel misses by orders of magnitude more than F
 
 - ``output``: a plain input (4 heads, 128 tokens, head dim 64, no mask): the output must be a
   float tensor of shape (b, h, s_q, d_v) on the inputs' device (checked by
-  :func:`zyfa.accuracy.implementations.registry.call_implementation`), with rel-L2 to FP64 below
+  :func:`zyfa.accuracy.implementations.base.call_implementation`), with rel-L2 to FP64 below
   :data:`OUTPUT_REL_L2_MAX` (FP8
   gives about 0.03; a kernel that masks when not asked gives about 0.5 or more).
 - ``lse`` (when it returns one): the natural-log LSE within :data:`LSE_ABS_MAX` of FP64's. A miss is named:
@@ -50,7 +50,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from zyfa.accuracy.implementations.registry import (
+from zyfa.accuracy.implementations.base import (
     Implementation,
     ImplementationError,
     call_implementation,

@@ -10,7 +10,7 @@ Row fields (besides the input's fields and ``run_id``):
 - ``implementation``, ``real: true``, ``recipe`` (the recipe it claims, or None), ``recipe_short``,
   ``quantizes`` (``recipe`` / ``self`` / ``none``), ``device``, ``device_name``, ``device_platform`` (the
   platform of the device it ran on, None where none is modelled);
-- with a recipe, the emulation it is compared with (:func:`zyfa.accuracy.implementations.registry.pairing`):
+- with a recipe, the emulation it is compared with (:func:`zyfa.accuracy.implementations.base.pairing`):
 ``paired_spec``
   (the emulated recipe's name, e.g. ``zyfa@h200``; `` (scale_o: oracle amax)`` appended where its FP8 output is
   scaled by the oracle's amax, as the kernel's), ``paired_platform`` and ``pairing_note`` (why not the device's
@@ -42,8 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from zyfa.accuracy.implementations.conformance import scored_mask_check
-from zyfa.accuracy.implementations.registry import (
+from zyfa.accuracy.implementations.base import (
     Implementation,
     ImplementationError,
     call_implementation,
@@ -51,6 +50,7 @@ from zyfa.accuracy.implementations.registry import (
     pairing,
     unsupported_reason,
 )
+from zyfa.accuracy.implementations.conformance import scored_mask_check
 from zyfa.accuracy.inputs.attention_input import AttentionInput
 from zyfa.accuracy.io.provenance import device_name
 from zyfa.accuracy.scoring.metrics import compute_metrics
@@ -104,10 +104,10 @@ def implementation_row(impl: Implementation, x: AttentionInput, *, base: dict, r
         ref_orig: (out, lse) of the FP64 oracle on the original inputs.
         paired: ``paired(recipe) -> (emulation out, emulation lse, (ref_out, ref_lse) on its dequantized
             inputs)`` for a :class:`~zyfa.recipes.Recipe` (the one
-            :func:`zyfa.accuracy.implementations.registry.pairing`
+            :func:`zyfa.accuracy.implementations.base.pairing`
             chose).
         platform: (platform name or None, why none) of the device; default
-            :func:`zyfa.accuracy.implementations.registry.device_platform` of ``device``.
+            :func:`zyfa.accuracy.implementations.base.device_platform` of ``device``.
     """
     plat, why_none = platform if platform is not None else device_platform(device)
     row: dict[str, Any] = {**base, "recipe": impl.recipe, "implementation": impl.name, "real": True,

@@ -278,7 +278,7 @@ def _apply_plan(args: argparse.Namespace) -> None:
 def _run(args: argparse.Namespace) -> int:
     import torch
     from zyfa.accuracy.impact.model import STOCK, model_attention
-    from zyfa.accuracy.implementations.registry import load_plugins
+    from zyfa.accuracy.implementations.plugins import load_plugins
     from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.provenance import provenance
     from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text

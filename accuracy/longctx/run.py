@@ -35,7 +35,7 @@ from zyfa.accuracy.impact.model import (
     logits_from_hidden,
     model_attention,
 )
-from zyfa.accuracy.implementations.registry import ImplementationError, device_platform
+from zyfa.accuracy.implementations.base import ImplementationError, device_platform
 from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.io.run_harness import WorkBudget
 from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
@@ -404,7 +404,7 @@ def accumulation(fn: ModelAttention, platform: str | None) -> str:
     ``high precision`` (no FP8: bf16/fp32 recipes, SDPA), ``matrix_unit never flushed``, ``matrix_unit flushed every
     N KV tiles``, ``fp32`` (true fp32 sums: the mi355x platform) or ``fp32 via k=32 flushes`` (a true fp32 sum kept
     on Hopper by flushing the tensor cores' accumulator every k=32 step)."""
-    from zyfa.accuracy.implementations.registry import pairing
+    from zyfa.accuracy.implementations.base import pairing
 
     if fn.impl is None:
         r = fn.recipe

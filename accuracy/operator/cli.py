@@ -285,7 +285,7 @@ def _print_report(rows, prov: dict, inputs, columns, args) -> None:
             print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
     for w in (prov.get("implementations_pairing_warnings") or {}).values():
         print(f"warning: {w}")
-    from zyfa.accuracy.implementations.registry import unavailable_lines
+    from zyfa.accuracy.implementations.base import unavailable_lines
 
     for line in unavailable_lines(prov.get("implementations_unavailable") or {}):
         print(line)
@@ -470,7 +470,8 @@ def _parse_recipes(spec: str):
 
 def _parse_implementations(args: argparse.Namespace) -> list:
     """Built-ins of --implementations, then the --kernel plug-ins (a kernel that does not load fails its rows)."""
-    from zyfa.accuracy.implementations.registry import get_implementation, load_plugins, parse_implementations
+    from zyfa.accuracy.implementations.plugins import load_plugins
+    from zyfa.accuracy.implementations.registry import get_implementation, parse_implementations
 
     if args.kernel_recipe and not args.kernel:
         raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")

@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 from zyfa.accuracy.implementations import conformance
+from zyfa.accuracy.implementations.base import device_platform, pairing
 from zyfa.accuracy.implementations.real_rows import implementation_row
-from zyfa.accuracy.implementations.registry import device_platform, pairing
 from zyfa.accuracy.inputs.attention_input import AttentionInput
 from zyfa.accuracy.io.device import ORACLE_CHUNK, check_memory, progress_bar, resolve_device, sync_device
 from zyfa.accuracy.io.provenance import device_name, provenance
@@ -91,7 +91,7 @@ def run_accuracy(
         on_row: called with each row as soon as it is made (e.g. to append it to a file).
         run_id: the run's id (a resumed run keeps its first id); default a new random one.
         implementations: real kernels run beside the recipes on the same inputs and device
-            (:class:`accuracy.implementations.registry.Implementation`); rows by
+            (:class:`accuracy.implementations.base.Implementation`); rows by
             :func:`accuracy.implementations.real_rows.implementation_row`
             (``real: true``, ``implementation``, the paired recipe, ``status``). Those not available here
             (device, package) are not run: the provenance's ``implementations_unavailable`` says why. Those with
@@ -101,8 +101,8 @@ def run_accuracy(
             error-ratio band ``suspect``, and a quantization granularity that differs from the pairing's is
             warned (``pairing_warning``).
         real_platform: the platform whose arithmetic the real implementations have, for their pairing
-            (:func:`zyfa.accuracy.implementations.registry.pairing`): ``"auto"`` (the device's:
-            :func:`zyfa.accuracy.implementations.registry.device_platform`, CUDA capability 9.0 -> ``h200``), a
+            (:func:`zyfa.accuracy.implementations.base.pairing`): ``"auto"`` (the device's:
+            :func:`zyfa.accuracy.implementations.base.device_platform`, CUDA capability 9.0 -> ``h200``), a
             platform name,
             or None (each recipe's own platform). Recorded in the provenance (``implementations_platform``).
 

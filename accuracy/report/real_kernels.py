@@ -81,7 +81,7 @@ def real_vs_emulated(rows: Sequence[dict]) -> list[dict]:
     inputs) for kernels that quantize for themselves.
 
     Each entry names the emulation compared (``paired_spec``, ``paired_platform``: the recipe on the platform of
-    the device the kernel ran on, :func:`zyfa.accuracy.implementations.registry.pairing`); rows recorded before the
+    the device the kernel ran on, :func:`zyfa.accuracy.implementations.base.pairing`); rows recorded before the
     pairing
     was (``pairing_recorded`` False) show their claimed recipe and no platform. ``no_platform_model``: the device
     had no platform model, so the recipe's own platform was emulated (flagged in the table).

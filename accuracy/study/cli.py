@@ -241,7 +241,8 @@ def main(args: argparse.Namespace) -> int:
         max_tokens = args.max_tokens if args.max_tokens is not None else (512 if args.quick else None)
         if args.gaussian_filter is not None:
             re.compile(args.gaussian_filter)
-        from zyfa.accuracy.implementations.registry import load_plugins, parse_implementations
+        from zyfa.accuracy.implementations.plugins import load_plugins
+        from zyfa.accuracy.implementations.registry import parse_implementations
 
         if args.kernel_recipe and not args.kernel:
             raise ValueError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
@@ -323,7 +324,7 @@ def main(args: argparse.Namespace) -> int:
     dist.close()
     if rows is None:  # a rank other than 0: its rows are merged, rank 0 writes the study
         return 0
-    from zyfa.accuracy.implementations.registry import unavailable_lines
+    from zyfa.accuracy.implementations.base import unavailable_lines
 
     for line in unavailable_lines(rows.provenance.get("implementations_unavailable") or {}):
         log(line)

@@ -111,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
 
     import torch
     from zyfa.accuracy.impact.model import STOCK, model_attention
-    from zyfa.accuracy.implementations.registry import load_plugins
+    from zyfa.accuracy.implementations.plugins import load_plugins
     from zyfa.accuracy.io.device import resolve_device
     from zyfa.accuracy.io.provenance import provenance
     from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text

@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 from zyfa.accuracy.impact.model import STOCK, UnsupportedLayerError, UnsupportedMaskError, model_attention
-from zyfa.accuracy.implementations.registry import ImplementationError
+from zyfa.accuracy.implementations.base import ImplementationError
 from zyfa.accuracy.io.device import progress_bar
 from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage

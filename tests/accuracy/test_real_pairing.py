@@ -1,4 +1,4 @@
-"""Which emulation a real kernel is compared with (accuracy.implementations.registry.pairing, issue 11): the recipe on
+"""Which emulation a real kernel is compared with (accuracy.implementations.base.pairing, issue 11): the recipe on
 the platform of the device it ran on, the Triton kernel's own version of its recipe, the oracle's output scale
 for cuDNN's oracle-scale variant; recorded in each row and shown in the report; ``zyfa report --recipes`` keeps
 the real kernels paired with a selected recipe. All on a CPU, through the runner and a CPU-run plug-in."""
@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from zyfa.accuracy.implementations.base import Implementation, ImplResult, device_platform, pairing
+from zyfa.accuracy.implementations.plugins import load_plugin
 from zyfa.accuracy.implementations.real_rows import implementation_row
-from zyfa.accuracy.implementations.registry import (
-    Implementation,
-    ImplResult,
-    builtin_names,
-    device_platform,
-    get_implementation,
-    load_plugin,
-    pairing,
-)
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report.blocks import blocks_markdown

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from zyfa.accuracy.implementations.plugins import load_plugin
 from zyfa.accuracy.implementations.real_rows import implementation_row, row_label
-from zyfa.accuracy.implementations.registry import get_implementation, load_plugin
+from zyfa.accuracy.implementations.registry import get_implementation
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.reference.attention import attention_fp64
 

@@ -190,7 +190,8 @@ def _log(record: dict) -> None:
 @pytest.mark.parametrize("key", _input_keys())
 @pytest.mark.parametrize("impl_name", _impl_names())
 def test_real_within_3pct_of_emulation(impl_name, key):
-    from zyfa.accuracy.implementations.registry import ImplementationError, call_implementation, get_implementation
+    from zyfa.accuracy.implementations.base import ImplementationError, call_implementation
+    from zyfa.accuracy.implementations.registry import get_implementation
 
     impl = get_implementation(impl_name)
     ok, why = impl.available()
@@ -209,10 +210,10 @@ def test_real_within_3pct_of_emulation(impl_name, key):
     except ImplementationError as e:
         _log({**base, "status": "failed", "error": str(e)})
         raise
-    # compared with the emulation of what it computes on this device (accuracy.implementations.registry.pairing: the
+    # compared with the emulation of what it computes on this device (accuracy.implementations.base.pairing: the
     # recipe
     # on the h200 platform, our kernel's own version of it, cuDNN's oracle output scale), as the study does
-    from zyfa.accuracy.implementations.registry import device_platform, pairing
+    from zyfa.accuracy.implementations.base import device_platform, pairing
 
     from zyfa.formats import round_to_fp8
 

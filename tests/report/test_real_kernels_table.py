@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from zyfa.accuracy.implementations.conformance import pairing_warning
-from zyfa.accuracy.implementations.registry import load_plugin
+from zyfa.accuracy.implementations.plugins import load_plugin
 from zyfa.accuracy.report.blocks import blocks_markdown
 from zyfa.accuracy.report.real_kernels import not_run, real_kernel_blocks, real_vs_emulated
 from zyfa.accuracy.scoring.tolerances import KERNEL_VS_EMULATION

@@ -203,7 +203,8 @@ def test_the_device_is_the_rows_own(tmp_path):
 def cpu_study(tmp_path_factory):
     """The runner on the CPU with the example plug-in (paired with zyfa) and every built-in, as `zyfa study`
     runs them, rendered as the study renders its report."""
-    from zyfa.accuracy.implementations.registry import load_plugin, parse_implementations
+    from zyfa.accuracy.implementations.plugins import load_plugin
+    from zyfa.accuracy.implementations.registry import parse_implementations
     from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
     from zyfa.accuracy.io.results_io import write_results
     from zyfa.accuracy.operator.runner import run_accuracy
