@@ -163,8 +163,8 @@ def _fail(e, results=None, status: int = 2) -> int:
 
 
 def _rule(args, provenance: dict | None = None):
+    from zyfa.accuracy.cliffs.flags import CliffRule
     from zyfa.accuracy.cliffs.section import rule_of
-    from zyfa.accuracy.cliffs.sweep import CliffRule
 
     if args.metric is not None and args.metric not in _METRICS:
         raise UsageError(f"--metric {args.metric!r}: choose one of {', '.join(_METRICS)}")
@@ -178,8 +178,8 @@ def _rule(args, provenance: dict | None = None):
 
 
 def _render_only(args) -> int:
+    from zyfa.accuracy.cliffs.flags import read_sweeps
     from zyfa.accuracy.cliffs.section import render
-    from zyfa.accuracy.cliffs.sweep import read_sweeps
 
     from zyfa.outputs import check_dir_writable
 
@@ -193,7 +193,7 @@ def _render_only(args) -> int:
     _print_summary(rows, prov, rule)
     print(f"wrote {paths['png']} and {paths['markdown']}")
     if args.flagged_out:
-        from zyfa.accuracy.cliffs.sweep import flagged_rows
+        from zyfa.accuracy.cliffs.flags import flagged_rows
         from zyfa.accuracy.io.results_io import write_results
 
         kept = flagged_rows(rows, rule)

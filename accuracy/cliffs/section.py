@@ -23,7 +23,8 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from zyfa.accuracy.cliffs.sweep import WINDOW, CliffRule, find_flags, format_lengths, read_sweeps, reproducers
+from zyfa.accuracy.cliffs.flags import CliffRule, find_flags, read_sweeps, reproducers
+from zyfa.accuracy.cliffs.sweep import WINDOW, format_lengths
 from zyfa.accuracy.io.schemas import mixed_code_notice
 from zyfa.accuracy.report.blocks import blocks_markdown, fmt
 from zyfa.accuracy.report.document import Doc
@@ -129,7 +130,7 @@ def _n_rows(rows, g) -> str:
 
 def flag_table(paths, rule: CliffRule | None = None) -> tuple[list[str], list]:
     """(header, body) of :func:`cliff_table` for sweep files (a path, a list or comma-separated; ``.partial``
-    too: :func:`zyfa.accuracy.cliffs.sweep.read_sweeps`), for a report that tables another command's sweep."""
+    too: :func:`zyfa.accuracy.cliffs.flags.read_sweeps`), for a report that tables another command's sweep."""
     rows, prov = read_sweeps(paths, flag="cliffs")
     return cliff_table(rows, prov, rule)
 

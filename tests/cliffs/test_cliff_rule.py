@@ -6,14 +6,8 @@ import math
 import random
 
 import pytest
-from zyfa.accuracy.cliffs.sweep import (
-    CliffRule,
-    default_centres,
-    default_lengths,
-    find_flags,
-    format_lengths,
-    parse_lengths,
-)
+from zyfa.accuracy.cliffs.flags import CliffRule, find_flags
+from zyfa.accuracy.cliffs.sweep import default_centres, default_lengths, format_lengths, parse_lengths
 
 
 def _row(L, err, *, impl="k", status="ok", nonfinite=0, reason=None, mask="none", shape="equal"):

@@ -9,7 +9,8 @@ import random
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.cliffs.sweep import ROW_KEYS, GaussianSource, find_flags, read_sweeps, run_cliffs, subjects
+from zyfa.accuracy.cliffs.flags import find_flags, read_sweeps
+from zyfa.accuracy.cliffs.sweep import ROW_KEYS, GaussianSource, run_cliffs, subjects
 from zyfa.accuracy.inputs.attention_input import GaussianSpec
 
 from tests.faults import kill_when, run_zyfa

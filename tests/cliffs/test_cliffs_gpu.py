@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
-from zyfa.accuracy.cliffs.sweep import GaussianSource, find_flags, run_cliffs, subjects
+from zyfa.accuracy.cliffs.flags import find_flags
+from zyfa.accuracy.cliffs.sweep import GaussianSource, run_cliffs, subjects
 from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
 from zyfa.accuracy.inputs.attention_input import GaussianSpec
 
