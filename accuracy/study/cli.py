@@ -30,8 +30,8 @@ from zyfa.accuracy.io.shard import (
     say,
 )
 from zyfa.accuracy.operator.cli import cell_cost, read_finished
-from zyfa.accuracy.report.build import load_results
 from zyfa.accuracy.report.document import save_screenshot
+from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.study import run as study_run
 from zyfa.accuracy.study.compose import REPO_ROOT, find_bench, load_report_inputs, render, split_paths
 from zyfa.accuracy.study.report_cli import report_command

@@ -18,7 +18,7 @@ from pathlib import Path
 from zyfa.accuracy.impact.rows import load_rows, prepare_rows
 from zyfa.accuracy.impact.section import report_section, summarize
 from zyfa.accuracy.io.schemas import mixed_code_notice
-from zyfa.accuracy.report.build import Results, build_report
+from zyfa.accuracy.report.build import build_report
 from zyfa.accuracy.report.claims import claims_headline
 from zyfa.accuracy.report.document import Doc, write_report
 from zyfa.accuracy.report.front import source_label, sources_of
@@ -26,6 +26,7 @@ from zyfa.accuracy.report.hd128 import hd128_section
 from zyfa.accuracy.report.quantization import quantization_section, recommendation_section
 from zyfa.accuracy.report.real_kernels import report_section as real_kernels_section
 from zyfa.accuracy.report.real_kernels import split_real, unavailable_of
+from zyfa.accuracy.report.results import Results
 from zyfa.accuracy.report.speed import load_bench
 
 # the repository this package sits in (the committed reports and datasets are found from here, not from the

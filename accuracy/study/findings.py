@@ -32,9 +32,9 @@ from pathlib import Path
 
 from zyfa.accuracy.longctx.scores import load_rows
 from zyfa.accuracy.longctx.verdicts import plan_verdicts
-from zyfa.accuracy.report.build import load_results
 from zyfa.accuracy.report.claims import CLAIMS, claim_figures
 from zyfa.accuracy.report.hd128 import CLAIMS_PLAN, load_sensitivity_plan, plan_file_hash, sensitivity_figures
+from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.scoring.plan import load_plan
 from zyfa.capture.models import MODELS
 

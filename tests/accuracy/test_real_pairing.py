@@ -17,8 +17,8 @@ from zyfa.accuracy.implementations.registry import builtin_names, get_implementa
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report.blocks import blocks_markdown
-from zyfa.accuracy.report.build import load_results, select_recipes
 from zyfa.accuracy.report.real_kernels import real_kernel_blocks, real_vs_emulated
+from zyfa.accuracy.report.results import load_results, select_recipes
 from zyfa.accuracy.scoring.tolerances import KERNEL_VS_H200_EMULATION
 from zyfa.reference.attention import attention_fp64
 

@@ -16,9 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from zyfa.accuracy.report.build import MAIN_METRICS, MIN_INTERVAL_N, Results, build_report, group_of, load_results
+from zyfa.accuracy.report.build import build_report
 from zyfa.accuracy.report.document import render_markdown
 from zyfa.accuracy.report.real_kernels import split_real
+from zyfa.accuracy.report.results import Results, group_of, load_results
+from zyfa.accuracy.report.sections import MAIN_METRICS
+from zyfa.accuracy.report.stats import MIN_INTERVAL_N
 
 from tests.report.conftest import html_tables, md_tables, numbers
 
