@@ -34,47 +34,44 @@ is written atomically and equals an uninterrupted run's rows (provenance and wal
 
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa accuracy ... --out r.jsonl`` gives each rank a
 share of the rows (:mod:`zyfa.accuracy.io.shard`: longest first to the least-loaded rank, cost batch x heads x s_q x
-s_k x
-(d + d_v)); ranks write ``<out>.partial/rank-K.jsonl`` and rank 0 merges them into the file one process writes;
+s_k x (d + d_v)); ranks write ``<out>.partial/rank-K.jsonl`` and rank 0 merges them into the file one process writes;
 ``--resume`` works across any change of N; ``--dry-run [N]`` prints the plan and runs nothing.
 
-Exposed: ``add_arguments(parser)``, ``main(args) -> int``.
+The flags are parsed and checked in :mod:`zyfa.accuracy.operator.args`, the table printed by
+:mod:`zyfa.accuracy.operator.table`.
+
+Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``main(args) -> int``, ``cell_cost(shape)``,
+``read_provenance(path)``, ``read_finished(path)``.
 """
+
 
 from __future__ import annotations
 
 import argparse
-import math
-import shlex
-import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.shard import wants_sharding
-from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
+from zyfa.accuracy.operator.args import (
+    DEFAULT_COLUMNS,
+    DEFAULT_RECIPES,
+    ablation_tagger,
+    ablations_of,
+    check_out,
+    implementations_of,
+    load_inputs,
+    parse_columns,
+    parse_recipe_flag,
+    plan_inputs,
+    repro_command,
+)
+from zyfa.accuracy.operator.table import EXIT_FAILED_ROWS, failed_rows_status, print_report
 from zyfa.accuracy.scoring.metric_names import ERROR_METRICS
 
-from zyfa.plugins import add_wall_arguments, wall_flags, wall_options
+from zyfa.plugins import add_wall_arguments
 
-DEFAULT_RECIPES = "zyfa,ck,aiter,aiter-triton,triton-amd,fa3,bf16"
-# Table columns by default: row keys of accuracy.operator.runner.run_accuracy
-DEFAULT_COLUMNS = ("deq_rel_l2", "orig_rel_l2", "deq_sqnr_db", "deq_max_abs_err", "deq_row_rel_err_p99",
-                   "deq_lse_max_abs_err", "p_flushed_frac", "time_emulate_s")
-# Columns --metrics may name, besides deq_/orig_ + ERROR_METRICS (a bare metric name means both)
-OTHER_COLUMNS = ("has_nan", "nonfinite_frac", "p_flushed_frac", "time_emulate_s", "time_ref_deq_s", "real_emu_ratio",
-                 "real_vs_emu_rel_l2", "status", "time_real_s",
-                 "time_ref_orig_s", "ref_deq_source", "recipe_short", "deq_zero_ref_rows_max_abs_err",
-                 "orig_zero_ref_rows_max_abs_err")
-GAUSSIAN_DEFAULTS = {"seq": 4096, "head_dim": 128, "heads": "4", "batch": 1, "std": 1.0, "outliers": 0.0,
-                     "outlier_scale": 10.0, "outlier_tensors": "qk", "dtype": "bf16"}
-
-
-# Exit status of a run that wrote everything but has failed or nonconforming rows (--allow-failed: 0).
-EXIT_FAILED_ROWS = 3
-# Real-kernel row statuses that count as failures for the exit status.
-FAILED_STATUSES = ("failed", "nonconforming")
+__all__ = ["add_arguments", "cell_cost", "check_args", "main", "read_finished", "read_provenance"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -167,16 +164,16 @@ def check_args(args: argparse.Namespace) -> None:
     :class:`ValueError` (or FileNotFoundError) names the problem."""
     if args.kernel_recipe and not args.kernel:
         raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
-    _parse_recipes(args.recipes if args.recipes is not None else ("none" if args.ablate else DEFAULT_RECIPES))
+    parse_recipe_flag(args.recipes if args.recipes is not None else ("none" if args.ablate else DEFAULT_RECIPES))
     if getattr(args, "platform", None) is not None:
         from zyfa.platforms import get_platform
 
         get_platform(args.platform)
-    _parse_columns(args.metrics)
-    out = _check_out(args.out)
+    parse_columns(args.metrics)
+    out = check_out(args.out)
     if out is None and (args.force or args.resume):
         raise UsageError("--force and --resume apply to --out")
-    _plan_inputs(args)
+    plan_inputs(args)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -190,12 +187,12 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.recipes is None:
             args.recipes = "none" if args.ablate else DEFAULT_RECIPES
-        recipes = _parse_recipes(args.recipes)
-        recipes += [get_recipe(s) for a in _ablations(args) if not a.base.startswith("triton:") for s in a.specs]
+        recipes = parse_recipe_flag(args.recipes)
+        recipes += [get_recipe(s) for a in ablations_of(args) if not a.base.startswith("triton:") for s in a.specs]
         if getattr(args, "platform", None) is not None:
             recipes = [r.on(args.platform) for r in recipes]
-        columns = _parse_columns(args.metrics)
-        out = _check_out(args.out)
+        columns = parse_columns(args.metrics)
+        out = check_out(args.out)
         if out is None and (args.force or args.resume):
             raise UsageError("--force and --resume apply to --out")
         if wants_sharding(args, out):
@@ -207,9 +204,9 @@ def main(args: argparse.Namespace) -> int:
         from zyfa.accuracy.operator.runner import input_key, run_accuracy
 
         device = resolve_device(args.device)
-        impls = _parse_implementations(args)
-        tag = _ablation_tagger(args)
-        inputs = _load_inputs(args, device)
+        impls = implementations_of(args)
+        tag = ablation_tagger(args)
+        inputs = load_inputs(args, device)
         usable = [i for i in impls if i.available()[0]]
         keys = [k for inp in inputs for k in [input_key(inp, r.name) for r in recipes]
                 + [input_key(inp, i.recipe, i.name) for i in usable]]
@@ -251,7 +248,7 @@ def main(args: argparse.Namespace) -> int:
         sum(cost[k[0]] for k in to_run), wall, device.type, command="accuracy", cells=len(to_run))]
     if results is not None:
         rows = results.rows_in_order(keys)
-    _print_report(rows, prov, inputs, columns, args)
+    print_report(rows, prov, inputs, columns, args)
     if results is not None:
         try:
             results.finish(rows, prov, write_results)
@@ -260,35 +257,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"wrote {len(rows)} rows to {out}")
     print(f"wall time {wall:.1f} s;  repro: {repro_command(args)}")
     return failed_rows_status(rows, "zyfa accuracy", allow=args.allow_failed)
-
-
-def _print_report(rows, prov: dict, inputs, columns, args) -> None:
-    commit = (prov.get("git_commit") or "no git")[:10] + ("+dirty" if prov.get("git_dirty") else "")
-    print(f"zyfa accuracy  run {prov.get('run_id')}  zyfa {prov.get('zyfa_version')} @ {commit}  "
-          f"torch {prov.get('torch')}  device {prov.get('device')} ({prov.get('device_name')})")
-    names = [inp.name for inp in inputs]
-    print("input: " + (names[0] if len(names) == 1 else f"{len(names)} inputs ({names[0]}, ..., {names[-1]})"))
-    print()
-    if any(r.get("real") for r in rows):  # real kernels: their error over their emulation's, and status
-        columns = [*columns, *(c for c in ("real_emu_ratio", "real_vs_emu_rel_l2", "status") if c not in columns)]
-    print(format_table(rows, columns, per_input=args.per_input or len(inputs) == 1))
-    print()
-    print("deq_: vs FP64 on the dequantized inputs the recipe saw (its arithmetic); "
-          "orig_: vs FP64 on the original inputs (adds Q/K/V quantization).")
-    nan_recipes = sorted({_label(r) for r in rows if r.get("has_nan")})
-    if nan_recipes:
-        print(f"NaN/Inf in the output of: {', '.join(nan_recipes)}")
-    for r in rows:
-        if not r.get("real") and r.get("status") == "refused":
-            print(f"refused: {r['recipe']} on {r['input']}: {r['reason']}")
-        if r.get("real") and r.get("status") in ("failed", "unsupported", "nonconforming", "suspect"):
-            print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
-    for w in (prov.get("implementations_pairing_warnings") or {}).values():
-        print(f"warning: {w}")
-    from zyfa.accuracy.implementations.base import unavailable_lines
-
-    for line in unavailable_lines(prov.get("implementations_unavailable") or {}):
-        print(line)
 
 
 # ---------------------------------------------------------------------------------------------- sharded runs
@@ -339,9 +307,9 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         from zyfa.accuracy.operator.runner import input_key, run_accuracy
 
         device = rank_device(resolve_device(args.device), dist)
-        impls = _parse_implementations(args)
-        tag = _ablation_tagger(args)
-        inputs = _load_inputs(args, device)
+        impls = implementations_of(args)
+        tag = ablation_tagger(args)
+        inputs = load_inputs(args, device)
         usable = [i for i in impls if i.available()[0]]
         cells = [(inp, input_key(inp, r.name), r.name) for inp in inputs for r in recipes]
         cells += [(inp, input_key(inp, i.recipe, i.name), i.name) for inp in inputs for i in usable]
@@ -403,7 +371,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     if rows is None:  # not rank 0: its rows are merged there
         return 0
     prov = read_provenance(out)
-    _print_report(rows, prov, inputs, columns, args)
+    print_report(rows, prov, inputs, columns, args)
     print(f"wrote {len(rows)} rows to {out} ({dist.world} rank(s), wall time {prov.get('wall_time_s', 0):.1f} s)")
     print(f"repro: {repro_command(args)}")
     return failed_rows_status(rows, "zyfa accuracy", allow=args.allow_failed)
@@ -417,27 +385,6 @@ def read_provenance(path: Path) -> dict:
         return read_results(path).provenance
     except (ValueError, OSError):
         return {}
-
-
-def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> int:
-    """The exit status of a finished run, after its verdicts on stderr (one line per implementation that is not
-    a clean ``ok`` with its reason, then the clean ones: :func:`zyfa.accuracy.scoring.kernel_verdicts.verdict_lines`):
-    :data:`EXIT_FAILED_ROWS` when rows failed (``status`` in :data:`FAILED_STATUSES`), unless ``allow``
-    (``--allow-failed``); else 0."""
-    for line in verdict_lines(rows):
-        print(f"{command}: {line}", file=sys.stderr)
-    bad = [r for r in rows if r.get("status") in FAILED_STATUSES]
-    if not bad:
-        return 0
-    kinds = ", ".join(f"{sum(r.get('status') == s for r in bad)} {s}" for s in FAILED_STATUSES
-                      if any(r.get("status") == s for r in bad))
-    if allow:
-        print(f"{command}: {len(bad)} of {len(rows)} rows failed ({kinds}); exit 0 (--allow-failed)",
-              file=sys.stderr)
-        return 0
-    print(f"{command}: {len(bad)} of {len(rows)} rows failed ({kinds}); every row was written; exit "
-          f"{EXIT_FAILED_ROWS} (--allow-failed: 0)", file=sys.stderr)
-    return EXIT_FAILED_ROWS
 
 
 def read_finished(path: Path):
@@ -458,286 +405,3 @@ def _fail(e: BaseException | str, results=None, status: int = 2) -> int:
 
     say(f"zyfa accuracy: error: {e}{kept}")
     return status
-
-
-def _parse_recipes(spec: str):
-    from zyfa.recipes import parse_recipes
-
-    if spec.strip() == "none":
-        return []
-    return parse_recipes(spec)
-
-
-def _parse_implementations(args: argparse.Namespace) -> list:
-    """Built-ins of --implementations, then the --kernel plug-ins (a kernel that does not load fails its rows)."""
-    from zyfa.accuracy.implementations.plugins import load_plugins
-    from zyfa.accuracy.implementations.registry import get_implementation, parse_implementations
-
-    if args.kernel_recipe and not args.kernel:
-        raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
-    impls = parse_implementations(args.implementations)
-    have = {i.name for i in impls}
-    for a in _ablations(args):
-        if a.base.startswith("triton:"):
-            impls += [i for i in (get_implementation(s) for s in a.specs) if i.name not in have]
-    impls += load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
-    return impls
-
-
-def _ablations(args: argparse.Namespace) -> list:
-    """--ablate IMPL FIELD=V1,V2 -> :class:`accuracy.scoring.ablation.Ablation` each (SpecError, one line, for a bad
-    one)."""
-    from zyfa.accuracy.scoring.ablation import parse_ablation
-
-    return [parse_ablation(base, assignment) for base, assignment in (getattr(args, "ablate", None) or [])]
-
-
-def _ablation_tagger(args: argparse.Namespace):
-    """A function adding a row's ablation group (ablation_base, _field, _value) to it, in place; rows are matched
-    by the name they carry (the recipe's canonical name on --platform, or the implementation's)."""
-    from zyfa.accuracy.implementations.registry import get_implementation
-    from zyfa.accuracy.scoring.ablation import ablation_tags
-
-    from zyfa.recipes import get_recipe
-
-    ablations = _ablations(args)
-    names = {}
-    for a in ablations:
-        for s in a.specs:
-            if s.startswith("triton:"):
-                names[s] = get_implementation(s).name
-            else:
-                r = get_recipe(s)
-                names[s] = r.on(args.platform).name if getattr(args, "platform", None) is not None else r.name
-    tags = ablation_tags(ablations, names)
-
-    def tag(row: dict) -> None:
-        row.update(tags.get(row.get("implementation") or row.get("recipe"), {}))
-
-    return tag
-
-
-def _label(row: dict) -> str:
-    """A row's name in tables: the implementation's for a real kernel, else the recipe's."""
-    return row.get("implementation") or row["recipe"]
-
-
-def _parse_columns(spec: str | None) -> list[str]:
-    if not spec:
-        return list(DEFAULT_COLUMNS)
-    known = {f"{p}{m}" for p in ("deq_", "orig_") for m in ERROR_METRICS} | set(OTHER_COLUMNS)
-    cols: list[str] = []
-    for name in (s.strip() for s in spec.split(",") if s.strip()):
-        expanded = [f"deq_{name}", f"orig_{name}"] if name in ERROR_METRICS else [name]
-        for col in expanded:
-            if col not in known:
-                raise UsageError(f"unknown metric {name!r}; known: {', '.join(ERROR_METRICS)}, "
-                                 f"or a column such as {', '.join(OTHER_COLUMNS[:5])}")
-            if col not in cols:
-                cols.append(col)
-    if not cols:
-        raise UsageError("--metrics names no metric")
-    return cols
-
-
-def _check_out(out: str | None) -> Path | None:
-    if out is None:
-        return None
-    path = Path(out)
-    if path.suffix.lower() not in (".jsonl", ".csv"):
-        raise UsageError(f"--out must end in .jsonl or .csv, got {out!r}")
-    if path.parent != Path("") and not path.parent.exists():
-        raise FileNotFoundError(f"--out: directory {path.parent} does not exist")
-    if path.is_dir():
-        raise UsageError(f"--out {out} is a directory; give a file name ending in .jsonl or .csv")
-    return path
-
-
-def _int_list(spec: str, flag: str) -> list[int]:
-    try:
-        return [int(s) for s in spec.split(",") if s.strip()]
-    except ValueError:
-        raise UsageError(f"{flag} takes comma-separated integers, got {spec!r}") from None
-
-
-def _plan_inputs(args: argparse.Namespace):
-    """The inputs the flags name, checked without drawing or reading anything (no torch: :func:`check_args`):
-    (GaussianSpec or None, SyntheticSpecs, capture files)."""
-    from zyfa.accuracy.inputs.gaussian_spec import GaussianSpec
-    from zyfa.accuracy.inputs.synthetic_spec import is_synthetic, parse_synthetic, split_inputs
-
-    items = split_inputs(args.inputs)
-    if not items:
-        raise UsageError("--inputs is empty")
-    synthetic = [parse_synthetic(s) for s in items if is_synthetic(s)]
-    files = [s for s in items if s != "gaussian" and not is_synthetic(s)]
-    gaussian = len(files) + len(synthetic) < len(items)
-    if not gaussian:
-        gaussian_only = [k for k in GAUSSIAN_DEFAULTS if k != "heads"] + ["kv_heads", "head_dim_v", "window",
-                                                                          "seq_q", "seq_k"]
-        given = [f"--{k.replace('_', '-')}" for k in gaussian_only if getattr(args, k, None) is not None]
-        if args.causal:
-            given.append("--causal")
-        if given:
-            raise UsageError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to Gaussian inputs; "
-                             "captures and synthetic inputs carry their own shape and mask (captures: use "
-                             "--max-tokens, --layers, --heads; synthetic: its KEY=VALUE list)")
-    if not files and (args.layers is not None or args.max_tokens is not None):
-        raise UsageError("--layers and --max-tokens apply to capture inputs (--inputs path/to/capture.h5)")
-    if not files and not gaussian and args.heads is not None:
-        raise UsageError("--heads applies to Gaussian inputs and captures; a synthetic input takes heads=N")
-    if files and gaussian and args.heads is not None:
-        raise UsageError("--heads means a head count for Gaussian inputs and head indices for captures; "
-                         "run them separately")
-    if args.max_tokens is not None and args.max_tokens < 1:
-        raise UsageError(f"--max-tokens must be >= 1, got {args.max_tokens}")
-    for f in files:
-        if not Path(f).is_file():
-            raise FileNotFoundError(f"no such input file: {f} (--inputs takes 'gaussian' or capture .h5 files)")
-    spec = None
-    if gaussian:
-        opts = {k: (getattr(args, k) if getattr(args, k) is not None else d) for k, d in GAUSSIAN_DEFAULTS.items()}
-        try:
-            heads = int(opts["heads"])
-        except ValueError:
-            raise UsageError(f"for Gaussian inputs --heads is the number of query heads, got {opts['heads']!r}") \
-                from None
-        seq_q, seq_k = getattr(args, "seq_q", None), getattr(args, "seq_k", None)
-        if args.seq is not None and (seq_q is not None or seq_k is not None):
-            raise UsageError("--seq sets queries and keys alike; give either --seq or --seq-q/--seq-k")
-        seq = seq_k if seq_k is not None else (seq_q if seq_q is not None else opts["seq"])
-        spec = GaussianSpec(
-            batch=opts["batch"], heads_q=heads, heads_kv=args.kv_heads if args.kv_heads is not None else heads,
-            seq=seq, seq_q=seq_q if seq_q is not None and seq_q != seq else None,
-            head_dim=opts["head_dim"], head_dim_v=args.head_dim_v, causal=args.causal,
-            window=args.window, std=opts["std"], outlier_frac=opts["outliers"],
-            outlier_scale=opts["outlier_scale"], outlier_tensors=opts["outlier_tensors"], seed=args.seed,
-            dtype=opts["dtype"])
-    return spec, synthetic, files
-
-
-def _load_inputs(args: argparse.Namespace, device="cpu") -> list:
-    from zyfa.accuracy.inputs.attention_input import capture_inputs, make_gaussian
-    from zyfa.accuracy.inputs.synthetic import make_synthetic
-    from zyfa.accuracy.io.device import check_memory
-
-    spec, synthetic, files = _plan_inputs(args)
-    gaussian = spec is not None
-    inputs = []
-    if gaussian:
-        d_v = spec.head_dim_v or spec.head_dim
-        check_memory({"batch": spec.batch, "heads_q": spec.heads_q, "heads_kv": spec.heads_kv, "seq_q": spec.s_q,
-                      "seq_k": spec.seq, "head_dim": spec.head_dim, "head_dim_v": d_v}, device,
-                     what="the Gaussian input")
-        inputs.append(make_gaussian(spec))
-    for spec in synthetic:
-        check_memory({"batch": spec.batch, "heads_q": spec.heads, "heads_kv": spec.n_kv, "seq_q": spec.seq,
-                      "seq_k": spec.seq, "head_dim": spec.head_dim, "head_dim_v": spec.head_dim}, device,
-                     what=f"the synthetic input {spec.name}")
-        inputs.append(make_synthetic(spec))
-    layers = _int_list(args.layers, "--layers") if args.layers is not None else None
-    heads = _int_list(args.heads, "--heads") if (files and args.heads is not None) else None
-    for f in files:
-        inputs.extend(capture_inputs(f, layers=layers, heads=heads, max_tokens=args.max_tokens, device=device))
-    return inputs
-
-
-# ---------------------------------------------------------------------------------------------- table
-
-def _fmt(col: str, v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, str):
-        return v
-    if isinstance(v, float) and math.isnan(v):
-        return "nan"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if col.endswith("_db"):
-        return f"{v:.2f}"
-    if col.endswith("_ratio"):
-        return f"{v:.4f}"
-    if col.endswith("cosine"):
-        return f"{v:.6f}"
-    if col.endswith("_s"):
-        return f"{v:.2f}"
-    if col.endswith("_frac"):
-        return f"{v:.3g}"
-    if isinstance(v, int):
-        return str(v)
-    return f"{v:.3e}"
-
-
-def _aggregate(rows: list[dict], col: str):
-    vals = [r.get(col) for r in rows if r.get(col) is not None]
-    if not vals:
-        return None
-    if all(isinstance(v, bool) for v in vals):
-        return any(vals)
-    if any(isinstance(v, str) for v in vals):
-        return vals[0] if len(set(vals)) == 1 else "mixed"
-    if col.endswith("_max") or "max_abs" in col:
-        return max(vals)
-    if col.startswith("time_"):
-        return sum(vals)
-    return sum(vals) / len(vals)
-
-
-def format_table(rows: Sequence[dict], columns: Sequence[str], *, per_input: bool = True) -> str:
-    """A Markdown (GitHub) table, recipes in the order run: one line per row, or per recipe aggregated over
-    the inputs (mean; max for maxima; sum for times)."""
-    if per_input:
-        lead = ["recipe"] + (["input"] if len({r["input"] for r in rows}) > 1 else [])
-        body = [[_label(r)] + ([r["input"]] if len(lead) > 1 else []) + [_fmt(c, r.get(c)) for c in columns]
-                for r in rows]
-    else:
-        lead = ["recipe", "inputs"]
-        order = list(dict.fromkeys(_label(r) for r in rows))
-        body = []
-        for name in order:
-            group = [r for r in rows if _label(r) == name]
-            body.append([name, str(len(group))] + [_fmt(c, _aggregate(group, c)) for c in columns])
-    header = lead + list(columns)
-    widths = [max(len(header[i]), *(len(b[i]) for b in body)) for i in range(len(header))]
-    n_lead = len(lead)
-
-    def line(cells):
-        return "| " + " | ".join(c.ljust(w) if i < n_lead else c.rjust(w)
-                                 for i, (c, w) in enumerate(zip(cells, widths, strict=True))) + " |"
-
-    sep = "|" + "|".join(("-" * (w + 2)) if i < n_lead else ("-" * (w + 1) + ":")
-                         for i, w in enumerate(widths)) + "|"
-    out = [line(header), sep, *(line(b) for b in body)]
-    if not per_input:
-        out.append("(per recipe: mean over inputs; max for maxima; sum for times)")
-    return "\n".join(out)
-
-
-def repro_command(args: argparse.Namespace) -> str:
-    """The command line that reproduces this run (flags at their defaults left out)."""
-    parts = ["zyfa", "accuracy", "--inputs", args.inputs, "--recipes", args.recipes]
-    if getattr(args, "platform", None) is not None:
-        parts += ["--platform", args.platform]
-    for flag in ("seq", "seq_q", "seq_k", "head_dim", "head_dim_v", "heads", "kv_heads", "batch", "std", "outliers",
-                 "outlier_scale", "outlier_tensors", "dtype", "window", "layers", "max_tokens"):
-        v = getattr(args, flag)
-        if v is not None:
-            parts += [f"--{flag.replace('_', '-')}", str(v)]
-    if args.causal:
-        parts.append("--causal")
-    if args.seed:
-        parts += ["--seed", str(args.seed)]
-    if args.device != "auto":
-        parts += ["--device", args.device]
-    if getattr(args, "implementations", None):
-        parts += ["--implementations", args.implementations]
-    for base, assignment in getattr(args, "ablate", None) or []:
-        parts += ["--ablate", base, assignment]
-    for spec in getattr(args, "kernel", None) or []:
-        parts += ["--kernel", spec]
-    for name in getattr(args, "kernel_recipe", None) or []:
-        parts += ["--kernel-recipe", name]
-    parts += wall_flags(args)
-    return shlex.join(parts)

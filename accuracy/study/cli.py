@@ -364,6 +364,6 @@ def main(args: argparse.Namespace) -> int:
             "report, was removed")
     if rc:
         return rc
-    from zyfa.accuracy.operator.cli import failed_rows_status
+    from zyfa.accuracy.operator.table import failed_rows_status
 
     return failed_rows_status(rows, "zyfa study", allow=getattr(args, "allow_failed", False))
