@@ -3,8 +3,7 @@
 The same work as ``zyfa accuracy --kernel``, through the same runner
 (:func:`zyfa.accuracy.operator.runner.run_accuracy`) and
 the same plug-in path (:mod:`zyfa.accuracy.implementations.registry`: conformance probes first, then the kernel scored
-against
-the FP64 oracle beside the paired recipe's emulation)::
+against the FP64 oracle beside the paired recipe's emulation)::
 
     from zyfa.accuracy.api import assert_kernel_conforms, measure
 

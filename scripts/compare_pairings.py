@@ -6,8 +6,7 @@ For each input, runs the real implementation once and every candidate emulation 
 the emulation's against the FP64 oracle on the spec's dequantized inputs, their ratio, and the rel-L2 between the
 two outputs. The candidate whose outputs are closest to the kernel's is the better description of what it
 computes; `zyfa.accuracy.implementations.base.pairing` should name it. Used to find why AMD's Triton FP8 forward
-had 1.86x
-its emulation's error on Qwen2.5-Coder's layer 0 (docs/real_kernels.md).
+had 1.86x its emulation's error on Qwen2.5-Coder's layer 0 (docs/real_kernels.md).
 
     A=triton-amd:p_scale=tile_amax
     python3 scripts/compare_pairings.py --impl flash-attn-triton-amd \\

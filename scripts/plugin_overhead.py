@@ -3,8 +3,7 @@ call.
 
 The same plug-in (examples/fp8_torch_attention.py:attention) is called through
 :func:`zyfa.accuracy.implementations.base.call_implementation` on one Gaussian input, loaded once in the worker and
-once in
-this process; each is timed over ``--calls`` calls after ``--warmup`` (the worker's start-up is reported apart).
+once in this process; each is timed over ``--calls`` calls after ``--warmup`` (the worker's start-up is reported apart).
 The overhead per call is the difference of the medians: the inputs' copies, their transfer (shared memory on the
 CPU, CUDA IPC on a GPU), the check for writes and the output's copy back.
 

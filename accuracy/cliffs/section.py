@@ -2,8 +2,7 @@
 marked, the table of flags with reproducers, and the same as report blocks for the study.
 
 Everything here reads sweep rows and their provenance only (:mod:`zyfa.accuracy.cliffs.sweep` makes them), so a GPU
-run's
-JSONL renders on any machine.
+run's JSONL renders on any machine.
 
 Exposed:
     flag_groups(rows, provenance, rule=None) -> list[dict]   the flags, consecutive refused/NaN runs merged

@@ -212,8 +212,7 @@ class ModelAttention(RecipeAttention):
 def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw) -> ModelAttention | None:
     """The attention function for ``name``: ``stock`` -> None (the model's own attention, nothing swapped); a
     built-in implementation (:func:`zyfa.accuracy.implementations.registry.builtin_names`; ``triton:SPEC``: our kernel
-    under any
-    recipe spec it honours) or a plug-in among ``plugins`` (loaded
+    under any recipe spec it honours) or a plug-in among ``plugins`` (loaded
     :class:`~accuracy.implementations.base.Implementation`,
     by name) -> that kernel; anything else is a recipe spec (:mod:`zyfa.recipes`) run by the emulator. ValueError
     (the spec grammar's one line) for an unknown one."""

@@ -28,14 +28,12 @@ naming the probe and what was seen, never ``ok``. Built-ins are probed once per 
 
 The probes' fixed size misses a kernel that masks only at small lengths, so a plug-in's mask is also checked on
 each scored input's own lengths (:func:`scored_mask_check`, called by :mod:`zyfa.accuracy.implementations.real_rows`):
-one more call on
-one query group of the input with the hidden keys' values raised, those rows compared with the scored output. A
-miss makes that row ``nonconforming``.
+one more call on one query group of the input with the hidden keys' values raised, those rows compared with the scored
+output. A miss makes that row ``nonconforming``.
 
 Also here: :func:`suspect_reason` (a paired row whose real/emulated error ratio is outside
 :data:`zyfa.accuracy.scoring.tolerances.SUSPECT_BAND` gets ``status: suspect``), and :func:`pairing_warning` (a kernel
-that
-reports its quantization granularity, an
+that reports its quantization granularity, an
 optional attribute ``fn.quantization`` of a plug-in: ``"tensor"``, ``"head"``, ... or a dict per tensor
 ``{"q": ..., "k": ..., "v": ...}``, paired with a recipe that quantizes otherwise).
 

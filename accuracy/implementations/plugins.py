@@ -4,8 +4,7 @@
 Plug-ins (:func:`load_plugin`): ``"[NAME=]module:function"`` or ``"[NAME=]path/to/file.py:function"`` with the
 contract in docs/CONTRACTS.md, ``fn(q, k, v, *, causal, sm_scale, window) -> out | (out, lse)``, read by
 :mod:`zyfa.plugins` and run in a worker process (:mod:`zyfa.accuracy.implementations.plugin_worker`: copies of the
-inputs
-checked for writes, a time limit, the worker's death a failed row) unless ``in_process``. Every failure (bad
+inputs checked for writes, a time limit, the worker's death a failed row) unless ``in_process``. Every failure (bad
 path, wrong signature, wrong output shape, NaN, an exception, a time-out) raises :class:`ImplementationError`,
 whose message names the kernel, so the runner can mark that row failed and go on.
 

@@ -1,8 +1,7 @@
 """One result row for one real implementation on one input: its error beside its paired emulation's.
 
 :func:`zyfa.accuracy.operator.runner.run_accuracy` calls :func:`implementation_row` for each (input, implementation)
-after
-the input's recipe rows, with the input's FP64 oracle on the original inputs and a function giving the paired
+after the input's recipe rows, with the input's FP64 oracle on the original inputs and a function giving the paired
 recipe's emulation and its FP64 reference on the recipe's dequantized inputs (shared with the recipe rows).
 
 Row fields (besides the input's fields and ``run_id``):
@@ -18,8 +17,7 @@ Row fields (besides the input's fields and ``run_id``):
 - ``status``: ``ok``, ``failed`` (``error``: one line naming the kernel) or ``unsupported`` (``reason``); the
   runner then makes an ``ok`` row ``nonconforming`` (the kernel failed a conformance probe) or ``suspect`` (its
   error ratio is outside the band), with ``reason`` (:func:`zyfa.accuracy.implementations.conformance.apply`); a
-  plug-in whose
-  mask fails on this input's own lengths is ``nonconforming`` here (``scored_mask_check``: ``passed``,
+  plug-in whose mask fails on this input's own lengths is ``nonconforming`` here (``scored_mask_check``: ``passed``,
   ``failed``, ``none`` where the mask hides nothing, ``skipped: why``;
   :func:`accuracy.implementations.conformance.scored_mask_check`);
 - ``orig_*`` metrics against FP64 on the original inputs; with a paired recipe also ``deq_*`` against FP64

@@ -1,14 +1,12 @@
 """Controlled synthetic attention inputs: Q/K/V whose attention has a chosen entropy, sink and K outlier channels.
 
 Gaussian inputs (:mod:`zyfa.accuracy.inputs.attention_input`) have diffuse attention (5.4-9.9 nats on the study's
-shapes), where an
-unscaled e4m3 cast of P flushes almost nothing; real layers are peaked and flush a large part of P. A
+shapes), where an unscaled e4m3 cast of P flushes almost nothing; real layers are peaked and flush a large part of P. A
 :class:`SyntheticSpec` sets the attention structure instead, so that regime can be swept at any head dim:
 
 - ``entropy``: the mean attention entropy in nats (per query row of softmax(sm_scale·QKᵀ), mask applied,
   averaged over rows and heads, as :func:`zyfa.accuracy.inputs.features.input_features` computes it). Reached by
-  scaling Q
-  by a temperature found by root-finding (Brent) on the realised entropy of a fixed subset of query rows.
+  scaling Q by a temperature found by root-finding (Brent) on the realised entropy of a fixed subset of query rows.
 - ``sink``: the mean probability on key 0 (an attention sink). One RoPE channel pair (the lowest frequency) is
   reserved: it is zero in every Q and K row except a constant in Q and a single entry in key 0, so it adds a
   boost to key 0's score and to no other score; the boost is solved jointly with the temperature.
@@ -23,8 +21,7 @@ Everything else is N(0, 1): Q's bulk, K's bulk, V. The draws come first, in a fi
 ``torch.Generator`` seeded with ``seed``; the calibrated temperature and boost are rounded to a grid
 (1/1024 in log2) so that the tensors are bit-identical from run to run, and the input is hashed like a
 Gaussian one (:func:`zyfa.accuracy.inputs.attention_input.content_hash`). The realised entropy, sink mass and max|K|
-are in the
-input's ``meta``.
+are in the input's ``meta``.
 
 Exposed:
     SYNTHETIC_KEYS                       key -> (default, description)

@@ -1,7 +1,6 @@
 """The description of a controlled synthetic input (``synthetic:KEY=VALUE,...``), parsed and checked without
 torch, so that a bad one is refused before any heavy import; :func:`zyfa.accuracy.inputs.synthetic.make_synthetic`
-draws it
-(the regime and the calibration are described there).
+draws it (the regime and the calibration are described there).
 
 Exposed:
     SYNTHETIC_KEYS                       key -> (default, description)

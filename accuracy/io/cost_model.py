@@ -2,8 +2,7 @@
 its measured time, and :func:`fit` refits the rate from such records.
 
 The model (:func:`accuracy.operator.cli.cell_cost`, :data:`accuracy.io.shard.UNITS_PER_SECOND`): one accuracy row on an
-input
-costs batch x query heads x s_q x s_k x (d + d_v) units, and a device does a fixed number of units per second
+input costs batch x query heads x s_q x s_k x (d + d_v) units, and a device does a fixed number of units per second
 (``cpu``, ``cuda``). A run of ``zyfa accuracy`` or ``zyfa study`` writes one :func:`record` per run (a resumed run
 adds one) into its provenance under ``cost_model``: the units it ran, the rate and estimate ``--dry-run`` would
 have printed, the measured wall seconds of the rows, and the machine's CPU count and load. ``scripts/fit_cost_model.py``

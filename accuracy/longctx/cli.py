@@ -334,8 +334,7 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UsageError(str(e)) from None
     # conformance probes (accuracy.implementations.conformance) before any model loads: a kernel that ignores the mask
-    # or maps
-    # heads wrongly is not scored; its rows say why
+    # or maps heads wrongly is not scored; its rows say why
     from zyfa.accuracy.implementations.conformance import probe_cached
 
     nonconforming = {}

@@ -126,8 +126,7 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
     "failed": n}``.
 
     ``owns(model, task, length, implementation)``: a sharded run's share (:mod:`zyfa.accuracy.io.shard`); cells it does
-    not
-    own are neither run nor planned here, and a model with no owned cell is not loaded.
+    not own are neither run nor planned here, and a model with no owned cell is not loaded.
 
     ``on_start()``: called once, after the first model's checks (lengths, needle fit, layers) and before its first
     row or a stop, so a refused run writes nothing (the caller starts its results file there).

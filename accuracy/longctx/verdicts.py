@@ -39,8 +39,7 @@ def _values(rows: Sequence[dict], impl: str, model: str, task: str, length: int,
 def plan_verdicts(plan: Plan, rows: Sequence[dict]) -> list[dict]:
     """One dict per (contrast, model, task, length, metric): ``contrast`` (:class:`~accuracy.scoring.plan.Contrast`),
     ``model``, ``task``, ``length``, ``metric``, ``verdict`` (:class:`~accuracy.scoring.verdict.Verdict` or None where
-    no
-    prompt has both arms), ``dropped`` (prompts with only one arm ok), ``p_adjusted`` (the correction's, primary
+    no prompt has both arms), ``dropped`` (prompts with only one arm ok), ``p_adjusted`` (the correction's, primary
     only), ``label`` (the verdict after the correction) and ``kind`` (its kind: the verdict's, "inconclusive" where the
     correction takes an effect away)."""
     out = []

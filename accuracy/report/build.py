@@ -14,10 +14,9 @@ Provenance and the regenerating command come first. Sections made elsewhere (the
 :mod:`zyfa.accuracy.impact.section`) are passed in as callables and placed after the model and Gaussian sections.
 
 Real kernels (rows of :mod:`zyfa.accuracy.implementations.real_rows`, ``real: true``) passed as ``real_rows`` are rows
-of their own
-in the summary, the recipe x metric tables and the paired ratio tables, labelled as measured on their device
-(:func:`zyfa.accuracy.report.real_kernels.measured_label`: ``cudnn-fp8 (real, H200)``) and placed after the recipe
-they are paired with, their emulation. The other tables (ablation, per layer and head, head dim, sequence length,
+of their own in the summary, the recipe x metric tables and the paired ratio tables, labelled as measured on their
+device (:func:`zyfa.accuracy.report.real_kernels.measured_label`: ``cudnn-fp8 (real, H200)``) and placed after the
+recipe they are paired with, their emulation. The other tables (ablation, per layer and head, head dim, sequence length,
 causes, every result) keep the emulated recipes.
 
 The rows are loaded by :mod:`zyfa.accuracy.report.results`, their statistics computed by

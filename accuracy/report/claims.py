@@ -9,9 +9,8 @@ Our figure at the paper's condition: recipe rows (the emulations; real-kernel ro
 paired per unit with the peer on the same input. The unit is each layer × head where rows carry per-head errors
 (``deq_rel_l2_heads``), else each input (a layer, a Gaussian draw). The figure is the geometric mean of the per-unit
 ratios (:func:`zyfa.accuracy.scoring.verdict.paired_verdict` with ``ratio=True``) with two 95% intervals: over the
-independent
-units, the capture layers (a cluster bootstrap: a layer's heads share its input and are resampled together; the
-verdict's interval, as ``studies/hd128-claims-clustered.toml`` declares), and over every layer × head as if
+independent units, the capture layers (a cluster bootstrap: a layer's heads share its input and are resampled together;
+the verdict's interval, as ``studies/hd128-claims-clustered.toml`` declares), and over every layer × head as if
 independent (shown beside it; narrower), under the kernel-only error (``deq``: against FP64 on the recipe's own
 FP8 inputs) and the error the model sees (``orig``: against FP64 on the original inputs). Captures (real
 activations, the paper's condition), synthetic attention and Gaussian inputs are separate rows.

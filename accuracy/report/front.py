@@ -5,8 +5,7 @@ Computed from the result rows and the benchmark rows:
 
 * the first table, one row per implementation: its verdict (``ok``, ``suspect``, ``nonconforming``, ``failed``,
   ``not run``; :func:`accuracy.scoring.kernel_verdicts.implementation_verdicts`, the same verdicts the scoring commands
-  print)
-  with the reason in the same row, then its error, absolute, with its bootstrap 95% interval, on the captures and
+  print) with the reason in the same row, then its error, absolute, with its bootstrap 95% interval, on the captures and
   on the Gaussian inputs, its status (``zyfa.recipes.Recipe.status``: verified, from source, assumed, modelled; a
   real kernel's rows are "measured" on their device) and ``from``: the source of its numbers (:func:`source_label`:
   "this run (device)" for the files this command wrote, else the file with its commit and device, read from its

@@ -5,8 +5,7 @@ implementations):
 one table row per (implementation, input) with the real kernel's error against the FP64 oracle, its paired
 recipe's emulation error on the same reference, their ratio and the rel-L2 between the two outputs; rows whose
 ratio falls outside :data:`zyfa.accuracy.scoring.tolerances.KERNEL_VS_EMULATION` are flagged. Implementations that
-failed, could
-not take an input, or were not available on the machine are listed with the reason.
+failed, could not take an input, or were not available on the machine are listed with the reason.
 
 Exposed:
     MEASURED_CAUSES: {implementation: why its rows fall outside the band}, each measured (docs/real_kernels.md)
@@ -82,9 +81,8 @@ def real_vs_emulated(rows: Sequence[dict]) -> list[dict]:
 
     Each entry names the emulation compared (``paired_spec``, ``paired_platform``: the recipe on the platform of
     the device the kernel ran on, :func:`zyfa.accuracy.implementations.base.pairing`); rows recorded before the
-    pairing
-    was (``pairing_recorded`` False) show their claimed recipe and no platform. ``no_platform_model``: the device
-    had no platform model, so the recipe's own platform was emulated (flagged in the table).
+    pairing was (``pairing_recorded`` False) show their claimed recipe and no platform. ``no_platform_model``: the
+    device had no platform model, so the recipe's own platform was emulated (flagged in the table).
     """
     out = []
     for r in rows:

@@ -74,8 +74,7 @@ NO_CLAIM_BAND = Band(0.8, 1.25)
 
 # Bounds: any paired real row of `zyfa accuracy`, plug-ins included: outside it the row is `suspect` (with the
 # reason; not a failure): accuracy/implementations/conformance.py suspect_reason, docs/CONTRACTS.md. A factor of two
-# either way is
-# far beyond every faithful pairing measured (the farthest, SDPA's flash backend at 0.939, above) and catches the
-# wrong pairings measured before: 2.33 for triton:zyfa-hopper on Qwen2.5-Coder layer 0 with Q·K emulated in fp32
-# (commit d50df78, docs/real_kernels.md).
+# either way is far beyond every faithful pairing measured (the farthest, SDPA's flash backend at 0.939, above) and
+# catches the wrong pairings measured before: 2.33 for triton:zyfa-hopper on Qwen2.5-Coder layer 0 with Q·K emulated in
+# fp32 (commit d50df78, docs/real_kernels.md).
 SUSPECT_BAND = Band(0.5, 2.0)

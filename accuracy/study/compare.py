@@ -5,8 +5,7 @@ For each implementation (a recipe's emulation or a real kernel) present in both 
 carry (``deq_rel_l2``, ``orig_rel_l2``), the ratio B / A is taken per input over the inputs both files have (an
 input is its name and content hash: the same name with other data is not the same input). The summary is
 :func:`zyfa.accuracy.scoring.verdict.paired_verdict` on those pairs (geometric-mean ratio, cluster-bootstrap interval,
-the
-verdict against a threshold, by default 2%): the unit is the input; capture rows of one head each are clustered
+the verdict against a threshold, by default 2%): the unit is the input; capture rows of one head each are clustered
 by their capture file and layer, and rows holding per-head errors (``*_heads``) count each head as a unit
 clustered by its input. Units where either side has no finite positive error (a failed row, NaN) are left out and
 counted. ``deq_`` is not compared for a kernel that quantizes for itself (a plug-in): its reference is the

@@ -6,8 +6,7 @@ per-head errors the claims table pairs per layer x head.
 
 Rows are those of ``zyfa accuracy`` (:func:`zyfa.accuracy.operator.runner.run_accuracy`) plus ``deq_rel_l2_heads`` and
 ``orig_rel_l2_heads`` (:func:`accuracy.inputs.features.head_errors`) and ``plan``/``plan_hash``; the peers' rows are
-not run
-again (they are in the plan's ``results``, paired on the input's content hash). ``--layers`` runs a subset (a
+not run again (they are in the plan's ``results``, paired on the input's content hash). ``--layers`` runs a subset (a
 slice for a test or a timing); the plan's layers are the default. An existing ``--out`` is refused unless ``--force``.
 
 Bad input (a plan that does not parse, a missing capture, an absent layer) is refused in one line before any row is

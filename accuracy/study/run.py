@@ -158,8 +158,7 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
     ``implementations``: real kernels (:mod:`zyfa.accuracy.implementations.registry`) run beside the recipes; those not
     available on this machine are listed with the reason in the provenance (``implementations_unavailable``).
     ``rows_file`` (an :class:`zyfa.accuracy.io.results_io.ResultsFile`, optional): the accuracy rows are appended to it
-    as
-    they finish, and the rows it already holds (a resumed study) are not run again; features and per-head errors
+    as they finish, and the rows it already holds (a resumed study) are not run again; features and per-head errors
     are then computed for every row, so a resumed study's rows equal an uninterrupted one's. A sharded rank's
     ``rows_file`` (:class:`accuracy.io.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
     once their rows are merged (rank 0 computes the features of every row)."""

@@ -1,7 +1,7 @@
 """The terminal summary of the scoring commands: one line per implementation with its verdict and reason, built by
 :func:`accuracy.scoring.kernel_verdicts.verdict_lines` from the rows the command wrote (``zyfa accuracy`` and ``zyfa
-cliffs``
-here; ``zyfa study`` in tests/report/test_study_real_kernels.py, ``zyfa longctx`` in tests/longctx/test_longctx_cli.py).
+cliffs`` here; ``zyfa study`` in tests/report/test_study_real_kernels.py, ``zyfa longctx`` in
+tests/longctx/test_longctx_cli.py).
 """
 
 from __future__ import annotations

@@ -24,8 +24,7 @@ from zyfa.norms import rel_l2
 pytestmark = pytest.mark.gpu
 
 # kernel/emulator error ratio: accuracy.scoring.tolerances.KERNEL_VS_H200_EMULATION for every accumulator (what it
-# bounds and
-# the measured worst case are there)
+# bounds and the measured worst case are there)
 # the existing agreement tests' bounds on the output-vs-output distance (measured on the H200, see that file)
 AGREE_BOUNDS = {"fp32": (0.35, 0.93), "matrix_unit": (0.65, 0.78)}
 

@@ -211,8 +211,7 @@ def test_real_within_3pct_of_emulation(impl_name, key):
         _log({**base, "status": "failed", "error": str(e)})
         raise
     # compared with the emulation of what it computes on this device (accuracy.implementations.base.pairing: the
-    # recipe
-    # on the h200 platform, our kernel's own version of it, cuDNN's oracle output scale), as the study does
+    # recipe on the h200 platform, our kernel's own version of it, cuDNN's oracle output scale), as the study does
     from zyfa.accuracy.implementations.base import device_platform, pairing
 
     from zyfa.formats import round_to_fp8
