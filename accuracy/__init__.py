@@ -14,7 +14,7 @@ def __getattr__(name: str):
     """``accuracy.measure`` and ``accuracy.assert_kernel_conforms`` (:mod:`zyfa.accuracy.api`), imported on first use so
     that ``import accuracy`` stays light (commands check their arguments before torch is imported)."""
     if name in __all__:
-        from zyfa.accuracy import api
+        from zyfa.accuracy import api  # lazy: import zyfa.accuracy stays light (no torch)
 
         return getattr(api, name)
     raise AttributeError(f"module 'accuracy' has no attribute {name!r}")

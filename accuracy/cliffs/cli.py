@@ -29,9 +29,12 @@ import time
 from pathlib import Path
 
 from zyfa.accuracy.io.command import UsageError
+from zyfa.accuracy.io.run_harness import refuse_unavailable
 from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
 
+from zyfa.platforms import get_platform
 from zyfa.plugins import add_wall_arguments, wall_options
+from zyfa.recipes import parse_recipes
 
 PROG = "zyfa cliffs"
 JSONL = "cliffs.jsonl"
@@ -110,9 +113,6 @@ _GAUSSIAN_ONLY = ("kv_heads", "head_dim", "head_dim_v", "batch", "std", "outlier
 def check_args(args: argparse.Namespace) -> None:
     """The flags' checks that need no heavy import (run by the ``zyfa`` dispatch before :func:`main`, and again by
     the plan): numbers, exclusive flags, recipe names and the platform."""
-    from zyfa.platforms import get_platform
-    from zyfa.recipes import parse_recipes
-
     if args.flagged_out and not args.render:
         raise UsageError("--flagged-out applies to --render")
     if args.render:
@@ -163,7 +163,10 @@ def _fail(e, results=None, status: int = 2) -> int:
 
 
 def _rule(args, provenance: dict | None = None):
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.cliffs.flags import CliffRule
+
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.cliffs.section import rule_of
 
     if args.metric is not None and args.metric not in _METRICS:
@@ -178,7 +181,10 @@ def _rule(args, provenance: dict | None = None):
 
 
 def _render_only(args) -> int:
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.cliffs.flags import read_sweeps
+
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.cliffs.section import render
 
     from zyfa.outputs import check_dir_writable
@@ -193,6 +199,7 @@ def _render_only(args) -> int:
     _print_summary(rows, prov, rule)
     print(f"wrote {paths['png']} and {paths['markdown']}")
     if args.flagged_out:
+        # lazy: kept off the refusal path, which imports only what checking the flags needs
         from zyfa.accuracy.cliffs.flags import flagged_rows
         from zyfa.accuracy.io.results_io import write_results
 
@@ -222,6 +229,7 @@ class _Plan:
 
 
 def _plan(args) -> _Plan:
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.cliffs.sweep import (
         DEFAULT_MAX_LENGTH,
         check_lengths_fit,
@@ -233,10 +241,9 @@ def _plan(args) -> _Plan:
     from zyfa.accuracy.implementations.plugins import load_plugins
     from zyfa.accuracy.implementations.registry import parse_implementations
     from zyfa.accuracy.io.device import resolve_device
-    from zyfa.accuracy.io.results_io import ResultsFile
-    from zyfa.accuracy.io.run_harness import refuse_unavailable
 
-    from zyfa.recipes import parse_recipes
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
+    from zyfa.accuracy.io.results_io import ResultsFile
 
     rule = _rule(args)
     check_args(args)
@@ -294,6 +301,7 @@ def _plan(args) -> _Plan:
 
 def _source(args, device):
     """(source, its own mask, the zyfa cliffs argv of the input, the zyfa accuracy argv of it or None)."""
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.cliffs.sweep import DEFAULT_MAX_LENGTH, CaptureSource, GaussianSource
     from zyfa.accuracy.inputs.attention_input import GaussianSpec, capture_inputs
 
@@ -349,8 +357,11 @@ def _source(args, device):
 
 
 def _run(args, plan: _Plan) -> int:
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.cliffs.section import render
     from zyfa.accuracy.cliffs.sweep import run_cliffs
+
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.io.results_io import write_results
 
     results = plan.results
@@ -393,6 +404,7 @@ def _run(args, plan: _Plan) -> int:
 
 
 def _print_summary(rows, prov, rule) -> None:
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.cliffs.section import flag_groups
 
     for line in verdict_lines(rows):
@@ -410,6 +422,7 @@ def _print_summary(rows, prov, rule) -> None:
         first = min(mine, key=lambda g: g["length"])
         print(f"{name}: " + ", ".join(f"{k} at {n} length(s)" for k, n in counts.items())
               + f"; shortest {first['kind']} at {first['length']}: {first['reproducer']}")
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.implementations.base import unavailable_lines
 
     for line in unavailable_lines(prov.get("implementations_unavailable") or {}):

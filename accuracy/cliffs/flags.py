@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from zyfa.accuracy.io.schemas import read_rows
+
 __all__ = ["FLAG_KINDS", "CliffRule", "find_flags", "finite_or_none", "flagged_rows", "merge_provenance",
            "read_sweeps", "reproducers"]
 
@@ -177,8 +179,6 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
     files or an unfinished run's ``cliffs.jsonl.partial``; several are merged (:func:`merge_provenance`).
     FileNotFoundError / ValueError (one line, naming ``flag``) for a missing file, a file that is not a sweep's,
     or no rows at all."""
-    from zyfa.accuracy.io.schemas import read_rows
-
     items = [p.strip() for p in paths.split(",")] if isinstance(paths, str) else [str(p) for p in paths]
     files = [Path(p) for p in items if p]
     if not files:
@@ -200,8 +200,6 @@ def read_sweeps(paths, *, flag: str = "--render") -> tuple[list[dict], dict]:
 def _read_partial(path: Path) -> tuple[list[dict], dict]:
     """(rows, provenance) of an unfinished run's ``cliffs.jsonl.partial`` (its complete lines), so what a run cut
     short has measured can be rendered too; the provenance says ``partial: true``."""
-    from zyfa.accuracy.io.schemas import read_rows
-
     rows, prov = read_rows(path, partial=True)
     return rows, {**prov, "partial": True}
 

@@ -36,11 +36,24 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from zyfa.accuracy.cliffs.flags import finite_or_none
+from zyfa.accuracy.implementations.base import (
+    ImplementationError,
+    call_implementation,
+    device_platform,
+    pairing,
+    unsupported_reason,
+)
+from zyfa.accuracy.inputs.attention_input import AttentionInput, content_hash, make_gaussian
+from zyfa.accuracy.io.device import check_memory, progress_bar, resolve_device, sync_device
+from zyfa.accuracy.io.provenance import device_name, provenance
 from zyfa.accuracy.io.results_io import row_key
 from zyfa.capture.ranges import expand_ranges
 
+from zyfa.emulator import emulate, quantization_key, quantize_inputs
 from zyfa.norms import rel_l2_from_terms, rel_l2_terms
+from zyfa.recipes import get_recipe
 
 __all__ = [
     "DEFAULT_BASES", "DEFAULT_MAX_LENGTH", "LONGEST_LENGTH", "MASKS", "ROW_KEYS", "SHAPES", "WINDOW",
@@ -150,8 +163,6 @@ class Subject:
 
 def subjects(recipes: Sequence = (), implementations: Sequence = ()) -> list[Subject]:
     """Recipes (names or Recipe objects) first, then implementations, as :class:`Subject`; a name twice is an error."""
-    from zyfa.recipes import get_recipe
-
     out = [Subject(r.name, "recipe", recipe=r) for r in (get_recipe(x) for x in recipes)]
     out += [Subject(i.name, "plugin" if i.plugin else "builtin", impl=i) for i in implementations]
     names = [s.name for s in out]
@@ -182,8 +193,6 @@ class GaussianSource:
         return dataclasses.replace(self.spec, seq=length, causal=mask == "causal").name + _chunk_suffix(shape, chunk)
 
     def input_at(self, length: int):
-        from zyfa.accuracy.inputs.attention_input import make_gaussian
-
         return make_gaussian(dataclasses.replace(self.spec, seq=length, causal=False, window=None))
 
     def window(self, mask: str) -> int | None:
@@ -218,8 +227,6 @@ class CaptureSource:
         return f"{self._stem()}-s{length}{tag}{_chunk_suffix(shape, chunk)}"
 
     def input_at(self, length: int):
-        from zyfa.accuracy.inputs.attention_input import AttentionInput, content_hash
-
         b = self.base
         q, k, v = (t[:, :, :length].contiguous() for t in (b.q, b.k, b.v))
         meta = {**b.meta, "max_tokens": length, "content_hash": content_hash(q, k, v)}
@@ -275,8 +282,6 @@ def _point_shape(source, L: int, shape: str, chunk: int) -> dict:
 def check_lengths_fit(source, lengths: Sequence[int], device) -> None:
     """ValueError (one line) when the longest length needs more memory than ``device`` has free
     (:func:`zyfa.accuracy.io.device.check_memory`), naming the longest length that fits."""
-    from zyfa.accuracy.io.device import check_memory
-
     if source.max_length is not None and max(lengths) > source.max_length:
         raise ValueError(f"length {max(lengths)} is above the input's {source.max_length} tokens: use --max-length "
                          f"{source.max_length} or shorter --lengths")
@@ -302,8 +307,6 @@ def _longest_fitting(source, lengths: Sequence[int], device) -> int | None:
 
 
 def _fits(source, L, device) -> bool:
-    from zyfa.accuracy.io.device import check_memory
-
     try:
         check_memory(_point_shape(source, L, "equal", 1), device)
         return True
@@ -330,11 +333,6 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
     Raises:
         ValueError: no lengths or subjects, an unknown mask or shape, or a longest length that would not fit.
     """
-    import torch
-    from zyfa.accuracy.implementations.base import device_platform
-    from zyfa.accuracy.io.device import resolve_device
-    from zyfa.accuracy.io.provenance import device_name, provenance
-
     lengths = sorted(set(int(L) for L in lengths))
     if not lengths:
         raise ValueError("no lengths to sweep")
@@ -382,7 +380,6 @@ def run_cliffs(source, subs: Sequence[Subject], lengths: Sequence[int], *, masks
         left = [s for s in usable if _key(name, s) not in skip]
         if left:
             todo.setdefault(L, []).append((mask, shape, name, left))
-    from zyfa.accuracy.io.device import progress_bar
 
     bar = progress_bar(sum(len(p[3]) for pts in todo.values() for p in pts), enabled=progress, unit="row",
                        desc="cliffs")
@@ -418,8 +415,6 @@ def operator_errors(out, lse, ref) -> dict[str, float | None]:
     ``ref = (out, lse)`` of the FP64 oracle, and ``lse_max_abs_err`` over the rows whose reference LSE is finite
     (None without an LSE, or where the two disagree on which rows are fully masked); None for a value that is
     not finite (an output holding NaN/Inf). Computed on the device, read back once."""
-    import torch
-
     vals = list(rel_l2_terms(out, ref[0]))  # squared norms, read back with the rest
     lse_ok = lse is not None
     if lse_ok:
@@ -439,12 +434,8 @@ def _errors(out, lse, ref, prefix: str) -> dict:
 
 
 def _run_point(x, subs: Sequence[Subject], base: dict, dev, plat, bar) -> list[dict]:
-    import torch
-    from zyfa.accuracy.implementations.base import ImplementationError, call_implementation, unsupported_reason
-    from zyfa.accuracy.io.device import sync_device
+    # lazy: looked up when called, so a test can stand a stub in for it
     from zyfa.reference.attention import attention_fp64
-
-    from zyfa.emulator import emulate, quantization_key, quantize_inputs
 
     kw = {"causal": x.causal, "sm_scale": x.sm_scale, "window": x.window}
     t0 = time.perf_counter()
@@ -515,8 +506,6 @@ _PAIRED: dict = {}
 def _paired_recipe(impl, plat):
     """The recipe whose quantization ``impl`` uses (:func:`zyfa.accuracy.implementations.base.pairing`), once per
     run."""
-    from zyfa.accuracy.implementations.base import pairing
-
     key = (id(impl), plat)
     if key not in _PAIRED:
         _PAIRED[key] = (impl, pairing(impl, plat).recipe)  # the impl kept alive so its id stays unique

@@ -24,13 +24,29 @@ from pathlib import Path
 
 import torch
 from zyfa.accuracy.impact.impact_args import add_arguments
+from zyfa.accuracy.impact.model import model_attention
 from zyfa.accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
-from zyfa.accuracy.impact.run import run_impact
+from zyfa.accuracy.impact.run import impact_cells, run_impact
 from zyfa.accuracy.impact.section import command_of, results_paths, write_markdown
+from zyfa.accuracy.implementations.plugins import load_plugins
+from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.results_io import ResultsFile
-from zyfa.accuracy.io.shard import say, wants_sharding
+from zyfa.accuracy.io.shard import (
+    MODEL_UNITS_PER_SECOND,
+    Dist,
+    ShardedResults,
+    announce,
+    give_up,
+    launch,
+    plan,
+    print_dry_run,
+    rank_device,
+    say,
+    sharding_summary,
+    wants_sharding,
+)
 from zyfa.capture.fetch import FetchError
-from zyfa.capture.models import prepare_sources
+from zyfa.capture.models import MODELS, check_model_names, prepare_sources
 
 from zyfa.outputs import OutputError, atomic_write_text
 from zyfa.plugins import wall_options
@@ -67,12 +83,9 @@ def main(args: argparse.Namespace) -> int:
     try:  # every argument before anything is written or deleted
         if args.force and args.resume:
             raise ValueError("--force and --resume exclude each other")
-        from zyfa.capture.models import check_model_names
 
         check_model_names(split)
         recipes = [get_recipe(r).name for r in split_spec_list(args.recipes)]
-        from zyfa.accuracy.impact.model import model_attention
-        from zyfa.accuracy.implementations.plugins import load_plugins
 
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
         impl_names = split_spec_list(args.implementations or "")
@@ -83,7 +96,6 @@ def main(args: argparse.Namespace) -> int:
             ok, why = fn.impl.available()
             if not ok:
                 raise ValueError(f"implementation {n} cannot run here: {why}")
-        from zyfa.accuracy.io.device import resolve_device
 
         device = resolve_device(args.device)
         layer_recipes = [get_recipe(r).name for r in split_spec_list(args.layer_recipes)]
@@ -141,8 +153,6 @@ SWEEP_LAYERS_GUESS = 24
 
 def cell_cost(cell: tuple, n_tokens: int, layers: list[int] | None) -> float:
     """The estimated cost of one impact cell (:func:`zyfa.accuracy.impact.run.impact_cells`)."""
-    from zyfa.capture.models import MODELS
-
     kind, model, _w, _r = cell
     size = MODELS[model].file_size / 1e8 if model in MODELS else 1.0
     passes = 1 if kind == "window" else (len(layers) if layers else SWEEP_LAYERS_GUESS)
@@ -197,20 +207,6 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
                   md: Path, command) -> int:
     """One rank of a sharded ``zyfa impact`` (or its --dry-run): cells planned over the ranks, each rank's rows in
     ``<out>.partial/rank-K.jsonl``, rank 0 merging them into ``--out`` in a single process's order."""
-    from zyfa.accuracy.impact.run import impact_cells
-    from zyfa.accuracy.io.shard import (
-        MODEL_UNITS_PER_SECOND,
-        Dist,
-        ShardedResults,
-        announce,
-        give_up,
-        launch,
-        plan,
-        print_dry_run,
-        rank_device,
-        sharding_summary,
-    )
-
     cells = impact_cells(models, recipes, impl_names, windows=args.windows, per_layer=per_layer,
                          layer_recipes=layer_recipes, layer_windows=args.layer_windows)
     costs = [cell_cost(c, args.tokens, layers) for c in cells]

@@ -11,8 +11,11 @@ from __future__ import annotations
 import argparse
 
 from zyfa.accuracy.io.shard import add_shard_arguments
+from zyfa.capture.models import check_model_names
+from zyfa.capture.text import check_text
 
 from zyfa.plugins import add_wall_arguments
+from zyfa.recipes import get_recipe, split_spec_list
 
 DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
 DEFAULT_LAYER_RECIPES = "zyfa,ck,aiter"
@@ -68,11 +71,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_args(args: argparse.Namespace) -> None:
     """The flags' checks that need no heavy import: counts, exclusive flags, model, recipe and text names. The
     output files and the implementations are checked by :func:`zyfa.accuracy.impact.cli.main`, before any work."""
-    from zyfa.capture.models import check_model_names
-    from zyfa.capture.text import check_text
-
-    from zyfa.recipes import get_recipe, split_spec_list
-
     if args.render_only or args.drop_rows is not None:
         return
     for flag, value in (("--tokens", args.tokens), ("--windows", args.windows), ("--layer-windows", args.layer_windows),

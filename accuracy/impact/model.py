@@ -22,6 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 from zyfa.accuracy.impact.rows import BLOCK_TOKENS
+from zyfa.accuracy.implementations.base import Implementation, call_implementation, unsupported_reason
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
+from zyfa.accuracy.inputs.attention_input import AttentionInput
 
 from zyfa.emulator import emulate
 from zyfa.recipes import Recipe, get_recipe
@@ -155,7 +158,6 @@ class ModelAttention(RecipeAttention):
                  on_layer: Callable[[int], None] | None = None):
         if fallback not in (None, STOCK):
             raise ValueError(f"fallback must be None or {STOCK!r}, not {fallback!r}")
-        from zyfa.accuracy.implementations.base import Implementation
 
         self.impl = impl if isinstance(impl, Implementation) else None
         super().__init__(get_recipe("fp32") if self.impl is not None else get_recipe(impl), on_layer=on_layer)
@@ -166,9 +168,6 @@ class ModelAttention(RecipeAttention):
 
     def __call__(self, module, query, key, value, attention_mask, *, scaling=None, sliding_window=None,
                  dropout=0.0, softcap=None, is_causal=None, **kwargs):
-        from zyfa.accuracy.implementations.base import call_implementation, unsupported_reason
-        from zyfa.accuracy.inputs.attention_input import AttentionInput
-
         layer, window, sm_scale = self.layer_call(module, query, key, attention_mask, scaling=scaling,
                                                   sliding_window=sliding_window, dropout=dropout, softcap=softcap,
                                                   is_causal=is_causal, what="supported")
@@ -185,6 +184,7 @@ class ModelAttention(RecipeAttention):
                 if reason is not None and self.fallback is None:
                     raise UnsupportedLayerError(f"{self.impl.name} refuses layer {layer}: {reason}")
                 if reason is not None:
+                    # lazy: transformers is optional (and heavy)
                     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
                     self.ran[layer] = f"stock sdpa (fallback: {reason})"
@@ -216,8 +216,6 @@ def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw)
     :class:`~accuracy.implementations.base.Implementation`,
     by name) -> that kernel; anything else is a recipe spec (:mod:`zyfa.recipes`) run by the emulator. ValueError
     (the spec grammar's one line) for an unknown one."""
-    from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
-
     if name == STOCK:
         return None
     for p in plugins:

@@ -14,9 +14,11 @@ Exposed: ``read_rows``, ``row_key`` (:func:`accuracy.io.results_io.row_key`, re-
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import math
+import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -108,8 +110,6 @@ def _process_key(row: dict[str, Any]) -> tuple:
 def _process_starts(rows: list[dict[str, Any]]) -> dict[tuple, str]:
     """Process key -> its start: ``run_started_utc``, else an upper bound (the earliest row date less the
     row's own seconds and the stock pass's)."""
-    import datetime as dt
-
     fmt = "%Y-%m-%dT%H:%M:%SZ"
     starts: dict[tuple, str] = {}
     for r in rows:
@@ -311,9 +311,6 @@ def drop_rows(path: str | Path, patterns: list[tuple[str, str, str, str]] | str,
     dropped rows again. Do not drop from a file that a running ``zyfa impact`` appends to: the file is
     replaced atomically, and a change during the drop is detected and refused.
     """
-    import datetime as dt
-    import os
-
     path = Path(path)
     spec = patterns if isinstance(patterns, str) else ",".join(":".join(p) for p in patterns)
     if isinstance(patterns, str):

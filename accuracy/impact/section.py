@@ -8,6 +8,7 @@ Exposed: ``summarize``, ``group_title``, ``section_blocks``, ``render_markdown``
 
 from __future__ import annotations
 
+import glob
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 from zyfa.accuracy.impact.rows import BLOCK_TOKENS, load_rows, prepare_rows, row_date
 from zyfa.accuracy.report.blocks import blocks_markdown as _blocks_markdown
 from zyfa.accuracy.report.blocks import fmt, fmt_ci, sharding_line, slug
@@ -24,6 +26,7 @@ from zyfa.accuracy.scoring.verdict import spearman_with_p
 
 
 def _ci(values, *, seed: int = 0):
+    # lazy: imports torch; zyfa report reads results without torch
     from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
     return bootstrap_ci(np.asarray(values, dtype=np.float64), seed=seed)
@@ -88,8 +91,6 @@ def section_blocks(rows: list[dict[str, Any]], *, command: str | None = None, fi
                    level: int = 2, key_prefix: str = "t-impact") -> list[tuple]:
     """The impact section as blocks, rendered by :func:`render_markdown` here and by ``zyfa.accuracy.report``:
     ("h", level, text), ("p", text), ("code", text), ("table", key, header, rows, prose?)."""
-    from scipy import stats
-
     rows, notes = prepare_rows(rows)
     win = [r for r in rows if r.get("kind") == "impact_window"]
     lay = [r for r in rows if r.get("kind") == "impact_layer"]
@@ -253,8 +254,6 @@ def _spearman(stats, x: np.ndarray, y: np.ndarray) -> str:
 
 def results_paths(spec: str | Iterable[str]) -> list[Path]:
     """Files of a comma-separated list (or several), globs expanded in sorted order, duplicates dropped."""
-    import glob
-
     items = [spec] if isinstance(spec, str) else list(spec)
     out: list[Path] = []
     for item in items:

@@ -42,7 +42,7 @@ from zyfa.peers.common import package_check as _package
 from zyfa.peers.flashinfer_fa3 import FLASHINFER_FA3_DIMS, packed_head_dims
 from zyfa.peers.registry import PEERS
 from zyfa.peers.sdpa import sdpa_forward
-from zyfa.recipes import SpecError, get_recipe, split_spec
+from zyfa.recipes import RECIPES, SpecError, get_recipe, split_spec
 
 __all__ = ["builtin_table", "triton_spec_impl"]
 
@@ -77,8 +77,8 @@ def _no_window_limits(*, same_dims: bool = False, equal_seq_causal: bool = True,
 # ---------------------------------------------------------------------------------------------- triton:<recipe>
 
 def _triton_recipes() -> list[str]:
+    # lazy: the Triton kernel (triton), imported only where it runs
     from zyfa.kernels.attention_fp8 import kernel_plan
-    from zyfa.recipes import RECIPES
 
     names = []
     for name, r in RECIPES.items():
@@ -91,9 +91,11 @@ def _triton_recipes() -> list[str]:
 
 
 def _triton_impl(recipe: str) -> Implementation:
+    # lazy: the Triton kernel (triton), imported only where it runs
     from zyfa.kernels.attention_fp8 import SUPPORTED_HEAD_DIMS
 
     def fn(x: AttentionInput, context: dict) -> ImplResult:
+        # lazy: the Triton kernel (triton), imported only where it runs
         from zyfa.kernels.attention_fp8 import attention_fp8_quantized
 
         out, lse = attention_fp8_quantized(x.q, x.k, x.v, recipe=recipe, causal=bool(x.causal),
@@ -216,6 +218,7 @@ def builtin_table() -> dict[str, Callable[[], Implementation]]:
 def triton_spec_impl(name: str, reg: dict[str, Callable[[], Implementation]]) -> Implementation:
     """``triton:SPEC`` beyond the named recipes: our kernel under the recipe SPEC names, named by its canonical
     spec (``triton:zyfa:accum_flush_tiles=1``)."""
+    # lazy: the Triton kernel (triton), imported only where it runs
     from zyfa.kernels.attention_fp8 import kernel_plan
 
     spec = split_spec(name).text()[len("triton:"):]

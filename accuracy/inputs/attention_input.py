@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from zyfa.accuracy.inputs.gaussian_spec import SUPPORTED_HEAD_DIMS, GaussianSpec
 from zyfa.accuracy.io.device import available_bytes, check_memory
+from zyfa.capture.store import open_capture, read_capture
 
 __all__ = [
     "SUPPORTED_HEAD_DIMS",
@@ -169,7 +170,6 @@ def capture_inputs(
         raise FileNotFoundError(f"capture file not found: {path}")
     if max_tokens is not None and not (_is_int(max_tokens) and max_tokens >= 1):
         raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
-    from zyfa.capture.store import open_capture, read_capture
 
     check_capture_memory(open_capture(path), layers=layers, heads=heads, max_tokens=max_tokens, device=device)
     file_hash = file_sha256(path)

@@ -39,6 +39,7 @@ import dataclasses
 import math
 
 import torch
+from scipy.optimize import brentq
 from zyfa.accuracy.inputs.attention_input import AttentionInput, content_hash
 from zyfa.accuracy.inputs.synthetic_spec import (
     SYNTHETIC_KEYS,
@@ -124,8 +125,6 @@ def attention_profile(q: torch.Tensor, k: torch.Tensor, *, sm_scale: float | Non
 def _solve(f, lo: float, hi: float, target: float, what: str) -> float:
     """x in [lo, hi] with f(x) = target for a monotone f (Brent's method); ValueError naming ``what`` when the
     target is outside f's range there."""
-    from scipy.optimize import brentq
-
     flo, fhi = f(lo) - target, f(hi) - target
     if flo == 0:
         return lo

@@ -107,6 +107,7 @@ def progress_bar(total: int, *, enabled: bool, unit: str = "run", desc: str = "a
     if not enabled:
         return _NoBar()
     try:
+        # lazy: tqdm is optional (a silent stand-in without it)
         from tqdm import tqdm
     except ImportError:
         return _NoBar()

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from zyfa.capture.version import git_state
 
+from zyfa import __version__ as zyfa_version
+
 __all__ = ["device_name", "provenance"]
 
 
@@ -44,8 +46,6 @@ def device_name(device: str | torch.device = "cpu") -> str:
 
 def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """A JSON-serializable record of the environment of this run; ``extra`` keys are added last."""
-    from zyfa import __version__ as zyfa_version
-
     commit, dirty = git_state()
     cuda = torch.cuda.is_available()
     rec: dict[str, Any] = {
@@ -64,6 +64,7 @@ def provenance(extra: dict[str, Any] | None = None) -> dict[str, Any]:
         "argv": [Path(sys.argv[0]).name, *sys.argv[1:]] if sys.argv else [],  # program name without its path
     }
     try:
+        # lazy: scipy is heavy, and recorded as None where it is missing
         import scipy
 
         rec["scipy"] = scipy.__version__

@@ -43,6 +43,7 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -115,6 +116,7 @@ class Dist:
 
     def barrier(self) -> None:
         if self.grouped:
+            # lazy: imports torch, numpy; the command's flags are checked before it
             import torch.distributed as td
 
             td.barrier()
@@ -123,6 +125,7 @@ class Dist:
         """Rank 0's ``obj`` on every rank."""
         if not self.grouped:
             return obj
+        # lazy: imports torch, numpy; the command's flags are checked before it
         import torch.distributed as td
 
         box = [obj if self.rank == 0 else None]
@@ -133,6 +136,7 @@ class Dist:
         """Every rank's ``obj``, by rank, on every rank."""
         if not self.grouped:
             return [obj]
+        # lazy: imports torch, numpy; the command's flags are checked before it
         import torch.distributed as td
 
         box: list = [None] * self.world
@@ -146,6 +150,7 @@ class Dist:
 
     def close(self) -> None:
         if self.grouped:
+            # lazy: imports torch, numpy; the command's flags are checked before it
             import torch.distributed as td
 
             with contextlib.suppress(Exception):
@@ -168,6 +173,7 @@ def launch(backend: str | None = None, timeout_s: float | None = None) -> Dist:
             timeout_s = float(os.environ.get("ZYFA_SHARD_TIMEOUT_S") or DEFAULT_TIMEOUT_S)
         except ValueError:
             raise OutputError("ZYFA_SHARD_TIMEOUT_S must be a number of seconds") from None
+    # lazy: imports torch, numpy; the command's flags are checked before it
     import torch
     import torch.distributed as td
 
@@ -202,6 +208,7 @@ def rank_device(device, dist: Dist):
     """``device`` (a torch.device), or under torchrun with CUDA this rank's GPU (``LOCAL_RANK``'s, made current by
     :func:`launch`)."""
     if device.type == "cuda" and dist.grouped:
+        # lazy: imports torch, numpy; the command's flags are checked before it
         import torch
 
         return torch.device("cuda", torch.cuda.current_device())
@@ -516,8 +523,6 @@ class RankRows:
             self.on_plan(self.shares)
 
     def start(self, provenance: dict) -> None:
-        import time
-
         self._start = {**provenance, "run_id": self.run_id}
         self._t0 = time.perf_counter()
         self.results.start(self._start)
@@ -529,8 +534,6 @@ class RankRows:
     def sharding(self, rows: Sequence[dict]) -> dict:
         """The provenance of a sharded run (ranks, backend, rows and devices per rank, wall time); {} for one
         process without torchrun."""
-        import time
-
         if not self.dist.grouped:
             return {}
         return sharding_summary(self.dist, rows, time.perf_counter() - self._t0 if self._t0 is not None else 0.0)

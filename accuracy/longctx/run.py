@@ -35,14 +35,18 @@ from zyfa.accuracy.impact.model import (
     logits_from_hidden,
     model_attention,
 )
-from zyfa.accuracy.implementations.base import ImplementationError, device_platform
+from zyfa.accuracy.implementations.base import ImplementationError, device_platform, pairing
 from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.io.run_harness import WorkBudget
 from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
 from zyfa.accuracy.longctx.generate import greedy_generate
 from zyfa.accuracy.longctx.tasks import DEFAULT_TASKS, PromptError, build_prompt, fact_id, min_length, score_generated
+from zyfa.capture.hook import attention_modules, swap_attention
+from zyfa.capture.models import MODELS
+from zyfa.reference.attention import attention_fp64
 
 from zyfa.norms import rel_l2
+from zyfa.platforms import get_platform
 
 __all__ = ["DECODE_NOTE", "DEFAULT_DEPTHS", "DEFAULT_LENGTHS", "GridSpec", "accumulation", "plan_lengths", "row_input",
            "run_longctx"]
@@ -107,8 +111,6 @@ def _op_layer_set(n_layers: int, k: int) -> list[int]:
 
 
 def _max_context(model_name: str) -> int | None:
-    from zyfa.capture.models import MODELS
-
     return MODELS[model_name].max_context if model_name in MODELS else None
 
 
@@ -141,8 +143,10 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
         ValueError: a length above a model's context, a prompt that cannot hold its needle, an unknown
             implementation (one line each, before that model's first row).
     """
+    # lazy: tqdm is optional (a silent stand-in without it)
     from tqdm import tqdm
-    from zyfa.capture.hook import attention_modules
+
+    # lazy: looked up when called, so a test can stand a stub in for it
     from zyfa.capture.models import load_model
 
     log = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
@@ -309,9 +313,6 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
                  platform_note, model_name, dtype, tokenizer, layers=None, coverage: Coverage | None = None
                  ) -> list[dict]:
     """Run one batch of prompts of the same length under implementation ``name``; one row per prompt."""
-    from zyfa.capture.hook import swap_attention
-    from zyfa.reference.attention import attention_fp64
-
     t0 = time.perf_counter()
     op: dict[str, float] = {}
 
@@ -403,8 +404,6 @@ def accumulation(fn: ModelAttention, platform: str | None) -> str:
     ``high precision`` (no FP8: bf16/fp32 recipes, SDPA), ``matrix_unit never flushed``, ``matrix_unit flushed every
     N KV tiles``, ``fp32`` (true fp32 sums: the mi355x platform) or ``fp32 via k=32 flushes`` (a true fp32 sum kept
     on Hopper by flushing the tensor cores' accumulator every k=32 step)."""
-    from zyfa.accuracy.implementations.base import pairing
-
     if fn.impl is None:
         r = fn.recipe
     else:
@@ -418,7 +417,6 @@ def accumulation(fn: ModelAttention, platform: str | None) -> str:
         if r.accum_flush_tiles == 0:
             return "matrix_unit never flushed"
         return f"matrix_unit flushed every {r.accum_flush_tiles} KV tile" + ("s" if r.accum_flush_tiles > 1 else "")
-    from zyfa.platforms import get_platform
 
     plat = get_platform(r.platform)
     return "fp32 via k=32 flushes" if plat.fp8_pv != "fp32" else "fp32"

@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from zyfa.accuracy.io.schemas import mixed_code_notice
 from zyfa.accuracy.longctx.scores import (
     BASELINE_MIN,
@@ -256,7 +257,6 @@ def _fig_curves(rows, lt, model, task, names, base) -> bytes:
 
 def _fig_heatmaps(cells, model, task, names, base) -> bytes:
     plt = pyplot()
-    import numpy as np
 
     lengths = sorted({n for (m, t, n, _d, _i) in cells if m == model and t == task})
     depths = sorted({d for (m, t, _n, d, _i) in cells if m == model and t == task})

@@ -15,10 +15,13 @@ import argparse
 import shlex
 from pathlib import Path
 
+from zyfa.accuracy.inputs.gaussian_spec import GaussianSpec
+from zyfa.accuracy.inputs.synthetic_spec import is_synthetic, parse_synthetic, split_inputs
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.scoring.metric_names import ERROR_METRICS
 
 from zyfa.plugins import wall_flags, wall_options
+from zyfa.recipes import get_recipe, parse_recipes
 
 __all__ = ["DEFAULT_COLUMNS", "DEFAULT_RECIPES", "GAUSSIAN_DEFAULTS", "OTHER_COLUMNS", "ablation_tagger",
            "ablations_of", "check_out", "implementations_of", "load_inputs", "parse_columns", "parse_recipe_flag",
@@ -38,8 +41,6 @@ GAUSSIAN_DEFAULTS = {"seq": 4096, "head_dim": 128, "heads": "4", "batch": 1, "st
 
 
 def parse_recipe_flag(spec: str):
-    from zyfa.recipes import parse_recipes
-
     if spec.strip() == "none":
         return []
     return parse_recipes(spec)
@@ -47,6 +48,7 @@ def parse_recipe_flag(spec: str):
 
 def implementations_of(args: argparse.Namespace) -> list:
     """Built-ins of --implementations, then the --kernel plug-ins (a kernel that does not load fails its rows)."""
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.implementations.plugins import load_plugins
     from zyfa.accuracy.implementations.registry import get_implementation, parse_implementations
 
@@ -64,6 +66,7 @@ def implementations_of(args: argparse.Namespace) -> list:
 def ablations_of(args: argparse.Namespace) -> list:
     """--ablate IMPL FIELD=V1,V2 -> :class:`accuracy.scoring.ablation.Ablation` each (SpecError, one line, for a bad
     one)."""
+    # lazy: imports numpy; the command's flags are checked before it
     from zyfa.accuracy.scoring.ablation import parse_ablation
 
     return [parse_ablation(base, assignment) for base, assignment in (getattr(args, "ablate", None) or [])]
@@ -72,10 +75,9 @@ def ablations_of(args: argparse.Namespace) -> list:
 def ablation_tagger(args: argparse.Namespace):
     """A function adding a row's ablation group (ablation_base, _field, _value) to it, in place; rows are matched
     by the name they carry (the recipe's canonical name on --platform, or the implementation's)."""
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.implementations.registry import get_implementation
     from zyfa.accuracy.scoring.ablation import ablation_tags
-
-    from zyfa.recipes import get_recipe
 
     ablations = ablations_of(args)
     names = {}
@@ -135,9 +137,6 @@ def _int_list(spec: str, flag: str) -> list[int]:
 def plan_inputs(args: argparse.Namespace):
     """The inputs the flags name, checked without drawing or reading anything (no torch: :func:`check_args`):
     (GaussianSpec or None, SyntheticSpecs, capture files)."""
-    from zyfa.accuracy.inputs.gaussian_spec import GaussianSpec
-    from zyfa.accuracy.inputs.synthetic_spec import is_synthetic, parse_synthetic, split_inputs
-
     items = split_inputs(args.inputs)
     if not items:
         raise UsageError("--inputs is empty")
@@ -189,6 +188,7 @@ def plan_inputs(args: argparse.Namespace):
 
 
 def load_inputs(args: argparse.Namespace, device="cpu") -> list:
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.inputs.attention_input import capture_inputs, make_gaussian
     from zyfa.accuracy.inputs.synthetic import make_synthetic
     from zyfa.accuracy.io.device import check_memory

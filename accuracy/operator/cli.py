@@ -48,6 +48,7 @@ Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``main(args) -> int``,
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 
@@ -69,7 +70,10 @@ from zyfa.accuracy.operator.args import (
 from zyfa.accuracy.operator.table import EXIT_FAILED_ROWS, failed_rows_status, print_report
 from zyfa.accuracy.scoring.metric_names import ERROR_METRICS
 
+from zyfa.outputs import OutputError, check_writable
+from zyfa.platforms import get_platform
 from zyfa.plugins import add_wall_arguments
+from zyfa.recipes import get_recipe
 
 __all__ = ["add_arguments", "cell_cost", "check_args", "main", "read_finished", "read_provenance"]
 
@@ -139,6 +143,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-failed", action="store_true",
                         help=f"exit 0 even when rows failed or a kernel is nonconforming (default: exit "
                              f"{EXIT_FAILED_ROWS} after writing every row)")
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.io.shard import add_shard_arguments
 
     add_shard_arguments(parser, "accuracy", "rows")
@@ -166,8 +171,6 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
     parse_recipe_flag(args.recipes if args.recipes is not None else ("none" if args.ablate else DEFAULT_RECIPES))
     if getattr(args, "platform", None) is not None:
-        from zyfa.platforms import get_platform
-
         get_platform(args.platform)
     parse_columns(args.metrics)
     out = check_out(args.out)
@@ -178,10 +181,8 @@ def check_args(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``zyfa accuracy``; 0 on success, 2 on bad input (message on stderr, no traceback)."""
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.io.results_io import ROW_BYTES_ESTIMATE, ResultsFile
-
-    from zyfa.outputs import check_writable
-    from zyfa.recipes import get_recipe
 
     results = None
     try:
@@ -199,8 +200,13 @@ def main(args: argparse.Namespace) -> int:
             return _main_sharded(args, recipes, columns, out)
         results = ResultsFile.open(out, force=args.force, resume=args.resume, reader=read_finished) \
             if out is not None else None
+        # lazy: imports torch, numpy; the command's flags are checked before it
         from zyfa.accuracy.io.device import resolve_device
+
+        # lazy: kept off the refusal path, which imports only what checking the flags needs
         from zyfa.accuracy.io.results_io import write_results
+
+        # lazy: imports torch, scipy; the command's flags are checked before it
         from zyfa.accuracy.operator.runner import input_key, run_accuracy
 
         device = resolve_device(args.device)
@@ -236,6 +242,7 @@ def main(args: argparse.Namespace) -> int:
         return _fail("interrupted", results, status=130)
     wall = time.perf_counter() - t0
 
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, record
 
     prov = rows.provenance
@@ -269,7 +276,7 @@ def cell_cost(shape: dict) -> float:
 
 def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) -> int:
     """One rank of a sharded run (or its --dry-run): its share of the rows, rank 0 merging them into --out."""
-    import os
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     import uuid
 
     from zyfa.accuracy.io.results_io import ROW_BYTES_ESTIMATE
@@ -287,8 +294,6 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         sharding_summary,
     )
 
-    from zyfa.outputs import OutputError
-
     dry = args.dry_run is not None
     if dry:
         try:
@@ -302,8 +307,13 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     try:
         if dist is None:
             dist = launch(args.backend)
+        # lazy: imports torch, numpy; the command's flags are checked before it
         from zyfa.accuracy.io.device import resolve_device
+
+        # lazy: kept off the refusal path, which imports only what checking the flags needs
         from zyfa.accuracy.io.results_io import write_results
+
+        # lazy: imports torch, scipy; the command's flags are checked before it
         from zyfa.accuracy.operator.runner import input_key, run_accuracy
 
         device = rank_device(resolve_device(args.device), dist)
@@ -379,6 +389,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
 
 def read_provenance(path: Path) -> dict:
     """The provenance of a finished result file (empty if it has none)."""
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.io.results_io import read_results
 
     try:
@@ -389,6 +400,7 @@ def read_provenance(path: Path) -> dict:
 
 def read_finished(path: Path):
     """(rows, provenance) of a finished ``zyfa accuracy`` results file (the reader of resumed outputs)."""
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.io.results_io import read_results
 
     rows = read_results(path)
@@ -401,6 +413,7 @@ def _fail(e: BaseException | str, results=None, status: int = 2) -> int:
         results.close()
         if results.partial.exists():
             kept = f"; the rows finished so far are in {results.partial} (rerun with --resume to continue)"
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.io.shard import say
 
     say(f"zyfa accuracy: error: {e}{kept}")

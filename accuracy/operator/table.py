@@ -50,6 +50,7 @@ def print_report(rows, prov: dict, inputs, columns, args) -> None:
             print(f"{r['status']}: {r['implementation']} on {r['input']}: {r.get('error') or r.get('reason')}")
     for w in (prov.get("implementations_pairing_warnings") or {}).values():
         print(f"warning: {w}")
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.implementations.base import unavailable_lines
 
     for line in unavailable_lines(prov.get("implementations_unavailable") or {}):

@@ -49,6 +49,9 @@ from zyfa.accuracy.report.real_kernels import measured_on
 from zyfa.accuracy.scoring.kernel_verdicts import Verdict, implementation_verdicts, short_reason
 from zyfa.capture.models import MODELS
 
+from zyfa.bench.table import canonical_rows, headline_tflops, summary_lines
+from zyfa.recipes import get_recipe
+
 # ZYFA's ablations: in the details, not on the front page
 ABLATION_PREFIX = ("zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed", "zyfa-tilescale")
 # the table keys of the front page (a test checks that the first section holds them)
@@ -100,6 +103,7 @@ def status_of(name: str, rows: Sequence[dict] = ()) -> str:
         devices = sorted({measured_on(r) for r in real})
         return "measured on " + ", ".join(devices)
     try:
+        # lazy: inside its ImportError fallback
         from zyfa.recipes import get_recipe
 
         return str(getattr(get_recipe(name), "status", None) or "-")
@@ -108,6 +112,7 @@ def status_of(name: str, rows: Sequence[dict] = ()) -> str:
 
 
 def _ci(values):
+    # lazy: imports torch, scipy; zyfa report reads results without torch
     from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
     x = np.asarray([v for v in values if v is not None], dtype=np.float64)
@@ -182,8 +187,6 @@ def error_table(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] = 
 def where_we_land(bench: Sequence[tuple[str, dict, list[dict]]]) -> tuple[str, dict, list[str], list[list[str]]]:
     """(file name, meta, header, body) of the "where we land" table of the first benchmark file that has one
     (:func:`zyfa.bench.table.summary_lines`, the table of the bench Markdown); ("", {}, [], []) when none has."""
-    from zyfa.bench.table import summary_lines
-
     for name, meta, rows in bench:
         try:
             lines = summary_lines(rows)
@@ -209,8 +212,6 @@ def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
     numerics it borrows), every peer by its own name (``cudnn-fp8``, ``sdpa-bf16:cudnn``, ``flashinfer-fa3``, ...).
     Our kernel's speeds include V's transpose where it was timed (as in the bench summary).
     """
-    from zyfa.bench.table import canonical_rows, headline_tflops
-
     ok = [r for r in canonical_rows(bench_rows) if "error" not in r and isinstance(r.get("tflops"), (int, float))
           and r.get("input", "gaussian") == "gaussian"]
     for pick in (lambda r: r.get("d_qk") == 128 and r.get("d_v") == 128 and not r.get("causal"),
@@ -427,8 +428,6 @@ def _status_lines(entries: Sequence[dict]) -> list[str]:
     """One line per (status, why) among the table's recipes: the recipes with that status and the why of it
     (``status_note`` of :mod:`zyfa.recipes`; ``from source`` without a note: every field read in the peer's
     source), and one line for a real kernel's ``measured on``."""
-    from zyfa.recipes import get_recipe
-
     groups: dict[tuple[str, str], list[str]] = {}
     for e in entries:
         if e["status"].startswith("measured on"):

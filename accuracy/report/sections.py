@@ -356,6 +356,7 @@ def section_layers(doc: Doc, gname: str, rows: list, recipes: list, plots: bool)
     doc.table(f"t-{tkey}-heads", ["layer, head", *with_heads], body)
     if plots:
         plt = pyplot()
+        # lazy: matplotlib is optional (and heavy)
         from matplotlib.colors import LogNorm
 
         shown = with_heads[:6]
@@ -496,6 +497,7 @@ def section_causes(doc: Doc, rows: list, recipes: list, plots: bool) -> None:
     if plots:
         plt = pyplot()
         shown = [n for n in recipes if n not in ABLATIONS][:8]
+        # lazy: matplotlib is optional (and heavy)
         from matplotlib.ticker import NullFormatter
 
         fig, axes = plt.subplots(1, len(present), figsize=(3.4 * len(present), 3.0), squeeze=False, sharey=True)

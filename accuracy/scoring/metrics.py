@@ -40,6 +40,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from scipy import stats
 from zyfa.accuracy.scoring.metric_names import ERROR_METRICS
 
 from zyfa.norms import rel_l2_from_terms
@@ -220,8 +221,6 @@ def bootstrap_ci(
         return CI(estimate, estimate, estimate)
     low = high = math.nan
     try:
-        from scipy import stats
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = stats.bootstrap(

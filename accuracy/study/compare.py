@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zyfa.accuracy.io.results_io import read_jsonl, row_key
+from zyfa.accuracy.io.results_io import read_jsonl, read_results, row_key
 from zyfa.accuracy.report.speed import load_bench
 from zyfa.accuracy.scoring.verdict import Verdict, paired_verdict
 
@@ -83,8 +83,6 @@ def load_results(path: str | Path) -> Side:
     if p.is_dir():
         raise ValueError(f"{p} is a directory; give a results file (.jsonl), e.g. {p / 'results.jsonl'}")
     if p.suffix.lower() == ".csv":
-        from zyfa.accuracy.io.results_io import read_results  # torch: only for a CSV
-
         res = read_results(p)
         rows, prov = list(res), res.provenance
     elif p.suffix.lower() == ".jsonl":

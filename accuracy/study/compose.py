@@ -82,6 +82,7 @@ def load_report_inputs(bench_paths: Sequence[str | Path] = (),
                        cliffs_path: str | Path | None = None) -> ReportInputs:
     """Load the benchmark, impact and long-context files (ValueError, FileNotFoundError or OSError naming the bad
     one)."""
+    # lazy: imports torch; zyfa report reads results without torch
     from zyfa.accuracy.longctx.scores import BASELINES, baseline_of
     from zyfa.accuracy.longctx.scores import load_rows as load_longctx
 
@@ -99,6 +100,7 @@ def load_report_inputs(bench_paths: Sequence[str | Path] = (),
 
 def _cliffs_section(path: str):
     """The length-cliff finder's flags (``zyfa cliffs``) as a report section of their own."""
+    # lazy: imports torch; zyfa report reads results without torch
     from zyfa.accuracy.longctx.section import cliff_table
 
     header, rows = cliff_table(path)
@@ -114,6 +116,7 @@ def _cliffs_section(path: str):
 
 def _longctx_section(inputs: ReportInputs):
     """The long-context section as a report section (``add(doc, plots)``), and its one-sentence finding."""
+    # lazy: imports torch; zyfa report reads results without torch
     from zyfa.accuracy.longctx.section import cliff_table, section_blocks
 
     rows, provs = inputs.longctx

@@ -57,6 +57,7 @@ from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report.plots import png, pyplot
 
 from zyfa.emulator import emulate
+from zyfa.recipes import parse_recipes
 
 __all__ = ["calibrate", "input_stats", "main", "matching_spec", "plot_ratios", "ratio_points", "run_sweep",
            "sweep_specs"]
@@ -283,8 +284,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
     try:
-        from zyfa.recipes import parse_recipes
-
         recipes = [r.name for r in parse_recipes(args.recipes)]
         specs = sweep_specs(entropies=_floats(args.entropies), head_dims=[int(x) for x in args.head_dims.split(",")],
                             sinks=[_none_or_float(s) for s in args.sinks.split(",")],

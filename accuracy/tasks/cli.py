@@ -30,6 +30,9 @@ from pathlib import Path
 
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.shard import say
+from zyfa.accuracy.tasks.sandbox import Limits, network_isolation
+
+from zyfa.outputs import OutputError, atomic_write_text
 
 DEFAULT_OUT = "zyfa-tasks/humaneval.jsonl"
 DEFAULT_IMPLEMENTATIONS = {
@@ -89,7 +92,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _summarize(paths: str) -> int:
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.io.schemas import read_rows
+
+    # lazy: imports torch, scipy; the command's flags are checked before it
     from zyfa.accuracy.tasks.stats import summary_markdown
 
     rows = []
@@ -107,8 +113,10 @@ def _summarize(paths: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     import uuid
 
+    # lazy: imports torch, numpy; the command's flags are checked before it
     import torch
     from zyfa.accuracy.impact.model import STOCK, model_attention
     from zyfa.accuracy.implementations.plugins import load_plugins
@@ -116,12 +124,11 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.accuracy.io.provenance import provenance
     from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text
     from zyfa.accuracy.tasks.humaneval import HumanEvalSpec, load_problems, run_humaneval, select_problems
-    from zyfa.accuracy.tasks.sandbox import Limits, network_isolation
+
+    # lazy: imports torch, scipy; the command's flags are checked before it
     from zyfa.accuracy.tasks.stats import summary_markdown
     from zyfa.capture.fetch import FetchError
     from zyfa.capture.models import check_model_names, prepare_sources
-
-    from zyfa.outputs import OutputError, atomic_write_text
 
     try:
         check_model_names([args.model])

