@@ -40,7 +40,6 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from scipy import stats
 from zyfa.accuracy.scoring.metric_names import ERROR_METRICS
 
 from zyfa.norms import rel_l2_from_terms
@@ -221,6 +220,8 @@ def bootstrap_ci(
         return CI(estimate, estimate, estimate)
     low = high = math.nan
     try:
+        from scipy import stats  # lazy: scipy is optional here (the percentile interval below without it)
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = stats.bootstrap(
