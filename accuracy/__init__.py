@@ -1,8 +1,8 @@
-"""Accuracy of FP8 attention: the core (metrics, inputs, runner, results I/O, provenance, features, the
-``zyfa accuracy`` command) as top-level modules, and three packages by role: :mod:`zyfa.accuracy.report` (rendering),
-:mod:`zyfa.accuracy.impact` (model impact) and :mod:`zyfa.accuracy.study` (the study and ``zyfa report``, composing the
-others). The core imports none of the three; the report imports the core; impact imports the core and the
-report's rendering; the study imports all (tests/test_layout.py).
+"""Accuracy of FP8 attention, in folders by role (docs/DESIGN.md, "accuracy/ by role"), bottom first: ``io``
+(result files, sharding, provenance, device), ``scoring`` (metrics, bands, verdicts, plans), ``inputs``,
+``implementations`` (real kernels, plug-ins, conformance), ``report`` (rendering), then one folder per command:
+``operator`` (``zyfa accuracy``), ``cliffs``, ``impact``, ``longctx``, ``tasks``, and ``study`` on top. A folder
+imports only the folders below it (tests/test_layout.py); :mod:`zyfa.accuracy.api` is the Python API.
 
 Sits on top of zyfa, reference and capture's store.
 """
@@ -14,7 +14,7 @@ def __getattr__(name: str):
     """``accuracy.measure`` and ``accuracy.assert_kernel_conforms`` (:mod:`zyfa.accuracy.api`), imported on first use so
     that ``import accuracy`` stays light (commands check their arguments before torch is imported)."""
     if name in __all__:
-        from zyfa.accuracy import api
+        from zyfa.accuracy import api  # lazy: import zyfa.accuracy stays light (no torch)
 
         return getattr(api, name)
     raise AttributeError(f"module 'accuracy' has no attribute {name!r}")

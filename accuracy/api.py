@@ -1,8 +1,9 @@
 """The Python API: measure a kernel from Python, and a pytest helper for a kernel repository's own tests.
 
-The same work as ``zyfa accuracy --kernel``, through the same runner (:func:`zyfa.accuracy.runner.run_accuracy`) and
-the same plug-in path (:mod:`zyfa.accuracy.implementations`: conformance probes first, then the kernel scored against
-the FP64 oracle beside the paired recipe's emulation)::
+The same work as ``zyfa accuracy --kernel``, through the same runner
+(:func:`zyfa.accuracy.operator.runner.run_accuracy`) and
+the same plug-in path (:mod:`zyfa.accuracy.implementations.registry`: conformance probes first, then the kernel scored
+against the FP64 oracle beside the paired recipe's emulation)::
 
     from zyfa.accuracy.api import assert_kernel_conforms, measure
 
@@ -26,14 +27,12 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from zyfa.accuracy.implementations import (
-    Implementation,
-    ImplementationError,
-    callable_implementation,
-    load_plugin,
-)
-from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
-from zyfa.accuracy.runner import ResultRows, resolve_device, run_accuracy
+from zyfa.accuracy.implementations.base import Implementation, ImplementationError
+from zyfa.accuracy.implementations.plugins import callable_implementation, load_plugin
+from zyfa.accuracy.inputs.attention_input import AttentionInput, GaussianSpec, capture_inputs, make_gaussian
+from zyfa.accuracy.io.device import resolve_device
+from zyfa.accuracy.io.results_io import ResultRows
+from zyfa.accuracy.operator.runner import run_accuracy
 
 from zyfa.recipe_spec import parse_recipes
 
@@ -48,7 +47,8 @@ def api_inputs(inputs="gaussian", *, seq: int = GAUSSIAN["seq"], head_dim: int =
                max_tokens: int | None = None, device="cpu") -> list[AttentionInput]:
     """The inputs of :func:`measure`: ``"gaussian"`` (a no-mask and a causal Gaussian input of ``seq`` tokens,
     ``heads`` heads, head dim ``head_dim``), a capture file's path (.h5; ``layers`` and ``max_tokens`` select), a
-    :class:`~accuracy.inputs.GaussianSpec`, an :class:`~accuracy.inputs.AttentionInput`, or a list of these.
+    :class:`~accuracy.inputs.attention_input.GaussianSpec`, an
+    :class:`~accuracy.inputs.attention_input.AttentionInput`, or a list of these.
 
     Raises:
         ValueError: an item that is none of these, or a missing file.
@@ -99,11 +99,11 @@ def measure(kernel: Callable | str | Implementation | None = None, *, inputs="ga
             recipes: str | Sequence[str] = (), pair_with: str | None = None, name: str | None = None,
             device: str = "auto", seed: int = 0, progress: bool = False, **input_options) -> ResultRows:
     """The error of ``kernel`` (and of ``recipes``' emulations) against the FP64 oracle: the rows of
-    ``zyfa accuracy`` (docs/CONTRACTS.md, row fields in :mod:`zyfa.accuracy.real_rows`).
+    ``zyfa accuracy`` (docs/CONTRACTS.md, row fields in :mod:`zyfa.accuracy.implementations.real_rows`).
 
     Args:
         kernel: a callable with the plug-in contract, a ``path/to/file.py:function`` / ``module:function`` spec
-            (imported and run in this process), an :class:`~accuracy.implementations.Implementation`, or None
+            (imported and run in this process), an :class:`~accuracy.implementations.base.Implementation`, or None
             (recipes only).
         inputs: see :func:`api_inputs` (``input_options``: ``seq``, ``head_dim``, ``heads``, ``layers``,
             ``max_tokens``).
@@ -114,7 +114,7 @@ def measure(kernel: Callable | str | Implementation | None = None, *, inputs="ga
         device: "auto" (CUDA if present), "cpu" or "cuda".
 
     Returns:
-        :class:`~accuracy.runner.ResultRows` (with ``.provenance``): one row per input and recipe, then one per
+        :class:`~accuracy.io.results_io.ResultRows` (with ``.provenance``): one row per input and recipe, then one per
         input for the kernel with its ``status`` (``ok``, ``suspect``, ``nonconforming``, ``failed``,
         ``unsupported``) and ``reason``/``error``.
 

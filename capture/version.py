@@ -1,6 +1,6 @@
 """Which code ran: the one reader of the git commit, for every record that carries it.
 
-Captures (``capture.store``), result files (``accuracy.provenance``), the bench's report (``zyfa.bench.cli``) and
+Captures (``capture.store``), result files (``accuracy.io.provenance``), the bench's report (``zyfa.bench.cli``) and
 ``zyfa --version`` all read the commit here, in one format: the full hex commit and a dirty flag (tracked files
 differ from it, staged or not; untracked files do not count), written as one string ``<commit>`` or
 ``<commit>+dirty`` where a record has one field for it. It lives in ``capture/``, the lowest package that records it

@@ -11,9 +11,9 @@ the committed real rows of reports/study/results.jsonl beside them. CPU only; ab
 import json
 from pathlib import Path
 
-from zyfa.accuracy.implementations import Pairing
-from zyfa.accuracy.inputs import make_gaussian
-from zyfa.accuracy.real_rows import _paired_output
+from zyfa.accuracy.implementations.base import Pairing
+from zyfa.accuracy.implementations.real_rows import _paired_output
+from zyfa.accuracy.inputs.attention_input import make_gaussian
 from zyfa.accuracy.study.run import gaussian_specs
 from zyfa.reference.attention import attention_fp64
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The length-cliff sweep (zyfa cliffs, docs/CLIFFS.md) on one H200: our Triton kernel under every recipe it honours
-# (accuracy.implementations.builtin_names(): the triton:* names), cuDNN FP8, FA3 through FlashInfer, AMD's Triton
+# (accuracy.implementations.registry.builtin_names(): the triton:* names), cuDNN FP8, FA3 through FlashInfer, AMD's Triton
 # FP8 forward (flash-attn) and SDPA BF16 on cuDNN, at head dim 128 and 64, causal and not, s_q = s_k and chunked
 # prefill (the last 128 query rows against all L keys). From the repository root on the GPU machine:
 #
@@ -54,14 +54,14 @@ KV_HEADS=${KV_HEADS:-1}
 T=${GROUP_TIMEOUT:-330}
 # the triton:* names in five groups, one per line
 TRITON_GROUPS=$(python3 -c "
-from zyfa.accuracy.implementations import builtin_names
+from zyfa.accuracy.implementations.registry import builtin_names
 names = [n for n in builtin_names() if n.startswith('triton:')]
 print('\n'.join(','.join(names[i::5]) for i in range(min(5, len(names)))))")
 CENTRES_4=$(python3 -c "
-from zyfa.accuracy.cliffs import default_centres, format_lengths
+from zyfa.accuracy.cliffs.sweep import default_centres, format_lengths
 print(format_lengths(sorted({n for c in default_centres() for n in range(c - 16, c + 17, 4) if n <= 32768})))")
 TILES_4=$(python3 -c "
-from zyfa.accuracy.cliffs import format_lengths
+from zyfa.accuracy.cliffs.sweep import format_lengths
 print(format_lengths(sorted({n for m in range(128, 1025, 128) for n in range(m - 16, m + 17, 4) if n > 128})))")
 LENGTHS_TRITON=${LENGTHS_TRITON:-1-128,$TILES_4,$CENTRES_4}
 LENGTHS_CUDNN=${LENGTHS_CUDNN:-1-128,136-1024:8,$CENTRES_4}

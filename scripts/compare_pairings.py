@@ -5,8 +5,8 @@ For each input, runs the real implementation once and every candidate emulation 
 ``@platform`` where wanted) on the same inputs, and prints, per (input, spec): the real kernel's rel-L2 error and
 the emulation's against the FP64 oracle on the spec's dequantized inputs, their ratio, and the rel-L2 between the
 two outputs. The candidate whose outputs are closest to the kernel's is the better description of what it
-computes; `zyfa.accuracy.implementations.pairing` should name it. Used to find why AMD's Triton FP8 forward had 1.86x
-its emulation's error on Qwen2.5-Coder's layer 0 (docs/real_kernels.md).
+computes; `zyfa.accuracy.implementations.base.pairing` should name it. Used to find why AMD's Triton FP8 forward
+had 1.86x its emulation's error on Qwen2.5-Coder's layer 0 (docs/real_kernels.md).
 
     A=triton-amd:p_scale=tile_amax
     python3 scripts/compare_pairings.py --impl flash-attn-triton-amd \\
@@ -42,13 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="JSON file for the rows")
     args = ap.parse_args(argv)
 
-    from zyfa.accuracy.implementations import (
-        ImplementationError,
-        call_implementation,
-        get_implementation,
-        unsupported_reason,
-    )
-    from zyfa.accuracy.inputs import capture_inputs
+    from zyfa.accuracy.implementations.base import ImplementationError, call_implementation, unsupported_reason
+    from zyfa.accuracy.implementations.registry import get_implementation
+    from zyfa.accuracy.inputs.attention_input import capture_inputs
     from zyfa.reference.attention import attention_fp64
 
     from zyfa.emulator import emulate
@@ -71,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
             for path in sorted(glob.glob(pat)):
                 inputs += capture_inputs(path, max_tokens=args.max_tokens)
     if args.gaussian:
-        from zyfa.accuracy.inputs import make_gaussian
+        from zyfa.accuracy.inputs.attention_input import make_gaussian
         from zyfa.accuracy.study.run import gaussian_specs
 
         inputs += [make_gaussian(s) for s in gaussian_specs("default")]

@@ -63,7 +63,7 @@ def one_hot_values(s_k: int, d: int, block: int) -> torch.Tensor:
 def record(out: Path) -> None:
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from zyfa.accuracy.inputs import make_gaussian
+    from zyfa.accuracy.inputs.attention_input import make_gaussian
     from zyfa.accuracy.study.run import gaussian_specs
 
     if not torch.cuda.is_available():
@@ -207,7 +207,7 @@ def candidates(head_dim: int, s_q: int, s_k: int, batch_heads: int) -> dict[str,
 
 
 def fit(path: Path) -> None:
-    from zyfa.accuracy.inputs import make_gaussian
+    from zyfa.accuracy.inputs.attention_input import make_gaussian
     from zyfa.reference.attention import attention_fp64
 
     from zyfa.emulator import emulate

@@ -4,9 +4,9 @@
 
 Reads the cost records of result files of ``zyfa accuracy``, ``study``, ``longctx``, ``impact`` and ``tasks``: each
 run records the units of work of the rows it made, the estimate ``--dry-run`` gives for them and the wall seconds
-they took (:mod:`zyfa.accuracy.cost_model`; in the file's provenance line, or for ``zyfa impact`` in its rows'
+they took (:mod:`zyfa.accuracy.io.cost_model`; in the file's provenance line, or for ``zyfa impact`` in its rows'
 provenance). Prints, per (command, device type), the rate that fits the runs (geometric mean of units per second),
-the current rate of :data:`zyfa.accuracy.cost_model.RATES`, and the range of measured / estimated time under each:
+the current rate of :data:`zyfa.accuracy.io.cost_model.RATES`, and the range of measured / estimated time under each:
 the values to put into ``RATES`` when the runs were made on the machine the README's times are for. A (command,
 device type) with fewer than 2 runs is named in one line and not fitted; a file without records (older runs) is
 named and skipped (``--from-rows`` rebuilds its record instead, below); no rate fitted at all exits with status 2.
@@ -14,11 +14,11 @@ Imports no torch.
 
 ``--from-rows``: files written before the records carry enough to rebuild one record each, by the same units: a
 ``zyfa study`` file its runner's wall time (``study_accuracy_s``) and its rows' shapes
-(:func:`zyfa.accuracy.cli.cell_cost`, every row being that run's); a ``zyfa longctx`` file its rows' ``seconds``
-(each prompt's share of its batch's scoring time: model loads and probes are not in it) and lengths
+(:func:`zyfa.accuracy.operator.cli.cell_cost`, every row being that run's); a ``zyfa longctx`` file its rows'
+``seconds`` (each prompt's share of its batch's scoring time: model loads and probes are not in it) and lengths
 (:func:`zyfa.accuracy.longctx.cli.cell_cost`), over all the sessions that resumed it; a ``zyfa tasks humaneval``
 file (or ``.partial``) its rows' ``generate_seconds`` (the sandbox and the drift pass are not in it) and tokens
-(:func:`zyfa.accuracy.cost_model.generation_units`). Such a record says ``rebuilt_from``.
+(:func:`zyfa.accuracy.io.cost_model.generation_units`). Such a record says ``rebuilt_from``.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from zyfa.accuracy.cli import cell_cost  # noqa: E402
-from zyfa.accuracy.cost_model import MIN_RUNS, fit, generation_units, record, records_in_file  # noqa: E402
+from zyfa.accuracy.io.cost_model import MIN_RUNS, fit, generation_units, record, records_in_file  # noqa: E402
 from zyfa.accuracy.longctx.cli import cell_cost as prompt_cost  # noqa: E402
+from zyfa.accuracy.operator.cli import cell_cost  # noqa: E402
 
 SHAPE = ("batch", "heads_q", "seq_q", "seq_k", "head_dim", "head_dim_v")
 

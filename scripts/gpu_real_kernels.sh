@@ -23,7 +23,7 @@ export PYTHONPATH=.:/tmp/site
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu_env.txt"
 python3 - <<'EOF' 2>&1 | tee "$OUT/real_kernels_available.txt"
 import importlib.metadata as md, torch
-from zyfa.accuracy.implementations import builtin_names, get_implementation
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
 for dist in ("torch", "triton", "flash-attn", "nvidia-cudnn-frontend", "flashinfer-python", "apache-tvm-ffi"):
     try:
         print(f"{dist} {md.version(dist)}")

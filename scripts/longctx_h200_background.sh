@@ -23,7 +23,7 @@ STATE=${1:?usage: longctx_h200_background.sh STATE DEADLINE_EPOCH}
 DEADLINE=${2:?usage: longctx_h200_background.sh STATE DEADLINE_EPOCH}
 PLAN=${PLAN:-}
 if [ -n "$PLAN" ] && [ -z "${MODELS:-}" ]; then
-  MODELS=$(python3 -c "from zyfa.accuracy.plan import load_plan; print(' '.join(load_plan('$PLAN').models))")
+  MODELS=$(python3 -c "from zyfa.accuracy.scoring.plan import load_plan; print(' '.join(load_plan('$PLAN').models))")
 fi
 MODELS=${MODELS:-smollm2 gemma3 qwen25coder}
 IMPLS=${IMPLS:-sdpa-fp32,stock,triton:zyfa-hopper,triton:zyfa,triton:fa3,triton:ck,triton:aiter,cudnn-fp8,flashinfer-fa3}
@@ -50,7 +50,7 @@ log "kernels warmed in $((SECONDS - t0)) s: $(grep -c '^ok' "$STATE/warm.log") o
 
 [ "${SIDE:-1}" = 0 ] || (
   LENGTHS=$(python3 -c "
-from zyfa.accuracy.cliffs import default_centres, format_lengths
+from zyfa.accuracy.cliffs.sweep import default_centres, format_lengths
 c = {n for c in default_centres() for n in range(c - 16, c + 17, 4) if n <= 32768}
 t = {n for m in range(128, 1025, 128) for n in range(m - 16, m + 17, 4) if n > 128}
 print('1-128,' + format_lengths(sorted(t | c)))")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from zyfa.accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, capture_inputs, make_gaussian
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate

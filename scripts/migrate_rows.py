@@ -1,6 +1,6 @@
 """Rewrite committed result files into the current row schema, once, so that no reader repairs old rows as it reads.
 
-Each migration turns one older form (:data:`zyfa.accuracy.schemas.OLD_FORMS`, whose readers refuse it) into the
+Each migration turns one older form (:data:`zyfa.accuracy.io.schemas.OLD_FORMS`, whose readers refuse it) into the
 current one and says so in the row: a ``"migrated"`` field lists what was changed (``; ``-joined when several), so
 the history stays visible in the file.
 
@@ -41,8 +41,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from zyfa.accuracy.impact.rows import process_key, process_starts, row_date  # noqa: E402
-from zyfa.accuracy.results_io import IMPACT_KINDS  # noqa: E402
-from zyfa.accuracy.schemas import HISTORY_KEYS  # noqa: E402
+from zyfa.accuracy.io.results_io import IMPACT_KINDS  # noqa: E402
+from zyfa.accuracy.io.schemas import HISTORY_KEYS  # noqa: E402
 
 from zyfa.outputs import atomic_write_text  # noqa: E402
 from zyfa.peers.names import OLD_NAMES  # noqa: E402

@@ -1,8 +1,9 @@
-"""Per-call overhead of the plug-in worker process (accuracy/plugin_worker.py) against an in-process call.
+"""Per-call overhead of the plug-in worker process (accuracy/implementations/plugin_worker.py) against an in-process
+call.
 
 The same plug-in (examples/fp8_torch_attention.py:attention) is called through
-:func:`zyfa.accuracy.implementations.call_implementation` on one Gaussian input, loaded once in the worker and once in
-this process; each is timed over ``--calls`` calls after ``--warmup`` (the worker's start-up is reported apart).
+:func:`zyfa.accuracy.implementations.base.call_implementation` on one Gaussian input, loaded once in the worker and
+once in this process; each is timed over ``--calls`` calls after ``--warmup`` (the worker's start-up is reported apart).
 The overhead per call is the difference of the medians: the inputs' copies, their transfer (shared memory on the
 CPU, CUDA IPC on a GPU), the check for writes and the output's copy back.
 
@@ -21,9 +22,10 @@ import time
 from pathlib import Path
 
 import torch
-from zyfa.accuracy.implementations import call_implementation, load_plugin
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
-from zyfa.accuracy.plugin_worker import shutdown_shared_worker
+from zyfa.accuracy.implementations.base import call_implementation
+from zyfa.accuracy.implementations.plugin_worker import shutdown_shared_worker
+from zyfa.accuracy.implementations.plugins import load_plugin
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 
 EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "fp8_torch_attention.py") + ":attention"
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zyfa.accuracy.longctx.scores import load_rows  # noqa: E402
 from zyfa.accuracy.longctx.verdicts import plan_verdicts  # noqa: E402
-from zyfa.accuracy.plan import PlanError, load_plan, parse_plan  # noqa: E402
+from zyfa.accuracy.scoring.plan import PlanError, load_plan, parse_plan  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=None)
     args = ap.parse_args(argv)
 
-    from zyfa.accuracy.inputs import capture_inputs
+    from zyfa.accuracy.inputs.attention_input import capture_inputs
     from zyfa.reference.attention import attention_fp64
 
     from zyfa.emulator import emulate

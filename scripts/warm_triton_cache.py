@@ -40,7 +40,7 @@ def _task(task: tuple[str, bool, str]) -> str:
 
 
 def main() -> int:
-    from zyfa.bench.cli import DEFAULT_RECIPES, OTHER_RECIPES
+    from zyfa.bench.args import DEFAULT_RECIPES, OTHER_RECIPES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=12)

@@ -63,8 +63,8 @@ def test_the_accumulator_row_once_rows_under_the_plan_exist(tmp_path):
     left out, not counted as "no"); rows under another hash are ignored."""
     import shutil
 
-    from zyfa.accuracy.plan import load_plan
-    from zyfa.accuracy.results_io import jsonl_text
+    from zyfa.accuracy.io.results_io import jsonl_text
+    from zyfa.accuracy.scoring.plan import load_plan
 
     shutil.copytree(ROOT / "studies", tmp_path / "studies")
     plan = load_plan(tmp_path / "studies" / "accumulator.toml")

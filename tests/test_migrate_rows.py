@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.schemas import SchemaError, check_any_row, unmigrated_form
+from zyfa.accuracy.io.schemas import SchemaError, check_any_row, unmigrated_form
 
 from zyfa.bench.table import checked_rows
 

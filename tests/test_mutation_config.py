@@ -24,8 +24,8 @@ ISSUE_MODULES = {
     "zyfa/emulator_tile.py",  # emulate's tile steps, moved out of zyfa/emulator.py
     "zyfa/recipes.py",
     "reference/attention.py",
-    "accuracy/metrics.py",
-    "accuracy/inputs.py",
+    "accuracy/scoring/metrics.py",
+    "accuracy/inputs/attention_input.py",
     "capture/store.py",
     "capture/writer.py",  # the store's writer, moved out of capture/store.py
 }

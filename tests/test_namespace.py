@@ -38,7 +38,7 @@ def test_runs_beside_a_users_reference_capture_and_accuracy_modules(tmp_path):
     for name in ("reference", "capture", "accuracy"):
         (tmp_path / f"{name}.py").write_text(f"raise SystemExit('the user\\'s {name}.py was imported')\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    code = ("import sys, zyfa.reference.attention, zyfa.capture.store, zyfa.accuracy.metrics; "
+    code = ("import sys, zyfa.reference.attention, zyfa.capture.store, zyfa.accuracy.scoring.metrics; "
             "sys.exit(zyfa.cli.main(['recipes', 'zyfa']) if False else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                        timeout=300)

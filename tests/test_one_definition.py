@@ -9,14 +9,14 @@ checks that each one still catches the forms it was written for, and passes the 
 Facts and homes:
     rel-L2                       zyfa/norms.py          (rel_l2 and its zero-reference rule)
     recipe-spec grammar          zyfa/recipe_spec.py    (split_spec, get_recipe, parse_recipes, split_spec_list)
-    row identity                 accuracy/results_io.py (row_key and its field tuples)
+    row identity                 accuracy/io/results_io.py (row_key and its field tuples)
     shared FP64-reference key    zyfa/emulator.py       (QUANT_FIELDS, quantization_key)
     git reader                   capture/version.py     (git_state, git_label)
-    kernel-vs-emulation bands    accuracy/tolerances.py (Band and its entries)
+    kernel-vs-emulation bands    accuracy/scoring/tolerances.py (Band and its entries)
     cuDNN FP8 graph              zyfa/peers/cudnn_fp8.py (built there once; the bench times what zyfa.peers prepare)
     peer names                   zyfa/peers/names.py    (PEER_NAMES, BENCH_PEERS, OLD_NAMES)
-    UsageError                   accuracy/command.py
-    sharded-run scaffold         accuracy/shard.py      (wants_sharding, print_dry_run, rank_device, announce, give_up,
+    UsageError                   accuracy/io/command.py
+    sharded-run scaffold         accuracy/io/shard.py   (wants_sharding, print_dry_run, rank_device, announce, give_up,
                                                          sharding_summary)
 """
 
@@ -54,7 +54,7 @@ FACTS = (
         "tests/accuracy/test_metrics_float64_expectations.py": "the same: compute_metrics' expected values by hand",
         "tests/zyfa/test_norms.py": "the home's own test, against the formula",
     }),
-    Fact("row identity", "accuracy/results_io.py", (
+    Fact("row identity", "accuracy/io/results_io.py", (
         r"^\s*def\s+_*row_key\s*\(",
         r"row\.get\(\"input\"\),\s*row\.get\(\"input_content_hash\"\)",  # a key spelled out field by field
         r"row\.get\(\"kind\"\),\s*row\.get\(\"model\"\)",
@@ -96,10 +96,10 @@ FACTS = (
     ), allowed={
         "zyfa/kernels/kernel_plan.py": "recipe_from_spec is a one-line alias of get_recipe, kept as a name for scripts",
     }),
-    Fact("UsageError", "accuracy/command.py", (
+    Fact("UsageError", "accuracy/io/command.py", (
         r"^\s*class\s+UsageError\b",
     )),
-    Fact("sharded-run scaffold", "accuracy/shard.py", (
+    Fact("sharded-run scaffold", "accuracy/io/shard.py", (
         r"sharded_launch\(\)\s+or\b",  # the test for the sharded path
         r"torch\.device\(\s*[\"']cuda[\"']\s*,\s*torch\.cuda\.current_device\(\)\)",  # this rank's GPU
         r"print\(format_plan\(",  # the dry-run plan
@@ -107,7 +107,7 @@ FACTS = (
         r"rank \{\w+\} \{len\(\w+\)\} (rows|cells)",  # the ranks line
         r"[\"']world_size[\"']:\s*[\w.]+,\s*[\"']backend[\"']",  # the sharding provenance
     ), folders=("zyfa", "reference", "capture", "accuracy", "scripts", "examples")),
-    Fact("kernel-vs-emulation band", "accuracy/tolerances.py", (
+    Fact("kernel-vs-emulation band", "accuracy/scoring/tolerances.py", (
         r"-\s*1\)\s*[<>]=?\s*0\.0[13]\b",  # abs(ratio - 1) <= 0.03
         r"-\s*1\)\s*[<>]=?\s*[A-Z0-9_]*TOL\b",  # abs(ratio - 1) > H200_TOL
         r"\b[A-Z_]*BAND\s*=\s*\(",  # a band tuple
@@ -241,7 +241,7 @@ NEW_FORMS = {
                    "    prepare(\"flashinfer-fa3\", q, k, v, causal=False, sm_scale=0.1)"],
     "recipe-spec grammar": ["    recipe = get_recipe(spec)", "    recipes = parse_recipes(args.recipes)",
                             "from zyfa.recipe_spec import SpecError, get_recipe"],
-    "UsageError": ["from accuracy.command import UsageError", "        raise UsageError(str(e)) from None"],
+    "UsageError": ["from accuracy.io.command import UsageError", "        raise UsageError(str(e)) from None"],
     "sharded-run scaffold": ["        if wants_sharding(args, out):", "        device = rank_device(device, dist)",
                              "        give_up(dist, e)", "    announce(\"zyfa impact: \", dist, shares, \"cells\")",
                              "    results.start({\"command\": cmd, \"world_size\": dist.world, \"rank\": dist.rank})"],

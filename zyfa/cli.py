@@ -22,7 +22,7 @@ DESCRIPTION = "zyfa: speed and numerical error of FP8 FlashAttention, one subcom
 
 # name -> (module, one-line help). The module provides add_arguments(parser) and main(args) -> int.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "accuracy": ("zyfa.accuracy.cli", "error of FP8 attention recipes against the FP64 oracle"),
+    "accuracy": ("zyfa.accuracy.operator.cli", "error of FP8 attention recipes against the FP64 oracle"),
     "recipes": ("zyfa.recipes_cli", "list the named recipes and their numerics"),
     "capture": ("zyfa.capture.cli", "capture Q/K/V from a real model into HDF5"),
     "bench": ("zyfa.bench.cli", "benchmark the Triton FP8 kernels against cuDNN and SDPA (GPU)"),
@@ -33,7 +33,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
                 "long-context retrieval (needle, passkey) with any implementation in a model"),
     "tasks": ("zyfa.accuracy.tasks.cli",
               "generated-output tasks (HumanEval pass@1, sandboxed) with any implementation"),
-    "cliffs": ("zyfa.accuracy.study.cliffs_cli",
+    "cliffs": ("zyfa.accuracy.cliffs.cli",
                "the length-cliff finder: error, NaN rows and refusals at every length"),
     "compare": ("zyfa.accuracy.study.compare_cli",
                 "two result files compared: the change in error (and speed) of each implementation"),

@@ -194,7 +194,8 @@ def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, h
 
 
 # The recipe fields quantize_inputs reads: recipes equal on them see the same dequantized inputs and so share one FP64
-# reference on those (accuracy.runner, accuracy.cliffs; tests/zyfa/test_quantization_key.py checks it against the code)
+# reference on those (accuracy.operator.runner, accuracy.cliffs.sweep; tests/zyfa/test_quantization_key.py checks it
+# against the code)
 QUANT_FIELDS = ("qk_rotation", "rotation_seed", "k_smoothing", "q_format", "q_scale", "scale_block_q", "k_format",
                 "k_scale", "scale_block_kv", "v_format", "v_scale")
 

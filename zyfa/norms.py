@@ -1,8 +1,8 @@
 """The relative L2 error: the one definition every command, report, script and test helper calls.
 
 ``rel_l2(out, ref) = ||out - ref||_F / ||ref||_F``: the Frobenius norm over the whole tensor, in float64, each norm
-computed as ``sqrt(sum(x * x))`` (the form :func:`zyfa.accuracy.metrics.compute_metrics` has always used, so the study's
-rows keep their values to the last bit).
+computed as ``sqrt(sum(x * x))`` (the form :func:`zyfa.accuracy.scoring.metrics.compute_metrics` has always used, so
+the study's rows keep their values to the last bit).
 
 Edge cases (one behaviour everywhere):
     - the reference is zero: 0.0 when the output is zero too (exact), else ``inf`` (any error is infinitely

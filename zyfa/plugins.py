@@ -1,5 +1,6 @@
 """Reading a ``--kernel`` spec and loading the user's function: shared by the in-process path
-(:func:`zyfa.accuracy.implementations.load_plugin`) and the plug-in worker (:mod:`zyfa.accuracy.plugin_worker`).
+(:func:`zyfa.accuracy.implementations.plugins.load_plugin`) and the plug-in worker
+(:mod:`zyfa.accuracy.implementations.plugin_worker`).
 
 A spec is ``[NAME=]module:function`` or ``[NAME=]path/to/file.py:function``. ``NAME`` (letters, digits, ``_ . + -``,
 starting with a letter) is what the rows call the kernel; without it the name is ``plugin:`` and the target with

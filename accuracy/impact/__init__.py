@@ -1,6 +1,6 @@
 """What FP8 attention does to the model: perplexity and next-token KL with a recipe's emulator swapped in.
 
-Operator error (accuracy.runner) is a proxy; this module measures the model itself. Every attention layer
+Operator error (accuracy.operator.runner) is a proxy; this module measures the model itself. Every attention layer
 of a real model (or one layer at a time) runs a recipe's tiled emulator instead of the model's own
 attention, through capture.hook.swap_attention, on held-out text windows (``zyfa.capture.text.token_window``,
 ``split="heldout"``: the odd slices of the token stream, never the capture windows). Against the stock
@@ -10,7 +10,7 @@ model (transformers' ``sdpa``, run once per window and reused) we report:
   window's own next tokens, positions 0..s-2);
 * ``kl_mean``: mean over positions of KL(stock || recipe) of the next-token distributions, in nats/token
   (computed in float64 from the fp32 logits), plus its p99 and max, and the top-1 agreement;
-* confidence intervals over windows (scipy bootstrap, accuracy.metrics.bootstrap_ci) and, because windows
+* confidence intervals over windows (scipy bootstrap, accuracy.scoring.metrics.bootstrap_ci) and, because windows
   are few, also over 256-token blocks of all windows pooled (blocks are not independent: a rough guide);
 * per-layer sensitivity: one layer swapped at a time; that layer sees exactly the stock q/k/v, so the
   recipe's operator error there (rel-L2 against reference.attention_fp64 of the original q/k/v, and of the

@@ -7,7 +7,7 @@ Every argument (models, recipes, layers) is checked before anything is written o
 to ``zyfa-impact/results.jsonl`` in the current directory; an existing file is refused unless ``--resume``
 (keep its rows, measure the missing ones) or ``--force`` (start over). Rows go to ``<out>.partial`` as they finish
 (one fsync'd line each, under the run lock that refuses a second live run on the same output), and ``<out>`` is
-written whole when the run finishes (:class:`zyfa.accuracy.results_io.ResultsFile`, as every command).
+written whole when the run finishes (:class:`zyfa.accuracy.io.results_io.ResultsFile`, as every command).
 
 Exposed: ``main(args) -> int``; the flags are in :mod:`zyfa.accuracy.impact.impact_args` (``add_arguments``,
 ``check_args``), read before this module (torch) is imported.
@@ -23,15 +23,31 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from zyfa.accuracy.cost_model import PROVENANCE_KEY, record
 from zyfa.accuracy.impact.impact_args import add_arguments, kernel_names
+from zyfa.accuracy.impact.model import model_attention
 from zyfa.accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
-from zyfa.accuracy.impact.run import run_impact
+from zyfa.accuracy.impact.run import impact_cells, run_impact
 from zyfa.accuracy.impact.section import command_of, results_paths, write_markdown
-from zyfa.accuracy.results_io import ResultsFile
-from zyfa.accuracy.shard import say, wants_sharding
+from zyfa.accuracy.implementations.plugins import load_plugins
+from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, record
+from zyfa.accuracy.io.cost_model import rate as units_per_second
+from zyfa.accuracy.io.device import resolve_device
+from zyfa.accuracy.io.results_io import ResultsFile
+from zyfa.accuracy.io.shard import (
+    Dist,
+    ShardedResults,
+    announce,
+    give_up,
+    launch,
+    plan,
+    print_dry_run,
+    rank_device,
+    say,
+    sharding_summary,
+    wants_sharding,
+)
 from zyfa.capture.fetch import FetchError
-from zyfa.capture.models import prepare_sources
+from zyfa.capture.models import MODELS, check_model_names, prepare_sources
 
 from zyfa.outputs import OutputError, atomic_write_text
 from zyfa.plugins import wall_options
@@ -72,12 +88,9 @@ def main(args: argparse.Namespace) -> int:
     try:  # every argument before anything is written or deleted
         if args.force and args.resume:
             raise ValueError("--force and --resume exclude each other")
-        from zyfa.capture.models import check_model_names
 
         check_model_names(split)
         recipes = [get_recipe(r).name for r in split_spec_list(args.recipes)]
-        from zyfa.accuracy.impact.model import model_attention
-        from zyfa.accuracy.implementations import load_plugins
 
         plugins = load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
         impl_names = kernel_names(args)
@@ -85,7 +98,6 @@ def main(args: argparse.Namespace) -> int:
             ok, why = model_attention(n).impl.available()
             if not ok:
                 raise ValueError(f"implementation {n} cannot run here: {why}")
-        from zyfa.accuracy.runner import resolve_device
 
         device = resolve_device(args.device)
         layer_recipes = [get_recipe(r).name for r in split_spec_list(args.layer_recipes)]
@@ -128,7 +140,7 @@ def main(args: argparse.Namespace) -> int:
         results.close()
         say(f"zyfa impact: interrupted; the rows finished so far are in {results.partial} (rerun with --resume)")
         return 130
-    # the --dry-run estimate of this run's rows beside their time, in each of their provenance (accuracy/cost_model.py)
+    # the --dry-run estimate of the rows beside their time, in each row's provenance (accuracy/io/cost_model.py)
     rec = record(sum(cell_cost(("window", r.get("model"), 0, None), args.tokens, None) for r in results.made),
                  time.perf_counter() - t0, device.type, command="impact", cells=len(results.made),
                  work={"passes": len(results.made), "tokens": args.tokens, "models": split})
@@ -141,7 +153,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-# Cost model of --dry-run and of the plan (accuracy.shard.plan): one forward pass of n tokens costs
+# Cost model of --dry-run and of the plan (accuracy.io.shard.plan): one forward pass of n tokens costs
 # n x (n + 2048) x (model file size / 1e8) units; a per-layer sweep cell makes one pass per swept layer, its
 # layer count from --layers or else SWEEP_LAYERS_GUESS (the model is not loaded to plan).
 SWEEP_LAYERS_GUESS = 24
@@ -149,8 +161,6 @@ SWEEP_LAYERS_GUESS = 24
 
 def cell_cost(cell: tuple, n_tokens: int, layers: list[int] | None) -> float:
     """The estimated cost of one impact cell (:func:`zyfa.accuracy.impact.run.impact_cells`)."""
-    from zyfa.capture.models import MODELS
-
     kind, model, _w, _r = cell
     size = MODELS[model].file_size / 1e8 if model in MODELS else 1.0
     passes = 1 if kind == "window" else (len(layers) if layers else SWEEP_LAYERS_GUESS)
@@ -187,8 +197,9 @@ def _dumps(row: dict) -> str:
 
 
 class _Sink:
-    """``run_impact``'s sink: the done set, rows into the results file (a :class:`zyfa.accuracy.results_io.ResultsFile`,
-    or one rank's file of an :class:`zyfa.accuracy.shard.ShardedResults`)."""
+    """``run_impact``'s sink: the done set, rows into the results file (a
+    :class:`zyfa.accuracy.io.results_io.ResultsFile`,
+    or one rank's file of an :class:`zyfa.accuracy.io.shard.ShardedResults`)."""
 
     def __init__(self, results, device: str):
         self.results, self.device, self.done = results, device, set(results.done)
@@ -204,20 +215,6 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
                   md: Path, command) -> int:
     """One rank of a sharded ``zyfa impact`` (or its --dry-run): cells planned over the ranks, each rank's rows in
     ``<out>.partial/rank-K.jsonl``, rank 0 merging them into ``--out`` in a single process's order."""
-    from zyfa.accuracy.cost_model import rate as units_per_second
-    from zyfa.accuracy.impact.run import impact_cells
-    from zyfa.accuracy.shard import (
-        Dist,
-        ShardedResults,
-        announce,
-        give_up,
-        launch,
-        plan,
-        print_dry_run,
-        rank_device,
-        sharding_summary,
-    )
-
     cells = impact_cells(models, recipes, impl_names, windows=args.windows, per_layer=per_layer,
                          layer_recipes=layer_recipes, layer_windows=args.layer_windows)
     costs = [cell_cost(c, args.tokens, layers) for c in cells]

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 
-from zyfa.accuracy.implementation_names import attention_kind, check_kernels
-from zyfa.accuracy.shard import add_shard_arguments
+from zyfa.accuracy.implementations.names import attention_kind, check_kernels
+from zyfa.accuracy.io.shard import add_shard_arguments
+from zyfa.capture.models import check_model_names
+from zyfa.capture.text import check_text
 
 from zyfa.plugins import add_wall_arguments, wall_options
-from zyfa.recipe_spec import split_spec_list
+from zyfa.recipe_spec import get_recipe, split_spec_list
 
 DEFAULT_RECIPES = "zyfa,zyfa-exp2,ck,aiter,fa3,bf16,fp32"
 DEFAULT_LAYER_RECIPES = "zyfa,ck,aiter"
@@ -71,11 +73,6 @@ def check_args(args: argparse.Namespace) -> None:
     """The flags' checks that need no heavy import: counts, exclusive flags, model, recipe and text names, the
     implementations' names and the ``--kernel`` specs (their files parsed, not run). The output files, the kernels'
     import and whether they can run here are checked by :func:`zyfa.accuracy.impact.cli.main`, before any work."""
-    from zyfa.capture.models import check_model_names
-    from zyfa.capture.text import check_text
-
-    from zyfa.recipe_spec import get_recipe
-
     if args.render_only or args.drop_rows is not None:
         return
     for flag, value in (("--tokens", args.tokens), ("--windows", args.windows), ("--layer-windows", args.layer_windows),

@@ -2,7 +2,8 @@
 ones.
 
 - :class:`RecipeAttention`: a recipe's emulator (CPU or CUDA) as a transformers attention function.
-- :class:`ModelAttention`: any implementation of the registry (:mod:`accuracy.implementations`: ``triton:<recipe>``,
+- :class:`ModelAttention`: any implementation of the registry (:mod:`accuracy.implementations.registry`:
+``triton:<recipe>``,
   cuDNN FP8, FA3 through FlashInfer, SDPA, a user's plug-in) or a recipe's emulator, with a record of what ran in
   each layer. A layer the implementation refuses (a sliding window, a head dim) raises
   :class:`UnsupportedLayerError` unless ``fallback="stock"`` is asked for; then that layer runs the model's own
@@ -21,7 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 from zyfa.accuracy.impact.rows import BLOCK_TOKENS
-from zyfa.accuracy.implementation_names import STOCK  # the model's own attention: a baseline, never swapped
+from zyfa.accuracy.implementations.base import Implementation, call_implementation, unsupported_reason
+from zyfa.accuracy.implementations.names import STOCK  # the model's own attention: a baseline, never swapped
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
+from zyfa.accuracy.inputs.attention_input import AttentionInput
 
 from zyfa.emulator import emulate
 from zyfa.recipe_spec import get_recipe
@@ -131,7 +135,8 @@ class RecipeAttention:
 
 
 class ModelAttention(RecipeAttention):
-    """Any implementation (a registry :class:`~accuracy.implementations.Implementation`, or a recipe's emulator)
+    """Any implementation (a registry :class:`~accuracy.implementations.base.Implementation`, or a recipe's
+    emulator)
     as a transformers attention function, for ``zyfa.capture.hook.swap_attention``.
 
     Args:
@@ -153,7 +158,6 @@ class ModelAttention(RecipeAttention):
                  on_layer: Callable[[int], None] | None = None):
         if fallback not in (None, STOCK):
             raise ValueError(f"fallback must be None or {STOCK!r}, not {fallback!r}")
-        from zyfa.accuracy.implementations import Implementation
 
         self.impl = impl if isinstance(impl, Implementation) else None
         super().__init__(get_recipe("fp32") if self.impl is not None else get_recipe(impl), on_layer=on_layer)
@@ -164,9 +168,6 @@ class ModelAttention(RecipeAttention):
 
     def __call__(self, module, query, key, value, attention_mask, *, scaling=None, sliding_window=None,
                  dropout=0.0, softcap=None, is_causal=None, **kwargs):
-        from zyfa.accuracy.implementations import call_implementation, unsupported_reason
-        from zyfa.accuracy.inputs import AttentionInput
-
         layer, window, sm_scale = self.layer_call(module, query, key, attention_mask, scaling=scaling,
                                                   sliding_window=sliding_window, dropout=dropout, softcap=softcap,
                                                   is_causal=is_causal, what="supported")
@@ -183,6 +184,7 @@ class ModelAttention(RecipeAttention):
                 if reason is not None and self.fallback is None:
                     raise UnsupportedLayerError(f"{self.impl.name} refuses layer {layer}: {reason}")
                 if reason is not None:
+                    # lazy: transformers is optional (and heavy)
                     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
                     self.ran[layer] = f"stock sdpa (fallback: {reason})"
@@ -209,12 +211,11 @@ class ModelAttention(RecipeAttention):
 
 def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw) -> ModelAttention | None:
     """The attention function for ``name``: ``stock`` -> None (the model's own attention, nothing swapped); a
-    built-in implementation (:func:`zyfa.accuracy.implementations.builtin_names`; ``triton:SPEC``: our kernel under any
-    recipe spec it honours) or a plug-in among ``plugins`` (loaded :class:`~accuracy.implementations.Implementation`,
+    built-in implementation (:func:`zyfa.accuracy.implementations.registry.builtin_names`; ``triton:SPEC``: our kernel
+    under any recipe spec it honours) or a plug-in among ``plugins`` (loaded
+    :class:`~accuracy.implementations.base.Implementation`,
     by name) -> that kernel; anything else is a recipe spec (:mod:`zyfa.recipes`) run by the emulator. ValueError
     (the spec grammar's one line) for an unknown one."""
-    from zyfa.accuracy.implementations import builtin_names, get_implementation
-
     if name == STOCK:
         return None
     for p in plugins:

@@ -1,6 +1,6 @@
 """``zyfa impact`` result files: reading, merging, the corrections a report needs, and dropping rows.
 
-Results files hold one JSONL row per measurement (written by :class:`zyfa.accuracy.results_io.ResultsFile`), so
+Results files hold one JSONL row per measurement (written by :class:`zyfa.accuracy.io.results_io.ResultsFile`), so
 concurrent runs write one file each and a report merges them (:func:`load_rows`, then :func:`prepare_rows`: a
 measurement found twice counts once, the latest by date; rows are read as they are stored: a row in an older form
 is refused, naming ``scripts/migrate_rows.py``, which rewrites such files once (:func:`p_flushed_notes` says what
@@ -8,15 +8,17 @@ it changed in the p_flushed values).
 :func:`drop_rows` (``zyfa impact --drop-rows model:recipe:window``) removes rows, keeping them in
 ``<file>.dropped``, so that a ``--resume`` run measures them again. Torch-free.
 
-Exposed: ``read_rows``, ``row_key`` (:func:`accuracy.results_io.row_key`, re-exported), ``impact_key``, ``row_date``,
+Exposed: ``read_rows``, ``row_key`` (:func:`accuracy.io.results_io.row_key`, re-exported), ``impact_key``, ``row_date``,
 ``json_default``, ``load_rows``, ``prepare_rows``, ``p_flushed_notes``, ``stale_rows``, ``dedup_rows``,
 ``process_key``, ``process_starts``, ``file_sha256``, ``parse_drop_spec``, ``drop_rows``.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
+import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -24,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from zyfa.accuracy.results_io import row_key
-from zyfa.accuracy.schemas import check_migrated
+from zyfa.accuracy.io.results_io import row_key
+from zyfa.accuracy.io.schemas import check_migrated
 from zyfa.capture.version import git_state
 
 from zyfa.recipe_spec import get_recipe
@@ -45,7 +47,8 @@ def json_default(x):
 
 def impact_key(kind: str, model: str, recipe: str, window: int, layer: int | None, n_tokens: int,
                text: str) -> tuple:
-    """The :func:`accuracy.results_io.row_key` of the impact row these values describe (what a run plans and skips)."""
+    """The :func:`accuracy.io.results_io.row_key` of the impact row these values describe (what a run plans and
+    skips)."""
     return row_key({"kind": kind, "model": model, "recipe": recipe, "window": window, "layer": layer,
                     "n_tokens": n_tokens, "text": text})
 
@@ -63,7 +66,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
         if isinstance(obj, dict) and obj.get("record") == "provenance":
-            continue  # the first line of a run's <out>.partial (accuracy.results_io.ResultsFile)
+            continue  # the first line of a run's <out>.partial (accuracy.io.results_io.ResultsFile)
         rows.append(check_migrated(obj, f"{path}:{n}"))
     return rows
 
@@ -98,8 +101,6 @@ def process_key(row: dict[str, Any]) -> tuple:
 def process_starts(rows: list[dict[str, Any]]) -> dict[tuple, str]:
     """Process key -> its start: ``run_started_utc``, else an upper bound (the earliest row date less the
     row's own seconds and the stock pass's)."""
-    import datetime as dt
-
     fmt = "%Y-%m-%dT%H:%M:%SZ"
     starts: dict[tuple, str] = {}
     for r in rows:
@@ -284,9 +285,6 @@ def drop_rows(path: str | Path, patterns: list[tuple[str, str, str, str]] | str,
     dropped rows again. Do not drop from a file that a running ``zyfa impact`` appends to: the file is
     replaced atomically, and a change during the drop is detected and refused.
     """
-    import datetime as dt
-    import os
-
     path = Path(path)
     spec = patterns if isinstance(patterns, str) else ",".join(":".join(p) for p in patterns)
     if isinstance(patterns, str):

@@ -6,11 +6,14 @@ Exposed: ``run_impact``, ``impact_cells``, ``ids_hash`` (the default recipes are
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import math
+import platform
 import sys
 import time
 from collections.abc import Callable, Iterable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,9 @@ import torch
 from zyfa.accuracy.impact.impact_args import DEFAULT_LAYER_RECIPES
 from zyfa.accuracy.impact.model import RecipeAttention, compare_logits, final_hidden, model_attention, stock_logits
 from zyfa.accuracy.impact.rows import impact_key
+from zyfa.capture.hook import attention_modules, swap_attention
+from zyfa.capture.text import load_text, num_windows, token_window
+from zyfa.reference.attention import attention_fp64
 
 from zyfa.norms import rel_l2
 from zyfa.recipe_spec import get_recipe
@@ -47,10 +53,9 @@ def _window_row(cmp: dict[str, Any]) -> dict[str, Any]:
 
 def _provenance(extra: dict[str, Any]) -> dict[str, Any]:
     try:
-        from zyfa.accuracy.provenance import provenance
+        # lazy: inside its ImportError fallback
+        from zyfa.accuracy.io.provenance import provenance
     except ImportError:  # pragma: no cover - the module exists in this tree
-        import datetime as dt
-        import platform
 
         rec = {"python": platform.python_version(), "torch": torch.__version__,
                "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -77,15 +82,16 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     records the ``device`` it ran on.
 
     ``sink``: an object with ``done`` (the row keys made before) and ``write(row)``, over the command's results
-    file (:class:`accuracy.results_io.ResultsFile`, or a rank's file of :class:`accuracy.shard.ShardedResults`:
+    file (:class:`accuracy.io.results_io.ResultsFile`, or a rank's file of :class:`accuracy.io.shard.ShardedResults`:
     fsync'd rows under the run lock). A sharded rank passes ``owns(kind, model, window, recipe)``, its
     share of the cells (:func:`impact_cells`): the others are skipped, and a model with no cell of this rank is
     not loaded.
     """
+    # lazy: tqdm is optional (a silent stand-in without it)
     from tqdm import tqdm
-    from zyfa.capture.hook import attention_modules, swap_attention
+
+    # lazy: looked up when called, so a test can stand a stub in for it
     from zyfa.capture.models import load_model
-    from zyfa.capture.text import load_text, num_windows, token_window
 
     recipes = [get_recipe(r).name for r in recipes]
     impl_names = list(dict.fromkeys([*implementations, *(p.name for p in plugins)]))
@@ -95,7 +101,6 @@ def run_impact(models: list[str], recipes: list[str], *, n_tokens: int = 2048, w
     out = Path(out)
     owns = owns or (lambda kind, model, window, recipe: True)
     text_sha = load_text(text).sha256
-    import datetime as dt
 
     started = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     # the emulator's p_flushed_frac is a fraction (tests/zyfa/test_emulator.py::
@@ -209,8 +214,8 @@ def impact_cells(models: Iterable[str], recipes: Iterable[str], implementations:
 def _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, todo, n_layers, base, prov, sink, bar,
            swap_attention) -> None:
     """One layer swapped at a time; operator error of that layer from the same pass."""
+    # lazy: tqdm is optional (a silent stand-in without it)
     from tqdm import tqdm
-    from zyfa.reference.attention import attention_fp64
 
     todo = set(todo)
     ref_orig: dict[int, torch.Tensor] = {}  # layer -> fp64 reference of its stock q/k/v (same for every recipe)
@@ -251,8 +256,6 @@ def _sweep(model, ids, ref_logits, sweep_layers, layer_recipes, todo, n_layers, 
 
 def _version(pkg: str) -> str | None:
     try:
-        from importlib.metadata import version
-
         return version(pkg)
     except Exception:  # noqa: BLE001
         return None

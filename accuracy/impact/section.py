@@ -8,6 +8,7 @@ Exposed: ``summarize``, ``group_title``, ``section_blocks``, ``render_markdown``
 
 from __future__ import annotations
 
+import glob
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -15,16 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 from zyfa.accuracy.impact.rows import BLOCK_TOKENS, load_rows, prepare_rows, row_date
 from zyfa.accuracy.report.blocks import blocks_markdown as _blocks_markdown
 from zyfa.accuracy.report.blocks import fmt, fmt_ci, sharding_line, slug
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.plots import png, pyplot
-from zyfa.accuracy.verdict import spearman_with_p
+from zyfa.accuracy.scoring.verdict import spearman_with_p
 
 
 def _ci(values, *, seed: int = 0):
-    from zyfa.accuracy.metrics import bootstrap_ci
+    # lazy: imports torch; zyfa report reads results without torch
+    from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
     return bootstrap_ci(np.asarray(values, dtype=np.float64), seed=seed)
 
@@ -32,7 +35,8 @@ def _ci(values, *, seed: int = 0):
 def summarize(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     """All-layer rows aggregated per (model, n_tokens, text) and recipe, recipes by mean KL (prepared rows).
 
-    Each entry: recipe, windows (sorted window indices), rows, and the CIs over windows (``zyfa.accuracy.metrics.CI``)
+    Each entry: recipe, windows (sorted window indices), rows, and the CIs over windows
+    (``zyfa.accuracy.scoring.metrics.CI``)
     ``ppl_ratio``, ``delta_ppl``, ``kl``; ``kl_blocks`` (pooled 256-token blocks, or None); means ``kl_p99``,
     ``top1``, ``p_flushed`` (NaN where a row has none).
     """
@@ -87,8 +91,6 @@ def section_blocks(rows: list[dict[str, Any]], *, command: str | None = None, fi
                    level: int = 2, key_prefix: str = "t-impact") -> list[tuple]:
     """The impact section as blocks, rendered by :func:`render_markdown` here and by ``zyfa.accuracy.report``:
     ("h", level, text), ("p", text), ("code", text), ("table", key, header, rows, prose?)."""
-    from scipy import stats
-
     rows, notes = prepare_rows(rows)
     win = [r for r in rows if r.get("kind") == "impact_window"]
     lay = [r for r in rows if r.get("kind") == "impact_layer"]
@@ -244,15 +246,14 @@ def command_of(argv: list[str]) -> str | None:
 
 
 def _spearman(stats, x: np.ndarray, y: np.ndarray) -> str:
-    """ρ with its two-sided p and n (the layers where both values are finite): accuracy.verdict.spearman_with_p."""
+    """ρ with its two-sided p and n (the layers where both values are finite):
+    accuracy.scoring.verdict.spearman_with_p."""
     rho, p, n = spearman_with_p(x, y)
     return "-" if not math.isfinite(rho) else f"{rho:+.2f} (p={p:.2g}, n={n})"
 
 
 def results_paths(spec: str | Iterable[str]) -> list[Path]:
     """Files of a comma-separated list (or several), globs expanded in sorted order, duplicates dropped."""
-    import glob
-
     items = [spec] if isinstance(spec, str) else list(spec)
     out: list[Path] = []
     for item in items:

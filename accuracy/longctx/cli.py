@@ -27,7 +27,7 @@ Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line),
 
 One-factor ablation: ``--ablate triton:fa3 accum_flush_tiles=0,1`` runs the kernel (or a recipe's emulation) once
 per value of that one field on the same prompts; rows carry ``ablation_base``/``_field``/``_value`` and
-:func:`zyfa.accuracy.ablation.ablation_pairs` pairs them per prompt.
+:func:`zyfa.accuracy.scoring.ablation.ablation_pairs` pairs them per prompt.
 
 Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` splits the (model, task, length,
 implementation) cells over the ranks; each rank loads only its models and rank 0 merges the rows in the grid's order;
@@ -41,16 +41,40 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
-from zyfa.accuracy.command import UsageError
-from zyfa.accuracy.implementation_names import check_attention_names, check_kernels
-from zyfa.accuracy.kernel_verdicts import verdict_lines
-from zyfa.accuracy.shard import say, wants_sharding
+from zyfa.accuracy.implementations.names import check_attention_names, check_kernels
+from zyfa.accuracy.io.command import UsageError
+from zyfa.accuracy.io.cost_model import add_record
+from zyfa.accuracy.io.cost_model import rate as units_per_second
+from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text, read_jsonl
+from zyfa.accuracy.io.run_harness import WorkBudget, refuse_unavailable
+from zyfa.accuracy.io.schemas import read_rows
+from zyfa.accuracy.io.shard import (
+    Dist,
+    ShardedResults,
+    SharedOutputError,
+    add_shard_arguments,
+    announce,
+    give_up,
+    launch,
+    plan,
+    print_dry_run,
+    rank_device,
+    say,
+    sharding_summary,
+    wants_sharding,
+)
+from zyfa.accuracy.longctx.calibrate import difficulty_markdown
+from zyfa.accuracy.longctx.tasks import TASKS
+from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
 from zyfa.capture.fetch import FetchError
-from zyfa.capture.models import prepare_sources
+from zyfa.capture.models import MODELS, check_model_names, prepare_sources
+from zyfa.capture.text import UnknownTextError, check_text
 
+from zyfa.outputs import OutputError, atomic_write_text
 from zyfa.plugins import add_wall_arguments, wall_options
 from zyfa.recipe_spec import split_spec_list
 
@@ -80,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ablate", nargs=2, action="append", metavar=("IMPL", "FIELD=V1,V2"),
                         help="a one-factor ablation: IMPL (a recipe spec, or triton:SPEC for our kernel) once per "
                              "value of FIELD, on the same prompts; rows carry ablation_base/_field/_value "
-                             "(accuracy.ablation pairs them per prompt). Repeatable; without --implementations "
+                             "(accuracy.scoring.ablation pairs them per prompt). Repeatable; without --implementations "
                              "only the ablation runs")
     add_wall_arguments(parser)
     parser.add_argument("--tasks", default="needle,passkey",
@@ -122,7 +146,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace an existing --out when the run finishes")
     parser.add_argument("--resume", action="store_true", help="continue --out: run only the missing rows")
     parser.add_argument("--allow-failed", action="store_true", help="exit 0 even when rows failed")
-    from zyfa.accuracy.shard import add_shard_arguments
 
     add_shard_arguments(parser, "longctx", "cells (model, task, length, implementation)")
     parser.add_argument("--render", default=None, metavar="RESULTS",
@@ -131,9 +154,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cliffs", default=None, metavar="JSONL",
                         help="with --render: the cliff finder's results to table beside it")
     parser.add_argument("--plan", default=None, metavar="FILE",
-                        help="a study plan (TOML, accuracy/plan.py; e.g. studies/accumulator.toml): it supplies the "
-                             "models, tasks, lengths, depths, implementations and facts (seeds), overriding those "
-                             "flags, and every row records its hash; with --render: the verdicts by its rule")
+                        help="a study plan (TOML, accuracy/scoring/plan.py; e.g. studies/accumulator.toml): it "
+                             "supplies the models, tasks, lengths, depths, implementations and facts (seeds), "
+                             "overriding those flags, and every row records its hash; with --render: the verdicts by "
+                             "its rule")
     parser.add_argument("--calibrate", default=None, metavar="RESULTS",
                         help="print, per (model, task, length), the baseline's accuracy in RESULTS (JSONL, "
                              "comma-separated) and whether it lies in the 60-90%% band; runs nothing")
@@ -160,6 +184,7 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def _depths(text: str | None) -> list[float]:
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.longctx.run import DEFAULT_DEPTHS
 
     if text is None:
@@ -182,8 +207,6 @@ def check_args(args: argparse.Namespace) -> None:
     """The flags' checks that need no heavy import, run by the ``zyfa`` dispatch before :func:`main` (which repeats
     them with the rest): the grid's numbers, the text, the model and task names. A ``--plan`` supplies the grid,
     and ``--render``/``--calibrate`` take none: those are checked in :func:`main`."""
-    from zyfa.capture.text import UnknownTextError, check_text
-
     if args.render is not None or args.calibrate is not None or getattr(args, "plan", None):
         return
     grid_flags(args)
@@ -205,9 +228,6 @@ def grid_flags(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     """The models and tasks of the flags (or of a plan applied to them), with the seeds and --generate checked;
     UsageError in one line. Torch-free: :func:`check_args` runs it before any heavy import, :func:`_run` after a
     plan has filled the flags."""
-    from zyfa.accuracy.longctx.tasks import TASKS
-    from zyfa.capture.models import check_model_names
-
     models = [m.strip() for m in (args.models or DEFAULT_MODELS).split(",") if m.strip()]
     try:
         check_model_names(models)
@@ -240,6 +260,7 @@ def main(args: argparse.Namespace) -> int:
 
 def _implementation_kind(name: str) -> str:
     """What runs ``name`` as the model's attention: "stock", "kernel" or "emulator" (ValueError: unknown)."""
+    # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.impact.model import STOCK, model_attention
 
     if name == STOCK:
@@ -250,8 +271,8 @@ def _implementation_kind(name: str) -> str:
 def _apply_plan(args: argparse.Namespace) -> None:
     """Check the plan before any work and let it supply the grid (models, tasks, lengths, depths, implementations,
     facts as seeds); its name and hash go into every row (``args.plan_fields``)."""
-    from zyfa.accuracy.longctx.tasks import TASKS
-    from zyfa.accuracy.plan import PlanError, check_plan, load_plan
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
+    from zyfa.accuracy.scoring.plan import PlanError, check_plan, load_plan
 
     try:
         plan = load_plan(args.plan)
@@ -284,22 +305,14 @@ def _apply_plan(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import time
-
+    # lazy: imports torch, numpy; the command's flags are checked before it
     import torch
-    from zyfa.accuracy.ablation import ablation_tags, parse_ablation
-    from zyfa.accuracy.cost_model import add_record
     from zyfa.accuracy.impact.model import STOCK, model_attention
-    from zyfa.accuracy.implementations import load_plugins
+    from zyfa.accuracy.implementations.plugins import load_plugins
+    from zyfa.accuracy.io.device import resolve_device
+    from zyfa.accuracy.io.provenance import provenance
     from zyfa.accuracy.longctx.run import GridSpec, run_longctx
-    from zyfa.accuracy.provenance import provenance
-    from zyfa.accuracy.results_io import ResultsFile, jsonl_text
-    from zyfa.accuracy.run_harness import WorkBudget, refuse_unavailable
-    from zyfa.accuracy.runner import resolve_device
-    from zyfa.capture.text import UnknownTextError, check_text
-
-    from zyfa.outputs import OutputError, atomic_write_text
-    from zyfa.recipe_spec import split_spec_list
+    from zyfa.accuracy.scoring.ablation import ablation_tags, parse_ablation
 
     models, tasks = grid_flags(args)  # again: a plan may have supplied them after check_args
     lengths = _ints(args.lengths, "--lengths") if args.lengths else None
@@ -344,9 +357,10 @@ def _run(args: argparse.Namespace) -> int:
         WorkBudget(args.max_seconds)
     except ValueError as e:
         raise UsageError(str(e)) from None
-    # conformance probes (accuracy.conformance) before any model loads: a kernel that ignores the mask or maps
-    # heads wrongly is not scored; its rows say why
-    from zyfa.accuracy.conformance import probe_cached
+    # conformance probes (accuracy.implementations.conformance) before any model loads: a kernel that ignores the mask
+    # or maps heads wrongly is not scored; its rows say why
+    # lazy: imports torch, numpy; the command's flags are checked before it
+    from zyfa.accuracy.implementations.conformance import probe_cached
 
     nonconforming = {}
     for n in names:
@@ -388,6 +402,7 @@ def _run(args: argparse.Namespace) -> int:
     if results.provenance.get("run_id"):
         prov["run_id"] = results.provenance["run_id"]
     else:
+        # lazy: kept off the refusal path, which imports only what checking the flags needs
         import uuid
 
         prov["run_id"] = uuid.uuid4().hex[:12]
@@ -454,30 +469,14 @@ def grid_order(spec) -> Callable[[dict], tuple]:
 
 def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming: dict, out: Path) -> int:
     """One rank of a sharded ``zyfa longctx`` (or its --dry-run): cells (model, task, length, implementation)
-    planned by :func:`zyfa.accuracy.shard.plan` over :func:`cell_cost`, rank 0 merging in :func:`grid_order`."""
-    import time
+    planned by :func:`zyfa.accuracy.io.shard.plan` over :func:`cell_cost`, rank 0 merging in :func:`grid_order`."""
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     import uuid
 
+    # lazy: imports torch, numpy; the command's flags are checked before it
     import torch
-    from zyfa.accuracy.cost_model import rate as units_per_second
+    from zyfa.accuracy.io.provenance import provenance
     from zyfa.accuracy.longctx.run import DEFAULT_LENGTHS, plan_lengths, row_input, run_longctx
-    from zyfa.accuracy.provenance import provenance
-    from zyfa.accuracy.results_io import jsonl_text, read_jsonl
-    from zyfa.accuracy.shard import (
-        Dist,
-        ShardedResults,
-        SharedOutputError,
-        announce,
-        give_up,
-        launch,
-        plan,
-        print_dry_run,
-        rank_device,
-        sharding_summary,
-    )
-    from zyfa.capture.models import MODELS
-
-    from zyfa.outputs import OutputError, atomic_write_text
 
     cells = []
     for m in spec.models:
@@ -577,6 +576,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
 
 
 def _render(args: argparse.Namespace) -> int:
+    # lazy: imports torch, scipy; the command's flags are checked before it
     from zyfa.accuracy.longctx.section import RenderError, render_folder
 
     try:
@@ -590,9 +590,6 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    from zyfa.accuracy.longctx.calibrate import difficulty_markdown
-    from zyfa.accuracy.schemas import read_rows
-
     rows = []
     for p in (x.strip() for x in args.calibrate.split(",") if x.strip()):
         if not Path(p).is_file():

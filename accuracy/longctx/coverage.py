@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 from zyfa.accuracy.impact.model import STOCK, ModelAttention
+from zyfa.capture.hook import attention_modules, swap_attention
 
 __all__ = ["Coverage", "equal_coverage"]
 
@@ -68,8 +69,6 @@ def equal_coverage(model, fns: dict[str, ModelAttention | None], *, probe_len: i
                    layers: Sequence[int] | None = None) -> Coverage:
     """The layers (among ``layers``, None: all) that every implementation in ``fns`` (name -> attention function,
     None for stock) runs on a ``probe_len``-token sequence; one probing pass per real implementation."""
-    from zyfa.capture.hook import attention_modules, swap_attention
-
     chosen = sorted(attention_modules(model)) if layers is None else sorted(int(x) for x in layers)
     refused: dict[int, list[str]] = {}
     vocab = model.get_input_embeddings().weight.shape[0]

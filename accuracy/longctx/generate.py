@@ -33,6 +33,7 @@ from zyfa.accuracy.impact.model import (
     UnsupportedLayerError,
     logits_from_hidden,
 )
+from zyfa.capture.hook import swap_attention
 
 __all__ = ["Generation", "greedy_generate", "sequence_drift", "sequence_logits"]
 
@@ -72,8 +73,6 @@ class Generation:
 
 
 def _swap(model, fn: ModelAttention | None, layers: Sequence[int] | None):
-    from zyfa.capture.hook import swap_attention
-
     return swap_attention(model, fn, layers=layers) if fn is not None else contextlib.nullcontext()
 
 

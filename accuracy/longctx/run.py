@@ -7,7 +7,7 @@ a row records the log probability of the answer and whether greedy decoding retu
 position is the answer's token). Operator error against the FP64 oracle is measured in the same pass, on the first
 prompt of each batch, in a few layers: the error curve beside the accuracy curve.
 
-Rows are appended to ``<out>.partial`` as each batch finishes (:class:`zyfa.accuracy.results_io.ResultsFile`), so a
+Rows are appended to ``<out>.partial`` as each batch finishes (:class:`zyfa.accuracy.io.results_io.ResultsFile`), so a
 stopped run keeps them and ``--resume`` runs only the missing ones; ``max_seconds`` stops the run cleanly between
 batches, so a long grid can be spread over several calls of a GPU machine.
 
@@ -35,14 +35,18 @@ from zyfa.accuracy.impact.model import (
     logits_from_hidden,
     model_attention,
 )
-from zyfa.accuracy.implementations import ImplementationError, device_platform
+from zyfa.accuracy.implementations.base import ImplementationError, device_platform, pairing
+from zyfa.accuracy.io.results_io import row_key
+from zyfa.accuracy.io.run_harness import WorkBudget
 from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
 from zyfa.accuracy.longctx.generate import greedy_generate
 from zyfa.accuracy.longctx.tasks import DEFAULT_TASKS, PromptError, build_prompt, fact_id, min_length, score_generated
-from zyfa.accuracy.results_io import row_key
-from zyfa.accuracy.run_harness import WorkBudget
+from zyfa.capture.hook import attention_modules, swap_attention
+from zyfa.capture.models import MODELS
+from zyfa.reference.attention import attention_fp64
 
 from zyfa.norms import rel_l2
+from zyfa.platforms import get_platform
 
 __all__ = ["DECODE_NOTE", "DEFAULT_DEPTHS", "DEFAULT_LENGTHS", "GridSpec", "accumulation", "plan_lengths", "row_input",
            "run_longctx"]
@@ -69,7 +73,7 @@ class GridSpec:
     op_layers: int = 3  # layers whose operator error is measured (first, middle, last, ...)
     fallback: str | None = None  # "stock": layers an implementation refuses run the model's own attention
     row_fields: dict[str, Any] = field(default_factory=dict)  # added to every row (a study plan's name and hash)
-    # implementation name -> fields every row of it carries (an --ablate group: accuracy.ablation)
+    # implementation name -> fields every row of it carries (an --ablate group: accuracy.scoring.ablation)
     row_tags: dict[str, dict[str, str]] = field(default_factory=dict)
     # with fallback "stock": "equal" swaps only the layers every implementation takes (the rest run stock for all,
     # accuracy.longctx.coverage); "own" lets each implementation fall back on its own
@@ -107,8 +111,6 @@ def _op_layer_set(n_layers: int, k: int) -> list[int]:
 
 
 def _max_context(model_name: str) -> int | None:
-    from zyfa.capture.models import MODELS
-
     return MODELS[model_name].max_context if model_name in MODELS else None
 
 
@@ -118,18 +120,19 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                 nonconforming: dict[str, str] | None = None,
                 owns: Callable[[str, str, int, str], bool] | None = None,
                 on_start: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Run the grid into ``results`` (an opened :class:`~accuracy.results_io.ResultsFile`, started by the
-    caller). ``nonconforming``: implementation -> the conformance probes' line (:mod:`zyfa.accuracy.conformance`); such
+    """Run the grid into ``results`` (an opened :class:`~accuracy.io.results_io.ResultsFile`, started by the
+    caller). ``nonconforming``: implementation -> the conformance probes' line
+    (:mod:`zyfa.accuracy.implementations.conformance`); such
     an implementation is not run, its rows are ``status: nonconforming`` with that line. Returns
     ``{"keys": planned row keys, "order": their places in a whole grid's order, "complete": bool, "made": rows made,
     "failed": n}``.
 
-    ``owns(model, task, length, implementation)``: a sharded run's share (:mod:`zyfa.accuracy.shard`); cells it does not
-    own are neither run nor planned here, and a model with no owned cell is not loaded.
+    ``owns(model, task, length, implementation)``: a sharded run's share (:mod:`zyfa.accuracy.io.shard`); cells it does
+    not own are neither run nor planned here, and a model with no owned cell is not loaded.
 
     ``on_start()``: called once, after the first model's checks (lengths, needle fit, layers) and before its first
     row or a stop, so a refused run writes nothing (the caller starts its results file there).
-    ``max_seconds`` counts scoring work only (:class:`zyfa.accuracy.run_harness.WorkBudget`), not model loading: a
+    ``max_seconds`` counts scoring work only (:class:`zyfa.accuracy.io.run_harness.WorkBudget`), not model loading: a
     budget above zero always makes at least one batch.
 
     Batches are cut from a cell's full prompt list, never from what is left of it: a resumed run scores the same
@@ -140,8 +143,10 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
         ValueError: a length above a model's context, a prompt that cannot hold its needle, an unknown
             implementation (one line each, before that model's first row).
     """
+    # lazy: tqdm is optional (a silent stand-in without it)
     from tqdm import tqdm
-    from zyfa.capture.hook import attention_modules
+
+    # lazy: looked up when called, so a test can stand a stub in for it
     from zyfa.capture.models import load_model
 
     log = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
@@ -308,9 +313,6 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
                  platform_note, model_name, dtype, tokenizer, layers=None, coverage: Coverage | None = None
                  ) -> list[dict]:
     """Run one batch of prompts of the same length under implementation ``name``; one row per prompt."""
-    from zyfa.capture.hook import swap_attention
-    from zyfa.reference.attention import attention_fp64
-
     t0 = time.perf_counter()
     op: dict[str, float] = {}
 
@@ -402,8 +404,6 @@ def accumulation(fn: ModelAttention, platform: str | None) -> str:
     ``high precision`` (no FP8: bf16/fp32 recipes, SDPA), ``matrix_unit never flushed``, ``matrix_unit flushed every
     N KV tiles``, ``fp32`` (true fp32 sums: the mi355x platform) or ``fp32 via k=32 flushes`` (a true fp32 sum kept
     on Hopper by flushing the tensor cores' accumulator every k=32 step)."""
-    from zyfa.accuracy.implementations import pairing
-
     if fn.impl is None:
         r = fn.recipe
     else:
@@ -417,7 +417,6 @@ def accumulation(fn: ModelAttention, platform: str | None) -> str:
         if r.accum_flush_tiles == 0:
             return "matrix_unit never flushed"
         return f"matrix_unit flushed every {r.accum_flush_tiles} KV tile" + ("s" if r.accum_flush_tiles > 1 else "")
-    from zyfa.platforms import get_platform
 
     plat = get_platform(r.platform)
     return "fp32 via k=32 flushes" if plat.fp8_pv != "fp32" else "fp32"

@@ -10,7 +10,7 @@ Rules (docs/LONGCTX.md):
 - Accuracy is the fraction of prompts whose greedy answer is exact, with a 95% Wilson score interval.
 - The paired difference is, per prompt, ``log p(answer | implementation) - log p(answer | baseline)``; its mean
   over the prompts of the retrieving cells of a length has a 95% bootstrap interval
-  (:func:`zyfa.accuracy.metrics.bootstrap_ci`). The accuracy drop is the baseline's accuracy minus the
+  (:func:`zyfa.accuracy.scoring.metrics.bootstrap_ci`). The accuracy drop is the baseline's accuracy minus the
   implementation's on the same prompts.
 
 Exposed: ``BASELINES``, ``BASELINE_MIN``, ``load_rows``, ``baseline_of``, ``wilson``, ``cell_table``,
@@ -25,8 +25,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from zyfa.accuracy.metrics import bootstrap_ci
-from zyfa.accuracy.schemas import read_rows
+from zyfa.accuracy.io.schemas import read_rows
+from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
 __all__ = ["BASELINES", "BASELINE_MIN", "accumulator_comparison", "baseline_of", "cell_table", "length_table",
            "load_rows", "retrieving_lengths", "wilson"]
@@ -38,7 +38,7 @@ BASELINE_MIN = 0.5
 def load_rows(spec: str | Sequence[str]) -> tuple[list[dict], list[dict]]:
     """(long-context rows, provenance records) of JSONL files: comma-separated paths or quoted globs. A row
     measured in several files counts once: the later file's (by the order given, globs sorted). Every line is
-    checked by its schema (:func:`zyfa.accuracy.schemas.read_rows`)."""
+    checked by its schema (:func:`zyfa.accuracy.io.schemas.read_rows`)."""
     paths: list[str] = []
     for part in ([spec] if isinstance(spec, str) else list(spec)):
         for item in (p.strip() for p in str(part).split(",") if p.strip()):

@@ -13,6 +13,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+from zyfa.accuracy.io.schemas import mixed_code_notice
 from zyfa.accuracy.longctx.scores import (
     BASELINE_MIN,
     accumulator_comparison,
@@ -23,11 +25,10 @@ from zyfa.accuracy.longctx.scores import (
     retrieving_lengths,
 )
 from zyfa.accuracy.longctx.verdicts import plan_blocks
-from zyfa.accuracy.plan import PlanError, check_rows, load_plan
 from zyfa.accuracy.report.blocks import md_cell, sharding_line, slug
 from zyfa.accuracy.report.document import Doc, write_report
 from zyfa.accuracy.report.plots import png, pyplot
-from zyfa.accuracy.schemas import mixed_code_notice
+from zyfa.accuracy.scoring.plan import PlanError, check_rows, load_plan
 
 __all__ = ["RenderError", "accumulator_group", "cliff_table", "headline", "hypothesis", "never_flushed_lower",
            "render_folder", "section_blocks"]
@@ -256,7 +257,6 @@ def _fig_curves(rows, lt, model, task, names, base) -> bytes:
 
 def _fig_heatmaps(cells, model, task, names, base) -> bytes:
     plt = pyplot()
-    import numpy as np
 
     lengths = sorted({n for (m, t, n, _d, _i) in cells if m == model and t == task})
     depths = sorted({d for (m, t, _n, d, _i) in cells if m == model and t == task})
@@ -404,7 +404,8 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
                   plan: str | None = None) -> Path:
     """Render long-context results (JSONL paths or globs) into ``out_dir``: report.md, report.html, figures.
     An existing report.md there is kept unless ``force``. ``plan``: a study plan file; its verdicts lead the
-    report, and rows not written under the plan as it is now are refused (:func:`zyfa.accuracy.plan.check_rows`)."""
+    report, and rows not written under the plan as it is now are refused
+    (:func:`zyfa.accuracy.scoring.plan.check_rows`)."""
     try:
         rows, provs = load_rows(results)
     except (FileNotFoundError, ValueError) as e:
@@ -434,7 +435,7 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
 def cliff_table(path: str):
     """(header, rows) of the cliff finder's flags in ``path`` (its JSONL), by its own renderer."""
     try:
-        from zyfa.accuracy.report.cliffs import flag_table  # the cliff finder's table, where that module exists
+        from zyfa.accuracy.cliffs.section import flag_table  # the cliff finder's table, where that module exists
     except ImportError:
-        raise RenderError("the cliff finder's renderer (accuracy.report.cliffs) is not installed") from None
+        raise RenderError("the cliff finder's renderer (accuracy.cliffs.section) is not installed") from None
     return flag_table(path)

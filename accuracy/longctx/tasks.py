@@ -45,6 +45,8 @@ import hashlib
 import random
 from dataclasses import dataclass, field
 
+from zyfa.capture.text import load_text
+
 __all__ = ["DEFAULT_TASKS", "FILLER", "NIAH_NEEDLE", "RULER_TASKS", "TASKS", "Prompt", "PromptError", "build_prompt",
            "fact_id", "min_length", "score_generated", "tokenizer_prefix"]
 
@@ -210,7 +212,6 @@ def _haystack(tokenizer, task: str, n: int, seed: int, text: str) -> tuple[list[
         unit = _encode(tokenizer, FILLER)
         reps = n // len(unit) + 1
         return (unit * reps)[:n], {"haystack": "passkey filler"}
-    from zyfa.capture.text import load_text
 
     src = load_text(text)
     stream = _text_stream(tokenizer, src)

@@ -1,8 +1,10 @@
-"""A study plan's verdicts on long-context rows (:mod:`zyfa.accuracy.plan`, :mod:`zyfa.accuracy.verdict`).
+"""A study plan's verdicts on long-context rows (:mod:`zyfa.accuracy.scoring.plan`,
+:mod:`zyfa.accuracy.scoring.verdict`).
 
 For each contrast of the plan and each (model, task, length) cell, the two arms' rows are paired per prompt
 (depth, fact); the fact (the row's ``seed``: key, value and haystack window) is the independent unit, so the
-interval is a cluster bootstrap over facts. Each metric of the plan gets :func:`zyfa.accuracy.verdict.paired_verdict`
+interval is a cluster bootstrap over facts. Each metric of the plan gets
+:func:`zyfa.accuracy.scoring.verdict.paired_verdict`
 with the plan's threshold and alpha. The primary contrast's informative verdicts form one family for the plan's
 correction (Holm): an "effect" whose adjusted p is not below alpha is reported as inconclusive after the
 correction. Exploratory contrasts are labelled so and left out of the family.
@@ -15,9 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from zyfa.accuracy.plan import METRICS, Contrast, Plan
 from zyfa.accuracy.report.blocks import md_cell
-from zyfa.accuracy.verdict import holm, paired_verdict
+from zyfa.accuracy.scoring.plan import METRICS, Contrast, Plan
+from zyfa.accuracy.scoring.verdict import holm, paired_verdict
 
 __all__ = ["plan_blocks", "plan_verdicts"]
 
@@ -35,9 +37,9 @@ def _values(rows: Sequence[dict], impl: str, model: str, task: str, length: int,
 
 
 def plan_verdicts(plan: Plan, rows: Sequence[dict]) -> list[dict]:
-    """One dict per (contrast, model, task, length, metric): ``contrast`` (:class:`~accuracy.plan.Contrast`),
-    ``model``, ``task``, ``length``, ``metric``, ``verdict`` (:class:`~accuracy.verdict.Verdict` or None where no
-    prompt has both arms), ``dropped`` (prompts with only one arm ok), ``p_adjusted`` (the correction's, primary
+    """One dict per (contrast, model, task, length, metric): ``contrast`` (:class:`~accuracy.scoring.plan.Contrast`),
+    ``model``, ``task``, ``length``, ``metric``, ``verdict`` (:class:`~accuracy.scoring.verdict.Verdict` or None where
+    no prompt has both arms), ``dropped`` (prompts with only one arm ok), ``p_adjusted`` (the correction's, primary
     only), ``label`` (the verdict after the correction) and ``kind`` (its kind: the verdict's, "inconclusive" where the
     correction takes an effect away)."""
     out = []

@@ -84,7 +84,8 @@ def kind_of(metric: str) -> str:
 
 
 def fmt_ci(ci, kind: str = "err") -> str:
-    """``estimate [low, high]`` of an (estimate, low, high) triple (e.g. ``zyfa.accuracy.metrics.CI``); the estimate
+    """``estimate [low, high]`` of an (estimate, low, high) triple (e.g. ``zyfa.accuracy.scoring.metrics.CI``); the
+    estimate
     alone when the interval is a point or undefined."""
     est, lo, hi = (float(x) for x in ci)
     if lo == hi or math.isnan(lo) or math.isnan(hi):  # one value, or no interval
@@ -98,7 +99,8 @@ def slug(s: object) -> str:
 
 
 def sharding_line(prov: dict) -> str | None:
-    """One sentence on how a sharded run (``torchrun``, :mod:`zyfa.accuracy.shard`) ran, from its merged provenance: the
+    """One sentence on how a sharded run (``torchrun``, :mod:`zyfa.accuracy.io.shard`) ran, from its merged provenance:
+    the
     number of ranks and the backend, each rank's rows (and devices, where recorded) and the wall time; None for a
     run of one process without torchrun."""
     world = prov.get("world_size")

@@ -8,9 +8,9 @@ peer's (:data:`CLAIMS`): ``zyfa/ck`` and ``zyfa/triton-amd`` in [0.95, 1.05] ("a
 Our figure at the paper's condition: recipe rows (the emulations; real-kernel rows are left out) at head dim 128,
 paired per unit with the peer on the same input. The unit is each layer × head where rows carry per-head errors
 (``deq_rel_l2_heads``), else each input (a layer, a Gaussian draw). The figure is the geometric mean of the per-unit
-ratios (:func:`zyfa.accuracy.verdict.paired_verdict` with ``ratio=True``) with two 95% intervals: over the independent
-units, the capture layers (a cluster bootstrap: a layer's heads share its input and are resampled together; the
-verdict's interval, as ``studies/hd128-claims-clustered.toml`` declares), and over every layer × head as if
+ratios (:func:`zyfa.accuracy.scoring.verdict.paired_verdict` with ``ratio=True``) with two 95% intervals: over the
+independent units, the capture layers (a cluster bootstrap: a layer's heads share its input and are resampled together;
+the verdict's interval, as ``studies/hd128-claims-clustered.toml`` declares), and over every layer × head as if
 independent (shown beside it; narrower), under the kernel-only error (``deq``: against FP64 on the recipe's own
 FP8 inputs) and the error the model sees (``orig``: against FP64 on the original inputs). Captures (real
 activations, the paper's condition), synthetic attention and Gaussian inputs are separate rows.
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from zyfa.accuracy.report.blocks import fmt
 from zyfa.accuracy.report.document import Doc
-from zyfa.accuracy.verdict import paired_verdict
+from zyfa.accuracy.scoring.verdict import paired_verdict
 
 from zyfa.recipe_spec import get_recipe
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import base64
 import html
+import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,11 +135,6 @@ def screenshot(page: str | Path, png: str | Path, *, width: int = 1280, height: 
     Returns the console lines Chromium logged (errors, uncaught exceptions): empty for a clean page.
     Raises FileNotFoundError without chromium, RuntimeError if no screenshot was written.
     """
-    import os
-    import shutil
-    import subprocess
-    import tempfile
-
     exe = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     if exe is None:
         raise FileNotFoundError("chromium not found (Debian: apt-get install chromium)")

@@ -4,8 +4,8 @@ and "how fast?", every number with where it came from.
 Computed from the result rows and the benchmark rows:
 
 * the first table, one row per implementation: its verdict (``ok``, ``suspect``, ``nonconforming``, ``failed``,
-  ``not run``; :func:`accuracy.kernel_verdicts.implementation_verdicts`, the same verdicts the scoring commands print)
-  with the reason in the same row, then its error, absolute, with its bootstrap 95% interval, on the captures and
+  ``not run``; :func:`accuracy.scoring.kernel_verdicts.implementation_verdicts`, the same verdicts the scoring commands
+  print) with the reason in the same row, then its error, absolute, with its bootstrap 95% interval, on the captures and
   on the Gaussian inputs, its status (``zyfa.recipes.Recipe.status``: verified, from source, assumed, modelled; a
   real kernel's rows are "measured" on their device) and ``from``: the source of its numbers (:func:`source_label`:
   "this run (device)" for the files this command wrote, else the file with its commit and device, read from its
@@ -42,12 +42,15 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
-from zyfa.accuracy.kernel_verdicts import Verdict, implementation_verdicts, short_reason
 from zyfa.accuracy.report.blocks import fmt_ci, slug
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.plots import png, pyplot
 from zyfa.accuracy.report.real_kernels import measured_on
+from zyfa.accuracy.scoring.kernel_verdicts import Verdict, implementation_verdicts, short_reason
 from zyfa.capture.models import MODELS
+
+from zyfa.bench.table import checked_rows, headline_tflops, summary_lines
+from zyfa.recipe_spec import get_recipe
 
 # ZYFA's ablations: in the details, not on the front page
 ABLATION_PREFIX = ("zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed", "zyfa-tilescale")
@@ -100,6 +103,7 @@ def status_of(name: str, rows: Sequence[dict] = ()) -> str:
         devices = sorted({measured_on(r) for r in real})
         return "measured on " + ", ".join(devices)
     try:
+        # lazy: inside its ImportError fallback
         from zyfa.recipe_spec import get_recipe
 
         return str(getattr(get_recipe(name), "status", None) or "-")
@@ -108,7 +112,8 @@ def status_of(name: str, rows: Sequence[dict] = ()) -> str:
 
 
 def _ci(values):
-    from zyfa.accuracy.metrics import bootstrap_ci
+    # lazy: imports torch, scipy; zyfa report reads results without torch
+    from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
     x = np.asarray([v for v in values if v is not None], dtype=np.float64)
     if x.size == 0:
@@ -148,7 +153,8 @@ def sources_of(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]], th
 def error_table(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] = (),
                 this_run: Sequence[str] = ()) -> list[dict]:
     """One entry per implementation on the front page (:func:`on_front_page`), in the order of the rows (recipes
-    first, then real kernels): name, status, verdict (:func:`zyfa.accuracy.kernel_verdicts.implementation_verdicts`
+    first, then real kernels): name, status, verdict
+    (:func:`zyfa.accuracy.scoring.kernel_verdicts.implementation_verdicts`
     of its rows), source (:func:`source_label` of its rows' files, ``provenances`` as (file label, record),
     ``this_run`` the labels this command wrote), and the (mean, low, high) of ``orig_rel_l2`` and ``deq_rel_l2``
     over the capture inputs and over the Gaussian inputs that ran (status ``ok`` or ``suspect``; NaN triples
@@ -181,8 +187,6 @@ def error_table(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] = 
 def where_we_land(bench: Sequence[tuple[str, dict, list[dict]]]) -> tuple[str, dict, list[str], list[list[str]]]:
     """(file name, meta, header, body) of the "where we land" table of the first benchmark file that has one
     (:func:`zyfa.bench.table.summary_lines`, the table of the bench Markdown); ("", {}, [], []) when none has."""
-    from zyfa.bench.table import summary_lines
-
     for name, meta, rows in bench:
         try:
             lines = summary_lines(rows)
@@ -208,8 +212,6 @@ def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
     numerics it borrows), every peer by its own name (``cudnn-fp8``, ``sdpa-bf16:cudnn``, ``flashinfer-fa3``, ...).
     Our kernel's speeds include V's transpose where it was timed (as in the bench summary).
     """
-    from zyfa.bench.table import checked_rows, headline_tflops
-
     ok = [r for r in checked_rows(bench_rows) if "error" not in r and isinstance(r.get("tflops"), (int, float))
           and r.get("input", "gaussian") == "gaussian"]
     for pick in (lambda r: r.get("d_qk") == 128 and r.get("d_v") == 128 and not r.get("causal"),
@@ -426,8 +428,6 @@ def _status_lines(entries: Sequence[dict]) -> list[str]:
     """One line per (status, why) among the table's recipes: the recipes with that status and the why of it
     (``status_note`` of :mod:`zyfa.recipes`; ``from source`` without a note: every field read in the peer's
     source), and one line for a real kernel's ``measured on``."""
-    from zyfa.recipe_spec import get_recipe
-
     groups: dict[tuple[str, str], list[str]] = {}
     for e in entries:
         if e["status"].startswith("measured on"):

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from zyfa.accuracy.plan import plan_hash
 from zyfa.accuracy.report.claims import VARIANTS, claims_section, sensitivity
 from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.scoring.plan import plan_hash
 
 from zyfa.recipe_spec import get_recipe
 
@@ -56,7 +56,8 @@ def _read(path: str | Path) -> dict:
 
 
 def plan_file_hash(path: str | Path) -> str:
-    """The plan's hash as :func:`zyfa.accuracy.plan.plan_hash` computes it (parsed content; comments do not count)."""
+    """The plan's hash as :func:`zyfa.accuracy.scoring.plan.plan_hash` computes it (parsed content; comments do not
+    count)."""
     return plan_hash(_read(path))
 
 

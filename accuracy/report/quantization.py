@@ -28,8 +28,9 @@ import shlex
 from collections.abc import Callable, Sequence
 
 from zyfa.accuracy.report.blocks import fmt, fmt_ci
-from zyfa.accuracy.report.build import group_of, input_key, mean_ci
 from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.report.results import group_of, input_key
+from zyfa.accuracy.report.stats import mean_ci
 
 from zyfa.recipes import QUANT_SCHEMES, RECIPES
 

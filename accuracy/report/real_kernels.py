@@ -1,10 +1,11 @@
 """The report's "real vs emulated" part: each real implementation's error beside its emulation's (torch-free).
 
-Built from result rows only (``real: true`` rows of :func:`zyfa.accuracy.runner.run_accuracy` with implementations):
+Built from result rows only (``real: true`` rows of :func:`zyfa.accuracy.operator.runner.run_accuracy` with
+implementations):
 one table row per (implementation, input) with the real kernel's error against the FP64 oracle, its paired
 recipe's emulation error on the same reference, their ratio and the rel-L2 between the two outputs; rows whose
-ratio falls outside :data:`zyfa.accuracy.tolerances.KERNEL_VS_EMULATION` are flagged. Implementations that failed, could
-not take an input, or were not available on the machine are listed with the reason.
+ratio falls outside :data:`zyfa.accuracy.scoring.tolerances.KERNEL_VS_EMULATION` are flagged. Implementations that
+failed, could not take an input, or were not available on the machine are listed with the reason.
 
 Exposed:
     MEASURED_CAUSES: {implementation: why its rows fall outside the band}, each measured (docs/real_kernels.md)
@@ -23,7 +24,7 @@ import math
 from collections.abc import Sequence
 
 from zyfa.accuracy.report.blocks import fmt
-from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_EMULATION
 
 __all__ = ["MEASURED_CAUSES", "measured_label", "measured_on", "not_run", "real_kernel_blocks",
            "real_vs_emulated", "report_section", "split_real", "unavailable_of"]
@@ -79,9 +80,9 @@ def real_vs_emulated(rows: Sequence[dict]) -> list[dict]:
     inputs) for kernels that quantize for themselves.
 
     Each entry names the emulation compared (``paired_spec``, ``paired_platform``: the recipe on the platform of
-    the device the kernel ran on, :func:`zyfa.accuracy.implementations.pairing`); rows recorded before the pairing
-    was (``pairing_recorded`` False) show their claimed recipe and no platform. ``no_platform_model``: the device
-    had no platform model, so the recipe's own platform was emulated (flagged in the table).
+    the device the kernel ran on, :func:`zyfa.accuracy.implementations.base.pairing`); rows recorded before the
+    pairing was (``pairing_recorded`` False) show their claimed recipe and no platform. ``no_platform_model``: the
+    device had no platform model, so the recipe's own platform was emulated (flagged in the table).
     """
     out = []
     for r in rows:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import os
 import re
 import shlex
 import shutil
@@ -14,12 +15,15 @@ import time
 import uuid
 from pathlib import Path
 
-from zyfa.accuracy.cli import cell_cost, read_finished
-from zyfa.accuracy.cost_model import rate
-from zyfa.accuracy.report.build import load_results
-from zyfa.accuracy.report.document import save_screenshot
-from zyfa.accuracy.results_io import row_key
-from zyfa.accuracy.shard import (
+import torch
+from zyfa.accuracy.implementations.base import unavailable_lines
+from zyfa.accuracy.implementations.plugins import load_plugins
+from zyfa.accuracy.implementations.registry import parse_implementations
+from zyfa.accuracy.inputs.attention_input import file_sha256
+from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, rate, record
+from zyfa.accuracy.io.device import resolve_device
+from zyfa.accuracy.io.results_io import row_key, write_results
+from zyfa.accuracy.io.shard import (
     Dist,
     RankRows,
     ShardedResults,
@@ -32,6 +36,10 @@ from zyfa.accuracy.shard import (
     rank_device,
     say,
 )
+from zyfa.accuracy.operator.cli import cell_cost, read_finished
+from zyfa.accuracy.operator.table import failed_rows_status
+from zyfa.accuracy.report.document import save_screenshot
+from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.study import run as study_run
 from zyfa.accuracy.study.compose import REPO_ROOT, find_bench, load_report_inputs, render, split_paths
 from zyfa.accuracy.study.report_cli import report_command
@@ -52,6 +60,7 @@ from zyfa.accuracy.study.study_args import DEFAULT_OUT
 
 from zyfa.outputs import OutputError, StagedFolder
 from zyfa.plugins import wall_flags, wall_options
+from zyfa.recipe_spec import parse_recipes
 
 # The accuracy rows of a study in progress, kept in its <out>.partial/ folder as they finish.
 ROWS_NAME = "accuracy_rows.jsonl"
@@ -69,8 +78,6 @@ def _generated(name: str) -> bool:
 
 
 def _on_gpu(device: str) -> bool:
-    import torch
-
     return device != "cpu" and torch.cuda.is_available()
 
 
@@ -175,10 +182,6 @@ def _open_stage(out: Path, dist: Dist, *, force: bool, resume: bool) -> tuple[St
 
 def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes, impls) -> int:
     """``--dry-run [N]``: the accuracy rows per rank with estimated seconds; writes nothing."""
-    import os
-
-    from zyfa.accuracy.runner import resolve_device
-
     dry_run_world(args.dry_run)  # a bad N is refused on every rank
     if int(os.environ.get("RANK", 0) or 0) != 0:
         return 0
@@ -220,7 +223,6 @@ def main(args: argparse.Namespace) -> int:
             notes.append("No capture files were used (no `datasets/*.h5` found, or `--captures none`): this study "
                          "ran on Gaussian inputs only.")
             log("no capture files: Gaussian inputs only")
-        from zyfa.recipe_spec import parse_recipes
 
         base = QUICK_RECIPES if args.quick else STUDY_RECIPES
         recipes = [r.name for r in parse_recipes(args.recipes or ",".join(base))]
@@ -240,7 +242,6 @@ def main(args: argparse.Namespace) -> int:
         max_tokens = args.max_tokens if args.max_tokens is not None else (512 if args.quick else None)
         if args.gaussian_filter is not None:
             re.compile(args.gaussian_filter)
-        from zyfa.accuracy.implementations import load_plugins, parse_implementations
 
         if args.kernel_recipe and not args.kernel:
             raise ValueError("--kernel-recipe pairs a --kernel with a recipe; no --kernel given")
@@ -261,7 +262,6 @@ def main(args: argparse.Namespace) -> int:
         stage, stage_dir, resumed = _open_stage(out, dist, force=args.force, resume=args.resume)
         inputs = study_inputs(mode, captures, max_seq=args.max_seq, max_tokens=max_tokens,
                               name_filter=args.gaussian_filter)
-        from zyfa.accuracy.runner import resolve_device  # torch: only once the arguments are checked
 
         device = rank_device(resolve_device(args.device), dist)
         cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
@@ -288,9 +288,6 @@ def main(args: argparse.Namespace) -> int:
         say(f"zyfa study: error: {e}")
         give_up(dist, e)
         return 2
-
-    from zyfa.accuracy.inputs import file_sha256
-    from zyfa.accuracy.runner import write_results
 
     command = _command(args)
     prov = {"study_command": command, "study_mode": mode, "study_notes": notes,
@@ -322,12 +319,10 @@ def main(args: argparse.Namespace) -> int:
     dist.close()
     if rows is None:  # a rank other than 0: its rows are merged, rank 0 writes the study
         return 0
-    from zyfa.accuracy.implementations import unavailable_lines
 
     for line in unavailable_lines(rows.provenance.get("implementations_unavailable") or {}):
         log(line)
     if not dist.grouped:  # one process: the --dry-run estimate of the rows it made beside their time
-        from zyfa.accuracy.cost_model import PROVENANCE_KEY, record
 
         made = [r for r in rows if row_key(r) not in done_before]
         rows.provenance[PROVENANCE_KEY] = [*rows.provenance.get(PROVENANCE_KEY, []), record(
@@ -362,6 +357,5 @@ def main(args: argparse.Namespace) -> int:
             "report, was removed")
     if rc:
         return rc
-    from zyfa.accuracy.cli import failed_rows_status
 
     return failed_rows_status(rows, "zyfa study", allow=getattr(args, "allow_failed", False))

@@ -4,8 +4,8 @@ compared per implementation and input.
 For each implementation (a recipe's emulation or a real kernel) present in both files, and each error metric both
 carry (``deq_rel_l2``, ``orig_rel_l2``), the ratio B / A is taken per input over the inputs both files have (an
 input is its name and content hash: the same name with other data is not the same input). The summary is
-:func:`zyfa.accuracy.verdict.paired_verdict` on those pairs (geometric-mean ratio, cluster-bootstrap interval, the
-verdict against a threshold, by default 2%): the unit is the input; capture rows of one head each are clustered
+:func:`zyfa.accuracy.scoring.verdict.paired_verdict` on those pairs (geometric-mean ratio, cluster-bootstrap interval,
+the verdict against a threshold, by default 2%): the unit is the input; capture rows of one head each are clustered
 by their capture file and layer, and rows holding per-head errors (``*_heads``) count each head as a unit
 clustered by its input. Units where either side has no finite positive error (a failed row, NaN) are left out and
 counted. ``deq_`` is not compared for a kernel that quantizes for itself (a plug-in): its reference is the
@@ -36,9 +36,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from zyfa.accuracy.io.results_io import read_jsonl, read_results, row_key
 from zyfa.accuracy.report.speed import load_bench
-from zyfa.accuracy.results_io import read_jsonl, row_key
-from zyfa.accuracy.verdict import Verdict, paired_verdict
+from zyfa.accuracy.scoring.verdict import Verdict, paired_verdict
 
 from zyfa.markdown import md_escape
 
@@ -83,8 +83,6 @@ def load_results(path: str | Path) -> Side:
     if p.is_dir():
         raise ValueError(f"{p} is a directory; give a results file (.jsonl), e.g. {p / 'results.jsonl'}")
     if p.suffix.lower() == ".csv":
-        from zyfa.accuracy.runner import read_results  # torch: only for a CSV
-
         res = read_results(p)
         rows, prov = list(res), res.provenance
     elif p.suffix.lower() == ".jsonl":
@@ -362,9 +360,9 @@ def render(cmp: Comparison) -> str:
              "cluster-bootstrap interval (unit: the input; capture heads clustered by file and layer; per-head "
              "errors count each head, clustered by input). Verdict: `no effect larger than "
              f"{t:g}` when the interval lies inside 1 ± {t:g}, `effect` when it excludes 1 and reaches beyond, "
-             "else inconclusive with the smallest effect the design could detect (accuracy.verdict). Below 1: B "
-             "has less error. A kernel of your own (it quantizes for itself) is compared on orig_rel_l2 only: "
-             "deq_'s reference is built on the paired recipe's inputs, which it never received.", ""]
+             "else inconclusive with the smallest effect the design could detect (accuracy.scoring.verdict). "
+             "Below 1: B has less error. A kernel of your own (it quantizes for itself) is compared on orig_rel_l2 "
+             "only: deq_'s reference is built on the paired recipe's inputs, which it never received.", ""]
     changed = [c for c in cmp.impls if c.kernel_changed]
     for c in changed:
         lines.append(f"**The kernel `{md_escape(c.key)}` changed between the runs** (file sha256 "

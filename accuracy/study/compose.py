@@ -17,7 +17,8 @@ from pathlib import Path
 
 from zyfa.accuracy.impact.rows import load_rows, prepare_rows
 from zyfa.accuracy.impact.section import report_section, summarize
-from zyfa.accuracy.report.build import Results, build_report
+from zyfa.accuracy.io.schemas import mixed_code_notice
+from zyfa.accuracy.report.build import build_report
 from zyfa.accuracy.report.claims import claims_headline
 from zyfa.accuracy.report.document import Doc, write_report
 from zyfa.accuracy.report.front import source_label, sources_of
@@ -25,8 +26,8 @@ from zyfa.accuracy.report.hd128 import hd128_section
 from zyfa.accuracy.report.quantization import quantization_section, recommendation_section
 from zyfa.accuracy.report.real_kernels import report_section as real_kernels_section
 from zyfa.accuracy.report.real_kernels import split_real, unavailable_of
+from zyfa.accuracy.report.results import Results
 from zyfa.accuracy.report.speed import load_bench
-from zyfa.accuracy.schemas import mixed_code_notice
 
 # the repository this package sits in (the committed reports and datasets are found from here, not from the
 # current directory)
@@ -81,6 +82,7 @@ def load_report_inputs(bench_paths: Sequence[str | Path] = (),
                        cliffs_path: str | Path | None = None) -> ReportInputs:
     """Load the benchmark, impact and long-context files (ValueError, FileNotFoundError or OSError naming the bad
     one)."""
+    # lazy: imports torch; zyfa report reads results without torch
     from zyfa.accuracy.longctx.scores import BASELINES, baseline_of
     from zyfa.accuracy.longctx.scores import load_rows as load_longctx
 
@@ -98,6 +100,7 @@ def load_report_inputs(bench_paths: Sequence[str | Path] = (),
 
 def _cliffs_section(path: str):
     """The length-cliff finder's flags (``zyfa cliffs``) as a report section of their own."""
+    # lazy: imports torch; zyfa report reads results without torch
     from zyfa.accuracy.longctx.section import cliff_table
 
     header, rows = cliff_table(path)
@@ -113,6 +116,7 @@ def _cliffs_section(path: str):
 
 def _longctx_section(inputs: ReportInputs):
     """The long-context section as a report section (``add(doc, plots)``), and its one-sentence finding."""
+    # lazy: imports torch; zyfa report reads results without torch
     from zyfa.accuracy.longctx.section import cliff_table, section_blocks
 
     rows, provs = inputs.longctx

@@ -32,8 +32,6 @@ from pathlib import Path
 
 from zyfa.accuracy.longctx.scores import load_rows
 from zyfa.accuracy.longctx.verdicts import plan_verdicts
-from zyfa.accuracy.plan import load_plan
-from zyfa.accuracy.report.build import load_results
 from zyfa.accuracy.report.claims import CLAIMS, claim_figures
 from zyfa.accuracy.report.hd128 import (
     CLAIMS_PLAN,
@@ -43,6 +41,8 @@ from zyfa.accuracy.report.hd128 import (
     plan_file_hash,
     sensitivity_figures,
 )
+from zyfa.accuracy.report.results import load_results
+from zyfa.accuracy.scoring.plan import load_plan
 from zyfa.capture.models import MODELS
 
 __all__ = ["BEGIN", "END", "Finding", "accumulator_findings", "findings", "hd128_findings", "main", "render",

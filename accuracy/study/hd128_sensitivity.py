@@ -4,9 +4,9 @@ per-head errors the claims table pairs per layer x head.
     python -m zyfa.accuracy.study.hd128_sensitivity --plan studies/hd128-sensitivity-all.toml --device cuda \
         --inputs ~/.cache/zyfa/captures/qwen25coder-1.5b-pydoc-2048.h5 --out reports/hd128/sensitivity-all.jsonl
 
-Rows are those of ``zyfa accuracy`` (:func:`zyfa.accuracy.runner.run_accuracy`) plus ``deq_rel_l2_heads`` and
-``orig_rel_l2_heads`` (:func:`accuracy.features.head_errors`) and ``plan``/``plan_hash``; the peers' rows are not run
-again (they are in the plan's ``results``, paired on the input's content hash). ``--layers`` runs a subset (a
+Rows are those of ``zyfa accuracy`` (:func:`zyfa.accuracy.operator.runner.run_accuracy`) plus ``deq_rel_l2_heads`` and
+``orig_rel_l2_heads`` (:func:`accuracy.inputs.features.head_errors`) and ``plan``/``plan_hash``; the peers' rows are
+not run again (they are in the plan's ``results``, paired on the input's content hash). ``--layers`` runs a subset (a
 slice for a test or a timing); the plan's layers are the default. An existing ``--out`` is refused unless ``--force``.
 
 Bad input (a plan that does not parse, a missing capture, an absent layer) is refused in one line before any row is
@@ -20,10 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-from zyfa.accuracy.features import head_errors
-from zyfa.accuracy.inputs import capture_inputs
+from zyfa.accuracy.inputs.attention_input import capture_inputs
+from zyfa.accuracy.inputs.features import head_errors
+from zyfa.accuracy.io.results_io import write_results
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report.hd128 import SENSITIVITY_PLAN, PlanFileError, load_sensitivity_plan
-from zyfa.accuracy.runner import run_accuracy, write_results
 
 __all__ = ["main", "run_sensitivity"]
 

@@ -33,8 +33,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from zyfa.accuracy.report.build import load_results, select_recipes
 from zyfa.accuracy.report.document import save_screenshot
+from zyfa.accuracy.report.results import load_results, select_recipes
 from zyfa.accuracy.study.compose import find_bench, load_report_inputs, render, split_paths
 
 from zyfa.outputs import check_dir_writable

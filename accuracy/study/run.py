@@ -9,13 +9,17 @@ Exposed: ``STUDY_RECIPES``, ``QUICK_RECIPES``, ``HEAD_RECIPES``, ``DEFAULT_IMPAC
 
 from __future__ import annotations
 
+import dataclasses
 import glob
+import os
 import re
 import sys
 import time
 from pathlib import Path
 
+from zyfa.recipe_spec import get_recipe
 from zyfa.recipes import QUANT_SCHEMES
+from zyfa.rotation import rotation_matrix
 
 # every FP8 recipe: zyfa and its ablations, the peers, zyfa with other quantizations of Q/K/V (issue 14), and bf16
 STUDY_RECIPES = ("zyfa", "zyfa-hopper", "zyfa-exp2", "zyfa-fp32sum", "zyfa-noscale", "zyfa-pow2fixed",
@@ -37,8 +41,6 @@ DEFAULT_CLIFFS = "reports/cliffs/results.jsonl"
 
 def log(msg: str) -> None:
     """One progress line on stderr; under torchrun (``WORLD_SIZE`` > 1) it names the rank."""
-    import os
-
     rank = f" rank {os.environ.get('RANK')}" if int(os.environ.get("WORLD_SIZE", 1) or 1) > 1 else ""
     print(f"[zyfa study {time.strftime('%H:%M:%S')}{rank}] {msg}", file=sys.stderr, flush=True)
 
@@ -46,7 +48,8 @@ def log(msg: str) -> None:
 def gaussian_specs(mode: str, max_seq: int | None = None, name_filter: str | None = None) -> list:
     """The Gaussian inputs of a study mode ("default", "quick" or "long"), lengths capped at ``max_seq``, only
     those whose name matches the regular expression ``name_filter`` (e.g. ``d128-causal``)."""
-    from zyfa.accuracy.inputs import GaussianSpec
+    # lazy: imports torch, numpy; the command's flags are checked before it
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec
 
     def spec(seq, hd=128, hdv=None, **kw):
         return GaussianSpec(heads_q=1, heads_kv=1, seq=seq, head_dim=hd, head_dim_v=hdv, **kw)
@@ -62,8 +65,6 @@ def gaussian_specs(mode: str, max_seq: int | None = None, name_filter: str | Non
         specs = [spec(s) for s in (1024, 2048, 4096)]
         specs += [spec(1024, hd, hdv, **kw) for hd, hdv in HEAD_DIMS for kw in ({}, {"causal": True}, OUTLIERS)]
     if max_seq is not None:
-        import dataclasses
-
         specs = [dataclasses.replace(s, seq=min(s.seq, max_seq)) for s in specs]
     out, seen = [], set()
     for s in specs:
@@ -98,7 +99,8 @@ def default_captures(folder: str = "datasets") -> list[Path]:
 def study_inputs(mode: str, captures: list[Path], *, max_seq: int | None = None,
                  max_tokens: int | None = None, name_filter: str | None = None) -> list:
     """Capture inputs (one per layer, all captured heads) then Gaussian inputs."""
-    from zyfa.accuracy.inputs import capture_inputs, make_gaussian
+    # lazy: imports torch, numpy; the command's flags are checked before it
+    from zyfa.accuracy.inputs.attention_input import capture_inputs, make_gaussian
 
     inputs = []
     for path in captures:
@@ -115,9 +117,8 @@ def refusals(inputs: list, recipes: list[str]) -> dict[tuple[str, str], str]:
     power-of-two head dim (:mod:`zyfa.rotation`), so a rotating recipe leaves out MLA's 192; a recipe that names a
     vendor kernel is applied only where the vendor's dispatcher runs that kernel (:mod:`zyfa.dispatch`: ``aiter``
     leaves out head dims 64 and 256)."""
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.dispatch import route_input
-    from zyfa.recipe_spec import get_recipe
-    from zyfa.rotation import rotation_matrix
 
     out = {}
     for r in recipes:
@@ -138,10 +139,12 @@ def refusals(inputs: list, recipes: list[str]) -> dict[tuple[str, str], str]:
 
 
 def planned_keys(inputs: list, recipes: list[str], implementations=(), refused: dict | None = None) -> list[tuple]:
-    """The row keys (:func:`zyfa.accuracy.runner.input_key`) a study of ``inputs`` makes, in its order: per input, the
+    """The row keys (:func:`zyfa.accuracy.operator.runner.input_key`) a study of ``inputs`` makes, in its order: per
+    input, the
     recipes it takes (not in ``refused``, default :func:`refusals`), then the real implementations available
     here."""
-    from zyfa.accuracy.runner import input_key
+    # lazy: imports torch, scipy; the command's flags are checked before it
+    from zyfa.accuracy.operator.runner import input_key
 
     refused = refusals(inputs, recipes) if refused is None else refused
     usable = [i for i in implementations if i.available()[0]]
@@ -154,15 +157,22 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
               rows_file=None):
     """Run the accuracy runner, then add per-input features and (captures) per-head errors to the rows.
 
-    ``implementations``: real kernels (:mod:`zyfa.accuracy.implementations`) run beside the recipes; those not
+    ``implementations``: real kernels (:mod:`zyfa.accuracy.implementations.registry`) run beside the recipes; those not
     available on this machine are listed with the reason in the provenance (``implementations_unavailable``).
-    ``rows_file`` (an :class:`zyfa.accuracy.results_io.ResultsFile`, optional): the accuracy rows are appended to it as
-    they finish, and the rows it already holds (a resumed study) are not run again; features and per-head errors
+    ``rows_file`` (an :class:`zyfa.accuracy.io.results_io.ResultsFile`, optional): the accuracy rows are appended to it
+    as they finish, and the rows it already holds (a resumed study) are not run again; features and per-head errors
     are then computed for every row, so a resumed study's rows equal an uninterrupted one's. A sharded rank's
-    ``rows_file`` (:class:`accuracy.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
+    ``rows_file`` (:class:`accuracy.io.shard.RankRows`) makes only that rank's share; the ranks other than 0 return None
     once their rows are merged (rank 0 computes the features of every row)."""
-    from zyfa.accuracy.features import head_errors, input_features
-    from zyfa.accuracy.runner import ResultRows, resolve_device, run_accuracy
+    # lazy: imports torch, numpy; the command's flags are checked before it
+    from zyfa.accuracy.inputs.features import head_errors, input_features
+    from zyfa.accuracy.io.device import resolve_device
+
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
+    from zyfa.accuracy.io.results_io import ResultRows
+
+    # lazy: imports torch, scipy; the command's flags are checked before it
+    from zyfa.accuracy.operator.runner import run_accuracy
 
     dev = resolve_device(device)
     t0 = time.perf_counter()

@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import re
 
-from zyfa.accuracy.implementation_names import check_kernel_flags
-from zyfa.accuracy.shard import add_shard_arguments
+from zyfa.accuracy.implementations.names import check_kernel_flags
+from zyfa.accuracy.io.shard import add_shard_arguments
 from zyfa.accuracy.study.run import DEFAULT_CLIFFS, DEFAULT_IMPACT, DEFAULT_LONGCTX
 
+from zyfa.platforms import get_platform
 from zyfa.plugins import add_wall_arguments
+from zyfa.recipe_spec import parse_recipes
 
 # Default output folders, in the current directory: a study never writes into the repository unless asked.
 DEFAULT_OUT = {"default": "zyfa-study", "quick": "zyfa-study-quick", "long": "zyfa-study-long"}
@@ -78,9 +80,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def check_args(args: argparse.Namespace) -> None:
     """The checks of the flags alone (numbers, recipe names, the platform, the filter): a ValueError names the
     first bad one. The files named are checked by :func:`zyfa.accuracy.study.cli.main`, before any work."""
-    from zyfa.platforms import get_platform
-    from zyfa.recipe_spec import parse_recipes
-
     for flag, value in (("--max-seq", args.max_seq), ("--max-tokens", args.max_tokens)):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")

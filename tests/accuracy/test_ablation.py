@@ -1,4 +1,5 @@
-"""One-factor ablations (accuracy.ablation, ``zyfa accuracy --ablate``): the expansion, the row tags, the pairing."""
+"""One-factor ablations (accuracy.scoring.ablation, ``zyfa accuracy --ablate``): the expansion, the row tags, the
+pairing."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from zyfa.accuracy.ablation import ablation_pairs, parse_ablation
+from zyfa.accuracy.scoring.ablation import ablation_pairs, parse_ablation
 
 from zyfa.cli import main
 from zyfa.recipe_spec import SpecError, get_recipe

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from zyfa.accuracy.runner import read_results
+from zyfa.accuracy.io.results_io import read_results
 
 from zyfa.cli import main
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
-from zyfa.accuracy.runner import read_results
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
+from zyfa.accuracy.io.results_io import read_results
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.cli import main

@@ -12,7 +12,7 @@ import json
 import subprocess
 
 import pytest
-from zyfa.accuracy.runner import read_results
+from zyfa.accuracy.io.results_io import read_results
 
 from tests.faults import env, zyfa_cmd
 from zyfa.cli import main

@@ -6,7 +6,13 @@ import math
 
 import pytest
 import torch
-from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, content_hash, make_gaussian
+from zyfa.accuracy.inputs.attention_input import (
+    AttentionInput,
+    GaussianSpec,
+    capture_inputs,
+    content_hash,
+    make_gaussian,
+)
 
 
 def test_gaussian_is_deterministic_by_seed():

@@ -169,7 +169,7 @@ def test_report_names_file_and_line_of_a_foreign_row(tmp_path, capsys, line, wor
 
 
 def test_foreign_csv_row_is_named(tmp_path):
-    from zyfa.accuracy.runner import read_results
+    from zyfa.accuracy.io.results_io import read_results
 
     path = tmp_path / "r.csv"
     path.write_text("input,recipe,deq_rel_l2\nx,zyfa,0.5\ny,zyfa,0.5,extra\n")

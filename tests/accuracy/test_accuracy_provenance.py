@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from zyfa.accuracy.provenance import device_name, provenance
+from zyfa.accuracy.io.provenance import device_name, provenance
 from zyfa.capture.version import git_state
 
 import zyfa

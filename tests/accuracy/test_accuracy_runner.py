@@ -7,11 +7,12 @@ import math
 
 import pytest
 import torch
-from zyfa.accuracy import runner as runner
-from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
-from zyfa.accuracy.metrics import compute_metrics
-from zyfa.accuracy.provenance import device_name
-from zyfa.accuracy.runner import ResultRows, read_results, run_accuracy, write_results
+from zyfa.accuracy.inputs.attention_input import AttentionInput, GaussianSpec, make_gaussian
+from zyfa.accuracy.io.provenance import device_name
+from zyfa.accuracy.io.results_io import ResultRows, read_results, write_results
+from zyfa.accuracy.operator import runner as runner
+from zyfa.accuracy.operator.runner import run_accuracy
+from zyfa.accuracy.scoring.metrics import compute_metrics
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate

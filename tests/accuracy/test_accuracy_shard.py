@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.cli import read_finished
-from zyfa.accuracy.shard import Dist, ShardedResults, SharedOutputError, cells_digest, format_plan, plan
+from zyfa.accuracy.io.shard import Dist, ShardedResults, SharedOutputError, cells_digest, format_plan, plan
+from zyfa.accuracy.operator.cli import read_finished
 
 from tests.faults import kill_rank_when, torchrun_cmd, torchrun_env
 

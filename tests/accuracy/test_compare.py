@@ -184,7 +184,7 @@ def test_kernel_key():
 
 def test_a_missing_file_is_refused_before_the_statistics_are_imported(tmp_path):
     code = ("import sys; from zyfa.cli import main; rc = main(['compare', 'missing.jsonl', 'b.jsonl']); "
-            "print(rc, sorted(m for m in ('scipy', 'torch', 'zyfa.accuracy.verdict') if m in sys.modules))")
+            "print(rc, sorted(m for m in ('scipy', 'torch', 'zyfa.accuracy.scoring.verdict') if m in sys.modules))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert res.stdout.strip() == "2 []", res.stdout + res.stderr

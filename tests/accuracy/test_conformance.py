@@ -12,16 +12,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy import conformance
-from zyfa.accuracy.implementations import (
-    Implementation,
-    ImplResult,
-    builtin_names,
-    get_implementation,
-    load_plugin,
-)
-from zyfa.accuracy.runner import read_results
-from zyfa.accuracy.tolerances import SUSPECT_BAND
+from zyfa.accuracy.implementations import conformance
+from zyfa.accuracy.implementations.base import Implementation, ImplResult
+from zyfa.accuracy.implementations.plugins import load_plugin
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
+from zyfa.accuracy.io.results_io import read_results
+from zyfa.accuracy.scoring.tolerances import SUSPECT_BAND
 
 from zyfa.cli import main
 

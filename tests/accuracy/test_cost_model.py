@@ -10,8 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.cli import cell_cost, read_provenance
-from zyfa.accuracy.cost_model import (
+from zyfa.accuracy.io.cost_model import (
     CUDA_FIT_FILES,
     PROVENANCE_KEY,
     RATES,
@@ -21,6 +20,7 @@ from zyfa.accuracy.cost_model import (
     records_in_file,
     records_of,
 )
+from zyfa.accuracy.operator.cli import cell_cost, read_provenance
 
 from zyfa.cli import main
 

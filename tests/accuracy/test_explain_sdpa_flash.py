@@ -64,7 +64,7 @@ def test_splits_round_each_split_against_its_own_max():
 
 
 def test_fit_finds_the_model_that_made_the_recording(tmp_path, capsys):
-    from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 
     cand = {"block_n": 256, "reverse": True, "rcp": True, "splits": 2}
     q, k = esf._probe_inputs(64, False, 0)

@@ -7,16 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.implementations import (
-    ImplementationError,
-    builtin_names,
-    call_implementation,
-    get_implementation,
-    load_plugin,
-    load_plugins,
-    parse_implementations,
-)
-from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, make_gaussian
+from zyfa.accuracy.implementations.base import ImplementationError, call_implementation
+from zyfa.accuracy.implementations.plugins import load_plugin, load_plugins
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation, parse_implementations
+from zyfa.accuracy.inputs.attention_input import AttentionInput, GaussianSpec, make_gaussian
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.norms import rel_l2
@@ -144,9 +138,8 @@ def test_limits_of_builtins():
 def test_flashinfer_inputs_are_the_recipe_quantizers_values_in_nhd():
     """The adapter hands FlashInfer the recipe quantizer's FP8 values, per sequence in its (s, h, d) layout, with
     Q's descale per query head (a GQA group's equal values) and K's and V's per KV head."""
-    from zyfa.accuracy.implementations import FLASHINFER_FA3_RECIPE, flashinfer_fa3_inputs
-
     from zyfa.emulator import quantize_inputs
+    from zyfa.peers.flashinfer_fa3 import FLASHINFER_FA3_RECIPE, flashinfer_fa3_inputs
 
     x = make_gaussian(GaussianSpec(seq=48, heads_q=4, heads_kv=2, head_dim=64, batch=2, seed=3))
     qi = quantize_inputs(x.q, x.k, x.v, get_recipe(FLASHINFER_FA3_RECIPE))
@@ -167,9 +160,9 @@ def test_flashinfer_inputs_are_the_recipe_quantizers_values_in_nhd():
 def test_bench_peer_rows_name_the_registrys_recipes():
     """zyfa bench's rows of the real peers name the recipe the registry pairs them with, also where the peer
     cannot run (here: no GPU, or no package), and carry the reason instead of a speed."""
-    from zyfa.accuracy.implementations import FLASH_ATTN_AMD_RECIPE, FLASHINFER_FA3_RECIPE
-
     from zyfa.bench.cases import run_case
+    from zyfa.peers.flash_attn_amd import FLASH_ATTN_AMD_RECIPE
+    from zyfa.peers.flashinfer_fa3 import FLASHINFER_FA3_RECIPE
     from zyfa.timing import cpu_timer
 
     if torch.cuda.is_available():
@@ -187,9 +180,8 @@ def test_bench_peer_rows_name_the_registrys_recipes():
 def test_amd_forward_refuses_mla_head_dims():
     """AMD's Triton FP8 forward takes one head size (Q's) for Q, K and V, so MLA's 192/128 is refused in one line
     before the kernel runs (it read past V's rows there and wrote NaN), and zyfa bench's row says why, with no speed."""
-    from zyfa.accuracy.implementations import flash_attn_amd_forward
-
     from zyfa.bench.cases import run_case
+    from zyfa.peers.flash_attn_amd import flash_attn_amd_forward
     from zyfa.timing import cpu_timer
 
     q = torch.randn(1, 2, 64, 192).to(torch.float8_e4m3fn)
@@ -352,8 +344,8 @@ def test_flashinfer_pack_refuses_head_dims_it_does_not_hold(tmp_path, monkeypatc
     import json
     import sys
 
-    from zyfa.accuracy.implementations import get_implementation
-    from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+    from zyfa.accuracy.implementations.registry import get_implementation
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 
     from zyfa.peers.flashinfer_fa3 import PACK_MANIFEST, packed_head_dims
 

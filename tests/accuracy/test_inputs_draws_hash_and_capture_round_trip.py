@@ -9,7 +9,14 @@ import hashlib
 
 import pytest
 import torch
-from zyfa.accuracy.inputs import AttentionInput, GaussianSpec, capture_inputs, content_hash, file_sha256, make_gaussian
+from zyfa.accuracy.inputs.attention_input import (
+    AttentionInput,
+    GaussianSpec,
+    capture_inputs,
+    content_hash,
+    file_sha256,
+    make_gaussian,
+)
 from zyfa.capture.record import LayerRecord
 from zyfa.capture.version import git_label
 from zyfa.capture.writer import CaptureWriter

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from zyfa.accuracy.inputs import AttentionInput, GaussianSpec
+from zyfa.accuracy.inputs.attention_input import AttentionInput, GaussianSpec
 
 
 def _message(fn, *args, **kwargs) -> str:

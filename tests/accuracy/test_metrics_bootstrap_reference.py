@@ -15,7 +15,7 @@ from statistics import NormalDist
 
 import numpy as np
 import pytest
-from zyfa.accuracy.metrics import CI, bootstrap_ci
+from zyfa.accuracy.scoring.metrics import CI, bootstrap_ci
 
 _N = NormalDist()
 

@@ -1,6 +1,6 @@
 """compute_metrics on small tensors against expectations written out in numpy float64 (not by the code under test).
 
-Every metric of the docstring of accuracy/metrics.py is recomputed here from its definition: Frobenius rel-L2,
+Every metric of the docstring of accuracy/scoring/metrics.py is recomputed here from its definition: Frobenius rel-L2,
 RMSE, max error, cosine (and its zero-norm conventions), per-row relative errors with numpy's default (linear)
 quantile written out by hand, SQNR in dB, the zero-reference and zero-output row counts, and the LSE errors.
 """
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from zyfa.accuracy.metrics import ERROR_METRICS, compute_metrics
+from zyfa.accuracy.scoring.metrics import ERROR_METRICS, compute_metrics
 
 
 def _linear_quantile(values, p):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from zyfa.accuracy.metrics import bootstrap_ci, compute_metrics
+from zyfa.accuracy.scoring.metrics import bootstrap_ci, compute_metrics
 
 
 def _message(fn, *args, exc=ValueError, **kwargs) -> str:

@@ -1,4 +1,5 @@
-"""zyfa.accuracy.plan: parsing, the canonical hash, validation in one line before any work, and rows refused when the
+"""zyfa.accuracy.scoring.plan: parsing, the canonical hash, validation in one line before any work, and rows refused
+when the
 plan changed after them."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.plan import MIN_FACTS, PlanError, check_plan, check_rows, load_plan, parse_plan
+from zyfa.accuracy.scoring.plan import MIN_FACTS, PlanError, check_plan, check_rows, load_plan, parse_plan
 
 ROOT = Path(__file__).resolve().parents[2]
 

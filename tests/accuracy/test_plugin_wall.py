@@ -24,7 +24,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.runner import read_results
+from zyfa.accuracy.io.results_io import read_results
 
 from tests.faults import env, zyfa_cmd
 from zyfa.cli import main

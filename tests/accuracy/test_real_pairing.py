@@ -1,4 +1,4 @@
-"""Which emulation a real kernel is compared with (accuracy.implementations.pairing, issue 11): the recipe on
+"""Which emulation a real kernel is compared with (accuracy.implementations.base.pairing, issue 11): the recipe on
 the platform of the device it ran on, the Triton kernel's own version of its recipe, the oracle's output scale
 for cuDNN's oracle-scale variant; recorded in each row and shown in the report; ``zyfa report --recipes`` keeps
 the real kernels paired with a selected recipe. All on a CPU, through the runner and a CPU-run plug-in."""
@@ -10,22 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.implementations import (
-    Implementation,
-    ImplResult,
-    builtin_names,
-    device_platform,
-    get_implementation,
-    load_plugin,
-    pairing,
-)
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
-from zyfa.accuracy.real_rows import implementation_row
+from zyfa.accuracy.implementations.base import Implementation, ImplResult, device_platform, pairing
+from zyfa.accuracy.implementations.plugins import load_plugin
+from zyfa.accuracy.implementations.real_rows import implementation_row
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.report.blocks import blocks_markdown
-from zyfa.accuracy.report.build import load_results, select_recipes
 from zyfa.accuracy.report.real_kernels import real_kernel_blocks, real_vs_emulated
-from zyfa.accuracy.runner import run_accuracy
-from zyfa.accuracy.tolerances import KERNEL_VS_H200_EMULATION
+from zyfa.accuracy.report.results import load_results, select_recipes
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_H200_EMULATION
 from zyfa.reference.attention import attention_fp64
 
 from tests.report.conftest import md_tables

@@ -1,4 +1,5 @@
-"""CPU tests of one real implementation's row (accuracy/real_rows.py): metrics against the oracle and the
+"""CPU tests of one real implementation's row (accuracy/implementations/real_rows.py): metrics against the oracle and
+the
 paired emulation, failures and unsupported inputs recorded, not raised."""
 
 from __future__ import annotations
@@ -7,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.implementations import get_implementation, load_plugin
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
-from zyfa.accuracy.real_rows import implementation_row, row_label
+from zyfa.accuracy.implementations.plugins import load_plugin
+from zyfa.accuracy.implementations.real_rows import implementation_row, row_label
+from zyfa.accuracy.implementations.registry import get_implementation
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate

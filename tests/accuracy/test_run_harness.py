@@ -1,4 +1,4 @@
-"""The run discipline every command shares (accuracy.run_harness, accuracy.results_io, accuracy.shard,
+"""The run discipline every command shares (accuracy.io.run_harness, accuracy.io.results_io, accuracy.io.shard,
 capture.ranges): refusals before anything is written, a damaged partial named by file and line, a resume that never
 deletes rows, ranges bounded before they are expanded, a time budget that counts work (issue 44)."""
 
@@ -9,9 +9,9 @@ import time
 
 import pytest
 import torch
-from zyfa.accuracy.results_io import ResultsFile, read_log, row_key
-from zyfa.accuracy.run_harness import WorkBudget, refuse_unavailable
-from zyfa.accuracy.shard import Dist, ShardedResults
+from zyfa.accuracy.io.results_io import ResultsFile, read_log, row_key
+from zyfa.accuracy.io.run_harness import WorkBudget, refuse_unavailable
+from zyfa.accuracy.io.shard import Dist, ShardedResults
 from zyfa.capture.ranges import expand_ranges
 
 from zyfa.cli import main

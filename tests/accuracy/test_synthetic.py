@@ -1,4 +1,4 @@
-"""Synthetic attention inputs (accuracy/synthetic.py): the generator hits its requested entropy, sink and K
+"""Synthetic attention inputs (accuracy/inputs/synthetic.py): the generator hits its requested entropy, sink and K
 outlier statistics, is deterministic per seed, and refuses bad specs in one line listing the valid keys.
 
 Tolerances (stated in the brief's terms): the realised mean entropy within 0.05 nats of the request, the sink
@@ -13,8 +13,8 @@ import sys
 
 import pytest
 import torch
-from zyfa.accuracy.features import input_features
-from zyfa.accuracy.synthetic import (
+from zyfa.accuracy.inputs.features import input_features
+from zyfa.accuracy.inputs.synthetic import (
     SYNTHETIC_KEYS,
     SyntheticSpec,
     attention_profile,
@@ -131,7 +131,7 @@ def test_cli_runs_a_synthetic_input_and_refuses_a_bad_key_in_one_line(tmp_path):
                          "zyfa,ck", "--device", "cpu", "--no-progress", "--out", str(out)],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
-    from zyfa.accuracy.runner import read_results
+    from zyfa.accuracy.io.results_io import read_results
 
     rows = read_results(out)
     assert [r["recipe"] for r in rows] == ["zyfa", "ck"]

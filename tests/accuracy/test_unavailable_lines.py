@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from zyfa.accuracy.implementations import unavailable_lines
+from zyfa.accuracy.implementations.base import unavailable_lines
 
 from zyfa.cli import main
 from zyfa.peers.common import NO_CUDA

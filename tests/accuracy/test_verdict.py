@@ -1,4 +1,5 @@
-"""accuracy.verdict on planted data: a true effect is found, a null carries its detectable effect, a clustered design
+"""accuracy.scoring.verdict on planted data: a true effect is found, a null carries its detectable effect, a clustered
+design
 is as wide as its clusters, McNemar and Holm on textbook tables, the ceiling case."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ import math
 import numpy as np
 import pytest
 from scipy import stats
-from zyfa.accuracy.verdict import (
+from zyfa.accuracy.scoring.verdict import (
     LABEL_CEILING,
     LABEL_EFFECT,
     cluster_bootstrap,

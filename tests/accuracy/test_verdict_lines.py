@@ -1,6 +1,7 @@
 """The terminal summary of the scoring commands: one line per implementation with its verdict and reason, built by
-:func:`accuracy.kernel_verdicts.verdict_lines` from the rows the command wrote (``zyfa accuracy`` and ``zyfa cliffs``
-here; ``zyfa study`` in tests/report/test_study_real_kernels.py, ``zyfa longctx`` in tests/longctx/test_longctx_cli.py).
+:func:`accuracy.scoring.kernel_verdicts.verdict_lines` from the rows the command wrote (``zyfa accuracy`` and ``zyfa
+cliffs`` here; ``zyfa study`` in tests/report/test_study_real_kernels.py, ``zyfa longctx`` in
+tests/longctx/test_longctx_cli.py).
 """
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from zyfa.accuracy.kernel_verdicts import verdict_lines
-from zyfa.accuracy.runner import read_results
+from zyfa.accuracy.io.results_io import read_results
+from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
 
 from zyfa.cli import main
 

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from zyfa.accuracy.inputs import capture_inputs
+from zyfa.accuracy.inputs.attention_input import capture_inputs
 from zyfa.capture.record import LayerRecord
 from zyfa.capture.store import CaptureFormatError, open_capture, read_capture
 from zyfa.capture.writer import CaptureWriter

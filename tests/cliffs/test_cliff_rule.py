@@ -6,14 +6,8 @@ import math
 import random
 
 import pytest
-from zyfa.accuracy.cliffs import (
-    CliffRule,
-    default_centres,
-    default_lengths,
-    find_flags,
-    format_lengths,
-    parse_lengths,
-)
+from zyfa.accuracy.cliffs.flags import CliffRule, find_flags
+from zyfa.accuracy.cliffs.sweep import default_centres, default_lengths, format_lengths, parse_lengths
 
 
 def _row(L, err, *, impl="k", status="ok", nonfinite=0, reason=None, mask="none", shape="equal"):
@@ -128,8 +122,8 @@ def test_default_ranges():
 
 def test_operator_errors_match_compute_metrics():
     import torch
-    from zyfa.accuracy.cliffs import operator_errors
-    from zyfa.accuracy.metrics import compute_metrics
+    from zyfa.accuracy.cliffs.sweep import operator_errors
+    from zyfa.accuracy.scoring.metrics import compute_metrics
     from zyfa.reference.attention import attention_fp64
 
     g = torch.Generator().manual_seed(3)
@@ -157,7 +151,7 @@ def test_head_dims_are_separate_series():
 
 
 def test_a_long_list_of_flagged_lengths_is_shortened_in_the_table():
-    from zyfa.accuracy.report.cliffs import LENGTHS_CELL_MAX, _lengths_cell
+    from zyfa.accuracy.cliffs.section import LENGTHS_CELL_MAX, _lengths_cell
 
     assert _lengths_cell([7]) == "7" and _lengths_cell(list(range(33, 41))) == "33-40 (8 lengths)"
     many = [n for c in (1408, 1792, 2048, 2816, 3584, 4096, 5632, 22528) for n in range(c - 16, c + 17, 4)]

@@ -9,8 +9,9 @@ import random
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.cliffs import ROW_KEYS, GaussianSource, find_flags, read_sweeps, run_cliffs, subjects
-from zyfa.accuracy.inputs import GaussianSpec
+from zyfa.accuracy.cliffs.flags import find_flags, read_sweeps
+from zyfa.accuracy.cliffs.sweep import ROW_KEYS, GaussianSource, run_cliffs, subjects
+from zyfa.accuracy.inputs.attention_input import GaussianSpec
 
 from tests.faults import kill_when, run_zyfa
 from zyfa.cli import main
@@ -257,7 +258,7 @@ def test_render_merges_several_sweeps(tmp_path):
     assert "nan_at_16" in md and "No flags: " in md and "plugins.py:exact" in md
     assert "Not run: " in md and "`cudnn-fp8`" in md and "1-20" in md and "10-30" in md
     # the table alone, for another report (zyfa study, zyfa longctx), from the same files
-    from zyfa.accuracy.report.cliffs import TABLE_HEADER, flag_table
+    from zyfa.accuracy.cliffs.section import TABLE_HEADER, flag_table
 
     header, body = flag_table(f"{a / 'cliffs.jsonl'},{b / 'cliffs.jsonl'}")
     assert tuple(header) == TABLE_HEADER and [r[2] for r in body] == ["16"] and body[0][3] == "nonfinite"

@@ -7,9 +7,10 @@ from __future__ import annotations
 import math
 
 import pytest
-from zyfa.accuracy.cliffs import GaussianSource, find_flags, run_cliffs, subjects
-from zyfa.accuracy.implementations import builtin_names, get_implementation
-from zyfa.accuracy.inputs import GaussianSpec
+from zyfa.accuracy.cliffs.flags import find_flags
+from zyfa.accuracy.cliffs.sweep import GaussianSource, run_cliffs, subjects
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
+from zyfa.accuracy.inputs.attention_input import GaussianSpec
 
 from zyfa.cli import main
 

@@ -1,4 +1,4 @@
-"""``zyfa impact`` records its --dry-run estimate beside its measured time (accuracy/cost_model.py) in the
+"""``zyfa impact`` records its --dry-run estimate beside its measured time (accuracy/io/cost_model.py) in the
 provenance of each row a run made (impact rows carry their own provenance), and scripts/fit_cost_model.py reads
 each run's record once."""
 
@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.cost_model import PROVENANCE_KEY, rate, records_in_file
 from zyfa.accuracy.impact.cli import cell_cost
+from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, rate, records_in_file
 
 ROOT = Path(__file__).resolve().parents[2]
 

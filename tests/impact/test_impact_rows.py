@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from zyfa.accuracy.impact import cli as impact_cli
 from zyfa.accuracy.impact import rows as impact_rows
-from zyfa.accuracy.results_io import ResultsFile
+from zyfa.accuracy.io.results_io import ResultsFile
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "reports" / "impact" / "results_7_recipes.jsonl"  # the first run: every row before the fix

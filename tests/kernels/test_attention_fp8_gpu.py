@@ -1,7 +1,7 @@
 """GPU tests of the Triton FP8 attention kernel (H200): agreement with the emulator, masks, tails, GQA, MLA.
 
 For each supported shape and recipe the kernel's relative L2 error against the FP64 oracle (on the same
-dequantized inputs) must be within 3% (accuracy.tolerances.KERNEL_VS_EMULATION) of the emulator's error for the
+dequantized inputs) must be within 3% (accuracy.scoring.tolerances.KERNEL_VS_EMULATION) of the emulator's error for the
 same recipe and inputs (run on the GPU), and the two outputs themselves must agree (:func:`_agreement`): a kernel
 with a different error of the same size fails there even when the error magnitudes match.
 Skipped without a Hopper GPU (tests/conftest.py).
@@ -14,7 +14,7 @@ import zlib
 
 import pytest
 import torch
-from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION, KERNEL_VS_H200_EMULATION
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_EMULATION, KERNEL_VS_H200_EMULATION
 
 from zyfa.norms import rel_l2
 
@@ -393,7 +393,7 @@ def test_qgmma_in_sass():
 H200_SPECS = ["zyfa", "ck", "aiter", H1, "fa3"]
 H200_GAUSSIAN = {
     **{name: SHAPES[name] for name in ("hd64-gqa-odd", "hd128-causal-gqa", "hd256-b2", "mla-causal", "hd64-window")},
-    "hd128-outliers": "outliers",  # FA3-paper outliers in Q and K (accuracy.inputs.GaussianSpec)
+    "hd128-outliers": "outliers",  # FA3-paper outliers in Q and K (accuracy.inputs.attention_input.GaussianSpec)
 }
 
 
@@ -436,7 +436,7 @@ def _vs_h200(spec, q, k, v, causal, window, sm_scale, what, platform="h200"):
 def _gaussian_h200(name):
     shape = H200_GAUSSIAN[name]
     if shape == "outliers":
-        from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+        from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 
         x = make_gaussian(GaussianSpec(heads_q=4, heads_kv=4, seq=1024, head_dim=128, outlier_frac=0.001,
                                        outlier_scale=10.0, seed=3))
@@ -459,7 +459,7 @@ def test_kernel_within_one_percent_of_its_h200_emulation_on_every_capture_layer(
     """Every layer of the shipped capture (first 1024 tokens, all heads); the failures are listed together."""
     from pathlib import Path
 
-    from zyfa.accuracy.inputs import capture_inputs
+    from zyfa.accuracy.inputs.attention_input import capture_inputs
 
     path = Path(__file__).resolve().parents[2] / "datasets" / capture
     misses = []

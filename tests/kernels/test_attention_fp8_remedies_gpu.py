@@ -16,15 +16,15 @@ import math
 
 import pytest
 import torch
-from zyfa.accuracy.tolerances import KERNEL_VS_H200_EMULATION
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_H200_EMULATION
 
 from tests.kernels.test_attention_fp8_gpu import _seed
 from zyfa.norms import rel_l2
 
 pytestmark = pytest.mark.gpu
 
-# kernel/emulator error ratio: accuracy.tolerances.KERNEL_VS_H200_EMULATION for every accumulator (what it bounds and
-# the measured worst case are there)
+# kernel/emulator error ratio: accuracy.scoring.tolerances.KERNEL_VS_H200_EMULATION for every accumulator (what it
+# bounds and the measured worst case are there)
 # the existing agreement tests' bounds on the output-vs-output distance (measured on the H200, see that file)
 AGREE_BOUNDS = {"fp32": (0.35, 0.93), "matrix_unit": (0.65, 0.78)}
 

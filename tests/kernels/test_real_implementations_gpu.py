@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION, NO_CLAIM_BAND
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_EMULATION, NO_CLAIM_BAND
 
 from zyfa.norms import rel_l2, rel_l2_from_terms, rel_l2_terms
 
@@ -85,7 +85,7 @@ def _input_keys():
 
 @cache
 def _load(key: str):
-    from zyfa.accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec, capture_inputs, make_gaussian
 
     if key.startswith("gaussian"):
         x = make_gaussian(GaussianSpec(**GAUSSIAN[int(key[len("gaussian"):])]))
@@ -99,7 +99,7 @@ def _load(key: str):
 
 
 def _impl_names():
-    from zyfa.accuracy.implementations import builtin_names
+    from zyfa.accuracy.implementations.registry import builtin_names
 
     return builtin_names()
 
@@ -190,7 +190,8 @@ def _log(record: dict) -> None:
 @pytest.mark.parametrize("key", _input_keys())
 @pytest.mark.parametrize("impl_name", _impl_names())
 def test_real_within_3pct_of_emulation(impl_name, key):
-    from zyfa.accuracy.implementations import ImplementationError, call_implementation, get_implementation
+    from zyfa.accuracy.implementations.base import ImplementationError, call_implementation
+    from zyfa.accuracy.implementations.registry import get_implementation
 
     impl = get_implementation(impl_name)
     ok, why = impl.available()
@@ -209,9 +210,9 @@ def test_real_within_3pct_of_emulation(impl_name, key):
     except ImplementationError as e:
         _log({**base, "status": "failed", "error": str(e)})
         raise
-    # compared with the emulation of what it computes on this device (accuracy.implementations.pairing: the recipe
-    # on the h200 platform, our kernel's own version of it, cuDNN's oracle output scale), as the study does
-    from zyfa.accuracy.implementations import device_platform, pairing
+    # compared with the emulation of what it computes on this device (accuracy.implementations.base.pairing: the
+    # recipe on the h200 platform, our kernel's own version of it, cuDNN's oracle output scale), as the study does
+    from zyfa.accuracy.implementations.base import device_platform, pairing
 
     from zyfa.formats import round_to_fp8
 

@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 from zyfa.accuracy.impact.model import ModelAttention, model_attention
-from zyfa.accuracy.implementations import get_implementation
+from zyfa.accuracy.implementations.registry import get_implementation
 from zyfa.accuracy.longctx.coverage import equal_coverage
 from zyfa.accuracy.longctx.generate import greedy_generate
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 from zyfa.accuracy.impact.model import ModelAttention, model_attention
-from zyfa.accuracy.implementations import get_implementation
+from zyfa.accuracy.implementations.registry import get_implementation
 from zyfa.accuracy.longctx.generate import greedy_generate, sequence_drift, sequence_logits
 
 from tests.longctx.conftest import tiny_llama

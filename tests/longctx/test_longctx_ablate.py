@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from zyfa.accuracy.ablation import ablation_pairs
+from zyfa.accuracy.scoring.ablation import ablation_pairs
 
 from zyfa.cli import main
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from zyfa.accuracy.kernel_verdicts import verdict_lines
+from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
 
 from zyfa.cli import main
 
@@ -136,7 +136,7 @@ def test_failed_rows_exit_3_after_writing_them(tmp_path, capsys):
     rows = _rows(out)
     bad = [r for r in rows if r["implementation"].startswith("plugin:")]
     assert len(bad) == 1 and bad[0]["status"] == "failed" and "boom" in bad[0]["error"]
-    # the same per-implementation lines as every scoring command (accuracy.kernel_verdicts.verdict_lines)
+    # the same per-implementation lines as every scoring command (accuracy.scoring.kernel_verdicts.verdict_lines)
     err = capsys.readouterr().err.splitlines()
     assert [f"zyfa longctx: {x}" for x in verdict_lines(rows)] == [x for x in err if x.startswith(
         ("zyfa longctx: failed: ", "zyfa longctx: ok: "))]

@@ -1,4 +1,4 @@
-"""``zyfa longctx`` records its --dry-run estimate beside its measured time (accuracy/cost_model.py): one record per
+"""``zyfa longctx`` records its --dry-run estimate beside its measured time (accuracy/io/cost_model.py): one record per
 run, a resumed run adding its own over the rows it made, and scripts/fit_cost_model.py fits the rate from them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.cost_model import rate, records_in_file
+from zyfa.accuracy.io.cost_model import rate, records_in_file
 from zyfa.accuracy.longctx.cli import cell_cost
 
 from zyfa.cli import main

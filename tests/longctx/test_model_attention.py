@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 from zyfa.accuracy.impact.model import ModelAttention, UnsupportedLayerError, model_attention
-from zyfa.accuracy.implementations import Implementation, ImplResult, get_implementation, load_plugin
+from zyfa.accuracy.implementations.base import Implementation, ImplResult
+from zyfa.accuracy.implementations.plugins import load_plugin
+from zyfa.accuracy.implementations.registry import get_implementation
 from zyfa.capture.hook import swap_attention
 
 from tests.longctx.conftest import tiny_llama

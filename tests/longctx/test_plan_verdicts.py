@@ -10,10 +10,10 @@ import math
 
 import numpy as np
 import pytest
+from zyfa.accuracy.io.results_io import jsonl_text
 from zyfa.accuracy.longctx.section import RenderError, render_folder
 from zyfa.accuracy.longctx.verdicts import plan_blocks, plan_verdicts
-from zyfa.accuracy.plan import load_plan
-from zyfa.accuracy.results_io import jsonl_text
+from zyfa.accuracy.scoring.plan import load_plan
 
 from zyfa.cli import main
 

@@ -6,9 +6,10 @@ import re
 from html.parser import HTMLParser
 
 import pytest
-from zyfa.accuracy.features import input_features
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
-from zyfa.accuracy.runner import run_accuracy, write_results
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
+from zyfa.accuracy.inputs.features import input_features
+from zyfa.accuracy.io.results_io import write_results
+from zyfa.accuracy.operator.runner import run_accuracy
 
 RECIPES = ["zyfa", "zyfa-exp2", "ck"]
 FLOAT = re.compile(r"[-+]?\d+(?:\.\d+)?(?:e[-+]\d+)?|nan|-?inf")

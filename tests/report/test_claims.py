@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from zyfa.accuracy.report.blocks import blocks_markdown
-from zyfa.accuracy.report.build import load_results
 from zyfa.accuracy.report.claims import (
     CLAIMS,
     claim_figures,
@@ -18,6 +17,7 @@ from zyfa.accuracy.report.claims import (
     sensitivity,
 )
 from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.report.results import load_results
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "reports" / "study" / "results.jsonl"

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from zyfa.accuracy.report import front
-from zyfa.accuracy.report.build import build_report, load_results
+from zyfa.accuracy.report.build import build_report
 from zyfa.accuracy.report.document import FIRST_SCREEN, render_html, render_markdown
+from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.report.speed import load_bench
 
 from tests.report.conftest import html_tables, md_tables, numbers
@@ -314,8 +315,9 @@ def test_a_measurement_made_again_later_replaces_the_earlier_row(tmp_path):
     how many rows were replaced; distinct rows of both files are kept."""
     import json
 
-    from zyfa.accuracy.report.build import build_report, load_results
+    from zyfa.accuracy.report.build import build_report
     from zyfa.accuracy.report.document import render_markdown
+    from zyfa.accuracy.report.results import load_results
 
     def write(path, rows):
         prov = {"record": "provenance", "run_id": path.stem, "recipes": sorted({r["recipe"] for r in rows})}

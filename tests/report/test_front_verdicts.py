@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 from zyfa.accuracy.api import measure
-from zyfa.accuracy.kernel_verdicts import implementation_verdicts, short_reason, verdict_lines
-from zyfa.accuracy.report.build import build_report, load_results
+from zyfa.accuracy.io.results_io import write_results
+from zyfa.accuracy.report.build import build_report
 from zyfa.accuracy.report.document import Doc, render_html, render_markdown
 from zyfa.accuracy.report.front import (
     FRONT_KEYS,
@@ -34,8 +34,9 @@ from zyfa.accuracy.report.front import (
     source_label,
     sources_of,
 )
+from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.report.speed import load_bench
-from zyfa.accuracy.runner import write_results
+from zyfa.accuracy.scoring.kernel_verdicts import implementation_verdicts, short_reason, verdict_lines
 from zyfa.capture.models import MODELS
 
 from tests.report.conftest import FLOAT, html_tables, md_tables

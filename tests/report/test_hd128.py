@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from zyfa.accuracy.report.blocks import blocks_markdown
-from zyfa.accuracy.report.build import load_results
 from zyfa.accuracy.report.claims import VARIANTS, claim_figures
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.hd128 import (
@@ -24,6 +23,7 @@ from zyfa.accuracy.report.hd128 import (
     load_sensitivity_plan,
     plan_file_hash,
 )
+from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.study.hd128_sensitivity import main as sensitivity_main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from zyfa.accuracy.report.build import load_results
 from zyfa.accuracy.report.quantization import scheme_samples, scheme_table
+from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.study.compose import ReportInputs, load_report_inputs, render
 
 from tests.report.conftest import html_tables, md_tables, numbers

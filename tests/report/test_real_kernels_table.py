@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.conformance import pairing_warning
-from zyfa.accuracy.implementations import load_plugin
+from zyfa.accuracy.implementations.conformance import pairing_warning
+from zyfa.accuracy.implementations.plugins import load_plugin
 from zyfa.accuracy.report.blocks import blocks_markdown
 from zyfa.accuracy.report.real_kernels import not_run, real_kernel_blocks, real_vs_emulated
-from zyfa.accuracy.tolerances import KERNEL_VS_EMULATION
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_EMULATION
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "real_rows_cpu.jsonl"
 

@@ -1,4 +1,4 @@
-"""Renderers validate what they read (issue 44, fault 7): every row kind has a typed schema (accuracy.schemas),
+"""Renderers validate what they read (issue 44, fault 7): every row kind has a typed schema (accuracy.io.schemas),
 checked on load by ``zyfa report``, ``zyfa longctx --render`` and ``zyfa cliffs --render``: a wrong type or an
 impossible value is one line ``file:line: field: problem``, exit 2, nothing written. report.md is as inert as
 report.html for names from result files, and a page combining rows of several commits or a dirty tree says so.
@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.schemas import SchemaError, check_any_row, check_provenance, mixed_code_notice
+from zyfa.accuracy.io.schemas import SchemaError, check_any_row, check_provenance, mixed_code_notice
 
 from zyfa.cli import main as zyfa
 
@@ -217,7 +217,7 @@ def test_schemas_name_the_field_and_pass_every_committed_row():
         check_any_row({"kind": "longctx"}, "f:5")
     assert mixed_code_notice([{"git_commit": "a", "git_dirty": False}] * 2) is None
     assert "1 of the 2 runs" in mixed_code_notice([{"git_commit": "a"}, {"git_commit": "a+dirty"}])
-    from zyfa.accuracy.schemas import read_rows
+    from zyfa.accuracy.io.schemas import read_rows
 
     for path in (LONGCTX, CLIFFS, *sorted((ROOT / "reports" / "real_kernels").glob("*.jsonl"))):
         rows, _ = read_rows(path)

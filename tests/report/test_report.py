@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from zyfa.accuracy.report import build, document, speed
+from zyfa.accuracy.report import build, document, results, sections, speed
 
 from tests.report.conftest import RECIPES, html_tables, md_tables, numbers
 from zyfa.bench.table import ROW_HEADER
@@ -63,7 +63,7 @@ def test_recipe_table_means_and_intervals(rendered):
     for line in t[1:]:
         rs = by[line[0]]
         assert int(line[1]) == len(rs) == 8
-        for metric, header in build.MAIN_METRICS.items():
+        for metric, header in sections.MAIN_METRICS.items():
             vals = [float(r[metric]) for r in rs]
             got = numbers(line[_col(t, header)])
             mean = float(np.mean(vals))
@@ -143,7 +143,7 @@ def test_causes_and_inputs(rendered):
     _, rows, md, _ = rendered
     tables = md_tables(md)
     t = tables["t-causes"]
-    col = _col(t, build.CAUSES["feat_entropy_nats"])
+    col = _col(t, sections.CAUSES["feat_entropy_nats"])
     for line in t[1:]:
         rs = [r for r in rows if r["recipe"] == line[0]]
         res = stats.spearmanr([r["feat_entropy_nats"] for r in rs], [r["deq_rel_l2"] for r in rs])
@@ -203,7 +203,7 @@ def test_speed_table_from_bench_json(small_results, tmp_path):
         {**shape, "causal": False, "impl": "triton-fp8", "recipe": "zyfa", "ms": 1.2345, "tflops": 912.34},
         {**shape, "causal": False, "impl": "sdpa-bf16:cudnn", "recipe": "bf16", "ms": 1.1, "tflops": 927.0},
         {**shape, "causal": True, "impl": "triton-fp8", "recipe": "fa3", "error": "correctness check failed"}]}))
-    res = build.load_results([path])
+    res = results.load_results([path])
     doc = build.build_report(res, bench=speed.load_bench([bench]), plots=False)
     md = document.render_markdown(doc)
     assert "NVIDIA H200" in md and "torch 2.11" in md
@@ -225,7 +225,7 @@ def test_speed_section_leaves_out_rows_of_another_format(small_results, tmp_path
     path, _ = small_results
     bench = tmp_path / "other.json"
     bench.write_text(json.dumps([{"kernel": "x", "tflops": 1.0}]))
-    md = document.render_markdown(build.build_report(build.load_results([path]), bench=speed.load_bench([bench]),
+    md = document.render_markdown(build.build_report(results.load_results([path]), bench=speed.load_bench([bench]),
                                                      plots=False))
     assert "Every benchmark row: left out, a row has no 'input' field" in md and "t-bench-0" not in md_tables(md)
 
@@ -256,11 +256,11 @@ def test_console_errors_are_caught(tmp_path):
 
 
 def test_csv_results_render_the_same_tables(small_results, tmp_path):
-    from zyfa.accuracy.runner import read_results, write_results
+    from zyfa.accuracy.io.results_io import read_results, write_results
 
     path, _ = small_results
     csv = write_results(read_results(path), tmp_path / "results.csv")
-    docs = [document.render_markdown(build.build_report(build.load_results([p]), plots=False)) for p in (path, csv)]
+    docs = [document.render_markdown(build.build_report(results.load_results([p]), plots=False)) for p in (path, csv)]
     a, b = (md_tables(d) for d in docs)
     for key in ("t-gaussian-inputs-recipes", "t-gaussian-inputs-ratios", "t-causes", "t-all", "t-inputs"):
         assert a[key] == b[key], key
@@ -276,7 +276,7 @@ def test_two_result_files_are_merged(small_results, tmp_path):
     rest = [ln for ln in lines[1:] if json.loads(ln)["recipe"] != "zyfa"]
     first.write_text("\n".join([lines[0], *zyfa]) + "\n")
     second.write_text("\n".join([lines[0], *rest]) + "\n")
-    merged = build.load_results([first, second])
+    merged = results.load_results([first, second])
     assert len(merged.rows) == len(rows) and merged.recipes[0] == "zyfa"
     t = md_tables(document.render_markdown(build.build_report(merged, plots=False)))
     assert t["t-provenance"][0] == ["", "a.jsonl", "b.jsonl"]

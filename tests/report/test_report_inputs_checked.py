@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from zyfa.accuracy.report.build import load_results
+from zyfa.accuracy.report.results import load_results
 
 from zyfa.cli import main as zyfa
 

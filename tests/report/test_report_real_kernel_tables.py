@@ -16,9 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from zyfa.accuracy.report.build import MAIN_METRICS, MIN_INTERVAL_N, Results, build_report, group_of, load_results
+from zyfa.accuracy.report.build import build_report
 from zyfa.accuracy.report.document import render_markdown
 from zyfa.accuracy.report.real_kernels import split_real
+from zyfa.accuracy.report.results import Results, group_of, load_results
+from zyfa.accuracy.report.sections import MAIN_METRICS
+from zyfa.accuracy.report.stats import MIN_INTERVAL_N
 
 from tests.report.conftest import html_tables, md_tables, numbers
 
@@ -203,9 +206,11 @@ def test_the_device_is_the_rows_own(tmp_path):
 def cpu_study(tmp_path_factory):
     """The runner on the CPU with the example plug-in (paired with zyfa) and every built-in, as `zyfa study`
     runs them, rendered as the study renders its report."""
-    from zyfa.accuracy.implementations import load_plugin, parse_implementations
-    from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
-    from zyfa.accuracy.runner import run_accuracy, write_results
+    from zyfa.accuracy.implementations.plugins import load_plugin
+    from zyfa.accuracy.implementations.registry import parse_implementations
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
+    from zyfa.accuracy.io.results_io import write_results
+    from zyfa.accuracy.operator.runner import run_accuracy
     from zyfa.accuracy.study.compose import ReportInputs, render
 
     inputs = [make_gaussian(GaussianSpec(heads_q=2, heads_kv=1, seq=128, head_dim=64, causal=c, seed=0))

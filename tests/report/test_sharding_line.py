@@ -23,7 +23,7 @@ def test_report_of_a_sharded_accuracy_run_names_its_ranks(tmp_path):
                  "--device", "cpu", "--no-progress", "--out", str(res)]) == 0
     lines = res.read_text().splitlines()
     prov = json.loads(lines[0])
-    # what accuracy.shard's rank 0 adds when it merges (accuracy/cli.py merged_provenance)
+    # what accuracy.io.shard's rank 0 adds when it merges (accuracy/operator/cli.py merged_provenance)
     prov.update(world_size=2, backend="gloo", wall_time_s=3.5,
                 ranks=[{"rank": 0, "rows": 1, "devices": ["cpu"]}, {"rank": 1, "rows": 1, "devices": ["cpu"]}])
     res.write_text("\n".join([json.dumps(prov), *lines[1:]]) + "\n")

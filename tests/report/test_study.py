@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from zyfa.accuracy.features import head_errors, input_features
-from zyfa.accuracy.inputs import GaussianSpec, capture_inputs, make_gaussian
-from zyfa.accuracy.report import build, document
-from zyfa.accuracy.runner import run_accuracy, write_results
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, capture_inputs, make_gaussian
+from zyfa.accuracy.inputs.features import head_errors, input_features
+from zyfa.accuracy.io.results_io import write_results
+from zyfa.accuracy.operator.runner import run_accuracy
+from zyfa.accuracy.report import build, document, results
 from zyfa.accuracy.study import run as study_run
 
 from tests.report.conftest import md_tables, numbers
@@ -71,7 +72,7 @@ def test_capture_sections(tmp_path):
     inputs = capture_inputs(SAMPLE, layers=[0, 29], max_tokens=128)
     rows = study_run.run_study(inputs, ["zyfa", "ck"], device="cpu", progress=False, head_recipes=("zyfa", "ck"))
     path = write_results(rows, tmp_path / "results.jsonl")
-    doc = build.build_report(build.load_results([path]), command="zyfa report ...", plots=True)
+    doc = build.build_report(results.load_results([path]), command="zyfa report ...", plots=True)
     tables = md_tables(document.render_markdown(doc))
     heads = tables["t-smollm2-heads"]
     assert heads[0] == ["layer, head", "zyfa", "ck"]

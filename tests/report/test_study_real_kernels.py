@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.implementations import BASELINE_ONLY, builtin_names
+from zyfa.accuracy.implementations.registry import BASELINE_ONLY, builtin_names
 
 from tests.report.conftest import md_tables
 
@@ -93,7 +93,7 @@ def test_study_with_failed_rows_exits_3_unless_allowed(tmp_path, monkeypatch, ca
     assert main(argv) == 3
     err = capsys.readouterr().err
     assert "zyfa study: 3 of 6 rows failed (3 failed)" in err
-    # the same per-implementation lines as every scoring command (accuracy.kernel_verdicts.verdict_lines)
+    # the same per-implementation lines as every scoring command (accuracy.scoring.kernel_verdicts.verdict_lines)
     assert f"zyfa study: failed: plugin:{bad}:attn: kernel '{bad}:attn' raised RuntimeError: boom (on all 3 rows)" \
         in err.splitlines() and "zyfa study: ok: zyfa" in err.splitlines()
     assert (out / "results.jsonl").is_file() and (out / "report.md").is_file()

@@ -18,7 +18,7 @@ ARGS = ["study", "--max-seq", "128", "--captures", "none", "--gaussian-filter", 
 
 
 def test_refusals_name_the_rotating_recipe_on_non_power_of_two_head_dims():
-    from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
+    from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 
     inputs = [make_gaussian(GaussianSpec(heads_q=1, heads_kv=1, seq=16, head_dim=d, head_dim_v=dv))
               for d, dv in ((64, None), (192, 128))]

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.inputs import capture_inputs
+from zyfa.accuracy.inputs.attention_input import capture_inputs
+from zyfa.accuracy.inputs.synthetic import SyntheticSpec, make_synthetic
 from zyfa.accuracy.study import synthetic_sweep as sw
-from zyfa.accuracy.synthetic import SyntheticSpec, make_synthetic
 
 CAPTURE = Path(__file__).resolve().parents[2] / "datasets" / "smollm2-lee-2048.h5"
 

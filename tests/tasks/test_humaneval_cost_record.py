@@ -1,4 +1,4 @@
-"""``zyfa tasks humaneval`` records its estimate beside its measured time (accuracy/cost_model.py): the units of the
+"""``zyfa tasks humaneval`` records its estimate beside its measured time (accuracy/io/cost_model.py): the units of the
 rows a run made, from their prompt and generated tokens; a resumed run adds its own record."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from zyfa.accuracy.cost_model import generation_units, rate, records_in_file
+from zyfa.accuracy.io.cost_model import generation_units, rate, records_in_file
 
 from zyfa.cli import main
 

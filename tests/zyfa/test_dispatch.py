@@ -19,8 +19,8 @@ tile, (128, 128), (192, 128), (256, 256) with 128x128; nothing above 256.
 from __future__ import annotations
 
 import pytest
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
-from zyfa.accuracy.runner import run_accuracy
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.accuracy.study.run import refusals
 
 from zyfa.dispatch import TABLES, base_name, route, table_rows

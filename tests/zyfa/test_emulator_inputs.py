@@ -9,9 +9,9 @@ import re
 
 import pytest
 import torch
-from zyfa.accuracy.inputs import AttentionInput, content_hash
-from zyfa.accuracy.metrics import compute_metrics
-from zyfa.accuracy.runner import run_accuracy
+from zyfa.accuracy.inputs.attention_input import AttentionInput, content_hash
+from zyfa.accuracy.operator.runner import run_accuracy
+from zyfa.accuracy.scoring.metrics import compute_metrics
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import UnsupportedHeadDimWarning, emulate, validate_qkv

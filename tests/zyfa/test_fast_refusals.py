@@ -62,7 +62,7 @@ CASES = [
     (["compare", "no/a.jsonl", "no/b.jsonl"], "no such file"),
 ]
 # A bad --implementations name or --kernel spec, in every command that takes them: the registry's and the plug-in
-# loader's lines, from the torch-free table (accuracy/implementation_names.py) and the spec read without running it.
+# loader's lines, from the torch-free table (accuracy/implementations/names.py) and the spec read without running it.
 KERNEL = "examples/fp8_torch_attention.py"
 KERNEL_CASES = [
     (["accuracy", "--implementations", "nope"], "unknown implementation 'nope'; built-ins: triton:zyfa,"),

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from zyfa.accuracy.metrics import compute_metrics
+from zyfa.accuracy.scoring.metrics import compute_metrics
 
 from zyfa.norms import rel_l2, rel_l2_from_terms, rel_l2_per, rel_l2_terms
 

@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from zyfa.accuracy.implementations import builtin_names, get_implementation
+from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
 
 from zyfa.peers.names import BENCH_PEERS, OLD_NAMES, PEER_NAMES, canonical_name
 from zyfa.peers.registry import PEERS, get_peer, prepare

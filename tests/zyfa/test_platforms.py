@@ -10,8 +10,8 @@ import math
 import numpy as np
 import pytest
 import torch
-from zyfa.accuracy.inputs import GaussianSpec, make_gaussian
-from zyfa.accuracy.runner import run_accuracy
+from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
+from zyfa.accuracy.operator.runner import run_accuracy
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.cli import main

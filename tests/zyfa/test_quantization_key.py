@@ -1,5 +1,5 @@
 """``zyfa.emulator.QUANT_FIELDS``: exactly the recipe fields ``quantize_inputs`` reads, so a shared FP64 reference
-(accuracy.runner, accuracy.cliffs) is shared only by recipes that see the same dequantized inputs."""
+(accuracy.operator.runner, accuracy.cliffs.sweep) is shared only by recipes that see the same dequantized inputs."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The real peer kernels, one module per peer, below both the benchmark (:mod:`zyfa.bench`) and the accuracy
-runner's registry (:mod:`zyfa.accuracy.implementations`), which wrap them: each module installs nothing, imports its
-package only when called, and says whether it can run here (``check()``).
+runner's registry (:mod:`zyfa.accuracy.implementations.registry`), which wrap them: each module installs nothing,
+imports its package only when called, and says whether it can run here (``check()``).
 
 | module | peer | package |
 |---|---|---|

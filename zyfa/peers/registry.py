@@ -1,7 +1,8 @@
 """The peers by name (:data:`zyfa.peers.names.PEER_NAMES`): the recipe each is paired with, what it needs, and how
 to prepare it.
 
-``zyfa bench`` times what :func:`prepare` returns, and the accuracy registry (:mod:`zyfa.accuracy.implementations`)
+``zyfa bench`` times what :func:`prepare` returns, and the accuracy registry
+(:mod:`zyfa.accuracy.implementations.registry`)
 builds its built-in peers from :data:`PEERS`, so a peer has one name everywhere.
 
 Exposed: ``Peer``, ``PEERS``, ``get_peer``, ``prepare``.
