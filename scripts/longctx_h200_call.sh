@@ -24,6 +24,9 @@ if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
   touch /tmp/site/.installed
 fi
 for t in .stage/*.txt; do [ -e "$t" ] && cp "$t" "$ZYFA_CACHE/texts/"; done
+# rows of a run an earlier session cut (a committed <out>.partial put into .stage/ as results-MODEL.jsonl.partial):
+# the background session resumes them
+for p in .stage/results-*.jsonl.partial; do [ -e "$p" ] && [ ! -e "$STATE/$(basename "$p")" ] && cp "$p" "$STATE/"; done
 for f in .stage/*.part[0-9]*; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
 [ -f .stage/manifest.json ] && cp .stage/manifest.json /tmp/stage/
 if [ -f /tmp/stage/manifest.json ]; then

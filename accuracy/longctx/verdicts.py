@@ -7,7 +7,8 @@ interval is a cluster bootstrap over facts. Each metric of the plan gets
 :func:`zyfa.accuracy.scoring.verdict.paired_verdict`
 with the plan's threshold and alpha. The primary contrast's informative verdicts form one family for the plan's
 correction (Holm): an "effect" whose adjusted p is not below alpha is reported as inconclusive after the
-correction. Exploratory contrasts are labelled so and left out of the family.
+correction. A primary cell-metric without rows yet (a cut run) stays in the family with p = 1. Exploratory
+contrasts are labelled so and left out of the family.
 
 Exposed: ``plan_verdicts(plan, rows) -> list[dict]``, ``plan_blocks(plan, rows, level=2) -> blocks``.
 """
@@ -49,11 +50,15 @@ def plan_verdicts(plan: Plan, rows: Sequence[dict]) -> list[dict]:
                 for n in plan.lengths:
                     for metric, threshold in plan.metrics.items():
                         out.append(_one(plan, rows, c, m, t, n, metric, threshold))
-    family = [i for i, v in enumerate(out) if not v["contrast"].exploratory and v["verdict"] is not None
-              and v["verdict"].informative and math.isfinite(v["verdict"].p)]
-    adjusted = holm([out[i]["verdict"].p for i in family]) if plan.correction == "holm" else \
-        [out[i]["verdict"].p for i in family]
+    # the family is the plan's: a primary cell-metric with no rows yet (a run cut before it) counts with p = 1, so
+    # a partial file's adjusted p-values are never smaller than the complete plan's would be
+    family = [i for i, v in enumerate(out) if not v["contrast"].exploratory and (v["verdict"] is None or (
+        v["verdict"].informative and math.isfinite(v["verdict"].p)))]
+    pvals = [1.0 if out[i]["verdict"] is None else out[i]["verdict"].p for i in family]
+    adjusted = holm(pvals) if plan.correction == "holm" else pvals
     for i, p in zip(family, adjusted, strict=True):
+        if out[i]["verdict"] is None:
+            continue
         out[i]["p_adjusted"] = p
         v = out[i]["verdict"]
         if v.kind == "effect" and not p < plan.alpha:
@@ -123,7 +128,11 @@ def plan_blocks(plan: Plan, rows: Sequence[dict], level: int = 2) -> list[tuple]
     for r in counted:
         key = r["label"].split(" (")[0] if r["label"].startswith("inconclusive") else r["label"]
         kinds[key] = kinds.get(key, 0) + 1
+    missing = sum(1 for r in res if not r["contrast"].exploratory and r["verdict"] is None)
     blocks.append(("p", f"Primary contrast: {len(counted)} informative cell-metrics ("
                    + (", ".join(f"{k}: {v}" for k, v in kinds.items()) or "none")
-                   + f"); {ceiling} uninformative (every arm at the ceiling or floor), left out."))
+                   + f"); {ceiling} uninformative (every arm at the ceiling or floor), left out."
+                   + (f" **The plan is incomplete: {missing} of its primary cell-metrics have no paired rows yet**; "
+                      "they count in the correction with p = 1, and the plan's verdict waits for them."
+                      if missing else "")))
     return blocks

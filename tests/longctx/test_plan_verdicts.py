@@ -111,6 +111,24 @@ def test_holm_downgrades_an_effect_that_does_not_survive(plan_file):
     assert all(r["label"].startswith("inconclusive after holm (adjusted p = ") for r in res)
 
 
+def test_a_cut_run_keeps_its_missing_cells_in_the_family(plan_file):
+    """Rows of only the first length (a run cut before 192): the 192 cells still count in Holm's family (p = 1), so
+    the adjusted p of the cell that ran is the one the whole plan gives it, and the report says the plan is
+    incomplete."""
+    plan = load_plan(plan_file)
+    rows = [r for r in _planted(plan.hash) if r["length"] == 128]
+    res = {(r["length"], r["metric"]): r for r in plan_verdicts(plan, rows) if not r["contrast"].exploratory}
+    lp = res[(128, "answer_logprob")]
+    assert res[(192, "answer_logprob")]["verdict"] is None and res[(192, "exact")]["verdict"] is None
+    # family: the informative 128 cell plus the two missing 192 cells; the ceiling cell is left out as before
+    assert lp["p_adjusted"] == pytest.approx(min(1.0, 3 * lp["verdict"].p))
+    assert math.isnan(res[(192, "answer_logprob")]["p_adjusted"])
+    text = " ".join(b[1] for b in plan_blocks(plan, rows) if b[0] == "p")
+    assert "The plan is incomplete: 2 of its primary cell-metrics have no paired rows yet" in text
+    complete = " ".join(b[1] for b in plan_blocks(plan, _planted(plan.hash)) if b[0] == "p")
+    assert "incomplete" not in complete
+
+
 def test_render_states_the_verdict_and_refuses_a_changed_plan(plan_file, tmp_path):
     plan = load_plan(plan_file)
     results = tmp_path / "r.jsonl"
