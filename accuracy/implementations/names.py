@@ -2,8 +2,9 @@
 
 Every command that runs real implementations (``zyfa accuracy``, ``study``, ``cliffs``, ``impact``, ``longctx``,
 ``tasks``) checks these flags in its ``check_args``, which the ``zyfa`` dispatch runs before torch is imported, and
-again with the registry (:mod:`zyfa.accuracy.implementations`) once it has loaded: both read the one table here and
-raise the one message, so a bad name gets the same line with or without torch (tests/zyfa/test_fast_refusals.py).
+again with the registry (:mod:`zyfa.accuracy.implementations.registry`) once it has loaded: both read the one table
+here and raise the one message, so a bad name gets the same line with or without torch
+(tests/zyfa/test_fast_refusals.py).
 
 - :func:`builtin_names`: the built-ins in the registry's order: ``triton:<recipe>`` for each named recipe the Triton
   kernel honours (:func:`zyfa.kernels.kernel_plan.kernel_plan`, torch-free), then the peers
@@ -44,7 +45,7 @@ STOCK = "stock"
 _PEER_ORDER = ("cudnn-fp8", "cudnn-fp8:oracle-scale", "sdpa-bf16:cudnn", "sdpa-bf16:flash", "sdpa-fp32",
                "flash-attn-triton-amd", "flashinfer-fa3")
 if set(_PEER_ORDER) != set(PEER_NAMES):  # pragma: no cover - a peer added to one table and not the other
-    raise ImportError(f"implementation_names: peers {sorted(set(_PEER_ORDER) ^ set(PEER_NAMES))} are not in both "
+    raise ImportError(f"implementations.names: peers {sorted(set(_PEER_ORDER) ^ set(PEER_NAMES))} are not in both "
                       "zyfa.peers.names.PEER_NAMES and _PEER_ORDER")
 
 

@@ -32,6 +32,7 @@ import datetime as dt
 import json
 import math
 import os
+import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -89,7 +90,9 @@ def record(units: float, measured_s: float, device_type: str, *, command: str, c
     wall seconds on a ``device_type`` device; ``work``: the sizes the units were counted from."""
     per_s = rate(command, device_type)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    rec = {"command": command, "device_type": device_type, "cells": int(cells), "units": float(units),
+    # record_id: two runs alike in every field (a fast test's, within one second) are still two records
+    rec = {"record_id": uuid.uuid4().hex[:12], "command": command, "device_type": device_type, "cells": int(cells),
+           "units": float(units),
            "units_per_second": per_s, "estimate_s": round(units / per_s, 3), "measured_s": round(measured_s, 3),
            "cpu_count": os.cpu_count(), "load_1min": None if load is None else round(load, 2),
            "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
@@ -127,7 +130,9 @@ def records_in_file(path: str | Path) -> list[dict]:
                 continue
             prov = obj if obj.get("record") == "provenance" else obj.get("provenance")
             for r in records_of(prov if isinstance(prov, dict) else {}):
-                key = json.dumps(r, sort_keys=True)
+                # one record repeated in a file (impact: in every row's provenance) counts once; by its id, or by
+                # its whole content for a record written before records had ids
+                key = r.get("record_id") or json.dumps(r, sort_keys=True)
                 if key not in seen:
                     seen.add(key)
                     out.append(r)

@@ -8,10 +8,10 @@ Exposed: ``format_table(rows, columns, *, per_input)``, ``print_report(rows, pro
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Sequence
 
+from zyfa.accuracy.report.blocks import fmt
 from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
 
 __all__ = ["EXIT_FAILED_ROWS", "FAILED_STATUSES", "failed_rows_status", "format_table", "print_report", "row_label"]
@@ -80,30 +80,16 @@ def failed_rows_status(rows: Sequence[dict], command: str, *, allow: bool) -> in
 
 # ---------------------------------------------------------------------------------------------- table
 
+# the printed table's number format by a column's suffix (a kind of report.blocks.fmt); others: errors, ".3e"
+_COLUMN_KINDS = (("_db", "db"), ("_ratio", ".4f"), ("cosine", "cos"), ("_s", ".2f"), ("_frac", ".3g"))
+
+
 def _fmt(col: str, v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, str):
-        return v
-    if isinstance(v, float) and math.isnan(v):
-        return "nan"
-    if isinstance(v, float) and math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if col.endswith("_db"):
-        return f"{v:.2f}"
-    if col.endswith("_ratio"):
-        return f"{v:.4f}"
-    if col.endswith("cosine"):
-        return f"{v:.6f}"
-    if col.endswith("_s"):
-        return f"{v:.2f}"
-    if col.endswith("_frac"):
-        return f"{v:.3g}"
-    if isinstance(v, int):
+    """One cell of the printed table in the reports' one number format; an integer count as it is."""
+    kind = next((k for suffix, k in _COLUMN_KINDS if col.endswith(suffix)), None)
+    if kind is None and isinstance(v, int) and not isinstance(v, bool):
         return str(v)
-    return f"{v:.3e}"
+    return fmt(v, kind or "err")
 
 
 def _aggregate(rows: list[dict], col: str):

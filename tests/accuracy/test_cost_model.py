@@ -80,6 +80,19 @@ def test_records_are_read_from_the_provenance_line_and_from_rows_each_once(tmp_p
     assert a["work"] == {"passes": 1} and a["date_utc"].endswith("Z")
 
 
+def test_two_runs_alike_in_every_measured_field_are_two_records(tmp_path):
+    """Two fast runs of one shape in one second round to the same numbers and date: their ids keep them apart (the
+    fit counted one run where there were two); a record from before ids is still read once."""
+    a, b = (record(131072, 0.0123, "cpu", command="accuracy", cells=1) for _ in range(2))
+    a["date_utc"] = b["date_utc"]
+    assert a["record_id"] != b["record_id"] and {k: v for k, v in a.items() if k != "record_id"} == \
+        {k: v for k, v in b.items() if k != "record_id"}
+    old = {k: v for k, v in a.items() if k != "record_id"}
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps({"record": "provenance", PROVENANCE_KEY: [a, b, old, old]}) + "\n", encoding="utf-8")
+    assert records_in_file(path) == [a, b, old]
+
+
 def test_the_fit_script_reads_result_files(tmp_path):
     out = tmp_path / "r.jsonl"
     argv = ["accuracy", "--seq", "32", "--heads", "1", "--head-dim", "64", "--device", "cpu", "--no-progress",
