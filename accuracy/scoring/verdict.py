@@ -286,7 +286,11 @@ def paired_verdict(a, b, *, units=None, clusters=None, threshold: float, alpha: 
         se = float(np.std(reps, ddof=1)) * math.sqrt(k / (k - 1)) if reps.size > 1 else 0.0
         tq = float(stats.t.ppf(1 - alpha / 2, k - 1))
         lo, hi = min(float(plo), est - tq * se), max(float(phi), est + tq * se)
-        p = 1.0 if se == 0 and est == 0 else (0.0 if se == 0 else float(2 * stats.t.sf(abs(est) / se, k - 1)))
+        if se == 0:  # every cluster the same difference: the t test has no scale; the exact sign test over
+            # the k clusters (all k of one sign) is the p it can carry, never 0
+            p = 1.0 if est == 0 else min(1.0, 2.0 * 0.5**k)
+        else:
+            p = float(2 * stats.t.sf(abs(est) / se, k - 1))
     half = (hi - lo) / 2 if math.isfinite(lo) else math.inf
     detect = mde(se, k, alpha)
     if ratio:
@@ -300,6 +304,8 @@ def paired_verdict(a, b, *, units=None, clusters=None, threshold: float, alpha: 
     elif lo > 0 or hi < 0:
         kind = "effect"
     else:
+        kind = "inconclusive"
+    if kind == "effect" and se == 0 and not p < alpha:  # a spread-free interval over too few clusters
         kind = "inconclusive"
     if ratio:  # report on the ratio scale; half-width and detectable effect as fractions of 1
         est, lo, hi = math.exp(est), math.exp(lo), math.exp(hi)

@@ -182,3 +182,16 @@ def test_mde_formula():
     assert mde(1.0, 1_000_000) == pytest.approx(1.959964 + 0.841621, rel=1e-4)
     assert mde(0.1, 3) == pytest.approx(0.1 * (stats.t.ppf(0.975, 2) + stats.t.ppf(0.8, 2)))
     assert mde(0.1, 1) == math.inf
+
+
+def test_a_difference_without_spread_gets_the_sign_tests_p_not_zero():
+    # every one of 6 facts loses the answer under b: the t test has no scale, and p = 0 would claim infinite
+    # evidence; the exact two-sided sign test over the 6 clusters gives 2 * 0.5**6
+    a = [1.0] * 12
+    b = [0.0] * 12
+    v = paired_verdict(a, b, clusters=[i // 2 for i in range(12)], threshold=0.05, metric="exact match")
+    assert v.kind == "effect" and v.effect == -1.0
+    assert v.p == pytest.approx(2 * 0.5**6) and v.p > 0
+    # a handful of clusters cannot reach a small alpha this way
+    v2 = paired_verdict([1.0, 1.0], [0.0, 0.0], clusters=[0, 1], threshold=0.05)
+    assert v2.p == 1.0 / 2.0 and v2.kind == "inconclusive"
