@@ -238,10 +238,19 @@ def _run(args: argparse.Namespace, plan=None) -> int:
         results = ResultsFile.open(out, force=args.force, resume=args.resume)
     except OutputError as e:
         raise UsageError(str(e)) from None
+    if plan is not None:  # resuming rows of another plan (or of none) would mix two rules in one file
+        # lazy: kept off the refusal path, which imports only what checking the flags needs
+        from zyfa.accuracy.scoring.plan import PlanError, check_rows
+
+        try:
+            check_rows(plan, [r for r in results.kept if r.get("kind") == "humaneval"], str(results.partial))
+        except PlanError as e:
+            results.close()
+            raise UsageError(str(e)) from None
     spec = HumanEvalSpec(model=args.model, implementations=names, problems=args.problems,
                          max_new_tokens=args.max_new_tokens, limits=limits,
                          fallback=None if args.fallback == "none" else "stock", coverage=args.coverage,
-                         plan_hash=plan.hash if plan is not None else None)
+                         plan=(plan.name, plan.hash) if plan is not None else None)
     prov = provenance({"command": "zyfa tasks " + " ".join(shlex.quote(a) for a in sys.argv[2:]),
                        "device": str(device), "model": args.model, "implementations": names, "baseline": names[0],
                        "problems": args.problems, "max_new_tokens": args.max_new_tokens, "model_dtype": args.dtype,

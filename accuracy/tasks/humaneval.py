@@ -142,7 +142,7 @@ class HumanEvalSpec:
     limits: Limits = field(default_factory=Limits)
     fallback: str | None = None
     coverage: str = "equal"  # equal | own
-    plan_hash: str | None = None  # the study plan's (zyfa tasks humaneval --plan), written in every row
+    plan: tuple[str, str] | None = None  # a study plan's (name, hash) (zyfa tasks humaneval --plan), in every row
 
 
 def _eos_ids(model, tokenizer) -> list[int]:
@@ -198,7 +198,7 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
                    "limits": {"cpu_seconds": spec.limits.cpu_seconds, "wall_seconds": spec.limits.wall_seconds,
                               "memory_bytes": spec.limits.memory_bytes},
                    "coverage": spec.coverage, "coverage_note": cov.note(), **data_prov,
-                   **({"plan_hash": spec.plan_hash} if spec.plan_hash else {})}
+                   **({"plan": spec.plan[0], "plan_hash": spec.plan[1]} if spec.plan else {})}
 
     def key(p: Problem, name: str) -> tuple:
         return row_key({"input": row_input(spec.model, p, spec.max_new_tokens),

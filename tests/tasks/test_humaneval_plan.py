@@ -148,3 +148,29 @@ def test_summarize_with_the_plan_renders_the_verdict_and_refuses_other_rows(tmp_
     assert main(["tasks", "humaneval", "--summarize", str(f), "--plan", str(other)]) == 2
     err = capsys.readouterr().err.strip()
     assert "plan changed after its rows" in err and len(err.splitlines()) == 1
+
+
+def test_a_run_under_a_plan_takes_its_settings_and_writes_its_hash(tmp_path, capsys):
+    """SmolLM2 on the CPU, one problem, the plan's 4 tokens: rows carry the plan's name and hash; --summarize --plan
+    says the plan waits (1 of 164); resuming the file under an edited plan is refused in one line."""
+    f = tmp_path / "plan.toml"
+    f.write_text('name = "cpu"\nthreshold = 0.05\nmodels = ["smollm2"]\nbaseline = "stock"\narms = ["sdpa-fp32"]\n'
+                 'dtype = "fp32"\nmax_new_tokens = 4\n')
+    plan = load_humaneval_plan(f)
+    out = tmp_path / "he.jsonl"
+    argv = ["tasks", "humaneval", "--plan", str(f), "--problems", "1", "--device", "cpu", "--out", str(out),
+            "--no-progress"]
+    assert main(argv) == 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    prov, rows = lines[0], lines[1:]
+    assert prov["plan_hash"] == plan.hash and prov["model"] == "smollm2"
+    assert [r["implementation"] for r in rows] == ["stock", "sdpa-fp32"]
+    assert all(r["plan_hash"] == plan.hash and r["plan"] == "cpu" and r["max_new_tokens"] == 4 for r in rows)
+    capsys.readouterr()
+    assert main(["tasks", "humaneval", "--summarize", str(out), "--plan", str(f)]) == 0
+    text = capsys.readouterr().out
+    assert "waits: 1 of 164 problems paired" in text and "plan is incomplete: 1 of its 1" in text
+    f.write_text(f.read_text().replace("threshold = 0.05", "threshold = 0.1"))
+    assert main([*argv, "--resume"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "plan changed after its rows" in err and len(err.splitlines()) == 1
