@@ -210,13 +210,15 @@ def _label(plan: HumanEvalPlan, r: dict) -> str:
         return f"waits: {r['n']} of {N_PROBLEMS} problems paired"
     if not v.informative:
         return v.label
-    if not r["primary"]:
-        return f"descriptive: {v.label}"
-    if v.kind == "effect":
-        if r["p_adjusted"] < plan.alpha:
-            return f"effect ({v.direction})"
-        return f"inconclusive after {plan.correction} (adjusted p = {r['p_adjusted']:.2g})"
-    return v.label
+    if v.kind == "equivalent":
+        said = f"no effect larger than {100 * plan.threshold:g} points"
+    elif v.kind == "inconclusive" or (v.kind == "effect" and r["primary"] and not r["p_adjusted"] < plan.alpha):
+        said = f"inconclusive (could detect only ≥ {100 * v.detectable:.1f} points)"
+        if v.kind == "effect":  # the interval excludes 0 but the family's correction takes the effect away
+            said = f"inconclusive after {plan.correction} (adjusted p = {r['p_adjusted']:.2g})"
+    else:
+        said = f"effect ({v.direction})"
+    return said if r["primary"] else f"descriptive: {said}"
 
 
 def _pts(x: float) -> str:
