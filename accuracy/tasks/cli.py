@@ -11,12 +11,15 @@ Examples::
         --implementations stock,sdpa-fp32,triton:zyfa,triton:fa3,cudnn-fp8,flashinfer-fa3 \\
         --out humaneval/qwen05.jsonl --max-seconds 540        # then the same with --resume
     zyfa tasks humaneval --summarize humaneval/qwen05.jsonl
+    zyfa tasks humaneval --plan studies/humaneval.toml --device cuda --out he/plan.jsonl   # a study plan's run
+    zyfa tasks humaneval --summarize he/plan.jsonl --plan studies/humaneval.toml          # its verdict table
 
 Output: ``--out`` (default ``./zyfa-tasks/humaneval.jsonl``) as in ``zyfa longctx``: refused if it exists unless
 ``--force`` or ``--resume``; rows appended to ``<out>.partial`` problem by problem; ``--max-seconds`` stops between
 problems (rerun with ``--resume``); a summary (pass@1, paired differences, McNemar, drift by position) is printed
-when the run finishes. Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line), 3 when rows
-failed (``--allow-failed`` gives 0).
+when the run finishes. ``--plan FILE`` (:mod:`zyfa.accuracy.tasks.plan`) supplies the implementations and settings
+and writes the plan's hash in every row; with ``--summarize`` it adds the verdict by the plan's rule. Exit status:
+0 done (or stopped by ``--max-seconds``), 2 bad input (one line), 3 when rows failed (``--allow-failed`` gives 0).
 
 Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``main(args) -> int``.
 """
