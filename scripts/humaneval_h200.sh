@@ -7,6 +7,10 @@
 # stand and packs the results into $OUT/humaneval-state.tar.xz.
 #
 #   ZYFA_GIT_COMMIT=<sha> [SLICES=16] [IMPLS=...] [MODEL=qwen25coder] [WAIT=N] bash scripts/humaneval_h200.sh
+#   PLAN=studies/humaneval.toml [MODEL=qwen25coder-1.5b] ZYFA_GIT_COMMIT=<sha> bash scripts/humaneval_h200.sh
+#
+# With PLAN the slices run `--plan $PLAN` (its implementations, dtype, max-new-tokens; rows carry its hash; MODEL
+# defaults to the plan's first model and IMPLS is not used); summarize with --summarize 'he-*.jsonl' --plan $PLAN.
 #
 # Each slice is `zyfa tasks humaneval --problems A-B --resume --max-seconds` into $STATE/he-K.jsonl; the summary
 # is `zyfa tasks humaneval --summarize 'he-*.jsonl'` here. Slices share the GPU: a 0.5B model's decode steps are
@@ -31,6 +35,10 @@ for p in .stage/he-*.jsonl.partial; do [ -e "$p" ] && [ ! -e "$STATE/$(basename 
 for w in .stage/*.whl; do [ -e "$w" ] && cp "$w" "$ZYFA_CACHE/wheels/"; done
 [ -f /tmp/stage/manifest.json ] && python3 scripts/stage_files.py join --parts /tmp/stage \
   --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"
+if [ -n "${PLAN:-}" ] && [ -z "${MODEL:-}" ]; then
+  MODEL=$(PYTHONPATH=. python3 -c "from zyfa.accuracy.tasks.plan import load_humaneval_plan as l; \
+print(l('$PLAN').models[0])") || exit 2
+fi
 MODEL=${MODEL:-qwen25coder}
 file=$(PYTHONPATH=. python3 -c "from capture.models import MODELS; print(MODELS['$MODEL'].file_name)")
 if [ -f "$ZYFA_CACHE/models/$file" ] && [ ! -f "$STATE/started" ]; then
@@ -38,14 +46,15 @@ if [ -f "$ZYFA_CACHE/models/$file" ] && [ ! -f "$STATE/started" ]; then
   tar --exclude=./.stage --exclude=./.wheels --exclude=./.git -cf - . | tar -xf - -C "$SRC"
   SLICES=${SLICES:-16}
   IMPLS=${IMPLS:-stock,sdpa-fp32,triton:zyfa-hopper,triton:fa3,cudnn-fp8}
+  if [ -n "${PLAN:-}" ]; then what=(--plan "$PLAN"); else what=(--implementations "$IMPLS" --dtype bf16); fi
   for k in $(seq 0 $((SLICES - 1))); do
     a=$(( k * 164 / SLICES )); b=$(( (k + 1) * 164 / SLICES - 1 ))
     (cd "$SRC" && PYTHONPATH=.:/tmp/site setsid nohup python3 -m zyfa.cli tasks humaneval --model "$MODEL" \
-      --implementations "$IMPLS" --problems "$a-$b" --device cuda --dtype bf16 --resume \
+      "${what[@]}" --problems "$a-$b" --device cuda --resume \
       --max-seconds "${MAX_SECONDS:-1500}" --out "$STATE/he-$k.jsonl" >"$STATE/he-$k.log" 2>&1 </dev/null &)
   done
   date +%s >"$STATE/started"
-  echo "started $SLICES slices of $MODEL: $IMPLS"
+  echo "started $SLICES slices of $MODEL: ${PLAN:-$IMPLS}"
 fi
 running() { pgrep -f "(^|/)python3 -m zyfa[.]cli tasks" >/dev/null; }
 if [ -n "${WAIT:-}" ]; then

@@ -11,12 +11,15 @@ Examples::
         --implementations stock,sdpa-fp32,triton:zyfa,triton:fa3,cudnn-fp8,flashinfer-fa3 \\
         --out humaneval/qwen05.jsonl --max-seconds 540        # then the same with --resume
     zyfa tasks humaneval --summarize humaneval/qwen05.jsonl
+    zyfa tasks humaneval --plan studies/humaneval.toml --device cuda --out he/plan.jsonl   # a study plan's run
+    zyfa tasks humaneval --summarize he/plan.jsonl --plan studies/humaneval.toml          # its verdict table
 
 Output: ``--out`` (default ``./zyfa-tasks/humaneval.jsonl``) as in ``zyfa longctx``: refused if it exists unless
 ``--force`` or ``--resume``; rows appended to ``<out>.partial`` problem by problem; ``--max-seconds`` stops between
 problems (rerun with ``--resume``); a summary (pass@1, paired differences, McNemar, drift by position) is printed
-when the run finishes. Exit status: 0 done (or stopped by ``--max-seconds``), 2 bad input (one line), 3 when rows
-failed (``--allow-failed`` gives 0).
+when the run finishes. ``--plan FILE`` (:mod:`zyfa.accuracy.tasks.plan`) supplies the implementations and settings
+and writes the plan's hash in every row; with ``--summarize`` it adds the verdict by the plan's rule. Exit status:
+0 done (or stopped by ``--max-seconds``), 2 bad input (one line), 3 when rows failed (``--allow-failed`` gives 0).
 
 Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``main(args) -> int``.
 """
@@ -38,6 +41,7 @@ from zyfa.accuracy.tasks.sandbox import Limits, network_isolation
 from zyfa.outputs import OutputError, atomic_write_text
 
 DEFAULT_OUT = "zyfa-tasks/humaneval.jsonl"
+DEFAULT_MODEL = "qwen25coder"
 DEFAULT_IMPLEMENTATIONS = {
     "cuda": "stock,sdpa-fp32,triton:zyfa,triton:zyfa-hopper,triton:fa3,cudnn-fp8,flashinfer-fa3",
     "cpu": "stock,zyfa",
@@ -51,8 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="task", metavar="TASK")
     he = sub.add_parser("humaneval", help="HumanEval pass@1 under each implementation (sandboxed execution)",
                         description="HumanEval pass@1 (greedy) under each attention implementation")
-    he.add_argument("--model", default="qwen25coder",
-                    help="registry name (qwen25coder, qwen25coder-1.5b where present, smollm2 for tests)")
+    he.add_argument("--model", default=None,
+                    help="registry name (qwen25coder, qwen25coder-1.5b where present, smollm2 for tests); default "
+                         f"{DEFAULT_MODEL}, or with --plan the plan's first model")
     he.add_argument("--implementations", default=None,
                     help="comma-separated, the baseline first: stock, built-ins, recipe specs (the emulator); default "
                          f"on a GPU {DEFAULT_IMPLEMENTATIONS['cuda']}; on a CPU {DEFAULT_IMPLEMENTATIONS['cpu']}")
@@ -81,12 +86,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     he.add_argument("--no-progress", action="store_true", help="no progress bar")
     he.add_argument("--summarize", default=None, metavar="RESULTS",
                     help="print the Markdown summary of RESULTS (JSONL files, comma-separated); runs nothing")
+    he.add_argument("--plan", default=None, metavar="FILE",
+                    help="a study plan (studies/humaneval.toml): a run takes its implementations, dtype, "
+                         "max-new-tokens, fallback and coverage (--model one of its models, default its first) and "
+                         "records its hash in every row; with --summarize, the verdict table by its rule")
 
 
 def check_args(args: argparse.Namespace) -> None:
     """The ``--implementations`` and ``--kernel`` checks that need no heavy import, run by the ``zyfa`` dispatch
     before :func:`main` (whose run checks them again with the registry, in the same lines): ValueError in one line."""
-    if getattr(args, "task", None) != "humaneval" or args.summarize is not None:
+    if getattr(args, "task", None) != "humaneval" or args.summarize is not None or args.plan is not None:
         return
     plugins = check_kernels(args.kernel, args.kernel_recipe)
     if args.implementations is not None:
@@ -107,15 +116,42 @@ def main(args: argparse.Namespace) -> int:
         say("zyfa tasks: name a task: humaneval")
         return 2
     try:
+        plan = _plan(args)
         if args.summarize is not None:
-            return _summarize(args.summarize)
-        return _run(args)
+            return _summarize(args.summarize, plan)
+        return _run(args, plan)
     except UsageError as e:
         say(f"{REFUSAL}{e}")
         return 2
 
 
-def _summarize(paths: str) -> int:
+def _plan(args: argparse.Namespace):
+    """The ``--plan``, loaded and checked before anything else (None without one); a run takes its settings."""
+    if getattr(args, "plan", None) is None:
+        return None
+    # lazy: kept off the refusal path of runs without a plan
+    from zyfa.accuracy.scoring.plan import PlanError
+    from zyfa.accuracy.tasks.plan import load_humaneval_plan
+
+    try:
+        plan = load_humaneval_plan(args.plan)
+    except PlanError as e:
+        raise UsageError(str(e)) from None
+    if args.summarize is not None:
+        return plan
+    if args.implementations is not None or args.kernel:
+        raise UsageError("--plan names the implementations: leave out --implementations and --kernel")
+    model = args.model or plan.models[0]
+    if model not in plan.all_models:
+        raise UsageError(f"--model {model} is not in plan {plan.source} ({', '.join(plan.all_models)})")
+    args.model = model
+    args.implementations = ",".join(plan.implementations)
+    args.dtype, args.max_new_tokens = plan.dtype, plan.max_new_tokens
+    args.fallback, args.coverage = plan.fallback, plan.coverage
+    return plan
+
+
+def _summarize(paths: str, plan=None) -> int:
     # lazy: kept off the refusal path, which imports only what checking the flags needs
     from zyfa.accuracy.io.schemas import read_rows
 
@@ -133,10 +169,20 @@ def _summarize(paths: str) -> int:
     if not any(r.get("kind") == "humaneval" for r in rows):
         raise UsageError(f"--summarize: {paths} holds no HumanEval rows")
     print(summary_markdown(rows), end="")
+    if plan is not None:
+        # lazy: imports scipy; the command's flags are checked before it
+        from zyfa.accuracy.scoring.plan import PlanError
+        from zyfa.accuracy.tasks.plan import verdict_markdown
+
+        try:
+            verdict = verdict_markdown(plan, rows)
+        except PlanError as e:
+            raise UsageError(str(e)) from None
+        print("\n" + verdict, end="")
     return 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, plan=None) -> int:
     # lazy: kept off the refusal path, which imports only what checking the flags needs
     import uuid
 
@@ -154,6 +200,7 @@ def _run(args: argparse.Namespace) -> int:
     from zyfa.capture.fetch import FetchError
     from zyfa.capture.models import check_model_names, prepare_sources
 
+    args.model = args.model or DEFAULT_MODEL
     try:
         check_model_names([args.model])
     except ValueError as e:
@@ -194,14 +241,25 @@ def _run(args: argparse.Namespace) -> int:
         results = ResultsFile.open(out, force=args.force, resume=args.resume)
     except OutputError as e:
         raise UsageError(str(e)) from None
+    if plan is not None:  # resuming rows of another plan (or of none) would mix two rules in one file
+        # lazy: kept off the refusal path, which imports only what checking the flags needs
+        from zyfa.accuracy.scoring.plan import PlanError, check_rows
+
+        try:
+            check_rows(plan, [r for r in results.kept if r.get("kind") == "humaneval"], str(results.partial))
+        except PlanError as e:
+            results.close()
+            raise UsageError(str(e)) from None
     spec = HumanEvalSpec(model=args.model, implementations=names, problems=args.problems,
                          max_new_tokens=args.max_new_tokens, limits=limits,
-                         fallback=None if args.fallback == "none" else "stock", coverage=args.coverage)
+                         fallback=None if args.fallback == "none" else "stock", coverage=args.coverage,
+                         plan=(plan.name, plan.hash) if plan is not None else None)
     prov = provenance({"command": "zyfa tasks " + " ".join(shlex.quote(a) for a in sys.argv[2:]),
                        "device": str(device), "model": args.model, "implementations": names, "baseline": names[0],
                        "problems": args.problems, "max_new_tokens": args.max_new_tokens, "model_dtype": args.dtype,
                        "fallback": args.fallback, "coverage": args.coverage, "sandbox_network": network_isolation()[1],
-                       "plugins": {p.name: p.description for p in plugins}})
+                       "plugins": {p.name: p.description for p in plugins},
+                       **({"plan": plan.source, "plan_hash": plan.hash} if plan is not None else {})})
     prov["run_id"] = results.provenance.get("run_id") or uuid.uuid4().hex[:12]
     results.start(prov)
     t0 = time.perf_counter()

@@ -142,6 +142,7 @@ class HumanEvalSpec:
     limits: Limits = field(default_factory=Limits)
     fallback: str | None = None
     coverage: str = "equal"  # equal | own
+    plan: tuple[str, str] | None = None  # a study plan's (name, hash) (zyfa tasks humaneval --plan), in every row
 
 
 def _eos_ids(model, tokenizer) -> list[int]:
@@ -196,7 +197,8 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
                    "max_new_tokens": spec.max_new_tokens, "stop_sequences": list(STOP_SEQUENCES),
                    "limits": {"cpu_seconds": spec.limits.cpu_seconds, "wall_seconds": spec.limits.wall_seconds,
                               "memory_bytes": spec.limits.memory_bytes},
-                   "coverage": spec.coverage, "coverage_note": cov.note(), **data_prov}
+                   "coverage": spec.coverage, "coverage_note": cov.note(), **data_prov,
+                   **({"plan": spec.plan[0], "plan_hash": spec.plan[1]} if spec.plan else {})}
 
     def key(p: Problem, name: str) -> tuple:
         return row_key({"input": row_input(spec.model, p, spec.max_new_tokens),
