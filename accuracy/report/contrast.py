@@ -187,6 +187,10 @@ def _n(rec: dict) -> str:
         return "0"
     if rec["per_head"]:
         return f"{rec['n']} layer × head units in {rec['n_clusters']} layers"
+    heads = rec["condition"].heads
+    what = f"query heads {heads}" if heads else "query heads"
+    if rec["n"] == rec["n_clusters"]:
+        return f"{rec['n']} layers (a layer's unit: rel-L2 over its {what})"
     return f"{rec['n']} inputs in {rec['n_clusters']} layers"
 
 
@@ -208,8 +212,10 @@ def contrast_section(plan: ContrastPlan, figures: Sequence[dict], states: Mappin
         doc.p(f"Plan `{plan.source}` (hash {plan.hash[:12]}), written before its rows. Each row is one condition "
               "(a model's capture at one length; never pooled) and one error: the geometric mean over units of the "
               "per-unit ratio b / a of rel-L2 against the FP64 oracle, kernel-only (deq: the oracle on the recipe's "
-              "own FP8 inputs) or against the original inputs (orig). The unit is a layer × query head; a layer's "
-              "heads share its input, so the verdict's 95% interval is a cluster bootstrap over layers (widened to "
+              "own FP8 inputs) or against the original inputs (orig). The unit is a layer × query head where rows "
+              "carry per-head errors, else the layer (its rel-L2 over the heads it ran; `zyfa accuracy` rows carry "
+              "no per-head errors); a layer's heads share its input, so the verdict's 95% interval is a cluster "
+              "bootstrap over layers (widened to "
               "the t interval on layers − 1 degrees of freedom where wider); the interval that counts every "
               "layer × head as independent is shown beside it (narrower, optimistic). Rule (paired_verdict's): "
               "**no effect larger than X** when the interval lies inside [1 − X, 1 + X]; **effect** when it "

@@ -25,9 +25,9 @@ a = "{a}"
 b = "fa3"
 threshold = 0.05
 [[conditions]]
-label = "smollm2, 256 tokens, layers 0-1"
+label = "smollm2, 256 tokens, layers 0 and 14"
 inputs = "{inputs}"
-layers = "0,1"
+layers = "0,14"
 results = "{results}"
 """
 
@@ -43,27 +43,24 @@ def test_a_contrast_plan_from_rows_to_table(tmp_path):
     plan = load_contrast_plan(_plan(tmp_path))
     assert [(c.a, c.b) for c in plan.claims] == [("fa3:accum_flush_tiles=1", "fa3")]
     rows_path = tmp_path / "rows.jsonl"
-    run = [sys.executable, "-m", "zyfa.cli", "accuracy", "--inputs", str(SAMPLE), "--layers", "0,1",
+    run = [sys.executable, "-m", "zyfa.cli", "accuracy", "--inputs", str(SAMPLE), "--layers", "0,14",
            "--max-tokens", "256", "--recipes", "fa3,fa3:accum_flush_tiles=1", "--device", "cpu", "--no-progress",
            "--out", str(rows_path)]
     subprocess.run(run, check=True, capture_output=True, cwd=ROOT)
     rows = read_rows(rows_path)[0]
     f = pair_figure(rows, ("fa3:accum_flush_tiles=1",), ("fa3",), "capture", "deq_rel_l2", head_dim=None)
-    assert f["n"] == 6 and f["n_clusters"] == 2 and f["per_head"]  # 3 query heads x 2 layers
-    # the figure is the geometric mean of the per-head ratios fa3 / flushed
-    by = {r["recipe"]: {} for r in rows}
-    for r in rows:
-        by[r["recipe"]][r["input"]] = r["deq_rel_l2_heads"]
-    flushed = next(k for k in by if k != "fa3")
-    logs = [math.log(b / a) for i in by["fa3"] for b, a in zip(by["fa3"][i], by[flushed][i], strict=True)]
-    assert f["ratio"] == pytest.approx(math.exp(sum(logs) / len(logs)), rel=1e-9)
+    # zyfa accuracy rows carry one rel-L2 per input (over its 3 heads): the unit is the layer
+    assert f["n"] == 2 and f["n_clusters"] == 2 and not f["per_head"]
+    by = {(r["recipe"], r["input_layer"]): r["deq_rel_l2"] for r in rows}
+    ratios = [by["fa3", layer] / by["fa3:accum_flush_tiles=1", layer] for layer in (0, 14)]
+    assert f["ratio"] == pytest.approx(math.sqrt(ratios[0] * ratios[1]), rel=1e-9)
     assert f["label"]  # a verdict by the rule
     # at any head dim but the rows' one there is nothing to pair
     assert pair_figure(rows, ("fa3:accum_flush_tiles=1",), ("fa3",), "capture", "deq_rel_l2")["n"] == 0
     out = tmp_path / "report.md"
     assert main([str(tmp_path / "plan.toml"), "--out", str(out)]) == 0
     md = out.read_text()
-    assert "`fa3` / `fa3:accum_flush_tiles=1`" in md and "6 layer × head units in 2 layers" in md
+    assert "`fa3` / `fa3:accum_flush_tiles=1`" in md and "2 layers (a layer's unit: rel-L2 over its query heads)" in md
     assert plan.hash[:12] in md and "zyfa accuracy --inputs" in md
 
 
