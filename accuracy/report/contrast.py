@@ -179,6 +179,8 @@ def _interval(rec: dict) -> str:
 def _unit_interval(rec: dict) -> str:
     if rec["n"] == 0 or not math.isfinite(rec["lo_unit"]):
         return "–"
+    if not rec["per_head"] and rec["n"] == rec["n_clusters"]:
+        return "(one unit per layer: the same)"
     return f"[{fmt(rec['lo_unit'], 'ratio')}, {fmt(rec['hi_unit'], 'ratio')}]"
 
 
