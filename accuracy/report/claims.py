@@ -28,7 +28,9 @@ truncating or nearest conversion, the exponent's granularity), from rows of thos
 they do not, the table says so and gives the command. No recipe is tuned toward the paper's numbers.
 
 Exposed: ``CLAIMS``, ``VARIANTS``, ``Claim``, ``claim_verdict(lo, hi, low, high, n)``, ``claim_figures(rows)``,
-``sensitivity(rows)``, ``commands(missing)``, ``input_kind(row)``, ``claims_section(rows) -> add(doc, plots)``,
+``pair_figure(rows, a, b, kind, err, *, threshold, head_dim)`` (any two recipe arms, any
+head dim: the contrast plans of :mod:`zyfa.accuracy.report.contrast`), ``sensitivity(rows)``,
+``commands(missing)``, ``input_kind(row)``, ``claims_section(rows) -> add(doc, plots)``,
 ``claims_headline(rows)``.
 """
 
@@ -46,7 +48,8 @@ from zyfa.accuracy.scoring.verdict import paired_verdict
 from zyfa.recipe_spec import get_recipe
 
 __all__ = ["CLAIMS", "CONDITION_HEAD_DIM", "ERRORS", "INPUT_KINDS", "VARIANTS", "Claim", "claim_figures",
-           "claim_verdict", "claims_headline", "claims_section", "commands", "input_kind", "sensitivity"]
+           "claim_verdict", "claims_headline", "claims_section", "commands", "input_kind", "pair_figure",
+           "sensitivity"]
 
 CONDITION_HEAD_DIM = 128
 FEW_PERCENT = 0.05
@@ -99,10 +102,11 @@ def claim_verdict(lo: float, hi: float, low: float, high: float, n: int) -> str:
     return "inconclusive (the interval straddles the range's edge)"
 
 
-def _ok(row: dict) -> bool:
+def _ok(row: dict, head_dim: int | None = CONDITION_HEAD_DIM) -> bool:
+    """An emulation row that finished without NaN, at ``head_dim`` (QK and V; None: any)."""
     return (not row.get("real") and row.get("status") in (None, "ok") and not row.get("has_nan")
-            and row.get("head_dim") == CONDITION_HEAD_DIM and row.get("head_dim_v", CONDITION_HEAD_DIM)
-            == CONDITION_HEAD_DIM)
+            and (head_dim is None or (row.get("head_dim") == head_dim
+                                      and row.get("head_dim_v", head_dim) == head_dim)))
 
 
 def _cluster(row: dict):
@@ -141,37 +145,49 @@ def _canonical(names: Sequence[str]) -> set[str]:
     return out
 
 
-def _arm(rows: Sequence[dict], names: Sequence[str], kind: str, err: str) -> dict:
+def _arm(rows: Sequence[dict], names: Sequence[str], kind: str, err: str,
+         head_dim: int | None = CONDITION_HEAD_DIM) -> dict:
     want = _canonical(names)
     out: dict = {}
     for r in rows:
-        if r.get("recipe") in want and input_kind(r) == kind and _ok(r):
+        if r.get("recipe") in want and input_kind(r) == kind and _ok(r, head_dim):
             out.update(_units(r, err))
     return {k: v for k, v in out.items() if v[0] > 0 and math.isfinite(v[0])}
 
 
-def _figure(rows, claim: Claim, ours: Sequence[str], kind: str, err: str) -> dict:
-    """The figure of one (claim, arm, input kind, error): the geometric-mean ratio with two intervals, one over
-    the units (``lo_unit``, ``hi_unit``: each layer x head counted as independent) and one over the clusters
-    (``lo``, ``hi``: whole layers resampled, their heads kept together). The verdict uses the clustered one
-    (studies/hd128-claims-clustered.toml). ``detectable``: the clustered design's minimum detectable change of
-    the ratio at alpha 0.05 and 80% power, as a fraction of 1."""
-    a = _arm(rows, (claim.peer,), kind, err)
-    b = _arm(rows, ours, kind, err)
-    both = [k for k in a if k in b]
-    rec = {"claim": claim, "kind": kind, "error": ERRORS[err], "n": len(both), "per_head": False,
+def pair_figure(rows: Sequence[dict], a: Sequence[str], b: Sequence[str], kind: str, err: str, *,
+                threshold: float = FEW_PERCENT, head_dim: int | None = CONDITION_HEAD_DIM) -> dict:
+    """The figure of one contrast of two recipe arms (``a``, ``b``: recipe names or specs whose rows stand for each;
+    the first names the arm) on one input kind and error: the geometric mean of the per-unit ratio b / a with two
+    intervals, one over the units (``lo_unit``, ``hi_unit``: each layer x head counted as independent) and one over
+    the clusters (``lo``, ``hi``: whole layers resampled, their heads kept together). ``label``, ``label_unit``:
+    :func:`zyfa.accuracy.scoring.verdict.paired_verdict`'s verdict against ``threshold`` (a fraction of 1) with the
+    clustered and the per-unit interval. ``detectable``: the clustered design's minimum detectable change of the
+    ratio at alpha 0.05 and 80% power, as a fraction of 1. Rows at ``head_dim`` only (None: any)."""
+    pa_all = _arm(rows, a, kind, err, head_dim)
+    pb_all = _arm(rows, b, kind, err, head_dim)
+    both = [k for k in pa_all if k in pb_all]
+    rec = {"a": a[0], "b": b[0], "kind": kind, "error": ERRORS[err], "n": len(both), "per_head": False,
            "ratio": math.nan, "lo": math.nan, "hi": math.nan, "lo_unit": math.nan, "hi_unit": math.nan,
-           "detectable": math.inf,
-           "n_clusters": len({a[k][1] for k in both}), "inputs": len({k[:2] for k in both})}
+           "detectable": math.inf, "label": "untested (no paired rows)", "label_unit": "untested (no paired rows)",
+           "n_clusters": len({pa_all[k][1] for k in both}), "inputs": len({k[:2] for k in both})}
     if both:
         rec["per_head"] = any(k[2] is not None for k in both)
-        common = {"threshold": FEW_PERCENT, "ratio": True, "higher_is_better": False,
-                  "metric": f"error ratio ({ERRORS[err]})", "arms": (claim.peer, ours[0])}
-        pa, pb = {k: a[k][0] for k in both}, {k: b[k][0] for k in both}
+        common = {"threshold": threshold, "ratio": True, "higher_is_better": False,
+                  "metric": f"error ratio ({ERRORS[err]})", "arms": (a[0], b[0])}
+        pa, pb = {k: pa_all[k][0] for k in both}, {k: pb_all[k][0] for k in both}
         unit = paired_verdict(pa, pb, **common)
-        clustered = paired_verdict(pa, pb, clusters={k: a[k][1] for k in both}, **common)
+        clustered = paired_verdict(pa, pb, clusters={k: pa_all[k][1] for k in both}, **common)
         rec.update(ratio=clustered.effect, lo=clustered.lo, hi=clustered.hi, lo_unit=unit.lo, hi_unit=unit.hi,
-                   detectable=clustered.detectable)
+                   detectable=clustered.detectable, label=clustered.label, label_unit=unit.label)
+    return rec
+
+
+def _figure(rows, claim: Claim, ours: Sequence[str], kind: str, err: str) -> dict:
+    """:func:`pair_figure` of zyfa (``ours``) against the claim's peer, with the claim's verdicts (the verdict by the
+    clustered interval, studies/hd128-claims-clustered.toml; ``verdict_unit`` by the per-unit one)."""
+    rec = pair_figure(rows, (claim.peer,), ours, kind, err)
+    rec["claim"] = claim
     rec["verdict"] = claim_verdict(rec["lo"], rec["hi"], claim.low, claim.high, rec["n_clusters"])
     rec["verdict_unit"] = claim_verdict(rec["lo_unit"], rec["hi_unit"], claim.low, claim.high, rec["n"])
     return rec

@@ -9,8 +9,8 @@ technique-1 variants as recipe specs, each taking zyfa's place, on all 28 layers
 the rule are :mod:`zyfa.accuracy.report.claims`'.
 
 Exposed: ``SensitivityPlan``, ``PlanFileError``, ``load_sensitivity_plan(path)``, ``plan_file_hash(path)``,
-``sensitivity_figures(rows, plan=None)``, ``hd128_section(rows, *, sensitivity_plan=..., claims_plan=...) ->
-add(doc, plots)``.
+``read_plan_file(path)``, ``sensitivity_figures(rows, plan=None)``,
+``hd128_section(rows, *, sensitivity_plan=..., claims_plan=...) -> add(doc, plots)``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 __all__ = ["CLAIMS_PLAN", "SENSITIVITY_PLAN", "SENSITIVITY_RESULTS", "PlanFileError", "SensitivityPlan",
-           "hd128_section", "load_sensitivity_plan", "plan_file_hash", "sensitivity_figures"]
+           "hd128_section", "load_sensitivity_plan", "plan_file_hash", "read_plan_file", "sensitivity_figures"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CLAIMS_PLAN = ROOT / "studies" / "hd128-claims-clustered.toml"
@@ -53,6 +53,11 @@ def _read(path: str | Path) -> dict:
         raise PlanFileError(f"plan {p}: cannot read it ({e.strerror or e})") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         raise PlanFileError(f"plan {p}: not valid TOML ({str(e).splitlines()[0]})") from None
+
+
+def read_plan_file(path: str | Path) -> dict:
+    """A plan file's parsed TOML. Raises :class:`PlanFileError` (one line naming the file) when it cannot be read."""
+    return _read(path)
 
 
 def plan_file_hash(path: str | Path) -> str:

@@ -39,13 +39,15 @@ from zyfa.accuracy.report.hd128 import (
     SENSITIVITY_RESULTS,
     load_sensitivity_plan,
     plan_file_hash,
+    read_plan_file,
     sensitivity_figures,
 )
 from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.scoring.plan import load_plan
 from zyfa.capture.models import MODELS
 
-__all__ = ["BEGIN", "END", "Finding", "accumulator_findings", "findings", "hd128_findings", "main", "render",
+__all__ = ["BEGIN", "END", "Finding", "accumulator_findings", "accumulator_plan_files", "findings", "hd128_findings",
+           "main", "render",
            "replace_block"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,14 +158,31 @@ def accumulator_findings(root: Path) -> list[Finding]:
     on further models), one finding per model of each plan, from the rows under ``reports/accumulator*/`` and
     ``reports/longctx/`` (any depth of folder) written under that plan's current hash. A cell's verdict is the plan's
     after its correction (an effect that does not survive Holm is inconclusive)."""
+    plans, operator_rows = accumulator_plan_files(root)
     files = sorted({f for pattern in ("accumulator*", "longctx")
-                    for f in glob.glob(str(root / "reports" / pattern / "**" / "*.jsonl"), recursive=True)})
+                    for f in glob.glob(str(root / "reports" / pattern / "**" / "*.jsonl"), recursive=True)
+                    if Path(f).resolve() not in operator_rows})
     by_file = {f: load_rows([f])[0] for f in files}
     out = []
-    first_plan_first = lambda f: (f.name != "accumulator.toml", f.name)  # noqa: E731
-    for plan_file in sorted((root / "studies").glob("accumulator*.toml"), key=first_plan_first):
+    for plan_file in plans:
         out += _accumulator_plan_findings(root, load_plan(plan_file), plan_file.name, by_file)
     return out
+
+
+def accumulator_plan_files(root: Path) -> tuple[list[Path], set[Path]]:
+    """(the retrieval plans ``studies/accumulator*.toml``, the first plan first; the result files of the operator
+    contrast plans among them). A contrast plan (``[[conditions]]``, :mod:`zyfa.accuracy.report.contrast`, e.g.
+    ``studies/accumulator-operator.toml``) is no retrieval plan: its verdict is its own report's."""
+    plans, operator_rows = [], set()
+    for plan_file in sorted((root / "studies").glob("accumulator*.toml"),
+                            key=lambda f: (f.name != "accumulator.toml", f.name)):
+        data = read_plan_file(plan_file)
+        if "conditions" in data:
+            operator_rows |= {(root / str(c.get("results", ""))).resolve() for c in data["conditions"]
+                              if isinstance(c, dict)}
+        else:
+            plans.append(plan_file)
+    return plans, operator_rows
 
 
 def _accumulator_plan_findings(root: Path, plan, plan_name: str, by_file: dict[str, list[dict]]) -> list[Finding]:
