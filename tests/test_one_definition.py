@@ -18,6 +18,7 @@ Facts and homes:
     UsageError                   accuracy/io/command.py
     sharded-run scaffold         accuracy/io/shard.py   (wants_sharding, print_dry_run, rank_device, announce, give_up,
                                                          sharding_summary)
+    FP64-oracle chunk            accuracy/io/device.py  (ORACLE_CHUNK, query rows per block of the oracle)
 """
 
 from __future__ import annotations
@@ -107,6 +108,9 @@ FACTS = (
         r"rank \{\w+\} \{len\(\w+\)\} (rows|cells)",  # the ranks line
         r"[\"']world_size[\"']:\s*[\w.]+,\s*[\"']backend[\"']",  # the sharding provenance
     ), folders=("zyfa", "reference", "capture", "accuracy", "scripts", "examples")),
+    Fact("FP64-oracle chunk", "accuracy/io/device.py", (
+        r"^\s*_*ORACLE_CHUNK\w*\s*(:[^=]*)?=(?!=)",  # ORACLE_CHUNK = 1024, _ORACLE_CHUNK: int = 1024
+    )),
     Fact("kernel-vs-emulation band", "accuracy/scoring/tolerances.py", (
         r"-\s*1\)\s*[<>]=?\s*0\.0[13]\b",  # abs(ratio - 1) <= 0.03
         r"-\s*1\)\s*[<>]=?\s*[A-Z0-9_]*TOL\b",  # abs(ratio - 1) > H200_TOL
@@ -208,6 +212,7 @@ OLD_FORMS.update({
         "PLANE_PEERS = {\"cudnn-fp8\": \"cuDNN FP8\", \"flashinfer-fa3\": \"FA3 FP8 (FlashInfer)\"}",
     ],
     "UsageError": ["class UsageError(ValueError):"],
+    "FP64-oracle chunk": ["ORACLE_CHUNK = 1024", "_ORACLE_CHUNK: int = 1024"],
     "recipe-spec grammar": [
         "def resolve_recipe(spec: str) -> Recipe:",
         "def recipe_from_spec(spec: str | Recipe) -> Recipe:",
@@ -242,6 +247,9 @@ NEW_FORMS = {
     "recipe-spec grammar": ["    recipe = get_recipe(spec)", "    recipes = parse_recipes(args.recipes)",
                             "from zyfa.recipe_spec import SpecError, get_recipe"],
     "UsageError": ["from accuracy.io.command import UsageError", "        raise UsageError(str(e)) from None"],
+    "FP64-oracle chunk": ["from zyfa.accuracy.io.device import ORACLE_CHUNK, check_memory",
+                          "    chunk_size: int = ORACLE_CHUNK,",
+                          "    ref_orig = attention_fp64(x.q, x.k, x.v, chunk_size=ORACLE_CHUNK, **kw)"],
     "sharded-run scaffold": ["        if wants_sharding(args, out):", "        device = rank_device(device, dist)",
                              "        give_up(dist, e)", "    announce(\"zyfa impact: \", dist, shares, \"cells\")",
                              "    results.start({\"command\": cmd, \"world_size\": dist.world, \"rank\": dist.rank})"],

@@ -40,13 +40,15 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-# name -> the module holding add_arguments(parser) and check_args(args), where the subcommand's own module imports
-# heavy packages at its top (torch, scipy): the dispatch parses and checks with it, then imports the subcommand's.
+# name -> the module holding add_arguments(parser) and check_args(args), where they live apart from the subcommand's
+# own module (which may import heavy packages at its top: torch, scipy): the dispatch parses and checks with it, then
+# imports the subcommand's.
 ARGUMENTS: dict[str, str] = {
     "study": "zyfa.accuracy.study.study_args",
     "report": "zyfa.accuracy.study.report_args",
     "impact": "zyfa.accuracy.impact.impact_args",
     "bench": "zyfa.bench.args",
+    "longctx": "zyfa.accuracy.longctx.args",
 }
 
 

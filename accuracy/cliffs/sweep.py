@@ -46,7 +46,7 @@ from zyfa.accuracy.implementations.base import (
     unsupported_reason,
 )
 from zyfa.accuracy.inputs.attention_input import AttentionInput, content_hash, make_gaussian
-from zyfa.accuracy.io.device import check_memory, progress_bar, resolve_device, sync_device
+from zyfa.accuracy.io.device import ORACLE_CHUNK, check_memory, progress_bar, resolve_device, sync_device
 from zyfa.accuracy.io.provenance import device_name, provenance
 from zyfa.accuracy.io.results_io import row_key
 from zyfa.capture.ranges import expand_ranges
@@ -71,8 +71,6 @@ DENSE_UP_TO = 1024
 WINDOW = 64
 MASKS = ("none", "causal")
 SHAPES = ("equal", "chunk")
-# Query rows per block of the FP64 oracle.
-ORACLE_CHUNK = 1024
 
 # Every key of a sweep row (None where it does not apply).
 ROW_KEYS = (

@@ -6,5 +6,6 @@
 - :mod:`zyfa.accuracy.longctx.scores`: cell and length aggregates, intervals, the baseline exclusion, paired
   differences against the FP32 baseline.
 - :mod:`zyfa.accuracy.longctx.section`: the report section (heatmaps, accuracy against length, error curves).
+- :mod:`zyfa.accuracy.longctx.args`: the command's flags and their torch-free checks.
 - :mod:`zyfa.accuracy.longctx.cli`: the command.
 """
