@@ -286,6 +286,8 @@ def paired_verdict(a, b, *, units=None, clusters=None, threshold: float, alpha: 
         se = float(np.std(reps, ddof=1)) * math.sqrt(k / (k - 1)) if reps.size > 1 else 0.0
         tq = float(stats.t.ppf(1 - alpha / 2, k - 1))
         lo, hi = min(float(plo), est - tq * se), max(float(phi), est + tq * se)
+        if binary and not ratio:  # a difference of 0/1 outcomes lies in [-1, 1]; the t widening may not leave it
+            lo, hi = max(lo, -1.0), min(hi, 1.0)
         if se == 0:  # every cluster the same difference: the t test has no scale; the exact sign test over
             # the k clusters (all k of one sign) is the p it can carry, never 0
             p = 1.0 if est == 0 else min(1.0, 2.0 * 0.5**k)

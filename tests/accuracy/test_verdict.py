@@ -195,3 +195,12 @@ def test_a_difference_without_spread_gets_the_sign_tests_p_not_zero():
     # a handful of clusters cannot reach a small alpha this way
     v2 = paired_verdict([1.0, 1.0], [0.0, 0.0], clusters=[0, 1], threshold=0.05)
     assert v2.p == 1.0 / 2.0 and v2.kind == "inconclusive"
+
+
+def test_a_binary_difference_keeps_its_interval_inside_minus_one_to_one():
+    # 49 of 50 facts lose the answer in both prompts, one keeps it: the t widening alone would reach below -1
+    a = [1.0] * 100
+    b = [0.0] * 98 + [1.0, 1.0]
+    v = paired_verdict(a, b, clusters=[i // 2 for i in range(100)], threshold=0.05, metric="exact match")
+    assert v.kind == "effect" and v.effect == pytest.approx(-0.98)
+    assert -1.0 <= v.lo < v.effect < v.hi <= 1.0
