@@ -50,7 +50,8 @@ MIN_RUNS = 2
 #   mostly a fixed cost per row, which work units do not see). accuracy, cuda: the study's rate (same units).
 # - longctx, cpu; impact: not fitted; the values the operator rate gave before its fit (old rate / 50).
 # - tasks, cuda: fitted from the 16 committed HumanEval partial files on the H200 (Qwen2.5-Coder, rows of three
-#   resumed sessions), rebuilt from their rows' generation time; tasks, cpu: fitted from two SmolLM2 runs on 2 loaded cores (docs/COST_MODEL.md).
+#   resumed sessions), rebuilt from their rows' generation time; tasks, cpu: fitted from two SmolLM2 runs on
+#   2 loaded cores (docs/COST_MODEL.md).
 # The committed H200 files the cuda rates of study (and accuracy), longctx and tasks were fitted from, with
 #   python scripts/fit_cost_model.py --from-rows <these files>
 # (tests/accuracy/test_cost_model.py checks that RATES holds what that command prints).
