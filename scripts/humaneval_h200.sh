@@ -47,21 +47,36 @@ if [ -f "$ZYFA_CACHE/models/$file" ] && [ ! -f "$STATE/started" ]; then
   SLICES=${SLICES:-16}
   IMPLS=${IMPLS:-stock,sdpa-fp32,triton:zyfa-hopper,triton:fa3,cudnn-fp8}
   if [ -n "${PLAN:-}" ]; then what=(--plan "$PLAN"); else what=(--implementations "$IMPLS" --dtype bf16); fi
-  for k in $(seq 0 $((SLICES - 1))); do
-    a=$(( k * 164 / SLICES )); b=$(( (k + 1) * 164 / SLICES - 1 ))
-    (cd "$SRC" && PYTHONPATH=.:/tmp/site setsid nohup python3 -m zyfa.cli tasks humaneval --model "$MODEL" \
-      "${what[@]}" --problems "$a-$b" --device cuda --resume \
-      --max-seconds "${MAX_SECONDS:-1500}" --out "$STATE/he-$k.jsonl" >"$STATE/he-$k.log" 2>&1 </dev/null &)
-  done
+  # a model whose dequantized weights are cached (capture.weights_cache) is loaded once first, so the slices read
+  # the cache instead of each dequantizing the GGUF at once (16 copies of the dequantization's memory)
+  prime=$(PYTHONPATH=. python3 -c "from capture.models import MODELS; print(int(MODELS['$MODEL'].cache_weights))")
+  launch() {
+    if [ "$prime" = 1 ]; then
+      (cd "$SRC" && PYTHONPATH=.:/tmp/site python3 -c "import time; t=time.time(); \
+from zyfa.capture.models import load_model; load_model('$MODEL', dtype='bf16'); \
+print(f'weights cached in {time.time()-t:.0f} s')") >"$STATE/prime.log" 2>&1
+    fi
+    for k in $(seq 0 $((SLICES - 1))); do
+      a=$(( k * 164 / SLICES )); b=$(( (k + 1) * 164 / SLICES - 1 ))
+      (cd "$SRC" && PYTHONPATH=.:/tmp/site setsid nohup python3 -m zyfa.cli tasks humaneval --model "$MODEL" \
+        "${what[@]}" --problems "$a-$b" --device cuda --resume \
+        --max-seconds "${MAX_SECONDS:-1500}" --out "$STATE/he-$k.jsonl" >"$STATE/he-$k.log" 2>&1 </dev/null &)
+    done
+    rm -f "$STATE/launching"
+  }
+  touch "$STATE/launching"
+  export -f launch; export prime SRC MODEL STATE SLICES MAX_SECONDS
+  WHAT="${what[*]}" setsid nohup bash -c 'what=($WHAT); launch' >"$STATE/launch.log" 2>&1 </dev/null &
   date +%s >"$STATE/started"
-  echo "started $SLICES slices of $MODEL: ${PLAN:-$IMPLS}"
+  echo "started $SLICES slices of $MODEL: ${PLAN:-$IMPLS}$( [ "$prime" = 1 ] && echo ' (after one load that caches the weights)')"
 fi
-running() { pgrep -f "(^|/)python3 -m zyfa[.]cli tasks" >/dev/null; }
+running() { [ -e "$STATE/launching" ] || pgrep -f "(^|/)python3 -m zyfa[.]cli tasks" >/dev/null; }
 if [ -n "${WAIT:-}" ]; then
   t0=$SECONDS
   while running && [ $((SECONDS - t0)) -lt "$WAIT" ]; do sleep 5; done
 fi
 echo "--- $(date -u +%T); running: $(pgrep -fc '(^|/)python3 -m zyfa[.]cli tasks')"
+[ -e "$STATE/prime.log" ] && echo "prime: $(tail -c 300 "$STATE/prime.log" | tr '\r' '\n' | tail -1)"
 for f in "$STATE"/he-*.log; do [ -e "$f" ] && echo "$(basename "$f"): $(tail -c 300 "$f" | tr '\r' '\n' | tail -1)"; done
 for f in "$STATE"/he-*.jsonl*; do [ -e "$f" ] && echo "$(basename "$f"): $(wc -l <"$f") lines"; done | head -40
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
