@@ -70,7 +70,7 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
                  sections: Sequence[Callable[[Doc, bool], None]] = (), front: bool = True,
                  front_rows: Sequence[dict] | None = None, real_rows: Sequence[dict] = (),
                  closing: Sequence[Callable[[Doc, bool], None]] = (), front_lines: Sequence[str] = (),
-                 this_run: Sequence[str] = ()) -> Doc:
+                 this_run: Sequence[str] = (), lead: Sequence[Callable[[Doc, bool], None]] = ()) -> Doc:
     """The report document for the result rows and benchmark rows (:func:`zyfa.accuracy.report.speed.load_bench`).
 
     ``res``: the recipes' rows. ``real_rows``: real kernels' rows (``real: true``), shown as rows of their own,
@@ -82,7 +82,9 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     model and Gaussian sections. ``closing``: the same kind of callables, placed last (the recommendation table of
     :mod:`zyfa.accuracy.report.quantization`). ``front_lines``: findings of other sections stated on the front page
     (the long-context finding), one paragraph each. ``this_run``: the labels of the result files this command
-    wrote (the front page says their numbers are "this run"; the others are named with their commit).
+    wrote (the front page says their numbers are "this run"; the others are named with their commit). ``lead``:
+    sections the front page opens with, before its verdict-and-error table (the study's answer at head dim 128,
+    :mod:`zyfa.accuracy.study.hd128_answer`).
     """
     doc = Doc(title=title)
     rows, recipes = res.rows, res.recipes
@@ -98,6 +100,8 @@ def build_report(res: Results, *, bench=(), command: str = "", extra_commands: S
     groups = list(dict.fromkeys(group_of(r) for r in rows))
     groups.sort(key=lambda g: (g == GAUSSIAN, g))
     if front:
+        for add in lead:
+            add(doc, plots)
         links = [("summary", "t-summary-error")]
         links += [(g if g == GAUSSIAN else f"model {g}", model_anchor(g)) for g in groups]
         speed = speed_anchor(list(bench))  # the speed table that exists; no link without one

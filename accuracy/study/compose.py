@@ -28,6 +28,7 @@ from zyfa.accuracy.report.real_kernels import report_section as real_kernels_sec
 from zyfa.accuracy.report.real_kernels import split_real, unavailable_of
 from zyfa.accuracy.report.results import Results
 from zyfa.accuracy.report.speed import load_bench
+from zyfa.accuracy.study.hd128_answer import lead_section
 
 # the repository this package sits in (the committed reports and datasets are found from here, not from the
 # current directory)
@@ -144,9 +145,11 @@ def _longctx_source(inputs: ReportInputs) -> str:
 
 
 def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str = "", title: str,
-           plots: bool = True, this_run: Sequence[str] = ()) -> tuple[Doc, dict[str, Path]]:
+           plots: bool = True, this_run: Sequence[str] = (), lead_hd128: bool = True) -> tuple[Doc, dict[str, Path]]:
     """Build the report of ``res`` with ``inputs`` and write it into ``out``; (document, written paths).
-    ``this_run``: the labels of ``res``' files that this command wrote (the front page calls them "this run")."""
+    ``this_run``: the labels of ``res``' files that this command wrote (the front page calls them "this run").
+    ``lead_hd128``: open with the answer at head dim 128 (:mod:`zyfa.accuracy.study.hd128_answer`: this run's hd128
+    capture rows, or the committed ones)."""
     all_rows = res.rows
     recipe_rows, real_rows = split_real(res.rows)
     # (copies: prepare_rows corrects rows in place, and the impact section prepares them again, with its notes)
@@ -177,7 +180,8 @@ def render(res: Results, out: str | Path, inputs: ReportInputs, *, command: str 
         res = Results(recipe_rows, res.provenances, [x for x in res.recipes if x in kept], res.replaced,
                       res.orphans)
         sections.append(real_kernels_section(real_rows, provs))
+    lead = [lead_section(all_rows, res.provenances, this_run)] if lead_hd128 else []
     doc = build_report(res, bench=inputs.bench, command=command, title=title, plots=plots, sections=sections,
                        front_rows=all_rows, real_rows=real_rows, closing=closing, front_lines=front_lines,
-                       this_run=this_run)
+                       this_run=this_run, lead=lead)
     return doc, write_report(doc, out)

@@ -1,0 +1,288 @@
+"""The study's first answer, at the paper's condition: which kernel adds how much error on real head-dim-128
+activations, and does it matter to the model.
+
+One table, a row per implementation measured on hd128 captures (real kernels by their implementation name, emulated
+recipes by their recipe): the kernel-only error (deq) and the error against the original inputs (orig), each the
+geometric mean over layers of a layer's rel-L2 against FP64 (all its query heads in one row), with a 95% bootstrap
+interval over layers (the layer is the independent unit: its heads share its input); the orig error over BF16's,
+paired per layer; and what the model does with it, where a plan measured it: the retrieval verdicts of the plans
+that ran the implementation in every layer (``studies/fp8-retrieval-hd128.toml``: exact match against cuDNN's
+BF16 kernel, paired per prompt, clustered by fact) and the next-token KL of impact rows of an hd128 model.
+Where no rows answer, the cell says "untested" and the line under the table says what would.
+
+Sources: this run's hd128 capture rows when they cover at least as many layers as the committed files
+(``reports/hd128/real_kernels.jsonl``, H200, and ``reports/hd128/results.jsonl``); otherwise the committed files,
+named with their commit and device. The prose under the table is computed from the table.
+
+Exposed: ``COMMITTED``, ``RETRIEVAL_PLANS``, ``hd128_rows``, ``layer_entries``, ``retrieval_effects``,
+``impact_kl``, ``lead_section``.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from zyfa.accuracy.impact.rows import load_rows as load_impact_rows
+from zyfa.accuracy.longctx.scores import load_rows as load_longctx_rows
+from zyfa.accuracy.longctx.verdicts import plan_verdicts
+from zyfa.accuracy.report.document import Doc
+from zyfa.accuracy.report.front import ABLATION_PREFIX, implementation_of, is_real, source_label
+from zyfa.accuracy.report.results import load_results
+from zyfa.accuracy.scoring.plan import load_plan
+from zyfa.accuracy.scoring.verdict import cluster_bootstrap
+from zyfa.capture.models import MODELS
+
+__all__ = ["COMMITTED", "RETRIEVAL_PLANS", "hd128_rows", "impact_kl", "layer_entries", "lead_section",
+           "retrieval_effects"]
+
+ROOT = Path(__file__).resolve().parents[2]
+#: the committed hd128 capture rows, real kernels first (a layer measured in both keeps the first file's row)
+COMMITTED = (ROOT / "reports" / "hd128" / "real_kernels.jsonl", ROOT / "reports" / "hd128" / "results.jsonl")
+#: (plan, its rows): the retrieval plans whose implementations ran in every layer of an hd128 model
+RETRIEVAL_PLANS = ((ROOT / "studies" / "fp8-retrieval-hd128.toml",
+                    ROOT / "reports" / "fp8-retrieval-hd128" / "results.jsonl"),)
+IMPACT_ROWS = ROOT / "reports" / "impact"
+BF16 = ("sdpa-bf16:cudnn", "bf16")  # the BF16 row the orig ratio is taken over: the real kernel's, else the recipe's
+ANCHOR = "t-hd128-answer"
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path)
+
+
+def hd128_rows(rows: Sequence[dict]) -> list[dict]:
+    """The rows of head-dim-128 captures that scored (status ok or suspect, finite deq and orig rel-L2), ablations
+    of zyfa's technique 1 left out (the claims section's sensitivity table has them)."""
+    out = []
+    for r in rows:
+        if r.get("input_source") != "capture" or r.get("head_dim") != 128:
+            continue
+        if r.get("status", "ok") not in ("ok", "suspect") or str(r.get("recipe", "")).startswith(ABLATION_PREFIX):
+            continue
+        if all(isinstance(r.get(m), (int, float)) and math.isfinite(r[m]) for m in ("deq_rel_l2", "orig_rel_l2")):
+            out.append(r)
+    return out
+
+
+def _layer(r: dict) -> tuple:
+    return (r.get("input_file"), r.get("input_layer"))
+
+
+def _by_name(rows: Sequence[dict]) -> dict[str, dict[tuple, dict]]:
+    by: dict[str, dict[tuple, dict]] = {}
+    for r in rows:
+        by.setdefault(implementation_of(r), {}).setdefault(_layer(r), r)
+    return by
+
+
+def _geo(values: Sequence[float]) -> tuple[float, float, float]:
+    est, lo, hi = cluster_bootstrap(np.log(np.asarray(values, dtype=float)))
+    return math.exp(est), math.exp(lo) if math.isfinite(lo) else math.nan, math.exp(hi) if math.isfinite(hi) else \
+        math.nan
+
+
+def layer_entries(rows: Sequence[dict]) -> list[dict]:
+    """One dict per implementation of ``rows`` (already :func:`hd128_rows`): ``name``, ``implementation`` (the
+    real kernel's name, None for an emulation), ``real``, ``device``, ``n`` (layers), ``deq`` and ``orig``
+    ((geometric mean, lo, hi) over layers), ``x_bf16`` (the orig error over the BF16 row's, paired per layer; None
+    without a BF16 row or for the BF16 row itself), ``recipe``, ``file`` (the rows' ``_file`` labels). Ordered:
+    real kernels first, then by deq error."""
+    by = _by_name(rows)
+    base = next((by[n] for n in BF16 if n in by), None)
+    base_name = next((n for n in BF16 if n in by), None)
+    out = []
+    for name, layers in by.items():
+        keys = sorted(layers, key=str)
+        first = layers[keys[0]]
+        e = {"name": name, "recipe": first.get("recipe"),
+             "implementation": first.get("implementation") if is_real(first) else None, "real": is_real(first),
+             "device": first.get("device_name") or first.get("device") or "",
+             "n": len(keys), "deq": _geo([layers[k]["deq_rel_l2"] for k in keys]),
+             "orig": _geo([layers[k]["orig_rel_l2"] for k in keys]), "x_bf16": None,
+             "file": sorted({str(layers[k].get("_file", "")) for k in keys} - {""})}
+        if base is not None and name != base_name:
+            shared = [k for k in keys if k in base and base[k]["orig_rel_l2"] > 0]
+            if shared:
+                e["x_bf16"] = _geo([layers[k]["orig_rel_l2"] / base[k]["orig_rel_l2"] for k in shared])
+        out.append(e)
+    out.sort(key=lambda e: (not e["real"], e["deq"][0]))
+    return out
+
+
+def _points(x: float) -> str:
+    return f"{x * 100:+.0f}".replace("-", "−")
+
+
+def retrieval_effects(plans: Sequence[tuple[Path, Path]] = RETRIEVAL_PLANS) -> tuple[dict[str, str], list[str]]:
+    """({implementation: its retrieval verdict, short}, [each plan with its condition and rule]) from each plan's rows
+    written under its current hash: for the first contrast (primary, then exploratory, in the plan's order) whose
+    ``b`` is the implementation, the exact-match change of ``b`` over ``a`` across the plan's informative cells
+    (points, the range over cells), how many cells are effects, no effect or inconclusive (after the plan's
+    correction for the primary contrast; ceiling and floor cells left out), and whether the contrast is primary or
+    exploratory."""
+    out: dict[str, str] = {}
+    sources = []
+    for plan_file, rows_file in plans:
+        if not (plan_file.is_file() and rows_file.is_file()):
+            continue
+        plan = load_plan(plan_file)
+        rows = [r for r in load_longctx_rows(str(rows_file))[0] if r.get("plan_hash") == plan.hash]
+        if not rows:
+            continue
+        conds: set[str] = set()
+        verdicts = [v for v in plan_verdicts(plan, rows) if v["metric"] == "exact" and v["verdict"] is not None]
+        for c in dict.fromkeys(v["contrast"] for v in verdicts):
+            mine = [v for v in verdicts if v["contrast"] == c and v["verdict"].informative]
+            if not mine or c.b in out:  # the first contrast that names b answers for it
+                continue
+            eff = [v["verdict"].effect for v in mine]
+            kinds = [v["kind"] for v in mine]
+            lengths = sorted({v["length"] for v in mine})
+            span = _points(min(eff)) if min(eff) == max(eff) else f"{_points(max(eff))} to {_points(min(eff))}"
+            counts = ", ".join(f"{kinds.count(k)} {label}" for k, label in (
+                ("effect", "effects"), ("equivalent", "no effect"), ("inconclusive", "inconclusive"))
+                if kinds.count(k))
+            what = "exploratory" if c.exploratory else "primary"
+            out[c.b] = f"{span} pts vs {c.a}; {counts} of {len(mine)} cells ({what})"
+            conds.add(f"{', '.join(plan.tasks)} at {lengths[0] // 1024}K–{lengths[-1] // 1024}K, "
+                      f"{mine[0]['verdict'].n_clusters} facts per cell")
+        sources.append(f"`{plan_file.name}` ({plan.short_hash}; {'; '.join(sorted(conds))}; no effect: none "
+                       f"larger than {plan.metrics['exact'] * 100:g} points; primary cells after "
+                       f"{plan.correction.capitalize()}), rows in `{_rel(rows_file.parent)}/`")
+    return out, sources
+
+
+def impact_kl(folder: Path = IMPACT_ROWS) -> dict[str, tuple[float, float, float, int]]:
+    """{recipe or implementation: (mean next-token KL, lo, hi, windows)} over the whole-model impact rows (every
+    layer's attention swapped) of hd128 registry models under ``folder``; empty where none exist."""
+    hd128 = {name for name, spec in MODELS.items() if spec.head_dim == 128}
+    kl: dict[str, list[float]] = {}
+    for f in sorted(glob.glob(str(folder / "**" / "*.jsonl"), recursive=True)):
+        try:
+            rows = load_impact_rows([f])[0]
+        except (ValueError, OSError):
+            continue
+        for r in rows:
+            if r.get("kind") == "impact_window" and r.get("model") in hd128 and r.get("layer") is None \
+                    and isinstance(r.get("kl_mean"), (int, float)):
+                kl.setdefault(str(r["recipe"]), []).append(float(r["kl_mean"]))
+    out = {}
+    for name, values in kl.items():
+        est, lo, hi = cluster_bootstrap(values)
+        out[name] = (est, lo, hi, len(values))
+    return out
+
+
+def _cell(t: tuple[float, float, float] | None, ratio: bool = False) -> str:
+    if t is None:
+        return "–"
+    est, lo, hi = t
+    f = (lambda x: f"{x:.3g}×") if ratio else (lambda x: f"{x:.2e}")
+    return f(est) + (f" [{f(lo)}, {f(hi)}]" if math.isfinite(lo) else "")
+
+
+def _groups(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]], this_run: Sequence[str],
+            committed: Sequence[Path]) -> tuple[list[list[dict]], dict[str, str]]:
+    """[(hd128 rows, where they come from)]: this run's alone when they cover as many layers as the committed files;
+    else the committed files' first, then this run's rows of the implementations the committed files lack (a
+    user's kernel, say), each group with its own BF16 row for the ratio. Also {file label: its source label}."""
+    here = hd128_rows(rows)
+    files = [p for p in committed if p.is_file()]
+    there, labels = [], {n: source_label(n, p, this_run) for n, p in provenances}
+    if files:
+        res = load_results(files)
+        there = [{**r, "_file": f"committed:{r.get('_file')}"} for r in hd128_rows(res.rows)]
+        labels.update({f"committed:{n}": source_label(n, p) for n, p in res.provenances})
+    if here and len({_layer(r) for r in here}) >= len({_layer(r) for r in there}):
+        return [here], labels
+    groups = [there] if there else []
+    names = {implementation_of(r) for r in there}
+    extra = [r for r in here if implementation_of(r) not in names or implementation_of(r) in BF16]
+    if any(implementation_of(r) not in names for r in extra):
+        groups.append(extra)
+    return groups, labels
+
+
+def lead_section(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] = (), this_run: Sequence[str] = (), *,
+                 committed: Sequence[Path] = COMMITTED, plans: Sequence[tuple[Path, Path]] = RETRIEVAL_PLANS,
+                 impact_folder: Path = IMPACT_ROWS) -> Callable[[Doc, bool], None]:
+    """The section the study's front page opens with (``add(doc, plots)``); see the module's docstring."""
+    groups, labels = _groups(rows, provenances, this_run, committed)
+    entries, seen = [], set()
+    for group in groups:
+        for e in layer_entries(group):
+            if e["name"] not in seen:
+                seen.add(e["name"])
+                entries.append({**e, "source": "; ".join(labels.get(f, f.removeprefix("committed:"))
+                                                         for f in e["file"]) or "this run"})
+    chosen = [r for group in groups for r in group]
+    retrieval, retrieval_src = retrieval_effects(plans)
+    kl = impact_kl(impact_folder)
+
+    def add(doc: Doc, plots: bool) -> None:
+        doc.h(2, "At head dim 128 on real activations: how much error, and does it matter to the model")
+        if not entries:
+            doc.p("Untested here: these results hold no head-dim-128 capture rows and the committed ones "
+                  f"({', '.join(f'`{_rel(p)}`' for p in committed)}) were not found. "
+                  "`zyfa capture --model qwen25coder-1.5b` makes the capture, `zyfa accuracy --inputs FILE` its rows.")
+            doc.table(ANCHOR, ["answer"], [["untested"]])
+            return
+        models = sorted({str(r.get("input_model")) for r in chosen})
+        tokens = sorted({int(r.get("seq_k") or 0) for r in chosen})
+        masks = sorted({"causal" if r.get("causal") else "no mask" for r in chosen})
+        doc.p(f"**Condition**: {', '.join(models)} captures, head dim 128, {', '.join(map(str, tokens))} tokens, "
+              f"{', '.join(masks)}; rel-L2 against FP64 of a layer's output (all its query heads), geometric mean "
+              "over layers [95% bootstrap interval over layers; unit: the layer, n in the third column]. "
+              "**From**: the last column.")
+        body = []
+        for e in entries:
+            kind = "real" if e["real"] else "emulation"
+            model = retrieval.get(e["implementation"] or "", "untested") if e["real"] else \
+                "untested (real kernels only)"
+            k = kl.get(e["implementation"] or e["name"])
+            body.append([e["name"], kind, str(e["n"]), _cell(e["deq"]), _cell(e["orig"]),
+                         _cell(e["x_bf16"], ratio=True), model,
+                         f"{k[0]:.3g} [{k[1]:.3g}, {k[2]:.3g}] ({k[3]} windows)" if k else "untested", e["source"]])
+        doc.table(ANCHOR, ["implementation", "kind", "layers", "kernel-only error (deq)",
+                           "error against the original inputs (orig)", "orig × BF16's (paired per layer)",
+                           "retrieval exact match, every layer's attention", "next-token KL", "from"],
+                  body)
+        doc.p(_prose(entries) + _model_prose(entries, retrieval))
+        if retrieval_src:
+            doc.p("Retrieval: exact match of the implementation in every layer minus that of the one it is compared "
+                  "with, paired per prompt, clustered by fact, range over the plan's informative cells, from the "
+                  "plans " + "; ".join(retrieval_src) + ". The long-context section has every cell.")
+        if not kl:
+            doc.p("Next-token KL: untested at head dim 128 (no whole-model impact rows of an hd128 model under "
+                  "`reports/impact/`; `zyfa impact --models qwen25coder-1.5b --device cuda` makes them).")
+
+    return add
+
+
+def _model_prose(entries: Sequence[dict], retrieval: dict[str, str]) -> str:
+    """A sentence on what the model does with it, from the retrieval cells of the table's real kernels."""
+    said = [f"`{e['name']}` {retrieval[e['implementation']]}" for e in entries
+            if e["real"] and e["implementation"] in retrieval]
+    if not said:
+        return " What the model does with this error is untested here."
+    return (" With the implementation in every layer of the model, retrieval exact match changes by: "
+            + "; ".join(said) + ".")
+
+
+def _prose(entries: Sequence[dict]) -> str:
+    """Two sentences computed from the table: the spread of kernel-only error and of the orig ratio over BF16."""
+    fp8 = [e for e in entries if e["x_bf16"] is not None and e["recipe"] != "bf16" and e["name"] not in BF16]
+    if not fp8:
+        return "No BF16 row to compare the FP8 implementations with."
+    lo_deq, hi_deq = min(fp8, key=lambda e: e["deq"][0]), max(fp8, key=lambda e: e["deq"][0])
+    lo_x, hi_x = min(e["x_bf16"][0] for e in fp8), max(e["x_bf16"][0] for e in fp8)
+    share = max(e["deq"][0] / e["orig"][0] for e in fp8)
+    return (f"Against the original inputs every FP8 implementation here has {lo_x:.3g}–{hi_x:.3g}× BF16's error "
+            f"({len(fp8)} implementations, geometric means over layers). Their kernel-only error ranges from "
+            f"{lo_deq['deq'][0]:.2e} (`{lo_deq['name']}`) to {hi_deq['deq'][0]:.2e} (`{hi_deq['name']}`), at most "
+            f"{share:.0%} of the same implementation's orig error: on these activations the rounding of Q, K and V "
+            "to FP8, which every implementation shares, weighs more than how each kernel computes.")
