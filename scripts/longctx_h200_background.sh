@@ -15,7 +15,8 @@
 # Nothing here waits past DEADLINE_EPOCH; a cut grid keeps its rows in STATE/results-MODEL.jsonl.partial and the
 # same command continues it. Environment: IMPLS, MODELS, SEEDS (2), BATCH_TOKENS (262144), ZYFA_CACHE.
 # PLAN=studies/X.toml runs a study plan instead of the grid (`zyfa longctx --plan PLAN --models M`, one process per
-# model; MODELS then defaults to the plan's, GENERATE=N adds --generate N); WARM_RECIPES picks the kernels compiled
+# model; MODELS then defaults to the plan's, GENERATE=N adds --generate N, which a plan that sets its own generate
+# refuses unless equal); WARM_RECIPES picks the kernels compiled
 # first; SIDE=0 leaves out the GPU tests and the cliff sweep.
 set -u
 cd "$(dirname "$0")/.."
@@ -69,7 +70,7 @@ for m in $MODELS; do
   done
   log "$m: model in place, grid starts with $(left) s left"
   if [ -n "$PLAN" ]; then
-    grid=(--plan "$PLAN" --generate "${GENERATE:-0}")
+    grid=(--plan "$PLAN" ${GENERATE:+--generate "$GENERATE"})  # a plan's own generate = N applies without it
   else
     grid=(--implementations "$IMPLS" --dtype bf16 --fallback stock --seeds "${SEEDS:-2}")
   fi

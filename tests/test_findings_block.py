@@ -101,3 +101,35 @@ def test_the_accumulator_row_once_rows_under_the_plan_exist(tmp_path):
     assert row.verdict.startswith("1 effects, 0 no effect above the threshold, 0 inconclusive of 1 cells; "
                                   "1 ceiling/floor cells left out")
     assert f"{plan.tasks[0]} {plan.lengths[0]} answer_logprob +0.3 [" in row.figure
+
+
+def test_a_generated_metric_reads_with_its_label_unit_and_lost_prompts(tmp_path):
+    """A retrieval plan judging gen_exact (the greedily generated answer's exact match): the finding's condition
+    names the metric by its label and unit (accuracy.scoring.plan.METRICS), and prompts whose generation failed
+    are counted in its verdict."""
+    from zyfa.accuracy.io.results_io import jsonl_text
+    from zyfa.accuracy.scoring.plan import METRICS, load_plan
+
+    (tmp_path / "studies").mkdir()
+    text = (ROOT / "studies" / "accumulator.toml").read_text().replace("exact = 0.05", "gen_exact = 0.05")
+    assert "gen_exact = 0.05" in text
+    (tmp_path / "studies" / "accumulator.toml").write_text(text.replace("[primary]", "generate = 2\n\n[primary]"))
+    plan = load_plan(tmp_path / "studies" / "accumulator.toml")
+    rows = []
+    for fact in range(50):
+        for depth in (0.25, 0.75):
+            for impl, ok in ((plan.primary.a, True), (plan.primary.b, fact % 2 == 0)):
+                err = "decode refused" if (fact, depth, impl) == (7, 0.25, plan.primary.b) else None
+                rows.append({"kind": "longctx", "model": plan.models[0], "task": plan.tasks[0],
+                             "length": plan.lengths[0], "depth": depth, "seed": fact, "implementation": impl,
+                             "recipe": None, "exact": True, "answer_logprob": -1.0, "status": "ok",
+                             "gen_exact": None if err else ok, "gen_error": err, "plan_hash": plan.hash,
+                             "input": f"{plan.models[0]}/{plan.tasks[0]}/L{plan.lengths[0]}/d{depth}/s{fact}"})
+    out = tmp_path / "reports" / "longctx" / "gen" / "rows.jsonl"
+    out.parent.mkdir(parents=True)
+    out.write_text(jsonl_text(rows, {"plan_hash": plan.hash}))
+    row = accumulator_findings(tmp_path)[0]
+    assert METRICS["gen_exact"].phrase in row.condition and METRICS["answer_logprob"].phrase in row.condition
+    assert "generated exact match (fraction of prompts whose greedily decoded answer" in row.condition
+    assert f"{plan.tasks[0]} {plan.lengths[0]} gen_exact -0.495 [" in row.figure  # 49 of 99 paired prompts lost
+    assert row.verdict.endswith("; 1 prompts lost to generation errors (left out of both arms)")

@@ -2,8 +2,9 @@
 dispatch refuses a bad argument in one line before :mod:`zyfa.accuracy.longctx.cli` runs anything (torch is imported
 only inside the run).
 
-Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``grid_flags(args)``, ``parse_ints(text, what)``,
-``parse_depths(text)``, ``DEFAULT_OUT``, ``DEFAULT_MODELS``, ``DEFAULT_IMPLEMENTATIONS``, ``REFUSAL``.
+Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``grid_flags(args)``, ``plan_generate(flag, planned, plan)``,
+``parse_ints(text, what)``, ``parse_depths(text)``, ``DEFAULT_OUT``, ``DEFAULT_MODELS``, ``DEFAULT_IMPLEMENTATIONS``,
+``REFUSAL``.
 """
 
 from __future__ import annotations
@@ -68,9 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--coverage", choices=("equal", "own"), default="equal",
                         help="with --fallback stock: equal (default) swaps only the layers every implementation "
                              "takes, the rest run stock attention for all; own: each falls back on its own")
-    parser.add_argument("--generate", type=int, default=0, metavar="N",
+    parser.add_argument("--generate", type=int, default=None, metavar="N",
                         help="also decode each answer greedily (the implementation in the prefill and every step), "
-                             "at most len(answer) + N tokens, and score it (gen_exact, gen_contains); default 0: off")
+                             "at most len(answer) + N tokens, and score it (gen_exact, gen_contains); default 0: off, "
+                             "or with --plan the plan's generate (a plan that sets it refuses another N)")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="auto")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                         help="the model's weights and activations (default fp32); attention implementations "
@@ -179,6 +181,16 @@ def grid_flags(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         raise UsageError(f"--tasks: unknown task {bad[0] if bad else '(none)'!r}; tasks: {', '.join(TASKS)}")
     if args.seeds < 1:
         raise UsageError("--seeds must be at least 1")
-    if args.generate < 0:
+    if args.generate is not None and args.generate < 0:
         raise UsageError("--generate must be 0 (off) or more")
     return models, tasks
+
+
+def plan_generate(flag: int | None, planned: int, plan: str) -> int:
+    """The tokens to generate past each answer under a plan: the plan's ``generate`` where it sets one (``planned``
+    > 0; the flag left out, or the same N), else the flag's (0 without it). The plan fixed N before its rows, so
+    another ``--generate`` is refused (UsageError, one line naming both)."""
+    if planned > 0 and flag is not None and flag != planned:
+        raise UsageError(f"--generate {flag}: plan {plan} generates {planned} tokens past each answer (its generate "
+                         f"= {planned}, part of its hash); leave --generate out or give --generate {planned}")
+    return planned if planned > 0 else (flag or 0)

@@ -73,6 +73,7 @@ from zyfa.accuracy.longctx.args import (
     grid_flags,
     parse_depths,
     parse_ints,
+    plan_generate,
 )
 from zyfa.accuracy.longctx.calibrate import difficulty_markdown
 from zyfa.accuracy.longctx.tasks import TASKS
@@ -138,6 +139,7 @@ def _apply_plan(args: argparse.Namespace) -> None:
     args.implementations = ",".join(plan.implementations)
     args.seeds = plan.facts
     args.first_seed = plan.first_fact
+    args.generate = plan_generate(args.generate, plan.generate, plan.name)
     for key in ("text", "dtype", "fallback"):
         if getattr(plan, key) is not None:
             setattr(args, key, getattr(plan, key))
@@ -145,7 +147,9 @@ def _apply_plan(args: argparse.Namespace) -> None:
     n_models = len(args.models.split(","))
     print(f"zyfa longctx: plan {plan.name} ({args.plan}, hash {plan.short_hash}): {n_models} model(s), "
           f"{len(plan.tasks)} task(s), lengths {args.lengths}, {len(plan.depths)} depths x {plan.facts} facts, "
-          f"implementations {args.implementations}", file=sys.stderr)
+          f"implementations {args.implementations}"
+          + (f", answers generated (len(answer) + {args.generate} tokens at most)" if args.generate else ""),
+          file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -229,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
                     op_layers=args.op_layers,
                     fallback=None if args.fallback == "none" else "stock", row_tags=ablation_tags(ablations),
                     row_fields=getattr(args, "plan_fields", None) or {}, coverage=args.coverage,
-                    generate=args.generate)
+                    generate=args.generate or 0)
     if wants_sharding(args, out):
         return _run_sharded(args, spec, device, plugins, nonconforming, out)
     try:
@@ -240,7 +244,7 @@ def _run(args: argparse.Namespace) -> int:
                        "device": str(device), "models": models, "implementations": names, "tasks": tasks,
                        "lengths": lengths, "depths": depths, "seeds": spec.seeds, "text": args.text,
                        "model_dtype": args.dtype, "fallback": args.fallback, "layers": layers,
-                       "coverage": args.coverage, "generate": args.generate,
+                       "coverage": args.coverage, "generate": args.generate or 0,
                        "plugins": {p.name: p.description for p in plugins}, "nonconforming": nonconforming,
                        **(getattr(args, "plan_fields", None) or {})})
     if results.provenance.get("run_id"):
@@ -367,7 +371,8 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
                        "device": str(device), "models": spec.models, "implementations": spec.implementations,
                        "tasks": spec.tasks, "lengths": spec.lengths, "depths": spec.depths, "seeds": spec.seeds,
                        "text": spec.text, "model_dtype": args.dtype, "fallback": args.fallback,
-                       "layers": spec.layers, "plugins": {p.name: p.description for p in plugins},
+                       "layers": spec.layers, "generate": spec.generate,
+                       "plugins": {p.name: p.description for p in plugins},
                        "nonconforming": nonconforming, "run_id": run_id, **spec.row_fields})
     announce("zyfa longctx: ", dist, shares, "cells")
     batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 1)

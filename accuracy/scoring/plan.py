@@ -29,13 +29,19 @@ written under another hash. Example (``studies/accumulator.toml``)::
     a = "triton:zyfa-hopper:accum_flush_tiles=0"
     b = "triton:zyfa-hopper"
 
-The hash is the SHA-256 of the plan's parsed content as canonical JSON (sorted keys), so comments and layout do not
-change it and any value does. ``facts`` below :data:`MIN_FACTS` is refused unless ``pilot = true`` (a pilot's
-verdicts say so).
+Metrics (:data:`METRICS`): ``answer_logprob`` and ``exact`` are teacher-forced (the answer scored inside the
+prefill); ``gen_exact`` and ``gen_contains`` score the answer the model generates greedily with the implementation
+in every step. A plan that judges a generated metric must set ``generate = N`` (N >= 1: decode at most
+len(answer) + N tokens, ``zyfa longctx --generate N``); a plan may set ``generate`` without one (the report's
+descriptive "gen" column).
 
-Exposed: ``Plan``, ``Contrast``, ``PlanError``, ``METRICS``, ``MIN_FACTS``, ``load_plan(path)``,
-``parse_plan(data, source)``, ``plan_hash(data)``, ``check_plan(plan, *, tasks, implementation_kind)``,
-``check_rows(plan, rows, source)``.
+The hash is the SHA-256 of the plan's parsed content as canonical JSON (sorted keys), so comments and layout do not
+change it and any value does (``generate`` included). ``facts`` below :data:`MIN_FACTS` is refused unless
+``pilot = true`` (a pilot's verdicts say so).
+
+Exposed: ``Plan``, ``Contrast``, ``PlanError``, ``Metric``, ``METRICS``, ``GENERATED``, ``MIN_FACTS``,
+``load_plan(path)``, ``parse_plan(data, source)``, ``plan_hash(data)``,
+``check_plan(plan, *, tasks, implementation_kind)``, ``check_rows(plan, rows, source)``.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from zyfa.capture.models import UnknownModelError, get_model_spec
 from zyfa.capture.text import TEXTS
@@ -56,18 +63,40 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["METRICS", "MIN_FACTS", "Contrast", "Plan", "PlanError", "check_plan", "check_rows", "load_plan",
-           "parse_plan", "plan_hash"]
+__all__ = ["GENERATED", "METRICS", "MIN_FACTS", "Contrast", "Metric", "Plan", "PlanError", "check_plan", "check_rows",
+           "load_plan", "parse_plan", "plan_hash"]
 
 MIN_FACTS = 50
 CORRECTIONS = ("holm", "none")
-# metric (a row field) -> (what the report calls it, higher is better, unit of its threshold)
+
+
+class Metric(NamedTuple):
+    """A metric a plan may judge: ``label`` (what the report calls it), ``higher_is_better``, ``unit`` (of its
+    threshold) and ``phrase`` (how a finding's condition names it, unit and meaning included)."""
+
+    label: str
+    higher_is_better: bool
+    unit: str
+    phrase: str
+
+
+# metric (a row field of zyfa longctx) -> how it is judged and named. The gen_ metrics score the answer decoded
+# greedily with the implementation in the prefill and every decode step (zyfa longctx --generate N,
+# accuracy.longctx.tasks.score_generated); a plan that judges one says how many tokens to generate (``generate``).
 METRICS = {
-    "answer_logprob": ("Δ log p(answer)", True, "nats"),
-    "exact": ("exact match", True, "fraction of prompts"),
+    "answer_logprob": Metric("Δ log p(answer)", True, "nats", "Δ log p(answer) (nats, summed over the answer)"),
+    "exact": Metric("exact match", True, "fraction of prompts", "exact match"),
+    "gen_exact": Metric("generated exact match", True, "fraction of prompts",
+                        "generated exact match (fraction of prompts whose greedily decoded answer, the implementation "
+                        "in every decode step, starts with the expected answer)"),
+    "gen_contains": Metric("generated answer holds every part", True, "fraction of prompts",
+                           "generated answer holding every part (fraction of prompts whose greedily decoded answer "
+                           "contains every part of the expected one, e.g. multikey's number, niah's 'sandwich' and "
+                           "'Dolores Park')"),
 }
+GENERATED = tuple(m for m in METRICS if m.startswith("gen_"))  # the metrics that need generated answers
 _KEYS = {"name", "description", "alpha", "correction", "models", "tasks", "lengths", "depths", "facts", "first_fact",
-         "baselines", "primary", "metrics", "exploratory", "pilot", "text", "dtype", "fallback"}
+         "baselines", "primary", "metrics", "exploratory", "pilot", "text", "dtype", "fallback", "generate"}
 
 
 class PlanError(ValueError):
@@ -109,6 +138,7 @@ class Plan:
     text: str | None = None
     dtype: str | None = None
     fallback: str | None = None
+    generate: int = 0  # tokens generated past the answer's length (zyfa longctx --generate N); 0: none
 
     @property
     def contrasts(self) -> tuple[Contrast, ...]:
@@ -239,6 +269,14 @@ def parse_plan(data: dict, source: str = "<plan>") -> Plan:
     if facts < MIN_FACTS and not pilot:
         raise PlanError(f"plan {source}: facts = {facts} is below {MIN_FACTS} per cell (the fact is the independent "
                         "unit; fewer cannot detect a few points); raise it, or set pilot = true")
+    generate = data.get("generate", 0)
+    if "generate" in data and (isinstance(generate, bool) or not isinstance(generate, int) or generate < 1):
+        raise PlanError(f"plan {source}: generate must be a positive integer (tokens decoded past the answer's "
+                        f"length, as zyfa longctx --generate N), not {generate!r}")
+    gen = [m for m in metrics if m in GENERATED]
+    if gen and not generate:
+        raise PlanError(f"plan {source}: metric {gen[0]} scores generated answers: say how many tokens to generate "
+                        "past the answer's length with generate = N (N >= 1)")
     for key in ("description", "text", "dtype", "fallback"):
         if key in data and not isinstance(data[key], str):
             raise PlanError(f"plan {source}: {key} must be a string")
@@ -251,7 +289,7 @@ def parse_plan(data: dict, source: str = "<plan>") -> Plan:
                 depths=tuple(float(d) for d in depths_raw), facts=facts, first_fact=first_fact,
                 baselines=_strings(data, "baselines", source, required=False), pilot=pilot,
                 description=data.get("description", ""), text=data.get("text"), dtype=data.get("dtype"),
-                fallback=data.get("fallback"))
+                fallback=data.get("fallback"), generate=generate)
 
 
 def check_plan(plan: Plan, *, tasks: Iterable[str], implementation_kind: Callable[[str], str]) -> None:

@@ -43,7 +43,7 @@ from zyfa.accuracy.report.hd128 import (
     sensitivity_figures,
 )
 from zyfa.accuracy.report.results import load_results
-from zyfa.accuracy.scoring.plan import load_plan
+from zyfa.accuracy.scoring.plan import GENERATED, METRICS, load_plan
 from zyfa.capture.models import MODELS
 
 __all__ = ["BEGIN", "END", "Finding", "accumulator_findings", "accumulator_plan_files", "findings", "hd128_findings",
@@ -198,7 +198,7 @@ def _accumulator_plan_findings(root: Path, plan, plan_name: str, by_file: dict[s
         hd = MODELS[model].head_dim if model in MODELS else None
         cond = (f"{model}, head dim {hd if hd else 'not stated'}; {', '.join(plan.tasks)}; "
                 f"{', '.join(str(n) for n in plan.lengths)} tokens; "
-                f"Δ log p(answer) (nats, summed over the answer) and exact match, b − a paired per prompt; "
+                f"{_metric_phrases(plan.metrics)}, b − a paired per prompt; "
                 f"thresholds " + ", ".join(f"{m} {t:g}" for m, t in plan.metrics.items()))
         mine = [v for v in verdicts if v["model"] == model and not v["contrast"].exploratory
                 and v["verdict"] is not None]
@@ -222,11 +222,23 @@ def _accumulator_plan_findings(root: Path, plan, plan_name: str, by_file: dict[s
                    f"{len(kinds['inconclusive'])} inconclusive" + (f" (detectable ≥ {min(det):.3g}–{max(det):.3g})"
                                                                    if det else "")
                    + f" of {len(informative)} cells; {len(mine) - len(informative)} ceiling/floor cells left out")
+        first_gen = next((m for m in plan.metrics if m in GENERATED), None)  # a failed generation takes them all
+        lost = sum(v["gen_lost"] for v in verdicts if v["model"] == model and not v["contrast"].exploratory
+                   and v["metric"] == first_gen)
+        if lost:
+            verdict += f"; {lost} prompts lost to generation errors (left out of both arms)"
         span = f"{n_units[0]}" if n_units and n_units[0] == n_units[-1] else \
             (f"{n_units[0]}–{n_units[-1]}" if n_units else "0")
         unit = f"fact, n = {span} per cell"
         out.append(Finding(q, cond, unit, figure, verdict, src))
     return out
+
+
+def _metric_phrases(metrics) -> str:
+    """The plan's metrics as a finding's condition names them (:data:`zyfa.accuracy.scoring.plan.METRICS`), e.g.
+    "Δ log p(answer) (nats, summed over the answer) and exact match"."""
+    phrases = [METRICS[m].phrase for m in metrics]
+    return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
 
 
 def findings(root: str | Path = ROOT) -> list[Finding]:

@@ -7,7 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from zyfa.accuracy.scoring.plan import MIN_FACTS, PlanError, check_plan, check_rows, load_plan, parse_plan
+from zyfa.accuracy.scoring.plan import (
+    GENERATED,
+    METRICS,
+    MIN_FACTS,
+    PlanError,
+    check_plan,
+    check_rows,
+    load_plan,
+    parse_plan,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,7 +153,7 @@ def test_the_shipped_accumulator_plan():
 
 
 @pytest.mark.parametrize("name", ["accumulator.toml", "accumulator-hd128.toml", "accumulator-smollm2.toml",
-                                  "fp8-retrieval-hd128.toml"])
+                                  "fp8-retrieval-hd128.toml", "fp8-retrieval-generated.toml"])
 def test_every_shipped_longctx_plan_checks(name):
     """Every committed long-context plan parses and passes the registry checks (models, lengths within context)."""
     plan = load_plan(ROOT / "studies" / name)
@@ -168,3 +177,54 @@ def test_parse_plan_from_data():
     assert plan.depths == tuple(i / 10 for i in range(11)) and plan.source == "<plan>"
     with pytest.raises(PlanError, match="no \\[primary\\] contrast"):
         parse_plan({"name": "d"})
+
+
+GEN = GOOD.replace("exact = 0.05", "exact = 0.05\ngen_exact = 0.05").replace("facts = 50", "facts = 50\ngenerate = 3")
+
+
+def test_a_generated_metric_with_generate_parses_and_hashes_its_n(tmp_path):
+    """gen_exact (the greedily generated answer's exact match) is a metric of the plan grammar once the plan says how
+    many tokens to generate; generate is part of the hash."""
+    plan = load_plan(_write(tmp_path, GEN))
+    assert plan.generate == 3 and plan.metrics["gen_exact"] == 0.05
+    assert METRICS["gen_exact"].label == "generated exact match" and METRICS["gen_exact"].higher_is_better
+    assert METRICS["gen_exact"].unit == "fraction of prompts" and set(GENERATED) == {"gen_exact", "gen_contains"}
+    other = load_plan(_write(tmp_path, GEN.replace("generate = 3", "generate = 4"), "other.toml"))
+    assert other.hash != plan.hash
+    assert load_plan(_write(tmp_path, GOOD, "plain.toml")).generate == 0
+    # generate without a generated metric: allowed (the report's descriptive gen column)
+    assert load_plan(_write(tmp_path, GOOD.replace("facts = 50", "facts = 50\ngenerate = 2"), "g.toml")).generate == 2
+    contains = load_plan(_write(tmp_path, GEN.replace("gen_exact", "gen_contains"), "c.toml"))
+    assert set(contains.metrics) == {"answer_logprob", "exact", "gen_contains"}
+
+
+@pytest.mark.parametrize("edit, line", [
+    (("generate = 3", ""), "metric gen_exact scores generated answers: say how many tokens to generate past the "
+                           "answer's length with generate = N (N >= 1)"),
+    (("generate = 3", "generate = 0"), "generate must be a positive integer"),
+    (("generate = 3", "generate = -2"), "generate must be a positive integer"),
+    (("generate = 3", "generate = true"), "generate must be a positive integer"),
+    (("generate = 3", 'generate = "3"'), "generate must be a positive integer"),
+    (("gen_exact = 0.05", "gen_recall = 0.05"), "unknown metric 'gen_recall'; metrics: answer_logprob, exact, "
+                                                "gen_exact, gen_contains"),
+])
+def test_generated_metric_problems_are_one_line(tmp_path, edit, line):
+    text = GEN.replace(*edit)
+    assert text != GEN
+    with pytest.raises(PlanError) as e:
+        load_plan(_write(tmp_path, text))
+    assert line in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_generated_answers_plan_takes_fresh_facts_on_the_same_contrast():
+    """studies/fp8-retrieval-generated.toml: fp8-retrieval-hd128's primary contrast on its model, judged on the
+    generated answer's exact match, on facts no earlier plan of that model used."""
+    gen = load_plan(ROOT / "studies" / "fp8-retrieval-generated.toml")
+    tf = load_plan(ROOT / "studies" / "fp8-retrieval-hd128.toml")
+    assert (gen.primary, gen.models, gen.tasks) == (tf.primary, tf.models, tf.tasks)
+    assert gen.lengths == (4096, 8192) and gen.generate >= 1 and set(gen.metrics) == {"gen_exact", "answer_logprob"}
+    facts = set(range(gen.first_fact, gen.first_fact + gen.facts))
+    for name in ("fp8-retrieval-hd128.toml", "accumulator-hd128.toml"):
+        other = load_plan(ROOT / "studies" / name)
+        assert gen.models[0] in other.models
+        assert facts.isdisjoint(range(other.first_fact, other.first_fact + other.facts)), name

@@ -10,7 +10,9 @@ import math
 
 import numpy as np
 import pytest
+from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.results_io import jsonl_text
+from zyfa.accuracy.longctx.args import plan_generate
 from zyfa.accuracy.longctx.section import RenderError, render_folder
 from zyfa.accuracy.longctx.verdicts import plan_blocks, plan_verdicts
 from zyfa.accuracy.scoring.plan import load_plan
@@ -142,6 +144,57 @@ def test_render_states_the_verdict_and_refuses_a_changed_plan(plan_file, tmp_pat
     assert not (tmp_path / "out2").exists()
 
 
+GEN_PLAN = PLAN.replace("exact = 0.05", "gen_exact = 0.05").replace("pilot = true", "pilot = true\ngenerate = 2")
+
+
+def _gen_row(plan_hash, impl, length, depth, seed, gen_exact, error=None):
+    row = _row(plan_hash, impl, length, depth, seed, True, -1.0)
+    row.update(gen_exact=None if error else gen_exact, gen_contains=None if error else gen_exact,
+               gen_text=None if error else "x", gen_error=error)
+    return row
+
+
+def test_verdicts_on_generated_answers_count_the_prompts_lost_to_generation_errors(tmp_path):
+    """Planted gen_exact rows: at 128 the flushed arm's generated answer is wrong on every prompt of facts 0-2, and
+    two prompts of fact 3 failed to generate (one in each arm, gen_error): both leave both arms and are counted, not
+    paired against the other arm's value (an effect of -0.9 over the 10 paired prompts); at 192 the arms agree (the
+    ceiling)."""
+    path = tmp_path / "gen.toml"
+    path.write_text(GEN_PLAN)
+    plan = load_plan(path)
+    failed = {(128, "fp8-never", 0.0, 3), (128, "fp8-flushed", 1.0, 3)}
+    rows = []
+    for n in (128, 192):
+        for s in range(4):
+            for d in (0.0, 0.5, 1.0):
+                for impl in ("sdpa-fp32", "fp8-never", "fp8-flushed"):
+                    ok = not (n == 128 and impl == "fp8-flushed" and s < 3)
+                    err = "decode refused" if (n, impl, d, s) in failed else None
+                    rows.append(_gen_row(plan.hash, impl, n, d, s, ok, err))
+    res = {(r["length"], r["metric"]): r for r in plan_verdicts(plan, rows) if not r["contrast"].exploratory}
+    g = res[(128, "gen_exact")]
+    assert g["gen_lost"] == 2 and g["dropped"] == 0
+    assert g["verdict"].n_units == 12 - 2 and g["verdict"].n_clusters == 4
+    assert g["verdict"].kind == "effect" and g["verdict"].direction == "worse"
+    assert g["verdict"].effect == pytest.approx(-9 / 10)  # facts 0-2: 9 paired prompts lost, fact 3: 1 left, right
+    assert res[(192, "gen_exact")]["label"] == "uninformative (ceiling)" and res[(192, "gen_exact")]["gen_lost"] == 0
+    assert res[(128, "answer_logprob")]["gen_lost"] == 0  # teacher-forced: the failed generation takes nothing
+    assert res[(128, "answer_logprob")]["verdict"].n_units == 12
+    blocks = plan_blocks(plan, rows)
+    table = next(b for b in blocks if b[0] == "table")
+    cell = next(tr for tr in table[3] if tr[3] == "128" and tr[4] == "generated exact match"
+                and "exploratory" not in tr[0])
+    assert cell[6] == "10 (4), 2 lost to generation errors"
+    text = " ".join(b[1] for b in blocks if b[0] == "p")
+    assert "generated exact match 0.05 fraction of prompts" in text and "len(answer) + 2 tokens" in text
+    assert "2 prompts of the primary contrast were lost to generation errors" in text
+    # the failed rows' gen_ values were None: without the error they would be simply unpaired
+    plain = [{**r, "gen_error": None} for r in rows]
+    unpaired = next(r for r in plan_verdicts(plan, plain) if r["length"] == 128 and r["metric"] == "gen_exact"
+                    and not r["contrast"].exploratory)
+    assert unpaired["gen_lost"] == 0 and unpaired["dropped"] == 2 and unpaired["verdict"].n_units == 10
+
+
 # ---------------------------------------------------------------------------------------------- the CLI
 
 CLI_PLAN = """
@@ -231,3 +284,38 @@ def test_bad_plan_is_one_line_before_any_work(tmp_path, capsys, edit, line):
     err = capsys.readouterr().err.strip()
     assert line in err and err.count("\n") == 0 and err.startswith("zyfa longctx: plan ")
     assert not list(tmp_path.glob("r.jsonl*"))
+
+
+GEN_CLI_PLAN = CLI_PLAN.replace("exact = 0.05", "gen_exact = 0.05").replace("pilot = true",
+                                                                          "pilot = true\ngenerate = 2")
+
+
+@pytest.mark.parametrize("flag", ["0", "3"])
+def test_a_plan_that_generates_refuses_another_generate_before_any_work(tmp_path, capsys, flag):
+    plan_path = tmp_path / "gen.toml"
+    plan_path.write_text(GEN_CLI_PLAN)
+    out = tmp_path / "r.jsonl"
+    assert main(["longctx", "--plan", str(plan_path), "--generate", flag, "--device", "cpu", "--no-progress",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"zyfa longctx: --generate {flag}: plan cli generates 2 tokens past each answer (its generate = 2, "
+                   "part of its hash); leave --generate out or give --generate 2")
+    assert not list(tmp_path.glob("r.jsonl*"))
+
+
+def test_a_plan_that_generates_supplies_its_n(tmp_path, capsys):
+    """Without --generate (or with the same N) the plan's generate applies: the dry run (no model loaded) says so."""
+    plan_path = tmp_path / "gen.toml"
+    plan_path.write_text(GEN_CLI_PLAN)
+    for extra in ([], ["--generate", "2"]):
+        assert main(["longctx", "--plan", str(plan_path), *extra, "--device", "cpu", "--no-progress", "--out",
+                     str(tmp_path / "r.jsonl"), "--dry-run"]) == 0
+        assert "answers generated (len(answer) + 2 tokens at most)" in capsys.readouterr().err
+    assert not list(tmp_path.glob("r.jsonl*"))
+
+
+def test_plan_generate_rule():
+    assert plan_generate(None, 4, "p") == 4 and plan_generate(4, 4, "p") == 4
+    assert plan_generate(None, 0, "p") == 0 and plan_generate(3, 0, "p") == 3  # a plan without generate: the flag's
+    with pytest.raises(UsageError, match="^--generate 0: plan p generates 4 tokens past each answer"):
+        plan_generate(0, 4, "p")
