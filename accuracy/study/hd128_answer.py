@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 from zyfa.accuracy.impact.rows import load_rows as load_impact_rows
-from zyfa.accuracy.longctx.scores import load_rows as load_longctx_rows
 from zyfa.accuracy.longctx.verdicts import plan_verdicts
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.front import ABLATION_PREFIX, implementation_of, is_real, source_label
@@ -129,6 +128,9 @@ def retrieval_effects(plans: Sequence[tuple[Path, Path]] = RETRIEVAL_PLANS) -> t
     for plan_file, rows_file in plans:
         if not (plan_file.is_file() and rows_file.is_file()):
             continue
+        # lazy: imports torch (through scoring.metrics); zyfa report reads results without torch
+        from zyfa.accuracy.longctx.scores import load_rows as load_longctx_rows
+
         plan = load_plan(plan_file)
         rows = [r for r in load_longctx_rows(str(rows_file))[0] if r.get("plan_hash") == plan.hash]
         if not rows:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -137,3 +139,10 @@ def test_the_committed_rows_give_the_retrieval_verdicts_and_the_fp8_spread():
     md = _md(lead_section([], ()))
     assert re.search(r"every FP8 implementation here has 1\d\.\d–1\d\.\d× BF16's error", md)
     assert "| cudnn-fp8 (real) | real | 28 |" in md and "`cudnn-fp8 (real)` −80 to −100 pts" in md
+
+
+def test_the_report_composer_still_imports_no_torch():
+    # zyfa report renders committed results without torch; the lead section reads longctx rows lazily
+    code = "import sys, zyfa.accuracy.study.compose; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr[-2000:]
