@@ -1,6 +1,7 @@
 """The generated findings of the study plans (accuracy.study.plan_findings) where the committed data cannot reach a
-path: every plan before any of its rows ("untested at the condition" with its planned n), and the HumanEval plan once
-rows under its hash exist (planted in a copy of the plan: each arm's verdict by the plan's own rule)."""
+path: every plan before any of its rows ("untested at the condition" with its planned n), the HumanEval plan once
+rows under its hash exist (planted in a copy of the plan: each arm's verdict by the plan's own rule), and a contrast
+plan whose primary condition has only a run's partial rows."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from zyfa.accuracy.io.results_io import jsonl_text
 from zyfa.accuracy.scoring.plan import load_plan
 from zyfa.accuracy.study.finding import UNTESTED
-from zyfa.accuracy.study.plan_findings import humaneval_findings, plan_files, plan_findings
+from zyfa.accuracy.study.plan_findings import contrast_findings, humaneval_findings, plan_files, plan_findings
 from zyfa.accuracy.tasks.plan import N_PROBLEMS, load_humaneval_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,3 +76,21 @@ def test_the_humaneval_row_once_rows_under_its_hash_exist(tmp_path):
     assert "triton:fa3: no effect larger than 5 points" in row.verdict
     assert "qwen25coder:" not in row.verdict and " on qwen25coder" not in row.figure
     assert "tokens" in row.condition and "head dim 128" in row.condition
+
+
+def test_a_contrast_plan_on_partial_rows_says_so_and_leaves_missing_conditions_out(tmp_path):
+    """The operator contrast plan with only its primary condition's rows, as a run's .partial log: the row's figure
+    is the committed one (the same rows), its condition says the rows are partial, and the secondary conditions
+    without rows are not named."""
+    (tmp_path / "studies").mkdir()
+    shutil.copy(ROOT / "studies" / "accumulator-operator.toml", tmp_path / "studies")
+    results = "reports/accumulator-operator/qwen25coder-1.5b-2048.jsonl"
+    (tmp_path / results).parent.mkdir(parents=True)
+    shutil.copy(ROOT / results, tmp_path / (results + ".partial"))
+    row, = contrast_findings(tmp_path)
+    full, = contrast_findings(ROOT)
+    assert row.figure == full.figure == "deq 1.465 [1.315, 1.632]; orig 1.011 [1.001, 1.023]"
+    assert "(primary) (partial rows);" in row.condition and "(partial rows)" not in full.condition
+    assert row.verdict == "deq effect, orig no effect larger than 0.05"
+    assert "other conditions" in full.verdict
+    assert row.source.endswith("`reports/accumulator-operator/`")
