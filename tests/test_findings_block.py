@@ -10,12 +10,11 @@ from zyfa.accuracy.study.findings import (
     BEGIN,
     END,
     TARGETS,
-    accumulator_findings,
-    accumulator_plan_files,
     findings,
     render,
     replace_block,
 )
+from zyfa.accuracy.study.plan_findings import plan_files, retrieval_findings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,8 +42,9 @@ def test_every_row_states_condition_unit_n_interval_and_verdict(block):
             assert "n = 0" in unit and figure == "–"
         else:
             assert "[" in figure and "tokens" in condition and "head dim" in condition
-        if "inconclusive" in verdict.split(";")[0]:
-            assert "detectable" in verdict.split(";")[0]  # a null says what it could have seen
+        first = verdict.split(";")[0]
+        if "inconclusive" in first.replace(" 0 inconclusive", ""):
+            assert "detect" in first  # a null says what it could have seen
     # the hd128 claims: intervals over the 28 layers, not the 336 heads as if independent
     assert sum("n = 336 in 28 layers (interval over layers)" in r for r in rows) == 3
     # the technique-1 sensitivity: each claim says under how many variants its verdict holds, and which change it
@@ -53,11 +53,32 @@ def test_every_row_states_condition_unit_n_interval_and_verdict(block):
     assert any("`zyfa:mad_rounding=nearest,mad_offset=0`: deq contradicted (above the range)" in r for r in rows)
     # the long-context accumulator plans: one row per model of each plan (four models over three plans), each with
     # its cells counted by verdict and its plan named
-    acc = [r for r in rows if "never-flushed" in r]
+    acc = [r for r in rows if "never-flushed" in r and "long-context retrieval" in r]
     assert len(acc) == 4 and all("fact, n = 50 per cell" in r and " inconclusive" in r for r in acc)
-    assert {m for r in acc for m in ("gemma3", "qwen25coder-1.5b", "smollm2") if f"on {m} (" in r} == {
+    assert {m for r in acc for m in ("gemma3", "qwen25coder-1.5b", "smollm2") if f"on {m} change (" in r} == {
         "gemma3", "qwen25coder-1.5b", "smollm2"}
     assert sum("`studies/accumulator-hd128.toml`" in r for r in acc) == 1
+    # FP8 attention itself (cuDNN FP8 against cuDNN BF16): its question from the plan's description and contrast,
+    # its 12 effect cells summarized per metric, the exploratory contrasts in the figure only
+    fp8, = [r for r in rows if "`studies/fp8-retrieval-hd128.toml`" in r]
+    question, _, _, figure, verdict, _ = (c.strip() for c in fp8.strip("| ").split(" | "))
+    assert question.startswith("cuDNN's BF16 attention against cuDNN's FP8 attention") and \
+        question.endswith("(cudnn-fp8 vs sdpa-bf16:cudnn)?")
+    assert verdict.startswith("12 effects, 0 no effect above the threshold, 0 inconclusive of 12 cells")
+    assert "exploratory" not in verdict and "exploratory, outside the rule: triton:fa3 vs sdpa-bf16:cudnn" in figure
+    assert "exact -1 to -0.8 over 6 cells" in figure
+    # the plan with no rows yet says so, with its planned n
+    gen, = [r for r in rows if "`studies/fp8-retrieval-generated.toml`" in r]
+    assert "| fact (cluster of prompts), n = 0 (50 facts per cell planned) | – | untested at the condition" in gen
+    # the operator contrast plan: its primary condition's verdicts, the other conditions each beside it
+    op, = [r for r in rows if "`studies/accumulator-operator.toml`" in r]
+    assert "qwen25coder-1.5b, head dim 128, 2048 tokens (primary)" in op and "n = 28 layers" in op
+    assert "| deq 1.465 [1.315, 1.632]; orig 1.011 [1.001, 1.023] | deq effect, orig no effect larger than 0.05; " \
+        "other conditions, each its own verdict: smollm2" in op
+    # HumanEval: untested, with its planned n and the detectable loss its plan's header states
+    he, = [r for r in rows if "`studies/humaneval.toml`" in r]
+    assert "problem, n = 0 (164 problems per arm planned)" in he
+    assert "loss of 7.9 points at 10% or 10.4 points at 15% discordant problems with 80% power" in he
 
 
 def test_a_file_without_the_markers_is_refused():
@@ -77,7 +98,7 @@ def test_the_accumulator_row_once_rows_under_the_plan_exist(tmp_path):
 
     shutil.copytree(ROOT / "studies", tmp_path / "studies")
     plan = load_plan(tmp_path / "studies" / "accumulator.toml")
-    assert accumulator_findings(tmp_path)[0].verdict.startswith("untested at the condition")
+    assert retrieval_findings(tmp_path)[0].verdict.startswith("untested at the condition")
     rows = []
     for fact in range(50):
         for depth in (0.25, 0.75):
@@ -93,8 +114,8 @@ def test_the_accumulator_row_once_rows_under_the_plan_exist(tmp_path):
     (tmp_path / "reports" / "longctx" / "other.jsonl").write_text(jsonl_text(
         [{**r, "plan_hash": "0" * 64, "input": r["input"] + "x"} for r in rows], {}))
     # one per model of each plan, the first plan first; its second model and the later plans have no rows here
-    row, untested, *later = accumulator_findings(tmp_path)
-    assert len(later) == len(accumulator_plan_files(tmp_path)[0]) - 1  # the operator contrast plan is not one
+    row, untested, *later = retrieval_findings(tmp_path)
+    assert len(later) == len(plan_files(tmp_path)["retrieval"]) - 1  # one model each; the contrast plan is not one
     assert all(f.verdict.startswith("untested at the condition") for f in (untested, *later))
     assert row.source.startswith("`studies/accumulator.toml`") and "`reports/longctx/accumulator/`" in row.source
     assert row.unit == "fact, n = 50 per cell"
@@ -128,7 +149,7 @@ def test_a_generated_metric_reads_with_its_label_unit_and_lost_prompts(tmp_path)
     out = tmp_path / "reports" / "longctx" / "gen" / "rows.jsonl"
     out.parent.mkdir(parents=True)
     out.write_text(jsonl_text(rows, {"plan_hash": plan.hash}))
-    row = accumulator_findings(tmp_path)[0]
+    row = retrieval_findings(tmp_path)[0]
     assert METRICS["gen_exact"].phrase in row.condition and METRICS["answer_logprob"].phrase in row.condition
     assert "generated exact match (fraction of prompts whose greedily decoded answer" in row.condition
     assert f"{plan.tasks[0]} {plan.lengths[0]} gen_exact -0.495 [" in row.figure  # 49 of 99 paired prompts lost

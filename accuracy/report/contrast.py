@@ -14,7 +14,9 @@ Example plan: ``studies/accumulator-operator.toml``. Render::
         --out reports/accumulator-operator/report.md
 
 Exposed: ``Condition``, ``PairClaim``, ``ContrastPlan``, ``load_contrast_plan(path)``, ``run_command(plan,
-condition)``, ``contrast_figures(plan, rows_by_results)``, ``contrast_section(plan, figures)``, ``main(argv)``.
+condition)``, ``read_condition(condition, root)``, ``contrast_figures(plan, rows_by_results)``,
+``figure_text(figure)``, ``n_text(figure)``, ``verdict_text(figure)``, ``contrast_section(plan, figures)``,
+``main(argv)``.
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from zyfa.accuracy.scoring.plan import plan_hash
 
 from zyfa.recipe_spec import get_recipe
 
-__all__ = ["Condition", "ContrastPlan", "PairClaim", "contrast_figures", "contrast_section", "load_contrast_plan",
-           "main", "run_command"]
+__all__ = ["Condition", "ContrastPlan", "PairClaim", "contrast_figures", "contrast_section", "figure_text",
+           "load_contrast_plan", "main", "n_text", "read_condition", "run_command", "verdict_text"]
 
 
 @dataclass(frozen=True)
@@ -143,9 +145,10 @@ def run_command(plan: ContrastPlan, cond: Condition, device: str = "cpu") -> str
     return " ".join(p if p.startswith("~/") else shlex.quote(p) for p in parts)
 
 
-def _read_condition(cond: Condition) -> tuple[list[dict], str]:
-    """(rows, state): the finished file, else its .partial (state "partial"), else none (state "missing")."""
-    path = Path(cond.results)
+def read_condition(cond: Condition, root: str | Path = ".") -> tuple[list[dict], str]:
+    """(rows, state) of a condition's results file, relative to ``root``: the finished file (state "complete"), else
+    its .partial (state "partial"), else none (state "missing")."""
+    path = Path(root) / cond.results
     if path.exists():
         return read_rows(path)[0], "complete"
     part = path.with_name(path.name + ".partial")
@@ -168,7 +171,8 @@ def contrast_figures(plan: ContrastPlan, rows_by_results: Mapping[str, Sequence[
     return out
 
 
-def _interval(rec: dict) -> str:
+def figure_text(rec: dict) -> str:
+    """A figure's geometric mean with its interval over layers, as the table shows it."""
     if rec["n"] == 0:
         return "–"
     if not math.isfinite(rec["lo"]):
@@ -184,7 +188,8 @@ def _unit_interval(rec: dict) -> str:
     return f"[{fmt(rec['lo_unit'], 'ratio')}, {fmt(rec['hi_unit'], 'ratio')}]"
 
 
-def _n(rec: dict) -> str:
+def n_text(rec: dict) -> str:
+    """A figure's n in words: its units and the layers they lie in."""
     if rec["n"] == 0:
         return "0"
     if rec["per_head"]:
@@ -196,7 +201,8 @@ def _n(rec: dict) -> str:
     return f"{rec['n']} inputs in {rec['n_clusters']} layers"
 
 
-def _verdict(rec: dict) -> str:
+def verdict_text(rec: dict) -> str:
+    """A figure's verdict, as the table shows it (a descriptive condition's says it is not claimed)."""
     if rec["n"] == 0:
         return rec["label"]
     if rec["condition"].descriptive:
@@ -229,8 +235,8 @@ def contrast_section(plan: ContrastPlan, figures: Sequence[dict], states: Mappin
             cond, c = f["condition"], f["pair"]
             state = states.get(cond.results, "")
             label = cond.label + ("" if state in ("", "complete") else f" ({state} rows)")
-            rows.append([label, f"`{c.b}` / `{c.a}` (threshold {c.threshold:g})", f["error"], _interval(f),
-                         _unit_interval(f), _n(f), _verdict(f)])
+            rows.append([label, f"`{c.b}` / `{c.a}` (threshold {c.threshold:g})", f["error"], figure_text(f),
+                         _unit_interval(f), n_text(f), verdict_text(f)])
         doc.table(f"t-contrast-{plan.name}", ["condition", "ratio b / a", "error",
                                               "geometric mean [95% interval over layers]",
                                               "95% interval over layer × head units", "n", "verdict (over layers)"],
@@ -263,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows_by, states = {}, {}
     try:
         for cond in plan.conditions:
-            rows_by[cond.results], states[cond.results] = _read_condition(cond)
+            rows_by[cond.results], states[cond.results] = read_condition(cond)
     except (OSError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -12,26 +12,22 @@ effect the design could have detected. Rows:
 - the paper's three accuracy claims at head dim 128 (:mod:`zyfa.accuracy.report.claims`, plan
   ``studies/hd128-claims-clustered.toml``; intervals over layers), each with how many technique-1 variants of
   ``studies/hd128-sensitivity-all.toml`` keep its verdict (rows in ``reports/hd128/sensitivity-all.jsonl`` where run);
-- the long-context accumulator contrast of ``studies/accumulator.toml`` (:mod:`zyfa.accuracy.longctx.verdicts`), one
-  row per model: "untested at the condition" until rows written under that plan's hash exist in
-  ``reports/accumulator/`` (or ``reports/longctx/``).
+- every other study plan in ``studies/`` (:mod:`zyfa.accuracy.study.plan_findings`): each retrieval plan's primary
+  contrast per model, each contrast plan's claims on its primary condition, the HumanEval plan's arms; "untested at
+  the condition", with the planned n, until rows written under the plan's hash exist.
 
-Exposed: ``BEGIN``, ``END``, ``Finding``, ``findings(root)`` (= ``hd128_findings`` + ``accumulator_findings``),
+Exposed: ``BEGIN``, ``END``, ``Finding``, ``findings(root)`` (= ``hd128_findings`` + ``plan_findings``),
 ``render(findings)``, ``replace_block(text, block)``, ``main(argv)``.
 """
 
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from zyfa.accuracy.longctx.scores import load_rows
-from zyfa.accuracy.longctx.verdicts import plan_verdicts
 from zyfa.accuracy.report.claims import CLAIMS, claim_figures
 from zyfa.accuracy.report.hd128 import (
     CLAIMS_PLAN,
@@ -39,16 +35,13 @@ from zyfa.accuracy.report.hd128 import (
     SENSITIVITY_RESULTS,
     load_sensitivity_plan,
     plan_file_hash,
-    read_plan_file,
     sensitivity_figures,
 )
 from zyfa.accuracy.report.results import load_results
-from zyfa.accuracy.scoring.plan import GENERATED, METRICS, load_plan
-from zyfa.capture.models import MODELS
+from zyfa.accuracy.study.finding import UNTESTED, Finding
+from zyfa.accuracy.study.plan_findings import plan_findings
 
-__all__ = ["BEGIN", "END", "Finding", "accumulator_findings", "accumulator_plan_files", "findings", "hd128_findings",
-           "main", "render",
-           "replace_block"]
+__all__ = ["BEGIN", "END", "Finding", "findings", "hd128_findings", "main", "render", "replace_block"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BEGIN = "<!-- findings:begin (generated: python -m zyfa.accuracy.study.findings --write; do not edit by hand) -->"
@@ -58,20 +51,6 @@ HEADER = ("| question (generated) | condition | unit, n | figure [95% interval] 
 # what a claim's verdict cannot say by itself (each from the doc named)
 NOTES = {"zyfa-aiter": "at GQA 6:1 AITER dispatches CK, not the assembly kernel `aiter` models, so this is "
                        "untested against the kernel AITER runs there (docs/DISPATCH.md)"}
-
-
-@dataclass(frozen=True)
-class Finding:
-    question: str
-    condition: str
-    unit: str
-    figure: str
-    verdict: str
-    source: str
-
-    def row(self) -> str:
-        cells = [self.question, self.condition, self.unit, self.figure, self.verdict, self.source]
-        return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
 def _r(x: float) -> str:
@@ -107,7 +86,7 @@ def hd128_findings(root: Path) -> list[Finding]:
         mine = {f["error"]: f for f in figs if f["claim"] is c}
         if not any(f["n"] for f in mine.values()):
             out.append(Finding(f"{c.text} (paper: zyfa / {c.peer} {c.low:g}–{c.high:g}, head dim 128)?",
-                               "head dim 128, real activations", "n = 0", "–", "untested at the condition",
+                               "head dim 128, real activations", "n = 0", "–", UNTESTED,
                                "`studies/hd128-claims-clustered.toml`"))
             continue
         d, o = mine["deq"], mine["orig"]
@@ -153,98 +132,10 @@ def hd128_findings(root: Path) -> list[Finding]:
     return out
 
 
-def accumulator_findings(root: Path) -> list[Finding]:
-    """The accumulator plans' primary contrast (``studies/accumulator*.toml``: the first plan and the same contrast
-    on further models), one finding per model of each plan, from the rows under ``reports/accumulator*/`` and
-    ``reports/longctx/`` (any depth of folder) written under that plan's current hash. A cell's verdict is the plan's
-    after its correction (an effect that does not survive Holm is inconclusive)."""
-    plans, operator_rows = accumulator_plan_files(root)
-    files = sorted({f for pattern in ("accumulator*", "longctx")
-                    for f in glob.glob(str(root / "reports" / pattern / "**" / "*.jsonl"), recursive=True)
-                    if Path(f).resolve() not in operator_rows})
-    by_file = {f: load_rows([f])[0] for f in files}
-    out = []
-    for plan_file in plans:
-        out += _accumulator_plan_findings(root, load_plan(plan_file), plan_file.name, by_file)
-    return out
-
-
-def accumulator_plan_files(root: Path) -> tuple[list[Path], set[Path]]:
-    """(the retrieval plans ``studies/accumulator*.toml``, the first plan first; the result files of the operator
-    contrast plans among them). A contrast plan (``[[conditions]]``, :mod:`zyfa.accuracy.report.contrast`, e.g.
-    ``studies/accumulator-operator.toml``) is no retrieval plan: its verdict is its own report's."""
-    plans, operator_rows = [], set()
-    for plan_file in sorted((root / "studies").glob("accumulator*.toml"),
-                            key=lambda f: (f.name != "accumulator.toml", f.name)):
-        data = read_plan_file(plan_file)
-        if "conditions" in data:
-            operator_rows |= {(root / str(c.get("results", ""))).resolve() for c in data["conditions"]
-                              if isinstance(c, dict)}
-        else:
-            plans.append(plan_file)
-    return plans, operator_rows
-
-
-def _accumulator_plan_findings(root: Path, plan, plan_name: str, by_file: dict[str, list[dict]]) -> list[Finding]:
-    mine = {f: [r for r in rows if r.get("plan_hash") == plan.hash] for f, rows in by_file.items()}
-    rows = [r for f in sorted(mine) for r in mine[f]]
-    folders = sorted({Path(f).parent.relative_to(root).as_posix() for f, rs in mine.items() if rs})
-    src = f"`studies/{plan_name}` ({plan.short_hash})" + "".join(f", `{d}/`" for d in folders)
-    verdicts = plan_verdicts(plan, rows) if rows else []
-    out = []
-    for model in plan.models:
-        q = (f"Does a never-flushed Hopper FP8 accumulator lose long-context retrieval on {model} "
-             f"({plan.primary.b} vs {plan.primary.a})?")
-        hd = MODELS[model].head_dim if model in MODELS else None
-        cond = (f"{model}, head dim {hd if hd else 'not stated'}; {', '.join(plan.tasks)}; "
-                f"{', '.join(str(n) for n in plan.lengths)} tokens; "
-                f"{_metric_phrases(plan.metrics)}, b − a paired per prompt; "
-                f"thresholds " + ", ".join(f"{m} {t:g}" for m, t in plan.metrics.items()))
-        mine = [v for v in verdicts if v["model"] == model and not v["contrast"].exploratory
-                and v["verdict"] is not None]
-        if not mine:
-            out.append(Finding(q, cond, f"fact (cluster of prompts), n = 0 ({plan.facts} facts per cell planned)",
-                               "–", "untested at the condition: no rows under this plan yet", src))
-            continue
-        informative = [v for v in mine if v["verdict"].informative]
-        kinds = {k: [v for v in informative if v["kind"] == k] for k in ("effect", "equivalent", "inconclusive")}
-        det = [v["verdict"].detectable for v in kinds["inconclusive"] if math.isfinite(v["verdict"].detectable)]
-        n_units = sorted({v["verdict"].n_clusters for v in informative})
-        def cell(v) -> str:
-            return (f"{v['task']} {v['length']} {v['metric']} {v['verdict'].effect:+.3g} "
-                    f"[{v['verdict'].lo:+.3g}, {v['verdict'].hi:+.3g}]")
-
-        figure = "; ".join(cell(v) for v in kinds["effect"])
-        if not figure and informative:  # no effect: the cell furthest from zero in units of its metric's threshold
-            figure = "no effect; largest " + cell(max(informative, key=lambda v: abs(v["verdict"].effect)
-                                                       / plan.metrics[v["metric"]]))
-        verdict = (f"{len(kinds['effect'])} effects, {len(kinds['equivalent'])} no effect above the threshold, "
-                   f"{len(kinds['inconclusive'])} inconclusive" + (f" (detectable ≥ {min(det):.3g}–{max(det):.3g})"
-                                                                   if det else "")
-                   + f" of {len(informative)} cells; {len(mine) - len(informative)} ceiling/floor cells left out")
-        first_gen = next((m for m in plan.metrics if m in GENERATED), None)  # a failed generation takes them all
-        lost = sum(v["gen_lost"] for v in verdicts if v["model"] == model and not v["contrast"].exploratory
-                   and v["metric"] == first_gen)
-        if lost:
-            verdict += f"; {lost} prompts lost to generation errors (left out of both arms)"
-        span = f"{n_units[0]}" if n_units and n_units[0] == n_units[-1] else \
-            (f"{n_units[0]}–{n_units[-1]}" if n_units else "0")
-        unit = f"fact, n = {span} per cell"
-        out.append(Finding(q, cond, unit, figure, verdict, src))
-    return out
-
-
-def _metric_phrases(metrics) -> str:
-    """The plan's metrics as a finding's condition names them (:data:`zyfa.accuracy.scoring.plan.METRICS`), e.g.
-    "Δ log p(answer) (nats, summed over the answer) and exact match"."""
-    phrases = [METRICS[m].phrase for m in metrics]
-    return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
-
-
 def findings(root: str | Path = ROOT) -> list[Finding]:
     """Every generated finding, from the result and plan files under ``root``."""
     root = Path(root)
-    return hd128_findings(root) + accumulator_findings(root)
+    return hd128_findings(root) + plan_findings(root)
 
 
 def render(items: Sequence[Finding]) -> str:

@@ -26,7 +26,9 @@ short of problems keeps p = 1 in the family and its verdict waits ("incomplete")
 under another hash are refused (:func:`zyfa.accuracy.scoring.plan.check_rows`).
 
 Exposed: ``N_PROBLEMS``, ``HumanEvalPlan``, ``load_humaneval_plan(path)``, ``parse_humaneval_plan(data, source)``,
-``plan_verdicts(plan, rows)``, ``verdict_markdown(plan, rows)``.
+``plan_verdicts(plan, rows)``, ``verdict_markdown(plan, rows)``, and the design's detectable loss before any row:
+``mcnemar_power(n, d, delta, alpha)``, ``detectable_loss(n, d, alpha)`` (exact McNemar) and
+``approx_detectable_loss(n, d, alpha)`` (normal approximation); ``scripts/humaneval_detectable.py`` prints them.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+from scipy import stats
 from zyfa.accuracy.implementations.names import check_attention_names
 from zyfa.accuracy.scoring.plan import PlanError, check_rows, plan_hash
 from zyfa.accuracy.scoring.verdict import holm, mcnemar_exact, paired_verdict
@@ -48,10 +52,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-__all__ = ["N_PROBLEMS", "HumanEvalPlan", "load_humaneval_plan", "parse_humaneval_plan", "plan_verdicts",
-           "verdict_markdown"]
+__all__ = ["N_PROBLEMS", "POWER", "HumanEvalPlan", "approx_detectable_loss", "detectable_loss", "load_humaneval_plan",
+           "mcnemar_power", "parse_humaneval_plan", "plan_verdicts", "verdict_markdown"]
 
 N_PROBLEMS = 164
+POWER = 0.8  # the power at which the design's detectable loss is stated
 _KEYS = {"name", "description", "alpha", "correction", "models", "descriptive_models", "baseline", "arms",
          "descriptive", "threshold", "dtype", "max_new_tokens", "fallback", "coverage"}
 _CHOICES = {"correction": ("holm", "none"), "dtype": ("fp32", "bf16"), "fallback": ("none", "stock"),
@@ -257,3 +262,32 @@ def verdict_markdown(plan: HumanEvalPlan, rows: Sequence[dict]) -> str:
         lines.append("The plan is complete: every primary contrast has all "
                      f"{N_PROBLEMS} problems paired.")
     return "\n".join(lines) + "\n"
+
+
+def mcnemar_power(n: int, d: float, delta: float, alpha: float) -> float:
+    """The probability that the exact two-sided McNemar test (:func:`zyfa.accuracy.scoring.verdict.mcnemar_exact`'s)
+    rejects at ``alpha`` over ``n`` paired problems, a share ``d`` of them discordant (pass under one arm only) and a
+    net loss ``delta`` (a fraction of problems): the discordant count ~ Binomial(n, d), the losses among N discordant
+    ~ Binomial(N, (d + delta) / 2d)."""
+    q = (d + delta) / (2 * d)
+    total = 0.0
+    for big_n in range(1, n + 1):
+        w = stats.binom.pmf(big_n, n, d)
+        if w < 1e-12:
+            continue
+        k = np.arange(big_n + 1)
+        p = np.minimum(1.0, 2 * stats.binom.cdf(np.minimum(k, big_n - k), big_n, 0.5))
+        total += w * float(stats.binom.pmf(k[p < alpha], big_n, q).sum())
+    return total
+
+
+def detectable_loss(n: int, d: float, alpha: float, power: float = POWER) -> float:
+    """The smallest pass@1 loss k / n (k whole problems, at most ``d``) that the exact McNemar test finds with
+    ``power``; NaN when none reaches it (too few discordant problems)."""
+    return next((k / n for k in range(1, round(d * n) + 1)
+                 if k / n <= d and mcnemar_power(n, d, k / n, alpha) >= power), math.nan)
+
+
+def approx_detectable_loss(n: int, d: float, alpha: float, power: float = POWER) -> float:
+    """The normal approximation of :func:`detectable_loss`: (z[1 - alpha/2] + z[power]) * sqrt(d / n)."""
+    return float((stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)) * math.sqrt(d / n))

@@ -1,0 +1,96 @@
+"""The generated findings of the study plans (accuracy.study.plan_findings) where the committed data cannot reach a
+path: every plan before any of its rows ("untested at the condition" with its planned n), the HumanEval plan once
+rows under its hash exist (planted in a copy of the plan: each arm's verdict by the plan's own rule), and a contrast
+plan whose primary condition has only a run's partial rows."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+from zyfa.accuracy.io.results_io import jsonl_text
+from zyfa.accuracy.scoring.plan import load_plan
+from zyfa.accuracy.study.finding import UNTESTED
+from zyfa.accuracy.study.plan_findings import contrast_findings, humaneval_findings, plan_files, plan_findings
+from zyfa.accuracy.tasks.plan import N_PROBLEMS, load_humaneval_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_plan_without_rows_is_untested_with_its_planned_n(tmp_path):
+    shutil.copytree(ROOT / "studies", tmp_path / "studies")
+    files = plan_files(tmp_path)
+    assert [f.name for f in files["contrast"]] == ["accumulator-operator.toml"]
+    assert [f.name for f in files["humaneval"]] == ["humaneval.toml"]
+    assert {"accumulator.toml", "fp8-retrieval-hd128.toml", "fp8-retrieval-generated.toml"} <= {
+        f.name for f in files["retrieval"]}
+    assert not any(f.name.startswith("hd128-") for kind in files.values() for f in kind)  # findings.py's own
+    out = plan_findings(tmp_path)
+    n_retrieval = sum(len(load_plan(f).models) for f in files["retrieval"])
+    assert len(out) == n_retrieval + 1 + 1  # one claim on one primary condition; one HumanEval row
+    for f in out:
+        assert f.verdict.startswith(UNTESTED) and f.figure == "–" and "n = 0 (" in f.unit, f
+        assert f.source.startswith("`studies/") and "reports/" not in f.source
+    assert sum("(50 facts per cell planned)" in f.unit for f in out) == n_retrieval
+    assert any(f.unit == f"problem, n = 0 ({N_PROBLEMS} problems per arm planned)" for f in out)
+
+
+def _he_rows(plan, model, impl, passed, plan_hash):
+    return [{"kind": "humaneval", "status": "ok", "model": model, "implementation": impl, "baseline": plan.baseline,
+             "task_id": f"HumanEval/{i}", "passed": bool(p), "recipe": None, "input": f"he/{model}/{i}",
+             "plan_hash": plan_hash} for i, p in enumerate(passed)]
+
+
+def test_the_humaneval_row_once_rows_under_its_hash_exist(tmp_path):
+    """Planted rows: the baseline passes ~60% of 164 problems; cudnn-fp8 loses 20 of them net (12 more flip each
+    way), the other arms pass exactly as the baseline. The row then gives each arm's paired difference and the
+    plan's verdict (an effect for cudnn-fp8, no effect larger than 5 points for the others); rows written under
+    another hash (a file beside them) are left out; the descriptive model without rows is not mentioned."""
+    (tmp_path / "studies").mkdir()
+    shutil.copy(ROOT / "studies" / "humaneval.toml", tmp_path / "studies" / "humaneval.toml")
+    plan = load_humaneval_plan(tmp_path / "studies" / "humaneval.toml")
+    assert humaneval_findings(tmp_path)[0].verdict.startswith(UNTESTED)
+    rng = random.Random(0)
+    base = [rng.random() < 0.6 for _ in range(N_PROBLEMS)]
+    passing = [i for i in range(N_PROBLEMS) if base[i]]
+    failing = [i for i in range(N_PROBLEMS) if not base[i]]
+    lossy = list(base)
+    for i in passing[:32]:
+        lossy[i] = False
+    for i in failing[:12]:
+        lossy[i] = True
+    model = plan.models[0]
+    rows = _he_rows(plan, model, plan.baseline, base, plan.hash) + _he_rows(plan, model, "cudnn-fp8", lossy, plan.hash)
+    rows += [r for arm in plan.arms if arm != "cudnn-fp8" for r in _he_rows(plan, model, arm, base, plan.hash)]
+    out = tmp_path / "reports" / "humaneval-plan" / "he.jsonl"
+    out.parent.mkdir(parents=True)
+    out.write_text(jsonl_text(rows, {"plan_hash": plan.hash}))
+    (tmp_path / "reports" / "humaneval-plan" / "old.jsonl").write_text(jsonl_text(
+        _he_rows(plan, model, "cudnn-fp8", [False] * N_PROBLEMS, "0" * 64), {}))
+    row, = humaneval_findings(tmp_path)
+    assert row.unit == f"problem, n = {N_PROBLEMS} paired per arm (of {N_PROBLEMS})"
+    assert row.source == f"`studies/humaneval.toml` ({plan.short_hash}), `reports/humaneval-plan/`"
+    assert row.figure.startswith(f"cudnn-fp8 {100 * -20 / N_PROBLEMS:+.1f} [")
+    assert row.verdict.startswith("cudnn-fp8: effect")
+    assert "triton:fa3: no effect larger than 5 points" in row.verdict
+    assert "qwen25coder:" not in row.verdict and " on qwen25coder" not in row.figure
+    assert "tokens" in row.condition and "head dim 128" in row.condition
+
+
+def test_a_contrast_plan_on_partial_rows_says_so_and_leaves_missing_conditions_out(tmp_path):
+    """The operator contrast plan with only its primary condition's rows, as a run's .partial log: the row's figure
+    is the committed one (the same rows), its condition says the rows are partial, and the secondary conditions
+    without rows are not named."""
+    (tmp_path / "studies").mkdir()
+    shutil.copy(ROOT / "studies" / "accumulator-operator.toml", tmp_path / "studies")
+    results = "reports/accumulator-operator/qwen25coder-1.5b-2048.jsonl"
+    (tmp_path / results).parent.mkdir(parents=True)
+    shutil.copy(ROOT / results, tmp_path / (results + ".partial"))
+    row, = contrast_findings(tmp_path)
+    full, = contrast_findings(ROOT)
+    assert row.figure == full.figure == "deq 1.465 [1.315, 1.632]; orig 1.011 [1.001, 1.023]"
+    assert "(primary) (partial rows);" in row.condition and "(partial rows)" not in full.condition
+    assert row.verdict == "deq effect, orig no effect larger than 0.05"
+    assert "other conditions" in full.verdict
+    assert row.source.endswith("`reports/accumulator-operator/`")
