@@ -23,6 +23,7 @@ ISSUE_MODULES = {
     "zyfa/emulator.py",
     "zyfa/emulator_tile.py",  # emulate's tile steps, moved out of zyfa/emulator.py
     "zyfa/recipes.py",
+    "zyfa/recipe_spec.py",  # the recipe-spec grammar, moved out of zyfa/recipes.py
     "reference/attention.py",
     "accuracy/scoring/metrics.py",
     "accuracy/inputs/attention_input.py",
