@@ -38,6 +38,9 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from zyfa import SOURCE_TREE_PACKAGES  # noqa: E402  (the packages imported as zyfa.<name>)
+
 # What the copy needs to import the packages and run their tests (pytest's pythonpath is ".").
 COPIED = ["zyfa", "reference", "accuracy", "capture", "tests", "datasets", "examples", "pyproject.toml"]
 SKIP_NAMES = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".hypothesis")
@@ -61,6 +64,14 @@ def load_settings(pyproject: Path) -> tuple[dict, dict[str, list[str]]]:
     return dict(base), {str(k): list(v) for k, v in modules.items()}
 
 
+def mutated_path(module: str) -> str:
+    """The path mutmut mutates for a configured module. mutmut names a mutant by its file's path, so a module of a
+    package the tests import as ``zyfa.<name>`` (``capture/store.py`` -> ``zyfa.capture.store``) is mutated at
+    ``zyfa/<name>/...``, where :func:`prepare` lays those packages out as the wheel does; a module of zyfa/ as it
+    is."""
+    return f"zyfa/{module}" if module.split("/", 1)[0] in SOURCE_TREE_PACKAGES else module
+
+
 def _toml_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -76,7 +87,7 @@ def _toml_value(value) -> str:
 def module_pyproject(text: str, base: dict, module: str, tests: list[str]) -> str:
     """pyproject.toml text with the [tool.mutmut] table replaced by one narrowed to ``module`` and ``tests``."""
     table = dict(base)
-    table["source_paths"] = [module]
+    table["source_paths"] = [mutated_path(module)]
     table["pytest_add_cli_args_test_selection"] = list(tests)
     table.pop("paths_to_mutate", None)
     table.pop("tests_dir", None)
@@ -112,6 +123,12 @@ def prepare(work: Path, module: str, base: dict, tests: list[str], from_head: bo
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     _copy(dest, COPIED, from_head)
+    if mutated_path(module) != module:
+        # the wheel's layout (zyfa/accuracy, zyfa/capture, zyfa/reference): zyfa/__init__.py then installs no
+        # source-tree finder and zyfa.<name> is imported from inside zyfa/, under the name mutmut gives it
+        for name in SOURCE_TREE_PACKAGES:
+            if (dest / name).is_dir():
+                shutil.copytree(dest / name, dest / "zyfa" / name)
     source_text = (dest / "pyproject.toml").read_text("utf-8")
     (dest / "pyproject.toml").write_text(module_pyproject(source_text, base, module, tests), "utf-8")
     return dest
@@ -174,7 +191,7 @@ def stale(old_text: str, new_text: str, verdicts: dict[str, int | None]) -> dict
 def mutant_patterns(module: str, functions: list[str]) -> list[str]:
     """mutmut name patterns (``fnmatch``, as ``mutmut run`` takes them) for every mutant of the named functions of
     ``module``: ``func`` -> ``pkg.mod.x_func__mutmut_*``, ``Class.method`` -> ``pkg.mod.xǁClassǁmethod__mutmut_*``."""
-    prefix = module.removesuffix(".py").replace("/", ".")
+    prefix = mutated_path(module).removesuffix(".py").replace("/", ".")
     out = []
     for f in functions:
         if "." in f:
@@ -204,7 +221,7 @@ def stale_report(work: Path, modules: list[str]) -> int:
     print("|---|---|---|---|---|")
     for module in modules:
         dest = work / _slug(module)
-        meta = dest / "mutants" / f"{module}.meta"
+        meta = dest / "mutants" / f"{mutated_path(module)}.meta"
         if not (dest / module).is_file() or not meta.is_file():
             print(f"| `{module}` | no earlier run in {dest} | | | |")
             continue
@@ -238,7 +255,7 @@ def _source_line(module_text: list[str], name: str, diff: str) -> int | None:
 
 def _exit_codes(dest: Path, module: str) -> dict[str, int | None]:
     """pytest's exit status for each mutant, as mutmut recorded it in ``mutants/<module>.meta``."""
-    meta = dest / "mutants" / f"{module}.meta"
+    meta = dest / "mutants" / f"{mutated_path(module)}.meta"
     try:
         return dict(json.loads(meta.read_text("utf-8")).get("exit_code_by_key", {}))
     except (OSError, ValueError):
@@ -260,7 +277,8 @@ def collect(dest: Path, env: dict, module: str) -> dict:
     for name, code in _exit_codes(dest, module).items():
         if code == 3 and name in verdicts:
             verdicts[name] = INTERNAL_ERROR
-    source = (dest / module).read_text("utf-8").splitlines() if (dest / module).is_file() else []
+    src = dest / mutated_path(module)
+    source = src.read_text("utf-8").splitlines() if src.is_file() else []
     undetected = []
     for name, verdict in sorted(verdicts.items()):
         if verdict in DETECTED:
@@ -332,9 +350,10 @@ def _rerun_changed(work: Path, module: str, base: dict, tests: list[str], max_ch
     earlier run in ``work``; the earlier verdicts of the unchanged functions are carried over."""
     dest = work / _slug(module)
     earlier = work / (_slug(module) + ".earlier")
-    if not (dest / "mutants" / f"{module}.meta").is_file() and (earlier / "mutants" / f"{module}.meta").is_file():
+    meta = f"{mutated_path(module)}.meta"
+    if not (dest / "mutants" / meta).is_file() and (earlier / "mutants" / meta).is_file():
         shutil.rmtree(dest, ignore_errors=True)  # an interrupted re-run: the earlier run is still whole
-    elif (dest / module).is_file() and (dest / "mutants" / f"{module}.meta").is_file():
+    elif (dest / module).is_file() and (dest / "mutants" / meta).is_file():
         shutil.rmtree(earlier, ignore_errors=True)
         dest.rename(earlier)  # kept until the merge is written: an interrupted re-run loses nothing
     else:
@@ -359,7 +378,7 @@ def _rerun_changed(work: Path, module: str, base: dict, tests: list[str], max_ch
     with log.open("w") as fh:
         proc = subprocess.run([sys.executable, "-m", "mutmut", *args, *mutant_patterns(module, functions)],
                               cwd=dest, env=env, stdout=fh, stderr=subprocess.STDOUT, check=False)
-    new_meta = dest / "mutants" / f"{module}.meta"
+    new_meta = dest / "mutants" / meta
     if proc.returncode != 0 or not new_meta.is_file():
         tail = log.read_text(errors="replace")[-3000:]
         _fail(f"mutmut run for {module} exited {proc.returncode} (log {log}; the earlier run is in {earlier}):\n{tail}")

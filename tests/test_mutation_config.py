@@ -23,6 +23,7 @@ ISSUE_MODULES = {
     "zyfa/emulator.py",
     "zyfa/emulator_tile.py",  # emulate's tile steps, moved out of zyfa/emulator.py
     "zyfa/recipes.py",
+    "zyfa/recipe_spec.py",  # the recipe-spec grammar, moved out of zyfa/recipes.py
     "reference/attention.py",
     "accuracy/scoring/metrics.py",
     "accuracy/inputs/attention_input.py",
@@ -135,3 +136,31 @@ def test_rerun_changed_refuses_without_an_earlier_run(script, tmp_path, capsys):
     with pytest.raises(SystemExit):
         script.main(["--rerun-changed", "--rerun-undetected", "--out", str(tmp_path / "r.md")])
     assert "give one" in capsys.readouterr().err
+
+
+def test_modules_imported_as_zyfa_subpackages_are_mutated_under_that_name(script):
+    """accuracy/, capture/ and reference/ are imported as zyfa.accuracy, zyfa.capture, zyfa.reference: mutmut names
+    a mutant by its file's path, so those modules are mutated at zyfa/<package>/..."""
+    assert script.mutated_path("capture/store.py") == "zyfa/capture/store.py"
+    assert script.mutated_path("accuracy/scoring/metrics.py") == "zyfa/accuracy/scoring/metrics.py"
+    assert script.mutated_path("reference/attention.py") == "zyfa/reference/attention.py"
+    assert script.mutated_path("zyfa/quant.py") == "zyfa/quant.py"
+    assert script.mutant_patterns("capture/store.py", ["open_capture", "CaptureInfo.read_bytes"]) == [
+        "zyfa.capture.store.x_open_capture__mutmut_*", "zyfa.capture.store.xǁCaptureInfoǁread_bytes__mutmut_*"]
+    text = (ROOT / "pyproject.toml").read_text("utf-8")
+    base, table = script.load_settings(ROOT / "pyproject.toml")
+    out = tomllib.loads(script.module_pyproject(text, base, "capture/store.py", table["capture/store.py"]))
+    assert out["tool"]["mutmut"]["source_paths"] == ["zyfa/capture/store.py"]
+
+
+def test_the_copy_imports_a_zyfa_subpackage_from_inside_zyfa(script, tmp_path):
+    """prepare lays accuracy/, capture/ and reference/ out inside zyfa/ (the wheel's layout): the copy's
+    zyfa.capture.store is the file at zyfa/capture/store.py, the one mutmut mutates."""
+    base, table = script.load_settings(ROOT / "pyproject.toml")
+    dest = script.prepare(tmp_path, "capture/store.py", base, table["capture/store.py"], from_head=False)
+    assert (dest / "zyfa" / "capture" / "store.py").is_file() and (dest / "zyfa" / "reference").is_dir()
+    code = "import zyfa.capture.store as s, zyfa.reference.attention as a; print(s.__file__); print(a.__file__)"
+    r = subprocess.run([sys.executable, "-c", code], cwd=dest, capture_output=True, text=True, check=True,
+                       env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(dest)})
+    assert r.stdout.split() == [str(dest / "zyfa" / "capture" / "store.py"),
+                                str(dest / "zyfa" / "reference" / "attention.py")]

@@ -9,15 +9,19 @@ import hashlib
 
 import pytest
 import torch
+import zyfa.accuracy.inputs.attention_input as attention_input
+import zyfa.accuracy.io.device as device_module
 from zyfa.accuracy.inputs.attention_input import (
     AttentionInput,
     GaussianSpec,
     capture_inputs,
+    check_capture_memory,
     content_hash,
     file_sha256,
     make_gaussian,
 )
 from zyfa.capture.record import LayerRecord
+from zyfa.capture.store import open_capture
 from zyfa.capture.version import git_label
 from zyfa.capture.writer import CaptureWriter
 
@@ -339,3 +343,56 @@ def test_content_hash_of_gpu_tensors_equals_the_cpu_hash():
     x = make_gaussian(GaussianSpec(heads_q=2, heads_kv=1, seq=16, head_dim=64, seed=1))
     y = x.to("cuda")
     assert y.q.is_cuda and content_hash(y.q, y.k, y.v) == x.meta["content_hash"]
+
+
+# ------------------------------------------------------------------------ memory check before a capture is read
+# Free memory is the one collaborator set here (the host's for the read, the device's for the run, each patched
+# where it is looked up), so the refusals and their messages are exact.
+
+BIG = 2**40  # declared tokens: HDF5 declares such a dimension without storing it
+
+
+def _declared_big(info, layer):
+    """``info`` with ``layer`` declared at BIG tokens (bf16, 2 bytes a value), as open_capture would read it."""
+    shapes = {"q": (1, N_Q, BIG, D), "k": (1, N_KV, BIG, D), "v": (1, N_KV, BIG, D)}
+    return dataclasses.replace(info, datasets={**info.datasets, layer: {n: (s, 2) for n, s in shapes.items()}})
+
+
+def _host_free(monkeypatch, host, device=2**62):
+    monkeypatch.setattr(attention_input, "available_bytes", lambda dev: host)
+    monkeypatch.setattr(device_module, "available_bytes", lambda dev: device)
+
+
+def test_a_layer_too_big_to_read_is_refused_in_one_line(tmp_path, monkeypatch):
+    path, _ = _write(tmp_path / "cap.h5")
+    info = _declared_big(open_capture(path), 3)
+    _host_free(monkeypatch, 8 * 2**30)
+    with pytest.raises(ValueError) as e:
+        check_capture_memory(info, layers=[3, 0])
+    need = 3 * (N_Q + 2 * N_KV) * BIG * D * 2  # three copies of the stored bytes
+    assert str(e.value) == (
+        f"{path}: layer 3 declares q (1, {N_Q}, {BIG}, {D}), k (1, {N_KV}, {BIG}, {D}), v (1, {N_KV}, {BIG}, {D}): "
+        f"reading it needs about {need / 2**30:.1f} GiB, but the host has 8.0 GiB free (use another capture, or "
+        "fewer --layers)")
+    check_capture_memory(info, layers=[0])  # only the layers asked for are checked
+    _host_free(monkeypatch, None)  # free memory unknown: the read is not refused
+    check_capture_memory(open_capture(path))
+
+
+def test_a_read_needing_exactly_the_free_memory_is_accepted(tmp_path, monkeypatch):
+    path, _ = _write(tmp_path / "cap.h5")
+    info = open_capture(path)
+    _host_free(monkeypatch, 3 * info.read_bytes(0))
+    check_capture_memory(info, layers=[0])
+    _host_free(monkeypatch, 3 * info.read_bytes(0) - 1)
+    with pytest.raises(ValueError, match=r"layer 0 declares .* but the host has"):
+        check_capture_memory(info, layers=[0])
+
+
+def test_the_run_check_counts_the_selected_layers_heads_and_tokens_on_the_device(tmp_path, monkeypatch):
+    path, _ = _write(tmp_path / "cap.h5")
+    _host_free(monkeypatch, 2**62, device=2**10)  # the read fits; the run (tens of kB) does not fit in 1 kiB
+    with pytest.raises(ValueError) as e:
+        capture_inputs(path, layers=[3], heads=[0], max_tokens=5, device="meta")
+    assert str(e.value).startswith(f"{path}: layer 3 (batch 1, heads 1/1, seq 5/5, head dim {D}/{D}) needs about ")
+    assert "but meta has 0.0 GiB free" in str(e.value)

@@ -11,6 +11,7 @@ a layer that stores more KV heads than query heads.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import h5py
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 from zyfa.capture.record import LayerRecord
-from zyfa.capture.store import CaptureFormatError, open_capture, read_capture
+from zyfa.capture.store import CaptureFormatError, layer_key, open_capture, read_capture
 from zyfa.capture.writer import CaptureWriter
 
 S, D = 16, 8
@@ -135,3 +136,30 @@ def test_a_bf16_capture_of_any_head_dim_reads_back_bit_exact(tmp_path, head_dim)
     for got, want in ((rec.q, q), (rec.k, k), (rec.v, v)):
         assert got.dtype == torch.bfloat16 and got.shape == want.shape
         assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_read_bytes_is_the_size_of_the_stored_q_k_v(tmp_path, dtype):
+    """CaptureInfo.read_bytes: what reading the layer allocates, the stored Q, K and V's element counts times their
+    stored value sizes (counted here from h5py's own view of the datasets)."""
+    path = tmp_path / "cap.h5"
+    q, k, v = (_randn(1, n, S, D, seed=s).to(dtype) for n, s in ((4, 1), (2, 2), (2, 3)))
+    _write(path, q, k, v, (0, 1, 2, 3), (0, 1), (0, 0, 1, 1))
+    with h5py.File(path, "r") as f:
+        g = f["layers"][layer_key(0)]
+        want = sum(g[n].size * g[n].dtype.itemsize for n in "qkv")
+    assert want == (4 + 2 + 2) * S * D * (4 if dtype == torch.float32 else 2)
+    got = open_capture(path).read_bytes(0)
+    assert type(got) is int and got == want
+
+
+def test_read_bytes_counts_a_declared_shape_past_int64_exactly(tmp_path):
+    """HDF5 declares dimensions up to 2^64 - 1 (a chunked dataset allocates nothing until written): the count is
+    exact Python integer arithmetic, never an int64 product that wraps (to 0 here), so the memory check before a
+    read refuses such a layer instead of reading it."""
+    path = tmp_path / "cap.h5"
+    _gqa_file(path)
+    info = open_capture(path)
+    huge = {n: ((1, 4, 2**60, 8), 4) for n in "qkv"}  # 2^65 values each
+    assert info.read_bytes(0) == 8 * S * D * 4  # the real file: 4 + 2 + 2 heads of float32
+    assert dataclasses.replace(info, datasets={0: huge}).read_bytes(0) == 3 * 2**65 * 4

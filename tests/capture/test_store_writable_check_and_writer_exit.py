@@ -274,3 +274,32 @@ def test_context_manager_keeps_the_blocks_own_error_when_close_also_fails(tmp_pa
         size_limited(path.stat().st_size)
         raise KeyError("the block's own error")
     assert e.value.__context__ is None
+
+
+# ------------------------------------------------------------------------------------------------ token ids
+
+@pytest.mark.parametrize("ids", [IDS.astype(np.float64), torch.arange(7, 7 + S, dtype=torch.float32)[None],
+                                 IDS.astype(np.uint16), IDS.astype(np.int32)])
+def test_whole_number_token_ids_of_any_numeric_dtype_are_stored_as_those_integers(tmp_path, ids):
+    """Token ids as a tokenizer or a tensor hands them over (float arrays of whole numbers included) are kept."""
+    path = tmp_path / "cap.h5"
+    with CaptureWriter(path, _meta(), ids) as w:
+        w.write_layer(_record())
+        w.finish()
+    assert np.array_equal(np.asarray(read_token_ids(path)), IDS)
+
+
+@pytest.mark.parametrize("ids, message", [
+    (np.array([[1.5, 7.0, 9.0]]), "token_ids must be integers, got float64 values such as np.float64(1.5)"),
+    (np.array([["7", "8"]]), "token_ids must be integers, got <U1 values such as np.str_('7')"),
+    (np.array([[7, -1]]), "token_ids must lie in [0, 2^31 - 1] (the file stores them as int32), got -1 to 7"),
+    (np.array([[0, 2**31]]), "token_ids must lie in [0, 2^31 - 1] (the file stores them as int32), got 0 to "
+                             "2147483648"),
+    (np.array([[0, 2**53 + 1]]), "token_ids must lie in [0, 2^31 - 1] (the file stores them as int32), got 0 to "
+                                 "9007199254740993"),  # integers past float64's 53 bits, named exactly
+])
+def test_token_ids_that_are_not_int32_integers_are_refused_in_one_line(tmp_path, ids, message):
+    with pytest.raises(ValueError) as e:
+        CaptureWriter(tmp_path / "cap.h5", _meta(), ids)
+    assert str(e.value) == message
+    assert not (tmp_path / "cap.h5").exists()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -11,7 +12,8 @@ import torch
 from zyfa.reference.attention import attention_fp64
 
 from zyfa.emulator import emulate
-from zyfa.emulator_tile import exp2_bittrick, mma
+from zyfa.emulator_tile import Tiling, block_max, exp2_bittrick, gemm, mma, pv_update, qk_tile, tile_row_sum
+from zyfa.platforms import stepwise_mma, truncating_mma
 from zyfa.recipe_spec import get_recipe
 
 # ----------------------------------------------------------------------------------------------------------- hopper mma
@@ -193,3 +195,119 @@ def test_one_query_row_per_block_matches_the_oracle(mask, d_v):
     assert (emu.lse.double() - lse_ref).abs().max() < 1e-5
     if mask.get("window") == 1:
         assert torch.equal(emu.out, v)
+
+
+# ----------------------------------------------------------------------------------------------- tile steps' k step
+# The tile steps take the matrix unit's k step from the platform (Tiling.k_step, from Platform.k_step), not the
+# helpers' default of 32. Expected values: zyfa.platforms' own accumulator model called with that k step.
+
+
+def _tiling(recipe, **fields) -> Tiling:
+    """A Tiling for calling one tile step directly: the fields qk_tile and tile_row_sum read, set here; the rest
+    are placeholders those steps do not read."""
+    base = dict(recipe=recipe, dev=torch.device("cpu"), p_fmt=None, fmax=448.0, log2_fmax=math.log2(448.0),
+                score_scale=torch.tensor(1.0), to_log2=None, block_m=4, block_n=8, k_step=64, in_unit=True,
+                qk_bits=13, qk_min=(-6, -6), pv_bits=13, pv_min=(-6, -6), ones_min=(-6, 0), two_level=True,
+                tile_factor_needed=False)
+    base.update(fields)
+    return Tiling(**base)
+
+
+def test_mma_steps_k_by_the_k_step_it_is_given():
+    a, b = _e4m3((5, 128), 20), _e4m3((128, 4), 19)
+    got = mma(a, b, None, 13, k_step=64)
+    assert torch.equal(got, truncating_mma(a, b, None, 13, 64, min_exp=(-6, -6)))
+    assert not torch.equal(got, mma(a, b, None, 13, k_step=32))
+
+
+@pytest.mark.parametrize("in_unit", [True, False])
+def test_gemm_steps_k_by_the_k_step_it_is_given(in_unit):
+    """k = 128 in steps of 64 (MI355X's MFMA k, here with a truncating accumulator): kept in the unit, or each step
+    flushed into fp32; the result differs from steps of 32 on these operands."""
+    a, b = _e4m3((5, 128), 21), _e4m3((128, 4), 22)
+    got = gemm(a, b, None, 13, in_unit, min_exp=(-6, -6), k_step=64)
+    want = (truncating_mma(a, b, None, 13, 64, min_exp=(-6, -6)) if in_unit
+            else stepwise_mma(a, b, 13, 64, min_exp=(-6, -6)))
+    assert torch.equal(got, want)
+    assert not torch.equal(got, gemm(a, b, None, 13, in_unit, min_exp=(-6, -6), k_step=32))
+
+
+def test_scores_of_a_tile_use_the_platforms_k_step():
+    q, kt = _e4m3((1, 1, 4, 128), 23), _e4m3((1, 1, 128, 8), 24)
+    tg = _tiling(get_recipe("zyfa-hopper"), k_step=64)
+    allowed = torch.ones(4, 8, dtype=torch.bool)
+    one = torch.ones(1, 1, 1, 1)
+    got = qk_tile(tg, q, kt, one, one, allowed)
+    assert torch.equal(got, truncating_mma(q, kt, None, 13, 64, min_exp=(-6, -6)))
+    assert not torch.equal(got, qk_tile(dataclasses.replace(tg, k_step=32), q, kt, one, one, allowed))
+
+
+def test_rounded_mma_row_sum_uses_the_platforms_k_step():
+    """P8 · ones on the matrix unit: 128 keys in steps of 64."""
+    p8 = _e4m3((1, 1, 4, 128), 25, lo=-9, hi=8).abs()
+    recipe = get_recipe("zyfa-hopper").replace(name="zyfa-hopper-rowsum-mma", rowsum="rounded_mma")
+    tg = _tiling(recipe, k_step=64)
+    got = tile_row_sum(tg, p8, None)
+    ones = torch.ones(128, 1)
+    assert torch.equal(got, truncating_mma(p8, ones, None, 13, 64, min_exp=(-6, 0)))
+    assert not torch.equal(got, tile_row_sum(dataclasses.replace(tg, k_step=32), p8, None))
+
+
+def test_rounded_mma_row_sum_ones_are_float32_under_a_float64_default_dtype():
+    """The ones vector is float32 whatever torch's default dtype (an fp32 matrix unit: P8 @ ones, which refuses
+    mixed dtypes)."""
+    p8 = _e4m3((1, 1, 4, 64), 26, lo=0, hi=4).abs()  # 1 to 16 in steps of 1/8 at most: every sum exact
+    recipe = get_recipe("zyfa").replace(name="zyfa-rowsum-mma", rowsum="rounded_mma")
+    tg = _tiling(recipe, pv_bits=None, ones_min=None, two_level=False)
+    want = tile_row_sum(tg, p8, None)
+    torch.set_default_dtype(torch.float64)
+    try:
+        got = tile_row_sum(tg, p8, None)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    assert torch.equal(want, p8.sum(-1, keepdim=True))
+
+
+def test_rounded_mma_row_sum_ones_are_on_the_tiles_device():
+    """On the truncating unit the ones vector must be on P's device (the meta device here stands for CUDA)."""
+    recipe = get_recipe("zyfa-hopper").replace(name="zyfa-hopper-rowsum-mma", rowsum="rounded_mma")
+    tg = _tiling(recipe, dev=torch.device("meta"))
+    got = tile_row_sum(tg, torch.empty(1, 1, 4, 64, device="meta"), None)
+    assert got.device.type == "meta" and got.shape == (1, 1, 4, 1)
+
+
+@pytest.mark.parametrize("branch", ["per_tile", "two_level", "chained"])
+def test_pv_update_uses_the_platforms_k_step(branch):
+    """O += P·V over 128 keys in steps of 64, in each of pv_update's three ways: per tile into fp32 (a tile factor
+    needed), the two-level tensor-core accumulator (flushed every tile here), or chained into the fp32 accumulator
+    with each k step flushed (``accumulator=fp32`` on a truncating unit)."""
+    p8 = _e4m3((1, 1, 4, 128), 27, lo=-6, hi=0).abs()
+    v = _e4m3((1, 1, 128, 3), 28)
+    acc = _e4m3((1, 1, 4, 3), 29, lo=-2, hi=2)
+    alpha = torch.ones(1, 1, 4, 1)
+    recipe = get_recipe("zyfa-hopper")  # accum_flush_tiles=1, v_descale not per tile
+    assert recipe.accum_flush_tiles == 1 and recipe.v_descale != "tile"
+    tg = _tiling(recipe, in_unit=branch != "chained", two_level=branch == "two_level",
+                 tile_factor_needed=branch == "per_tile")
+    acc_tc = torch.zeros_like(acc) if branch == "two_level" else None
+    got, got_tc = pv_update(tg, p8, v, torch.ones(1), acc, acc_tc, alpha, None, 0)
+    if branch == "chained":
+        want = acc + stepwise_mma(p8, v, 13, 64, min_exp=(-6, -6))
+    else:
+        want = acc + truncating_mma(p8, v, None, 13, 64, min_exp=(-6, -6))
+    assert torch.equal(got, want)
+    if branch == "two_level":
+        assert torch.equal(got_tc, torch.zeros_like(acc))
+    at32, _ = pv_update(dataclasses.replace(tg, k_step=32), p8, v, torch.ones(1), acc, acc_tc, alpha, None, 0)
+    assert not torch.equal(got, at32)
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3)])
+def test_block_max_takes_any_number_of_leading_dimensions(lead):
+    """x: (..., rows, 1): every block of block_m rows gets its own max, whatever the leading dimensions."""
+    x = torch.arange(math.prod(lead) * 6, dtype=torch.float32).reshape(*lead, 6, 1).flip(-2)
+    got = block_max(x, 2)
+    assert got.shape == x.shape
+    for r in range(6):  # x falls along the rows: each block's max is its first row (rows 0-1, 2-3, 4-5)
+        assert torch.equal(got[..., r, 0], x[..., r - r % 2, 0])

@@ -8,8 +8,11 @@ from zyfa.recipe_spec import (
     TRITON_KERNEL_FIELDS,
     SpecError,
     SpecParts,
+    format_field_value,
     get_recipe,
+    names_old_accumulator,
     overridable_fields,
+    parse_field_value,
     parse_recipes,
     split_spec,
     split_spec_list,
@@ -121,3 +124,84 @@ def test_old_accumulator_name_is_read_as_matrix_unit():
     assert old == new and old.name == "fa3:accumulator=matrix_unit@mi355x" and old.accumulator == "matrix_unit"
     assert RECIPES["zyfa"].replace(accumulator="hopper_fp8").accumulator == "matrix_unit"
     assert "hopper_fp8" not in RECIPES["zyfa"].replace(accumulator="hopper_fp8").short_str()
+
+
+@pytest.mark.parametrize("text, value", [("true", True), ("TRUE", True), ("1", True), ("false", False),
+                                         ("False", False), ("0", False)])
+def test_a_bool_field_reads_true_false_1_0_and_is_written_true_or_false(text, value):
+    assert parse_field_value("k_smoothing", text) is value
+    assert format_field_value("k_smoothing", value) == ("true" if value else "false")
+    assert get_recipe(f"zyfa:k_smoothing={text}").name == f"zyfa:k_smoothing={'true' if value else 'false'}"
+
+
+@pytest.mark.parametrize("spec, message", [
+    (3, "unknown recipe 3: a recipe spec is a string"),
+    ("@h200", "unknown recipe ''; known recipes: "),  # no name before the platform
+    (":accum_flush_tiles=1", "unknown recipe ''; known recipes: "),
+    ("zyfa:accum_flush_tiles", "bad recipe override 'accum_flush_tiles' in 'zyfa:accum_flush_tiles': not field=value; "
+                               "fields: q_format, "),
+    ("zyfa:accum_flush_tiles=1=2", "accum_flush_tiles takes an integer, not '1=2'"),  # the first '=' splits
+])
+def test_a_bad_spec_message_in_full(spec, message):
+    with pytest.raises(SpecError) as e:
+        get_recipe(spec)
+    assert str(e.value).startswith(message) or f": {message}" in str(e.value), str(e.value)
+
+
+def test_unknown_recipe_and_bad_tiles_messages_end_with_the_grammar():
+    with pytest.raises(SpecError) as e:
+        get_recipe("nosuchrecipe")
+    assert str(e.value).endswith(", ".join(RECIPES) + " (a spec is [triton:]NAME[:field=value,...][@PLATFORM])")
+    with pytest.raises(SpecError) as e:
+        get_recipe("fa3:head_dim_tiles=64:192")
+    assert ("head_dim_tiles entry '64:192' is not D:MxN (max head dim, block_m, block_n; entries joined by '|', "
+            "e.g. 64:192x128|128:128x192, or none); fields: q_format, ") in str(e.value)
+
+
+def test_split_spec_without_namespace_platform_or_overrides_leaves_them_empty():
+    assert split_spec("zyfa") == SpecParts(None, "zyfa", (), None)
+    assert split_spec("zyfa").namespace is None
+
+
+@pytest.mark.parametrize("text, old", [
+    ("fa3:accumulator=hopper_fp8@h200", True),
+    ("zyfa:accumulator=hopper_fp8", True),
+    ("fa3:accumulator=matrix_unit@h200", False),
+    ("zyfa", False),
+])
+def test_names_old_accumulator_finds_the_old_name_in_a_stored_spec(text, old):
+    assert names_old_accumulator(text) is old
+
+
+@pytest.mark.parametrize("text, specs", [
+    # an override piece whose value names the platform stays with its spec
+    ("zyfa:accumulator=matrix_unit,accum_flush_tiles=1@h200,ck",
+     ["zyfa:accumulator=matrix_unit,accum_flush_tiles=1@h200", "ck"]),
+    # an override piece whose value holds ':' (head_dim_tiles) stays with its spec
+    ("zyfa:accum_flush_tiles=1,head_dim_tiles=64:128x64,ck",
+     ["zyfa:accum_flush_tiles=1,head_dim_tiles=64:128x64", "ck"]),
+    # a piece with ':' or '@' before its '=' is a spec of its own
+    ("zyfa,zyfa:accum_flush_tiles=2", ["zyfa", "zyfa:accum_flush_tiles=2"]),
+    ("zyfa,ck@h200=1", ["zyfa", "ck@h200=1"]),
+    # only the part before the first '=' decides
+    ("zyfa:accum_flush_tiles=1,head_dim_tiles=64:1x1=2", ["zyfa:accum_flush_tiles=1,head_dim_tiles=64:1x1=2"]),
+    ("fa3:accum_flush_tiles=1,kv_order=reverse@h200=1", ["fa3:accum_flush_tiles=1,kv_order=reverse@h200=1"]),
+])
+def test_split_spec_list_reads_the_part_before_a_pieces_first_equals_sign(text, specs):
+    assert split_spec_list(text) == specs
+
+
+def test_parse_recipes_keeps_a_platform_after_an_override_with_its_spec():
+    got = parse_recipes("zyfa:accumulator=matrix_unit,accum_flush_tiles=1@h200,ck")
+    assert [r.name for r in got] == ["zyfa:accumulator=matrix_unit,accum_flush_tiles=1@h200", "ck"]
+    assert got[0].platform == "h200"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("zyfa,ck@h200=1", "unknown platform 'h200=1'"),  # the bad piece named as it was typed
+    ("zyfa:accum_flush_tiles=1,head_dim_tiles=64:1x1=2", "head_dim_tiles entry '64:1x1=2' is not D:MxN"),
+])
+def test_parse_recipes_names_the_bad_piece(text, message):
+    with pytest.raises(SpecError) as e:
+        parse_recipes(text)
+    assert message in str(e.value)
