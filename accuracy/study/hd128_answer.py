@@ -215,12 +215,12 @@ def lead_section(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] =
     """The section the study's front page opens with (``add(doc, plots)``); see the module's docstring."""
     groups, labels = _groups(rows, provenances, this_run, committed)
     entries, seen = [], set()
-    for group in groups:
+    for k, group in enumerate(groups):  # the groups in order (committed first), each in layer_entries' order
         for e in layer_entries(group):
             if e["name"] not in seen:
                 seen.add(e["name"])
-                entries.append({**e, "source": "; ".join(labels.get(f, f.removeprefix("committed:"))
-                                                         for f in e["file"]) or "this run"})
+                entries.append({**e, "group": k, "source": "; ".join(labels.get(f, f.removeprefix("committed:"))
+                                                                     for f in e["file"]) or "this run"})
     chosen = [r for group in groups for r in group]
     retrieval, retrieval_src = retrieval_effects(plans)
     kl = impact_kl(impact_folder)
@@ -253,7 +253,16 @@ def lead_section(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] =
                            "error against the original inputs (orig)", "orig × BF16's (paired per layer)",
                            "retrieval exact match, every layer's attention", "next-token KL", "from"],
                   body)
-        doc.p(_prose(entries) + _model_prose(entries, retrieval))
+        main = [e for e in entries if e["group"] == 0]
+        doc.p(_prose(main) + _model_prose(main, retrieval))
+        more = [e for e in entries if e["group"] > 0]
+        if more:
+            layers = sorted({e["n"] for e in more})
+            names = ", ".join("`" + e["name"] + "`" for e in more)
+            doc.p(f"The last {len(more)} rows ({names}) are this run's "
+                  f"implementations that the committed rows lack, on this run's {'/'.join(map(str, layers))} "
+                  "layers of the shipped sample capture (fewer layers, fewer tokens and heads: wide intervals, and "
+                  "not in the sentence above, which is about the first rows).")
         if retrieval_src:
             doc.p("Retrieval: exact match of the implementation in every layer minus that of the one it is compared "
                   "with, paired per prompt, clustered by fact, range over the plan's informative cells, from the "

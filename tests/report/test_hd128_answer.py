@@ -112,6 +112,12 @@ def test_a_users_kernel_on_fewer_layers_is_added_below_the_committed_rows_with_i
     assert cells[5].startswith("35.4×")  # 0.05 over the run's own bf16 rows (1e-3, 2e-3): sqrt(50 x 25)
     zyfa = next(x for x in md.splitlines() if x.startswith("| zyfa |"))
     assert "committed.jsonl @ 0123456" in zyfa and zyfa.split("|")[3].strip() == "6"
+    # the committed rows first, the run's extra rows last; the sentence on the spread is about the committed rows
+    rows = [x.split("|")[1].strip() for x in md.splitlines() if x.startswith("| ") and "|---" not in x][1:]
+    assert rows[-1] == "plugin:mine"
+    assert "every FP8 implementation here has 15×–16×" not in md  # (the planted ratios are exactly 15 and 16)
+    assert re.search(r"here has 15–16× BF16's error \(2 implementations", md)
+    assert "The last 1 rows (`plugin:mine`) are this run's implementations" in md
 
 
 def test_no_rows_anywhere_says_untested(tmp_path):
