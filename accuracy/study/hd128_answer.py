@@ -29,7 +29,8 @@ import numpy as np
 from zyfa.accuracy.impact.rows import load_rows as load_impact_rows
 from zyfa.accuracy.longctx.verdicts import plan_verdicts
 from zyfa.accuracy.report.document import Doc
-from zyfa.accuracy.report.front import ABLATION_PREFIX, implementation_of, is_real, source_label
+from zyfa.accuracy.report.front import ABLATION_PREFIX, implementation_of, is_real, number, source_label
+from zyfa.accuracy.report.front import ratio as ratio_text
 from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.scoring.plan import load_plan
 from zyfa.accuracy.scoring.verdict import cluster_bootstrap
@@ -41,9 +42,9 @@ __all__ = ["COMMITTED", "RETRIEVAL_PLANS", "hd128_rows", "impact_kl", "layer_ent
 ROOT = Path(__file__).resolve().parents[2]
 #: the committed hd128 capture rows, real kernels first (a layer measured in both keeps the first file's row)
 COMMITTED = (ROOT / "reports" / "hd128" / "real_kernels.jsonl", ROOT / "reports" / "hd128" / "results.jsonl")
-#: (plan, its rows): the retrieval plans whose implementations ran in every layer of an hd128 model
-RETRIEVAL_PLANS = ((ROOT / "studies" / "fp8-retrieval-hd128.toml",
-                    ROOT / "reports" / "fp8-retrieval-hd128" / "results.jsonl"),)
+#: the retrieval plans that ran FP8 implementations in every layer of an hd128 model against a BF16 one (their rows:
+#: wherever under reports/ they were written under the plan's hash, as the README's findings find them)
+RETRIEVAL_PLANS = (ROOT / "studies" / "fp8-retrieval-hd128.toml",)
 IMPACT_ROWS = ROOT / "reports" / "impact"
 BF16 = ("sdpa-bf16:cudnn", "bf16")  # the BF16 row the orig ratio is taken over: the real kernel's, else the recipe's
 ANCHOR = "t-hd128-answer"
@@ -79,9 +80,8 @@ def _by_name(rows: Sequence[dict]) -> dict[str, dict[tuple, dict]]:
 
 
 def _geo(values: Sequence[float]) -> tuple[float, float, float]:
-    est, lo, hi = cluster_bootstrap(np.log(np.asarray(values, dtype=float)))
-    return math.exp(est), math.exp(lo) if math.isfinite(lo) else math.nan, math.exp(hi) if math.isfinite(hi) else \
-        math.nan
+    """(geometric mean, lo, hi): the bootstrap over the values' logs, each value its own unit (a layer)."""
+    return tuple(math.exp(x) for x in cluster_bootstrap(np.log(np.asarray(values, dtype=float))))
 
 
 def layer_entries(rows: Sequence[dict]) -> list[dict]:
@@ -91,8 +91,8 @@ def layer_entries(rows: Sequence[dict]) -> list[dict]:
     without a BF16 row or for the BF16 row itself), ``recipe``, ``file`` (the rows' ``_file`` labels). Ordered:
     real kernels first, then by deq error."""
     by = _by_name(rows)
-    base = next((by[n] for n in BF16 if n in by), None)
     base_name = next((n for n in BF16 if n in by), None)
+    base = by.get(base_name)
     out = []
     for name, layers in by.items():
         keys = sorted(layers, key=str)
@@ -116,7 +116,7 @@ def _points(x: float) -> str:
     return f"{x * 100:+.0f}".replace("-", "−")
 
 
-def retrieval_effects(plans: Sequence[tuple[Path, Path]] = RETRIEVAL_PLANS) -> tuple[dict[str, str], list[str]]:
+def retrieval_effects(plans: Sequence[Path] = RETRIEVAL_PLANS, root: Path = ROOT) -> tuple[dict[str, str], list[str]]:
     """({implementation: its retrieval verdict, short}, [each plan with its condition and rule]) from each plan's rows
     written under its current hash: for the first contrast (primary, then exploratory, in the plan's order) whose
     ``b`` is the implementation, the exact-match change of ``b`` over ``a`` across the plan's informative cells
@@ -125,14 +125,15 @@ def retrieval_effects(plans: Sequence[tuple[Path, Path]] = RETRIEVAL_PLANS) -> t
     exploratory."""
     out: dict[str, str] = {}
     sources = []
-    for plan_file, rows_file in plans:
-        if not (plan_file.is_file() and rows_file.is_file()):
+    for plan_file in plans:
+        if not plan_file.is_file():
             continue
         # lazy: imports torch (through scoring.metrics); zyfa report reads results without torch
-        from zyfa.accuracy.longctx.scores import load_rows as load_longctx_rows
+        from zyfa.accuracy.study.plan_findings import plan_rows
 
         plan = load_plan(plan_file)
-        rows = [r for r in load_longctx_rows(str(rows_file))[0] if r.get("plan_hash") == plan.hash]
+        by_file = plan_rows(root, plan.hash)
+        rows = [r for f in sorted(by_file) for r in by_file[f]]
         if not rows:
             continue
         conds: set[str] = set()
@@ -154,7 +155,8 @@ def retrieval_effects(plans: Sequence[tuple[Path, Path]] = RETRIEVAL_PLANS) -> t
                       f"{mine[0]['verdict'].n_clusters} facts per cell")
         sources.append(f"`{plan_file.name}` ({plan.short_hash}; {'; '.join(sorted(conds))}; no effect: none "
                        f"larger than {plan.metrics['exact'] * 100:g} points; primary cells after "
-                       f"{plan.correction.capitalize()}), rows in `{_rel(rows_file.parent)}/`")
+                       f"{plan.correction.capitalize()}), rows in "
+                       + ", ".join(f"`{d}/`" for d in sorted({_rel(f.parent) for f in by_file})))
     return out, sources
 
 
@@ -183,7 +185,7 @@ def _cell(t: tuple[float, float, float] | None, ratio: bool = False) -> str:
     if t is None:
         return "–"
     est, lo, hi = t
-    f = (lambda x: f"{x:.3g}×") if ratio else (lambda x: f"{x:.2e}")
+    f = ratio_text if ratio else number
     return f(est) + (f" [{f(lo)}, {f(hi)}]" if math.isfinite(lo) else "")
 
 
@@ -210,7 +212,7 @@ def _groups(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]], this_
 
 
 def lead_section(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] = (), this_run: Sequence[str] = (), *,
-                 committed: Sequence[Path] = COMMITTED, plans: Sequence[tuple[Path, Path]] = RETRIEVAL_PLANS,
+                 committed: Sequence[Path] = COMMITTED, plans: Sequence[Path] = RETRIEVAL_PLANS,
                  impact_folder: Path = IMPACT_ROWS) -> Callable[[Doc, bool], None]:
     """The section the study's front page opens with (``add(doc, plots)``); see the module's docstring."""
     groups, labels = _groups(rows, provenances, this_run, committed)
@@ -294,6 +296,7 @@ def _prose(entries: Sequence[dict]) -> str:
     share = max(e["deq"][0] / e["orig"][0] for e in fp8)
     return (f"Against the original inputs every FP8 implementation here has {lo_x:.3g}–{hi_x:.3g}× BF16's error "
             f"({len(fp8)} implementations, geometric means over layers). Their kernel-only error ranges from "
-            f"{lo_deq['deq'][0]:.2e} (`{lo_deq['name']}`) to {hi_deq['deq'][0]:.2e} (`{hi_deq['name']}`), at most "
+            f"{number(lo_deq['deq'][0])} (`{lo_deq['name']}`) to {number(hi_deq['deq'][0])} (`{hi_deq['name']}`), "
+            "at most "
             f"{share:.0%} of the same implementation's orig error: on these activations the rounding of Q, K and V "
             "to FP8, which every implementation shares, weighs more than how each kernel computes.")

@@ -15,7 +15,7 @@ without any, the row says "untested at the condition" with the planned n. A cont
 conditions' results files.
 
 Exposed: ``plan_files(root)``, ``retrieval_findings(root)``, ``contrast_findings(root)``, ``humaneval_findings(root)``,
-``plan_findings(root)`` (all three).
+``plan_findings(root)`` (all three), ``plan_rows(root, plan_hash)``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from zyfa.accuracy.study.finding import UNTESTED, Finding
 from zyfa.accuracy.tasks import plan as he
 from zyfa.capture.models import MODELS
 
-__all__ = ["contrast_findings", "humaneval_findings", "plan_files", "plan_findings", "retrieval_findings"]
+__all__ = ["contrast_findings", "humaneval_findings", "plan_files", "plan_findings", "plan_rows",
+           "retrieval_findings"]
 
 KINDS = ("retrieval", "contrast", "humaneval")
 # the discordance rates (share of problems passing under one arm only) at which a HumanEval design's detectable
@@ -79,6 +80,11 @@ def _rows_under(texts: dict[Path, str], plan_hash: str, read) -> dict[Path, list
             if mine:
                 out[f] = mine
     return out
+
+
+def plan_rows(root: Path, plan_hash: str) -> dict[Path, list[dict]]:
+    """The long-context rows written under ``plan_hash`` in any ``reports/**/*.jsonl`` of ``root``, by file."""
+    return _rows_under(_texts(root), plan_hash, lambda f: load_rows([str(f)])[0])
 
 
 def _source(root: Path, plan_file: Path, short_hash: str, files: Sequence[Path]) -> str:

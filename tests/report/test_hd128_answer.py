@@ -136,7 +136,7 @@ def test_impact_rows_of_an_hd128_model_fill_the_kl_column(tmp_path):
 
 
 def test_the_committed_rows_give_the_retrieval_verdicts_and_the_fp8_spread():
-    if not all(p.is_file() for p in COMMITTED) or not all(r.is_file() for _, r in RETRIEVAL_PLANS):
+    if not all(p.is_file() for p in COMMITTED) or not all(p.is_file() for p in RETRIEVAL_PLANS):
         pytest.skip("the committed hd128 and retrieval rows are not in this checkout")
     effects, sources = retrieval_effects()
     assert "fp8-retrieval-hd128.toml" in sources[0]
