@@ -3,6 +3,7 @@ result and plan files: each file's block must equal the generated one, so that n
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -75,10 +76,11 @@ def test_every_row_states_condition_unit_n_interval_and_verdict(block):
     assert "qwen25coder-1.5b, head dim 128, 2048 tokens (primary)" in op and "n = 28 layers" in op
     assert "| deq 1.465 [1.315, 1.632]; orig 1.011 [1.001, 1.023] | deq effect, orig no effect larger than 0.05; " \
         "other conditions, each its own verdict: smollm2" in op
-    # HumanEval: untested, with its planned n and the detectable loss its plan's header states
+    # HumanEval: each arm's paired problems of the 164 and, until all 164 are paired, a verdict that waits
     he, = [r for r in rows if "`studies/humaneval.toml`" in r]
-    assert "problem, n = 0 (164 problems per arm planned)" in he
-    assert "loss of 7.9 points at 10% or 10.4 points at 15% discordant problems with 80% power" in he
+    n = re.search(r"problem, n = (\d+)(?:–(\d+))? paired per arm \(of 164\)", he)
+    assert n, he
+    assert ("waits: " in he) == (int(n.group(1)) < 164) and "`reports/humaneval-plan/`" in he
 
 
 def test_a_file_without_the_markers_is_refused():

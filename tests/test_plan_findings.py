@@ -11,8 +11,14 @@ from pathlib import Path
 
 from zyfa.accuracy.io.results_io import jsonl_text
 from zyfa.accuracy.scoring.plan import load_plan
-from zyfa.accuracy.study.finding import UNTESTED
-from zyfa.accuracy.study.plan_findings import contrast_findings, humaneval_findings, plan_files, plan_findings
+from zyfa.accuracy.study.finding import UNTESTED, UNTESTED_PREFIX
+from zyfa.accuracy.study.plan_findings import (
+    contrast_findings,
+    humaneval_findings,
+    plan_files,
+    plan_findings,
+    retrieval_findings,
+)
 from zyfa.accuracy.tasks.plan import N_PROBLEMS, load_humaneval_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,19 +27,21 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_plan_without_rows_is_untested_with_its_planned_n(tmp_path):
     shutil.copytree(ROOT / "studies", tmp_path / "studies")
     files = plan_files(tmp_path)
-    assert [f.name for f in files["contrast"]] == ["accumulator-operator.toml"]
+    assert [f.name for f in files["contrast"]] == ["accumulator-operator.toml", "per-head-descales.toml"]
     assert [f.name for f in files["humaneval"]] == ["humaneval.toml"]
     assert {"accumulator.toml", "fp8-retrieval-hd128.toml", "fp8-retrieval-generated.toml"} <= {
         f.name for f in files["retrieval"]}
     assert not any(f.name.startswith("hd128-") for kind in files.values() for f in kind)  # findings.py's own
     out = plan_findings(tmp_path)
     n_retrieval = sum(len(load_plan(f).models) for f in files["retrieval"])
-    assert len(out) == n_retrieval + 1 + 1  # one claim on one primary condition; one HumanEval row
+    assert len(out) == n_retrieval + 2 + 1  # each contrast plan: one claim on one primary condition; one HumanEval
     for f in out:
         assert f.verdict.startswith(UNTESTED) and f.figure == "–" and "n = 0 (" in f.unit, f
         assert f.source.startswith("`studies/") and "reports/" not in f.source
     assert sum("(50 facts per cell planned)" in f.unit for f in out) == n_retrieval
-    assert any(f.unit == f"problem, n = 0 ({N_PROBLEMS} problems per arm planned)" for f in out)
+    he, = [f for f in out if f.unit == f"problem, n = 0 ({N_PROBLEMS} problems per arm planned)"]
+    # the detectable loss its plan's header states
+    assert "loss of 7.9 points at 10% or 10.4 points at 15% discordant problems with 80% power" in he.verdict
 
 
 def _he_rows(plan, model, impl, passed, plan_hash):
@@ -88,9 +96,37 @@ def test_a_contrast_plan_on_partial_rows_says_so_and_leaves_missing_conditions_o
     (tmp_path / results).parent.mkdir(parents=True)
     shutil.copy(ROOT / results, tmp_path / (results + ".partial"))
     row, = contrast_findings(tmp_path)
-    full, = contrast_findings(ROOT)
+    full = next(f for f in contrast_findings(ROOT) if f.source.startswith("`studies/accumulator-operator.toml`"))
     assert row.figure == full.figure == "deq 1.465 [1.315, 1.632]; orig 1.011 [1.001, 1.023]"
     assert "(primary) (partial rows);" in row.condition and "(partial rows)" not in full.condition
     assert row.verdict == "deq effect, orig no effect larger than 0.05"
     assert "other conditions" in full.verdict
     assert row.source.endswith("`reports/accumulator-operator/`")
+
+
+def test_a_cut_runs_partial_rows_count_and_the_verdict_waits(tmp_path):
+    """Rows of a run cut by device time stay in ``<out>.partial`` until resumed: the HumanEval row reads them and
+    waits for the problems it lacks (n and the interim figure stated), and a retrieval plan whose partial rows hold
+    one arm only says how many rows it has and that none is paired yet."""
+    (tmp_path / "studies").mkdir()
+    for name in ("humaneval.toml", "fp8-retrieval-generated.toml"):
+        shutil.copy(ROOT / "studies" / name, tmp_path / "studies" / name)
+    plan = load_humaneval_plan(tmp_path / "studies" / "humaneval.toml")
+    model, n = plan.models[0], 40
+    rows = [r for impl in (plan.baseline, *plan.arms)
+            for r in _he_rows(plan, model, impl, [i % 2 == 0 for i in range(n)], plan.hash)]
+    part = tmp_path / "reports" / "humaneval-plan" / "he-0.jsonl.partial"
+    part.parent.mkdir(parents=True)
+    part.write_text(jsonl_text(rows, {"plan_hash": plan.hash}))
+    row, = humaneval_findings(tmp_path)
+    assert row.unit == f"problem, n = {n} paired per arm (of {N_PROBLEMS})"
+    assert f"waits: {n} of {N_PROBLEMS} problems paired" in row.verdict
+    cut = ROOT / "reports" / "fp8-retrieval-generated" / "results-qwen25coder-1.5b.jsonl.partial"
+    if not cut.is_file():
+        return  # the committed cut run (one arm's rows) is not in this checkout
+    (tmp_path / "reports" / "fp8-retrieval-generated").mkdir(parents=True)
+    shutil.copy(cut, tmp_path / "reports" / "fp8-retrieval-generated" / cut.name)
+    n_lc = sum(1 for line in cut.read_text().splitlines() if '"plan_hash"' in line and '"record"' not in line)
+    found, = retrieval_findings(tmp_path)
+    assert found.verdict.startswith(UNTESTED_PREFIX)
+    assert f"{n_lc} rows under this plan, none paired yet" in found.verdict

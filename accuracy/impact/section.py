@@ -38,7 +38,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
     Each entry: recipe, windows (sorted window indices), rows, and the CIs over windows
     (``zyfa.accuracy.scoring.metrics.CI``)
     ``ppl_ratio``, ``delta_ppl``, ``kl``; ``kl_blocks`` (pooled 256-token blocks, or None); means ``kl_p99``,
-    ``top1``, ``p_flushed`` (NaN where a row has none).
+    ``top1``, ``p_flushed`` (NaN where a row has none, and for a real implementation, whose P is not seen).
     """
     groups: dict[tuple, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -50,8 +50,9 @@ def summarize(rows: list[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
         for rc, rs in per_recipe.items():
             rs = sorted(rs, key=lambda r: r["window"])
             blocks = [b for r in rs for b in r.get("kl_blocks") or []]
-            pf = [float(r["p_flushed_mean"]) if isinstance(r.get("p_flushed_mean"), (int, float)) else math.nan
-                  for r in rs]
+            # a real implementation's row has no P to count (rows written before this rule hold 0.0 there)
+            pf = [float(r["p_flushed_mean"]) if isinstance(r.get("p_flushed_mean"), (int, float))
+                  and not r.get("implementation") else math.nan for r in rs]
             entries.append({
                 "recipe": rc, "windows": [r["window"] for r in rs], "rows": rs,
                 "ppl_ratio": _ci([r["ppl_ratio"] for r in rs]), "delta_ppl": _ci([r["delta_ppl"] for r in rs]),
@@ -72,13 +73,16 @@ def group_title(key: tuple, keys: Iterable[tuple]) -> str:
 
 
 INTRO = (
-    "Every attention layer of each model runs a recipe's tiled emulator (CPU, `zyfa.emulator.emulate`) "
-    "instead of the model's own attention (transformers `sdpa`, fp32), on held-out windows of the {texts} text "
+    "Every attention layer of each model runs a recipe's tiled emulator (`zyfa.emulator.emulate`) or, in a row "
+    "named by a real implementation (`triton:...`, `cudnn-fp8`, `sdpa-bf16:...`), that kernel (the row's `ran` "
+    "names what ran in each layer) instead of the model's own attention (transformers `sdpa`, fp32), on {devices}, "
+    "on held-out windows of the {texts} text "
     "({tokens} tokens each; the odd slices of the token stream, disjoint from the capture windows). "
     "Δppl = ppl(recipe) − ppl(stock) over each window's own next tokens; KL = mean over positions of "
     "KL(stock ‖ recipe) of the next-token distributions, in nats/token (float64 from fp32 logits); top-1 = "
     "fraction of positions whose argmax is unchanged; P flushed = fraction of the unmasked probabilities the "
-    "recipe rounds to 0, mean over layers. Brackets: 95% bootstrap CI over windows (scipy; with 2–3 windows this "
+    "recipe rounds to 0, mean over layers (– for a real implementation, whose P is not seen). Brackets: 95% "
+    "bootstrap CI over windows (scipy; with 2–3 windows this "
     "is rough; none with 1 window); the last column pools {block}-token blocks of all windows (correlated, so "
     "optimistic). Recipes are sorted by mean KL. `fp32` (no quantization) is the control: its KL shows the "
     "emulator's own summation-order noise.")
@@ -99,7 +103,10 @@ def section_blocks(rows: list[dict[str, Any]], *, command: str | None = None, fi
         return blocks + [("p", "No results yet.")]
     texts = sorted({str(r.get("text")) for r in rows})
     tokens = sorted({int(r.get("n_tokens") or 0) for r in rows})
+    devices = sorted({str(r.get("device") or "cpu") for r in rows})
     blocks.append(("p", INTRO.format(texts=", ".join(texts), tokens=", ".join(map(str, tokens)),
+                                     devices=" and ".join(d.upper() for d in devices)
+                                     + (" (each row's `device`)" if len(devices) > 1 else ""),
                                      block=BLOCK_TOKENS)))
     blocks += [("p", n) for n in notes]
     commands = []
@@ -132,7 +139,7 @@ def section_blocks(rows: list[dict[str, Any]], *, command: str | None = None, fi
         for e in entries:
             body.append([e["recipe"], str(len(e["windows"])), fmt_ci(e["ppl_ratio"], ".5f"),
                          fmt_ci(e["delta_ppl"], "+.4f"), fmt_ci(e["kl"], ".2e"), fmt(e["kl_p99"], ".2e"),
-                         fmt(e["top1"], ".4f"), fmt(e["p_flushed"], ".3f"),
+                         fmt(e["top1"], ".4f"), fmt(e["p_flushed"], ".3f") if math.isfinite(e["p_flushed"]) else "–",
                          fmt_ci(e["kl_blocks"], ".2e") if e["kl_blocks"] is not None else "nan"])
         blocks.append(("table", f"{key_prefix}-{slug('-'.join(map(str, g)))}", IMPACT_HEADER, body, False))
     if lay:

@@ -8,13 +8,19 @@ layers (:func:`zyfa.accuracy.report.claims.pair_figure`), the verdict
 layers, a results file of ``zyfa accuracy`` rows) is its own verdict; conditions are never pooled. A condition marked
 ``descriptive`` (too few layers for a verdict that means anything) shows its figure and says so.
 
+A condition of ``kind = "impact"`` contrasts the arms in a whole model instead of one layer: ``zyfa impact`` rows
+(``model``, ``text``, ``tokens``, ``windows``; every layer's attention the arm's) and the per-window ratio b / a of a
+model metric (``metric``, :data:`IMPACT_METRICS`: the next-token KL against the stock model), paired per held-out
+window, windows independent (example plan: ``studies/per-head-descales.toml``).
+
 Example plan: ``studies/accumulator-operator.toml``. Render::
 
     python -m zyfa.accuracy.report.contrast studies/accumulator-operator.toml \\
         --out reports/accumulator-operator/report.md
 
-Exposed: ``Condition``, ``PairClaim``, ``ContrastPlan``, ``load_contrast_plan(path)``, ``run_command(plan,
-condition)``, ``read_condition(condition, root)``, ``contrast_figures(plan, rows_by_results)``,
+Exposed: ``Condition``, ``PairClaim``, ``ContrastPlan``, ``IMPACT_METRICS``, ``load_contrast_plan(path)``,
+``run_command(plan, condition)``, ``read_condition(condition, root)``, ``contrast_figures(plan, rows_by_results)``,
+``impact_pair_figure(rows, a, b, condition, threshold)``,
 ``figure_text(figure)``, ``n_text(figure)``, ``verdict_text(figure)``, ``contrast_section(plan, figures)``,
 ``main(argv)``.
 """
@@ -30,17 +36,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from zyfa.accuracy.impact.rows import load_rows as load_impact_rows
 from zyfa.accuracy.io.schemas import read_rows
 from zyfa.accuracy.report.blocks import fmt
 from zyfa.accuracy.report.claims import ERRORS, pair_figure
 from zyfa.accuracy.report.document import Doc, render_markdown
 from zyfa.accuracy.report.hd128 import PlanFileError, read_plan_file
 from zyfa.accuracy.scoring.plan import plan_hash
+from zyfa.accuracy.scoring.verdict import paired_verdict
+from zyfa.capture.models import MODELS
 
 from zyfa.recipe_spec import get_recipe
 
-__all__ = ["Condition", "ContrastPlan", "PairClaim", "contrast_figures", "contrast_section", "figure_text",
-           "load_contrast_plan", "main", "n_text", "read_condition", "run_command", "verdict_text"]
+__all__ = ["IMPACT_METRICS", "Condition", "ContrastPlan", "PairClaim", "contrast_figures", "contrast_section",
+           "figure_text", "impact_pair_figure", "load_contrast_plan", "main", "n_text", "read_condition",
+           "run_command", "verdict_text"]
+
+# the model metrics an impact condition may contrast (a ``zyfa impact`` row's field: its words in the table)
+IMPACT_METRICS = {"kl_mean": "next-token KL"}
+CONDITION_KINDS = ("operator", "impact")
 
 
 @dataclass(frozen=True)
@@ -60,6 +74,12 @@ class Condition:
     heads: str = ""  # zyfa accuracy's --heads value (query head indices), "" for every head
     primary: bool = False
     descriptive: bool = False
+    kind: str = "operator"  # "operator": zyfa accuracy on captures; "impact": zyfa impact on a whole model
+    model: str = ""  # impact: the registry model
+    text: str = ""  # impact: its text source
+    tokens: int = 0  # impact: tokens per window
+    windows: int = 0  # impact: held-out windows (the units)
+    metric: str = ""  # impact: the row field contrasted (IMPACT_METRICS)
 
 
 @dataclass(frozen=True)
@@ -115,6 +135,12 @@ def load_contrast_plan(path: str | Path) -> ContrastPlan:
     conds = []
     for i, c in enumerate(conds_in, 1):
         where = f"plan {src}: condition {i}"
+        kind = c.get("kind", "operator")
+        if kind not in CONDITION_KINDS:
+            raise PlanFileError(f"{where}: kind must be one of {', '.join(CONDITION_KINDS)}, not {kind!r}")
+        if kind == "impact":
+            conds.append(_impact_condition(c, where))
+            continue
         layers = c.get("layers", "all")
         if not isinstance(layers, str) or not layers.strip():
             raise PlanFileError(f"{where}: layers must be \"all\" or zyfa accuracy's --layers value (a string)")
@@ -130,12 +156,34 @@ def load_contrast_plan(path: str | Path) -> ContrastPlan:
                         claims=tuple(claims), errors=tuple(errors), conditions=tuple(conds))
 
 
+def _impact_condition(c: dict, where: str) -> Condition:
+    model, text = _text(c, "model", where), _text(c, "text", where)
+    if model not in MODELS:
+        raise PlanFileError(f"{where}: model {model!r} is not in the registry ({', '.join(MODELS)})")
+    for key in ("tokens", "windows"):
+        v = c.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise PlanFileError(f"{where}: {key} must be a positive whole number")
+    metric = c.get("metric", "kl_mean")
+    if metric not in IMPACT_METRICS:
+        raise PlanFileError(f"{where}: metric must be one of {', '.join(IMPACT_METRICS)}, not {metric!r}")
+    return Condition(label=_text(c, "label", where), inputs="", layers="all", results=_text(c, "results", where),
+                     primary=bool(c.get("primary", False)), descriptive=bool(c.get("descriptive", False)),
+                     kind="impact", model=model, text=text, tokens=int(c["tokens"]), windows=int(c["windows"]),
+                     metric=metric)
+
+
 def _recipes(plan: ContrastPlan) -> list[str]:
     return list(dict.fromkeys(s for c in plan.claims for s in (c.b, c.a)))
 
 
 def run_command(plan: ContrastPlan, cond: Condition, device: str = "cpu") -> str:
-    """The ``zyfa accuracy`` command that makes (or, resumed, completes) a condition's rows."""
+    """The ``zyfa accuracy`` (``zyfa impact``) command that makes (or, resumed, completes) a condition's rows."""
+    if cond.kind == "impact":
+        parts = ["zyfa", "impact", "--models", cond.model, "--recipes", ",".join(_recipes(plan)), "--text",
+                 cond.text, "--tokens", str(cond.tokens), "--windows", str(cond.windows), "--device", device,
+                 "--out", cond.results, "--resume", "--no-progress"]
+        return " ".join(shlex.quote(p) for p in parts)
     parts = ["zyfa", "accuracy", "--inputs", cond.inputs, "--recipes", ",".join(_recipes(plan))]
     if cond.layers != "all":
         parts += ["--layers", cond.layers]
@@ -149,11 +197,12 @@ def read_condition(cond: Condition, root: str | Path = ".") -> tuple[list[dict],
     """(rows, state) of a condition's results file, relative to ``root``: the finished file (state "complete"), else
     its .partial (state "partial"), else none (state "missing")."""
     path = Path(root) / cond.results
+    read = (lambda f: load_impact_rows([f])[0]) if cond.kind == "impact" else (lambda f: read_rows(f)[0])
     if path.exists():
-        return read_rows(path)[0], "complete"
+        return read(path), "complete"
     part = path.with_name(path.name + ".partial")
     if part.exists():
-        return read_rows(part)[0], "partial"
+        return read(part), "partial"
     return [], "missing"
 
 
@@ -164,6 +213,11 @@ def contrast_figures(plan: ContrastPlan, rows_by_results: Mapping[str, Sequence[
     for cond in plan.conditions:
         rows = rows_by_results.get(cond.results, ())
         for c in plan.claims:
+            if cond.kind == "impact":
+                rec = impact_pair_figure(rows, c.a, c.b, cond, c.threshold)
+                rec.update(condition=cond, pair=c)
+                out.append(rec)
+                continue
             for err in plan.errors:
                 rec = pair_figure(rows, (c.a,), (c.b,), "capture", err, threshold=c.threshold, head_dim=None)
                 rec.update(condition=cond, pair=c)
@@ -171,18 +225,55 @@ def contrast_figures(plan: ContrastPlan, rows_by_results: Mapping[str, Sequence[
     return out
 
 
+def _recipe_name(spec) -> str | None:
+    try:
+        return get_recipe(str(spec)).name
+    except ValueError:  # a real implementation's name (triton:..., sdpa-fp32): no recipe of this contrast
+        return None
+
+
+def impact_pair_figure(rows: Sequence[dict], a: str, b: str, cond: Condition, threshold: float) -> dict:
+    """The figure of one contrast in a whole model: the geometric mean over the held-out windows both arms ran of
+    the ratio b / a of the condition's metric, its interval over windows (each window independent: the bootstrap
+    widened to the t interval on windows − 1 degrees of freedom) and paired_verdict's verdict against
+    ``threshold``; the same keys as :func:`zyfa.accuracy.report.claims.pair_figure`'s record. Rows of another model,
+    text or window length, and one-layer (per-layer sweep) rows, are not the condition's."""
+    def arm(spec: str) -> dict[int, float]:
+        name = _recipe_name(spec)
+        return {int(r["window"]): float(r[cond.metric]) for r in rows
+                if r.get("kind") == "impact_window" and r.get("layer") is None and r.get("model") == cond.model
+                and r.get("text") == cond.text and r.get("n_tokens") == cond.tokens
+                and _recipe_name(r.get("recipe")) == name and isinstance(r.get(cond.metric), (int, float))}
+
+    pa, pb = arm(a), arm(b)
+    both = sorted(set(pa) & set(pb))
+    rec = {"a": a, "b": b, "kind": "impact", "error": IMPACT_METRICS[cond.metric], "n": len(both),
+           "per_head": False, "ratio": math.nan, "lo": math.nan, "hi": math.nan, "lo_unit": math.nan,
+           "hi_unit": math.nan, "detectable": math.inf, "label": "untested (no paired rows)",
+           "label_unit": "untested (no paired rows)", "n_clusters": len(both), "inputs": len(both)}
+    if both:
+        v = paired_verdict({w: pa[w] for w in both}, {w: pb[w] for w in both}, threshold=threshold, ratio=True,
+                           higher_is_better=False, metric=f"ratio of {IMPACT_METRICS[cond.metric]}", arms=(a, b))
+        rec.update(ratio=v.effect, lo=v.lo, hi=v.hi, lo_unit=v.lo, hi_unit=v.hi, detectable=v.detectable,
+                   label=v.label, label_unit=v.label)
+    return rec
+
+
 def figure_text(rec: dict) -> str:
     """A figure's geometric mean with its interval over layers, as the table shows it."""
     if rec["n"] == 0:
         return "–"
     if not math.isfinite(rec["lo"]):
-        return f"{fmt(rec['ratio'], 'ratio')} (no interval: one layer)"
+        one = "window" if rec["kind"] == "impact" else "layer"
+        return f"{fmt(rec['ratio'], 'ratio')} (no interval: one {one})"
     return f"{fmt(rec['ratio'], 'ratio')} [{fmt(rec['lo'], 'ratio')}, {fmt(rec['hi'], 'ratio')}]"
 
 
 def _unit_interval(rec: dict) -> str:
     if rec["n"] == 0 or not math.isfinite(rec["lo_unit"]):
         return "–"
+    if rec["kind"] == "impact":
+        return "(one unit per window: the same)"
     if not rec["per_head"] and rec["n"] == rec["n_clusters"]:
         return "(one unit per layer: the same)"
     return f"[{fmt(rec['lo_unit'], 'ratio')}, {fmt(rec['hi_unit'], 'ratio')}]"
@@ -192,6 +283,8 @@ def n_text(rec: dict) -> str:
     """A figure's n in words: its units and the layers they lie in."""
     if rec["n"] == 0:
         return "0"
+    if rec["kind"] == "impact":
+        return f"{rec['n']} held-out windows of {rec['condition'].tokens} tokens (each its own unit)"
     if rec["per_head"]:
         return f"{rec['n']} layer × head units in {rec['n_clusters']} layers"
     heads = rec["condition"].heads
@@ -206,7 +299,8 @@ def verdict_text(rec: dict) -> str:
     if rec["n"] == 0:
         return rec["label"]
     if rec["condition"].descriptive:
-        return f"descriptive only ({rec['n_clusters']} layers); the rule would say: {rec['label']}"
+        units = "windows" if rec["kind"] == "impact" else "layers"
+        return f"descriptive only ({rec['n_clusters']} {units}); the rule would say: {rec['label']}"
     return rec["label"]
 
 
@@ -230,6 +324,13 @@ def contrast_section(plan: ContrastPlan, figures: Sequence[dict], states: Mappin
               "excludes 1 and reaches beyond that range; otherwise **inconclusive**, with the smallest change the "
               "design could detect. Conditions marked descriptive have too few layers for the interval to mean "
               "much; their verdict is shown but not claimed.")
+        if any(c.kind == "impact" for c in plan.conditions):
+            doc.p("A whole-model condition (`zyfa impact`) puts each arm in every layer of the model instead: its "
+                  "unit is a held-out window of text, its figure the geometric mean over windows of the per-window "
+                  "ratio b / a of the model metric named in the error column (next-token KL: the mean over a "
+                  "window's positions of KL(stock ‖ arm) of the next-token distributions), and its interval is "
+                  "over windows, each independent (the same rule and t widening, on windows − 1 degrees of "
+                  "freedom).")
         rows = []
         for f in figures:
             cond, c = f["condition"], f["pair"]
@@ -238,8 +339,9 @@ def contrast_section(plan: ContrastPlan, figures: Sequence[dict], states: Mappin
             rows.append([label, f"`{c.b}` / `{c.a}` (threshold {c.threshold:g})", f["error"], figure_text(f),
                          _unit_interval(f), n_text(f), verdict_text(f)])
         doc.table(f"t-contrast-{plan.name}", ["condition", "ratio b / a", "error",
-                                              "geometric mean [95% interval over layers]",
-                                              "95% interval over layer × head units", "n", "verdict (over layers)"],
+                                              "geometric mean [95% interval over layers or windows]",
+                                              "95% interval over layer × head units", "n",
+                                              "verdict (over layers or windows)"],
                   rows, text=True)
         missing = [cond for cond in plan.conditions if states.get(cond.results) in ("missing", "partial")]
         if missing:
@@ -254,9 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m zyfa.accuracy.report.contrast",
                                  description="render a contrast plan's verdict table from its conditions' rows")
     ap.add_argument("plan", help="the contrast plan (TOML), e.g. studies/accumulator-operator.toml")
-    ap.add_argument("--out", required=True, help="the Markdown report to write")
-    ap.add_argument("--commands", action="store_true", help="print the zyfa accuracy command of every condition and "
-                    "stop")
+    ap.add_argument("--out", help="the Markdown report to write (required unless --commands)")
+    ap.add_argument("--commands", action="store_true", help="print the zyfa accuracy (zyfa impact) command of every "
+                    "condition and stop")
     args = ap.parse_args(argv)
     try:
         plan = load_contrast_plan(args.plan)
@@ -266,6 +368,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.commands:
         print("\n".join(run_command(plan, c) for c in plan.conditions))
         return 0
+    if not args.out:
+        print("error: --out is required (the Markdown report to write)", file=sys.stderr)
+        return 2
     rows_by, states = {}, {}
     try:
         for cond in plan.conditions:

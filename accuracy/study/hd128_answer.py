@@ -15,7 +15,7 @@ Sources: this run's hd128 capture rows when they cover at least as many layers a
 named with their commit and device. The prose under the table is computed from the table.
 
 Exposed: ``COMMITTED``, ``RETRIEVAL_PLANS``, ``hd128_rows``, ``layer_entries``, ``retrieval_effects``,
-``impact_kl``, ``lead_section``.
+``impact_kl``, ``kl_sentence``, ``lead_section``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 from zyfa.accuracy.impact.rows import load_rows as load_impact_rows
+from zyfa.accuracy.impact.rows import prepare_rows as prepare_impact_rows
 from zyfa.accuracy.longctx.verdicts import plan_verdicts
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.front import ABLATION_PREFIX, implementation_of, is_real, number, source_label
@@ -36,7 +37,7 @@ from zyfa.accuracy.scoring.plan import load_plan
 from zyfa.accuracy.scoring.verdict import cluster_bootstrap
 from zyfa.capture.models import MODELS
 
-__all__ = ["COMMITTED", "RETRIEVAL_PLANS", "hd128_rows", "impact_kl", "layer_entries", "lead_section",
+__all__ = ["COMMITTED", "RETRIEVAL_PLANS", "hd128_rows", "impact_kl", "kl_sentence", "layer_entries", "lead_section",
            "retrieval_effects"]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,23 +163,42 @@ def retrieval_effects(plans: Sequence[Path] = RETRIEVAL_PLANS, root: Path = ROOT
 
 def impact_kl(folder: Path = IMPACT_ROWS) -> dict[str, tuple[float, float, float, int]]:
     """{recipe or implementation: (mean next-token KL, lo, hi, windows)} over the whole-model impact rows (every
-    layer's attention swapped) of hd128 registry models under ``folder``; empty where none exist."""
+    layer's attention swapped) of hd128 registry models under ``folder``; empty where none exist. The figures are the
+    model-impact section's (:func:`zyfa.accuracy.impact.section.summarize`: a 95% bootstrap over windows)."""
+    return _impact(folder)[0]
+
+
+def _impact(folder: Path) -> tuple[dict[str, tuple[float, float, float, int]], str]:
+    """impact_kl's table and a phrase of its condition and sources (models, tokens, text, file @ commit, device)."""
+    # lazy: the impact section's bootstrap imports torch; zyfa report's composer imports this module without it
+    from zyfa.accuracy.impact.section import summarize
+
     hd128 = {name for name, spec in MODELS.items() if spec.head_dim == 128}
-    kl: dict[str, list[float]] = {}
+    rows, sources = [], {}
     for f in sorted(glob.glob(str(folder / "**" / "*.jsonl"), recursive=True)):
         try:
-            rows = load_impact_rows([f])[0]
+            mine = [r for r in load_impact_rows([f])[0] if r.get("kind") == "impact_window"
+                    and r.get("model") in hd128 and r.get("layer") is None
+                    and isinstance(r.get("kl_mean"), (int, float))]
         except (ValueError, OSError):
             continue
-        for r in rows:
-            if r.get("kind") == "impact_window" and r.get("model") in hd128 and r.get("layer") is None \
-                    and isinstance(r.get("kl_mean"), (int, float)):
-                kl.setdefault(str(r["recipe"]), []).append(float(r["kl_mean"]))
+        for r in mine:
+            p = r.get("provenance") or {}
+            where = p.get("cuda_device") or p.get("cpu") or str(r.get("device") or "?")
+            sources.setdefault(f"{Path(f).name} @ {str(p.get('git_commit') or '?')[:7]}, {where}", None)
+        rows += mine
+    if not rows:
+        return {}, ""
+    groups = summarize(prepare_impact_rows(rows)[0])
     out = {}
-    for name, values in kl.items():
-        est, lo, hi = cluster_bootstrap(values)
-        out[name] = (est, lo, hi, len(values))
-    return out
+    for _, entries in sorted(groups.items(), key=lambda kv: -sum(len(e["windows"]) for e in kv[1])):
+        for e in entries:  # a recipe measured in several conditions: the best-covered condition's figure
+            out.setdefault(str(e["recipe"]), (e["kl"].estimate, e["kl"].low, e["kl"].high, len(e["windows"])))
+    keys = list(groups)
+    condition = (f"{', '.join(sorted({k[0] for k in keys}))}, held-out windows of "
+                 f"{'/'.join(str(n) for n in sorted({k[1] for k in keys}))} tokens of the "
+                 f"{', '.join(sorted({str(k[2]) for k in keys}))} text, from {'; '.join(sources)}")
+    return out, condition
 
 
 def _cell(t: tuple[float, float, float] | None, ratio: bool = False) -> str:
@@ -225,7 +245,7 @@ def lead_section(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] =
                                                                      for f in e["file"]) or "this run"})
     chosen = [r for group in groups for r in group]
     retrieval, retrieval_src = retrieval_effects(plans)
-    kl = impact_kl(impact_folder)
+    kl, kl_condition = _impact(impact_folder)
 
     def add(doc: Doc, plots: bool) -> None:
         doc.h(2, "At head dim 128 on real activations: how much error, and does it matter to the model")
@@ -249,14 +269,15 @@ def lead_section(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] =
                 "untested (real kernels only)"
             k = kl.get(e["implementation"] or e["name"])
             body.append([e["name"], kind, str(e["n"]), _cell(e["deq"]), _cell(e["orig"]),
-                         _cell(e["x_bf16"], ratio=True), model,
-                         f"{k[0]:.3g} [{k[1]:.3g}, {k[2]:.3g}] ({k[3]} windows)" if k else "untested", e["source"]])
+                         _cell(e["x_bf16"], ratio=True),
+                         f"{_cell(k[:3])} ({k[3]} windows)" if k else "untested", model, e["source"]])
         doc.table(ANCHOR, ["implementation", "kind", "layers", "kernel-only error (deq)",
                            "error against the original inputs (orig)", "orig × BF16's (paired per layer)",
-                           "retrieval exact match, every layer's attention", "next-token KL", "from"],
+                           "next-token KL, every layer's attention", "retrieval exact match, every layer's attention",
+                           "from"],
                   body)
         main = [e for e in entries if e["group"] == 0]
-        doc.p(_prose(main) + _model_prose(main, retrieval))
+        doc.p(_prose(main) + kl_sentence(main, kl) + _model_prose(main, retrieval))
         more = [e for e in entries if e["group"] > 0]
         if more:
             layers = sorted({e["n"] for e in more})
@@ -269,11 +290,36 @@ def lead_section(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] =
             doc.p("Retrieval: exact match of the implementation in every layer minus that of the one it is compared "
                   "with, paired per prompt, clustered by fact, range over the plan's informative cells, from the "
                   "plans " + "; ".join(retrieval_src) + ". The long-context section has every cell.")
-        if not kl:
+        if kl:
+            doc.p("Next-token KL: KL(stock ‖ implementation) of the next-token distributions in nats/token, mean "
+                  "over the positions of a window, with the implementation as the attention of every layer; mean "
+                  "over windows [95% bootstrap interval over windows; unit: the window, n in the cell]: "
+                  f"{kl_condition} (`zyfa impact`; the model-impact section has perplexity and top-1 agreement).")
+        else:
             doc.p("Next-token KL: untested at head dim 128 (no whole-model impact rows of an hd128 model under "
                   "`reports/impact/`; `zyfa impact --models qwen25coder-1.5b --device cuda` makes them).")
 
     return add
+
+
+def kl_sentence(entries: Sequence[dict], kl: dict[str, tuple[float, float, float, int]]) -> str:
+    """A sentence computed from the table's KL column: its spread over the FP8 implementations beside the spread of
+    their orig error, so a reader sees whether the layer's error ranks their effect on the model."""
+    fp8 = [(e, kl[e["implementation"] or e["name"]]) for e in entries
+           if e["x_bf16"] is not None and e["recipe"] != "bf16" and e["name"] not in BF16
+           and (e["implementation"] or e["name"]) in kl]
+    if len(fp8) < 2:
+        return ""
+    lo, hi = min(fp8, key=lambda t: t[1][0]), max(fp8, key=lambda t: t[1][0])
+    orig = [e["orig"][0] for e, _ in fp8]
+    kl_ratio, orig_ratio = hi[1][0] / lo[1][0], max(orig) / min(orig)
+    # said only where the data carry it: the KL extremes' intervals apart and a spread far beyond the orig spread
+    apart = math.isfinite(lo[1][2]) and math.isfinite(hi[1][1]) and lo[1][2] < hi[1][1]
+    verdict = (": equal layer error, unequal effect on the model" if apart and kl_ratio > 2 * orig_ratio else "")
+    return (f" Next-token KL of the {len(fp8)} FP8 implementations with KL rows runs from {number(lo[1][0])} "
+            f"(`{lo[0]['name']}`) to {number(hi[1][0])} (`{hi[0]['name']}`) nats/token, "
+            f"{ratio_text(kl_ratio)} apart{' (intervals disjoint)' if apart else ''}, while their orig errors lie "
+            f"within {ratio_text(orig_ratio)} of each other{verdict}.")
 
 
 def _model_prose(entries: Sequence[dict], retrieval: dict[str, str]) -> str:

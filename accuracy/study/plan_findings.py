@@ -10,7 +10,8 @@ code (never a statistic computed here):
 - a HumanEval plan (``arms``, :mod:`zyfa.accuracy.tasks.plan`; ``studies/humaneval.toml``): one row, each arm's
   verdict by :func:`zyfa.accuracy.tasks.plan.plan_verdicts`, or before any row the design's detectable loss.
 
-Rows of a retrieval or HumanEval plan are those written under the plan's current hash in any ``reports/**/*.jsonl``;
+Rows of a retrieval or HumanEval plan are those written under the plan's current hash in any ``reports/**/*.jsonl``
+or ``*.jsonl.partial`` (a cut run's rows: the verdict waits for the rest);
 without any, the row says "untested at the condition" with the planned n. A contrast plan's rows are its
 conditions' results files.
 
@@ -38,7 +39,7 @@ from zyfa.accuracy.report.contrast import (
 )
 from zyfa.accuracy.report.hd128 import read_plan_file
 from zyfa.accuracy.scoring.plan import GENERATED, METRICS, load_plan
-from zyfa.accuracy.study.finding import UNTESTED, Finding
+from zyfa.accuracy.study.finding import UNTESTED, UNTESTED_PREFIX, Finding, untested_unpaired
 from zyfa.accuracy.tasks import plan as he
 from zyfa.capture.models import MODELS
 
@@ -67,8 +68,11 @@ def plan_files(root: Path) -> dict[str, list[Path]]:
 
 
 def _texts(root: Path) -> dict[Path, str]:
-    """Every result file under ``reports/`` (any depth) with its text."""
-    return {f: f.read_text(encoding="utf-8") for f in sorted((root.resolve() / "reports").glob("**/*.jsonl"))}
+    """Every result file under ``reports/`` (any depth) with its text: finished (``*.jsonl``) and cut, to be resumed
+    (``*.jsonl.partial``: a plan's verdict then waits for the rows it lacks, and its row says how many it has)."""
+    base = root.resolve() / "reports"
+    files = sorted([*base.glob("**/*.jsonl"), *base.glob("**/*.jsonl.partial")])
+    return {f: f.read_text(encoding="utf-8") for f in files}
 
 
 def _rows_under(texts: dict[Path, str], plan_hash: str, read) -> dict[Path, list[dict]]:
@@ -117,7 +121,8 @@ def retrieval_findings(root: Path) -> list[Finding]:
         by_file = _rows_under(texts, plan.hash, lambda f: load_rows([str(f)])[0])
         rows = [r for f in sorted(by_file) for r in by_file[f]]
         out += _retrieval_rows(plan, plan_verdicts(plan, rows) if rows else [],
-                               _source(root, plan_file, plan.short_hash, list(by_file)))
+                               _source(root, plan_file, plan.short_hash, list(by_file)),
+                               {m: sum(r.get("model") == m for r in rows) for m in plan.models})
     return out
 
 
@@ -161,7 +166,8 @@ def _exploratory(plan, verdicts: list[dict], model: str) -> str:
     return "; exploratory, outside the rule: " + "; ".join(parts) if parts else ""
 
 
-def _retrieval_rows(plan, verdicts: list[dict], src: str) -> list[Finding]:
+def _retrieval_rows(plan, verdicts: list[dict], src: str, n_rows: dict[str, int] | None = None) -> list[Finding]:
+    """One finding per model of a retrieval plan (``n_rows``: the plan's rows per model, for the untested ones)."""
     out = []
     for model in plan.models:
         q = _question(plan.description, f"long-context retrieval on {model}", f"{plan.primary.b} vs {plan.primary.a}")
@@ -172,8 +178,9 @@ def _retrieval_rows(plan, verdicts: list[dict], src: str) -> list[Finding]:
         mine = [v for v in verdicts if v["model"] == model and not v["contrast"].exploratory
                 and v["verdict"] is not None]
         if not mine:
+            have = (n_rows or {}).get(model, 0)
             out.append(Finding(q, cond, f"fact (cluster of prompts), n = 0 ({plan.facts} facts per cell planned)",
-                               "–", UNTESTED, src))
+                               "–", untested_unpaired(have) if have else UNTESTED, src))
             continue
         informative = [v for v in mine if v["verdict"].informative]
         kinds = {k: [v for v in informative if v["kind"] == k] for k in ("effect", "equivalent", "inconclusive")}
@@ -221,21 +228,27 @@ def contrast_findings(root: Path) -> list[Finding]:
             for cond in primary:
                 mine = of(cond)
                 partial = " (partial rows)" if states[cond.results] == "partial" else ""
-                q = _question(claim.text, "attention's error", f"{claim.b} / {claim.a}")
-                c = (f"{cond.label}{partial}; rel-L2 vs FP64, {errors}; geometric mean of {claim.b} / {claim.a} "
+                impact = cond.kind == "impact"
+                what = f"{cond.model}'s {mine[0]['error']}" if impact else "attention's error"
+                q = _question(claim.text, what, f"{claim.b} / {claim.a}")
+                measure = (f"{mine[0]['error']} against the stock model, the arm in every layer" if impact
+                           else f"rel-L2 vs FP64, {errors}")
+                c = (f"{cond.label}{partial}; {measure}; geometric mean of {claim.b} / {claim.a} "
                      f"per unit; threshold {claim.threshold:g} of the ratio 1")
                 if not any(f["n"] for f in mine):
-                    out.append(Finding(q, c, "n = 0 (every layer of the condition planned)", "–", UNTESTED, src))
+                    planned = f"{cond.windows} windows" if impact else "every layer of the condition"
+                    out.append(Finding(q, c, f"n = 0 ({planned} planned)", "–", UNTESTED, src))
                     continue
                 figure = "; ".join(f"{f['error']} {figure_text(f)}" for f in mine)
                 verdict = ", ".join(f"{f['error']} {verdict_text(f)}" for f in mine)
                 others = [o for o in plan.conditions if o not in primary and any(f["n"] for f in of(o))]
                 if others:
                     verdict += "; other conditions, each its own verdict: " + "; ".join(
-                        f"{o.label} ({of(o)[0]['n_clusters']} layers): "
+                        f"{o.label} ({of(o)[0]['n_clusters']} {'windows' if o.kind == 'impact' else 'layers'}): "
                         + ", ".join(f"{f['error']} {figure_text(f)} {verdict_text(f)}" for f in of(o))
                         for o in others)
-                out.append(Finding(q, c, f"n = {n_text(mine[0])}, interval over layers", figure, verdict, src))
+                over = "windows" if impact else "layers"
+                out.append(Finding(q, c, f"n = {n_text(mine[0])}, interval over {over}", figure, verdict, src))
     return out
 
 
@@ -286,4 +299,4 @@ def plan_findings(root: Path) -> list[Finding]:
     """The findings of every retrieval, contrast and HumanEval plan, in that order, those with rows first."""
     root = Path(root)
     out = retrieval_findings(root) + contrast_findings(root) + humaneval_findings(root)
-    return sorted(out, key=lambda f: f.verdict.startswith(UNTESTED))
+    return sorted(out, key=lambda f: f.verdict.startswith(UNTESTED_PREFIX))

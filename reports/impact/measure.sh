@@ -82,5 +82,16 @@ python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 --recipes fa3,cudn
 python -m zyfa.cli impact --models smollm2,qwen25coder,gemma3 --recipes fa3 --tokens 2048 \
   --windows 3 --text lee --out $D/results_fa3_kv_reverse.jsonl --resume
 
+# ---- Qwen2.5-Coder-1.5B (head dim 128) on the H200 (2026-12-04, commit e578be6, 340 s): 6 real implementations and 6
+# emulations in every layer, 8 held-out windows of the pydoc text of the machine's Python 3.12. Run beside the
+# HumanEval slices (scripts/humaneval_h200.sh) from scripts/longctx_h200_call.sh's START, written to /tmp/lc/ there
+# (the path its recorded command names) and the file copied here. Needs CUDA and the cuDNN frontend wheel.
+if [[ "${H200:-0}" == 1 ]]; then
+  python -m zyfa.cli impact --models qwen25coder-1.5b \
+    --implementations sdpa-bf16:cudnn,triton:zyfa,triton:zyfa-hopper,triton:ck,triton:fa3,cudnn-fp8 \
+    --recipes bf16,zyfa,ck,fa3,triton-amd,aiter --text pydoc --tokens 2048 --windows 8 --device cuda \
+    --out $D/results_qwen25coder-1.5b.jsonl --resume
+fi
+
 # ---- render impact.md from every results file; the study (zyfa study) renders the same section into its report
 python -m zyfa.cli impact --render-only --out "$D/results*.jsonl"

@@ -141,3 +141,18 @@ def test_an_unmigrated_row_is_refused_in_one_line_naming_the_migration(tmp_path)
     assert msg.endswith("migrate the file once with `python scripts/migrate_rows.py`") and "\n" not in msg
     assert _main(["--render-only", "--out", str(path), "--markdown", str(tmp_path / "x.md")]) == 2
     assert not (tmp_path / "x.md").exists()
+
+
+def test_a_real_implementation_has_no_p_flushed(tmp_path):
+    """A real kernel's P is never seen: its rows show no P-flushed fraction (rows written before the rule hold 0.0,
+    rows after it null), while an emulation's fraction is shown."""
+    rows = [_row("qwen25coder-1.5b", "triton:fa3", w, implementation="triton:fa3", p_flushed_mean=v)
+            for w, v in ((0, 0.0), (1, None))]
+    rows += [_row("qwen25coder-1.5b", "fa3", w, p_flushed_mean=0.25) for w in (0, 1)]
+    path = tmp_path / "results.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    md = tmp_path / "impact.md"
+    assert _main(["--render-only", "--out", str(path), "--markdown", str(md)]) == 0
+    lines = {ln.split(" | ")[0].lstrip("| "): ln for ln in md.read_text().splitlines() if ln.startswith("| ")}
+    assert lines["triton:fa3"].split(" | ")[7] == "–"
+    assert lines["fa3"].split(" | ")[7] == "0.250"

@@ -126,13 +126,21 @@ def test_no_rows_anywhere_says_untested(tmp_path):
 
 
 def test_impact_rows_of_an_hd128_model_fill_the_kl_column(tmp_path):
-    rows = [{"kind": "impact_window", "run_id": RUN, "model": "qwen25coder-1.5b", "window": w, "recipe": "zyfa",
-             "layer": None, "kl_mean": kl} for w, kl in enumerate((0.01, 0.03))]
-    rows += [{"kind": "impact_window", "run_id": RUN, "model": "smollm2", "window": 0, "recipe": "ck",
-              "layer": None, "kl_mean": 0.5}]  # head dim 64: not this table's
+    def row(model, recipe, w, kl):
+        return {"kind": "impact_window", "run_id": RUN, "model": model, "window": w, "recipe": recipe, "layer": None,
+                "n_tokens": 64, "text": "pydoc", "kl_mean": kl, "ppl_ratio": 1.1, "delta_ppl": 0.5, "kl_p99": kl * 9,
+                "top1_agree": 0.9, "p_flushed_mean": 0.1, "p_flushed_checked": True,
+                "provenance": {"git_commit": "e578be6abc", "cuda_device": "NVIDIA H200",
+                               "date_utc": f"2026-12-04T19:2{w}:00Z"}}
+
+    rows = [row("qwen25coder-1.5b", "zyfa", w, kl) for w, kl in enumerate((0.01, 0.03))]
+    rows += [row("smollm2", "ck", 0, 0.5)]  # head dim 64: not this table's
     _write(tmp_path / "impact.jsonl", rows)
     kl = impact_kl(tmp_path)
     assert set(kl) == {"zyfa"} and kl["zyfa"][0] == pytest.approx(0.02) and kl["zyfa"][3] == 2
+    assert kl["zyfa"][1] <= 0.02 <= kl["zyfa"][2]
+    md = _md(lead_section([], (), (), committed=(tmp_path / "none.jsonl",), plans=(), impact_folder=tmp_path))
+    assert "Untested here" in md  # no capture rows: the KL alone does not make the table
 
 
 def test_the_committed_rows_give_the_retrieval_verdicts_and_the_fp8_spread():
@@ -145,6 +153,11 @@ def test_the_committed_rows_give_the_retrieval_verdicts_and_the_fp8_spread():
     md = _md(lead_section([], ()))
     assert re.search(r"every FP8 implementation here has 1\d\.\d–1\d\.\d× BF16's error", md)
     assert "| cudnn-fp8 (real) | real | 28 |" in md and "`cudnn-fp8 (real)` −80 to −100 pts" in md
+    if (Path(__file__).resolve().parents[2] / "reports" / "impact" / "results_qwen25coder-1.5b.jsonl").is_file():
+        # the committed H200 impact rows fill the KL column, their condition and source said under the table
+        assert re.search(r"\| 1\.1\de\+0 \[[^]]+\] \(8 windows\) \|", md)
+        assert "held-out windows of 2048 tokens of the pydoc text, from results_qwen25coder-1.5b.jsonl @ e578be6, " \
+            "NVIDIA H200" in md and "nats/token" in md
 
 
 def test_the_report_composer_still_imports_no_torch():
@@ -152,3 +165,21 @@ def test_the_report_composer_still_imports_no_torch():
     code = "import sys, zyfa.accuracy.study.compose; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr[-2000:]
+
+
+def test_the_kl_sentence_says_equal_error_unequal_effect_only_where_the_data_carry_it(tmp_path):
+    """Two FP8 rows of equal orig error: KL 3x apart with disjoint intervals is called an unequal effect; KL
+    1.1x apart is only reported."""
+    from zyfa.accuracy.study.hd128_answer import kl_sentence
+
+    def entry(name, orig):
+        return {"name": name, "implementation": None, "recipe": name, "x_bf16": (15.0, 14.0, 16.0),
+                "orig": (orig, orig * 0.9, orig * 1.1)}
+
+    entries = [entry("zyfa", 0.09), entry("fa3", 0.0905)]
+    far = {"zyfa": (1.1, 0.9, 1.3, 8), "fa3": (0.34, 0.26, 0.44, 8)}
+    near = {"zyfa": (1.1, 0.9, 1.3, 8), "fa3": (1.0, 0.8, 1.2, 8)}
+    assert "equal layer error, unequal effect on the model" in kl_sentence(entries, far)
+    assert "3.24× apart (intervals disjoint)" in kl_sentence(entries, far)
+    said = kl_sentence(entries, near)
+    assert "1.1× apart" in said and "unequal effect" not in said and "disjoint" not in said
