@@ -13,6 +13,7 @@ Row kinds and their schemas (a field not listed is not checked; one that is list
                      rows too
     cliffs           a row of a file whose provenance is a cliff sweep's (``record_kind: cliffs``, :data:`CLIFFS`)
     humaneval        a ``zyfa tasks humaneval`` row (:data:`HUMANEVAL`)
+    impact           a ``zyfa impact`` row, ``"kind": "impact_window"`` or ``"impact_layer"`` (:data:`IMPACT`)
 
 Rows written before a schema change are rewritten once by ``scripts/migrate_rows.py``, never repaired as they are
 read: :func:`check_migrated` (run on every row :func:`read_rows` returns, and on ``zyfa impact``'s rows) refuses a
@@ -21,7 +22,7 @@ row in an older form in one line naming the script (:data:`OLD_FORMS` lists the 
 And the provenance of what is combined: :func:`mixed_code_notice` says where rows of several git commits, or of a
 modified (dirty) tree, are rendered together.
 
-Exposed: ``SchemaError``, ``PROVENANCE``, ``RESULT``, ``LONGCTX``, ``CLIFFS``, ``HUMANEVAL``,
+Exposed: ``SchemaError``, ``PROVENANCE``, ``RESULT``, ``LONGCTX``, ``CLIFFS``, ``HUMANEVAL``, ``IMPACT``,
 ``check_provenance(prov, where)``, ``check_fields(obj, schema, where)``, ``check_any_row(row, where, cliffs=False)``,
 ``read_rows(path, partial=None) -> (rows, provenance)``, ``mixed_code_notice(provs) -> str | None``,
 ``check_migrated(row, where)``, ``unmigrated_form(row) -> str | None``, ``OLD_FORMS``, ``MIGRATE_COMMAND``.
@@ -38,9 +39,9 @@ from zyfa.accuracy.io.results_io import IMPACT_KINDS, check_row, read_jsonl, rea
 from zyfa.recipe_spec import names_old_accumulator
 from zyfa.recipes import ACCUMULATOR_ALIASES
 
-__all__ = ["CLIFFS", "HUMANEVAL", "LONGCTX", "MIGRATE_COMMAND", "OLD_FORMS", "PROVENANCE", "RESULT", "SchemaError",
-           "check_any_row", "check_fields", "check_migrated", "check_provenance", "mixed_code_notice", "read_rows",
-           "unmigrated_form"]
+__all__ = ["CLIFFS", "HUMANEVAL", "IMPACT", "LONGCTX", "MIGRATE_COMMAND", "OLD_FORMS", "PROVENANCE", "RESULT",
+           "SchemaError", "check_any_row", "check_fields", "check_migrated", "check_provenance", "mixed_code_notice",
+           "read_rows", "unmigrated_form"]
 
 
 class SchemaError(ValueError):
@@ -216,6 +217,16 @@ HUMANEVAL: Schema = {
     "max_new_tokens": (integer(1, null=True), False),
 }
 
+# A zyfa impact row (accuracy.impact.run): one window with every layer's attention swapped (layer null) or one layer.
+IMPACT: Schema = {
+    "kind": (string(null=False), True), "model": (string(null=False), True), "recipe": (string(null=False), True),
+    "window": (integer(0), True), "layer": (integer(0, null=True), False), "n_tokens": (integer(1), True),
+    "text": (string(null=False), True), "kl_mean": (number(0.0), False), "kl_p99": (number(0.0), False),
+    "kl_max": (number(0.0), False), "ppl_ratio": (number(0.0), False), "top1_agree": (number(0.0, 1.0), False),
+    "p_flushed_mean": (number(0.0, 1.0), False), "implementation": (string(), False),
+    "seconds": (number(0.0), False),
+}
+
 
 def check_fields(obj, schema: Schema, where: str, what: str = "row") -> dict:
     """``obj`` if it is a JSON object fitting ``schema``, else SchemaError ``where: field: problem``."""
@@ -248,6 +259,8 @@ def check_any_row(row, where: str, *, cliffs: bool = False) -> dict:
         return check_fields(row, LONGCTX, where, "long-context row")
     if kind == "humaneval":
         return check_fields(check_row(row, where), HUMANEVAL, where, "HumanEval row")
+    if kind in IMPACT_KINDS:
+        return check_fields(row, IMPACT, where, "zyfa impact row")
     return check_fields(check_row(row, where), RESULT, where, "result row")
 
 

@@ -36,7 +36,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from zyfa.accuracy.impact.rows import load_rows as load_impact_rows
 from zyfa.accuracy.io.schemas import read_rows
 from zyfa.accuracy.report.blocks import fmt
 from zyfa.accuracy.report.claims import ERRORS, pair_figure
@@ -197,12 +196,11 @@ def read_condition(cond: Condition, root: str | Path = ".") -> tuple[list[dict],
     """(rows, state) of a condition's results file, relative to ``root``: the finished file (state "complete"), else
     its .partial (state "partial"), else none (state "missing")."""
     path = Path(root) / cond.results
-    read = (lambda f: load_impact_rows([f])[0]) if cond.kind == "impact" else (lambda f: read_rows(f)[0])
     if path.exists():
-        return read(path), "complete"
+        return read_rows(path)[0], "complete"
     part = path.with_name(path.name + ".partial")
     if part.exists():
-        return read(part), "partial"
+        return read_rows(part)[0], "partial"
     return [], "missing"
 
 

@@ -219,7 +219,11 @@ def test_schemas_name_the_field_and_pass_every_committed_row():
     assert "1 of the 2 runs" in mixed_code_notice([{"git_commit": "a"}, {"git_commit": "a+dirty"}])
     from zyfa.accuracy.io.schemas import read_rows
 
-    for path in (LONGCTX, CLIFFS, *sorted((ROOT / "reports" / "real_kernels").glob("*.jsonl"))):
+    with pytest.raises(SchemaError, match=r"^f:6: window: must be an integer >= 0, got 'w1'$"):
+        check_any_row({"kind": "impact_window", "model": "m", "recipe": "zyfa", "window": "w1", "n_tokens": 8,
+                       "text": "lee"}, "f:6")
+    for path in (LONGCTX, CLIFFS, *sorted((ROOT / "reports" / "real_kernels").glob("*.jsonl")),
+                 *sorted((ROOT / "reports" / "impact").glob("*.jsonl"))):
         rows, _ = read_rows(path)
         assert rows
 

@@ -7,64 +7,122 @@ returned with the output.
 
 Exposed: ``CUDNN_FP8_RECIPE``, ``check()``, ``prepare(q, k, v, ...)`` (the peer API's "prepare once, call many":
 the recipe's quantizer, then the graph built once; what the bench times and the accuracy registry runs),
-``PreparedCudnnFp8`` (the graph on given FP8 tensors). The graph is built here and nowhere else.
+``PreparedCudnnFp8`` (the graph on given FP8 tensors), ``GRAPH_CACHE_SIZE``, ``cached_graphs()``,
+``clear_graph_cache()``. The graph is built here and nowhere
+else, once per shape (a model's layers and a recomputing decode's steps reuse it; the data, descales and output
+scale are bound per call).
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from zyfa.emulator import quantize_inputs
 from zyfa.peers.common import Prepared, all_checks, cuda_check, dist_version, expand_kv, package_check
 
-__all__ = ["CUDNN_FP8_RECIPE", "PreparedCudnnFp8", "check", "prepare"]
+__all__ = ["CUDNN_FP8_RECIPE", "GRAPH_CACHE_SIZE", "PreparedCudnnFp8", "cached_graphs", "check", "clear_graph_cache",
+           "prepare"]
 
 CUDNN_FP8_RECIPE = "cudnn-fp8"  # the recipe whose quantizer feeds it (per-tensor descales) and whose numerics it has
 
 check = all_checks(lambda: cuda_check(exact_major=9), lambda: package_check("cudnn", "nvidia-cudnn-frontend"))
 
 
+@dataclass
+class _Built:
+    """One built cuDNN FP8 SDPA graph and its tensor handles (Q, K, V, the six scalars, O, stats, both amaxes) and
+    workspace. A graph is fixed to its shapes, strides, mask and softmax scale, not to the data it runs on."""
+    graph: Any
+    handles: dict
+    workspace: torch.Tensor
+
+
+# built graphs by (shapes, strides, causal, sm_scale, device): a model's layers share one shape per forward, and a
+# recomputing decode step one shape per step, so each shape is built once, not once per layer and call
+_GRAPHS: OrderedDict[tuple, _Built] = OrderedDict()
+GRAPH_CACHE_SIZE = 32
+
+
+def cached_graphs() -> int:
+    """How many built graphs the cache holds (at most :data:`GRAPH_CACHE_SIZE`)."""
+    return len(_GRAPHS)
+
+
+def clear_graph_cache() -> None:
+    """Forget every built graph (the next call of each shape builds it again)."""
+    _GRAPHS.clear()
+
+
+def _graph_key(q8, k8, v8, causal: bool, sm_scale: float) -> tuple:
+    return (tuple(q8.shape), tuple(q8.stride()), tuple(k8.shape), tuple(k8.stride()), tuple(v8.shape),
+            tuple(v8.stride()), bool(causal), float(sm_scale), str(q8.device))
+
+
+def _build(q8, k8, v8, causal: bool, sm_scale: float) -> _Built:
+    """The graph for these tensors' shapes, from the cache or built (heuristics A, then the fallback)."""
+    key = _graph_key(q8, k8, v8, causal, sm_scale)
+    hit = _GRAPHS.get(key)
+    if hit is not None:
+        _GRAPHS.move_to_end(key)
+        return hit
+    import cudnn
+
+    b, h, s_q, _ = q8.shape
+    d_v = v8.shape[3]
+    dt = cudnn.data_type
+    g = cudnn.pygraph(io_data_type=dt.FP8_E4M3, intermediate_data_type=dt.FLOAT, compute_data_type=dt.FLOAT)
+
+    def tensor(name, t):
+        return g.tensor(name=name, dim=list(t.shape), stride=list(t.stride()), data_type=dt.FP8_E4M3)
+
+    def scalar(name):
+        return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=dt.FLOAT)
+
+    Q, K, V = tensor("Q", q8), tensor("K", k8), tensor("V", v8)
+    names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+    S = {n: scalar(n) for n in names}
+    O, stats, amax_s, amax_o = g.sdpa_fp8(
+        Q, K, V, S["descale_q"], S["descale_k"], S["descale_v"], S["descale_s"], S["scale_s"], S["scale_o"],
+        generate_stats=True, attn_scale=float(sm_scale), use_causal_mask=bool(causal), name="sdpa_fp8")
+    O.set_output(True).set_dim([b, h, s_q, d_v]).set_stride([h * s_q * d_v, s_q * d_v, d_v, 1]).set_data_type(
+        dt.FP8_E4M3)
+    stats.set_output(True).set_data_type(dt.FLOAT)
+    for a in (amax_o, amax_s):
+        a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
+    g.validate()
+    g.build_operation_graph()
+    g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    g.check_support()
+    g.build_plans()
+    built = _Built(graph=g, handles={"Q": Q, "K": K, "V": V, **S, "O": O, "stats": stats, "amax_o": amax_o,
+                                     "amax_s": amax_s},
+                   workspace=torch.empty(g.get_workspace_size(), device=q8.device, dtype=torch.uint8))
+    _GRAPHS[key] = built
+    while len(_GRAPHS) > GRAPH_CACHE_SIZE:
+        _GRAPHS.popitem(last=False)
+    return built
+
+
 class PreparedCudnnFp8:
-    """cuDNN's FP8 SDPA graph built once for one shape, with its tensors bound: ``call()`` launches it (what a
-    benchmark times), ``output()`` is the last output dequantized (fp32 (b, h, s_q, d_v)), ``lse()`` its
-    log-sum-exp (b, h, s_q, natural log), ``details`` the output-scale choice and versions."""
+    """cuDNN's FP8 SDPA graph for one shape (built once per shape and kept: :data:`GRAPH_CACHE_SIZE` shapes), with
+    this call's tensors bound: ``call()`` launches it (what a benchmark times), ``output()`` is the last output
+    dequantized (fp32 (b, h, s_q, d_v)), ``lse()`` its log-sum-exp (b, h, s_q, natural log), ``details`` the
+    output-scale choice and versions."""
 
     def __init__(self, q8, k8, v8, q_descale, k_descale, v_descale, *, causal: bool, sm_scale: float,
                  out_amax: float | None = None):
-        import cudnn
-
         b, h, s_q, _ = q8.shape
         d_v = v8.shape[3]
-        dt = cudnn.data_type
-        g = cudnn.pygraph(io_data_type=dt.FP8_E4M3, intermediate_data_type=dt.FLOAT, compute_data_type=dt.FLOAT)
-
-        def tensor(name, t):
-            return g.tensor(name=name, dim=list(t.shape), stride=list(t.stride()), data_type=dt.FP8_E4M3)
-
-        def scalar(name):
-            return g.tensor(name=name, dim=[1, 1, 1, 1], stride=[1, 1, 1, 1], data_type=dt.FLOAT)
-
-        Q, K, V = tensor("Q", q8), tensor("K", k8), tensor("V", v8)
-        names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
-        S = {n: scalar(n) for n in names}
-        O, stats, amax_s, amax_o = g.sdpa_fp8(
-            Q, K, V, S["descale_q"], S["descale_k"], S["descale_v"], S["descale_s"], S["scale_s"], S["scale_o"],
-            generate_stats=True, attn_scale=float(sm_scale), use_causal_mask=bool(causal), name="sdpa_fp8")
-        O.set_output(True).set_dim([b, h, s_q, d_v]).set_stride([h * s_q * d_v, s_q * d_v, d_v, 1]).set_data_type(
-            dt.FP8_E4M3)
-        stats.set_output(True).set_data_type(dt.FLOAT)
-        for a in (amax_o, amax_s):
-            a.set_output(True).set_dim([1, 1, 1, 1]).set_stride([1, 1, 1, 1]).set_data_type(dt.FLOAT)
-        g.validate()
-        g.build_operation_graph()
-        g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-        g.check_support()
-        g.build_plans()
+        built = _build(q8, k8, v8, causal, sm_scale)
+        H = built.handles
         dev = q8.device
-        self._graph = g
-        self._ws = torch.empty(g.get_workspace_size(), device=dev, dtype=torch.uint8)
+        self._graph = built.graph
+        self._ws = built.workspace
         one = torch.ones((1, 1, 1, 1), dtype=torch.float32, device=dev)
         self._scale_o = one.clone()
         self._o = torch.empty((b, h, s_q, d_v), dtype=torch.float8_e4m3fn, device=dev)
@@ -74,16 +132,17 @@ class PreparedCudnnFp8:
         def d(t):
             return torch.as_tensor(t, dtype=torch.float32, device=dev).reshape(1, 1, 1, 1).contiguous()
 
-        self._pack = {Q: q8, K: k8, V: v8, S["descale_q"]: d(q_descale), S["descale_k"]: d(k_descale),
-                      S["descale_v"]: d(v_descale), S["descale_s"]: one / 448.0, S["scale_s"]: one * 448.0,
-                      S["scale_o"]: self._scale_o, O: self._o, stats: self._lse, amax_o: torch.empty_like(one),
-                      amax_s: torch.empty_like(one)}
+        amax_o = torch.empty_like(one)
+        self._pack = {H["Q"]: q8, H["K"]: k8, H["V"]: v8, H["descale_q"]: d(q_descale),
+                      H["descale_k"]: d(k_descale), H["descale_v"]: d(v_descale), H["descale_s"]: one / 448.0,
+                      H["scale_s"]: one * 448.0, H["scale_o"]: self._scale_o, H["O"]: self._o,
+                      H["stats"]: self._lse, H["amax_o"]: amax_o, H["amax_s"]: torch.empty_like(one)}
         if out_amax is not None:
             amax, choice = float(out_amax), "oracle amax: 448 / max|O_fp64|"
         else:
             self.call()  # first pass at scale_o = 1: its amax(O) (taken before the FP8 cast) sets the scale
             torch.cuda.synchronize(dev)
-            amax = float(self._pack[amax_o].reshape(-1)[0])
+            amax = float(amax_o.reshape(-1)[0])
             choice = "first-pass amax: 448 / amax(O) of a run at scale_o=1"
         if not (math.isfinite(amax) and amax > 0):
             amax = 448.0  # all-zero output: keep scale_o = 1
