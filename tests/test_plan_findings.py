@@ -27,14 +27,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_plan_without_rows_is_untested_with_its_planned_n(tmp_path):
     shutil.copytree(ROOT / "studies", tmp_path / "studies")
     files = plan_files(tmp_path)
-    assert [f.name for f in files["contrast"]] == ["accumulator-operator.toml", "per-head-descales.toml"]
+    contrast = ["accumulator-operator.toml", "per-head-descales-models.toml", "per-head-descales.toml"]
+    assert [f.name for f in files["contrast"]] == contrast
     assert [f.name for f in files["humaneval"]] == ["humaneval.toml"]
     assert {"accumulator.toml", "fp8-retrieval-hd128.toml", "fp8-retrieval-generated.toml"} <= {
         f.name for f in files["retrieval"]}
     assert not any(f.name.startswith("hd128-") for kind in files.values() for f in kind)  # findings.py's own
     out = plan_findings(tmp_path)
     n_retrieval = sum(len(load_plan(f).models) for f in files["retrieval"])
-    assert len(out) == n_retrieval + 2 + 1  # each contrast plan: one claim on one primary condition; one HumanEval
+    assert len(out) == n_retrieval + len(contrast) + 1  # a contrast plan: one claim, one primary; one HumanEval
     for f in out:
         assert f.verdict.startswith(UNTESTED) and f.figure == "–" and "n = 0 (" in f.unit, f
         assert f.source.startswith("`studies/") and "reports/" not in f.source

@@ -234,8 +234,10 @@ def impact_pair_figure(rows: Sequence[dict], a: str, b: str, cond: Condition, th
     """The figure of one contrast in a whole model: the geometric mean over the held-out windows both arms ran of
     the ratio b / a of the condition's metric, its interval over windows (each window independent: the bootstrap
     widened to the t interval on windows − 1 degrees of freedom) and paired_verdict's verdict against
-    ``threshold``; the same keys as :func:`zyfa.accuracy.report.claims.pair_figure`'s record. Rows of another model,
-    text or window length, and one-layer (per-layer sweep) rows, are not the condition's."""
+    ``threshold`` (or, where both arms gave the same value in every window, "identical": no measurement of the
+    factor, which then changes nothing on that model); the same keys as
+    :func:`zyfa.accuracy.report.claims.pair_figure`'s record. Rows of another model, text or window length, and
+    one-layer (per-layer sweep) rows, are not the condition's."""
     def arm(spec: str) -> dict[int, float]:
         name = _recipe_name(spec)
         return {int(r["window"]): float(r[cond.metric]) for r in rows
@@ -252,8 +254,11 @@ def impact_pair_figure(rows: Sequence[dict], a: str, b: str, cond: Condition, th
     if both:
         v = paired_verdict({w: pa[w] for w in both}, {w: pb[w] for w in both}, threshold=threshold, ratio=True,
                            higher_is_better=False, metric=f"ratio of {IMPACT_METRICS[cond.metric]}", arms=(a, b))
+        label = v.label
+        if all(pa[w] == pb[w] for w in both):  # not a measured null: on this model the two arms are one computation
+            label = f"identical in all {len(both)} windows: the arms compute the same here"
         rec.update(ratio=v.effect, lo=v.lo, hi=v.hi, lo_unit=v.lo, hi_unit=v.hi, detectable=v.detectable,
-                   label=v.label, label_unit=v.label)
+                   label=label, label_unit=label)
     return rec
 
 

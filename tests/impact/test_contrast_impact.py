@@ -79,6 +79,9 @@ def test_the_figure_pairs_windows_and_leaves_other_rows_out(tmp_path):
     assert rec["ratio"] == pytest.approx(0.33, rel=0.01) and rec["hi"] < 0.9 and rec["label"] == "effect"
     near = [_row(A, w, 1.0) for w in range(8)] + [_row(B, w, 1.0 + 0.01 * (-1) ** w) for w in range(8)]
     assert impact_pair_figure(near, A, B, cond, 0.10)["label"] == "no effect larger than 0.1"
+    same = [_row(arm, w, 0.01 * (w + 1)) for arm in (A, B) for w in range(4)]  # one KV head: one computation
+    assert impact_pair_figure(same, A, B, cond, 0.10)["label"] == (
+        "identical in all 4 windows: the arms compute the same here")
     one = impact_pair_figure([_row(A, 0, 1.0), _row(B, 0, 0.5)], A, B, cond, 0.10)
     assert one["n"] == 1 and not math.isfinite(one["lo"]) and one["label"].startswith("inconclusive")
     assert impact_pair_figure([], A, B, cond, 0.10)["label"] == "untested (no paired rows)"
