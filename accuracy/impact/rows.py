@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 from zyfa.accuracy.io.results_io import row_key
-from zyfa.accuracy.io.schemas import check_migrated
+from zyfa.accuracy.io.schemas import read_rows as read_checked_rows
 from zyfa.capture.version import git_state
 
 from zyfa.recipe_spec import get_recipe
@@ -54,21 +54,11 @@ def impact_key(kind: str, model: str, recipe: str, window: int, layer: int | Non
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a results JSONL file (a partial last line from a killed run is skipped); a row in an older form is
-    refused (:func:`zyfa.accuracy.schemas.check_migrated`: one line naming the file, the line and the migration)."""
-    rows = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and obj.get("record") == "provenance":
-            continue  # the first line of a run's <out>.partial (accuracy.io.results_io.ResultsFile)
-        rows.append(check_migrated(obj, f"{path}:{n}"))
-    return rows
+    """Rows of a ``zyfa impact`` results file, read as every renderer reads rows
+    (:func:`zyfa.accuracy.io.schemas.read_rows`: each line checked by the impact row schema, a row in an older form
+    refused in one line naming the migration, and in a run's ``.partial`` log a last line cut short by a kill left
+    out); the provenance line is not a row."""
+    return read_checked_rows(path)[0]
 
 
 
