@@ -80,6 +80,11 @@ class Condition:
     windows: int = 0  # impact: held-out windows (the units)
     metric: str = ""  # impact: the row field contrasted (IMPACT_METRICS)
 
+    @property
+    def cluster(self) -> str:
+        """What the verdict's interval is over: a whole-model condition's window, else the capture's layer."""
+        return "window" if self.kind == "impact" else "layer"
+
 
 @dataclass(frozen=True)
 class ContrastPlan:
@@ -238,12 +243,14 @@ def impact_pair_figure(rows: Sequence[dict], a: str, b: str, cond: Condition, th
     factor, which then changes nothing on that model); the same keys as
     :func:`zyfa.accuracy.report.claims.pair_figure`'s record. Rows of another model, text or window length, and
     one-layer (per-layer sweep) rows, are not the condition's."""
+    named = [(_recipe_name(r.get("recipe")), r) for r in rows
+             if r.get("kind") == "impact_window" and r.get("layer") is None and r.get("model") == cond.model
+             and r.get("text") == cond.text and r.get("n_tokens") == cond.tokens
+             and isinstance(r.get(cond.metric), (int, float))]
+
     def arm(spec: str) -> dict[int, float]:
         name = _recipe_name(spec)
-        return {int(r["window"]): float(r[cond.metric]) for r in rows
-                if r.get("kind") == "impact_window" and r.get("layer") is None and r.get("model") == cond.model
-                and r.get("text") == cond.text and r.get("n_tokens") == cond.tokens
-                and _recipe_name(r.get("recipe")) == name and isinstance(r.get(cond.metric), (int, float))}
+        return {int(r["window"]): float(r[cond.metric]) for n, r in named if n == name}
 
     pa, pb = arm(a), arm(b)
     both = sorted(set(pa) & set(pb))
@@ -267,8 +274,7 @@ def figure_text(rec: dict) -> str:
     if rec["n"] == 0:
         return "–"
     if not math.isfinite(rec["lo"]):
-        one = "window" if rec["kind"] == "impact" else "layer"
-        return f"{fmt(rec['ratio'], 'ratio')} (no interval: one {one})"
+        return f"{fmt(rec['ratio'], 'ratio')} (no interval: one {rec['condition'].cluster})"
     return f"{fmt(rec['ratio'], 'ratio')} [{fmt(rec['lo'], 'ratio')}, {fmt(rec['hi'], 'ratio')}]"
 
 
@@ -302,8 +308,7 @@ def verdict_text(rec: dict) -> str:
     if rec["n"] == 0:
         return rec["label"]
     if rec["condition"].descriptive:
-        units = "windows" if rec["kind"] == "impact" else "layers"
-        return f"descriptive only ({rec['n_clusters']} {units}); the rule would say: {rec['label']}"
+        return f"descriptive only ({rec['n_clusters']} {rec['condition'].cluster}s); the rule would say: {rec['label']}"
     return rec["label"]
 
 

@@ -161,15 +161,11 @@ def retrieval_effects(plans: Sequence[Path] = RETRIEVAL_PLANS, root: Path = ROOT
     return out, sources
 
 
-def impact_kl(folder: Path = IMPACT_ROWS) -> dict[str, tuple[float, float, float, int]]:
-    """{recipe or implementation: (mean next-token KL, lo, hi, windows)} over the whole-model impact rows (every
-    layer's attention swapped) of hd128 registry models under ``folder``; empty where none exist. The figures are the
-    model-impact section's (:func:`zyfa.accuracy.impact.section.summarize`: a 95% bootstrap over windows)."""
-    return _impact(folder)[0]
-
-
-def _impact(folder: Path) -> tuple[dict[str, tuple[float, float, float, int]], str]:
-    """impact_kl's table and a phrase of its condition and sources (models, tokens, text, file @ commit, device)."""
+def impact_kl(folder: Path = IMPACT_ROWS) -> tuple[dict[str, tuple[float, float, float, int]], str]:
+    """({recipe or implementation: (mean next-token KL, lo, hi, windows)}, a phrase of the rows' condition and
+    sources) over the whole-model impact rows (every layer's attention swapped) of hd128 registry models under
+    ``folder``; ({}, "") where none exist. The figures are the model-impact section's
+    (:func:`zyfa.accuracy.impact.section.summarize`: a 95% bootstrap over windows)."""
     # lazy: the impact section's bootstrap imports torch; zyfa report's composer imports this module without it
     from zyfa.accuracy.impact.section import summarize
 
@@ -182,10 +178,9 @@ def _impact(folder: Path) -> tuple[dict[str, tuple[float, float, float, int]], s
                     and isinstance(r.get("kl_mean"), (int, float))]
         except (ValueError, OSError):
             continue
-        for r in mine:
-            p = r.get("provenance") or {}
-            where = p.get("cuda_device") or p.get("cpu") or str(r.get("device") or "?")
-            sources.setdefault(f"{Path(f).name} @ {str(p.get('git_commit') or '?')[:7]}, {where}", None)
+        for r in mine:  # the provenance of a zyfa impact row lacks the device its row records
+            sources.setdefault(source_label(Path(f).name, {**(r.get("provenance") or {}), "device": r.get("device")}),
+                               None)
         rows += mine
     if not rows:
         return {}, ""
@@ -245,7 +240,7 @@ def lead_section(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]] =
                                                                      for f in e["file"]) or "this run"})
     chosen = [r for group in groups for r in group]
     retrieval, retrieval_src = retrieval_effects(plans)
-    kl, kl_condition = _impact(impact_folder)
+    kl, kl_condition = impact_kl(impact_folder)
 
     def add(doc: Doc, plots: bool) -> None:
         doc.h(2, "At head dim 128 on real activations: how much error, and does it matter to the model")

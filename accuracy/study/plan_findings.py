@@ -244,11 +244,11 @@ def contrast_findings(root: Path) -> list[Finding]:
                 others = [o for o in plan.conditions if o not in primary and any(f["n"] for f in of(o))]
                 if others:
                     verdict += "; other conditions, each its own verdict: " + "; ".join(
-                        f"{o.label} ({of(o)[0]['n_clusters']} {'windows' if o.kind == 'impact' else 'layers'}): "
+                        f"{o.label} ({of(o)[0]['n_clusters']} {o.cluster}s): "
                         + ", ".join(f"{f['error']} {figure_text(f)} {verdict_text(f)}" for f in of(o))
                         for o in others)
-                over = "windows" if impact else "layers"
-                out.append(Finding(q, c, f"n = {n_text(mine[0])}, interval over {over}", figure, verdict, src))
+                out.append(Finding(q, c, f"n = {n_text(mine[0])}, interval over {cond.cluster}s", figure, verdict,
+                                   src))
     return out
 
 

@@ -128,7 +128,8 @@ def test_no_rows_anywhere_says_untested(tmp_path):
 def test_impact_rows_of_an_hd128_model_fill_the_kl_column(tmp_path):
     def row(model, recipe, w, kl):
         return {"kind": "impact_window", "run_id": RUN, "model": model, "window": w, "recipe": recipe, "layer": None,
-                "n_tokens": 64, "text": "pydoc", "kl_mean": kl, "ppl_ratio": 1.1, "delta_ppl": 0.5, "kl_p99": kl * 9,
+                "n_tokens": 64, "text": "pydoc", "device": "cuda", "kl_mean": kl, "ppl_ratio": 1.1, "delta_ppl": 0.5,
+                "kl_p99": kl * 9,
                 "top1_agree": 0.9, "p_flushed_mean": 0.1, "p_flushed_checked": True,
                 "provenance": {"git_commit": "e578be6abc", "cuda_device": "NVIDIA H200",
                                "date_utc": f"2026-12-04T19:2{w}:00Z"}}
@@ -136,7 +137,8 @@ def test_impact_rows_of_an_hd128_model_fill_the_kl_column(tmp_path):
     rows = [row("qwen25coder-1.5b", "zyfa", w, kl) for w, kl in enumerate((0.01, 0.03))]
     rows += [row("smollm2", "ck", 0, 0.5)]  # head dim 64: not this table's
     _write(tmp_path / "impact.jsonl", rows)
-    kl = impact_kl(tmp_path)
+    kl, condition = impact_kl(tmp_path)
+    assert "e578be6, H200" in condition and "pydoc" in condition
     assert set(kl) == {"zyfa"} and kl["zyfa"][0] == pytest.approx(0.02) and kl["zyfa"][3] == 2
     assert kl["zyfa"][1] <= 0.02 <= kl["zyfa"][2]
     md = _md(lead_section([], (), (), committed=(tmp_path / "none.jsonl",), plans=(), impact_folder=tmp_path))
@@ -156,8 +158,8 @@ def test_the_committed_rows_give_the_retrieval_verdicts_and_the_fp8_spread():
     if (Path(__file__).resolve().parents[2] / "reports" / "impact" / "results_qwen25coder-1.5b.jsonl").is_file():
         # the committed H200 impact rows fill the KL column, their condition and source said under the table
         assert re.search(r"\| 1\.1\de\+0 \[[^]]+\] \(8 windows\) \|", md)
-        assert "held-out windows of 2048 tokens of the pydoc text, from results_qwen25coder-1.5b.jsonl @ e578be6, " \
-            "NVIDIA H200" in md and "nats/token" in md
+        assert "of the pydoc text, from results_qwen25coder-1.5b.jsonl @ e578be6, H200" in md and "nats/token" in md
+        assert "held-out windows of 2048 tokens" in md
 
 
 def test_the_report_composer_still_imports_no_torch():
