@@ -163,14 +163,15 @@ def pair_figure(rows: Sequence[dict], a: Sequence[str], b: Sequence[str], kind: 
     the clusters (``lo``, ``hi``: whole layers resampled, their heads kept together). ``label``, ``label_unit``:
     :func:`zyfa.accuracy.scoring.verdict.paired_verdict`'s verdict against ``threshold`` (a fraction of 1) with the
     clustered and the per-unit interval. ``detectable``: the clustered design's minimum detectable change of the
-    ratio at alpha 0.05 and 80% power, as a fraction of 1. Rows at ``head_dim`` only (None: any)."""
+    ratio at alpha 0.05 and 80% power, as a fraction of 1. ``units``: each paired unit as (input, query head or
+    None, cluster, ratio b / a), in the rows' order (empty without pairs). Rows at ``head_dim`` only (None: any)."""
     pa_all = _arm(rows, a, kind, err, head_dim)
     pb_all = _arm(rows, b, kind, err, head_dim)
     both = [k for k in pa_all if k in pb_all]
     rec = {"a": a[0], "b": b[0], "kind": kind, "error": ERRORS[err], "n": len(both), "per_head": False,
            "ratio": math.nan, "lo": math.nan, "hi": math.nan, "lo_unit": math.nan, "hi_unit": math.nan,
            "detectable": math.inf, "label": "untested (no paired rows)", "label_unit": "untested (no paired rows)",
-           "n_clusters": len({pa_all[k][1] for k in both}), "inputs": len({k[:2] for k in both})}
+           "n_clusters": len({pa_all[k][1] for k in both}), "inputs": len({k[:2] for k in both}), "units": []}
     if both:
         rec["per_head"] = any(k[2] is not None for k in both)
         common = {"threshold": threshold, "ratio": True, "higher_is_better": False,
@@ -180,6 +181,7 @@ def pair_figure(rows: Sequence[dict], a: Sequence[str], b: Sequence[str], kind: 
         clustered = paired_verdict(pa, pb, clusters={k: pa_all[k][1] for k in both}, **common)
         rec.update(ratio=clustered.effect, lo=clustered.lo, hi=clustered.hi, lo_unit=unit.lo, hi_unit=unit.hi,
                    detectable=clustered.detectable, label=clustered.label, label_unit=unit.label)
+        rec["units"] = [(k[0], k[2], pa_all[k][1], pb[k] / pa[k]) for k in both]
     return rec
 
 

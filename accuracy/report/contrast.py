@@ -20,7 +20,7 @@ Example plan: ``studies/accumulator-operator.toml``. Render::
 
 Exposed: ``Condition``, ``PairClaim``, ``ContrastPlan``, ``IMPACT_METRICS``, ``load_contrast_plan(path)``,
 ``run_command(plan, condition)``, ``read_condition(condition, root)``, ``contrast_figures(plan, rows_by_results)``,
-``impact_pair_figure(rows, a, b, condition, threshold)``,
+``impact_pair_figure(rows, a, b, condition, threshold)``, ``descriptive_unit_rows(figures)``,
 ``figure_text(figure)``, ``n_text(figure)``, ``verdict_text(figure)``, ``contrast_section(plan, figures)``,
 ``main(argv)``.
 """
@@ -48,8 +48,8 @@ from zyfa.capture.models import MODELS
 from zyfa.recipe_spec import get_recipe
 
 __all__ = ["IMPACT_METRICS", "Condition", "ContrastPlan", "PairClaim", "contrast_figures", "contrast_section",
-           "figure_text", "impact_pair_figure", "load_contrast_plan", "main", "n_text", "read_condition",
-           "run_command", "verdict_text"]
+           "descriptive_unit_rows", "figure_text", "impact_pair_figure", "load_contrast_plan", "main", "n_text",
+           "read_condition", "run_command", "verdict_text"]
 
 # the model metrics an impact condition may contrast (a ``zyfa impact`` row's field: its words in the table)
 IMPACT_METRICS = {"kl_mean": "next-token KL"}
@@ -312,6 +312,26 @@ def verdict_text(rec: dict) -> str:
     return rec["label"]
 
 
+def _unit_label(unit: tuple) -> str:
+    inp, head, cluster, _ratio = unit
+    where = f"layer {cluster[2]}" if cluster[0] == "layer" else str(inp)
+    return where if head is None else f"{where}, head {head}"
+
+
+def descriptive_unit_rows(figures: Sequence[dict]) -> list[tuple[str, str, str, dict[str, float]]]:
+    """(condition label, claim's pair, unit label, error -> ratio b / a) for every paired unit of the descriptive
+    operator conditions among ``figures`` (:func:`contrast_figures`), in the figures' order."""
+    out: dict[tuple[str, str, str], dict[str, float]] = {}
+    for f in figures:
+        cond = f["condition"]
+        if cond.kind == "impact" or not cond.descriptive:
+            continue
+        pair = f"`{f['pair'].b}` / `{f['pair'].a}`"
+        for unit in f.get("units", ()):
+            out.setdefault((cond.label, pair, _unit_label(unit)), {})[f["error"]] = unit[3]
+    return [(*k, v) for k, v in out.items()]
+
+
 def contrast_section(plan: ContrastPlan, figures: Sequence[dict], states: Mapping[str, str] | None = None):
     """A report section (``add(doc, plots)``): the plan's rule in words and one table row per (condition, claim,
     error). ``states``: results path -> "complete", "partial" or "missing" (said beside each condition)."""
@@ -351,6 +371,16 @@ def contrast_section(plan: ContrastPlan, figures: Sequence[dict], states: Mappin
                                               "95% interval over layer × head units", "n",
                                               "verdict (over layers or windows)"],
                   rows, text=True)
+        per_layer = descriptive_unit_rows(figures)
+        if per_layer:
+            errors = list(dict.fromkeys(f["error"] for f in figures if f["condition"].kind != "impact"))
+            doc.p("Per unit of the descriptive conditions (too few clusters for an interval that means much): the "
+                  "ratio b / a of each layer's (or layer × head's) error, so a reader sees the units behind each "
+                  "geometric mean and whether they agree.")
+            doc.table(f"t-contrast-{plan.name}-units", ["condition", "ratio b / a", "unit",
+                                                        *(f"{e} ratio" for e in errors)],
+                      [[cond, pair, unit, *(f"{vals[e]:.3f}" if e in vals else "–" for e in errors)]
+                       for cond, pair, unit, vals in per_layer], text=True)
         missing = [cond for cond in plan.conditions if states.get(cond.results) in ("missing", "partial")]
         if missing:
             doc.p("Rows missing or incomplete for " + ", ".join(c.label for c in missing) + "; the commands below "

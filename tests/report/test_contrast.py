@@ -29,12 +29,14 @@ label = "smollm2, 256 tokens, layers 0 and 14"
 inputs = "{inputs}"
 layers = "0,14"
 results = "{results}"
+descriptive = {descriptive}
 """
 
 
-def _plan(tmp_path, a="fa3:accum_flush_tiles=1"):
-    p = tmp_path / "plan.toml"
-    p.write_text(PLAN.format(a=a, inputs=SAMPLE, results=tmp_path / "rows.jsonl"))
+def _plan(tmp_path, a="fa3:accum_flush_tiles=1", descriptive=False, name="plan.toml"):
+    p = tmp_path / name
+    p.write_text(PLAN.format(a=a, inputs=SAMPLE, results=tmp_path / "rows.jsonl",
+                             descriptive=str(descriptive).lower()))
     return p
 
 
@@ -62,6 +64,16 @@ def test_a_contrast_plan_from_rows_to_table(tmp_path):
     md = out.read_text()
     assert "`fa3` / `fa3:accum_flush_tiles=1`" in md and "2 layers (a layer's unit: rel-L2 over its query heads)" in md
     assert plan.hash[:12] in md and "zyfa accuracy --inputs" in md
+    assert "Per unit of the descriptive conditions" not in md  # a condition with a verdict shows no unit table
+    # the same rows under a descriptive condition: each layer's ratio beside the geometric mean
+    f_orig = pair_figure(rows, ("fa3:accum_flush_tiles=1",), ("fa3",), "capture", "orig_rel_l2", head_dim=None)
+    assert sorted(u[3] for u in f["units"]) == pytest.approx(sorted(ratios), rel=1e-12)
+    assert main([str(_plan(tmp_path, descriptive=True, name="descriptive.toml")), "--out", str(out)]) == 0
+    md = out.read_text()
+    assert "Per unit of the descriptive conditions" in md and "descriptive only (2 layers)" in md
+    orig = {u[2][2]: u[3] for u in f_orig["units"]}
+    for layer, ratio in zip((0, 14), ratios, strict=True):
+        assert f"| layer {layer} | {ratio:.3f} | {orig[layer]:.3f} |" in md
 
 
 def test_a_plan_naming_an_unknown_recipe_is_refused_in_one_line(tmp_path, capsys):
