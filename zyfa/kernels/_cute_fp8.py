@@ -44,6 +44,7 @@ import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass._mlir.dialects import llvm
+from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import Float32, Int32, T, Uint32, dsl_user_op
 
 LOG2_448 = 8.807354922057604
@@ -487,8 +488,7 @@ class CuteFp8Attention:
 def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d: int, causal: bool,
                    mad_bias: float, e_cap: float, options: str = ""):
     """Compile :class:`CuteFp8Attention` for these shapes with fake pointers (no GPU needed); returns the compiled
-    callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e)."""
-    from cutlass.cute.runtime import make_ptr
+    callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them)."""
 
     kern = CuteFp8Attention(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=s_k_pad, d=d, causal=causal,
                             mad_bias=mad_bias, e_cap=e_cap)
@@ -499,3 +499,17 @@ def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: in
             make_ptr(Float32, 16, gmem, assumed_align=16), make_ptr(Float32, 16, gmem, assumed_align=4),
             make_ptr(Float32, 16, gmem, assumed_align=4), make_ptr(Float32, 16, gmem, assumed_align=4)]
     return cute.compile(kern, *ptrs, Float32(1.0 / math.sqrt(d)), options=options)
+
+
+def launch(compiled, q, k, vt, out, lse, qd, kd, vd, sm_scale_log2e: float) -> None:
+    """Run a kernel from :func:`compile_kernel` on torch CUDA tensors (contiguous; vt from ``prepare_vt(v,
+    permute_k32=True)``, out bf16 and lse fp32 preallocated, descales fp32 per (batch, head) / (batch, kv head)),
+    on the default stream."""
+    gmem = cute.AddressSpace.gmem
+
+    def ptr(t, dtype, align=16):
+        return make_ptr(dtype, t.data_ptr(), gmem, assumed_align=align)
+
+    fp8 = cutlass.Float8E4M3FN
+    compiled(ptr(q, fp8), ptr(k, fp8), ptr(vt, fp8), ptr(out, cutlass.BFloat16), ptr(lse, Float32),
+             ptr(qd, Float32, 4), ptr(kd, Float32, 4), ptr(vd, Float32, 4), Float32(sm_scale_log2e))
