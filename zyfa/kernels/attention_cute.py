@@ -26,7 +26,7 @@ from zyfa.recipe_spec import get_recipe
 from zyfa.recipes import Recipe
 
 __all__ = ["CUTE_HEAD_DIMS", "CUTE_RECIPE", "attention_cute", "attention_cute_quantized", "compile_for",
-           "cute_plan"]
+           "cute_plan", "cute_plugin"]
 
 CUTE_RECIPE = "zyfa-hopper"  # the numerics the kernel implements
 CUTE_HEAD_DIMS = ((64, 64), (128, 128))  # (d_qk, d_v); 256 and MLA 192/128 not yet (registers, two head dims)
@@ -158,3 +158,11 @@ def attention_cute_quantized(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, cau
     q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, recipe)
     return attention_cute(q8, k8, v8, recipe=recipe, causal=causal, sm_scale=sm_scale, q_descale=qd,
                           k_descale=kd, v_descale=vd)
+
+
+def cute_plugin(q, k, v, *, causal: bool, sm_scale: float, window: int | None = None):
+    """The kernel under the plug-in contract (docs/CONTRACTS.md, ``zyfa bench --kernel``): float inputs quantized as
+    ``zyfa-hopper`` says, then :func:`attention_cute`; the time includes the quantization. No sliding window."""
+    if window is not None:
+        raise ValueError(f"the CuTe FP8 kernel has no sliding window (window={window!r})")
+    return attention_cute_quantized(q, k, v, recipe=CUTE_RECIPE, causal=causal, sm_scale=sm_scale)
