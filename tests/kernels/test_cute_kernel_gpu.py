@@ -1,0 +1,93 @@
+"""GPU tests of the CuTe DSL FP8 kernel (H200) against its emulation on the h200 platform: the first run of a kernel
+that has so far only been compiled (docs/KERNEL.md, "The CuTe DSL kernel").
+
+For each case the kernel's relative L2 error against the FP64 oracle (on the dequantized inputs) must lie within
+accuracy.scoring.tolerances.KERNEL_VS_H200_EMULATION of the h200 emulation's error, as our Triton kernel's must
+(tests/kernels/test_attention_fp8_gpu.py), and the two outputs must agree as closely as its Hopper-accumulator bound
+(AGREE_BOUNDS there). Needs the CuTe DSL importable (skipped with the reason otherwise) and a Hopper GPU
+(tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import pytest
+import torch
+from zyfa.accuracy.scoring.tolerances import KERNEL_VS_H200_EMULATION
+
+from tests.kernels.test_attention_fp8_gpu import AGREE_BOUNDS, H1
+from zyfa.norms import rel_l2
+
+pytestmark = pytest.mark.gpu
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+# b, h, h_kv, s_q, s_k, d, causal: GQA, lengths on and off the 128-row / 128-key tiles, s_q < s_k and s_q > s_k
+CASES = {
+    "hd128-1k": (1, 4, 4, 1024, 1024, 128, False),
+    "hd128-1k-causal": (1, 4, 4, 1024, 1024, 128, True),
+    "hd128-gqa-odd": (1, 4, 2, 333, 333, 128, False),
+    "hd128-causal-gqa-odd": (1, 4, 1, 300, 300, 128, True),
+    "hd128-b2-129": (2, 2, 2, 129, 129, 128, False),
+    "hd128-causal-sq<sk": (1, 2, 2, 100, 333, 128, True),
+    "hd128-causal-sq>sk": (1, 2, 2, 333, 100, 128, True),
+    "hd128-tiny": (1, 2, 2, 3, 17, 128, True),
+    "hd64-gqa-odd": (1, 4, 2, 333, 333, 64, False),
+    "hd64-causal": (1, 2, 2, 500, 500, 64, True),
+}
+
+
+def _case_inputs(name):
+    b, h, h_kv, s_q, s_k, d, causal = CASES[name]
+    g = torch.Generator(device="cuda").manual_seed(zlib.crc32(name.encode()) % 1000)
+    q = torch.randn((b, h, s_q, d), generator=g, device="cuda")
+    k = torch.randn((b, h_kv, s_k, d), generator=g, device="cuda") * 1.5
+    v = torch.randn((b, h_kv, s_k, d), generator=g, device="cuda")
+    return q, k, v, causal
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_cute_kernel_agrees_with_its_h200_emulation(name):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
+    from zyfa.reference.attention import attention_fp64
+
+    from zyfa.emulator import emulate
+    from zyfa.kernels.attention_cute import attention_cute_quantized
+
+    q, k, v, causal = _case_inputs(name)
+    out, lse = attention_cute_quantized(q, k, v, recipe=H1, causal=causal)
+    torch.cuda.synchronize()
+    em = emulate(q, k, v, H1, causal=causal, platform="h200")
+    ref, ref_lse = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=causal)
+    assert torch.isfinite(out.float()).all()
+    e_k, e_e = rel_l2(out, ref), rel_l2(em.out, ref)
+    apart = rel_l2(out, em.out)
+    print(f"cute {H1} {name}: kernel {e_k:.5f} emulation {e_e:.5f} ratio {e_k / e_e:.4f}; outputs {apart:.2e} "
+          f"apart = {apart / e_e:.3f} x error")
+    assert KERNEL_VS_H200_EMULATION.contains(e_k / e_e), f"kernel error {e_k:.5f} vs h200 emulation {e_e:.5f}"
+    assert apart <= AGREE_BOUNDS["matrix_unit"][0] * e_e
+    fin = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isneginf(lse), torch.isneginf(em.lse))
+    assert (lse[fin].double() - em.lse[fin].double()).abs().max().item() < 0.1
+
+
+def test_cute_kernel_matches_the_triton_kernel():
+    """The same numerics as attention_fp8(recipe='zyfa-hopper'): outputs a few bf16 ulps apart at most."""
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
+    from zyfa.kernels.attention_cute import attention_cute
+    from zyfa.kernels.attention_fp8 import attention_fp8, quantize_for_kernel
+
+    q, k, v, causal = _case_inputs("hd128-causal-gqa-odd")
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, H1)
+    o_t, l_t = attention_fp8(q8, k8, v8, recipe=H1, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+    o_c, l_c = attention_cute(q8, k8, v8, recipe=H1, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+    torch.cuda.synchronize()
+    scale = o_t.float().abs().max().item()
+    d = (o_c.float() - o_t.float()).abs().max().item()
+    print(f"max |cute - triton| {d:.3g} (max |o| {scale:.3g}), bit-identical {torch.equal(o_c, o_t)}")
+    assert d <= 4 * 2**-7 * scale
+    fin = torch.isfinite(l_t)
+    assert torch.equal(fin, torch.isfinite(l_c))
+    assert (l_c[fin] - l_t[fin]).abs().max().item() < 1e-3

@@ -1,0 +1,115 @@
+"""CPU tests of the CuTe kernel's wrapper: every refusal is one clear line, before cutlass is imported (no DSL and
+no GPU needed)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+from tests.kernels.test_wrapper_validation import FP8, qkv
+from zyfa.kernels.attention_cute import (
+    CUTE_RECIPE,
+    attention_cute,
+    attention_cute_quantized,
+    compile_for,
+    cute_plan,
+)
+
+
+def test_import_does_not_import_cutlass():
+    import importlib
+
+    for name in [m for m in sys.modules if m == "zyfa.kernels" or m.startswith("zyfa.kernels.")]:
+        del sys.modules[name]
+    had = "cutlass" in sys.modules
+    importlib.import_module("zyfa.kernels.attention_cute")
+    assert had or "cutlass" not in sys.modules
+
+
+def test_target_recipe_is_accepted():
+    plan = cute_plan(CUTE_RECIPE)
+    assert (plan.exp_mad, plan.p_scale, plan.rowsum_rounded, plan.pv_mode, plan.out_mode) == (True, 3, 1, 4, 0)
+
+
+@pytest.mark.parametrize("spec,field", [
+    ("zyfa", "accumulator"),
+    ("fa3", "exp_method"),
+    ("zyfa-exp2", "exp_method"),
+    ("zyfa-hopper:accum_flush_tiles=0", "accum_flush_tiles"),
+    ("zyfa-hopper:accum_flush_tiles=2", "accum_flush_tiles"),
+    ("zyfa-hopper:rowsum=fp32", "rowsum"),
+    ("zyfa-hopper:rowsum=rounded_mma", "rowsum"),
+    ("zyfa-hopper:p_scale_granularity=tile", "p_scale_granularity"),
+    ("zyfa-hopper:q_scale=block", "q_scale"),
+    ("zyfa-hopper:v_scale=channel", "v_scale"),
+    ("zyfa-hopper:block_n=64", "block_n"),
+    ("zyfa-hopper:out_format=fp32", "out_format"),
+    ("zyfa-hopper:reciprocal=rcp", "reciprocal"),
+    ("zyfa-hopper:k_smoothing=true", "k_smoothing"),
+    ("zyfa-hopper:mad_offset=0", "mad_offset"),
+])
+def test_unsupported_recipes_refused_naming_the_field(spec, field):
+    with pytest.raises(ValueError, match=f"CuTe FP8 kernel does not support {field}=") as e:
+        cute_plan(spec)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=f"does not support {field}="):  # the same line from the compile entry
+        compile_for(b=1, h=2, h_kv=2, s_q=128, s_k=128, d=128, causal=False, recipe=spec)
+
+
+def test_recipe_the_triton_kernel_refuses_gets_its_line():
+    with pytest.raises(ValueError, match="Triton FP8 kernel does not support q_format"):
+        cute_plan("zyfa-hopper:q_format=e5m2")
+
+
+@pytest.mark.parametrize("d_qk,d_v", [(256, 256), (192, 128)])
+def test_head_dims_not_yet_supported(d_qk, d_v):
+    q, k, v = qkv(d_qk=d_qk, d_v=d_v)
+    with pytest.raises(ValueError, match="CuTe FP8 kernel supports head dims"):
+        attention_cute(q, k, v)
+    with pytest.raises(ValueError, match="CuTe FP8 kernel supports head dims"):
+        compile_for(b=1, h=2, h_kv=2, s_q=16, s_k=16, d=d_qk, causal=False)
+
+
+def test_cpu_tensors_refused():
+    q, k, v = qkv(d_qk=128, d_v=128)
+    with pytest.raises(ValueError, match="CUDA GPU"):
+        attention_cute(q, k, v, q_descale=1.0, k_descale=1.0, v_descale=1.0)
+    with pytest.raises(ValueError, match="CUDA GPU"):
+        attention_cute_quantized(*qkv(d_qk=128, d_v=128, dtype=torch.float32), causal=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float8_e5m2])
+def test_wrong_dtype(dtype):
+    with pytest.raises(TypeError, match="float8_e4m3fn"):
+        attention_cute(*qkv(d_qk=128, d_v=128, dtype=dtype))
+
+
+def test_bad_inputs_and_descales():
+    q, k, v = qkv(d_qk=128, d_v=128)
+    with pytest.raises(ValueError, match="multiple of kv heads"):
+        attention_cute(*qkv(h=3, h_kv=2, d_qk=128, d_v=128))
+    with pytest.raises(ValueError, match="q_descale must be a positive"):
+        attention_cute(q, k, v, q_descale=-1.0)
+    with pytest.raises(ValueError, match="k_descale must be one scalar or of shape"):
+        attention_cute(q, k, v, k_descale=torch.ones(1, 2, 16))  # per-key descales: not this kernel's
+    with pytest.raises(ValueError, match="sm_scale"):
+        attention_cute(q, k, v, sm_scale=0.0)
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        attention_cute(q, k, v, causal=1)
+    qt = torch.randn(1, 2, 128, 128).to(FP8).transpose(-1, -2)
+    kt = torch.randn(1, 2, 128, 128).to(FP8)
+    with pytest.raises(ValueError, match="contiguous last dim"):
+        attention_cute(qt, kt, kt)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"s_q": 0}, "s_q must be a positive int"),
+    ({"h": 3, "h_kv": 2}, "multiple of kv heads"),
+    ({"causal": 1}, "causal must be a bool"),
+])
+def test_compile_for_refuses_bad_shapes(kwargs, match):
+    args = {"b": 1, "h": 2, "h_kv": 2, "s_q": 128, "s_k": 128, "d": 128, "causal": False, **kwargs}
+    with pytest.raises((ValueError, TypeError), match=match):
+        compile_for(**args)

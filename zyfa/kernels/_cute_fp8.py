@@ -1,0 +1,515 @@
+"""CuTe DSL FP8 (e4m3fn) attention forward for the H200 (sm_90a) with the ``zyfa-hopper`` numerics: the kernel
+itself. Imported lazily (needs nvidia-cutlass-dsl); :mod:`zyfa.kernels.attention_cute` is the wrapper.
+
+STATUS: compiled for sm_90a on a CPU-only machine (PTX and cubin inspected by tests/kernels/test_cute_compile.py);
+NOT yet run on a GPU. Nothing here is known to compute the right answer until
+tests/kernels/test_cute_kernel_gpu.py has passed on an H200.
+
+What one CTA computes: 128 query rows of one (batch, head), as two 64-row tiles, against every KV tile of 128 keys
+that any of its rows can see, per KV tile in the order of the Triton kernel's ``_softmax_pv_tile``
+(``zyfa/kernels/_triton_fp8.py``; ``zyfa/emulator_tile.py`` has the same steps for the emulator):
+
+1. S = Q8·K8ᵀ on the FP8 wgmma (m64n128k32, e4m3 x e4m3 -> f32), Q and K from shared memory.
+2. Mask (bottom-right causal, keys past the end) to -inf; row max m_tile = max(S)·c, with
+   c = (sm_scale·log2e·q_descale)·k_descale; m_new = max(m, m_tile); alpha = 2^(m - m_new).
+3. P exponent per row and tile (pow2_block, technique 3): e = min(floor(log2 448 - t_max), p_block_max_log2),
+   kept where the row has nothing unmasked; alpha times 2^(e_new - e).
+4. P codes by technique 1 (the MAD): y = fma.rn.sat(s, 8c/128, (bias + 8(e - m))/128), clamped at 126/128, the code
+   the low byte of y + 1.5·2^16 (the magic-number add). No exp2 per score: the only ex2 is alpha's, one per row.
+5. Row sum of the rounded P, decoded from the codes ((code << 20) as fp32 times 2^120).
+6. P·V on the FP8 wgmma with P from registers (the codes packed four to a register) and Vᵀ from shared memory, a
+   fresh product each tile added into the fp32 accumulator (acc·alpha + P·V: ``accum_flush_tiles=1``). Vᵀ's keys
+   come in :func:`zyfa.kernels.attention_fp8.k32_key_order` within each 32-key step (``prepare_vt(v,
+   permute_k32=True)``), so each thread's S accumulator registers are already its P operand's keys: only a byte
+   permutation inside the thread, no shuffle.
+
+After the last tile: O = acc / l (div.rn) times V's descale, bf16 RNE; LSE = (m + log2 l - e)·ln 2.
+
+Schedule (technique 2, ping-pong): 3 warpgroups. Warpgroup 0 is the producer (setmaxnreg down to 24; one warp issues
+TMA loads: both Q tiles once, then K and Vᵀ tiles into two ``kv_stages``-deep shared-memory pipelines, mbarriers
+with transaction counts). Warpgroups 1 and 2 are consumers (setmaxnreg up to 240), each owning one 64-row Q tile.
+Each consumer step issues S_j = Q·K_j and P_{j-1}·V_{j-1} together, inside a turn given by two named barriers
+(``bar.sync`` on its own, ``bar.arrive`` on the other's): while one warpgroup's wgmma run, the other does its
+softmax. Both consumers walk the same KV tiles (the CTA's range); a tile that is fully masked for some row leaves
+that row's state unchanged bit for bit (alpha 1, no code, e kept), as in the Triton kernel's shorter range.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils as utils
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass._mlir.dialects import llvm
+from cutlass.cute.runtime import make_ptr
+from cutlass.cutlass_dsl import Float32, Int32, T, Uint32, dsl_user_op
+
+LOG2_448 = 8.807354922057604
+LN2 = 0.6931471805599453
+TWO_POW_120 = 1.329227995784916e36
+BLOCK_M_WG = 64  # query rows per consumer warpgroup
+BLOCK_N = 128  # keys per KV tile
+NUM_CONSUMERS = 2
+THREADS_PER_WG = 128
+REGS_PRODUCER = 24
+REGS_CONSUMER = 240
+# named barriers (0 is __syncthreads): consumer warpgroup w waits on ORDER_BAR0 + w for its turn
+ORDER_BAR0 = 1
+
+
+def _asm(ret_type, args, ptx: str, constraints: str, loc=None, ip=None):
+    return llvm.inline_asm(ret_type, [a.ir_value(loc=loc, ip=ip) for a in args], ptx, constraints,
+                           has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+
+
+@dsl_user_op
+def mad_code(s, c8n, rbn, *, loc=None, ip=None) -> Int32:
+    """The MAD code of one score as an int32 whose low byte is the e4m3fn code (bits 8-19 zero): y = fma.rn.sat(s,
+    c8n, rbn) (the clamp at 0 and NaN -> 0), min(y, 126/128), then y + 1.5·2^16 read as int32. One asm block so that
+    nothing is reassociated or fused across the steps (the Triton kernel's MAD_CVT 3 form, bit for bit)."""
+    return Int32(_asm(T.i32(), [Float32(s), Float32(c8n), Float32(rbn)],
+                      "{ .reg .f32 y; fma.rn.sat.f32 y, $1, $2, $3; min.f32 y, y, 0f3F7C0000; "
+                      "add.rn.f32 y, y, 0f47C00000; mov.b32 $0, y; }", "=r,f,f,f", loc, ip))
+
+
+@dsl_user_op
+def code_value(bits, *, loc=None, ip=None) -> Float32:
+    """value(code)·2^-120: (bits << 20) read as fp32 (subnormal codes included)."""
+    return Float32(_asm(T.f32(), [Int32(bits)], "{ .reg .b32 t; shl.b32 t, $1, 20; mov.b32 $0, t; }", "=f,r",
+                        loc, ip))
+
+
+@dsl_user_op
+def pack4(b0, b1, b2, b3, *, loc=None, ip=None) -> Int32:
+    """The low bytes of four int32 as one register, b0 lowest (two prmt for the pairs, one to join them)."""
+    return Int32(_asm(T.i32(), [Int32(b0), Int32(b1), Int32(b2), Int32(b3)],
+                      "{ .reg .b32 lo, hi; prmt.b32 lo, $1, $2, 0x0040; prmt.b32 hi, $3, $4, 0x0040; "
+                      "prmt.b32 $0, lo, hi, 0x5410; }", "=r,r,r,r,r", loc, ip))
+
+
+@dsl_user_op
+def ex2(x, *, loc=None, ip=None) -> Float32:
+    """ex2.approx.f32, the instruction of Triton's tl.math.exp2 (alpha only: one per row and tile)."""
+    return Float32(_asm(T.f32(), [Float32(x)], "ex2.approx.f32 $0, $1;", "=f,f", loc, ip))
+
+
+@dsl_user_op
+def lg2(x, *, loc=None, ip=None) -> Float32:
+    return Float32(_asm(T.f32(), [Float32(x)], "lg2.approx.f32 $0, $1;", "=f,f", loc, ip))
+
+
+@dsl_user_op
+def div_rn(a, b, *, loc=None, ip=None) -> Float32:
+    return Float32(_asm(T.f32(), [Float32(a), Float32(b)], "div.rn.f32 $0, $1, $2;", "=f,f,f", loc, ip))
+
+
+@dsl_user_op
+def floor_f32(x, *, loc=None, ip=None) -> Float32:
+    return Float32(_asm(T.f32(), [Float32(x)], "cvt.rmi.f32.f32 $0, $1;", "=f,f", loc, ip))
+
+
+@dsl_user_op
+def pow2i(k, *, loc=None, ip=None) -> Float32:
+    """2^k for an integer-valued fp32 k in [-126, 127], from the exponent bits."""
+    return Float32(_asm(T.f32(), [Float32(k)],
+                        "{ .reg .s32 i; cvt.rzi.s32.f32 i, $1; add.s32 i, i, 127; shl.b32 i, i, 23; "
+                        "mov.b32 $0, i; }", "=f,f", loc, ip))
+
+
+class CuteFp8Attention:
+    """One compiled forward for fixed shapes (all static) and the ``zyfa-hopper`` numerics.
+
+    Operands (global memory, contiguous): Q (b·h, s_q, d), K (b·h_kv, s_k, d), Vᵀ (b·h_kv, d, s_k_pad) from
+    ``prepare_vt(v, permute_k32=True)``, O (b·h, s_q, d) bf16, LSE (b·h, s_q) fp32, descales qd (b·h), kd and vd
+    (b·h_kv) fp32. ``__call__`` takes their pointers and sm_scale·log2(e) as fp32.
+    """
+
+    def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d: int, causal: bool,
+                 mad_bias: float, e_cap: float, kv_stages: int = 2):
+        self.b, self.h, self.h_kv = b, h, h_kv
+        self.s_q, self.s_k, self.s_k_pad, self.d = s_q, s_k, s_k_pad, d
+        self.causal = causal
+        self.mad_bias = float(mad_bias)
+        self.e_cap = float(e_cap)
+        self.kv_stages = kv_stages
+        self.group = h // h_kv
+        self.block_m = BLOCK_M_WG * NUM_CONSUMERS
+        self.n_blocks_m = -(-s_q // self.block_m)
+        self.dtype = cutlass.Float8E4M3FN
+
+    # ------------------------------------------------------------------------------------------ host side
+    @cute.jit
+    def __call__(self, q_ptr: cute.Pointer, k_ptr: cute.Pointer, vt_ptr: cute.Pointer, o_ptr: cute.Pointer,
+                 lse_ptr: cute.Pointer, qd_ptr: cute.Pointer, kd_ptr: cute.Pointer, vd_ptr: cute.Pointer,
+                 sm_scale_log2e: Float32):
+        d, s_q, s_k, s_k_pad = self.d, self.s_q, self.s_k, self.s_k_pad
+        bh, bhk = self.b * self.h, self.b * self.h_kv
+        mQ = cute.make_tensor(q_ptr, cute.make_layout((s_q, d, bh), stride=(d, 1, s_q * d)))
+        mK = cute.make_tensor(k_ptr, cute.make_layout((s_k, d, bhk), stride=(d, 1, s_k * d)))
+        mVt = cute.make_tensor(vt_ptr, cute.make_layout((d, s_k_pad, bhk), stride=(s_k_pad, 1, d * s_k_pad)))
+        mO = cute.make_tensor(o_ptr, cute.make_layout((s_q, d, bh), stride=(d, 1, s_q * d)))
+        mLSE = cute.make_tensor(lse_ptr, cute.make_layout((s_q, bh), stride=(1, s_q)))
+        mQD = cute.make_tensor(qd_ptr, cute.make_layout((bh,)))
+        mKD = cute.make_tensor(kd_ptr, cute.make_layout((bhk,)))
+        mVD = cute.make_tensor(vd_ptr, cute.make_layout((bhk,)))
+
+        qk_mma = self.make_qk_mma()
+        pv_mma = self.make_pv_mma()
+        row = utils.LayoutEnum.ROW_MAJOR  # K-major A and B
+        # Q: one 64-row tile per consumer warpgroup ("stage" w is warpgroup w's tile)
+        sQ_layout = sm90_utils.make_smem_layout_a(row, (BLOCK_M_WG, BLOCK_N, d), self.dtype, NUM_CONSUMERS)
+        sK_layout = sm90_utils.make_smem_layout_b(row, (BLOCK_M_WG, BLOCK_N, d), self.dtype, self.kv_stages)
+        sV_layout = sm90_utils.make_smem_layout_b(row, (BLOCK_M_WG, d, BLOCK_N), self.dtype, self.kv_stages)
+
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        tma_q, tQ = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mQ, cute.slice_(sQ_layout, (None, None, 0)),
+                                                           (BLOCK_M_WG, d))
+        tma_k, tK = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mK, cute.slice_(sK_layout, (None, None, 0)),
+                                                           (BLOCK_N, d))
+        tma_v, tV = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mVt, cute.slice_(sV_layout, (None, None, 0)),
+                                                           (d, BLOCK_N))
+        self.q_bytes = cute.size_in_bytes(self.dtype, cute.slice_(sQ_layout, (None, None, 0))) * NUM_CONSUMERS
+        self.k_bytes = cute.size_in_bytes(self.dtype, cute.slice_(sK_layout, (None, None, 0)))
+        self.v_bytes = cute.size_in_bytes(self.dtype, cute.slice_(sV_layout, (None, None, 0)))
+
+        @cute.struct
+        class SharedStorage:
+            q_mbar: cute.struct.MemRange[cutlass.Int64, 2]
+            k_mbar: cute.struct.MemRange[cutlass.Int64, self.kv_stages * 2]
+            v_mbar: cute.struct.MemRange[cutlass.Int64, self.kv_stages * 2]
+            sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
+            sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
+            sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+
+        self.shared_storage = SharedStorage
+        self.kernel(qk_mma, pv_mma, tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLSE, mQD, mKD, mVD, sm_scale_log2e,
+                    sQ_layout, sK_layout, sV_layout).launch(
+            grid=(self.n_blocks_m, bh, 1), block=[THREADS_PER_WG * (1 + NUM_CONSUMERS), 1, 1], min_blocks_per_mp=1)
+
+    # ------------------------------------------------------------------------------------------ the kernel
+    @cute.kernel
+    def kernel(self, qk_mma: cute.TiledMma, pv_mma: cute.TiledMma, tma_q: cute.CopyAtom, tQ: cute.Tensor,
+               tma_k: cute.CopyAtom, tK: cute.Tensor, tma_v: cute.CopyAtom, tV: cute.Tensor, mO: cute.Tensor,
+               mLSE: cute.Tensor, mQD: cute.Tensor, mKD: cute.Tensor, mVD: cute.Tensor, sm_scale_log2e: Float32,
+               sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout, sV_layout: cute.ComposedLayout):
+        tidx, _, _ = cute.arch.thread_idx()
+        mb, bh, _ = cute.arch.block_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg = cute.arch.make_warp_uniform(tidx // THREADS_PER_WG)
+        bhk = (bh // self.h) * self.h_kv + (bh % self.h) // self.group
+
+        smem = utils.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, NUM_CONSUMERS * THREADS_PER_WG // 32)
+        q_pipe = pipeline.PipelineTmaAsync.create(barrier_storage=storage.q_mbar.data_ptr(), num_stages=1,
+                                                  producer_group=producer, consumer_group=consumers,
+                                                  tx_count=self.q_bytes, defer_sync=True)
+        k_pipe = pipeline.PipelineTmaAsync.create(barrier_storage=storage.k_mbar.data_ptr(),
+                                                  num_stages=self.kv_stages, producer_group=producer,
+                                                  consumer_group=consumers, tx_count=self.k_bytes, defer_sync=True)
+        v_pipe = pipeline.PipelineTmaAsync.create(barrier_storage=storage.v_mbar.data_ptr(),
+                                                  num_stages=self.kv_stages, producer_group=producer,
+                                                  consumer_group=consumers, tx_count=self.v_bytes, defer_sync=True)
+        sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
+        sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
+        sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
+
+        # the KV tiles this CTA visits: [0, n_tiles), the first n_full unmasked for all of its rows
+        off = self.s_k - self.s_q  # bottom-right alignment: query i sits at key position i + off
+        p0 = mb * self.block_m + off
+        n_tiles = Int32(-(-self.s_k // BLOCK_N))
+        n_full = Int32(self.s_k // BLOCK_N)
+        if cutlass.const_expr(self.causal):
+            hi = cutlass.min(Int32(self.s_k), p0 + self.block_m)
+            hi = cutlass.max(hi, Int32(0))
+            n_tiles = (hi + BLOCK_N - 1) // BLOCK_N
+            n_full = cutlass.min(n_full, cutlass.max(p0 + 1, Int32(0)) // BLOCK_N)
+
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+
+        if wg == 0:
+            # ---------------------------------------------------------------- producer warpgroup
+            cute.arch.setmaxregister_decrease(REGS_PRODUCER)
+            if warp_idx == 0:
+                gQ = cute.local_tile(tQ, (BLOCK_M_WG, self.d), (None, 0, None))
+                tQs, tQg = cute.nvgpu.cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
+                                                            cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
+                gK = cute.local_tile(tK, (BLOCK_N, self.d), (None, 0, None))
+                tKs, tKg = cute.nvgpu.cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
+                                                            cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
+                gV = cute.local_tile(tV, (self.d, BLOCK_N), (0, None, None))
+                tVs, tVg = cute.nvgpu.cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
+                                                            cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
+                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                q_pipe.producer_acquire(q_state)
+                for w in cutlass.range_constexpr(NUM_CONSUMERS):
+                    cute.copy(tma_q, tQg[(None, mb * NUM_CONSUMERS + w, bh)], tQs[(None, w)],
+                              tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
+                for j in cutlass.range(n_tiles, unroll=1):
+                    st = self.stage(j, True)
+                    k_pipe.producer_acquire(st)
+                    cute.copy(tma_k, tKg[(None, j, bhk)], tKs[(None, st.index)],
+                              tma_bar_ptr=k_pipe.producer_get_barrier(st))
+                    v_pipe.producer_acquire(st)
+                    cute.copy(tma_v, tVg[(None, j, bhk)], tVs[(None, st.index)],
+                              tma_bar_ptr=v_pipe.producer_get_barrier(st))
+        else:
+            # ---------------------------------------------------------------- consumer warpgroups
+            cute.arch.setmaxregister_increase(REGS_CONSUMER)
+            w = wg - 1
+            thr = tidx % THREADS_PER_WG
+            my_bar = ORDER_BAR0 + w
+            other_bar = ORDER_BAR0 + 1 - w
+            qk_thr = qk_mma.get_slice(thr)
+            pv_thr = pv_mma.get_slice(thr)
+            tSrQ = qk_mma.make_fragment_A(qk_thr.partition_A(sQ))
+            tSrK = qk_mma.make_fragment_B(qk_thr.partition_B(sK))
+            tOrV = pv_mma.make_fragment_B(pv_thr.partition_B(sV))
+            acc_s = qk_thr.make_fragment_C(qk_thr.partition_shape_C((BLOCK_M_WG, BLOCK_N)))
+            acc_pv = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d)))
+            acc_o = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d)))
+            tOrP = pv_thr.make_fragment_A(pv_thr.partition_shape_A((BLOCK_M_WG, BLOCK_N)))
+            p_u32 = cute.recast_tensor(tOrP, Uint32)
+            # (row, key) of each S register within its tile; (row, column) of each O register
+            tScS = qk_thr.partition_C(cute.make_identity_tensor((BLOCK_M_WG, BLOCK_N)))
+            tOcO = pv_thr.partition_C(cute.make_identity_tensor((BLOCK_M_WG, self.d)))
+            # per-thread row state for its two rows (r and r + 8): running max, sum, P exponent, pending alpha
+            m_i = cute.make_rmem_tensor((2,), Float32)
+            l_i = cute.make_rmem_tensor((2,), Float32)
+            e_i = cute.make_rmem_tensor((2,), Float32)
+            alpha = cute.make_rmem_tensor((2,), Float32)
+            for r in cutlass.range_constexpr(2):
+                m_i[r] = -Float32.inf
+                l_i[r] = Float32(0.0)
+                e_i[r] = Float32(0.0)
+                alpha[r] = Float32(1.0)
+            acc_o.fill(0.0)
+
+            c = sm_scale_log2e * mQD[bh] * mKD[bhk]
+            c8n = (c * Float32(8.0)) * Float32(0.0078125)
+            row0 = mb * self.block_m + w * BLOCK_M_WG  # first query row of this warpgroup
+
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            q_pipe.consumer_wait(q_state)
+
+            if w == 1:
+                cute.arch.barrier_arrive(barrier_id=ORDER_BAR0, number_of_threads=2 * THREADS_PER_WG)
+            if n_tiles > 0:
+                # tile 0: S only
+                k_state = self.stage(Int32(0), False)
+                k_pipe.consumer_wait(k_state)
+                cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
+                cute.nvgpu.warpgroup.fence()
+                self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+                cute.nvgpu.warpgroup.commit_group()
+                cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+                cute.nvgpu.warpgroup.wait_group(0)
+                k_pipe.consumer_release(k_state)
+                self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, Int32(0),
+                                  Int32(0) >= n_full)
+                for j in cutlass.range(1, n_tiles, unroll=1):
+                    # S_j and P_{j-1}·V_{j-1} in one turn
+                    k_state = self.stage(j, False)
+                    v_state = self.stage(j - 1, False)
+                    k_pipe.consumer_wait(k_state)
+                    v_pipe.consumer_wait(v_state)
+                    cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
+                    cute.nvgpu.warpgroup.fence()
+                    self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+                    self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index)
+                    cute.nvgpu.warpgroup.commit_group()
+                    cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    k_pipe.consumer_release(k_state)
+                    v_pipe.consumer_release(v_state)
+                    self.flush_pv(acc_o, acc_pv, alpha)
+                    self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, j >= n_full)
+                # the last tile's P·V
+                v_state = self.stage(n_tiles - 1, False)
+                v_pipe.consumer_wait(v_state)
+                cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
+                cute.nvgpu.warpgroup.fence()
+                self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index)
+                cute.nvgpu.warpgroup.commit_group()
+                cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+                cute.nvgpu.warpgroup.wait_group(0)
+                v_pipe.consumer_release(v_state)
+                self.flush_pv(acc_o, acc_pv, alpha)
+            if w == 0:
+                # consume the other warpgroup's last arrive (its turns and ours then balance)
+                cute.arch.barrier(barrier_id=ORDER_BAR0, number_of_threads=2 * THREADS_PER_WG)
+            self.epilogue(acc_o, tOcO, m_i, l_i, e_i, mO, mLSE, mVD[bhk], bh, row0, thr)
+
+    # ------------------------------------------------------------------------------------------ pieces
+    def stage(self, j: Int32, producer: bool) -> pipeline.PipelineState:
+        """The K/Vᵀ pipelines' state for KV tile j, derived from j (no state object carried through staged control
+        flow): stage j mod kv_stages, phase the parity of j div kv_stages (the producer's starts flipped)."""
+        n = self.kv_stages
+        phase = (j // n) % 2
+        if cutlass.const_expr(producer):
+            phase = phase ^ 1
+        return pipeline.PipelineState(n, j, j % n, phase)
+
+    def make_qk_mma(self) -> cute.TiledMma:
+        """S = Q·Kᵀ: one warpgroup, m64n128, e4m3 x e4m3 -> f32, both K-major from shared memory."""
+        kmaj = cute.nvgpu.warpgroup.OperandMajorMode.K
+        return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, kmaj, kmaj, Float32, (1, 1, 1),
+                                                 (BLOCK_M_WG, BLOCK_N))
+
+    def make_pv_mma(self) -> cute.TiledMma:
+        """O = P·V: one warpgroup, m64n{d}, P (A) from registers, Vᵀ (B) K-major from shared memory."""
+        kmaj = cute.nvgpu.warpgroup.OperandMajorMode.K
+        return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, kmaj, kmaj, Float32, (1, 1, 1),
+                                                 (BLOCK_M_WG, self.d), cute.nvgpu.warpgroup.OperandSource.RMEM)
+
+    # The gemm helpers build their own TiledMma: its ACCUMULATE field is runtime state, and a value set inside one
+    # staged loop body must not be read outside it.
+    @cute.jit
+    def gemm_qk(self, tSrQ: cute.Tensor, tSrK: cute.Tensor, acc_s: cute.Tensor, w: Int32,
+                stage: Int32):
+        """acc_s = Q_w · K_stageᵀ (a fresh accumulator)."""
+        qk_mma = self.make_qk_mma()
+        for kb in cutlass.range_constexpr(cute.size(tSrQ, mode=[2])):
+            qk_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
+            cute.gemm(qk_mma, acc_s, tSrQ[(None, None, kb, w)], tSrK[(None, None, kb, stage)], acc_s)
+
+    @cute.jit
+    def gemm_pv(self, tOrP: cute.Tensor, tOrV: cute.Tensor, acc_pv: cute.Tensor,
+                stage: Int32):
+        """acc_pv = P · V_stage (a fresh accumulator: the tile's product, flushed into fp32 by flush_pv)."""
+        pv_mma = self.make_pv_mma()
+        for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+            pv_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
+            cute.gemm(pv_mma, acc_pv, tOrP[(None, None, kb)], tOrV[(None, None, kb, stage)], acc_pv)
+
+    @cute.jit
+    def flush_pv(self, acc_o: cute.Tensor, acc_pv: cute.Tensor, alpha: cute.Tensor):
+        """acc = acc·alpha + P·V (per row alpha; register i of the m64 accumulator is row half (i // 2) % 2)."""
+        for i in cutlass.range_constexpr(cute.size(acc_o)):
+            acc_o[i] = acc_o[i] * alpha[(i // 2) % 2] + acc_pv[i]
+
+    @cute.jit
+    def softmax_tile(self, acc_s: cute.Tensor, tScS: cute.Tensor, p_u32: cute.Tensor, m_i: cute.Tensor,
+                     l_i: cute.Tensor, e_i: cute.Tensor, alpha: cute.Tensor, c: Float32, c8n: Float32, row0: Int32,
+                     j: Int32, masked):
+        """One KV tile's softmax in the Triton kernel's order (module docstring, steps 2-5): updates m, l, e, sets
+        alpha (applied to acc by flush_pv when this tile's P·V is added) and writes P's codes into p_u32."""
+        n = cute.size(acc_s)
+        if masked:
+            for i in cutlass.range_constexpr(n):
+                key = j * BLOCK_N + tScS[i][1]
+                ok = key < self.s_k
+                if cutlass.const_expr(self.causal):
+                    ok = ok & (key <= row0 + tScS[i][0] + (self.s_k - self.s_q))
+                if not ok:
+                    acc_s[i] = -Float32.inf
+        row_bias_n = cute.make_rmem_tensor((2,), Float32)
+        for r in cutlass.range_constexpr(2):
+            mx = acc_s[2 * r]
+            for i in cutlass.range_constexpr(n):
+                if cutlass.const_expr((i // 2) % 2 == r and i != 2 * r):
+                    mx = cute.arch.fmax(mx, acc_s[i])
+            mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, offset=1))
+            mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, offset=2))
+            m_tile = mx * c
+            m_new = cute.arch.fmax(m_i[r], m_tile)
+            m_use = m_new
+            if m_new == -Float32.inf:
+                m_use = Float32(0.0)
+            a = ex2(m_i[r] - m_use)
+            t_max = m_tile - m_use
+            e_row = cute.arch.fmin(floor_f32(Float32(LOG2_448) - t_max), Float32(self.e_cap))
+            e_new = e_row
+            if t_max == -Float32.inf:
+                e_new = e_i[r]
+            alpha[r] = a * pow2i(e_new - e_i[r])
+            row_bias_n[r] = (Float32(self.mad_bias) + Float32(8.0) * (e_new - m_use)) * Float32(0.0078125)
+            m_i[r] = m_new
+            e_i[r] = e_new
+        # codes, packed as the P operand: k-block s, register q = row half + 2·(16-key half) holds the codes of
+        # S registers base, base+1, base+4, base+5 with base = 16s + 8·(q // 2) + 2·(q % 2) (Vᵀ in k32 key order)
+        sums = cute.make_rmem_tensor((2,), Float32)
+        sums[0] = Float32(0.0)
+        sums[1] = Float32(0.0)
+        for s in cutlass.range_constexpr(n // 16):
+            for q in cutlass.range_constexpr(4):
+                r = q % 2
+                base = 16 * s + 8 * (q // 2) + 2 * r
+                b0 = mad_code(acc_s[base], c8n, row_bias_n[r])
+                b1 = mad_code(acc_s[base + 1], c8n, row_bias_n[r])
+                b2 = mad_code(acc_s[base + 4], c8n, row_bias_n[r])
+                b3 = mad_code(acc_s[base + 5], c8n, row_bias_n[r])
+                sums[r] = sums[r] + ((code_value(b0) + code_value(b1)) + (code_value(b2) + code_value(b3)))
+                p_u32[4 * s + q] = Uint32(pack4(b0, b1, b2, b3))
+        for r in cutlass.range_constexpr(2):
+            t = sums[r]
+            t = t + cute.arch.shuffle_sync_bfly(t, offset=1)
+            t = t + cute.arch.shuffle_sync_bfly(t, offset=2)
+            l_i[r] = l_i[r] * alpha[r] + t * Float32(TWO_POW_120)
+
+    @cute.jit
+    def epilogue(self, acc_o: cute.Tensor, tOcO: cute.Tensor, m_i: cute.Tensor, l_i: cute.Tensor,
+                 e_i: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor, vd: Float32, bh: Int32, row0: Int32,
+                 thr: Int32):
+        """O = acc / l · vd in bf16 (0 where the row saw no key), LSE = (m + log2 l - e)·ln 2 (-inf there)."""
+        l_safe = cute.make_rmem_tensor((2,), Float32)
+        has = cute.make_rmem_tensor((2,), cutlass.Boolean)
+        for r in cutlass.range_constexpr(2):
+            has[r] = l_i[r] > Float32(0.0)
+            l_safe[r] = Float32(1.0)
+            if has[r]:
+                l_safe[r] = l_i[r]
+        for i in cutlass.range_constexpr(cute.size(acc_o)):
+            r = (i // 2) % 2
+            row = row0 + tOcO[i][0]
+            o = div_rn(acc_o[i], l_safe[r]) * vd
+            if not has[r]:
+                o = Float32(0.0)
+            if row < self.s_q:
+                mO[row, tOcO[i][1], bh] = o.to(cutlass.BFloat16)
+        if thr % 4 == 0:
+            for r in cutlass.range_constexpr(2):
+                row = row0 + tOcO[2 * r][0]
+                m_fin = m_i[r]
+                if m_fin == -Float32.inf:
+                    m_fin = Float32(0.0)
+                lse = (m_fin + lg2(l_safe[r]) - e_i[r]) * Float32(LN2)
+                if not has[r]:
+                    lse = -Float32.inf
+                if row < self.s_q:
+                    mLSE[row, bh] = lse
+
+
+def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d: int, causal: bool,
+                   mad_bias: float, e_cap: float, options: str = ""):
+    """Compile :class:`CuteFp8Attention` for these shapes with fake pointers (no GPU needed); returns the compiled
+    callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them)."""
+
+    kern = CuteFp8Attention(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=s_k_pad, d=d, causal=causal,
+                            mad_bias=mad_bias, e_cap=e_cap)
+    gmem = cute.AddressSpace.gmem
+    fp8 = cutlass.Float8E4M3FN
+    ptrs = [make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(fp8, 16, gmem, assumed_align=16),
+            make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(cutlass.BFloat16, 16, gmem, assumed_align=16),
+            make_ptr(Float32, 16, gmem, assumed_align=16), make_ptr(Float32, 16, gmem, assumed_align=4),
+            make_ptr(Float32, 16, gmem, assumed_align=4), make_ptr(Float32, 16, gmem, assumed_align=4)]
+    return cute.compile(kern, *ptrs, Float32(1.0 / math.sqrt(d)), options=options)
+
+
+def launch(compiled, q, k, vt, out, lse, qd, kd, vd, sm_scale_log2e: float) -> None:
+    """Run a kernel from :func:`compile_kernel` on torch CUDA tensors (contiguous; vt from ``prepare_vt(v,
+    permute_k32=True)``, out bf16 and lse fp32 preallocated, descales fp32 per (batch, head) / (batch, kv head)),
+    on the default stream."""
+    gmem = cute.AddressSpace.gmem
+
+    def ptr(t, dtype, align=16):
+        return make_ptr(dtype, t.data_ptr(), gmem, assumed_align=align)
+
+    fp8 = cutlass.Float8E4M3FN
+    compiled(ptr(q, fp8), ptr(k, fp8), ptr(vt, fp8), ptr(out, cutlass.BFloat16), ptr(lse, Float32),
+             ptr(qd, Float32, 4), ptr(kd, Float32, 4), ptr(vd, Float32, 4), Float32(sm_scale_log2e))

@@ -1,0 +1,168 @@
+"""FP8 attention forward on the H200 through our CuTe DSL kernel (:mod:`zyfa.kernels._cute_fp8`): the wrapper.
+
+STATUS: the kernel compiles for sm_90a (``compile_for``, no GPU needed) but has NOT yet run on a GPU; it is in no
+implementations registry and no bench until tests/kernels/test_cute_kernel_gpu.py passes on an H200
+(docs/KERNEL.md, "The CuTe DSL kernel").
+
+:func:`attention_cute` takes FP8 Q/K/V with descales as :func:`zyfa.kernels.attention_fp8.attention_fp8` does and
+returns (out bf16, lse fp32 natural log); :func:`attention_cute_quantized` quantizes float inputs first with
+:func:`~zyfa.kernels.attention_fp8.quantize_for_kernel` (the emulator's quantizer). Scope: the ``zyfa-hopper``
+numerics (fused MAD codes, per-row power-of-two P exponent, rounded row sum, accumulator flushed every KV tile,
+division, bf16 RNE; per-tensor or per-head descales), head dims 64 and 128, causal (bottom-right) or not, GQA, any
+lengths. Everything else is refused in one line naming the field, and every check runs before cutlass is imported,
+so a CPU machine gets the same errors. Compiled kernels are cached per (shapes, recipe, causal).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from zyfa.kernels.attention_fp8 import prepare_vt, quantize_for_kernel
+from zyfa.kernels.kernel_plan import LOG2E, KernelPlan, fused_mad_is_exact, kernel_plan
+from zyfa.kernels.validation import check_device, check_fp8, descale_to_bh, validate_inputs
+from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
+
+__all__ = ["CUTE_HEAD_DIMS", "CUTE_RECIPE", "attention_cute", "attention_cute_quantized", "compile_for",
+           "cute_plan", "cute_plugin"]
+
+CUTE_RECIPE = "zyfa-hopper"  # the numerics the kernel implements
+CUTE_HEAD_DIMS = ((64, 64), (128, 128))  # (d_qk, d_v); 256 and MLA 192/128 not yet (registers, two head dims)
+KEY_PAD = 32  # Vᵀ's keys are padded to a multiple of 32 (prepare_vt with permute_k32=True)
+_COMPILED: dict = {}
+
+
+def _refuse(r: Recipe, fld: str, value, allowed: str) -> ValueError:
+    return ValueError(f"recipe {r.name!r}: the CuTe FP8 kernel does not support {fld}={value!r} "
+                      f"(supported: {allowed})")
+
+
+def cute_plan(recipe: Recipe | str) -> KernelPlan:
+    """The recipe as the Triton kernel's switches (:func:`~zyfa.kernels.kernel_plan.kernel_plan`, its refusals
+    included), then the narrower set this kernel implements; ValueError naming the first field it cannot honour."""
+    r = get_recipe(recipe)
+    plan = kernel_plan(r)
+    checks = [
+        ("exp_method", r.exp_method, "mad_fp8", "'mad_fp8'"),
+        ("p_scale", r.p_scale, "pow2_block", "'pow2_block'"),
+        ("p_scale_granularity", r.p_scale_granularity, "row", "'row'"),
+        ("rowsum", r.rowsum, "rounded", "'rounded'"),
+        ("accumulator", r.accumulator, "matrix_unit", "'matrix_unit'"),
+        ("accum_flush_tiles", int(r.accum_flush_tiles), 1, "1"),
+        ("reciprocal", r.reciprocal, "div", "'div'"),
+        ("out_format", r.out_format, "bf16_rne", "'bf16_rne'"),
+        ("block_n", r.block_n, 128, "128"),
+        ("k_smoothing", bool(r.k_smoothing), False, "False"),
+        ("kv_order", r.kv_order, "forward", "'forward'"),
+    ]
+    for fld, value, ok, allowed in checks:
+        if value != ok:
+            raise _refuse(r, fld, value, allowed)
+    for fld in ("q_scale", "k_scale", "v_scale"):
+        if getattr(r, fld) not in ("tensor", "head", "head_kv"):
+            raise _refuse(r, fld, getattr(r, fld), "'tensor', 'head', 'head_kv'")
+    if not fused_mad_is_exact(plan):
+        raise _refuse(r, "mad_offset", r.mad_offset,
+                      "an offset that keeps the row max off the rounding boundary (the kernel runs the fused MAD)")
+    return plan
+
+
+def _check_head_dims(d_qk: int, d_v: int) -> None:
+    if (d_qk, d_v) not in CUTE_HEAD_DIMS:
+        raise ValueError(f"the CuTe FP8 kernel supports head dims {CUTE_HEAD_DIMS} (d_qk, d_v), got ({d_qk}, {d_v}); "
+                         "use attention_fp8 for the others")
+
+
+def _key(b, h, h_kv, s_q, s_k, d, causal, plan: KernelPlan):
+    return (b, h, h_kv, s_q, s_k, d, bool(causal), plan.mad_bias, plan.e_cap)
+
+
+def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d: int, causal: bool,
+                recipe: Recipe | str = CUTE_RECIPE, options: str = ""):
+    """Compile (or fetch from the cache) the kernel for these shapes and recipe; needs no GPU. ``options`` go to
+    ``cute.compile`` (e.g. ``"--keep-ptx --keep-cubin --dump-dir=DIR"`` writes both into DIR; a call with options
+    is not cached). ValueError for a recipe, head dims or shapes the kernel does not take; ImportError (one line)
+    when the CuTe DSL is not importable."""
+    plan = cute_plan(recipe)
+    _check_head_dims(d, d)
+    for name, x in (("b", b), ("h", h), ("h_kv", h_kv), ("s_q", s_q), ("s_k", s_k)):
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ValueError(f"{name} must be a positive int, got {x!r}")
+    if h % h_kv:
+        raise ValueError(f"q heads ({h}) must be a multiple of kv heads ({h_kv})")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    key = _key(b, h, h_kv, s_q, s_k, d, causal, plan)
+    if key in _COMPILED and not options:
+        return _COMPILED[key]
+    try:
+        from zyfa.kernels import _cute_fp8
+    except ImportError as e:  # the DSL is an optional dependency (docs/KERNEL.md: scripts/stage_cute_wheels.py)
+        raise ImportError(f"the CuTe FP8 kernel needs nvidia-cutlass-dsl==4.8.1 ({e})") from None
+    compiled = _cute_fp8.compile_kernel(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=-(-s_k // KEY_PAD) * KEY_PAD,
+                                        d=d, causal=causal, mad_bias=plan.mad_bias, e_cap=plan.e_cap,
+                                        options=options)
+    if not options:
+        _COMPILED[key] = compiled
+    return compiled
+
+
+def attention_cute(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool = False,
+                   sm_scale: float | None = None, q_descale=None, k_descale=None, v_descale=None):
+    """FP8 attention forward on the H200 by the CuTe DSL kernel (compiled, not yet run on a GPU: module docstring).
+
+    Args:
+        q: (b, h, s_q, d) torch.float8_e4m3fn; k, v: (b, h_kv, s_k, d), h % h_kv == 0; d 64 or 128. Last dim
+            contiguous (other strides are copied to contiguous).
+        recipe: ``zyfa-hopper`` or a spec whose numerics are the same (:func:`cute_plan` names what else it refuses).
+        causal: bottom-right aligned when s_q != s_k. sm_scale: default 1/sqrt(d).
+        q_descale, k_descale, v_descale: float, one-element tensor or per (batch, head) ((b, h) for q, also (b, h_kv);
+            (b, h_kv) for k and v), as attention_fp8 takes them; default 1.0.
+    Returns:
+        (out, lse): out (b, h, s_q, d) bf16, lse (b, h, s_q) fp32 natural log; a row that sees no key gets out 0
+        and lse -inf.
+    """
+    b, h, h_kv, s_q, s_k, d_qk, d_v = validate_inputs(q, k, v, causal, sm_scale, None)
+    check_fp8(q, k, v, (q_descale, k_descale, v_descale))
+    _check_head_dims(d_qk, d_v)
+    cute_plan(recipe)
+    dev = q.device
+    qd = descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
+    kd = descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
+    vd = descale_to_bh(1.0 if v_descale is None else v_descale, "v_descale", b, h_kv, h_kv, dev)
+    check_device(q)
+    sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
+    compiled = compile_for(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, d=d_qk, causal=causal, recipe=recipe)
+
+    from zyfa.kernels import _cute_fp8
+
+    q = q.contiguous()
+    k = k.contiguous()
+    vt = prepare_vt(v, permute_k32=True)  # (b, h_kv, d, ceil(s_k / 32)·32), keys in k32_key_order per 32
+    out = torch.empty((b, h, s_q, d_v), dtype=torch.bfloat16, device=dev)
+    lse = torch.empty((b, h, s_q), dtype=torch.float32, device=dev)
+    _cute_fp8.launch(compiled, q, k, vt, out, lse, qd, kd, vd, sm * LOG2E)
+    return out, lse
+
+
+def attention_cute_quantized(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool = False,
+                             sm_scale: float | None = None):
+    """Quantize float q, k, v as ``recipe`` says (:func:`~zyfa.kernels.attention_fp8.quantize_for_kernel`, the
+    emulator's quantizer) and run :func:`attention_cute`."""
+    validate_inputs(q, k, v, causal, sm_scale, None)
+    _check_head_dims(q.shape[3], v.shape[3])
+    cute_plan(recipe)
+    check_device(q)
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, recipe)
+    return attention_cute(q8, k8, v8, recipe=recipe, causal=causal, sm_scale=sm_scale, q_descale=qd,
+                          k_descale=kd, v_descale=vd)
+
+
+def cute_plugin(q, k, v, *, causal: bool, sm_scale: float, window: int | None = None):
+    """The kernel under the plug-in contract (docs/CONTRACTS.md, ``zyfa bench --kernel``): float inputs quantized as
+    ``zyfa-hopper`` says, then :func:`attention_cute`; the time includes the quantization. No sliding window."""
+    if window is not None:
+        raise ValueError(f"the CuTe FP8 kernel has no sliding window (window={window!r})")
+    return attention_cute_quantized(q, k, v, recipe=CUTE_RECIPE, causal=causal, sm_scale=sm_scale)
