@@ -208,10 +208,13 @@ def _retrieval_rows(plan, verdicts: list[dict], src: str, n_rows: dict[str, int]
 
 def contrast_findings(root: Path) -> list[Finding]:
     """Every contrast plan: one finding per claim and primary condition (the first condition where none is marked
-    primary), the other conditions' verdicts beside it, each its own (conditions are never pooled)."""
+    primary), the other conditions' verdicts beside it, each its own (conditions are never pooled). A plan whose
+    every condition is descriptive claims nothing and makes no finding (its report shows its figures)."""
     out = []
     for plan_file in plan_files(root)["contrast"]:
         plan = load_contrast_plan(plan_file)
+        if all(c.descriptive for c in plan.conditions):
+            continue
         rows_by, states = {}, {}
         for cond in plan.conditions:
             rows_by[cond.results], states[cond.results] = read_condition(cond, root)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from zyfa.bench.cli import parse_kernel_arg
-from zyfa.bench.table import plugin_lines, ratio_cell, to_markdown
+from zyfa.bench.table import cute_lines, plugin_lines, ratio_cell, to_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"
@@ -39,6 +39,9 @@ def test_kernel_argument_names_and_checks_the_kernel(tmp_path):
     (["--kernel", "absent.py:fn"], "no such file absent.py"),
     (["--repeats", "0"], "--repeats must be >= 1"),
     (["--peers", "sdpa-mystery"], "--peers: unknown sdpa-mystery"),
+    (["--cute-recipes", "fa3"], "--cute-recipes: recipe 'fa3': the CuTe FP8 kernel does not support exp_method="),
+    (["--cute-recipes", "zyfa-hopper;zyfa-hopper:rowsum=fp32"],
+     "--cute-recipes: recipe 'zyfa-hopper:rowsum=fp32': the CuTe FP8 kernel does not support rowsum='fp32'"),
 ])
 def test_bad_arguments_are_refused_in_one_line(tmp_path, argv, line):
     r = _bench(*argv, "--out", str(tmp_path / "b.json"), cwd=tmp_path)
@@ -74,6 +77,20 @@ def test_plugin_rows_render_with_their_ratios_against_the_peers():
     assert "## Your kernels" in md and "rotating order, 5 repeats" in md and "| W |" not in md
 
 
+def test_cute_rows_render_with_v_transpose_included_and_their_ratios():
+    vs = {"cudnn-fp8": {"median": 1.02, "min": 0.99, "max": 1.04, "n": 5, "matched_clock_median": 1.01}}
+    rows = [_row("cudnn-fp8", "cudnn-fp8", 1.0),
+            _row("cute-fp8", "zyfa-hopper", 1.0, vs_incl_transpose=vs, tflops_incl_transpose=900.0,
+                 tflops_incl_transpose_min=880.0, tflops_incl_transpose_max=910.0),
+            _row("cute-fp8", "zyfa-hopper", 1.0) | {"d_qk": 256, "d_v": 256,
+                                                   "error": "ValueError: the CuTe FP8 kernel supports head dims"}]
+    text = "\n".join(cute_lines(rows))
+    assert "## Our CuTe DSL kernel" in text
+    assert "| zyfa-hopper | gaussian | h16/16 d128/128 | 8192 | non-causal | 900 | 880–910 |" in text
+    assert "1.02 [0.99–1.04] (clock-matched 1.01)" in text and "failed: ValueError: the CuTe" in text
+    assert cute_lines([rows[0]]) == [] and "## Your kernels" not in "\n".join(cute_lines(rows))
+
+
 def test_a_bench_file_from_before_the_interleaved_bench_says_so_and_old_peer_names_are_refused():
     meta = {"device": "H200", "command": "c", "date": "d", "git_commit": "g", "versions": {}, "inputs_note": "n"}
     rows = [_row("sdpa-bf16:cudnn", "bf16", 1.5), _row("triton-fp8", "zyfa-hopper", 1.0, tflops_incl_transpose=1000.0)]
@@ -104,3 +121,21 @@ def test_bench_times_a_users_kernel_interleaved_with_the_peers(tmp_path):
     assert set(by["plugin:mine"]["vs"]) == {"sdpa-bf16:cudnn", "cudnn-fp8"}
     assert by["triton-fp8"]["vs_incl_transpose"]["cudnn-fp8"]["n"] == 2
     assert "## Your kernels" in (tmp_path / "b.md").read_text()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_bench_times_the_cute_kernel_beside_the_triton_kernel(tmp_path):
+    """The CuTe DSL kernel in the same interleaving (its first bench run; docs/KERNEL.md): a row per case, checked
+    against SDPA before it is timed; a failure is its row's error, never the run's."""
+    import json
+
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
+    out = tmp_path / "b.json"
+    r = _bench("--shapes", "hd128", "--seqlens", "2048", "--causal", "both", "--recipes", "zyfa-hopper",
+               "--cute-recipes", "zyfa-hopper", "--peers", "cudnn-fp8", "--repeats", "2", "--captured", "none",
+               "--out", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [row for row in json.loads(out.read_text())["rows"] if row["impl"] == "cute-fp8"]
+    assert len(rows) == 2 and all("error" not in row for row in rows), [row.get("error") for row in rows]
+    assert all(row["vs_incl_transpose"]["cudnn-fp8"]["n"] == 2 for row in rows)

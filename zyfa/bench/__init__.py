@@ -7,6 +7,8 @@ in bf16 with the cuDNN and flash backends, cuDNN's FP8 attention (``nvidia-cudnn
 output on Hopper), AMD's Triton FP8 forward from the ``flash-attn`` package (``flash-attn-triton-amd``: it
 reads V as stored, so it has no transpose to time; docs/real_kernels.md) and FA3's FP8 forward as FlashInfer builds
 it for sm_90 (``flashinfer-fa3``, NHD layout, one launch per sequence; d_qk = d_v in 64, 128, 256 only).
+With ``--cute-recipes``, our CuTe DSL kernel (:mod:`zyfa.kernels.attention_cute`, ``cute-fp8`` rows; V's transpose
+timed apart as for the Triton kernel) runs in the same interleaving.
 Shapes: batch 1, ``--hidden`` / d_v heads (MLA: 16 heads, QK 192 / V 128), sequence lengths 8K, 16K, 32K
 (s_q = s_k). FLOPs = 4·b·h·s_q·s_k·d (2·(d_qk + d_v) for MLA), halved for causal.
 

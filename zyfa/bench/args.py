@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 
+from zyfa.kernels.cute_plan import CUTE_HEAD_DIMS, cute_plan
 from zyfa.peers.names import BENCH_PEERS, PEER_NAMES, canonical_name
 from zyfa.plugins import PluginError, parse_spec
 from zyfa.recipe_spec import get_recipe, split_spec_list
@@ -43,6 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="recipe specs the kernel runs, ';'-separated (or ','; docs/CONTRACTS.md 'Recipe specs')")
     p.add_argument("--recipes-other", default=";".join(OTHER_RECIPES),
                    help="';'-separated recipe specs for the shapes other than hd128 ('same' = --recipes)")
+    p.add_argument("--cute-recipes", default="",
+                   help="recipe specs our CuTe DSL kernel runs beside the Triton kernel, ';'-separated (default none; "
+                        "zyfa-hopper's numerics only, head dims " + ", ".join(f"{a}" for a, _ in CUTE_HEAD_DIMS)
+                        + "; needs nvidia-cutlass-dsl: docs/KERNEL.md)")
     p.add_argument("--peers", default=",".join(BENCH_PEERS), help=f"subset of {','.join(PEER_NAMES)} (or 'none')")
     p.add_argument("--kernel", action="append", default=[], metavar="[NAME=]FILE.py:FN",
                    help="a user's kernel (the plug-in contract, docs/CONTRACTS.md) timed beside the peers in the same "
@@ -87,8 +92,8 @@ def parse_kernel_arg(arg: str) -> tuple[str, str]:
 
 def check_args(args) -> None:
     """The flags' checks that need no heavy import (run by the ``zyfa`` dispatch before :func:`zyfa.bench.cli.main`,
-    and by it): lengths, shapes, peers, counts, the launch config, the recipe names and the ``--kernel`` specs (the
-    files parsed, not run). ValueError in one line."""
+    and by it): lengths, shapes, peers, counts, the launch config, the recipe names (``--cute-recipes``: those the
+    CuTe kernel takes) and the ``--kernel`` specs (the files parsed, not run). ValueError in one line."""
     if args.render:
         return
     output_stem(args.out)
@@ -114,5 +119,10 @@ def check_args(args) -> None:
     for spec in split_spec_list(args.recipes) + ([] if args.recipes_other == "same"
                                                  else split_spec_list(args.recipes_other)):
         get_recipe(spec)
+    for spec in split_spec_list(args.cute_recipes):
+        try:
+            cute_plan(spec)
+        except ValueError as e:
+            raise ValueError(f"--cute-recipes: {e}") from None
     for spec in args.kernel:
         parse_kernel_arg(spec)

@@ -3,8 +3,8 @@ kernel per recipe and each peer prepared once (:func:`zyfa.peers.registry.prepar
 timed interleaved (:func:`run_case`).
 
 Exposed: ``SHAPES``, ``flops``, ``bench_heads``, ``gaussian_qkv``, ``captured_qkv``, ``gaussian_kernel_call``,
-``sdpa_reference``, ``rotation_times``, ``fp8_output_rel_l2``, ``Candidate``, ``prepare_ours``, ``prepare_peer``,
-``prepare_plugin``, ``run_case``.
+``sdpa_reference``, ``rotation_times``, ``fp8_output_rel_l2``, ``Candidate``, ``prepare_ours``, ``prepare_cute``,
+``prepare_peer``, ``prepare_plugin``, ``run_case``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 from zyfa.bench.args import SHAPES
-from zyfa.bench.table import OURS_IMPL, WRONG_OUTPUT_REL_L2
+from zyfa.bench.table import CUTE_IMPL, OURS_IMPL, WRONG_OUTPUT_REL_L2
 from zyfa.norms import rel_l2
 from zyfa.peers.registry import get_peer
 from zyfa.peers.registry import prepare as prepare_prepared_peer
@@ -196,6 +196,33 @@ def prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref) -> Candi
     return Candidate(row, fn, {"v_transpose": lambda: prepare_vt(v8, permute_k32=perm)})
 
 
+def prepare_cute(base, spec, q, k, v, causal, quant_cache, ref) -> Candidate:
+    """Our CuTe DSL kernel (:mod:`zyfa.kernels.attention_cute`) under recipe ``spec``, on the inputs quantized as for
+    the Triton kernel (the same cache), compiled and launched once and checked; V's transpose timed apart."""
+    import torch
+
+    from zyfa.emulator import quantization_key
+    from zyfa.kernels.attention_cute import prepare_cute_call
+    from zyfa.kernels.attention_fp8 import quantize_for_kernel
+    from zyfa.recipe_spec import get_recipe
+
+    row = dict(base, impl=CUTE_IMPL, recipe=spec)
+    r = get_recipe(spec)
+    key = quantization_key(r)
+    if key not in quant_cache:
+        quant_cache[key] = quantize_for_kernel(q, k, v, r)
+    q8, k8, v8, qd, kd, vd = quant_cache[key]
+    launch, vt_again, _out, _lse = prepare_cute_call(q8, k8, v8, recipe=r, causal=causal,
+                                                     sm_scale=1.0 / math.sqrt(q.shape[3]), q_descale=qd,
+                                                     k_descale=kd, v_descale=vd)
+    out, _ = launch()
+    torch.cuda.synchronize()
+    if not _check_output(row, out, ref):
+        return Candidate(row)
+    row["rel_l2_fp8_out_vs_sdpa_bf16"] = fp8_output_rel_l2(out, ref)
+    return Candidate(row, launch, {"v_transpose": vt_again})
+
+
 def prepare_peer(base, peer, q, k, v, causal, ref) -> Candidate:
     """A real peer kernel (:data:`zyfa.peers.registry.PEERS` name) as ``zyfa.peers`` prepares it, launched once and
     checked."""
@@ -234,10 +261,11 @@ def prepare_plugin(base, name, kernel, q, k, v, causal, ref) -> Candidate:
     return Candidate(row, fn)
 
 
-def run_case(rows, *, label, inputs, causal, recipes, peers, plugins=(), repeats, timer, clock, config, log):
+def run_case(rows, *, label, inputs, causal, recipes, peers, plugins=(), cute_recipes=(), repeats, timer, clock, config,
+             log):
     """Every implementation of one input (q, k, v bf16) prepared and checked first, then timed interleaved
     (:func:`zyfa.timing.time_interleaved`: rotating order, ``repeats`` times); appends one row per
-    implementation with its median, spread and clock, and for our kernel and the plug-ins the speed ratio against
+    implementation with its median, spread and clock, and for our kernels and the plug-ins the speed ratio against
     each peer taken within each repeat (``vs``; with V's transpose included for ours: ``vs_incl_transpose``)."""
     import torch
 
@@ -251,6 +279,8 @@ def run_case(rows, *, label, inputs, causal, recipes, peers, plugins=(), repeats
     cands: list[Candidate] = []
     jobs = [(lambda spec=spec: prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref),
              dict(base, impl=OURS_IMPL, recipe=spec)) for spec in recipes]
+    jobs += [(lambda spec=spec: prepare_cute(base, spec, q, k, v, causal, quant_cache, ref),
+              dict(base, impl=CUTE_IMPL, recipe=spec)) for spec in cute_recipes]
     jobs += [(lambda p=p: prepare_peer(base, p, q, k, v, causal, ref),
               dict(base, impl=p, recipe=get_peer(p).recipe))
              for p in peers]

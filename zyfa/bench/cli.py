@@ -96,6 +96,7 @@ def main(args) -> int:
     from zyfa.recipe_spec import get_recipe, split_spec_list
 
     recipes = split_spec_list(args.recipes)
+    cute_recipes = split_spec_list(args.cute_recipes)
     other = recipes if args.recipes_other == "same" else split_spec_list(args.recipes_other)
     try:  # every spec the kernel honours, before the GPU is looked for
         for spec in dict.fromkeys([*recipes, *other]):
@@ -134,7 +135,7 @@ def main(args) -> int:
             "date": date.isoformat(timespec="seconds"), "git_commit": git_label(), "versions": _versions(),
             "device": torch.cuda.get_device_name(), "inputs_note": "Gaussian N(0,1) bf16 q, k, v (batch 1)",
             "nvml": clock is not None, "repeats": args.repeats, "warmup_ms": args.warmup, "rep_ms": args.rep,
-            "kernels": {name: spec for name, spec in plugins}}
+            "kernels": {name: spec for name, spec in plugins}, "cute_recipes": cute_recipes}
 
     def write():
         atomic_write_text(stem + ".json", json.dumps({"meta": meta, "rows": rows}, indent=1))
@@ -147,8 +148,8 @@ def main(args) -> int:
             inputs = gaussian_qkv(1, h, h, s, d_qk, d_v)
             for causal in causals:
                 run_case(rows, label="gaussian", inputs=inputs, causal=causal,
-                         recipes=recipes if shape == "hd128" else other, peers=peers, plugins=kernels, log=log,
-                         **timing)
+                         recipes=recipes if shape == "hd128" else other, peers=peers, plugins=kernels,
+                         cute_recipes=cute_recipes, log=log, **timing)
             del inputs
             torch.cuda.empty_cache()
             write()

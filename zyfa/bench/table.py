@@ -2,8 +2,9 @@
 the user's kernels, every row), and ``--render``, which rewrites it from the JSON. It imports no torch, so the
 report's speed section (:mod:`zyfa.accuracy.report.speed`) renders the same table from here.
 
-Exposed: ``OURS_IMPL``, ``WRONG_OUTPUT_REL_L2``, ``checked_rows``, ``headline_tflops``, ``ratio_cell``,
-``plugin_lines``, ``plane_lines``, ``summary_lines``, ``ROW_HEADER``, ``row_cells``, ``to_markdown``, ``render``.
+Exposed: ``OURS_IMPL``, ``CUTE_IMPL``, ``WRONG_OUTPUT_REL_L2``, ``checked_rows``, ``headline_tflops``,
+``ratio_cell``, ``plugin_lines``, ``cute_lines``, ``plane_lines``, ``summary_lines``, ``ROW_HEADER``, ``row_cells``,
+``to_markdown``, ``render``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from zyfa.peers.names import PEER_NAMES, canonical_name
 from zyfa.recipe_spec import names_old_accumulator
 
 OURS_IMPL = "triton-fp8"  # the bench's name of our kernel (its recipe in the row's "recipe")
+CUTE_IMPL = "cute-fp8"  # the bench's name of our CuTe DSL kernel (zyfa/kernels/attention_cute.py)
 # rel-L2 against SDPA BF16 on Gaussian inputs above which a row's output is wrong (an FP8 attention is at about
 # 0.05 there): such a row is no speed, and the summary shows it as a wrong output. (AMD's Triton FP8 kernel gave
 # 0.49 and NaN at MLA's 192/128 head dims on the H200 when the bench still ran it there: it takes one head size for
@@ -56,32 +58,51 @@ def ratio_cell(row: dict, peer: str) -> str:
     return cell
 
 
-def plugin_lines(rows) -> list[str]:
-    """'Your kernels': every user kernel (``plugin:NAME``) at each case it ran, its median TFLOP/s with the range
-    over the repeats, its error (bf16 and FP8 output), and its speed ratio against each peer of the same
-    interleaving (median [min–max] of the per-repeat ratios, clock-matched median)."""
-    mine = [r for r in checked_rows(rows) if str(r.get("impl", "")).startswith("plugin:")]
+def _kernel_lines(mine: list[dict], title: str, name_of) -> list[str]:
+    """A section of ``mine`` (rows of kernels other than the peers) at each case they ran: median TFLOP/s (V's
+    transpose included where it was timed) with the range over the repeats, the error (bf16 and FP8 output), and
+    the speed ratio against each peer of the same interleaving."""
     if not mine:
         return []
-    peers = [p for p in PEER_NAMES if any(p in (r.get("vs") or {}) for r in mine)]
-    out = ["## Your kernels (same run, interleaved with the peers)", "",
+    peers = [p for p in PEER_NAMES if any(p in (r.get("vs_incl_transpose") or r.get("vs") or {}) for r in mine)]
+    out = [title, "",
            "| kernel | input | shape | s | mask | TFLOP/s | range | err | err FP8 out | "
            + " | ".join(f"× {p}" for p in peers) + " |", "|" + "---|" * (9 + len(peers))]
     for r in mine:
         shape = f"h{r['h']}/{r['h_kv']} d{r['d_qk']}/{r['d_v']}"
         mask = "causal" if r.get("causal") else "non-causal"
         if "error" in r:
-            out.append(f"| {r['impl'][7:]} | {r['input']} | {shape} | {r['s']} | {mask} | failed: "
+            out.append(f"| {name_of(r)} | {r['input']} | {shape} | {r['s']} | {mask} | failed: "
                        f"{str(r['error'])[:160]} |" + "  |" * (3 + len(peers)))
             continue
         rng = "-"
-        if isinstance(r.get("ms_min"), (int, float)) and isinstance(r.get("ms_max"), (int, float)):
+        lo, hi = ("tflops_incl_transpose_min", "tflops_incl_transpose_max") if r.get("tflops_incl_transpose") \
+            else (None, None)
+        if lo and isinstance(r.get(lo), (int, float)) and isinstance(r.get(hi), (int, float)):
+            rng = f"{r[lo]:.0f}–{r[hi]:.0f}"
+        elif isinstance(r.get("ms_min"), (int, float)) and isinstance(r.get("ms_max"), (int, float)):
             rng = f"{r['tflops'] * r['ms'] / r['ms_max']:.0f}–{r['tflops'] * r['ms'] / r['ms_min']:.0f}"
-        out.append(f"| {r['impl'][7:]} | {r['input']} | {shape} | {r['s']} | {mask} | {_num(r.get('tflops'), '.0f')} | "
-                   f"{rng} | {_num(r.get('rel_l2_vs_sdpa_bf16'), '.4f')} | "
+        out.append(f"| {name_of(r)} | {r['input']} | {shape} | {r['s']} | {mask} | "
+                   f"{_num(headline_tflops(r), '.0f')} | {rng} | {_num(r.get('rel_l2_vs_sdpa_bf16'), '.4f')} | "
                    f"{_num(r.get('rel_l2_fp8_out_vs_sdpa_bf16'), '.4f')} | "
                    + " | ".join(ratio_cell(r, p) for p in peers) + " |")
     return [*out, ""]
+
+
+def plugin_lines(rows) -> list[str]:
+    """'Your kernels': every user kernel (``plugin:NAME``) at each case it ran, its median TFLOP/s with the range
+    over the repeats, its error (bf16 and FP8 output), and its speed ratio against each peer of the same
+    interleaving (median [min–max] of the per-repeat ratios, clock-matched median)."""
+    mine = [r for r in checked_rows(rows) if str(r.get("impl", "")).startswith("plugin:")]
+    return _kernel_lines(mine, "## Your kernels (same run, interleaved with the peers)", lambda r: r["impl"][7:])
+
+
+def cute_lines(rows) -> list[str]:
+    """'Our CuTe DSL kernel': each recipe of :data:`CUTE_IMPL` at each case it ran, as :func:`plugin_lines` shows a
+    user's kernel, its TFLOP/s and ratios with V's transpose included (as for our Triton kernel)."""
+    mine = [r for r in checked_rows(rows) if r.get("impl") == CUTE_IMPL]
+    return _kernel_lines(mine, "## Our CuTe DSL kernel (same run, interleaved with the peers; V's transpose "
+                         "included)", lambda r: r["recipe"])
 
 
 # the columns of the bench table's every-row section, here and in the report's speed section
@@ -136,8 +157,8 @@ def to_markdown(meta, rows, ours="zyfa-hopper"):
              "the accuracy study. cuDNN FP8 writes FP8 on Hopper, so our kernel's error is also given with its output "
              "rounded to FP8 the same way ('err FP8 out': one scale 448/amax); compare like with like.", ""]
     summary = summary_lines(rows, ours)  # ends with "", "## Every row", ""
-    lines += (plugin_lines(rows) + summary[:-2] + plane_lines(rows) + plane_lines(rows, "flashinfer-fa3")
-              + summary[-2:])
+    lines += (cute_lines(rows) + plugin_lines(rows) + summary[:-2] + plane_lines(rows)
+              + plane_lines(rows, "flashinfer-fa3") + summary[-2:])
     lines += ["| " + " | ".join(ROW_HEADER) + " |", "|" + "---|" * len(ROW_HEADER)]
     lines += ["| " + " | ".join(row_cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -152,7 +173,8 @@ def headline_tflops(r: dict) -> float:
     """A row's TFLOP/s as the summaries count it: our kernel's with V's transpose included where it was timed
     (``tflops_incl_transpose``: a user with V as stored pays it), a peer's as timed."""
     incl = r.get("tflops_incl_transpose")
-    return float(incl) if r.get("impl") == "triton-fp8" and isinstance(incl, (int, float)) else float(r["tflops"])
+    return float(incl) if r.get("impl") in (OURS_IMPL, CUTE_IMPL) and isinstance(incl, (int, float)) \
+        else float(r["tflops"])
 
 
 def _longest_gaussian(rows):

@@ -1,8 +1,8 @@
 """FP8 attention forward on the H200 through our CuTe DSL kernel (:mod:`zyfa.kernels._cute_fp8`): the wrapper.
 
-STATUS: the kernel compiles for sm_90a (``compile_for``, no GPU needed) but has NOT yet run on a GPU; it is in no
-implementations registry and no bench until tests/kernels/test_cute_kernel_gpu.py passes on an H200
-(docs/KERNEL.md, "The CuTe DSL kernel").
+STATUS: the kernel compiles for sm_90a (``compile_for``, no GPU needed) but has NOT yet run on a GPU; it joins the
+implementations registry only once tests/kernels/test_cute_kernel_gpu.py passes on an H200, and the bench runs it
+only when asked (``zyfa bench --cute-recipes``; docs/KERNEL.md, "The CuTe DSL kernel").
 
 :func:`attention_cute` takes FP8 Q/K/V with descales as :func:`zyfa.kernels.attention_fp8.attention_fp8` does and
 returns (out bf16, lse fp32 natural log); :func:`attention_cute_quantized` quantizes float inputs first with
@@ -20,59 +20,16 @@ import math
 import torch
 
 from zyfa.kernels.attention_fp8 import prepare_vt, quantize_for_kernel
-from zyfa.kernels.kernel_plan import LOG2E, KernelPlan, fused_mad_is_exact, kernel_plan
+from zyfa.kernels.cute_plan import CUTE_HEAD_DIMS, CUTE_RECIPE, check_head_dims, cute_plan
+from zyfa.kernels.kernel_plan import LOG2E, KernelPlan
 from zyfa.kernels.validation import check_device, check_fp8, descale_to_bh, validate_inputs
-from zyfa.recipe_spec import get_recipe
 from zyfa.recipes import Recipe
 
 __all__ = ["CUTE_HEAD_DIMS", "CUTE_RECIPE", "attention_cute", "attention_cute_quantized", "compile_for",
-           "cute_plan", "cute_plugin"]
+           "cute_plan", "cute_plugin", "prepare_cute_call"]
 
-CUTE_RECIPE = "zyfa-hopper"  # the numerics the kernel implements
-CUTE_HEAD_DIMS = ((64, 64), (128, 128))  # (d_qk, d_v); 256 and MLA 192/128 not yet (registers, two head dims)
 KEY_PAD = 32  # Vᵀ's keys are padded to a multiple of 32 (prepare_vt with permute_k32=True)
 _COMPILED: dict = {}
-
-
-def _refuse(r: Recipe, fld: str, value, allowed: str) -> ValueError:
-    return ValueError(f"recipe {r.name!r}: the CuTe FP8 kernel does not support {fld}={value!r} "
-                      f"(supported: {allowed})")
-
-
-def cute_plan(recipe: Recipe | str) -> KernelPlan:
-    """The recipe as the Triton kernel's switches (:func:`~zyfa.kernels.kernel_plan.kernel_plan`, its refusals
-    included), then the narrower set this kernel implements; ValueError naming the first field it cannot honour."""
-    r = get_recipe(recipe)
-    plan = kernel_plan(r)
-    checks = [
-        ("exp_method", r.exp_method, "mad_fp8", "'mad_fp8'"),
-        ("p_scale", r.p_scale, "pow2_block", "'pow2_block'"),
-        ("p_scale_granularity", r.p_scale_granularity, "row", "'row'"),
-        ("rowsum", r.rowsum, "rounded", "'rounded'"),
-        ("accumulator", r.accumulator, "matrix_unit", "'matrix_unit'"),
-        ("accum_flush_tiles", int(r.accum_flush_tiles), 1, "1"),
-        ("reciprocal", r.reciprocal, "div", "'div'"),
-        ("out_format", r.out_format, "bf16_rne", "'bf16_rne'"),
-        ("block_n", r.block_n, 128, "128"),
-        ("k_smoothing", bool(r.k_smoothing), False, "False"),
-        ("kv_order", r.kv_order, "forward", "'forward'"),
-    ]
-    for fld, value, ok, allowed in checks:
-        if value != ok:
-            raise _refuse(r, fld, value, allowed)
-    for fld in ("q_scale", "k_scale", "v_scale"):
-        if getattr(r, fld) not in ("tensor", "head", "head_kv"):
-            raise _refuse(r, fld, getattr(r, fld), "'tensor', 'head', 'head_kv'")
-    if not fused_mad_is_exact(plan):
-        raise _refuse(r, "mad_offset", r.mad_offset,
-                      "an offset that keeps the row max off the rounding boundary (the kernel runs the fused MAD)")
-    return plan
-
-
-def _check_head_dims(d_qk: int, d_v: int) -> None:
-    if (d_qk, d_v) not in CUTE_HEAD_DIMS:
-        raise ValueError(f"the CuTe FP8 kernel supports head dims {CUTE_HEAD_DIMS} (d_qk, d_v), got ({d_qk}, {d_v}); "
-                         "use attention_fp8 for the others")
 
 
 def _key(b, h, h_kv, s_q, s_k, d, causal, plan: KernelPlan):
@@ -86,7 +43,7 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d: int, causal
     is not cached). ValueError for a recipe, head dims or shapes the kernel does not take; ImportError (one line)
     when the CuTe DSL is not importable."""
     plan = cute_plan(recipe)
-    _check_head_dims(d, d)
+    check_head_dims(d, d)
     for name, x in (("b", b), ("h", h), ("h_kv", h_kv), ("s_q", s_q), ("s_k", s_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ValueError(f"{name} must be a positive int, got {x!r}")
@@ -109,24 +66,15 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d: int, causal
     return compiled
 
 
-def attention_cute(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool = False,
-                   sm_scale: float | None = None, q_descale=None, k_descale=None, v_descale=None):
-    """FP8 attention forward on the H200 by the CuTe DSL kernel (compiled, not yet run on a GPU: module docstring).
-
-    Args:
-        q: (b, h, s_q, d) torch.float8_e4m3fn; k, v: (b, h_kv, s_k, d), h % h_kv == 0; d 64 or 128. Last dim
-            contiguous (other strides are copied to contiguous).
-        recipe: ``zyfa-hopper`` or a spec whose numerics are the same (:func:`cute_plan` names what else it refuses).
-        causal: bottom-right aligned when s_q != s_k. sm_scale: default 1/sqrt(d).
-        q_descale, k_descale, v_descale: float, one-element tensor or per (batch, head) ((b, h) for q, also (b, h_kv);
-            (b, h_kv) for k and v), as attention_fp8 takes them; default 1.0.
-    Returns:
-        (out, lse): out (b, h, s_q, d) bf16, lse (b, h, s_q) fp32 natural log; a row that sees no key gets out 0
-        and lse -inf.
-    """
+def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool = False,
+                      sm_scale: float | None = None, q_descale=None, k_descale=None, v_descale=None):
+    """Everything :func:`attention_cute` does before the launch, once: the checks, the compile (cached), Vᵀ, the
+    descales and the output buffers. Returns (launch, prepare_vt_again, out, lse): ``launch()`` runs the kernel
+    into ``out`` and ``lse`` (what a bench times), ``prepare_vt_again()`` redoes V's transpose (its cost, timed
+    apart, as for the Triton kernel). Arguments as :func:`attention_cute`."""
     b, h, h_kv, s_q, s_k, d_qk, d_v = validate_inputs(q, k, v, causal, sm_scale, None)
     check_fp8(q, k, v, (q_descale, k_descale, v_descale))
-    _check_head_dims(d_qk, d_v)
+    check_head_dims(d_qk, d_v)
     cute_plan(recipe)
     dev = q.device
     qd = descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
@@ -143,8 +91,32 @@ def attention_cute(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool 
     vt = prepare_vt(v, permute_k32=True)  # (b, h_kv, d, ceil(s_k / 32)·32), keys in k32_key_order per 32
     out = torch.empty((b, h, s_q, d_v), dtype=torch.bfloat16, device=dev)
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=dev)
-    _cute_fp8.launch(compiled, q, k, vt, out, lse, qd, kd, vd, sm * LOG2E)
-    return out, lse
+
+    def launch():
+        _cute_fp8.launch(compiled, q, k, vt, out, lse, qd, kd, vd, sm * LOG2E)
+        return out, lse
+
+    return launch, (lambda: prepare_vt(v, permute_k32=True)), out, lse
+
+
+def attention_cute(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool = False,
+                   sm_scale: float | None = None, q_descale=None, k_descale=None, v_descale=None):
+    """FP8 attention forward on the H200 by the CuTe DSL kernel (compiled, not yet run on a GPU: module docstring).
+
+    Args:
+        q: (b, h, s_q, d) torch.float8_e4m3fn; k, v: (b, h_kv, s_k, d), h % h_kv == 0; d 64 or 128. Last dim
+            contiguous (other strides are copied to contiguous).
+        recipe: ``zyfa-hopper`` or a spec whose numerics are the same (:func:`cute_plan` names what else it refuses).
+        causal: bottom-right aligned when s_q != s_k. sm_scale: default 1/sqrt(d).
+        q_descale, k_descale, v_descale: float, one-element tensor or per (batch, head) ((b, h) for q, also (b, h_kv);
+            (b, h_kv) for k and v), as attention_fp8 takes them; default 1.0.
+    Returns:
+        (out, lse): out (b, h, s_q, d) bf16, lse (b, h, s_q) fp32 natural log; a row that sees no key gets out 0
+        and lse -inf.
+    """
+    launch, _vt, _out, _lse = prepare_cute_call(q, k, v, recipe=recipe, causal=causal, sm_scale=sm_scale,
+                                                q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+    return launch()
 
 
 def attention_cute_quantized(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool = False,
@@ -152,7 +124,7 @@ def attention_cute_quantized(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, cau
     """Quantize float q, k, v as ``recipe`` says (:func:`~zyfa.kernels.attention_fp8.quantize_for_kernel`, the
     emulator's quantizer) and run :func:`attention_cute`."""
     validate_inputs(q, k, v, causal, sm_scale, None)
-    _check_head_dims(q.shape[3], v.shape[3])
+    check_head_dims(q.shape[3], v.shape[3])
     cute_plan(recipe)
     check_device(q)
     q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, recipe)
