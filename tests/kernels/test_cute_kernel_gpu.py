@@ -73,6 +73,36 @@ def test_cute_kernel_agrees_with_its_h200_emulation(name):
     assert (lse[fin].double() - em.lse[fin].double()).abs().max().item() < 0.1
 
 
+@pytest.mark.parametrize("capture", ["qwen25coder-1.5b-pydoc-1024.h5", "qwen25coder-pydoc-2048.h5",
+                                     "smollm2-lee-2048.h5"])
+def test_cute_kernel_agrees_with_its_h200_emulation_on_every_capture_layer(capture):
+    """Every layer of a shipped capture the kernel takes (hd128 with QKV-bias K outliers, hd64; Gemma 3's sliding
+    windows and hd256 are refused), first 1024 tokens, all heads, the band of the Triton kernel's capture test;
+    the failures are listed together."""
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
+    from pathlib import Path
+
+    from zyfa.accuracy.inputs.attention_input import capture_inputs
+    from zyfa.reference.attention import attention_fp64
+
+    from zyfa.emulator import emulate
+    from zyfa.kernels.attention_cute import attention_cute_quantized
+
+    path = Path(__file__).resolve().parents[2] / "datasets" / capture
+    misses = []
+    for x in capture_inputs(path, max_tokens=1024):
+        q, k, v = x.q.cuda(), x.k.cuda(), x.v.cuda()
+        out, _lse = attention_cute_quantized(q, k, v, recipe=H1, causal=x.causal, sm_scale=x.sm_scale)
+        torch.cuda.synchronize()
+        em = emulate(q, k, v, H1, causal=x.causal, sm_scale=x.sm_scale, platform="h200")
+        ref, _ = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=x.causal, sm_scale=x.sm_scale)
+        e_k, e_e = rel_l2(out, ref), rel_l2(em.out, ref)
+        print(f"cute {H1} {x.name}: kernel {e_k:.5f} emulation {e_e:.5f} ratio {e_k / e_e:.4f}")
+        if not KERNEL_VS_H200_EMULATION.contains(e_k / e_e):
+            misses.append(f"{x.name}: ratio {e_k / e_e:.4f}")
+    assert not misses, f"{len(misses)} layers outside {KERNEL_VS_H200_EMULATION}: " + "; ".join(misses)
+
+
 def test_cute_kernel_matches_the_triton_kernel():
     """The same numerics as attention_fp8(recipe='zyfa-hopper'): outputs a few bf16 ulps apart at most."""
     pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
