@@ -14,6 +14,8 @@ just its kernels. What it showed is in the kernel notebook in git history (repor
 ``--peer cudnn-fp8`` or ``--peer flashinfer-fa3`` launches that peer instead, on the same Gaussian inputs (the
 bench's adapters; the cuDNN frontend wheel, or FlashInfer's pack, installed into /tmp/site). Their kernel names
 are their own: profile them with ``--profile-from-start off`` (``scripts/profile_kernels_ncu.sh`` does).
+``--cute`` launches our CuTe DSL kernel (zyfa/kernels/attention_cute.py) under ``--recipe`` on the same inputs,
+quantized as for the Triton kernel (nvidia-cutlass-dsl importable: docs/KERNEL.md).
 """
 import argparse
 import os
@@ -31,7 +33,10 @@ def main() -> int:
     ap.add_argument("--launches", type=int, default=3)
     ap.add_argument("--peer", default=None, choices=("cudnn-fp8", "flashinfer-fa3"),
                     help="launch this peer on the same inputs instead of our kernel")
+    ap.add_argument("--cute", action="store_true", help="launch our CuTe DSL kernel instead of the Triton one")
     a = ap.parse_args()
+    if a.cute and a.peer:
+        ap.error("--cute and --peer each replace our Triton kernel: give one")
     if a.launches < 1:
         ap.error("--launches must be at least 1 (the last one is the one profiled)")
     import math
@@ -44,6 +49,12 @@ def main() -> int:
     if a.peer:  # prepared once as the bench prepares it (zyfa.peers.registry), then launched
         from zyfa.peers.registry import prepare
         fn = prepare(a.peer, q, k, v, causal=a.causal, sm_scale=sm_scale).call
+    if a.cute:  # prepared once (checks, compile, Vᵀ, buffers), then launched
+        from zyfa.kernels.attention_cute import prepare_cute_call
+        from zyfa.kernels.attention_fp8 import quantize_for_kernel
+        q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, a.recipe)
+        fn = prepare_cute_call(q8, k8, v8, recipe=a.recipe, causal=a.causal, sm_scale=sm_scale, q_descale=qd,
+                               k_descale=kd, v_descale=vd)[0]
     for _ in range(a.launches - 1):
         fn()
     torch.cuda.synchronize()

@@ -4,9 +4,12 @@
 #
 #   bash scripts/profile_kernels_ncu.sh [--wheels DIR] [--out DIR] [--shape hd128] [--seq 16384] [--causal]
 #
-# Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper, cuDNN FP8 and FA3's FP8
-# kernel (FlashInfer): grid, block, registers, shared memory, cluster, occupancy, speed of light, warp states and
-# scheduler statistics of each kernel of the last of three calls (the first two warm up; a peer may launch more
+# Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper (our Triton kernel), our CuTe
+# DSL kernel (cute-zyfa-hopper; skipped with a line when nvidia-cutlass-dsl is not importable), cuDNN FP8 and FA3's
+# FP8 kernel (FlashInfer): grid, block, registers, shared memory, cluster, occupancy, speed of light, the pipes'
+# utilisation (ComputeWorkloadAnalysis: tensor, XU, ALU, FMA; and each pipe's share of issued instructions), the
+# instruction counts (InstructionStats), warp states and scheduler statistics of each kernel of the last of three
+# calls (the first two warm up; a peer may launch more
 # than one kernel per call: the attention kernel is the long one). The clocks are left as they are
 # (--clock-control none), so durations are the bench's.
 set -u
@@ -39,15 +42,26 @@ for pack in "$WHEELS"/*.tar.xz; do
   [ -e "$pack" ] && mkdir -p /tmp/site && tar -xJf "$pack" -C /tmp/site
 done
 export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-SECTIONS=(--section LaunchStats --section Occupancy --section SpeedOfLight --section WarpStateStats
-          --section SchedulerStats)
-for target in zyfa-hopper cudnn-fp8 flashinfer-fa3; do
+SECTIONS=(--section LaunchStats --section Occupancy --section SpeedOfLight --section ComputeWorkloadAnalysis
+          --section InstructionStats --section WarpStateStats --section SchedulerStats)
+# one regular expression (a name it matches nothing for is no error): the stall reasons, each pipe's share of issued
+# instructions, the tensor pipe's (gmma) active cycles and the instructions issued
+METRICS='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio|sm__inst_executed_pipe_(alu|fma|fmaheavy|xu|uniform)\.avg\.pct_of_peak_sustained_active|sm__pipe_tensor_op_gmma_cycles_active\.avg\.pct_of_peak_sustained_active|smsp__inst_executed\.sum'
+
+for target in zyfa-hopper cute-zyfa-hopper cudnn-fp8 flashinfer-fa3; do
   peer=()
-  [ "$target" = zyfa-hopper ] || peer=(--peer "$target")
+  case "$target" in
+    zyfa-hopper) ;;
+    cute-zyfa-hopper)
+      python3 -c 'import cutlass.cute' 2>/dev/null || { echo "== $target: skipped (nvidia-cutlass-dsl not importable)"
+                                                       continue; }
+      peer=(--cute) ;;
+    *) peer=(--peer "$target") ;;
+  esac
   echo "== $target ($SHAPE, $SEQ tokens, ${CAUSAL:-non-causal})"
   # the kernels of the last call only (launch_kernel_for_ncu.py brackets it with cudaProfilerStart / Stop)
   timeout 120 "$NCU" --clock-control none --profile-from-start off "${SECTIONS[@]}" \
-    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    --metrics "$METRICS" \
     python3 scripts/launch_kernel_for_ncu.py --shape "$SHAPE" --seq "$SEQ" "${peer[@]}" $CAUSAL \
     > "$OUT/ncu_$target.txt" 2>&1
   echo "rc=$? $(grep -c 'Duration' "$OUT/ncu_$target.txt") kernels profiled"
