@@ -23,12 +23,11 @@ import torch
 
 from zyfa.emulator import emulate, quantize_inputs
 from zyfa.emulator_tile import mma
-from zyfa.kernels.kernel_plan import LOG2E, kernel_plan
+from zyfa.kernels.kernel_plan import LOG2_448, LOG2E, kernel_plan
 from zyfa.platforms import get_platform
 
 RECIPE = "zyfa-hopper"
 BLOCK_M, BLOCK_N = 128, 128  # rows per CTA (two 64-row warpgroups: per-row arithmetic, so one block here)
-LOG2_448 = 8.807354922057604
 TWO_POW_120 = 2.0 ** 120
 MAGIC_SAT = 98304.0  # 1.5·2^16
 CLAMP = 126.0 / 128.0

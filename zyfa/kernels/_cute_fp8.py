@@ -47,7 +47,8 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import Float32, Int32, T, Uint32, dsl_user_op
 
-LOG2_448 = 8.807354922057604
+from zyfa.kernels.kernel_plan import LOG2_448
+
 LN2 = 0.6931471805599453
 TWO_POW_120 = 1.329227995784916e36
 BLOCK_M_WG = 64  # query rows per consumer warpgroup
