@@ -97,8 +97,10 @@ def test_linked_datasets_are_refused_naming_the_path(tmp_path, capsys, kind):
             del f["layers/000/q"]
             f["layers/000/q"] = h5py.ExternalLink(str(other), "/layers/000/q")
             expect = f"{path}:/layers/000/q is an external link to {other}:/layers/000/q"
-    with pytest.raises(CaptureFormatError, match="must be stored in it"):
+    with pytest.raises(CaptureFormatError) as e:
         list(read_capture(path))
+    # the whole sentence: which member, what it points to, and what a capture must be
+    assert str(e.value) == f"{expect}; a capture's datasets must be stored in it, not linked"
     assert main(["accuracy", "--inputs", str(path), "--recipes", "fp32", "--device", "cpu", "--no-progress"]) == 2
     _one_line(capsys, expect)
 
@@ -120,14 +122,20 @@ def test_external_storage_and_virtual_datasets_are_refused(tmp_path):
         q = f["layers/000/q"]
         data, attrs = q[()], dict(q.attrs)
         del f["layers/000/q"]
+        # two external files, each holding half of the data
+        half = data.nbytes // 2
         data.tofile(raw)
-        ds = f["layers/000"].create_dataset("q", shape=data.shape, dtype=data.dtype, external=[(str(raw), 0,
-                                                                                               data.nbytes)])
+        raw2 = tmp_path / "raw2.bin"
+        raw2.write_bytes(raw.read_bytes()[half:])
+        ds = f["layers/000"].create_dataset("q", shape=data.shape, dtype=data.dtype,
+                                            external=[(str(raw), 0, half), (str(raw2), 0, data.nbytes - half)])
         ds.attrs.update(attrs)
     with h5py.File(path, "r") as f:
         assert np.array_equal(f["layers/000/q"][()], data)  # a working external dataset
-    with pytest.raises(CaptureFormatError, match=r"/layers/000/q keeps its data in external file\(s\) .*raw\.bin"):
+    with pytest.raises(CaptureFormatError) as e:
         open_capture(path)
+    assert str(e.value) == (f"{path}:/layers/000/q keeps its data in external file(s) {raw}, {raw2}; a capture's "
+                            "datasets must be stored in it")
 
     path2 = _capture(tmp_path / "cap2.h5")
     other = _capture(tmp_path / "other.h5")
@@ -138,8 +146,20 @@ def test_external_storage_and_virtual_datasets_are_refused(tmp_path):
         layout = h5py.VirtualLayout(shape=shape, dtype=dtype)
         layout[...] = h5py.VirtualSource(str(other), "/layers/001/k", shape=shape)
         f["layers/001"].create_virtual_dataset("k", layout).attrs.update(attrs)
-    with pytest.raises(CaptureFormatError, match=r"/layers/001/k is a virtual dataset"):
+    with pytest.raises(CaptureFormatError) as e:
         open_capture(path2)
+    assert str(e.value) == (f"{path2}:/layers/001/k is a virtual dataset (its data lives in other datasets or files); "
+                            "a capture's datasets must be stored in it")
+
+
+def test_a_group_where_a_dataset_belongs_is_refused_naming_it(tmp_path):
+    path = _capture(tmp_path / "cap.h5")
+    with h5py.File(path, "a") as f:
+        del f["layers/001/v"]
+        f["layers/001"].create_group("v")
+    with pytest.raises(CaptureFormatError) as e:
+        open_capture(path)
+    assert str(e.value) == f"{path}:/layers/001/v is a Group, not a dataset"
 
 
 def test_a_huge_declared_shape_is_refused_before_any_data_is_read(tmp_path, capsys):
