@@ -76,6 +76,9 @@ for pack in "$WHEELS"/*.tar.xz; do
   mkdir -p /tmp/site && tar -xJf "$pack" -C /tmp/site || echo "unpacking $pack failed"
 done
 export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+# nvidia-cutlass-dsl (the CuTe kernel; scripts/stage_cute_wheels.py) installed with --target: its .pth, which
+# adds dsl_packages to the path, is not read there
+[ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 export ZYFA_GIT_COMMIT=${ZYFA_GIT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 echo "commit $ZYFA_GIT_COMMIT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv 2>&1

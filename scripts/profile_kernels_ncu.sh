@@ -42,6 +42,9 @@ for pack in "$WHEELS"/*.tar.xz; do
   [ -e "$pack" ] && mkdir -p /tmp/site && tar -xJf "$pack" -C /tmp/site
 done
 export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# nvidia-cutlass-dsl (the CuTe kernel; scripts/stage_cute_wheels.py) installed with --target: its .pth, which
+# adds dsl_packages to the path, is not read there
+[ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 SECTIONS=(--section LaunchStats --section Occupancy --section SpeedOfLight --section ComputeWorkloadAnalysis
           --section InstructionStats --section WarpStateStats --section SchedulerStats)
 # one regular expression (a name it matches nothing for is no error): the stall reasons, each pipe's share of issued

@@ -11,6 +11,8 @@ GPU machine with a network. The pins are the versions the kernel was compiled wi
     # on the GPU machine, after the chunks are copied to /tmp/stage:
     python3 scripts/stage_files.py join --parts /tmp/stage --into /tmp/cute-wheels
     pip install --no-deps --no-index /tmp/cute-wheels/*.whl
+    # or join them into the folder scripts/gpu_check.sh installs from (its --wheels, with --target /tmp/site;
+    # it then adds nvidia_cutlass_dsl/dsl_packages to PYTHONPATH, which a --target install's .pth cannot)
 """
 
 from __future__ import annotations
