@@ -58,6 +58,7 @@ def _one_line(capsys, *words):
     ("layers/000", "sm_scale", float("nan"), ["attribute 'sm_scale' must be a finite number > 0"]),
     ("layers/000", "sm_scale", -0.5, ["attribute 'sm_scale' must be a finite number > 0"]),
     ("layers/001", "num_q_heads", 2.0, ["attribute 'num_q_heads' must be an integer >= 1"]),
+    ("layers/001", "layer", 1.5, ["attribute 'layer' must be an integer, got 1.5 (float)"]),
     ("", "batch", "1", ["(root): attribute 'batch' must be an integer >= 1", "'1'"]),
     ("", "num_kv_heads", "1", ["(root): attribute 'num_kv_heads' must be an integer >= 1"]),
 ])
