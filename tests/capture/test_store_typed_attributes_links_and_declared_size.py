@@ -59,6 +59,9 @@ def _one_line(capsys, *words):
     ("layers/000", "sm_scale", -0.5, ["attribute 'sm_scale' must be a finite number > 0"]),
     ("layers/001", "num_q_heads", 2.0, ["attribute 'num_q_heads' must be an integer >= 1"]),
     ("layers/001", "layer", 1.5, ["attribute 'layer' must be an integer, got 1.5 (float)"]),
+    ("layers/000", "window", 0, ["attribute 'window' must be an integer >= 1 (or -1 for no window), got 0"]),
+    ("layers/000", "sm_scale", 0.0, ["attribute 'sm_scale' must be a finite number > 0, got 0.0"]),
+    ("layers/001", "q_heads", [0, 1.5], ["attribute 'q_heads' must be a list of integers, got [0.0, 1.5] (list)"]),
     ("", "batch", "1", ["(root): attribute 'batch' must be an integer >= 1", "'1'"]),
     ("", "num_kv_heads", "1", ["(root): attribute 'num_kv_heads' must be an integer >= 1"]),
 ])
@@ -72,6 +75,15 @@ def test_wrongly_typed_attribute_is_one_line_naming_file_layer_and_attribute(tmp
     assert str(e.value).startswith(f"{path}:/{where}: " if where else f"{path} (root): ") and "\n" not in str(e.value)
     assert main(["accuracy", "--inputs", str(path), "--recipes", "fp32", "--device", "cpu", "--no-progress"]) == 2
     _one_line(capsys, str(path), *words)
+
+
+def test_the_smallest_window_is_read(tmp_path):
+    """window 1 (each query sees only its own key) is a window, not a refusal: the bound is >= 1."""
+    path = _capture(tmp_path / "cap.h5")
+    with h5py.File(path, "a") as f:
+        f["layers/001"].attrs["window"] = 1
+    info = open_capture(path)
+    assert [r.window for r in read_capture(path)] == [None, 1] and info.path == path
 
 
 def test_real_bools_and_0_1_are_read(tmp_path):
@@ -104,6 +116,21 @@ def test_linked_datasets_are_refused_naming_the_path(tmp_path, capsys, kind):
     assert str(e.value) == f"{expect}; a capture's datasets must be stored in it, not linked"
     assert main(["accuracy", "--inputs", str(path), "--recipes", "fp32", "--device", "cpu", "--no-progress"]) == 2
     _one_line(capsys, expect)
+
+
+@pytest.mark.parametrize("name", ["token_ids", "layers"])
+def test_the_roots_token_ids_or_layers_linked_are_refused(tmp_path, name):
+    """The root's own members are checked as the layers' are: a token_ids or a whole layers group from another file
+    is refused, naming it."""
+    path = _capture(tmp_path / "cap.h5")
+    other = _capture(tmp_path / "other.h5")
+    with h5py.File(path, "a") as f:
+        del f[name]
+        f[name] = h5py.ExternalLink(str(other), f"/{name}")
+    with pytest.raises(CaptureFormatError) as e:
+        open_capture(path)
+    assert str(e.value) == (f"{path}:/{name} is an external link to {other}:/{name}; a capture's datasets must be "
+                            "stored in it, not linked")
 
 
 def test_a_whole_layer_linked_is_refused(tmp_path):
