@@ -119,18 +119,38 @@ def test_linked_datasets_are_refused_naming_the_path(tmp_path, capsys, kind):
 
 
 @pytest.mark.parametrize("name", ["token_ids", "layers"])
-def test_the_roots_token_ids_or_layers_linked_are_refused(tmp_path, name):
-    """The root's own members are checked as the layers' are: a token_ids or a whole layers group from another file
-    is refused, naming it."""
+@pytest.mark.parametrize("kind", ["external", "dangling"])
+def test_the_roots_token_ids_or_layers_linked_are_refused(tmp_path, name, kind):
+    """The root's own members are checked as the layers' are: a token_ids or a whole layers group from another
+    file, or a link that leads nowhere, is refused, naming it."""
     path = _capture(tmp_path / "cap.h5")
     other = _capture(tmp_path / "other.h5")
     with h5py.File(path, "a") as f:
         del f[name]
-        f[name] = h5py.ExternalLink(str(other), f"/{name}")
+        if kind == "external":
+            f[name] = h5py.ExternalLink(str(other), f"/{name}")
+            what = f"an external link to {other}:/{name}"
+        else:  # ``name in f`` is False for a dangling link: only the link itself shows it
+            f[name] = h5py.SoftLink("/nowhere")
+            what = "a soft link to /nowhere"
     with pytest.raises(CaptureFormatError) as e:
         open_capture(path)
-    assert str(e.value) == (f"{path}:/{name} is an external link to {other}:/{name}; a capture's datasets must be "
-                            "stored in it, not linked")
+    assert str(e.value) == f"{path}:/{name} is {what}; a capture's datasets must be stored in it, not linked"
+
+
+def test_a_corrupted_layer_header_is_one_line_naming_the_file(tmp_path):
+    """Bytes of a layer group's object header overwritten (a damaged disk or copy): HDF5 cannot open the group, and
+    the reader says so in one line naming the file, with HDF5's own reason."""
+    path = _capture(tmp_path / "cap.h5")
+    with h5py.File(path, "r") as f:
+        addr = h5py.h5o.get_info(f["layers/001"].id).addr
+    data = bytearray(path.read_bytes())
+    data[addr:addr + 16] = b"\xff" * 16
+    path.write_bytes(bytes(data))
+    with pytest.raises(CaptureFormatError) as e:
+        open_capture(path)
+    assert str(e.value).startswith(f"{path}: unreadable structure (truncated or corrupted?): ")
+    assert "object header" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_whole_layer_linked_is_refused(tmp_path):
