@@ -269,7 +269,9 @@ def humaneval_findings(root: Path) -> list[Finding]:
         family = len(plan.models) * len(plan.arms)
         cond = (f"{models}, HumanEval, greedy, at most {plan.max_new_tokens} new tokens, {plan.dtype}; pass@1 "
                 f"paired per problem, arm − {plan.baseline}; threshold {100 * plan.threshold:g} points, "
-                f"α = {plan.alpha:g}, exact McNemar with {plan.correction} over {family} contrasts"
+                f"α = {plan.alpha:g}, exact McNemar"
+                + (f" with {plan.correction} over {family} contrasts" if plan.correction != "none"
+                   else f", {family} contrast{'s' if family > 1 else ''}, no correction")
                 + (f"; {', '.join(plan.descriptive_models)} descriptive, outside the family"
                    if plan.descriptive_models else ""))
         verdicts = he.plan_verdicts(plan, rows) if rows else []
