@@ -11,7 +11,10 @@ accuracy.scoring.tolerances.KERNEL_VS_H200_EMULATION of the h200 emulation's err
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -39,6 +42,39 @@ CASES = {
 }
 
 
+# Every case once in a child process first, under a time limit: a kernel that hangs (a barrier or mbarrier that
+# never completes) or takes its process down then fails these tests with that reason instead of stopping the whole
+# GPU run (scripts/gpu_check.sh runs every gpu test in one pytest).
+SMOKE_SECONDS = 300
+_SMOKE = """
+import sys, torch
+from tests.kernels.test_cute_kernel_gpu import CASES, H1, _case_inputs
+from zyfa.kernels.attention_cute import attention_cute_quantized
+for name in CASES:
+    q, k, v, causal = _case_inputs(name)
+    attention_cute_quantized(q, k, v, recipe=H1, causal=causal)
+    torch.cuda.synchronize()
+    print("ran", name, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def cute_runs():
+    """The kernel ran every case in a child process within SMOKE_SECONDS; else each test of this file fails with what
+    the child did (a hang, a crash, an error) and the rest of the GPU tests go on."""
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
+    root = Path(__file__).resolve().parents[2]
+    try:
+        r = subprocess.run([sys.executable, "-c", _SMOKE], cwd=root, capture_output=True, text=True,
+                           timeout=SMOKE_SECONDS)
+    except subprocess.TimeoutExpired as e:
+        done = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        pytest.fail(f"the CuTe kernel did not finish its cases in {SMOKE_SECONDS} s (a hang?); ran: "
+                    f"{done.split()[1::2] if done else 'none'}")
+    if r.returncode != 0:
+        pytest.fail(f"the CuTe kernel's child process exited {r.returncode}: {r.stderr.strip()[-800:]}")
+
+
 def _case_inputs(name):
     b, h, h_kv, s_q, s_k, d, causal = CASES[name]
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(name.encode()) % 1000)
@@ -49,7 +85,7 @@ def _case_inputs(name):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_cute_kernel_agrees_with_its_h200_emulation(name):
+def test_cute_kernel_agrees_with_its_h200_emulation(name, cute_runs):
     pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
     from zyfa.reference.attention import attention_fp64
 
@@ -75,7 +111,7 @@ def test_cute_kernel_agrees_with_its_h200_emulation(name):
 
 @pytest.mark.parametrize("capture", ["qwen25coder-1.5b-pydoc-1024.h5", "qwen25coder-pydoc-2048.h5",
                                      "smollm2-lee-2048.h5"])
-def test_cute_kernel_agrees_with_its_h200_emulation_on_every_capture_layer(capture):
+def test_cute_kernel_agrees_with_its_h200_emulation_on_every_capture_layer(capture, cute_runs):
     """Every layer of a shipped capture the kernel takes (hd128 with QKV-bias K outliers, hd64; Gemma 3's sliding
     windows and hd256 are refused), first 1024 tokens, all heads, the band of the Triton kernel's capture test;
     the failures are listed together."""
@@ -103,7 +139,7 @@ def test_cute_kernel_agrees_with_its_h200_emulation_on_every_capture_layer(captu
     assert not misses, f"{len(misses)} layers outside {KERNEL_VS_H200_EMULATION}: " + "; ".join(misses)
 
 
-def test_cute_kernel_matches_the_triton_kernel():
+def test_cute_kernel_matches_the_triton_kernel(cute_runs):
     """The same numerics as attention_fp8(recipe='zyfa-hopper'): outputs a few bf16 ulps apart at most."""
     pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
     from zyfa.kernels.attention_cute import attention_cute
