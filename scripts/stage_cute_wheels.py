@@ -18,7 +18,6 @@ GPU machine with a network. The pins are the versions the kernel was compiled wi
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -67,14 +66,6 @@ def download(dest: Path, python_version: str | None = None, platform: str | None
         subprocess.run(cmd, check=True)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _dist_of(wheel: Path) -> str:
     """A wheel file's distribution name, normalised (``nvidia_cutlass_dsl_libs_cu13-4.8.1-...whl`` ->
     ``nvidia-cutlass-dsl-libs-cu13``)."""
@@ -91,7 +82,8 @@ def manifest(dest: Path) -> dict:
         if n != 1:
             raise ValueError(f"{dest}: {n} wheels of {name} (want exactly one, version {version})")
     man = {"install": install_command(),
-           "wheels": [{"name": w.name, "bytes": w.stat().st_size, "sha256": _sha256(w)} for w in wheels]}
+           "wheels": [{"name": w.name, "bytes": w.stat().st_size, "sha256": stage_files.sha256_file(w)}
+                      for w in wheels]}
     (dest / MANIFEST).write_text(json.dumps(man, indent=1) + "\n")
     return man
 

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 _BLOCK = 1 << 20
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """The file's sha256, read in blocks (also the CuTe wheels' manifest: scripts/stage_cute_wheels.py)."""
     h = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(_BLOCK):
@@ -50,7 +51,7 @@ def split(files: list[Path], out: Path, chunk_mb: float) -> dict:
                 (out / name).write_bytes(data)
                 parts.append({"name": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
                 k += 1
-        manifest["files"].append({"name": f.name, "bytes": f.stat().st_size, "sha256": _sha256(f), "parts": parts})
+        manifest["files"].append({"name": f.name, "bytes": f.stat().st_size, "sha256": sha256_file(f), "parts": parts})
         print(f"{f.name}: {len(parts)} parts", file=sys.stderr)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
@@ -71,7 +72,7 @@ def join(parts: Path, into: Path, manifest: Path | None) -> int:
     bad = 0
     for f in man["files"]:
         dest = into / f["name"]
-        if dest.is_file() and dest.stat().st_size == f["bytes"] and _sha256(dest) == f["sha256"]:
+        if dest.is_file() and dest.stat().st_size == f["bytes"] and sha256_file(dest) == f["sha256"]:
             print(f"{f['name']}: already in place", file=sys.stderr)
             continue
         missing = [p["name"] for p in f["parts"] if not (parts / p["name"]).is_file()]

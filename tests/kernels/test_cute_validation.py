@@ -3,11 +3,10 @@ no GPU needed)."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 
+from tests.kernels.fresh_import import imports_heavy
 from tests.kernels.test_wrapper_validation import FP8, qkv
 from zyfa.kernels.attention_cute import (
     CUTE_RECIPE,
@@ -19,13 +18,7 @@ from zyfa.kernels.attention_cute import (
 
 
 def test_import_does_not_import_cutlass():
-    import importlib
-
-    for name in [m for m in sys.modules if m == "zyfa.kernels" or m.startswith("zyfa.kernels.")]:
-        del sys.modules[name]
-    had = "cutlass" in sys.modules
-    importlib.import_module("zyfa.kernels.attention_cute")
-    assert had or "cutlass" not in sys.modules
+    assert not imports_heavy("zyfa.kernels.attention_cute", "cutlass")
 
 
 def test_target_recipe_is_accepted():

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 
+from tests.kernels.fresh_import import imports_heavy
 from tests.kernels.test_wrapper_validation import FP8
 from tests.kernels.test_wrapper_validation import qkv as _qkv
 from zyfa.kernels.attention_gluon import attention_fp8_gluon
@@ -18,13 +17,7 @@ def qkv(b=1, h=2, h_kv=2, s_q=128, s_k=128, d=128, dtype=FP8):
 
 
 def test_import_does_not_import_gluon():
-    import importlib
-
-    for name in [m for m in sys.modules if m == "zyfa.kernels" or m.startswith("zyfa.kernels.")]:
-        del sys.modules[name]
-    had = "triton.experimental.gluon" in sys.modules
-    importlib.import_module("zyfa.kernels.attention_gluon")
-    assert had or "triton.experimental.gluon" not in sys.modules
+    assert not imports_heavy("zyfa.kernels.attention_gluon", "triton.experimental.gluon")
 
 
 @pytest.mark.parametrize("pingpong", [False, True])

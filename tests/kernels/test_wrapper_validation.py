@@ -11,6 +11,7 @@ import sys
 import pytest
 import torch
 
+from tests.kernels.fresh_import import imports_heavy
 from zyfa.kernels.attention_fp8 import (
     MAD_FUSED_DRIFT,
     MAD_FUSED_DRIFT0,
@@ -43,13 +44,7 @@ def qkv(b=1, h=2, h_kv=2, s_q=16, s_k=16, d_qk=64, d_v=64, dtype=FP8):
 
 
 def test_package_import_does_not_import_triton():
-    import importlib
-
-    for name in [m for m in sys.modules if m == "zyfa.kernels" or m.startswith("zyfa.kernels.")]:
-        del sys.modules[name]
-    had_triton = "triton" in sys.modules
-    importlib.import_module("zyfa.kernels.attention_fp8")
-    assert had_triton or "triton" not in sys.modules
+    assert not imports_heavy("zyfa.kernels.attention_fp8", "triton")
 
 
 def test_cpu_tensors_refused_after_all_other_checks():

@@ -144,6 +144,18 @@ def _check_output(row: dict, out, ref) -> bool:
     return True
 
 
+def _quantized(quant_cache: dict, q, k, v, recipe):
+    """The kernels' FP8 inputs and descales under ``recipe``, made once per quantization
+    (:func:`zyfa.emulator.quantization_key`) and shared by every recipe and kernel of the case."""
+    from zyfa.emulator import quantization_key
+    from zyfa.kernels.attention_fp8 import quantize_for_kernel
+
+    key = quantization_key(recipe)
+    if key not in quant_cache:
+        quant_cache[key] = quantize_for_kernel(q, k, v, recipe)
+    return quant_cache[key]
+
+
 def prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref) -> Candidate:
     """Our Triton kernel under recipe ``spec``, with the recipe's descales (per tensor, head or block)."""
     import torch
@@ -154,23 +166,18 @@ def prepare_ours(base, spec, q, k, v, causal, config, quant_cache, ref) -> Candi
         launch,
         prepare_vt,
         q_descale_per_program,
-        quantize_for_kernel,
         resolve_config,
         vt_key_order_for,
     )
 
     d_qk, s_k = q.shape[3], k.shape[2]
-    from zyfa.emulator import quantization_key
     from zyfa.recipe_spec import get_recipe
 
     sm_scale = 1.0 / math.sqrt(d_qk)
     row = dict(base, impl=OURS_IMPL, recipe=spec)
     r = get_recipe(spec)
     plan = kernel_plan(r)
-    key = quantization_key(r)
-    if key not in quant_cache:
-        quant_cache[key] = quantize_for_kernel(q, k, v, r)
-    q8, k8, v8, qd, kd, vd = quant_cache[key]
+    q8, k8, v8, qd, kd, vd = _quantized(quant_cache, q, k, v, r)
     block_n = (config or {}).get("BLOCK_N", plan.block_n)
     if kd.dim() == 3:  # per-block K descales: one per KV tile
         kd = k_descale_per_tile(kd, block_n)
@@ -201,17 +208,12 @@ def prepare_cute(base, spec, q, k, v, causal, quant_cache, ref) -> Candidate:
     the Triton kernel (the same cache), compiled and launched once and checked; V's transpose timed apart."""
     import torch
 
-    from zyfa.emulator import quantization_key
     from zyfa.kernels.attention_cute import prepare_cute_call
-    from zyfa.kernels.attention_fp8 import quantize_for_kernel
     from zyfa.recipe_spec import get_recipe
 
     row = dict(base, impl=CUTE_IMPL, recipe=spec)
     r = get_recipe(spec)
-    key = quantization_key(r)
-    if key not in quant_cache:
-        quant_cache[key] = quantize_for_kernel(q, k, v, r)
-    q8, k8, v8, qd, kd, vd = quant_cache[key]
+    q8, k8, v8, qd, kd, vd = _quantized(quant_cache, q, k, v, r)
     launch, vt_again, _out, _lse = prepare_cute_call(q8, k8, v8, recipe=r, causal=causal,
                                                      sm_scale=1.0 / math.sqrt(q.shape[3]), q_descale=qd,
                                                      k_descale=kd, v_descale=vd)
