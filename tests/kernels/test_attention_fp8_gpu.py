@@ -483,3 +483,31 @@ def test_modelling_qk_narrows_the_kernel_emulation_difference(spec):
     _, _, full = _vs_h200(spec, q, k, v, True, None, 0.3, "hd128-causal-gqa sm0.3")
     _, _, partial = _vs_h200(spec, q, k, v, True, None, 0.3, "hd128-causal-gqa sm0.3", platform=pv_only)
     assert full < partial, f"output difference {full:.2e} with Q·K modelled, {partial:.2e} without"
+
+
+@pytest.mark.parametrize("shape_name", ["hd128-causal-gqa", "hd128-b2-odd", "hd64-window", "mla-causal", "hd256-b2",
+                                        "hd128-causal-sq>sk"])
+@pytest.mark.parametrize("spec", [H1, "fa3", "fa3:accum_flush_tiles=1", "zyfa"])
+def test_warp_specialized_launch_is_bit_identical(spec, shape_name):
+    """WS 1 (Triton's warp specialization: a TMA producer warpgroup and two consumer warpgroups of 64 rows, one KV
+    loop masked on every tile) gives the bits of the same launch without it (128-row programs, P_PERM 0, MAD_CVT 3),
+    and agrees with the emulation like the default launch. Upstream Triton benchmarks its Hopper warp specialization
+    but does not test it for correctness, so this test is what lets its timings count."""
+    shape = SHAPES[shape_name]
+    seed = _seed(shape_name)
+    plain = {"BLOCK_M": 128, "num_warps": 4, "P_PERM": 0, "maxnreg": 0, "MAD_CVT": _resolved(spec, shape)["MAD_CVT"]}
+    out_ws, lse_ws = _kernel(spec, shape, seed=seed, config={"WS": 1})
+    out, lse = _kernel(spec, shape, seed=seed, config=plain)
+    assert torch.equal(out_ws, out) and torch.equal(lse_ws, lse), f"{spec} {shape_name}: WS changed the output"
+    out_r, _, em, ref, _ = _run(spec, shape, seed=seed, config={"WS": 1})
+    e_k, e_e = rel_l2(out_r, ref), rel_l2(em.out, ref)
+    print(f"{spec} {shape_name}: WS {e_k:.5f} emulator {e_e:.5f}")
+    assert KERNEL_VS_EMULATION.contains(e_k / e_e)
+
+
+def _resolved(spec, shape):
+    """The config a WS 1 launch of spec at shape resolves to (MAD_CVT 3 where the default is 6)."""
+    from zyfa.kernels.attention_fp8 import kernel_plan, kernel_recipe, resolve_config
+
+    cfg, mad_cvt, _ = resolve_config(shape[5], shape[6], shape[7], kernel_plan(kernel_recipe(spec)), {"WS": 1})
+    return {**cfg, "MAD_CVT": mad_cvt}
