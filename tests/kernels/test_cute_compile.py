@@ -23,31 +23,44 @@ pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not
 SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 333}
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["non-causal", "causal"])
-def ptx(request, tmp_path_factory):
-    """The PTX of the hd128 kernel (compiled with --keep-ptx, written into a temporary directory)."""
+DIMS = {"hd128": (128, 128), "mla": (192, 128)}
+
+
+@pytest.fixture(scope="module", params=[("hd128", False), ("hd128", True), ("mla", True)],
+                ids=["hd128-non-causal", "hd128-causal", "mla-causal"])
+def compiled(request, tmp_path_factory):
+    """(head dims, the PTX) of the kernel (compiled with --keep-ptx, written into a temporary directory)."""
     out = tmp_path_factory.mktemp("cute_ptx")
-    compile_for(**SHAPE, d=128, causal=request.param, options=f"--keep-ptx --keep-cubin --dump-dir={out}")
+    d_qk, d_v = DIMS[request.param[0]]
+    compile_for(**SHAPE, d_qk=d_qk, d_v=d_v, causal=request.param[1],
+                options=f"--keep-ptx --keep-cubin --dump-dir={out}")
     files = sorted(Path(out).glob("*.ptx"))
     assert len(files) == 1, files
     assert sorted(Path(out).glob("*.sm_90a.cubin")), "no sm_90a cubin written"
-    return files[0].read_text()
+    return (d_qk, d_v), files[0].read_text()
+
+
+@pytest.fixture(scope="module")
+def ptx(compiled):
+    return compiled[1]
 
 
 def test_targets_sm90a(ptx):
     assert re.search(r"^\.target\s+sm_90a", ptx, re.M)
 
 
-def test_fp8_wgmma_for_both_matmuls(ptx):
+def test_fp8_wgmma_for_both_matmuls(compiled):
+    (d_qk, d_v), ptx = compiled
     wgmma = [ln for ln in ptx.splitlines() if "wgmma.mma_async" in ln]
     assert wgmma and all(".e4m3.e4m3" in ln and ".f32." in ln for ln in wgmma)
     # S = Q·Kᵀ: both operands from shared memory (two descriptors); P·V: P from four registers
     qk = [ln for ln in wgmma if re.search(r"\}, %rd\d+, %rd\d+,", ln)]
     pv = [ln for ln in wgmma if re.search(r"\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+,", ln)]
     assert qk and pv and len(qk) + len(pv) == len(wgmma)
-    assert all("m64n128k32" in ln for ln in wgmma)  # 64 rows per warpgroup, 128 keys (S) / 128 columns (O)
-    # each matmul issued in two places (the first tile, the loop); 4 k-steps of 32 per 128-wide contraction
-    assert len(qk) == 8 and len(pv) == 8
+    # 64 rows per warpgroup; S: 128 keys, O: d_v columns
+    assert all("m64n128k32" in ln for ln in qk) and all(f"m64n{d_v}k32" in ln for ln in pv)
+    # each matmul issued in two places (the first tile, the loop); a k-step per 32 of the contraction (d_qk, 128 keys)
+    assert len(qk) == 2 * d_qk // 32 and len(pv) == 2 * 128 // 32
 
 
 def test_producer_consumer_register_split(ptx):

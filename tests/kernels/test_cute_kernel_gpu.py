@@ -27,18 +27,21 @@ pytestmark = pytest.mark.gpu
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-# b, h, h_kv, s_q, s_k, d, causal: GQA, lengths on and off the 128-row / 128-key tiles, s_q < s_k and s_q > s_k
+# b, h, h_kv, s_q, s_k, d_qk, d_v, causal: GQA, lengths on and off the 128-row / 128-key tiles, s_q < s_k and
+# s_q > s_k, and MLA's two head dims
 CASES = {
-    "hd128-1k": (1, 4, 4, 1024, 1024, 128, False),
-    "hd128-1k-causal": (1, 4, 4, 1024, 1024, 128, True),
-    "hd128-gqa-odd": (1, 4, 2, 333, 333, 128, False),
-    "hd128-causal-gqa-odd": (1, 4, 1, 300, 300, 128, True),
-    "hd128-b2-129": (2, 2, 2, 129, 129, 128, False),
-    "hd128-causal-sq<sk": (1, 2, 2, 100, 333, 128, True),
-    "hd128-causal-sq>sk": (1, 2, 2, 333, 100, 128, True),
-    "hd128-tiny": (1, 2, 2, 3, 17, 128, True),
-    "hd64-gqa-odd": (1, 4, 2, 333, 333, 64, False),
-    "hd64-causal": (1, 2, 2, 500, 500, 64, True),
+    "hd128-1k": (1, 4, 4, 1024, 1024, 128, 128, False),
+    "hd128-1k-causal": (1, 4, 4, 1024, 1024, 128, 128, True),
+    "hd128-gqa-odd": (1, 4, 2, 333, 333, 128, 128, False),
+    "hd128-causal-gqa-odd": (1, 4, 1, 300, 300, 128, 128, True),
+    "hd128-b2-129": (2, 2, 2, 129, 129, 128, 128, False),
+    "hd128-causal-sq<sk": (1, 2, 2, 100, 333, 128, 128, True),
+    "hd128-causal-sq>sk": (1, 2, 2, 333, 100, 128, 128, True),
+    "hd128-tiny": (1, 2, 2, 3, 17, 128, 128, True),
+    "hd64-gqa-odd": (1, 4, 2, 333, 333, 64, 64, False),
+    "hd64-causal": (1, 2, 2, 500, 500, 64, 64, True),
+    "mla-causal": (1, 2, 2, 257, 257, 192, 128, True),
+    "mla-gqa-odd": (1, 4, 2, 333, 333, 192, 128, False),
 }
 
 
@@ -76,11 +79,11 @@ def cute_runs():
 
 
 def _case_inputs(name):
-    b, h, h_kv, s_q, s_k, d, causal = CASES[name]
+    b, h, h_kv, s_q, s_k, d_qk, d_v, causal = CASES[name]
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(name.encode()) % 1000)
-    q = torch.randn((b, h, s_q, d), generator=g, device="cuda")
-    k = torch.randn((b, h_kv, s_k, d), generator=g, device="cuda") * 1.5
-    v = torch.randn((b, h_kv, s_k, d), generator=g, device="cuda")
+    q = torch.randn((b, h, s_q, d_qk), generator=g, device="cuda")
+    k = torch.randn((b, h_kv, s_k, d_qk), generator=g, device="cuda") * 1.5
+    v = torch.randn((b, h_kv, s_k, d_v), generator=g, device="cuda")
     return q, k, v, causal
 
 

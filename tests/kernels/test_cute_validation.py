@@ -48,7 +48,7 @@ def test_unsupported_recipes_refused_naming_the_field(spec, field):
         cute_plan(spec)
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match=f"does not support {field}="):  # the same line from the compile entry
-        compile_for(b=1, h=2, h_kv=2, s_q=128, s_k=128, d=128, causal=False, recipe=spec)
+        compile_for(b=1, h=2, h_kv=2, s_q=128, s_k=128, d_qk=128, d_v=128, causal=False, recipe=spec)
 
 
 def test_recipe_the_triton_kernel_refuses_gets_its_line():
@@ -56,13 +56,13 @@ def test_recipe_the_triton_kernel_refuses_gets_its_line():
         cute_plan("zyfa-hopper:q_format=e5m2")
 
 
-@pytest.mark.parametrize("d_qk,d_v", [(256, 256), (192, 128)])
-def test_head_dims_not_yet_supported(d_qk, d_v):
+@pytest.mark.parametrize("d_qk,d_v", [(256, 256), (128, 64), (64, 128)])
+def test_head_dims_not_supported(d_qk, d_v):
     q, k, v = qkv(d_qk=d_qk, d_v=d_v)
     with pytest.raises(ValueError, match="CuTe FP8 kernel supports head dims"):
         attention_cute(q, k, v)
     with pytest.raises(ValueError, match="CuTe FP8 kernel supports head dims"):
-        compile_for(b=1, h=2, h_kv=2, s_q=16, s_k=16, d=d_qk, causal=False)
+        compile_for(b=1, h=2, h_kv=2, s_q=16, s_k=16, d_qk=d_qk, d_v=d_v, causal=False)
 
 
 def test_cpu_tensors_refused():
@@ -103,6 +103,6 @@ def test_bad_inputs_and_descales():
     ({"causal": 1}, "causal must be a bool"),
 ])
 def test_compile_for_refuses_bad_shapes(kwargs, match):
-    args = {"b": 1, "h": 2, "h_kv": 2, "s_q": 128, "s_k": 128, "d": 128, "causal": False, **kwargs}
+    args = {"b": 1, "h": 2, "h_kv": 2, "s_q": 128, "s_k": 128, "d_qk": 128, "d_v": 128, "causal": False, **kwargs}
     with pytest.raises((ValueError, TypeError), match=match):
         compile_for(**args)

@@ -123,15 +123,15 @@ def pow2i(k, *, loc=None, ip=None) -> Float32:
 class CuteFp8Attention:
     """One compiled forward for fixed shapes (all static) and the ``zyfa-hopper`` numerics.
 
-    Operands (global memory, contiguous): Q (b·h, s_q, d), K (b·h_kv, s_k, d), Vᵀ (b·h_kv, d, s_k_pad) from
-    ``prepare_vt(v, permute_k32=True)``, O (b·h, s_q, d) bf16, LSE (b·h, s_q) fp32, descales qd (b·h), kd and vd
+    Operands (global memory, contiguous): Q (b·h, s_q, d_qk), K (b·h_kv, s_k, d_qk), Vᵀ (b·h_kv, d_v, s_k_pad) from
+    ``prepare_vt(v, permute_k32=True)``, O (b·h, s_q, d_v) bf16, LSE (b·h, s_q) fp32, descales qd (b·h), kd and vd
     (b·h_kv) fp32. ``__call__`` takes their pointers and sm_scale·log2(e) as fp32.
     """
 
-    def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d: int, causal: bool,
-                 mad_bias: float, e_cap: float, kv_stages: int = 2):
+    def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
+                 causal: bool, mad_bias: float, e_cap: float, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
-        self.s_q, self.s_k, self.s_k_pad, self.d = s_q, s_k, s_k_pad, d
+        self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
         self.causal = causal
         self.mad_bias = float(mad_bias)
         self.e_cap = float(e_cap)
@@ -146,12 +146,12 @@ class CuteFp8Attention:
     def __call__(self, q_ptr: cute.Pointer, k_ptr: cute.Pointer, vt_ptr: cute.Pointer, o_ptr: cute.Pointer,
                  lse_ptr: cute.Pointer, qd_ptr: cute.Pointer, kd_ptr: cute.Pointer, vd_ptr: cute.Pointer,
                  sm_scale_log2e: Float32):
-        d, s_q, s_k, s_k_pad = self.d, self.s_q, self.s_k, self.s_k_pad
+        dq, dv, s_q, s_k, s_k_pad = self.d_qk, self.d_v, self.s_q, self.s_k, self.s_k_pad
         bh, bhk = self.b * self.h, self.b * self.h_kv
-        mQ = cute.make_tensor(q_ptr, cute.make_layout((s_q, d, bh), stride=(d, 1, s_q * d)))
-        mK = cute.make_tensor(k_ptr, cute.make_layout((s_k, d, bhk), stride=(d, 1, s_k * d)))
-        mVt = cute.make_tensor(vt_ptr, cute.make_layout((d, s_k_pad, bhk), stride=(s_k_pad, 1, d * s_k_pad)))
-        mO = cute.make_tensor(o_ptr, cute.make_layout((s_q, d, bh), stride=(d, 1, s_q * d)))
+        mQ = cute.make_tensor(q_ptr, cute.make_layout((s_q, dq, bh), stride=(dq, 1, s_q * dq)))
+        mK = cute.make_tensor(k_ptr, cute.make_layout((s_k, dq, bhk), stride=(dq, 1, s_k * dq)))
+        mVt = cute.make_tensor(vt_ptr, cute.make_layout((dv, s_k_pad, bhk), stride=(s_k_pad, 1, dv * s_k_pad)))
+        mO = cute.make_tensor(o_ptr, cute.make_layout((s_q, dv, bh), stride=(dv, 1, s_q * dv)))
         mLSE = cute.make_tensor(lse_ptr, cute.make_layout((s_q, bh), stride=(1, s_q)))
         mQD = cute.make_tensor(qd_ptr, cute.make_layout((bh,)))
         mKD = cute.make_tensor(kd_ptr, cute.make_layout((bhk,)))
@@ -161,17 +161,17 @@ class CuteFp8Attention:
         pv_mma = self.make_pv_mma()
         row = utils.LayoutEnum.ROW_MAJOR  # K-major A and B
         # Q: one 64-row tile per consumer warpgroup ("stage" w is warpgroup w's tile)
-        sQ_layout = sm90_utils.make_smem_layout_a(row, (BLOCK_M_WG, BLOCK_N, d), self.dtype, NUM_CONSUMERS)
-        sK_layout = sm90_utils.make_smem_layout_b(row, (BLOCK_M_WG, BLOCK_N, d), self.dtype, self.kv_stages)
-        sV_layout = sm90_utils.make_smem_layout_b(row, (BLOCK_M_WG, d, BLOCK_N), self.dtype, self.kv_stages)
+        sQ_layout = sm90_utils.make_smem_layout_a(row, (BLOCK_M_WG, BLOCK_N, dq), self.dtype, NUM_CONSUMERS)
+        sK_layout = sm90_utils.make_smem_layout_b(row, (BLOCK_M_WG, BLOCK_N, dq), self.dtype, self.kv_stages)
+        sV_layout = sm90_utils.make_smem_layout_b(row, (BLOCK_M_WG, dv, BLOCK_N), self.dtype, self.kv_stages)
 
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_q, tQ = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mQ, cute.slice_(sQ_layout, (None, None, 0)),
-                                                           (BLOCK_M_WG, d))
+                                                           (BLOCK_M_WG, dq))
         tma_k, tK = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mK, cute.slice_(sK_layout, (None, None, 0)),
-                                                           (BLOCK_N, d))
+                                                           (BLOCK_N, dq))
         tma_v, tV = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mVt, cute.slice_(sV_layout, (None, None, 0)),
-                                                           (d, BLOCK_N))
+                                                           (dv, BLOCK_N))
         self.q_bytes = cute.size_in_bytes(self.dtype, cute.slice_(sQ_layout, (None, None, 0))) * NUM_CONSUMERS
         self.k_bytes = cute.size_in_bytes(self.dtype, cute.slice_(sK_layout, (None, None, 0)))
         self.v_bytes = cute.size_in_bytes(self.dtype, cute.slice_(sV_layout, (None, None, 0)))
@@ -237,13 +237,13 @@ class CuteFp8Attention:
             # ---------------------------------------------------------------- producer warpgroup
             cute.arch.setmaxregister_decrease(REGS_PRODUCER)
             if warp_idx == 0:
-                gQ = cute.local_tile(tQ, (BLOCK_M_WG, self.d), (None, 0, None))
+                gQ = cute.local_tile(tQ, (BLOCK_M_WG, self.d_qk), (None, 0, None))
                 tQs, tQg = cute.nvgpu.cpasync.tma_partition(tma_q, 0, cute.make_layout(1),
                                                             cute.group_modes(sQ, 0, 2), cute.group_modes(gQ, 0, 2))
-                gK = cute.local_tile(tK, (BLOCK_N, self.d), (None, 0, None))
+                gK = cute.local_tile(tK, (BLOCK_N, self.d_qk), (None, 0, None))
                 tKs, tKg = cute.nvgpu.cpasync.tma_partition(tma_k, 0, cute.make_layout(1),
                                                             cute.group_modes(sK, 0, 2), cute.group_modes(gK, 0, 2))
-                gV = cute.local_tile(tV, (self.d, BLOCK_N), (0, None, None))
+                gV = cute.local_tile(tV, (self.d_v, BLOCK_N), (0, None, None))
                 tVs, tVg = cute.nvgpu.cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
                                                             cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
                 q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
@@ -272,13 +272,13 @@ class CuteFp8Attention:
             tSrK = qk_mma.make_fragment_B(qk_thr.partition_B(sK))
             tOrV = pv_mma.make_fragment_B(pv_thr.partition_B(sV))
             acc_s = qk_thr.make_fragment_C(qk_thr.partition_shape_C((BLOCK_M_WG, BLOCK_N)))
-            acc_pv = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d)))
-            acc_o = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d)))
+            acc_pv = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d_v)))
+            acc_o = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d_v)))
             tOrP = pv_thr.make_fragment_A(pv_thr.partition_shape_A((BLOCK_M_WG, BLOCK_N)))
             p_u32 = cute.recast_tensor(tOrP, Uint32)
             # (row, key) of each S register within its tile; (row, column) of each O register
             tScS = qk_thr.partition_C(cute.make_identity_tensor((BLOCK_M_WG, BLOCK_N)))
-            tOcO = pv_thr.partition_C(cute.make_identity_tensor((BLOCK_M_WG, self.d)))
+            tOcO = pv_thr.partition_C(cute.make_identity_tensor((BLOCK_M_WG, self.d_v)))
             # per-thread row state for its two rows (r and r + 8): running max, sum, P exponent, pending alpha
             m_i = cute.make_rmem_tensor((2,), Float32)
             l_i = cute.make_rmem_tensor((2,), Float32)
@@ -363,10 +363,10 @@ class CuteFp8Attention:
                                                  (BLOCK_M_WG, BLOCK_N))
 
     def make_pv_mma(self) -> cute.TiledMma:
-        """O = P·V: one warpgroup, m64n{d}, P (A) from registers, Vᵀ (B) K-major from shared memory."""
+        """O = P·V: one warpgroup, m64n{d_v}, P (A) from registers, Vᵀ (B) K-major from shared memory."""
         kmaj = cute.nvgpu.warpgroup.OperandMajorMode.K
         return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, kmaj, kmaj, Float32, (1, 1, 1),
-                                                 (BLOCK_M_WG, self.d), cute.nvgpu.warpgroup.OperandSource.RMEM)
+                                                 (BLOCK_M_WG, self.d_v), cute.nvgpu.warpgroup.OperandSource.RMEM)
 
     # The gemm helpers build their own TiledMma: its ACCUMULATE field is runtime state, and a value set inside one
     # staged loop body must not be read outside it.
@@ -486,20 +486,20 @@ class CuteFp8Attention:
                     mLSE[row, bh] = lse
 
 
-def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d: int, causal: bool,
-                   mad_bias: float, e_cap: float, options: str = ""):
+def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
+                   causal: bool, mad_bias: float, e_cap: float, options: str = ""):
     """Compile :class:`CuteFp8Attention` for these shapes with fake pointers (no GPU needed); returns the compiled
     callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them)."""
 
-    kern = CuteFp8Attention(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=s_k_pad, d=d, causal=causal,
-                            mad_bias=mad_bias, e_cap=e_cap)
+    kern = CuteFp8Attention(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=s_k_pad, d_qk=d_qk, d_v=d_v,
+                            causal=causal, mad_bias=mad_bias, e_cap=e_cap)
     gmem = cute.AddressSpace.gmem
     fp8 = cutlass.Float8E4M3FN
     ptrs = [make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(fp8, 16, gmem, assumed_align=16),
             make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(cutlass.BFloat16, 16, gmem, assumed_align=16),
             make_ptr(Float32, 16, gmem, assumed_align=16), make_ptr(Float32, 16, gmem, assumed_align=4),
             make_ptr(Float32, 16, gmem, assumed_align=4), make_ptr(Float32, 16, gmem, assumed_align=4)]
-    return cute.compile(kern, *ptrs, Float32(1.0 / math.sqrt(d)), options=options)
+    return cute.compile(kern, *ptrs, Float32(1.0 / math.sqrt(d_qk)), options=options)
 
 
 def launch(compiled, q, k, vt, out, lse, qd, kd, vd, sm_scale_log2e: float) -> None:

@@ -8,9 +8,10 @@ only when asked (``zyfa bench --cute-recipes``; docs/KERNEL.md, "The CuTe DSL ke
 returns (out bf16, lse fp32 natural log); :func:`attention_cute_quantized` quantizes float inputs first with
 :func:`~zyfa.kernels.attention_fp8.quantize_for_kernel` (the emulator's quantizer). Scope: the ``zyfa-hopper``
 numerics (fused MAD codes, per-row power-of-two P exponent, rounded row sum, accumulator flushed every KV tile,
-division, bf16 RNE; per-tensor or per-head descales), head dims 64 and 128, causal (bottom-right) or not, GQA, any
-lengths. Everything else is refused in one line naming the field, and every check runs before cutlass is imported,
-so a CPU machine gets the same errors. Compiled kernels are cached per (shapes, recipe, causal).
+division, bf16 RNE; per-tensor or per-head descales), head dims 64, 128 and MLA's 192/128 (:data:`CUTE_HEAD_DIMS`),
+causal (bottom-right) or not, GQA, any lengths. Everything else is refused in one line naming the field, and every
+check runs before cutlass is imported, so a CPU machine gets the same errors. Compiled kernels are cached per
+(shapes, recipe, causal).
 """
 
 from __future__ import annotations
@@ -32,18 +33,18 @@ KEY_PAD = 32  # Vᵀ's keys are padded to a multiple of 32 (prepare_vt with perm
 _COMPILED: dict = {}
 
 
-def _key(b, h, h_kv, s_q, s_k, d, causal, plan: KernelPlan):
-    return (b, h, h_kv, s_q, s_k, d, bool(causal), plan.mad_bias, plan.e_cap)
+def _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan: KernelPlan):
+    return (b, h, h_kv, s_q, s_k, d_qk, d_v, bool(causal), plan.mad_bias, plan.e_cap)
 
 
-def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d: int, causal: bool,
+def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v: int, causal: bool,
                 recipe: Recipe | str = CUTE_RECIPE, options: str = ""):
     """Compile (or fetch from the cache) the kernel for these shapes and recipe; needs no GPU. ``options`` go to
     ``cute.compile`` (e.g. ``"--keep-ptx --keep-cubin --dump-dir=DIR"`` writes both into DIR; a call with options
     is not cached). ValueError for a recipe, head dims or shapes the kernel does not take; ImportError (one line)
     when the CuTe DSL is not importable."""
     plan = cute_plan(recipe)
-    check_head_dims(d, d)
+    check_head_dims(d_qk, d_v)
     for name, x in (("b", b), ("h", h), ("h_kv", h_kv), ("s_q", s_q), ("s_k", s_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ValueError(f"{name} must be a positive int, got {x!r}")
@@ -51,7 +52,7 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d: int, causal
         raise ValueError(f"q heads ({h}) must be a multiple of kv heads ({h_kv})")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    key = _key(b, h, h_kv, s_q, s_k, d, causal, plan)
+    key = _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan)
     if key in _COMPILED and not options:
         return _COMPILED[key]
     try:
@@ -59,7 +60,7 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d: int, causal
     except ImportError as e:  # the DSL is an optional dependency (docs/KERNEL.md: scripts/stage_cute_wheels.py)
         raise ImportError(f"the CuTe FP8 kernel needs nvidia-cutlass-dsl==4.8.1 ({e})") from None
     compiled = _cute_fp8.compile_kernel(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=-(-s_k // KEY_PAD) * KEY_PAD,
-                                        d=d, causal=causal, mad_bias=plan.mad_bias, e_cap=plan.e_cap,
+                                        d_qk=d_qk, d_v=d_v, causal=causal, mad_bias=plan.mad_bias, e_cap=plan.e_cap,
                                         options=options)
     if not options:
         _COMPILED[key] = compiled
@@ -82,13 +83,13 @@ def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bo
     vd = descale_to_bh(1.0 if v_descale is None else v_descale, "v_descale", b, h_kv, h_kv, dev)
     check_device(q)
     sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
-    compiled = compile_for(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, d=d_qk, causal=causal, recipe=recipe)
+    compiled = compile_for(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, d_qk=d_qk, d_v=d_v, causal=causal, recipe=recipe)
 
     from zyfa.kernels import _cute_fp8
 
     q = q.contiguous()
     k = k.contiguous()
-    vt = prepare_vt(v, permute_k32=True)  # (b, h_kv, d, ceil(s_k / 32)·32), keys in k32_key_order per 32
+    vt = prepare_vt(v, permute_k32=True)  # (b, h_kv, d_v, ceil(s_k / 32)·32), keys in k32_key_order per 32
     out = torch.empty((b, h, s_q, d_v), dtype=torch.bfloat16, device=dev)
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=dev)
 
@@ -104,14 +105,14 @@ def attention_cute(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool 
     """FP8 attention forward on the H200 by the CuTe DSL kernel (compiled, not yet run on a GPU: module docstring).
 
     Args:
-        q: (b, h, s_q, d) torch.float8_e4m3fn; k, v: (b, h_kv, s_k, d), h % h_kv == 0; d 64 or 128. Last dim
-            contiguous (other strides are copied to contiguous).
+        q: (b, h, s_q, d_qk) torch.float8_e4m3fn; k: (b, h_kv, s_k, d_qk); v: (b, h_kv, s_k, d_v), h % h_kv == 0;
+            (d_qk, d_v) one of :data:`CUTE_HEAD_DIMS`. Last dim contiguous (other strides are copied to contiguous).
         recipe: ``zyfa-hopper`` or a spec whose numerics are the same (:func:`cute_plan` names what else it refuses).
-        causal: bottom-right aligned when s_q != s_k. sm_scale: default 1/sqrt(d).
+        causal: bottom-right aligned when s_q != s_k. sm_scale: default 1/sqrt(d_qk).
         q_descale, k_descale, v_descale: float, one-element tensor or per (batch, head) ((b, h) for q, also (b, h_kv);
             (b, h_kv) for k and v), as attention_fp8 takes them; default 1.0.
     Returns:
-        (out, lse): out (b, h, s_q, d) bf16, lse (b, h, s_q) fp32 natural log; a row that sees no key gets out 0
+        (out, lse): out (b, h, s_q, d_v) bf16, lse (b, h, s_q) fp32 natural log; a row that sees no key gets out 0
         and lse -inf.
     """
     launch, _vt, _out, _lse = prepare_cute_call(q, k, v, recipe=recipe, causal=causal, sm_scale=sm_scale,

@@ -15,7 +15,8 @@ from zyfa.recipes import Recipe
 __all__ = ["CUTE_HEAD_DIMS", "CUTE_RECIPE", "check_head_dims", "cute_plan"]
 
 CUTE_RECIPE = "zyfa-hopper"  # the numerics the kernel implements
-CUTE_HEAD_DIMS = ((64, 64), (128, 128))  # (d_qk, d_v); 256 and MLA 192/128 not yet (registers, two head dims)
+# (d_qk, d_v). Not d 256: O's accumulator and the tile's fresh P·V product alone need 256 registers a thread
+CUTE_HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
 
 
 def _refuse(r: Recipe, fld: str, value, allowed: str) -> ValueError:
