@@ -4,13 +4,13 @@ not migrated (zyfa report, the impact reader, the bench table)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 from zyfa.accuracy.io.schemas import SchemaError, check_any_row, unmigrated_form
 
+from tests.load_file import load_script
 from zyfa.bench.table import checked_rows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,10 +21,7 @@ PROV = {"record": "provenance", "git_commit": "0" * 40, "argv": ["cli.py", "accu
 
 @pytest.fixture(scope="module")
 def migrate():
-    spec = importlib.util.spec_from_file_location("migrate_rows", ROOT / "scripts" / "migrate_rows.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("migrate_rows")
 
 
 def _impact(recipe, date, pf, **kw):

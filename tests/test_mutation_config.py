@@ -4,12 +4,13 @@ ruff. (The mutation run itself is scripts/mutation_test.py, never part of the de
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.load_file import load_script
 
 try:
     import tomllib
@@ -34,11 +35,7 @@ ISSUE_MODULES = {
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("mutation_test", ROOT / "scripts" / "mutation_test.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["mutation_test"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("mutation_test", register=True)
 
 
 def test_every_listed_module_and_test_path_exists(script):

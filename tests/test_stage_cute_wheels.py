@@ -4,21 +4,19 @@ stage_files.py cuts and joins back, the pip commands, and the one-line refusals.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.load_file import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("stage_cute_wheels", ROOT / "scripts" / "stage_cute_wheels.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("stage_cute_wheels")
 
 
 S = _load()

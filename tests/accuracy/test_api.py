@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -10,15 +9,14 @@ from pathlib import Path
 import pytest
 from zyfa.accuracy.api import api_inputs, assert_kernel_conforms, measure
 
+from tests.load_file import load_module
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "fp8_torch_attention.py"
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("fp8_torch_attention_api_test", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.attention
+    return load_module(EXAMPLE, "fp8_torch_attention_api_test").attention
 
 
 def test_a_correct_kernel_conforms_as_a_callable_and_as_a_spec():

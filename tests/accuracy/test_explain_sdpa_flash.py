@@ -3,17 +3,14 @@ one-hot probe arithmetic by hand, and ``fit`` end to end on a recording whose "F
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("explain_sdpa_flash", ROOT / "scripts" / "explain_sdpa_flash.py")
-esf = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(esf)
+from tests.load_file import load_script
+
+esf = load_script("explain_sdpa_flash")
 
 
 @pytest.mark.parametrize("s,d,splits", [

@@ -14,6 +14,7 @@ from zyfa.accuracy.implementations.registry import get_implementation
 from zyfa.accuracy.inputs.attention_input import GaussianSpec, make_gaussian
 from zyfa.reference.attention import attention_fp64
 
+from tests.load_file import load_module
 from zyfa.emulator import emulate
 from zyfa.norms import rel_l2
 
@@ -43,11 +44,7 @@ def test_plugin_row_paired_with_a_recipe(x):
     assert row["recipe"] == "zyfa" and row["quantizes"] == "self" and row["ratio_basis"] == "orig"
     assert row_label(row) == row["implementation"]
     # independent numbers: the example's output recomputed here, the emulation run here
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("ex_copy", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_module(EXAMPLE, "ex_copy")
     out, _ = mod.attention(x.q, x.k, x.v, causal=True, sm_scale=64 ** -0.5, window=None)
     em = emulate(x.q, x.k, x.v, "zyfa", causal=True)
     assert row["orig_rel_l2"] == pytest.approx(rel_l2(out, ref_orig[0]), rel=1e-9)

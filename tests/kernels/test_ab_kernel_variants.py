@@ -3,23 +3,16 @@ A/B run on the H200 does not lose device time to a variant refused at its first 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
+from tests.load_file import load_script
 from zyfa.bench.cases import SHAPES
 from zyfa.kernels.attention_fp8 import kernel_plan, kernel_recipe, resolve_config
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def ab():
-    spec = importlib.util.spec_from_file_location("ab_kernel_variants", ROOT / "scripts" / "ab_kernel_variants.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("ab_kernel_variants")
 
 
 def test_every_variant_resolves(ab):

@@ -25,6 +25,7 @@ import pytest
 import torch
 from zyfa.accuracy.scoring.tolerances import KERNEL_VS_EMULATION, NO_CLAIM_BAND
 
+from tests.load_file import load_script
 from zyfa.norms import rel_l2, rel_l2_from_terms, rel_l2_terms
 
 pytestmark = pytest.mark.gpu
@@ -66,11 +67,7 @@ FA2_MODEL_RATIO_TOL = 5e-3
 def _fa2_split_kv_model(x, sm_scale: float):
     """scripts/explain_sdpa_flash.py's model of FA2's forward on x, at the split count FA2 picks for this launch
     on this GPU (its SM count): (bf16 output on the CPU, splits)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("explain_sdpa_flash", ROOT / "scripts" / "explain_sdpa_flash.py")
-    esf = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(esf)
+    esf = load_script("explain_sdpa_flash")
     sms = torch.cuda.get_device_properties(x.q.device).multi_processor_count
     return esf.fa2_forward(x.q, x.k, x.v, sm_scale=sm_scale, causal=bool(x.causal), num_sms=sms)
 

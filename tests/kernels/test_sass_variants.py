@@ -3,23 +3,16 @@ the hash of one compiled variant is the same on a second compile (needs triton's
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.load_file import load_script
 
 
 @pytest.fixture(scope="module")
 def sv():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    spec = importlib.util.spec_from_file_location("sass_variants", ROOT / "scripts" / "sass_variants.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("sass_variants")  # it puts scripts/ on sys.path itself (for inspect_sass)
 
 
 def _rec(sha="a" * 64, regs=162, n=900, **config):

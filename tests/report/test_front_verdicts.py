@@ -13,7 +13,6 @@ result file with its provenance, as ``zyfa accuracy`` writes them:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -39,6 +38,7 @@ from zyfa.accuracy.report.speed import load_bench
 from zyfa.accuracy.scoring.kernel_verdicts import implementation_verdicts, short_reason, verdict_lines
 from zyfa.capture.models import MODELS
 
+from tests.load_file import load_module
 from tests.report.conftest import FLOAT, html_tables, md_tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,10 +49,7 @@ OPTIONS = {"layers": [0], "max_tokens": 32, "seq": 64, "device": "cpu"}
 
 
 def _example():
-    spec = importlib.util.spec_from_file_location("fp8_torch_attention_front_test", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.attention
+    return load_module(EXAMPLE, "fp8_torch_attention_front_test").attention
 
 
 def _kernels() -> dict:
@@ -171,7 +168,7 @@ def test_every_number_on_the_front_page_names_its_source(page):
         for line in body:
             if any(number_cell.search(c) for c in line[1:-1]):
                 src = line[-1]
-                assert re.fullmatch(r"this run \([^)]+\)|[\w.-]+ @ [0-9a-f]{7}(\+dirty)?, [^;]+(; .+)?", src), \
+                assert re.fullmatch(r"this run \(.+\)|[\w.-]+ @ [0-9a-f]{7}(\+dirty)?, [^;]+(; .+)?", src), \
                     (key, line)
     errors = {line[0]: line[-1] for line in tables[FRONT_KEYS[0]][1:]}
     assert errors["plugin:good"].startswith("this run (")  # the file this command wrote

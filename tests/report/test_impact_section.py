@@ -5,23 +5,21 @@ per-layer sweep, a repeated measurement and pre-fix rows whose p_flushed_mean th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 from zyfa.accuracy.impact import rows as impact_rows
 
+from tests.load_file import load_script
 from tests.report.conftest import html_tables, md_tables, numbers
 from zyfa.recipes import RECIPES
 
 N_TOKENS = 64
-ROOT = Path(__file__).resolve().parents[2]
 POST_FIX = "2026-12-02T01:{:02d}:{:02d}Z"  # after 2f53d66 (p_flushed_mean a fraction) and every RECIPE_CHANGES
 PRE_FIX = "2026-11-29T22:{:02d}:{:02d}Z"  # a process started before it: p_flushed_mean inflated by the heads
 
@@ -83,9 +81,7 @@ def impact_files(tmp_path_factory):
     pa, pb = d / "results.jsonl", d / "results_s2_b.jsonl"
     pa.write_text("".join(json.dumps(r) + "\n" for r in a))
     pb.write_text("".join(json.dumps(r) + "\n" for r in b))
-    spec = importlib.util.spec_from_file_location("migrate_rows", ROOT / "scripts" / "migrate_rows.py")
-    migrate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(migrate)
+    migrate = load_script("migrate_rows")
     assert migrate.main([str(d)]) == 0  # the old rows migrated once, as the committed files were
     return pa, pb, a, b
 

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.load_file import load_script
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location("build_flashinfer_fa3", ROOT / "scripts" / "build_flashinfer_fa3.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("build_flashinfer_fa3")
 
 
 def test_every_download_is_pinned_by_sha256(script):
