@@ -31,7 +31,8 @@ with transaction counts). Warpgroups 1 and 2 are consumers (setmaxnreg up to 240
 Each consumer step issues S_j = Q·K_j and P_{j-1}·V_{j-1} together, inside a turn given by two named barriers
 (``bar.sync`` on its own, ``bar.arrive`` on the other's): while one warpgroup's wgmma run, the other does its
 softmax. Both consumers walk the same KV tiles (the CTA's range); a tile that is fully masked for some row leaves
-that row's state unchanged bit for bit (alpha 1, no code, e kept), as in the Triton kernel's shorter range.
+that row's state unchanged bit for bit (alpha 1, no code, e kept), as in the Triton kernel's shorter range. Causal
+grids run the row blocks from the last (the most KV tiles) to the first, as the Triton kernel does.
 """
 
 from __future__ import annotations
@@ -197,7 +198,10 @@ class CuteFp8Attention:
                mLSE: cute.Tensor, mQD: cute.Tensor, mKD: cute.Tensor, mVD: cute.Tensor, sm_scale_log2e: Float32,
                sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout, sV_layout: cute.ComposedLayout):
         tidx, _, _ = cute.arch.thread_idx()
-        mb, bh, _ = cute.arch.block_idx()
+        bx, bh, _ = cute.arch.block_idx()
+        mb = bx
+        if cutlass.const_expr(self.causal):
+            mb = self.n_blocks_m - 1 - bx  # the heavy (late) row blocks first, as the Triton kernel orders them
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg = cute.arch.make_warp_uniform(tidx // THREADS_PER_WG)
         bhk = (bh // self.h) * self.h_kv + (bh % self.h) // self.group
