@@ -299,7 +299,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
     qk_min = (min_exp(recipe.q_format), min_exp(recipe.k_format)) if qk_bits is not None else None
     pv_min = (min_exp(recipe.p_format), min_exp(recipe.v_format)) if pv_bits_any is not None else None
     ones_min = None if pv_min is None else (pv_min[0], 0)
-    tiling = Tiling(recipe=recipe, dev=dev, p_fmt=p_fmt, fmax=fmax, log2_fmax=log2_fmax, score_scale=score_scale,
+    tiling = Tiling(recipe=recipe, dev=dev, fmax=fmax, log2_fmax=log2_fmax, score_scale=score_scale,
                      to_log2=to_log2, block_m=block_m, block_n=block_n, k_step=plat.k_step, in_unit=in_unit,
                      qk_bits=qk_bits, qk_min=qk_min, pv_bits=pv_bits_any, pv_min=pv_min, ones_min=ones_min,
                      two_level=in_unit and pv_bits_any is not None,

@@ -147,13 +147,12 @@ def zero_if_neginf(m: torch.Tensor) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class Tiling:
-    """What every tile of one :func:`emulate` call shares: the recipe, its P format and scale constants, the score
+    """What every tile of one :func:`emulate` call shares: the recipe, its P scale constants, the score
     scale, the tiles, and the platform's accumulation (kept bits and operand exponents of Q·K and P·V; None bits:
     fp32)."""
 
     recipe: Recipe
     dev: torch.device
-    p_fmt: object
     fmax: float
     log2_fmax: float
     score_scale: torch.Tensor

@@ -205,7 +205,7 @@ def test_one_query_row_per_block_matches_the_oracle(mask, d_v):
 def _tiling(recipe, **fields) -> Tiling:
     """A Tiling for calling one tile step directly: the fields qk_tile and tile_row_sum read, set here; the rest
     are placeholders those steps do not read."""
-    base = dict(recipe=recipe, dev=torch.device("cpu"), p_fmt=None, fmax=448.0, log2_fmax=math.log2(448.0),
+    base = dict(recipe=recipe, dev=torch.device("cpu"), fmax=448.0, log2_fmax=math.log2(448.0),
                 score_scale=torch.tensor(1.0), to_log2=None, block_m=4, block_n=8, k_step=64, in_unit=True,
                 qk_bits=13, qk_min=(-6, -6), pv_bits=13, pv_min=(-6, -6), ones_min=(-6, 0), two_level=True,
                 tile_factor_needed=False)
