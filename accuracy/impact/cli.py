@@ -27,7 +27,7 @@ from zyfa.accuracy.impact.impact_args import add_arguments, kernel_names
 from zyfa.accuracy.impact.model import model_attention
 from zyfa.accuracy.impact.rows import drop_rows, impact_key, json_default, parse_drop_spec, read_rows, row_key
 from zyfa.accuracy.impact.run import impact_cells, run_impact
-from zyfa.accuracy.impact.section import command_of, results_paths, write_markdown
+from zyfa.accuracy.impact.section import command_of, impact_files_beside, results_paths, write_markdown
 from zyfa.accuracy.implementations.plugins import load_plugins
 from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, record
 from zyfa.accuracy.io.cost_model import rate as units_per_second
@@ -52,6 +52,15 @@ from zyfa.capture.models import MODELS, check_model_names, prepare_sources
 from zyfa.outputs import OutputError, atomic_write_text
 from zyfa.plugins import wall_options
 from zyfa.recipe_spec import get_recipe, split_spec_list
+
+
+def _section_files(out: Path, current: Path, args: argparse.Namespace) -> list[Path]:
+    """What a run's Markdown section renders: ``current`` (``out``, or its ``.partial`` while the run goes) alone
+    under ``--markdown``; by default, beside the other impact results files in ``out``'s folder, so that the shared
+    ``impact.md`` keeps the earlier runs' rows (:func:`~zyfa.accuracy.impact.section.impact_files_beside`)."""
+    if args.markdown:
+        return [current]
+    return [current if p == out else p for p in impact_files_beside(out)]
 
 
 def main(args: argparse.Namespace) -> int:
@@ -130,7 +139,8 @@ def main(args: argparse.Namespace) -> int:
         run_impact(split, recipes, n_tokens=args.tokens, windows=args.windows, text=args.text, per_layer=per_layer,
                    layer_recipes=layer_recipes, layer_windows=args.layer_windows, layers=layers, out=out,
                    progress=not args.no_progress, implementations=impl_names, plugins=plugins, device=device,
-                   sink=sink, on_model_done=lambda: write_markdown(results.partial, md, command=command))
+                   sink=sink, on_model_done=lambda: write_markdown(
+                       _section_files(out, results.partial, args), md, command=command))
     except (ValueError, OSError) as e:
         results.close()
         print(f"zyfa impact: error: {e}; the rows finished so far are in {results.partial} (rerun with --resume)",
@@ -148,7 +158,7 @@ def main(args: argparse.Namespace) -> int:
         r["provenance"] = {**(r.get("provenance") or {}), PROVENANCE_KEY: [rec]}
     results.finish(results.kept + results.made, {},
                    lambda rows, path, _prov: atomic_write_text(path, "".join(_dumps(r) + "\n" for r in rows)))
-    write_markdown(out, md, command=command)
+    write_markdown(_section_files(out, out, args), md, command=command)
     print(f"wrote {out} and {md} in {time.perf_counter() - t0:.0f} s")
     return 0
 
@@ -290,7 +300,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     dist.close()
     if rows is None:
         return 0
-    write_markdown(out, md, command=command)
+    write_markdown(_section_files(out, out, args), md, command=command)
     print(f"wrote {out} ({len(rows)} rows, {dist.world} rank(s)) and {md} in {time.perf_counter() - t0:.0f} s")
     return 0
 

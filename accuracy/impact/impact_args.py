@@ -55,7 +55,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="replace an existing --out (the old file stays until the new run finishes)")
     parser.add_argument("--markdown", default=None,
-                        help="Markdown section to write (default: impact.md next to --out)")
+                        help="Markdown section to write (default: impact.md next to --out, rendered from every impact "
+                             "results file there)")
     parser.add_argument("--resume", action="store_true", help="keep the rows already in --out and skip them")
     parser.add_argument("--render-only", action="store_true",
                         help="only re-render the Markdown from --out (several files are merged)")

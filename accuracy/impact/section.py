@@ -3,12 +3,13 @@ the per-layer sweep, and a figure of the KL per recipe; as report blocks, as Mar
 as a section of the study report (:func:`report_section`).
 
 Exposed: ``summarize``, ``group_title``, ``section_blocks``, ``render_markdown``, ``write_markdown``,
-``results_paths``, ``report_section``, ``kl_figure``.
+``results_paths``, ``impact_files_beside``, ``report_section``, ``kl_figure``.
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -270,6 +271,25 @@ def results_paths(spec: str | Iterable[str]) -> list[Path]:
             hits = sorted(glob.glob(s)) if any(c in s for c in "*?[") else [s]
             out += [Path(h) for h in hits if Path(h) not in out]
     return out
+
+
+def impact_files_beside(out: str | Path) -> list[Path]:
+    """``out`` and the other impact results files in its folder (``*.jsonl`` whose first line is an impact row),
+    sorted by name: what a run's default ``impact.md`` renders, so that a second run into a folder keeps the
+    first run's rows in the section instead of writing over it (``reports/impact/`` holds several runs' files)."""
+    out = Path(out)
+    found = []
+    for p in sorted(out.parent.glob("*.jsonl")):
+        if p == out:
+            continue
+        try:
+            with open(p, encoding="utf-8") as f:
+                first = json.loads(f.readline() or "null")
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(first, dict) and first.get("kind") in ("impact_window", "impact_layer"):
+            found.append(p)
+    return sorted([*found, out], key=lambda p: p.name)
 
 
 def write_markdown(rows_path: str | Path | Iterable[str | Path], md_path: str | Path, *,

@@ -71,6 +71,30 @@ def test_markdown_section(run):
     assert "Per-layer sensitivity" in md and "| 28 |" in md and "| 29 |" in md
 
 
+def test_a_second_run_into_the_folder_keeps_the_first_runs_rows_in_impact_md(run):
+    """The default impact.md renders every impact results file beside --out (not only this run's): a second run
+    into the same folder adds its rows to the section instead of writing over the first run's. A JSON-lines file
+    that holds no impact rows is left out; --markdown renders this run's file alone."""
+    from zyfa.accuracy.impact import cli as impact_cli
+
+    out, parser, _ = run
+    (out.parent / "other.jsonl").write_text('{"record": "provenance", "command": "accuracy"}\n')
+    second = out.parent / "second.jsonl"
+    argv = ["--models", "smollm2", "--recipes", "zyfa", "--tokens", "32", "--windows", "1", "--no-progress"]
+    assert impact_cli.main(parser.parse_args([*argv, "--out", str(second)])) == 0
+    md = (out.parent / "impact.md").read_text()
+    assert "| results.jsonl |" in md and "| second.jsonl |" in md and "other.jsonl" not in md
+    assert "| aiter | 2 |" in md and "| zyfa | 1 |" in md  # the first run's rows and the second's
+    alone = out.parent / "alone.md"
+    third = out.parent / "third.jsonl"
+    assert impact_cli.main(parser.parse_args([*argv, "--out", str(third), "--markdown", str(alone)])) == 0
+    text = alone.read_text()
+    assert "| third.jsonl |" in text and "results.jsonl" not in text and "second.jsonl" not in text
+    for p in (second, third, alone, out.parent / "other.jsonl"):
+        p.unlink()
+    assert impact_cli.main(parser.parse_args([*argv[:-1], "--render-only", "--out", str(out)])) == 0
+
+
 def test_rows_are_checked_and_timed(run):
     out, _, _ = run
     for r in (json.loads(x) for x in out.read_text().splitlines()):
