@@ -25,6 +25,8 @@ from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.plots import png, pyplot
 from zyfa.accuracy.scoring.verdict import spearman_with_p
 
+from zyfa.outputs import atomic_write_text
+
 
 def _ci(values, *, seed: int = 0):
     # lazy: imports torch; zyfa report reads results without torch
@@ -299,7 +301,7 @@ def write_markdown(rows_path: str | Path | Iterable[str | Path], md_path: str | 
     md_path.parent.mkdir(parents=True, exist_ok=True)
     paths = [rows_path] if isinstance(rows_path, (str, Path)) else list(rows_path)
     rows, files = load_rows([p for p in paths if Path(p).exists()])
-    md_path.write_text(render_markdown(rows, command=command, files=files), encoding="utf-8")
+    atomic_write_text(md_path, render_markdown(rows, command=command, files=files))  # never a half-written section
     return md_path
 
 
