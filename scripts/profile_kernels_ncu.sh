@@ -5,9 +5,9 @@
 #   bash scripts/profile_kernels_ncu.sh [--wheels DIR] [--out DIR] [--shape hd128] [--seq 16384] [--causal]
 #
 # Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper (our Triton kernel), the same
-# warp-specialized (ws-zyfa-hopper: config WS 1), our CuTe DSL kernel (cute-zyfa-hopper; skipped with a line when nvidia-cutlass-dsl is not importable), cuDNN FP8 and FA3's
-# FP8 kernel (FlashInfer): grid, block, registers, shared memory, cluster, occupancy, speed of light, the pipes'
-# utilisation (ComputeWorkloadAnalysis: tensor, XU, ALU, FMA; and each pipe's share of issued instructions), the
+# warp-specialized (ws-zyfa-hopper: config WS 1), our CuTe DSL kernel (cute-zyfa-hopper; skipped with a line when
+# nvidia-cutlass-dsl is not importable), cuDNN FP8 and FA3's FP8 kernel (FlashInfer): grid, block, registers, shared
+# memory, cluster, occupancy, speed of light, the pipes' utilisation (ComputeWorkloadAnalysis: tensor, XU, ALU, FMA; and each pipe's share of issued instructions), the
 # instruction counts (InstructionStats), warp states and scheduler statistics of each kernel of the last of three
 # calls (the first two warm up; a peer may launch more
 # than one kernel per call: the attention kernel is the long one). The clocks are left as they are

@@ -281,7 +281,7 @@ def impact_files_beside(out: str | Path) -> list[Path]:
     first run's rows in the section instead of writing over it (``reports/impact/`` holds several runs' files)."""
     out = Path(out)
     found = []
-    for p in sorted(out.parent.glob("*.jsonl")):
+    for p in out.parent.glob("*.jsonl"):
         if p == out:
             continue
         try:

@@ -568,11 +568,11 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
     if WS:
         # Triton's warp specialization (a TMA producer warpgroup, two consumer warpgroups of 64 rows) fails to compile
         # a kernel with a second KV loop after the specialized one: one loop over all tiles, masked unless every
-        # tile is whole and unmasked (non-causal, seq_k a multiple of BLOCK_N)
+        # tile is whole and unmasked (non-causal, seq_k a multiple of BLOCK_N; CAUSAL is set under a window too)
         acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
             acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
             lo, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
-            not (EVEN_K and not CAUSAL and not WINDOW), CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
+            not (EVEN_K and not CAUSAL), CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
             EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
             QK_K32, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
             kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,

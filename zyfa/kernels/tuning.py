@@ -166,7 +166,7 @@ def _apply_warp_specialization(cfg: dict, overrides: dict, plan: KernelPlan) -> 
     specialized kernel sets its partitions' registers itself) and the MAD codes' clamp kept (MAD_CVT 6 -> 3, the same
     bits: its per-program branch is an if/else, which turns the pass off). An override against one is refused, and
     so is a recipe whose P exponent is shared by a tile's rows (the two consumer warpgroups split the rows)."""
-    if cfg["WS"] not in (0, 1, True, False):
+    if cfg["WS"] not in (1, True):
         raise ValueError(f"WS={cfg['WS']!r}: expected 0 (no warp specialization) or 1 (Triton's, on sm_90)")
     if plan.tile_gran:
         raise ValueError(f"WS=1 cannot run recipe {plan.recipe!r}: its P exponent is shared by all rows of a tile, "
