@@ -14,7 +14,7 @@ Imports no torch.
 
 ``--from-rows``: files written before the records carry enough to rebuild one record each, by the same units: a
 ``zyfa study`` file its runner's wall time (``study_accuracy_s``) and its rows' shapes
-(:func:`zyfa.accuracy.operator.cli.cell_cost`, every row being that run's); a ``zyfa longctx`` file its rows'
+(:func:`zyfa.accuracy.operator.cli.key_cost`, every row being that run's); a ``zyfa longctx`` file its rows'
 ``seconds`` (each prompt's share of its batch's scoring time: model loads and probes are not in it) and lengths
 (:func:`zyfa.accuracy.longctx.cli.cell_cost`), over all the sessions that resumed it; a ``zyfa tasks humaneval``
 file (or ``.partial``) its rows' ``generate_seconds`` (the sandbox and the drift pass are not in it) and tokens
@@ -32,10 +32,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zyfa.accuracy.io.cost_model import MIN_RUNS, fit, generation_units, record, records_in_file  # noqa: E402
+from zyfa.accuracy.io.results_io import row_key  # noqa: E402
 from zyfa.accuracy.longctx.cli import cell_cost as prompt_cost  # noqa: E402
-from zyfa.accuracy.operator.cli import cell_cost  # noqa: E402
+from zyfa.accuracy.operator.cli import key_cost  # noqa: E402
 
 SHAPE = ("batch", "heads_q", "seq_q", "seq_k", "head_dim", "head_dim_v")
+
+
+def row_cost(row: dict, device: str) -> float:
+    """:func:`key_cost` of a study row on a ``device`` type from its shape and recipe (a recipe name this version
+    cannot read is costed as a plain one)."""
+    shape = {k: row[k] for k in SHAPE}
+    try:
+        return key_cost(shape, row_key(row), device_type=device)
+    except ValueError:
+        return key_cost(shape, (None, None, None, row.get("implementation") or "?"))
 
 
 def rebuilt_record(path: Path) -> dict | None:
@@ -52,9 +63,9 @@ def rebuilt_record(path: Path) -> dict | None:
     if not device or not rows:
         return None
     if prov.get("study_accuracy_s") and all(all(k in r for k in SHAPE) for r in rows):
-        rec = record(sum(cell_cost({k: r[k] for k in SHAPE}) for r in rows), prov["study_accuracy_s"], device,
-                     command="study", cells=len(rows))
-        rec["rebuilt_from"] = "provenance study_accuracy_s; rows' shapes"
+        rec = record(sum(row_cost(r, device) for r in rows), prov["study_accuracy_s"], device, command="study",
+                     cells=len(rows))
+        rec["rebuilt_from"] = "provenance study_accuracy_s; rows' shapes and recipes"
     elif all(r.get("kind") == "longctx" and r.get("seconds") is not None for r in rows):
         rec = record(sum(prompt_cost(int(r["length"]), 1) for r in rows), sum(float(r["seconds"]) for r in rows),
                      device, command="longctx", cells=len(rows),

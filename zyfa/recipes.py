@@ -251,6 +251,21 @@ class Recipe:
     def p_is_fp8(self) -> bool:
         return self.p_format in ("e4m3fn", "e4m3fnuz", "e5m2")
 
+    def truncated_gemms(self, platform: str | None = None) -> tuple[bool, bool]:
+        """(Q·K, P·V): whether each GEMM's sums go through the truncating accumulator of ``platform`` (default the
+        recipe's own): both operands FP8, or both BF16, on a platform whose model for them is ``align_truncate``
+        (:meth:`zyfa.platforms.Platform.truncates`). The emulator models such a GEMM product by product
+        (:func:`zyfa.platforms.truncating_mma`), which is what makes it costly (``accuracy/io/cost_model.py``)."""
+        from zyfa.platforms import get_platform
+
+        plat = get_platform(platform or self.platform)
+        fp8 = ("e4m3fn", "e4m3fnuz", "e5m2")
+        qk_fp8 = self.q_format in fp8 and self.k_format in fp8
+        qk_bf16 = self.q_format == self.k_format == "bf16"
+        pv_bf16 = self.p_format == self.v_format == "bf16"
+        return ((qk_fp8 or qk_bf16) and plat.truncates("qk", qk_fp8),
+                (self.p_is_fp8 or pv_bf16) and plat.truncates("pv", self.p_is_fp8))
+
     @property
     def quantizes_inputs(self) -> bool:
         return any(f not in ("bf16", "fp32") for f in (self.q_format, self.k_format, self.v_format))

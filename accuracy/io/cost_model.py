@@ -73,6 +73,46 @@ RATES: dict[str, dict[str, float]] = {
 }
 
 
+# Units of one score (one query-key pair of one query head) of an emulated recipe whose emulation runs a truncating
+# accumulator (Recipe.truncated_gemms: FP8 GEMMs on h200), in place of the d + d_v of every other row: that
+# emulation models the accumulator product by product (zyfa.platforms.truncating_mma), 20 to 125 times the cost the
+# plain unit gave (measured / estimate of the files below). Per score, the CPU runs of the accumulator-operator plans
+# took 1.6 to 4.2 us at head dims 64 to 256 (1.6 at 8K tokens, 2.7 to 4.2 at 2K; no trend with the head dim, the
+# spread is load and length), so the unit counts scores, not products. Fitted on the CPU (at the rate
+# RATES["accuracy"]["cpu"]) by truncating_units_per_score(TRUNCATING_FIT_FILES). CPU only: on the H200 the study
+# runs whose rows include such recipes fit no better with them counted apart (measured / estimate 0.02-39 at any
+# per-score value from 300 to 10500, against 0.003-3.3 with the plain unit), so a GPU keeps the plain unit.
+TRUNCATING_FIT_FILES = (
+    "reports/accumulator-operator/gemma3-2048.jsonl", "reports/accumulator-operator/qwen25coder-0.5b-2048.jsonl",
+    "reports/accumulator-operator/qwen25coder-1.5b-2048.jsonl", "reports/accumulator-operator/smollm2-2048.jsonl",
+    "reports/accumulator-operator/length-qwen25coder-1.5b-2048-L0-2.jsonl",
+    "reports/accumulator-operator/length-qwen25coder-1.5b-8192-L0-2.jsonl",
+)
+TRUNCATING_UNITS_PER_SCORE: dict[str, float] = {"cpu": 1.05e4}
+
+
+def scores(row: dict) -> float:
+    """The scores of one row's input: batch x query heads x s_q x s_k."""
+    return float(row["batch"] * row["heads_q"] * row["seq_q"] * row["seq_k"])
+
+
+def truncating_units_per_score(paths: Iterable[str | Path]) -> float:
+    """The geometric mean over result files of a truncating-accumulator recipe's rows (one run each, on the CPU)
+    of the units per score that make their estimate their measured time at RATES["accuracy"]["cpu"]. ValueError
+    (one line) for a file that is not one CPU run of `zyfa accuracy` over all its rows."""
+    logs = []
+    for path in paths:
+        recs = records_in_file(path)
+        with open(path, encoding="utf-8") as f:
+            rows = [r for r in map(json.loads, f) if r.get("record") != "provenance"]
+        if len(recs) != 1 or recs[0].get("device_type") != "cpu" or recs[0].get("cells") != len(rows):
+            raise ValueError(f"{path}: not one CPU run of zyfa accuracy over all its {len(rows)} rows")
+        logs.append(math.log(recs[0]["measured_s"] * rate("accuracy", "cpu") / sum(map(scores, rows))))
+    if not logs:
+        raise ValueError("no files to fit the truncating accumulator's units from")
+    return math.exp(sum(logs) / len(logs))
+
+
 def rate(command: str, device_type: str) -> float:
     """Units per second of ``command`` on a ``device_type`` device (a device type the table lacks: the cpu's)."""
     rates = RATES[command]

@@ -40,8 +40,9 @@ s_k x (d + d_v)); ranks write ``<out>.partial/rank-K.jsonl`` and rank 0 merges t
 The flags are parsed and checked in :mod:`zyfa.accuracy.operator.args`, the table printed by
 :mod:`zyfa.accuracy.operator.table`.
 
-Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``main(args) -> int``, ``cell_cost(shape)``,
-``read_provenance(path)``, ``read_finished(path)``.
+Exposed: ``add_arguments(parser)``, ``check_args(args)``, ``main(args) -> int``,
+``cell_cost(shape, recipe, device_type)``, ``key_cost(shape, key, recipes, device_type)``, ``read_provenance(path)``,
+``read_finished(path)``.
 """
 
 
@@ -54,6 +55,7 @@ from pathlib import Path
 
 from zyfa.accuracy.implementations.names import check_kernel_flags
 from zyfa.accuracy.io.command import UsageError
+from zyfa.accuracy.io.cost_model import TRUNCATING_UNITS_PER_SCORE, scores
 from zyfa.accuracy.io.shard import wants_sharding
 from zyfa.accuracy.operator.args import (
     DEFAULT_COLUMNS,
@@ -75,8 +77,9 @@ from zyfa.outputs import OutputError, check_writable
 from zyfa.platforms import get_platform
 from zyfa.plugins import add_wall_arguments
 from zyfa.recipe_spec import get_recipe
+from zyfa.recipes import Recipe
 
-__all__ = ["add_arguments", "cell_cost", "check_args", "main", "read_finished", "read_provenance"]
+__all__ = ["add_arguments", "cell_cost", "check_args", "key_cost", "main", "read_finished", "read_provenance"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -229,7 +232,7 @@ def main(args: argparse.Namespace) -> int:
     first_prov = results.provenance if results is not None and results.resumed_from else {}
     if results is not None and results.resumed_from is not None:
         print(f"resuming {results.resumed_from}: {len(results.done)} of {len(keys)} rows done")
-    cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
+    shapes, by_name = {inp.name: inp.shape for inp in inputs}, {r.name: r for r in recipes}
     to_run = [k for k in keys if results is None or k not in results.done]  # this run's rows, for the cost record
     t0 = time.perf_counter()
     try:
@@ -254,7 +257,8 @@ def main(args: argparse.Namespace) -> int:
                                                 "device", "device_name")}]}
     # the --dry-run estimate of the rows this run made, beside their measured time (accuracy/io/cost_model.py)
     prov[PROVENANCE_KEY] = [*prov.get(PROVENANCE_KEY, []), record(
-        sum(cost[k[0]] for k in to_run), wall, device.type, command="accuracy", cells=len(to_run))]
+        sum(key_cost(shapes[k[0]], k, by_name, device.type) for k in to_run), wall, device.type, command="accuracy",
+        cells=len(to_run))]
     if results is not None:
         rows = results.rows_in_order(keys)
     print_report(rows, prov, inputs, columns, args)
@@ -268,13 +272,32 @@ def main(args: argparse.Namespace) -> int:
     return failed_rows_status(rows, "zyfa accuracy", allow=args.allow_failed)
 
 
-# ---------------------------------------------------------------------------------------------- sharded runs
+# ------------------------------------------------------------------------------------ row costs (--dry-run)
 
-def cell_cost(shape: dict) -> float:
-    """The estimated cost of one row on an input of ``shape``: batch x query heads x s_q x s_k x (d + d_v)."""
+def cell_cost(shape: dict, recipe: Recipe | str | None = None, device_type: str = "cpu") -> float:
+    """The estimated cost of one row on an input of ``shape``: batch x query heads x s_q x s_k x (d + d_v); on a
+    device type of :data:`TRUNCATING_UNITS_PER_SCORE` (the CPU), a row of an emulated ``recipe`` (a Recipe or spec)
+    whose emulation runs a truncating accumulator (:meth:`zyfa.recipes.Recipe.truncated_gemms`) costs that many
+    units per score instead. A real implementation's row is costed with no recipe (its paired emulation, run where
+    the run has no row of that recipe, is not counted)."""
     d_v = shape.get("head_dim_v") or shape["head_dim"]
-    return float(shape["batch"] * shape["heads_q"] * shape["seq_q"] * shape["seq_k"] * (shape["head_dim"] + d_v))
+    n = scores(shape)
+    per_score = TRUNCATING_UNITS_PER_SCORE.get(device_type)
+    if per_score is not None and recipe is not None and any(get_recipe(recipe).truncated_gemms()):
+        return n * per_score
+    return n * (shape["head_dim"] + d_v)
 
+
+def key_cost(shape: dict, key: tuple, recipes: dict[str, Recipe] | None = None, device_type: str = "cpu") -> float:
+    """:func:`cell_cost` on ``device_type`` of the row whose :func:`zyfa.accuracy.io.results_io.row_key` is ``key``
+    (input, content hash, recipe, implementation) on an input of ``shape``; ``recipes``: the run's recipes by name
+    (a name not there is read as a spec)."""
+    if key[3] is not None:
+        return cell_cost(shape)
+    return cell_cost(shape, (recipes or {}).get(key[2], key[2]), device_type)
+
+
+# ---------------------------------------------------------------------------------------------- sharded runs
 
 def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) -> int:
     """One rank of a sharded run (or its --dry-run): its share of the rows, rank 0 merging them into --out."""
@@ -326,7 +349,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         cells = [(inp, input_key(inp, r.name), r.name) for inp in inputs for r in recipes]
         cells += [(inp, input_key(inp, i.recipe, i.name), i.name) for inp in inputs for i in usable]
         keys = [k for _, k, _ in cells]
-        costs = [cell_cost(inp.shape) for inp, _, _ in cells]
+        costs = [key_cost(inp.shape, key, {r.name: r for r in recipes}, device.type) for inp, key, _ in cells]
         if dry:
             print_dry_run(args.dry_run, [f"{inp.name} {name}" for inp, _, name in cells], costs,
                           rate("accuracy", device.type))

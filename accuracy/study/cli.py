@@ -36,7 +36,7 @@ from zyfa.accuracy.io.shard import (
     rank_device,
     say,
 )
-from zyfa.accuracy.operator.cli import cell_cost, read_finished
+from zyfa.accuracy.operator.cli import key_cost, read_finished
 from zyfa.accuracy.operator.table import failed_rows_status
 from zyfa.accuracy.report.document import save_screenshot
 from zyfa.accuracy.report.results import load_results
@@ -189,9 +189,10 @@ def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes,
                           name_filter=args.gaussian_filter)
     by_name = {inp.name: inp for inp in inputs}
     keys = planned_keys(inputs, recipes, impls)
-    costs = [cell_cost(by_name[k[0]].shape) for k in keys]
+    device_type = resolve_device(args.device).type
+    costs = [key_cost(by_name[k[0]].shape, k, device_type=device_type) for k in keys]
     labels = [f"{k[0]} {k[3] or k[2]}" for k in keys]
-    print_dry_run(args.dry_run, labels, costs, rate("study", resolve_device(args.device).type))
+    print_dry_run(args.dry_run, labels, costs, rate("study", device_type))
     return 0
 
 
@@ -264,12 +265,13 @@ def main(args: argparse.Namespace) -> int:
                               name_filter=args.gaussian_filter)
 
         device = rank_device(resolve_device(args.device), dist)
-        cost = {inp.name: cell_cost(inp.shape) for inp in inputs}
+        shapes = {inp.name: inp.shape for inp in inputs}
         shared = ShardedResults.open(stage_dir / ROWS_NAME, dist, resume=True, reader=read_finished, flag="--out",
                                      cells=[*((i.name, list(i.shape)) for i in inputs), *recipes,
                                             *((i.name, i.available()[0]) for i in impls)])
         run_id = shared.provenance.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
-        rows_file = RankRows(shared, lambda key: cost[key[0]], str(device), run_id,
+        rows_file = RankRows(shared, lambda key: key_cost(shapes[key[0]], key, device_type=device.type), str(device),
+                             run_id,
                              on_plan=(lambda shares: announce("zyfa study: ", dist, shares, "rows"))
                              if dist.grouped else None)
         full = [g.name for g in gaussian_specs(mode)]
@@ -326,8 +328,8 @@ def main(args: argparse.Namespace) -> int:
 
         made = [r for r in rows if row_key(r) not in done_before]
         rows.provenance[PROVENANCE_KEY] = [*rows.provenance.get(PROVENANCE_KEY, []), record(
-            sum(cost[r["input"]] for r in made), rows.provenance["study_accuracy_s"], device.type, command="study",
-            cells=len(made))]
+            sum(key_cost(shapes[r["input"]], row_key(r), device_type=device.type) for r in made),
+            rows.provenance["study_accuracy_s"], device.type, command="study", cells=len(made))]
     rows.provenance["study_notes"].append(
         f"Accuracy ran on `{rows.provenance.get('device')}` ({rows.provenance.get('device_name')}): "
         f"{len(inputs)} inputs x {len(recipes)} recipes; the runner took {rows.provenance['study_accuracy_s']:.0f} s "

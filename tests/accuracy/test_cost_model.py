@@ -14,13 +14,18 @@ from zyfa.accuracy.io.cost_model import (
     CUDA_FIT_FILES,
     PROVENANCE_KEY,
     RATES,
+    TRUNCATING_FIT_FILES,
+    TRUNCATING_UNITS_PER_SCORE,
     fit,
     rate,
     record,
     records_in_file,
     records_of,
+    scores,
+    truncating_units_per_score,
 )
-from zyfa.accuracy.operator.cli import cell_cost, read_provenance
+from zyfa.accuracy.operator.cli import cell_cost, key_cost, read_provenance
+from zyfa.recipe_spec import get_recipe
 
 from zyfa.cli import main
 
@@ -45,6 +50,50 @@ def test_a_run_records_its_estimate_beside_its_time_and_a_resume_adds_one(tmp_pa
     recs = records_of(read_provenance(out))
     assert [r["cells"] for r in recs] == [2, 1]
     assert recs[1]["units"] == units / 2
+
+
+SHAPE = {"batch": 1, "heads_q": 2, "seq_q": 48, "seq_k": 40, "head_dim": 64, "head_dim_v": 64}
+
+
+def test_a_truncating_recipe_row_costs_its_per_score_units_on_the_cpu_only():
+    plain = 2 * 48 * 40 * 128
+    trunc = 2 * 48 * 40 * TRUNCATING_UNITS_PER_SCORE["cpu"]
+    assert cell_cost(SHAPE) == plain
+    assert cell_cost(SHAPE, "fa3") == cell_cost(SHAPE, get_recipe("fa3:accum_flush_tiles=1")) == trunc
+    assert cell_cost(SHAPE, "zyfa-hopper", "cpu") == trunc
+    assert cell_cost(SHAPE, "fa3", "cuda") == plain  # no GPU value fitted (cost_model's comment)
+    # no truncating accumulator: mi355x's fp32 sums, BF16 on the H200, a recipe moved to mi355x
+    assert cell_cost(SHAPE, "zyfa") == cell_cost(SHAPE, "bf16") == cell_cost(SHAPE, "fa3@mi355x") == plain
+    # a real implementation's row: no emulation counted; a recipe row by name, or through the run's recipes
+    assert key_cost(SHAPE, ("x", None, "fa3", "triton:fa3")) == plain
+    assert key_cost(SHAPE, ("x", None, "fa3", None)) == trunc
+    assert key_cost(SHAPE, ("x", None, "mine", None), {"mine": get_recipe("zyfa@h200")}) == trunc
+
+
+def test_truncated_gemms_names_the_gemms_the_platform_truncates():
+    assert get_recipe("fa3").truncated_gemms() == (True, True)
+    assert get_recipe("fa3").truncated_gemms("mi355x") == (False, False)
+    assert get_recipe("zyfa").truncated_gemms() == (False, False)
+    assert get_recipe("zyfa").truncated_gemms("h200") == (True, True)
+    assert get_recipe("bf16").truncated_gemms() == (False, False)  # BF16 wgmma sums in fp32 on the H200
+    # FP8 Q·K with a BF16 P·V: only Q·K's sums truncate
+    assert get_recipe("fa3:p_format=bf16,v_format=bf16").truncated_gemms() == (True, False)
+
+
+def test_the_truncating_units_are_the_fit_of_the_committed_cpu_runs_and_bring_their_estimates_near():
+    """TRUNCATING_UNITS_PER_SCORE["cpu"] is the fit of TRUNCATING_FIT_FILES (to 1%); under it each of those runs'
+    measured time is within 2x of its estimate (the plain unit gave 21-125x)."""
+    assert TRUNCATING_UNITS_PER_SCORE["cpu"] == pytest.approx(
+        truncating_units_per_score(ROOT / f for f in TRUNCATING_FIT_FILES), rel=0.01)
+    for name in TRUNCATING_FIT_FILES:
+        lines = [json.loads(x) for x in (ROOT / name).read_text().splitlines()]
+        prov, rows = lines[0], lines[1:]
+        (rec,) = records_of(prov)
+        estimate = sum(key_cost({k: r[k] for k in SHAPE}, (r["input"], None, r["recipe"], r.get("implementation")))
+                       for r in rows) / rate("accuracy", "cpu")
+        assert 0.5 < rec["measured_s"] / estimate < 2, (name, rec["measured_s"], estimate)
+        assert rec["measured_s"] / rec["estimate_s"] > 20  # what the plain unit had estimated
+        assert sum(map(scores, rows)) > 0
 
 
 def test_fit_is_the_geometric_mean_rate_per_command_and_device_and_reports_the_spread():
