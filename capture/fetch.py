@@ -56,11 +56,13 @@ def cache_dir() -> Path:
     return Path(root).expanduser() if root else Path.home() / ".cache" / "zyfa"
 
 
-def sha256_file(path: str | os.PathLike) -> str:
+def sha256_file(path: str | os.PathLike, *, chunk: int = _CHUNK) -> str:
+    """The sha256 of a file's bytes (full hex digest), read ``chunk`` bytes at a time: the one file hash of the
+    project (downloads, captures, result files)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
+        while block := f.read(chunk):
+            h.update(block)
     return h.hexdigest()
 
 

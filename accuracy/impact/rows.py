@@ -10,13 +10,12 @@ it changed in the p_flushed values).
 
 Exposed: ``read_rows``, ``row_key`` (:func:`accuracy.io.results_io.row_key`, re-exported), ``impact_key``, ``row_date``,
 ``json_default``, ``load_rows``, ``prepare_rows``, ``p_flushed_notes``, ``stale_rows``, ``dedup_rows``,
-``process_key``, ``process_starts``, ``file_sha256``, ``parse_drop_spec``, ``drop_rows``.
+``process_key``, ``process_starts``, ``parse_drop_spec``, ``drop_rows``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 import re
@@ -28,6 +27,7 @@ from typing import Any
 import numpy as np
 from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.io.schemas import read_rows as read_checked_rows
+from zyfa.capture.fetch import sha256_file
 from zyfa.capture.version import git_state
 
 from zyfa.recipe_spec import get_recipe
@@ -204,10 +204,6 @@ def prepare_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list
     return rows, notes
 
 
-def file_sha256(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def load_rows(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rows, files) of several results files, e.g. one per concurrent process; each row tagged with ``_file``.
 
@@ -225,7 +221,7 @@ def load_rows(paths: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[d
         for r in got:
             r["_file"] = label
         rows += got
-        files.append({"label": label, "path": str(p), "sha256": file_sha256(p), "rows": len(got)})
+        files.append({"label": label, "path": str(p), "sha256": sha256_file(p), "rows": len(got)})
     return rows, files
 
 

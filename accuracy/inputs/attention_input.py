@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from zyfa.accuracy.inputs.gaussian_spec import SUPPORTED_HEAD_DIMS, GaussianSpec
 from zyfa.accuracy.io.device import available_bytes, check_memory
+from zyfa.capture.fetch import sha256_file
 from zyfa.capture.store import open_capture, read_capture
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
     "capture_inputs",
     "check_capture_memory",
     "content_hash",
-    "file_sha256",
     "make_gaussian",
 ]
 
@@ -133,15 +133,6 @@ def content_hash(*tensors: torch.Tensor, causal: bool = False, window: int | Non
     return h.hexdigest()[:16]
 
 
-def file_sha256(path: str | Path, *, chunk: int = 1 << 20) -> str:
-    """sha256 of a file's bytes (full hex digest)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 def capture_inputs(
     path: str | Path,
     layers: list[int] | None = None,
@@ -172,7 +163,7 @@ def capture_inputs(
         raise ValueError(f"max_tokens must be an int >= 1, got {max_tokens!r}")
 
     check_capture_memory(open_capture(path), layers=layers, heads=heads, max_tokens=max_tokens, device=device)
-    file_hash = file_sha256(path)
+    file_hash = sha256_file(path)
     inputs = [_from_record(rec, path, file_hash, max_tokens)
               for rec in read_capture(path, layers=layers, heads=heads)]
     if not inputs:

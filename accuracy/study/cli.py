@@ -19,7 +19,6 @@ import torch
 from zyfa.accuracy.implementations.base import unavailable_lines
 from zyfa.accuracy.implementations.plugins import load_plugins
 from zyfa.accuracy.implementations.registry import parse_implementations
-from zyfa.accuracy.inputs.attention_input import file_sha256
 from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, rate, record
 from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.results_io import row_key, write_results
@@ -57,6 +56,7 @@ from zyfa.accuracy.study.run import (
     study_inputs,
 )
 from zyfa.accuracy.study.study_args import DEFAULT_OUT
+from zyfa.capture.fetch import sha256_file
 
 from zyfa.outputs import OutputError, StagedFolder
 from zyfa.plugins import wall_flags, wall_options
@@ -293,7 +293,7 @@ def main(args: argparse.Namespace) -> int:
 
     command = _command(args)
     prov = {"study_command": command, "study_mode": mode, "study_notes": notes,
-            "study_captures": ", ".join(f"{p.name} (sha256 {file_sha256(p)[:16]})" for p in captures) or "none",
+            "study_captures": ", ".join(f"{p.name} (sha256 {sha256_file(p)[:16]})" for p in captures) or "none",
             "study_impact": "; ".join(f"{f['path']} (sha256 {f['sha256']}, {f['rows']} rows)"
                                       for f in (extra.impact[1] if extra.impact else [])) or "none"}
     if resumed and dist.rank == 0:

@@ -25,9 +25,9 @@ from zyfa.accuracy.io.cost_model import (
     truncating_units_per_score,
 )
 from zyfa.accuracy.operator.cli import cell_cost, key_cost, read_provenance
-from zyfa.recipe_spec import get_recipe
 
 from zyfa.cli import main
+from zyfa.recipe_spec import get_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 

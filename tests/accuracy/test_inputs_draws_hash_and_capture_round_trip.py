@@ -1,4 +1,4 @@
-"""make_gaussian against the documented draw order, AttentionInput.to, content_hash and file_sha256 against hashlib,
+"""make_gaussian against the documented draw order, AttentionInput.to, content_hash against hashlib,
 and the capture round trip: tensors and provenance written through capture.store come back through capture_inputs.
 """
 
@@ -17,7 +17,6 @@ from zyfa.accuracy.inputs.attention_input import (
     capture_inputs,
     check_capture_memory,
     content_hash,
-    file_sha256,
     make_gaussian,
 )
 from zyfa.capture.record import LayerRecord
@@ -160,19 +159,6 @@ def test_content_hash_is_sha256_of_dtype_shape_bytes_and_mask():
 def test_content_hash_of_a_tensor_that_requires_grad():
     a = torch.ones(3, requires_grad=True)
     assert content_hash(a) == _sha16(a.detach())
-
-
-# -------------------------------------------------------------------------------------------------- file_sha256
-
-
-@pytest.mark.parametrize("size", [0, 1, 5, 4096 + 3])
-@pytest.mark.parametrize("chunk", [1, 4, 1 << 20])
-def test_file_sha256_is_the_full_digest_of_the_bytes(tmp_path, size, chunk):
-    data = bytes((7 * i) % 256 for i in range(size))
-    path = tmp_path / "blob.bin"
-    path.write_bytes(data)
-    assert file_sha256(path, chunk=chunk) == hashlib.sha256(data).hexdigest()
-    assert file_sha256(str(path)) == hashlib.sha256(data).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- AttentionInput.to

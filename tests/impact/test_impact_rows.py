@@ -11,6 +11,7 @@ import pytest
 from zyfa.accuracy.impact import cli as impact_cli
 from zyfa.accuracy.impact import rows as impact_rows
 from zyfa.accuracy.io.results_io import ResultsFile
+from zyfa.capture.fetch import sha256_file
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "reports" / "impact" / "results_7_recipes.jsonl"  # the first run: every row before the fix
@@ -126,7 +127,7 @@ def test_committed_pre_fix_rows_are_migrated():
     assert sum("p_flushed_mean_raw" in r for r in rows) == 82  # the other 10 held 0, a fraction however counted
     _, notes = impact_rows.prepare_rows(rows)
     assert any("`scripts/migrate_rows.py`) divided it" in n and "smollm2 ÷9" in n for n in notes)
-    assert files[0]["sha256"] == impact_rows.file_sha256(COMMITTED)
+    assert files[0]["sha256"] == sha256_file(COMMITTED)
 
 
 def test_an_unmigrated_row_is_refused_in_one_line_naming_the_migration(tmp_path):

@@ -13,7 +13,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 from scipy import stats
-from zyfa.accuracy.impact import rows as impact_rows
+from zyfa.capture.fetch import sha256_file
 
 from tests.load_file import load_script
 from tests.report.conftest import html_tables, md_tables, numbers
@@ -207,7 +207,7 @@ def test_regenerate_command_names_the_impact_files(rendered, impact_files):
     assert f"--impact {pa},{pb}" in md.split("```")[1]
     files = md_tables(md)["t-impact-files"]
     assert [line[0] for line in files[1:]] == ["results.jsonl", "results_s2_b.jsonl"]
-    assert files[1][1] == impact_rows.file_sha256(pa)[:16]
+    assert files[1][1] == sha256_file(pa)[:16]
 
 
 def test_missing_impact_file_is_an_error(small_results, tmp_path, capsys):
@@ -254,6 +254,6 @@ def test_study_renders_the_impact_section_with_its_hash(impact_files, tmp_path):
     top = md.split("```")[1]
     assert "zyfa study --captures none" in top and top.count(f"--impact {pa},{pb}") == 2  # study and report
     prov = {line[0]: line[1] for line in md_tables(md)["t-provenance"][1:]}
-    assert impact_rows.file_sha256(pa) in prov["study_impact"] and impact_rows.file_sha256(pb) in prov["study_impact"]
+    assert sha256_file(pa) in prov["study_impact"] and sha256_file(pb) in prov["study_impact"]
     for doc in (md_tables(md), html_tables(page)):
         assert _table_key("m17") in doc and len(doc[_table_key("m17")]) == 1 + len(RECIPES)  # header + recipes
