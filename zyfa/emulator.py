@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 import torch
 
 from zyfa.emulator_tile import (
-    FP8_FORMATS,
     Tiling,
     min_exp,
     online_max,
@@ -288,12 +287,9 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
     # The platform's accumulation: kept bits of Q·K and of P·V (Platform.accum_bits; None: fp32), and whether the
     # kernel keeps its sums in the matrix unit (matrix_unit) or flushes every k step into fp32 (fp32).
     in_unit = recipe.accumulator == "matrix_unit"
-    qk_fp8 = recipe.q_format in FP8_FORMATS and recipe.k_format in FP8_FORMATS
-    qk_bf16 = recipe.q_format == recipe.k_format == "bf16"
-    qk_bits = plat.accum_bits if (qk_fp8 or qk_bf16) and plat.truncates("qk", qk_fp8) else None
-    pv_fp8 = recipe.p_is_fp8
-    pv_bf16 = recipe.p_format == recipe.v_format == "bf16"
-    pv_bits_any = plat.accum_bits if (pv_fp8 or pv_bf16) and plat.truncates("pv", pv_fp8) else None
+    qk_truncates, pv_truncates = recipe.truncated_gemms(plat)
+    qk_bits = plat.accum_bits if qk_truncates else None
+    pv_bits_any = plat.accum_bits if pv_truncates else None
     # The exponent a subnormal operand counts at in that accumulator: its format's smallest normal one (Q·K: Q's
     # and K's formats; P·V: P's and V's; the rounded_mma row sum's ones vector has exponent 0, any bound fits).
     qk_min = (min_exp(recipe.q_format), min_exp(recipe.k_format)) if qk_bits is not None else None

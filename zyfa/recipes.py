@@ -23,7 +23,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from zyfa.platforms import PLATFORM_NAMES
+from zyfa.platforms import PLATFORM_NAMES, Platform, get_platform
 from zyfa.rotation import KINDS as ROTATIONS
 
 QKV_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
@@ -251,13 +251,11 @@ class Recipe:
     def p_is_fp8(self) -> bool:
         return self.p_format in ("e4m3fn", "e4m3fnuz", "e5m2")
 
-    def truncated_gemms(self, platform: str | None = None) -> tuple[bool, bool]:
+    def truncated_gemms(self, platform: str | Platform | None = None) -> tuple[bool, bool]:
         """(Q·K, P·V): whether each GEMM's sums go through the truncating accumulator of ``platform`` (default the
         recipe's own): both operands FP8, or both BF16, on a platform whose model for them is ``align_truncate``
-        (:meth:`zyfa.platforms.Platform.truncates`). The emulator models such a GEMM product by product
-        (:func:`zyfa.platforms.truncating_mma`), which is what makes it costly (``accuracy/io/cost_model.py``)."""
-        from zyfa.platforms import get_platform
-
+        (:meth:`zyfa.platforms.Platform.truncates`). :func:`zyfa.emulator.emulate` models such a GEMM product by
+        product (:func:`zyfa.platforms.truncating_mma`), which makes it costly (``accuracy/io/cost_model.py``)."""
         plat = get_platform(platform or self.platform)
         fp8 = ("e4m3fn", "e4m3fnuz", "e5m2")
         qk_fp8 = self.q_format in fp8 and self.k_format in fp8
@@ -273,7 +271,6 @@ class Recipe:
     def on(self, platform: str) -> Recipe:
         """This recipe emulated on ``platform`` by default: itself where that is already its platform, else a
         copy named ``name@platform`` (so rows, tables and resumed runs tell the two apart)."""
-        from zyfa.platforms import get_platform
 
         plat = get_platform(platform).name
         return self if plat == self.platform else self.replace(name=f"{self.name}@{plat}", platform=plat)
