@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from zyfa.accuracy.io.cost_model import MIN_RUNS, fit, generation_units, record, records_in_file  # noqa: E402
 from zyfa.accuracy.io.results_io import row_key  # noqa: E402
 from zyfa.accuracy.longctx.cli import cell_cost as prompt_cost  # noqa: E402
-from zyfa.accuracy.operator.cli import key_cost  # noqa: E402
+from zyfa.accuracy.operator.cli import cell_cost, key_cost  # noqa: E402
 
 SHAPE = ("batch", "heads_q", "seq_q", "seq_k", "head_dim", "head_dim_v")
 
@@ -46,7 +46,7 @@ def row_cost(row: dict, device: str) -> float:
     try:
         return key_cost(shape, row_key(row), device_type=device)
     except ValueError:
-        return key_cost(shape, (None, None, None, row.get("implementation") or "?"))
+        return cell_cost(shape)
 
 
 def rebuilt_record(path: Path) -> dict | None:

@@ -277,10 +277,11 @@ def run(a: argparse.Namespace) -> int:
     print(_line(base_r, None), flush=True)
     print(_line(san_r, None) + f"  (mutant {sanity['n']})", flush=True)
     summary.update(baseline=base_r, sanity=dict(san_r, n=sanity["n"]))
-    problems = [p for p, bad in ((f"the unmutated file did not pass cleanly ({base_r['verdict']})",
-                                  base_r["verdict"] != "survived"),
-                                 (f"the sanity mutant {sanity['n']} was not killed ({san_r['verdict']})",
-                                  san_r["verdict"] != "killed")) if bad]
+    problems = []
+    if base_r["verdict"] != "survived":
+        problems.append(f"the unmutated file did not pass cleanly ({base_r['verdict']})")
+    if san_r["verdict"] != "killed":
+        problems.append(f"the sanity mutant {sanity['n']} was not killed ({san_r['verdict']})")
     results = []
     if not problems:
         with ThreadPoolExecutor(max_workers=a.jobs) as ex:

@@ -15,7 +15,7 @@ import torch
 
 from zyfa.formats import e4m3fn_bits_from_log2, get_format, round_to_bf16
 from zyfa.platforms import stepwise_mma, truncating_mma
-from zyfa.recipes import Recipe
+from zyfa.recipes import FP8_FORMATS, Recipe
 
 __all__ = [
     "E4M3FN_MIN_EXP",
@@ -44,7 +44,6 @@ __all__ = [
 # Hopper's FP8 wgmma consumes k = 32 per instruction; the accumulator model truncates after each step. The default of
 # the step helpers only: emulate() takes the k step from its platform (zyfa.platforms.Platform.k_step).
 WGMMA_K_FP8 = 32
-FP8_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2")
 # Tile-amax floor of AITER's Triton kernel (https://github.com/ROCm/aiter,
 # aiter/ops/triton/_triton_kernels/attention/mha.py: max(|P|) >= 1e-9).
 TILE_AMAX_FLOOR = 1e-9

@@ -26,11 +26,12 @@ from dataclasses import dataclass, field
 from zyfa.platforms import PLATFORM_NAMES, Platform, get_platform
 from zyfa.rotation import KINDS as ROTATIONS
 
-QKV_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
+FP8_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2")
+QKV_FORMATS = (*FP8_FORMATS, "bf16", "fp32")
 QK_FORMATS = (*QKV_FORMATS, "int8")
 SCALE_GRANULARITIES = ("tensor", "head", "head_kv", "block", "channel", "none")
 EXP_METHODS = ("exp2", "exp2_bittrick", "mad_fp8")
-P_FORMATS = ("e4m3fn", "e4m3fnuz", "e5m2", "bf16", "fp32")
+P_FORMATS = (*FP8_FORMATS, "bf16", "fp32")
 P_SCALES = ("none", "fmax", "pow2", "pow2_block", "tile_amax")
 P_SCALE_GRANULARITIES = ("row", "tile")
 ROWSUMS = ("fp32", "rounded", "rounded_mma")
@@ -249,7 +250,7 @@ class Recipe:
 
     @property
     def p_is_fp8(self) -> bool:
-        return self.p_format in ("e4m3fn", "e4m3fnuz", "e5m2")
+        return self.p_format in FP8_FORMATS
 
     def truncated_gemms(self, platform: str | Platform | None = None) -> tuple[bool, bool]:
         """(Q·K, P·V): whether each GEMM's sums go through the truncating accumulator of ``platform`` (default the
@@ -257,8 +258,7 @@ class Recipe:
         (:meth:`zyfa.platforms.Platform.truncates`). :func:`zyfa.emulator.emulate` models such a GEMM product by
         product (:func:`zyfa.platforms.truncating_mma`), which makes it costly (``accuracy/io/cost_model.py``)."""
         plat = get_platform(platform or self.platform)
-        fp8 = ("e4m3fn", "e4m3fnuz", "e5m2")
-        qk_fp8 = self.q_format in fp8 and self.k_format in fp8
+        qk_fp8 = self.q_format in FP8_FORMATS and self.k_format in FP8_FORMATS
         qk_bf16 = self.q_format == self.k_format == "bf16"
         pv_bf16 = self.p_format == self.v_format == "bf16"
         return ((qk_fp8 or qk_bf16) and plat.truncates("qk", qk_fp8),
@@ -271,7 +271,6 @@ class Recipe:
     def on(self, platform: str) -> Recipe:
         """This recipe emulated on ``platform`` by default: itself where that is already its platform, else a
         copy named ``name@platform`` (so rows, tables and resumed runs tell the two apart)."""
-
         plat = get_platform(platform).name
         return self if plat == self.platform else self.replace(name=f"{self.name}@{plat}", platform=plat)
 

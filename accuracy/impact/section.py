@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 from zyfa.accuracy.impact.rows import BLOCK_TOKENS, load_rows, prepare_rows, row_date
+from zyfa.accuracy.io.results_io import IMPACT_KINDS
 from zyfa.accuracy.report.blocks import blocks_markdown as _blocks_markdown
 from zyfa.accuracy.report.blocks import fmt, fmt_ci, sharding_line, slug
 from zyfa.accuracy.report.document import Doc
@@ -289,7 +290,7 @@ def impact_files_beside(out: str | Path) -> list[Path]:
                 first = json.loads(f.readline() or "null")
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             continue
-        if isinstance(first, dict) and first.get("kind") in ("impact_window", "impact_layer"):
+        if isinstance(first, dict) and first.get("kind") in IMPACT_KINDS:
             found.append(p)
     return sorted([*found, out], key=lambda p: p.name)
 

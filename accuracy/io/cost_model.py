@@ -80,8 +80,8 @@ RATES: dict[str, dict[str, float]] = {
 # took 1.6 to 4.2 us at head dims 64 to 256 (1.6 at 8K tokens, 2.7 to 4.2 at 2K; no trend with the head dim, the
 # spread is load and length), so the unit counts scores, not products. Fitted on the CPU (at the rate
 # RATES["accuracy"]["cpu"]) by truncating_units_per_score(TRUNCATING_FIT_FILES). CPU only: on the H200 the study
-# runs whose rows include such recipes fit no better with them counted apart (measured / estimate 0.02-39 at any
-# per-score value from 300 to 10500, against 0.003-3.3 with the plain unit), so a GPU keeps the plain unit.
+# runs whose rows include such recipes fit no better with them counted apart (measured / estimate 0.015-33 to 0.03-39
+# at per-score values from 300 to 10500, against 0.003-3.3 with the plain unit), so a GPU keeps the plain unit.
 TRUNCATING_FIT_FILES = (
     "reports/accumulator-operator/gemma3-2048.jsonl", "reports/accumulator-operator/qwen25coder-0.5b-2048.jsonl",
     "reports/accumulator-operator/qwen25coder-1.5b-2048.jsonl", "reports/accumulator-operator/smollm2-2048.jsonl",
