@@ -46,6 +46,48 @@ class StopForward(Exception):  # noqa: N818 (control flow, not an error)
     """Raised by a recorder after the last layer it needs, to skip the rest of the forward pass."""
 
 
+CHUNK_ABOVE_BYTES = 8 << 30  # fp32 scores of one layer above which the recorder computes attention in chunks
+
+
+def _scaling(module, kwargs) -> float:
+    return float(kwargs["scaling"] if kwargs.get("scaling") is not None else module.scaling)
+
+
+def _scores_bytes(query: torch.Tensor, key: torch.Tensor) -> int:
+    return 4 * query.shape[0] * query.shape[1] * query.shape[2] * key.shape[2]
+
+
+def chunked_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *, scaling: float,
+                      causal: bool, window: int | None,
+                      max_bytes: int = CHUNK_ABOVE_BYTES) -> tuple[torch.Tensor, None]:
+    """Attention of a long prefill in query chunks, returned as transformers' sdpa returns it ((b, s_q, h, d), None).
+
+    query (b, h, s_q, d), key/value (b, h_kv, s_k, d) with h a multiple of h_kv (GQA); query i sees key j when
+    j <= i + s_k - s_q (causal, aligned at the end) and j > that - window (sliding window). Each chunk's fp32
+    scores stay under ``max_bytes``: what stock sdpa's math path would hold for the whole layer is never built.
+    """
+    b, h, s_q, _ = query.shape
+    s_k = key.shape[2]
+    rep = h // key.shape[1]
+    key = key.repeat_interleave(rep, dim=1) if rep > 1 else key
+    value = value.repeat_interleave(rep, dim=1) if rep > 1 else value
+    rows = max(1, int(max_bytes) // (4 * b * h * s_k))
+    j = torch.arange(s_k, device=query.device).view(1, -1)
+    out = query.new_empty((b, s_q, h, value.shape[-1]))
+    for c0 in range(0, s_q, rows):
+        c1 = min(s_q, c0 + rows)
+        i = torch.arange(c0, c1, device=query.device).view(-1, 1) + (s_k - s_q)
+        allowed = torch.ones((c1 - c0, s_k), dtype=torch.bool, device=query.device)
+        if causal:
+            allowed &= j <= i
+        if window:
+            allowed &= j > i - window
+        o = torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, c0:c1], key, value, attn_mask=allowed, scale=scaling)
+        out[:, c0:c1] = o.transpose(1, 2)
+    return out, None
+
+
 def _sdpa():
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
@@ -169,11 +211,15 @@ class QKVRecorder:
         on_layer: called with the layer index after every layer this function is swapped into (progress).
         check_mask_up_to: for sequences up to this length, check that a tensor mask is exactly the recorded
             causal/window pattern (a padded or packed batch would not be described by those attributes).
+        chunk_above_bytes: a layer whose fp32 score matrix (batch x query heads x s_q x s_k) would be larger runs
+            through :func:`chunked_attention` (the causal/window pattern the record states, in query chunks)
+            instead of stock sdpa, whose fp32 math path materializes it (48 GiB for 12 heads at 32K tokens).
     """
 
     def __init__(self, model, on_call: Callable[[LayerRecord], None], *, layers: Iterable[int] | None = None,
                  heads: Iterable[int] | None = None, stop_after_last: bool = False,
-                 on_layer: Callable[[int], None] | None = None, check_mask_up_to: int = 4096):
+                 on_layer: Callable[[int], None] | None = None, check_mask_up_to: int = 4096,
+                 chunk_above_bytes: int = CHUNK_ABOVE_BYTES):
         self.model = model
         self.on_call = on_call
         self.layers = None if layers is None else set(int(i) for i in layers)
@@ -181,6 +227,7 @@ class QKVRecorder:
         self.stop_after_last = stop_after_last
         self.on_layer = on_layer
         self.check_mask_up_to = check_mask_up_to
+        self.chunk_above_bytes = int(chunk_above_bytes)
 
     def __call__(self, module, query, key, value, attention_mask, **kwargs):
         idx = int(module.layer_idx)
@@ -190,13 +237,21 @@ class QKVRecorder:
             self.on_layer(idx)
         if self.stop_after_last and self.layers is not None and idx >= max(self.layers):
             raise StopForward(idx)
+        if _scores_bytes(query, key) > self.chunk_above_bytes and kwargs.get("softcap") is None:
+            window = kwargs.get("sliding_window")
+            return chunked_attention(query, key, value, scaling=_scaling(module, kwargs), causal=self._causal(
+                module, kwargs), window=int(window) if window else None, max_bytes=self.chunk_above_bytes)
         return _sdpa()(module, query, key, value, attention_mask, **kwargs)
+
+    @staticmethod
+    def _causal(module, kwargs) -> bool:
+        causal = kwargs.get("is_causal")
+        return bool(getattr(module, "is_causal", True) if causal is None else causal)
 
     def _record(self, module, query, key, value, attention_mask, kwargs) -> LayerRecord:
         window = kwargs.get("sliding_window")
         window = int(window) if window else None
-        causal = kwargs.get("is_causal")
-        causal = bool(getattr(module, "is_causal", True) if causal is None else causal)
+        causal = self._causal(module, kwargs)
         s_q, s_k = query.shape[2], key.shape[2]
         if attention_mask is not None and max(s_q, s_k) <= self.check_mask_up_to:
             m = attention_mask
@@ -218,7 +273,7 @@ class QKVRecorder:
             layer=int(module.layer_idx),
             layer_type=layer_type_of(self.model, module, window),
             q=take(query, q_heads), k=take(key, kv_heads), v=take(value, kv_heads),
-            sm_scale=float(kwargs["scaling"] if kwargs.get("scaling") is not None else module.scaling),
+            sm_scale=_scaling(module, kwargs),
             causal=causal, window=window,
             q_heads=q_heads, kv_heads=kv_heads, kv_head_of_q=kv_of_q,
             num_q_heads=int(query.shape[1]), num_kv_heads=int(key.shape[1]),

@@ -38,12 +38,12 @@ def _attention_by_hand(q, k, v, kv_of_q, sm_scale, causal, window):
     return out
 
 
-def _run(lm, ids):
+def _run(lm, ids, **recorder):
     """Stock logits, then logits, records and module outputs with the recorder swapped into every layer."""
     with torch.no_grad():
         ref = lm.model(input_ids=ids, use_cache=False).logits
     calls, outs = {}, {}
-    rec = QKVRecorder(lm.model, lambda c: calls.__setitem__(c.layer, c))
+    rec = QKVRecorder(lm.model, lambda c: calls.__setitem__(c.layer, c), **recorder)
 
     def spy(module, query, key, value, attention_mask, **kwargs):
         out = rec(module, query, key, value, attention_mask, **kwargs)
@@ -97,3 +97,21 @@ def test_window_survives_the_store(tiny_gemma3, tiny_gemma3_dir, tmp_path):
         c = calls[r.layer]
         assert r.sm_scale == c.sm_scale and r.causal
         assert all(torch.equal(getattr(r, n), getattr(c, n)) for n in "qkv")
+
+
+def test_long_layers_run_in_query_chunks_with_the_same_pattern(tiny_gemma3):
+    """A layer whose fp32 scores exceed ``chunk_above_bytes`` runs through ``chunked_attention`` (what keeps a 32K
+    capture of 12 heads from materializing 48 GiB): here 3 query rows per chunk, so chunks cut through the sliding
+    window; the module outputs still match the float64 attention of the recorded pattern, and the logits stock's."""
+    win = token_window(tiny_gemma3.tokenizer, "pydoc", SEQ, 0)
+    ids = torch.tensor([win.ids])
+    ref, logits, calls, outs = _run(tiny_gemma3, ids, chunk_above_bytes=4 * N_Q * SEQ * 3)
+    assert (logits - ref).abs().max().item() < 1e-4
+    for c in calls.values():
+        real = outs[c.layer].double()
+        mine = _attention_by_hand(c.q, c.k, c.v, c.kv_head_of_q, c.sm_scale, c.causal, c.window)
+        assert (mine - real).abs().max().item() < 1e-5, c.layer
+    # a window ignored by the chunks would show: the sliding layer's output differs without it
+    c = calls[0]
+    other = _attention_by_hand(c.q, c.k, c.v, c.kv_head_of_q, c.sm_scale, c.causal, None)
+    assert (other - outs[0].double()).abs().max().item() > 1e-3
