@@ -30,7 +30,7 @@ from zyfa.kernels.attention_fp8 import (
     recipe_from_spec,
     resolve_config,
 )
-from zyfa.kernels.tuning import REMOVED_SWITCHES, WS_LAUNCH, launch_constexprs
+from zyfa.kernels.tuning import REMOVED_SWITCHES, WS_LAUNCH, launch_constexprs, vt_key_order_for
 from zyfa.recipes import RECIPES
 
 FP8 = torch.float8_e4m3fn
@@ -442,6 +442,18 @@ def test_warp_specialization_sets_its_launch_and_refuses_what_breaks_it():
     with pytest.raises(ValueError, match="with PV_MODE 3 .*turns the warp specialization off"):
         resolve_config(128, 128, False, kernel_plan("zyfa-hopper:accum_flush_tiles=2"), {"WS": 1})
     assert "WS" not in REMOVED_SWITCHES and resolve_config(128, 128, False, hop, {"WS": 0})[0]["P_PERM"] == 1
+
+
+def test_the_key_order_of_vt_is_the_one_the_launch_resolves_to():
+    """attention_fp8 prepares Vt in the key order ``vt_key_order_for(config)`` names before the launch resolves
+    its config, and the launch refuses a Vt of another order: the two must agree for every override, WS 1
+    included (it sets P_PERM 0 without the caller naming it)."""
+    hop = kernel_plan("zyfa-hopper")
+    for config in (None, {}, {"P_PERM": 0}, {"P_PERM": 1}, {"WS": 1}, {"WS": 0}, {"WS": 0, "P_PERM": 0},
+                   {"BLOCK_M": 64}):
+        for d_qk, causal in ((64, True), (128, False), (256, True)):
+            cfg = resolve_config(d_qk, d_qk, causal, hop, config)[0]
+            assert vt_key_order_for(config) == bool(cfg["P_PERM"]), (config, d_qk, causal)
 
 
 def test_triton_v_transpose_in_the_cpu_interpreter_gives_the_torch_copys_bytes():

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def _needs_cudnn_fp8():
-    reason = cudnn_fp8.check()
-    if reason:
-        pytest.skip(f"cudnn-fp8: {reason}")
+    ok, why = cudnn_fp8.check()  # (True, "") where it runs
+    if not ok:
+        pytest.skip(f"cudnn-fp8: {why}")
     cudnn_fp8.clear_graph_cache()
     yield
     cudnn_fp8.clear_graph_cache()

@@ -8,10 +8,12 @@ the last-bit differences of exp2 and matmul between devices, which move a few FP
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
-from zyfa.emulator import emulate
+from zyfa.emulator import UnsupportedHeadDimWarning, emulate
 from zyfa.norms import rel_l2
 from zyfa.recipe_spec import get_recipe
 
@@ -68,3 +70,17 @@ def test_default_query_chunk_on_a_gpu_holds_about_2_to_the_24_scores():
     emulate(q, k, v, "aiter-triton", trace=trace)
     assert {tr["rows"] for tr in trace} == {(0, 4096)}
     assert len(trace) == len({tr["cols"] for tr in trace}) > 1
+
+
+def test_default_query_chunk_on_a_gpu_follows_the_formula_where_it_splits():
+    """With one-row blocks, 16-key tiles and 2 x 256 heads, 2^24 // (b·h·block_n) = 2048 rows: 2050 queries are
+    rows 0-2047, then 2048-2049 (a floor of 2049 rows, or a chunk of 2^25 elements, would cut them otherwise)."""
+    r = get_recipe("ck").replace(name="ck-1x16", block_m=1, block_n=16, head_dim_tiles=())
+    g = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 256, 2050, 16, generator=g).cuda()
+    k, v = (torch.randn(2, 256, 16, 16, generator=g).cuda() for _ in range(2))
+    trace: list = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnsupportedHeadDimWarning)
+        emulate(q, k, v, r, trace=trace)
+    assert [(tr["rows"], tr["cols"]) for tr in trace] == [((0, 2048), (0, 16)), ((2048, 2050), (0, 16))]

@@ -103,8 +103,12 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
 
 
 def vt_key_order_for(config: dict | None) -> bool:
-    """Whether a launch with these overrides expects Vt in :func:`k32_key_order` (its P_PERM)."""
-    return bool((config or {}).get("P_PERM", P_PERM_DEFAULT))
+    """Whether a launch with these overrides expects Vt in :func:`k32_key_order` (its P_PERM; WS 1 sets it, as
+    :data:`WS_LAUNCH` says)."""
+    config = config or {}
+    if config.get("WS", 0):
+        return bool(WS_LAUNCH["P_PERM"])
+    return bool(config.get("P_PERM", P_PERM_DEFAULT))
 
 
 
