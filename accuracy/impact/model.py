@@ -3,7 +3,7 @@ ones.
 
 - :class:`RecipeAttention`: a recipe's emulator (CPU or CUDA) as a transformers attention function.
 - :class:`ModelAttention`: any implementation of the registry (:mod:`accuracy.implementations.registry`:
-``triton:<recipe>``,
+``triton:<recipe>``, ``cute:<recipe>``,
   cuDNN FP8, FA3 through FlashInfer, SDPA, a user's plug-in) or a recipe's emulator, with a record of what ran in
   each layer. A layer the implementation refuses (a sliding window, a head dim) raises
   :class:`UnsupportedLayerError` unless ``fallback="stock"`` is asked for; then that layer runs the model's own
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from zyfa.accuracy.impact.rows import BLOCK_TOKENS
 from zyfa.accuracy.implementations.base import Implementation, call_implementation, unsupported_reason
-from zyfa.accuracy.implementations.names import STOCK  # the model's own attention: a baseline, never swapped
-from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
+from zyfa.accuracy.implementations.names import STOCK, attention_kind  # STOCK: the model's own attention
+from zyfa.accuracy.implementations.registry import get_implementation
 from zyfa.accuracy.inputs.attention_input import AttentionInput
 
 from zyfa.emulator import emulate
@@ -211,8 +211,8 @@ class ModelAttention(RecipeAttention):
 
 def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw) -> ModelAttention | None:
     """The attention function for ``name``: ``stock`` -> None (the model's own attention, nothing swapped); a
-    built-in implementation (:func:`zyfa.accuracy.implementations.registry.builtin_names`; ``triton:SPEC``: our kernel
-    under any recipe spec it honours) or a plug-in among ``plugins`` (loaded
+    built-in implementation (:func:`zyfa.accuracy.implementations.registry.builtin_names`; ``triton:SPEC``,
+    ``cute:SPEC``: our kernel under any recipe spec it honours) or a plug-in among ``plugins`` (loaded
     :class:`~accuracy.implementations.base.Implementation`,
     by name) -> that kernel; anything else is a recipe spec (:mod:`zyfa.recipes`) run by the emulator. ValueError
     (the spec grammar's one line) for an unknown one."""
@@ -221,7 +221,7 @@ def model_attention(name: str, *, fallback: str | None = None, plugins=(), **kw)
     for p in plugins:
         if p.name == name:
             return ModelAttention(p, fallback=fallback, **kw)
-    if name in builtin_names() or name.startswith("triton:"):
+    if attention_kind(name) == "kernel":
         return ModelAttention(get_implementation(name), fallback=fallback, **kw)
     return ModelAttention(get_recipe(name), fallback=fallback, **kw)
 

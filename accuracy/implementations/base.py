@@ -9,8 +9,9 @@ produces: the emulation sees bit-identical inputs), ``"self"`` (it quantizes for
 on the original inputs) or ``"none"`` (a BF16 kernel).
 
 Pairing: a real kernel is compared with the emulation of what it computes where it runs: its recipe on the
-platform of the device it ran on (CUDA capability 9.0 -> ``h200``), for ``triton:<recipe>`` the kernel's own
-version of the recipe; on a device with no platform model the recipe's own platform, with a note in the row.
+platform of the device it ran on (CUDA capability 9.0 -> ``h200``), for ``triton:<recipe>`` and ``cute:<recipe>``
+our kernels' own version of the recipe; on a device with no platform model the recipe's own platform, with a note
+in the row.
 
 Every failure of a call (an exception, a wrong output shape, NaN) raises :class:`ImplementationError`, whose
 message names the kernel, so the runner can mark that row failed and go on. The built-ins are in
@@ -67,7 +68,7 @@ class Implementation:
     """One real attention forward.
 
     Attributes:
-        name: registry name (``triton:zyfa``, ``cudnn-fp8``, ``plugin:module:function``, ...).
+        name: registry name (``triton:zyfa``, ``cute:zyfa-hopper``, ``cudnn-fp8``, ``plugin:module:function``, ...).
         fn: ``fn(x: AttentionInput, context: dict) -> ImplResult``; ``x`` is already on the run's device;
             ``context`` may hold ``oracle_out_amax`` (the FP64 oracle's max |out| on the original inputs).
         recipe: the recipe (name or ``name:field=value`` spec) whose numerics it claims, or None.
@@ -80,7 +81,8 @@ class Implementation:
         description: one line for listings and reports.
         plugin: True for a user's kernel (:func:`zyfa.accuracy.implementations.plugins.load_plugin`).
         emulation: what its paired emulation is (:func:`pairing`): ``"recipe"`` (the recipe it claims) or
-            ``"triton-kernel"`` (the recipe as our Triton kernel computes it, ``kernel_recipe``).
+            ``"triton-kernel"`` (the recipe as our Triton kernel computes it, ``kernel_recipe``; our CuTe kernel
+            computes the same version).
         scale_o: ``"oracle"`` when its FP8 output scale comes from the FP64 oracle's amax (the emulation's
             output is then scaled alike), else None.
         origin: a plug-in's identity for provenance (name, spec, resolved path, sha256, function, how it runs:
@@ -164,9 +166,9 @@ def pairing(impl: Implementation, platform: str | None, why_none: str = "") -> P
     """What ``impl`` is compared with when it runs on a device of ``platform`` (None: a device with no platform
     model, ``why_none`` saying so): the emulation of what it computes there.
 
-    - The recipe it claims on that platform (``zyfa`` -> ``zyfa@h200``); for ``triton:<recipe>`` the kernel's own
-      version of the recipe (:func:`zyfa.kernels.attention_fp8.kernel_recipe`). A spec that names its platform
-      (``--kernel-recipe zyfa@mi355x``) keeps it.
+    - The recipe it claims on that platform (``zyfa`` -> ``zyfa@h200``); for ``triton:<recipe>`` and
+      ``cute:<recipe>`` our kernels' own version of the recipe (:func:`zyfa.kernels.attention_fp8.kernel_recipe`).
+      A spec that names its platform (``--kernel-recipe zyfa@mi355x``) keeps it.
     - Where the device has no platform model the recipe's own platform is kept and the note says so (the
       report flags the row).
     - ``cudnn-fp8:oracle-scale``: the emulation's FP8 output scaled by the oracle's amax, as the kernel's.

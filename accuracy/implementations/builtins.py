@@ -5,6 +5,10 @@
 Built-ins (:func:`zyfa.accuracy.implementations.registry.builtin_names`):
 
 - ``triton:<recipe>``: our Triton FP8 kernel (:mod:`zyfa.kernels.attention_fp8`), one per recipe it honours.
+- ``cute:<recipe>``: our CuTe DSL FP8 kernel (:mod:`zyfa.kernels.attention_cute`, nvidia-cutlass-dsl, imported only
+  where it runs), for the specs :func:`zyfa.kernels.cute_plan.cute_plan` takes (the ``zyfa-hopper`` numerics); no
+  sliding window, head dims :data:`zyfa.kernels.cute_plan.CUTE_HEAD_DIMS` (others are unsupported rows). Paired,
+  as ``triton:``, with the recipe as our kernels compute it (forward KV order, no head-dim tiles).
 - ``cudnn-fp8``: cuDNN's FP8 SDPA through nvidia-cudnn-frontend's graph API (``sdpa_fp8``). On Hopper it
   writes FP8 output, so ``scale_o`` must be chosen: ``cudnn-fp8`` takes 448 / amax(O) from a first pass,
   ``cudnn-fp8:oracle-scale`` from the FP64 oracle's output amax. The choice is in the row (``scale_o_choice``).
@@ -23,7 +27,8 @@ Built-ins (:func:`zyfa.accuracy.implementations.registry.builtin_names`):
 
 Exposed:
     PEER_TABLE: {name: () -> Implementation}       the peers' names and how to make each
-    builtin_implementation(key) -> Implementation   a registry key (a peer's name, or ``triton:SPEC``) made
+    KERNEL_TABLE: {namespace: (spec) -> Implementation}   our kernels (triton, cute) and how to make each
+    builtin_implementation(key) -> Implementation   a registry key (a peer's name, ``triton:SPEC``, ``cute:SPEC``) made
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ from typing import Any
 
 import torch
 from zyfa.accuracy.implementations.base import Implementation, ImplementationError, ImplResult, input_sm_scale
-from zyfa.accuracy.implementations.names import builtin_names
+from zyfa.accuracy.implementations.names import KERNEL_PLANS, builtin_names, kernel_namespace
 from zyfa.accuracy.inputs.attention_input import AttentionInput
 
+from zyfa.kernels.cute_plan import CUTE_HEAD_DIMS
 from zyfa.peers import cudnn_fp8, flash_attn_amd, flashinfer_fa3
 from zyfa.peers.common import all_checks as _all
 from zyfa.peers.common import cuda_check as _cuda
@@ -44,7 +50,7 @@ from zyfa.peers.flashinfer_fa3 import FLASHINFER_FA3_DIMS, packed_head_dims
 from zyfa.peers.registry import PEERS
 from zyfa.peers.sdpa import sdpa_forward
 
-__all__ = ["PEER_TABLE", "builtin_implementation"]
+__all__ = ["KERNEL_TABLE", "PEER_TABLE", "builtin_implementation"]
 
 
 # ---------------------------------------------------------------------------------------------- input limits
@@ -98,6 +104,36 @@ def _triton_impl(recipe: str) -> Implementation:
         name=f"triton:{recipe}", fn=fn, recipe=recipe, quantizes="recipe", device="CUDA, Hopper (sm_90)",
         package="triton", check=_all(lambda: _cuda(exact_major=9), lambda: _package("triton", "triton")),
         limits=limits, description=f"our Triton FP8 kernel under recipe {recipe}", emulation="triton-kernel")
+
+
+# ---------------------------------------------------------------------------------------------- cute:<recipe>
+
+def _cute_limits(x: AttentionInput) -> str | None:
+    if _effective_window(x) is not None:
+        return f"sliding window ({x.window} keys) not supported by the CuTe kernel"
+    dims = (x.q.shape[-1], x.v.shape[-1])
+    if dims not in CUTE_HEAD_DIMS:
+        return (f"head dims {dims[0]}/{dims[1]} not supported by the CuTe kernel (takes "
+                f"{', '.join(f'{a}/{b}' for a, b in CUTE_HEAD_DIMS)})")
+    return None
+
+
+def _cute_impl(recipe: str) -> Implementation:
+    def fn(x: AttentionInput, context: dict) -> ImplResult:
+        # lazy: the CuTe DSL kernel (nvidia-cutlass-dsl), imported only where it runs
+        from zyfa.kernels.attention_cute import attention_cute_quantized
+
+        out, lse = attention_cute_quantized(x.q, x.k, x.v, recipe=recipe, causal=bool(x.causal), sm_scale=x.sm_scale)
+        return ImplResult(out, lse)
+
+    # the same kernel version of the recipe as triton:'s (emulation "triton-kernel"): cute_plan takes only forward KV
+    # order and 128-key tiles, and the kernel never reads head_dim_tiles
+    return Implementation(
+        name=f"cute:{recipe}", fn=fn, recipe=recipe, quantizes="recipe", device="CUDA, Hopper (sm_90)",
+        package="nvidia-cutlass-dsl",
+        check=_all(lambda: _cuda(exact_major=9), lambda: _package("cutlass", "nvidia-cutlass-dsl")),
+        limits=_cute_limits, description=f"our CuTe DSL FP8 kernel (ping-pong) under recipe {recipe}",
+        emulation="triton-kernel")
 
 
 # ---------------------------------------------------------------------------------------------- peers
@@ -186,7 +222,7 @@ def _flashinfer_fa3_impl() -> Implementation:
 
 # ---------------------------------------------------------------------------------------------- the table
 
-# the peers by name and how to make each; our kernel's names (triton:SPEC) are read by the names table
+# the peers by name and how to make each; our kernels' names (triton:SPEC, cute:SPEC) are read by the names table
 PEER_TABLE: dict[str, Callable[[], Implementation]] = {
     "cudnn-fp8": lambda: _cudnn_impl("cudnn-fp8", "first-pass"),
     "cudnn-fp8:oracle-scale": lambda: _cudnn_impl("cudnn-fp8:oracle-scale", "oracle"),
@@ -196,11 +232,18 @@ PEER_TABLE: dict[str, Callable[[], Implementation]] = {
     "flash-attn-triton-amd": _flash_attn_amd_impl,
     "flashinfer-fa3": _flashinfer_fa3_impl,
 }
-if set(PEER_TABLE) != {n for n in builtin_names() if not n.startswith("triton:")}:  # pragma: no cover
+if set(PEER_TABLE) != {n for n in builtin_names() if kernel_namespace(n) is None}:  # pragma: no cover
     raise ImportError("implementations.builtins: the peers differ from accuracy.implementations.names' table")
+# our kernels by namespace (accuracy.implementations.names.KERNEL_PLANS): how to make one under a recipe spec
+KERNEL_TABLE: dict[str, Callable[[str], Implementation]] = {"triton": _triton_impl, "cute": _cute_impl}
+if set(KERNEL_TABLE) != set(KERNEL_PLANS):  # pragma: no cover - a kernel added to one table and not the other
+    raise ImportError("implementations.builtins: our kernels differ from accuracy.implementations.names.KERNEL_PLANS")
 
 
 def builtin_implementation(key: str) -> Implementation:
     """The built-in a registry key names (:func:`zyfa.accuracy.implementations.names.builtin_key`): a peer, or our
-    kernel under the recipe spec after ``triton:``."""
-    return PEER_TABLE[key]() if key in PEER_TABLE else _triton_impl(key[len("triton:"):])
+    Triton or CuTe kernel under the recipe spec after ``triton:`` or ``cute:``."""
+    if key in PEER_TABLE:
+        return PEER_TABLE[key]()
+    namespace = kernel_namespace(key)
+    return KERNEL_TABLE[namespace](key[len(namespace) + 1:])

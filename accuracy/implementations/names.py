@@ -7,10 +7,13 @@ here and raise the one message, so a bad name gets the same line with or without
 (tests/zyfa/test_fast_refusals.py).
 
 - :func:`builtin_names`: the built-ins in the registry's order: ``triton:<recipe>`` for each named recipe the Triton
-  kernel honours (:func:`zyfa.kernels.kernel_plan.kernel_plan`, torch-free), then the peers
+  kernel honours (:func:`zyfa.kernels.kernel_plan.kernel_plan`, torch-free), ``cute:<recipe>`` for each the CuTe DSL
+  kernel honours (:func:`zyfa.kernels.cute_plan.cute_plan`: ``zyfa-hopper``), then the peers
   (:data:`zyfa.peers.names.PEER_NAMES`).
-- :func:`builtin_key`: the registry entry a name denotes (``triton:SPEC`` read by the recipe-spec grammar), or the
-  registry's ValueError.
+- :func:`builtin_key`: the registry entry a name denotes (``triton:SPEC`` or ``cute:SPEC``, SPEC read by the
+  recipe-spec grammar and checked by that kernel's plan), or the registry's ValueError.
+- :func:`kernel_namespace`: which of our kernels (:data:`KERNEL_PLANS`) a name runs, if any.
+- :func:`check_decoding`: the names a greedy decoder (``zyfa tasks``, ``zyfa longctx --generate``) cannot run.
 - :func:`check_implementations`: a ``--implementations`` list of built-ins (``all``, ``available``, ``none``).
 - :func:`attention_kind`: what runs a name as a model's attention (``stock``, a built-in ``kernel``, a recipe
   spec's ``emulator``), as :func:`zyfa.accuracy.impact.model.model_attention` resolves it.
@@ -18,8 +21,9 @@ here and raise the one message, so a bad name gets the same line with or without
   form, the file's presence and a top-level binding of the function (:func:`zyfa.plugins.parse_spec`, by ``ast``),
   a NAME that is a built-in's, one NAME for two kernels.
 
-Exposed: ``STOCK``, ``builtin_names()``, ``builtin_key(name)``, ``unknown_implementation(name)``,
-``check_implementations(spec)``, ``attention_kind(name)``, ``check_plugin_name(src, spec)``,
+Exposed: ``STOCK``, ``KERNEL_PLANS``, ``builtin_names()``, ``builtin_key(name)``, ``kernel_namespace(name)``,
+``unknown_implementation(name)``, ``check_implementations(spec)``, ``attention_kind(name)``,
+``check_decoding(names, prefix)``, ``check_plugin_name(src, spec)``,
 ``check_kernels(specs, recipes)``, ``check_kernel_recipes(recipes, n_kernels)``; per kind of command:
 ``check_kernel_flags(args)`` (accuracy, study, cliffs: built-ins and plug-ins), ``check_attention_names(names,
 plugins, prefix)`` (longctx, tasks: anything a model's attention can be).
@@ -27,20 +31,27 @@ plugins, prefix)`` (longctx, tasks: anything a model's attention can be).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 
+from zyfa.kernels.cute_plan import NOT_FOR_DECODING, cute_plan
 from zyfa.kernels.kernel_plan import kernel_plan
 from zyfa.peers.names import PEER_NAMES
 from zyfa.plugins import PluginError, PluginSource, parse_spec, wall_options
-from zyfa.recipe_spec import SpecError, get_recipe, split_spec, split_spec_list
+from zyfa.recipe_spec import NAMESPACES, SpecError, get_recipe, split_spec, split_spec_list
 from zyfa.recipes import RECIPES
 
-__all__ = ["STOCK", "attention_kind", "builtin_key", "builtin_names", "check_attention_names", "check_implementations",
-           "check_kernel_flags", "check_kernel_recipes", "check_kernels", "check_plugin_name", "unknown_implementation"]
+__all__ = ["KERNEL_PLANS", "STOCK", "attention_kind", "builtin_key", "builtin_names", "check_attention_names",
+           "check_decoding", "check_implementations", "check_kernel_flags", "check_kernel_recipes", "check_kernels",
+           "check_plugin_name", "kernel_namespace", "unknown_implementation"]
 
 # the model's own attention, nothing swapped (longctx, tasks, impact's reference)
 STOCK = "stock"
+# our own kernels, by the namespace that names one under a recipe spec (NAMESPACE:SPEC), each with the torch-free check
+# of the recipes it honours (its switches, or ValueError in one line naming the field): the Triton kernel
+# (zyfa.kernels.attention_fp8) and the CuTe DSL kernel (zyfa.kernels.attention_cute)
+KERNEL_PLANS = {"triton": kernel_plan, "cute": cute_plan}
 # the peers in the order the registry lists them after our kernel's recipes (their names: zyfa.peers.names)
 _PEER_ORDER = ("cudnn-fp8", "cudnn-fp8:oracle-scale", "sdpa-bf16:cudnn", "sdpa-bf16:flash", "sdpa-fp32",
                "flash-attn-triton-amd", "flashinfer-fa3")
@@ -51,14 +62,15 @@ if set(_PEER_ORDER) != set(PEER_NAMES):  # pragma: no cover - a peer added to on
 
 @functools.lru_cache(maxsize=1)
 def _names() -> tuple[str, ...]:
-    triton = []
-    for name, r in RECIPES.items():
-        try:
-            kernel_plan(r)
-        except ValueError:
-            continue
-        triton.append(f"triton:{name}")
-    return (*triton, *_PEER_ORDER)
+    ours = []
+    for namespace, plan in KERNEL_PLANS.items():
+        for name, r in RECIPES.items():
+            try:
+                plan(r)
+            except ValueError:
+                continue
+            ours.append(f"{namespace}:{name}")
+    return (*ours, *_PEER_ORDER)
 
 
 def builtin_names() -> list[str]:
@@ -72,24 +84,40 @@ def unknown_implementation(name: str) -> ValueError:
                       "(a kernel of your own: --kernel module:function)")
 
 
+def kernel_namespace(name: str) -> str | None:
+    """``"triton"`` or ``"cute"`` for a name of our kernel under a recipe spec (``triton:SPEC``, ``cute:SPEC``;
+    :data:`KERNEL_PLANS`), None for anything else (a peer's ``sdpa-bf16:cudnn`` included)."""
+    namespace, colon, _ = name.partition(":")
+    return namespace if colon and namespace in KERNEL_PLANS else None
+
+
 def builtin_key(name: str) -> str:
-    """The registry name ``name`` denotes: itself for a built-in; for ``triton:SPEC`` beyond the named recipes our
-    kernel under that recipe spec, named by its canonical spec (``triton:zyfa:accum_flush_tiles=1``).
+    """The registry name ``name`` denotes: itself for a built-in; for ``triton:SPEC`` or ``cute:SPEC`` beyond the named
+    recipes that kernel under the recipe spec, named by its canonical spec (``triton:zyfa:accum_flush_tiles=1``).
 
     Raises:
-        SpecError: the spec grammar's one line for a bad ``triton:`` spec.
-        ValueError: an unknown name (listing the built-ins), or a recipe the kernel does not honour.
+        SpecError: the spec grammar's one line for a bad spec after ``triton:`` or ``cute:``.
+        ValueError: an unknown name (listing the built-ins), or a recipe the kernel does not honour (its plan's line:
+            :func:`~zyfa.kernels.kernel_plan.kernel_plan`, :func:`~zyfa.kernels.cute_plan.cute_plan`).
     """
     names = _names()
     if name in names:
         return name
-    if not name.startswith("triton:"):
+    namespace = kernel_namespace(name)
+    if namespace is None:
         raise unknown_implementation(name)
-    key = "triton:" + split_spec(name).text()[len("triton:"):]
+    # triton: is a namespace of the recipe-spec grammar itself (its lines then name the whole spec); cute: is not
+    in_grammar = namespace in NAMESPACES
+    parts = split_spec(name if in_grammar else name[len(namespace) + 1:])
+    if not in_grammar and parts.namespace is not None:
+        raise ValueError(f"implementation {name!r}: {namespace}:SPEC takes a recipe spec, not another kernel's name "
+                         f"({parts.namespace}:...)")
+    spec = dataclasses.replace(parts, namespace=None).text()
+    key = f"{namespace}:{spec}"
     if key in names:
         return key
     try:
-        kernel_plan(get_recipe(key[len("triton:"):]))
+        KERNEL_PLANS[namespace](get_recipe(spec))
     except SpecError:
         raise
     except ValueError as e:
@@ -109,12 +137,12 @@ def check_implementations(spec: str | None) -> list[str]:
 
 
 def attention_kind(name: str) -> str:
-    """What runs ``name`` as a model's attention: ``"stock"``, ``"kernel"`` (a built-in, or ``triton:SPEC``) or
-    ``"emulator"`` (a recipe spec); ValueError (the spec grammar's one line, or the registry's) otherwise. Plug-in
-    names are the caller's: they are known only from ``--kernel``."""
+    """What runs ``name`` as a model's attention: ``"stock"``, ``"kernel"`` (a built-in, ``triton:SPEC`` or
+    ``cute:SPEC``) or ``"emulator"`` (a recipe spec); ValueError (the spec grammar's one line, or the registry's)
+    otherwise. Plug-in names are the caller's: they are known only from ``--kernel``."""
     if name == STOCK:
         return "stock"
-    if name in _names() or name.startswith("triton:"):
+    if name in _names() or kernel_namespace(name) is not None:
         builtin_key(name)
         return "kernel"
     get_recipe(name)
@@ -182,3 +210,13 @@ def check_attention_names(names: Sequence[str], plugins: Sequence[PluginSource] 
             attention_kind(name)
         except ValueError as e:
             raise ValueError(f"{prefix}{e}") from None
+
+
+def check_decoding(names: Sequence[str], *, prefix: str = "--implementations: ") -> None:
+    """Names a model's attention cannot be in greedy decoding (``zyfa tasks``, ``zyfa longctx --generate``): our CuTe
+    kernel (:data:`zyfa.kernels.cute_plan.NOT_FOR_DECODING`); ValueError ``prefix`` + one line naming the first and
+    the Triton kernel under the same spec, which decodes."""
+    for name in names:
+        if kernel_namespace(name) == "cute":
+            raise ValueError(f"{prefix}{name}: {NOT_FOR_DECODING}; the Triton kernel runs the same recipe spec as "
+                             f"triton:{name[len('cute:'):]}")

@@ -1,5 +1,6 @@
 """The implementations by name: every built-in (:mod:`zyfa.accuracy.implementations.builtins`), ``triton:SPEC``
-for any recipe spec our kernel honours, and the ``--implementations`` list of a command.
+and ``cute:SPEC`` for any recipe spec our Triton or CuTe kernel honours, and the ``--implementations`` list of a
+command.
 
 Exposed:
     builtin_names() -> list[str] (from accuracy.implementations.names);  get_implementation(name) -> Implementation
@@ -23,8 +24,9 @@ BASELINE_ONLY = ("sdpa-fp32",)
 
 def get_implementation(name: str) -> Implementation:
     """A built-in by name; ``triton:SPEC`` for any recipe spec the Triton kernel honours (``triton:fa3:
-    accum_flush_tiles=1``: the kernel with that field changed); ValueError listing the names for an unknown one,
-    the spec grammar's one line (:class:`zyfa.recipe_spec.SpecError`) for a bad ``triton:`` spec."""
+    accum_flush_tiles=1``: the kernel with that field changed), ``cute:SPEC`` for one the CuTe kernel honours;
+    ValueError listing the names for an unknown one, the spec grammar's one line
+    (:class:`zyfa.recipe_spec.SpecError`) for a bad spec, the kernel's plan's line for a recipe it does not take."""
     # the one table of names and their lines (accuracy.implementations.names, torch-free)
     return builtin_implementation(builtin_key(name))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from zyfa.accuracy.implementations.names import check_attention_names, check_kernels
+from zyfa.accuracy.implementations.names import check_attention_names, check_decoding, check_kernels
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.shard import add_shard_arguments
 from zyfa.accuracy.longctx.tasks import TASKS
@@ -164,6 +164,8 @@ def check_args(args: argparse.Namespace) -> None:
     plugins = check_kernels(args.kernel, args.kernel_recipe)  # the registry's lines, before torch
     if args.implementations is not None:
         check_attention_names(split_spec_list(args.implementations), plugins)
+        if args.generate:
+            check_decoding(split_spec_list(args.implementations), prefix="--implementations with --generate: ")
 
 
 def grid_flags(args: argparse.Namespace) -> tuple[list[str], list[str]]:

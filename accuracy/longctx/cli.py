@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from zyfa.accuracy.implementations.names import check_decoding
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.cost_model import add_record
 from zyfa.accuracy.io.cost_model import rate as units_per_second
@@ -193,6 +194,11 @@ def _run(args: argparse.Namespace) -> int:
             checked.append((n, model_attention(n).impl))
         except ValueError as e:
             raise UsageError(f"--implementations: {e}") from None
+    if args.generate:  # a plan's generate too
+        try:
+            check_decoding(names, prefix="--implementations with --generate: ")
+        except ValueError as e:
+            raise UsageError(str(e)) from None
     try:
         refuse_unavailable(checked)
     except ValueError as e:

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from zyfa.accuracy.implementations.names import check_attention_names, check_kernels
+from zyfa.accuracy.implementations.names import check_attention_names, check_decoding, check_kernels
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.cost_model import add_record, generation_units
 from zyfa.accuracy.io.shard import say
@@ -104,6 +104,7 @@ def check_args(args: argparse.Namespace) -> None:
         if len(set(names)) != len(names):
             raise UsageError(f"--implementations names one twice: {','.join(names)}")
         check_attention_names(names, plugins)
+        check_decoding(names)
 
 
 def implementation_names(text: str) -> list[str]:
@@ -223,6 +224,7 @@ def _run(args: argparse.Namespace, plan=None) -> int:
             continue
         try:
             fn = model_attention(n)
+            check_decoding([n], prefix="")  # every problem is decoded greedily
         except ValueError as e:
             raise UsageError(f"--implementations: {e}") from None
         if fn.impl is not None:

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 from scipy import stats
-from zyfa.accuracy.implementations.names import check_attention_names
+from zyfa.accuracy.implementations.names import check_attention_names, check_decoding
 from zyfa.accuracy.scoring.plan import PlanError, check_rows, plan_hash
 from zyfa.accuracy.scoring.verdict import holm, mcnemar_exact, paired_verdict
 from zyfa.accuracy.tasks.stats import pass_arrays
@@ -141,6 +141,10 @@ def parse_humaneval_plan(data: dict, source: str = "<plan>") -> HumanEvalPlan:
         check_attention_names(impls, prefix="")
     except ValueError as e:
         raise PlanError(f"plan {source}: unknown implementation: {str(e).splitlines()[0]}") from None
+    try:
+        check_decoding(impls, prefix="")  # HumanEval decodes every answer greedily
+    except ValueError as e:
+        raise PlanError(f"plan {source}: {e}") from None
     models = _names(data, "models", source, True)
     extra = _names(data, "descriptive_models", source, False)
     if len(set(models + extra)) != len(models + extra):

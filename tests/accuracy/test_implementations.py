@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import pytest
 import torch
-from zyfa.accuracy.implementations.base import ImplementationError, call_implementation
+from zyfa.accuracy.implementations.base import ImplementationError, call_implementation, pairing
 from zyfa.accuracy.implementations.plugins import load_plugin, load_plugins
 from zyfa.accuracy.implementations.registry import builtin_names, get_implementation, parse_implementations
 from zyfa.accuracy.inputs.attention_input import AttentionInput, GaussianSpec, make_gaussian
@@ -37,6 +39,7 @@ def _input(seq=96, heads=4, heads_kv=2, d=64, causal=True, window=None, seed=0) 
 def test_builtins_cover_every_kind():
     names = builtin_names()
     assert {n.split(":", 1)[1] for n in names if n.startswith("triton:")} == TRITON_RECIPES
+    assert [n for n in names if n.startswith("cute:")] == ["cute:zyfa-hopper"]  # the one recipe cute_plan takes
     for n in ("cudnn-fp8", "cudnn-fp8:oracle-scale", "sdpa-bf16:cudnn", "sdpa-bf16:flash", "flash-attn-triton-amd",
               "flashinfer-fa3"):
         assert n in names
@@ -50,8 +53,9 @@ def test_builtin_fields(name):
     assert impl.quantizes in ("recipe", "none")
     r = impl.paired_recipe()
     assert isinstance(r, Recipe)
-    if name.startswith("triton:"):
+    if name.startswith(("triton:", "cute:")):
         assert r.name == name.split(":", 1)[1] and impl.quantizes == "recipe"
+        assert impl.device == "CUDA, Hopper (sm_90)" and impl.emulation == "triton-kernel"
     if name.startswith("sdpa-bf16"):
         assert r.name == "bf16" and impl.quantizes == "none"
     if name.startswith("cudnn-fp8"):
@@ -113,6 +117,51 @@ def test_parse_implementations():
         parse_implementations("cudnn-fp9")
 
 
+def test_cute_names_parse_canonicalize_and_refuse_in_one_line():
+    """cute:SPEC is our CuTe kernel under any spec cute_plan takes, named by its canonical spec as triton:SPEC is; a
+    spec it does not take is refused by the registry's path in one line naming the field."""
+    got = parse_implementations("cute:zyfa-hopper, cute:zyfa-hopper:q_scale=head , cute:zyfa-hopper@h200,"
+                                "triton:zyfa-hopper")
+    assert [(i.name, i.recipe) for i in got] == [("cute:zyfa-hopper", "zyfa-hopper"),
+                                                 ("cute:zyfa-hopper:q_scale=head", "zyfa-hopper:q_scale=head"),
+                                                 ("cute:zyfa-hopper@h200", "zyfa-hopper@h200"),
+                                                 ("triton:zyfa-hopper", "zyfa-hopper")]
+    cute = got[0]
+    assert (cute.package, cute.quantizes, cute.plugin) == ("nvidia-cutlass-dsl", "recipe", False)
+    # paired, as triton:zyfa-hopper, with the h200 emulation of the recipe
+    assert pairing(cute, "h200").recipe == pairing(got[3], "h200").recipe == get_recipe("zyfa-hopper")
+    assert get_recipe("zyfa-hopper").platform == "h200"
+    assert get_implementation("cute:zyfa-hopper:q_scale=head").paired_recipe().q_scale == "head"
+    for name, message in [
+        ("cute:zyfa", "implementation 'cute:zyfa': recipe 'zyfa': the CuTe FP8 kernel does not support "
+                      "accumulator='fp32' (supported: 'matrix_unit')"),
+        ("cute:fa3", "implementation 'cute:fa3': recipe 'fa3': the CuTe FP8 kernel does not support "
+                     "exp_method='exp2' (supported: 'mad_fp8')"),
+        ("cute:zyfa-hopper:block_n=64", "the CuTe FP8 kernel does not support block_n=64 (supported: 128)"),
+        ("cute:zyfa-hopper:nosuch=1", "bad recipe override 'nosuch=1'"),
+        ("cute:nosuchrecipe", "unknown recipe 'nosuchrecipe'"),
+        ("cute:triton:zyfa-hopper", "cute:SPEC takes a recipe spec, not another kernel's name (triton:...)"),
+    ]:
+        with pytest.raises(ValueError) as e:
+            parse_implementations(f"cudnn-fp8,{name}")
+        assert message in str(e.value) and len(str(e.value).splitlines()) == 1, (name, str(e.value))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the reasons given on a machine without a GPU")
+def test_cute_is_unavailable_without_cuda_or_the_cute_dsl(monkeypatch):
+    """On this CPU machine: no CUDA device. With a Hopper GPU but no CuTe DSL: the package named (the check finds the
+    module without importing it). The GPU half is torch's answer, replaced here."""
+    cute = get_implementation("cute:zyfa-hopper")
+    assert cute.available() == (False, "no CUDA device")
+    if importlib.util.find_spec("cutlass") is not None:
+        pytest.skip("the CuTe DSL is installed here: the missing-package reason cannot be seen")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100")
+    assert cute.available() == (False, "package nvidia-cutlass-dsl is not installed (import cutlass not found)")
+    assert "cutlass" not in sys.modules
+
+
 def test_limits_of_builtins():
     sdpa = get_implementation("sdpa-bf16:flash")
     fa = get_implementation("flash-attn-triton-amd")
@@ -125,6 +174,13 @@ def test_limits_of_builtins():
     assert tri.limits(mla) is None
     absorbed = make_gaussian(GaussianSpec(seq=32, head_dim=576, head_dim_v=512, heads_q=1, heads_kv=1))
     assert "576/512 not supported" in tri.limits(absorbed)
+    # the CuTe kernel: hd 64, 128 and MLA 192/128, no sliding window (a window equal to the causal mask is fine)
+    cute = get_implementation("cute:zyfa-hopper")
+    assert cute.limits(mla) is None and cute.limits(_input(seq=64, d=128)) is None
+    assert cute.limits(windowed) == "sliding window (16 keys) not supported by the CuTe kernel"
+    assert cute.limits(_input(seq=64, window=64)) is None
+    hd256 = make_gaussian(GaussianSpec(seq=32, head_dim=256, heads_q=1, heads_kv=1))
+    assert cute.limits(hd256) == "head dims 256/256 not supported by the CuTe kernel (takes 64/64, 128/128, 192/128)"
     fi = get_implementation("flashinfer-fa3")
     assert "sliding window" in fi.limits(windowed)
     assert "192/128 not supported" in fi.limits(mla)

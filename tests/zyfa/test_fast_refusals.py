@@ -70,6 +70,9 @@ KERNEL_CASES = [
     (["accuracy", "--implementations", "triton:zyfa:bogus=1"], "no field 'bogus'"),
     (["accuracy", "--implementations", "triton:bf16"],
      "implementation 'triton:bf16': recipe 'bf16': the Triton FP8 kernel does not support q_format='bf16'"),
+    (["accuracy", "--implementations", "cute:zyfa"],
+     "implementation 'cute:zyfa': recipe 'zyfa': the CuTe FP8 kernel does not support accumulator='fp32'"),
+    (["accuracy", "--implementations", "cute:zyfa-hopper:bogus=1"], "no field 'bogus'"),
     (["accuracy", "--kernel", "no/such.py:fn"], "kernel 'no/such.py:fn': no such file no/such.py"),
     (["accuracy", "--kernel", f"{KERNEL}:nofn"], "defines no 'nofn' (the file was not run)"),
     (["accuracy", "--kernel", "nocolon"], "expected module:function or path/to/file.py:function"),
@@ -80,6 +83,9 @@ KERNEL_CASES = [
     (["accuracy", "--kernel", f"{KERNEL}:attention", "--kernel-timeout", "0"], "--kernel-timeout must be"),
     (["study", "--implementations", "nope"], "unknown implementation 'nope'"),
     (["study", "--kernel", "no/such.py:fn"], "no such file no/such.py"),
+    (["study", "--implementations", "cute:fa3"], "the CuTe FP8 kernel does not support exp_method='exp2'"),
+    (["impact", "--implementations", "cute:zyfa-hopper:block_n=64"],
+     "the CuTe FP8 kernel does not support block_n=64 (supported: 128)"),
     (["cliffs", "--implementations", "triton:nope"], "unknown recipe 'nope'"),
     (["cliffs", "--kernel", f"{KERNEL}:nofn"], "defines no 'nofn'"),
     (["impact", "--implementations", "nope"], "unknown recipe 'nope'"),
@@ -89,6 +95,13 @@ KERNEL_CASES = [
     (["longctx", "--implementations", "stock,nope"], "--implementations: unknown recipe 'nope'"),
     (["longctx", "--implementations", "triton:zyfa:bogus=1"], "--implementations: bad recipe override 'bogus=1'"),
     (["longctx", "--kernel", "no/such.py:fn"], "no such file no/such.py"),
+    # the CuTe kernel is compiled per shape: no greedy decoding (zyfa.kernels.cute_plan.NOT_FOR_DECODING)
+    (["longctx", "--implementations", "stock,cute:zyfa-hopper", "--generate", "4"],
+     "--implementations with --generate: cute:zyfa-hopper: the CuTe FP8 kernel is compiled for each shape"),
+    (["tasks", "humaneval", "--implementations", "stock,cute:zyfa-hopper"],
+     "--implementations: cute:zyfa-hopper: the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a compile) "
+     "and every decode step has one more key, so greedy decoding would compile a kernel per generated token; the "
+     "Triton kernel runs the same recipe spec as triton:zyfa-hopper"),
     (["tasks", "humaneval", "--implementations", "stock,nope"], "--implementations: unknown recipe 'nope'"),
     (["tasks", "humaneval", "--implementations", "stock,zyfa,stock"], "--implementations names one twice"),
     (["tasks", "humaneval", "--kernel", "no/such.py:fn"], "no such file no/such.py"),

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from zyfa.accuracy.implementations.names import kernel_namespace
 from zyfa.accuracy.implementations.registry import builtin_names, get_implementation
 
 from zyfa.peers.names import BENCH_PEERS, OLD_NAMES, PEER_NAMES, canonical_name
@@ -37,7 +38,7 @@ def test_one_name_per_peer_in_the_bench_and_the_accuracy_registry():
     """Every peer of the table is a built-in of the accuracy registry under the same name and recipe, and every
     non-Triton built-in is a peer of the table: one set of names."""
     names = builtin_names()
-    assert set(PEERS) == {n for n in names if not n.startswith("triton:")}
+    assert set(PEERS) == {n for n in names if kernel_namespace(n) is None}  # not ours: triton:SPEC, cute:SPEC
     for name, peer in PEERS.items():
         impl = get_implementation(name)
         assert (impl.recipe, impl.package, impl.device) == (peer.recipe, peer.package, peer.device), name

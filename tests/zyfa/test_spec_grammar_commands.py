@@ -34,7 +34,7 @@ RECIPE_FLAGS = {
     "bench": (["bench", "--out", "{out}/b.json"], "--recipes", []),
     "recipes": (["recipes"], None, []),
 }
-# where real kernels are named: triton:SPEC
+# where real kernels are named: triton:SPEC, cute:SPEC
 IMPL_FLAGS = {
     "accuracy": (["accuracy", *GAUSS, "--dry-run", "--recipes", "none"], "--implementations", []),
     "longctx": (["longctx", "--models", "smollm2", "--device", "cpu", "--dry-run", "--out", "{out}/l.jsonl"],
@@ -89,13 +89,14 @@ def test_every_command_accepts_the_recipe_specs(command, spec, zyfa):
         assert out.splitlines()[0] == get_recipe(spec).name
 
 
+@pytest.mark.parametrize("name", ["triton:fa3:accum_flush_tiles=1", "cute:zyfa-hopper:q_scale=head"])
 @pytest.mark.parametrize("command", list(IMPL_FLAGS))
-def test_real_kernel_specs_are_accepted_where_real_kernels_are(command, zyfa):
-    rc, out, err = zyfa(IMPL_FLAGS, command, "triton:fa3:accum_flush_tiles=1")
+def test_real_kernel_specs_are_accepted_where_real_kernels_are(command, name, zyfa):
+    rc, out, err = zyfa(IMPL_FLAGS, command, name)
     if command == "impact":  # impact refuses a kernel this machine cannot run, after parsing its spec
-        assert rc == 2 and "implementation triton:fa3:accum_flush_tiles=1 cannot run here: no CUDA device" in err
+        assert rc == 2 and f"implementation {name} cannot run here: no CUDA device" in err
     elif command in ("longctx", "cliffs"):  # parsed, then refused in one line: no CUDA device here
-        assert rc == 2 and "implementation triton:fa3:accum_flush_tiles=1 cannot run here" in err
+        assert rc == 2 and f"implementation {name} cannot run here" in err
     else:
         assert rc == 0, err
 
@@ -120,6 +121,16 @@ def test_every_command_refuses_a_bad_spec_with_the_same_line(command, spec, zyfa
 def test_a_bad_real_kernel_spec_is_refused_with_the_same_line(command, spec, zyfa):
     rc, out, err = zyfa(IMPL_FLAGS, command, f"triton:{spec}")
     _refused(rc, out, err, _message(f"triton:{spec}"))
+    rc, out, err = zyfa(IMPL_FLAGS, command, f"cute:{spec}")  # the spec after cute: is read by the same grammar
+    _refused(rc, out, err, _message(spec))
+
+
+@pytest.mark.parametrize("command", list(IMPL_FLAGS))
+def test_a_spec_the_cute_kernel_does_not_take_is_refused_in_one_line(command, zyfa):
+    rc, out, err = zyfa(IMPL_FLAGS, command, "cute:zyfa-hopper:accum_flush_tiles=0")
+    _refused(rc, out, err, "implementation 'cute:zyfa-hopper:accum_flush_tiles=0': recipe "
+                           "'zyfa-hopper:accum_flush_tiles=0': the CuTe FP8 kernel does not support "
+                           "accum_flush_tiles=0 (supported: 1)")
 
 
 def test_the_messages_name_the_field_and_list_the_fields():

@@ -1,9 +1,9 @@
 """CuTe DSL FP8 (e4m3fn) attention forward for the H200 (sm_90a) with the ``zyfa-hopper`` numerics: the kernel
 itself. Imported lazily (needs nvidia-cutlass-dsl); :mod:`zyfa.kernels.attention_cute` is the wrapper.
 
-STATUS: compiled for sm_90a on a CPU-only machine (PTX and cubin inspected by tests/kernels/test_cute_compile.py);
-NOT yet run on a GPU. Nothing here is known to compute the right answer until
-tests/kernels/test_cute_kernel_gpu.py has passed on an H200.
+STATUS: compiled for sm_90a on a CPU-only machine (PTX and cubin inspected by tests/kernels/test_cute_compile.py)
+and run on a GPU (tests/kernels/test_cute_kernel_gpu.py; where and with what result: the wrapper's docstring,
+:mod:`zyfa.kernels.attention_cute`).
 
 What one CTA computes: 128 query rows of one (batch, head), as two 64-row tiles, against every KV tile of 128 keys
 that any of its rows can see, per KV tile in the order of the Triton kernel's ``_softmax_pv_tile``

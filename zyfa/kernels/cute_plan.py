@@ -3,7 +3,8 @@ import (no torch, no cutlass): the bench's argument checks and the wrapper ask t
 
 :func:`cute_plan` maps a recipe onto the Triton kernel's switches (:func:`~zyfa.kernels.kernel_plan.kernel_plan`,
 its refusals included) and then refuses, in one line naming the field, anything the narrower CuTe kernel does not
-implement; :func:`check_head_dims` refuses head dims outside :data:`CUTE_HEAD_DIMS`.
+implement; :func:`check_head_dims` refuses head dims outside :data:`CUTE_HEAD_DIMS`. :data:`NOT_FOR_DECODING` says
+why the commands that decode greedily (``zyfa tasks``, ``zyfa longctx --generate``) refuse the kernel.
 """
 
 from __future__ import annotations
@@ -12,11 +13,15 @@ from zyfa.kernels.kernel_plan import KernelPlan, fused_mad_is_exact, kernel_plan
 from zyfa.recipe_spec import get_recipe
 from zyfa.recipes import Recipe
 
-__all__ = ["CUTE_HEAD_DIMS", "CUTE_RECIPE", "check_head_dims", "cute_plan"]
+__all__ = ["CUTE_HEAD_DIMS", "CUTE_RECIPE", "NOT_FOR_DECODING", "check_head_dims", "cute_plan"]
 
 CUTE_RECIPE = "zyfa-hopper"  # the numerics the kernel implements
 # (d_qk, d_v). Not d 256: O's accumulator and the tile's fresh P·V product alone need 256 registers a thread
 CUTE_HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
+# The kernel is compiled for one shape (b, h, h_kv, s_q, s_k, head dims: attention_cute.compile_for caches one per
+# shape; docs/KERNEL.md measures 1.5-3.5 s a compile), and each greedy decode step attends to one more key
+NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a compile) and every decode step has "
+                    "one more key, so greedy decoding would compile a kernel per generated token")
 
 
 def _refuse(r: Recipe, fld: str, value, allowed: str) -> ValueError:
