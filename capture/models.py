@@ -88,6 +88,10 @@ class ModelSpec:
     hf_reference: str  # the original model on the Hugging Face hub, for the dataset cards
     cache_weights: bool = False  # keep the dequantized weights in the cache (capture.weights_cache): slow loads
     head_dim: int | None = None  # the attention's head dim (the config's; None: not stated), for reports' conditions
+    # the config's decoder layers and query heads (None: not stated), for the cost of a run before the model is
+    # loaded (zyfa.accuracy.impact.cli.cell_cost); the GGUF's block_count and attention.head_count
+    layers: int | None = None
+    heads_q: int | None = None
 
     @property
     def packages(self) -> str:
@@ -160,6 +164,8 @@ MODELS: dict[str, ModelSpec] = {
         license="Apache-2.0",
         hf_reference="HuggingFaceTB/SmolLM2-135M-Instruct",
         head_dim=64,
+        layers=30,
+        heads_q=9,
     ),
     "gemma3": ModelSpec(
         name="gemma3",
@@ -184,6 +190,8 @@ MODELS: dict[str, ModelSpec] = {
         license="Gemma Terms of Use",
         hf_reference="google/gemma-3-270m",
         head_dim=256,
+        layers=18,
+        heads_q=4,
     ),
     "qwen25coder": ModelSpec(
         name="qwen25coder",
@@ -210,6 +218,8 @@ MODELS: dict[str, ModelSpec] = {
         license="Apache-2.0",
         hf_reference="Qwen/Qwen2.5-Coder-0.5B-Instruct",
         head_dim=64,
+        layers=24,
+        heads_q=14,
     ),
     "qwen25coder-1.5b": ModelSpec(
         name="qwen25coder-1.5b",
@@ -228,6 +238,8 @@ MODELS: dict[str, ModelSpec] = {
         hf_reference="Qwen/Qwen2.5-Coder-1.5B-Instruct",
         cache_weights=True,
         head_dim=128,
+        layers=28,
+        heads_q=12,
     ),
 }
 

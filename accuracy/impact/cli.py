@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 import torch
@@ -29,7 +30,7 @@ from zyfa.accuracy.impact.rows import drop_rows, impact_key, json_default, parse
 from zyfa.accuracy.impact.run import impact_cells, run_impact
 from zyfa.accuracy.impact.section import command_of, impact_files_beside, results_paths, write_markdown
 from zyfa.accuracy.implementations.plugins import load_plugins
-from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, record
+from zyfa.accuracy.io.cost_model import IMPACT_TRUNCATING_SCALE, PROVENANCE_KEY, record
 from zyfa.accuracy.io.cost_model import rate as units_per_second
 from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.results_io import ResultsFile
@@ -46,6 +47,7 @@ from zyfa.accuracy.io.shard import (
     sharding_summary,
     wants_sharding,
 )
+from zyfa.accuracy.operator.cli import cell_cost as attention_cost
 from zyfa.capture.fetch import FetchError
 from zyfa.capture.models import MODELS, check_model_names, prepare_sources
 
@@ -151,9 +153,10 @@ def main(args: argparse.Namespace) -> int:
         say(f"zyfa impact: interrupted; the rows finished so far are in {results.partial} (rerun with --resume)")
         return 130
     # the --dry-run estimate of the rows beside their time, in each row's provenance (accuracy/io/cost_model.py)
-    rec = record(sum(cell_cost(("window", r.get("model"), 0, None), args.tokens, None) for r in results.made),
+    rec = record(sum(row_cost(r, device.type) for r in results.made),
                  time.perf_counter() - t0, device.type, command="impact", cells=len(results.made),
-                 work={"passes": len(results.made), "tokens": args.tokens, "models": split})
+                 work={"passes": len(results.made), "tokens": args.tokens, "models": split,
+                       "attention": sorted({str(r.get("recipe")) for r in results.made})})
     for r in results.made:
         r["provenance"] = {**(r.get("provenance") or {}), PROVENANCE_KEY: [rec]}
     results.finish(results.kept + results.made, {},
@@ -163,18 +166,103 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-# Cost model of --dry-run and of the plan (accuracy.io.shard.plan): one forward pass of n tokens costs
-# n x (n + 2048) x (model file size / 1e8) units; a per-layer sweep cell makes one pass per swept layer, its
-# layer count from --layers or else SWEEP_LAYERS_GUESS (the model is not loaded to plan).
-SWEEP_LAYERS_GUESS = 24
+# Cost model of --dry-run and of the plan (accuracy.io.shard.plan), in impact units (RATES["impact"]): one forward
+# pass of n tokens costs n x (n + 2048) x (model file size / 1e8) units, the model's own layers and attention; a
+# pass whose attention is swapped adds, per layer swapped, the cost the accuracy command gives the same attention
+# (zyfa.accuracy.operator.cli.cell_cost on one layer's input, query heads x n x n scores: d + d_v units per score,
+# or the truncating unit on the CPU where the recipe's emulation truncates, that one scaled there by
+# IMPACT_TRUNCATING_SCALE), converted to impact units at the two commands' rates. A window cell is one pass with
+# every layer swapped; a per-layer sweep cell one pass per swept layer with that layer swapped. Layers and heads are
+# the registry's (capture.models.ModelSpec); for a model path (not loaded to plan) the guesses below.
+LAYERS_GUESS = 24
+HEADS_GUESS = 16
+HEAD_DIM_GUESS = 64
 
 
-def cell_cost(cell: tuple, n_tokens: int, layers: list[int] | None) -> float:
-    """The estimated cost of one impact cell (:func:`zyfa.accuracy.impact.run.impact_cells`)."""
-    kind, model, _w, _r = cell
-    size = MODELS[model].file_size / 1e8 if model in MODELS else 1.0
-    passes = 1 if kind == "window" else (len(layers) if layers else SWEEP_LAYERS_GUESS)
-    return float(passes * n_tokens * (n_tokens + 2048) * size)
+def pass_cost(model: str, attention: str | None, n_tokens: int, swapped_layers: int, device_type: str = "cpu",
+              *, kernel: bool = False) -> float:
+    """The estimated cost of one forward pass of ``model`` over ``n_tokens`` with ``attention`` (a recipe spec, or
+    with ``kernel`` a real implementation's name; None: the model's own) in ``swapped_layers`` of its layers, on a
+    ``device_type`` device. A real implementation adds its attention at the plain unit (the accuracy command costs
+    a kernel's row so)."""
+    spec = MODELS.get(model)
+    size = spec.file_size / 1e8 if spec else 1.0
+    forward = float(n_tokens * (n_tokens + 2048) * size)
+    if attention is None or swapped_layers == 0:
+        return forward
+    shape = layer_shape(model, n_tokens)
+    return forward + swapped_layers * attention_seconds(shape, attention, device_type, kernel=kernel) * \
+        units_per_second("impact", device_type)
+
+
+def attention_seconds(shape: dict, attention: str, device_type: str = "cpu", *, kernel: bool = False,
+                      scale_truncating: bool = True) -> float:
+    """The estimated seconds of one layer's swapped attention on an input of ``shape``: the accuracy command's cost
+    of it at its rate; a truncating recipe's (:meth:`zyfa.recipes.Recipe.truncated_gemms`) scaled by
+    :data:`~zyfa.accuracy.io.cost_model.IMPACT_TRUNCATING_SCALE` on a device type that has one (unless
+    ``scale_truncating`` is off: the unscaled estimate the scale is fitted against)."""
+    seconds = attention_cost(shape, None if kernel else attention, device_type) / units_per_second("accuracy",
+                                                                                                   device_type)
+    scale = IMPACT_TRUNCATING_SCALE.get(device_type)
+    if scale_truncating and scale is not None and not kernel and any(get_recipe(attention).truncated_gemms()):
+        return seconds * scale
+    return seconds
+
+
+def layer_shape(model: str, n_tokens: int) -> dict:
+    """One layer's attention input of ``model`` over ``n_tokens`` (its query heads and head dim; the guesses for a
+    model the registry lacks)."""
+    spec = MODELS.get(model)
+    return {"batch": 1, "heads_q": (spec and spec.heads_q) or HEADS_GUESS, "seq_q": n_tokens, "seq_k": n_tokens,
+            "head_dim": (spec and spec.head_dim) or HEAD_DIM_GUESS}
+
+
+def impact_truncating_scale(paths) -> float:
+    """The fit of :data:`~zyfa.accuracy.io.cost_model.IMPACT_TRUNCATING_SCALE` (CPU) from impact result files:
+    the geometric mean over their window rows of a truncating recipe of the emulation's measured seconds (the
+    row's ``seconds`` less its window's stock pass, ``seconds_stock``) over its unscaled estimate. ValueError
+    (one line) without such a row."""
+    logs = []
+    for path in paths:
+        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+        for row in rows:
+            if row.get("kind") != "impact_window" or row.get("implementation"):
+                continue
+            if not any(get_recipe(row["recipe"]).truncated_gemms()):
+                continue
+            spec = MODELS[row["model"]]
+            unscaled = spec.layers * attention_seconds(layer_shape(row["model"], int(row["n_tokens"])),
+                                                       row["recipe"], "cpu", scale_truncating=False)
+            logs.append(math.log((row["seconds"] - row["seconds_stock"]) / unscaled))
+    if not logs:
+        raise ValueError("no window row of a truncating recipe to fit the impact scale from")
+    return math.exp(sum(logs) / len(logs))
+
+
+def cell_cost(cell: tuple, n_tokens: int, layers: list[int] | None, device_type: str = "cpu",
+              kernels: Collection[str] = ()) -> float:
+    """The estimated cost of one impact cell (:func:`zyfa.accuracy.impact.run.impact_cells`) on a ``device_type``
+    device: :func:`pass_cost` of each of its passes. ``kernels``: the run's real implementations (a name there is
+    a kernel's cell; any other is a recipe's, run by the emulator)."""
+    kind, model, _w, attention = cell
+    spec = MODELS.get(model)
+    n_layers = (spec and spec.layers) or LAYERS_GUESS
+    kernel = attention in kernels
+    if kind == "window":
+        return pass_cost(model, attention, n_tokens, n_layers, device_type, kernel=kernel)
+    passes = len(layers) if layers else n_layers
+    return passes * pass_cost(model, attention, n_tokens, 1, device_type, kernel=kernel)
+
+
+def row_cost(row: dict, device_type: str = "cpu") -> float:
+    """The estimated cost of the pass that made one impact row (a window row: every layer swapped; a per-layer
+    row: its one layer), as :func:`cell_cost` counts it: what a run records beside its measured time."""
+    layer_row = row.get("kind") == "impact_layer"
+    model = row.get("model")
+    spec = MODELS.get(model)
+    swapped = 1 if layer_row else ((spec and spec.layers) or LAYERS_GUESS)
+    return pass_cost(model, row.get("recipe"), int(row["n_tokens"]), swapped, device_type,
+                     kernel=bool(row.get("implementation")))
 
 
 def impact_order(models, recipes, layer_recipes) -> Callable[[dict], tuple]:
@@ -227,7 +315,7 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     ``<out>.partial/rank-K.jsonl``, rank 0 merging them into ``--out`` in a single process's order."""
     cells = impact_cells(models, recipes, impl_names, windows=args.windows, per_layer=per_layer,
                          layer_recipes=layer_recipes, layer_windows=args.layer_windows)
-    costs = [cell_cost(c, args.tokens, layers) for c in cells]
+    costs = [cell_cost(c, args.tokens, layers, device.type, impl_names) for c in cells]
     rate = units_per_second("impact", device.type)
     if args.dry_run is not None:
         try:

@@ -7,8 +7,9 @@ Units of work, per command (each command's cost function says how its cells are 
   (:func:`zyfa.accuracy.cli.cell_cost`).
 - ``longctx``: one prompt of ``length`` tokens costs length x (length + 2048), the attention beside the rest of the
   prefill (:func:`zyfa.accuracy.longctx.cli.cell_cost`).
-- ``impact``: one forward pass of n tokens costs n x (n + 2048) x (model file size / 1e8)
-  (:func:`zyfa.accuracy.impact.cli.cell_cost`); a row is one pass.
+- ``impact``: one forward pass of n tokens costs n x (n + 2048) x (model file size / 1e8), plus, per layer whose
+  attention is swapped, the accuracy command's cost of that attention at its rate (a truncating recipe's scaled by
+  :data:`IMPACT_TRUNCATING_SCALE`) in impact units (:func:`zyfa.accuracy.impact.cli.cell_cost`); a row is one pass.
 - ``tasks`` (humaneval): a prompt of p tokens and g generated ones cost p x (p + 2048) + g x (p + g / 2 + 2048),
   a prefill and g cached decode steps in the same units as longctx (:func:`generation_units`).
 
@@ -21,9 +22,9 @@ rows carry their own provenance, in the provenance of each row the run made (:fu
 each record once). ``scripts/fit_cost_model.py`` fits one rate per (command, device type) from two runs or more
 (:func:`fit`: the geometric mean of units per measured second, so each run counts by its ratio, not its size).
 
-Exposed: ``RATES``, ``CUDA_FIT_FILES``, ``rate(command, device_type)``, ``record(...)``, ``records_of(provenance)``,
-``records_in_file(path)``, ``add_record(provenance, previous, ...)``, ``generation_units(prompt, generated)``,
-``fit(records)``, ``MIN_RUNS``, ``PROVENANCE_KEY``.
+Exposed: ``RATES``, ``CUDA_FIT_FILES``, ``IMPACT_TRUNCATING_SCALE``, ``rate(command, device_type)``, ``record(...)``,
+``records_of(provenance)``, ``records_in_file(path)``, ``add_record(provenance, previous, ...)``,
+``generation_units(prompt, generated)``, ``fit(records)``, ``MIN_RUNS``, ``PROVENANCE_KEY``.
 """
 
 from __future__ import annotations
@@ -48,7 +49,10 @@ MIN_RUNS = 2
 # - study, cuda, and longctx, cuda: fitted from the committed H200 files, whose records were rebuilt from their
 #   rows (docs/COST_MODEL.md has the command, the files and each run's ratio; the spread is wide: GPU time is
 #   mostly a fixed cost per row, which work units do not see). accuracy, cuda: the study's rate (same units).
-# - longctx, cpu; impact: not fitted; the values the operator rate gave before its fit (old rate / 50).
+# - longctx, cpu; impact, cuda: not fitted; the values the operator rate gave before its fit (old rate / 50).
+# - impact, cpu: fitted on the stock passes (rows' seconds_stock) of three SmolLM2 runs of `zyfa impact` at 128, 512
+#   and 1024 tokens on 2 shared cores (docs/COST_MODEL.md; in-sample): the units of a stock pass per its seconds,
+#   geometric mean (0.70e6 to 1.58e6 per run). Model loads are outside every impact estimate.
 # - tasks, cuda: fitted from the 16 committed HumanEval partial files on the H200 (Qwen2.5-Coder, rows of three
 #   resumed sessions), rebuilt from their rows' generation time; tasks, cpu: fitted from two SmolLM2 runs on
 #   2 loaded cores (docs/COST_MODEL.md).
@@ -68,7 +72,7 @@ RATES: dict[str, dict[str, float]] = {
     "accuracy": {"cpu": 3.78e9, "cuda": 5.72e9},
     "study": {"cpu": 3.78e9, "cuda": 5.72e9},
     "longctx": {"cpu": 4.0e6, "cuda": 8.22e8},
-    "impact": {"cpu": 4.0e6, "cuda": 1.0e9},
+    "impact": {"cpu": 1.07e6, "cuda": 1.0e9},
     "tasks": {"cpu": 1.13e4, "cuda": 1.55e4},
 }
 
@@ -89,6 +93,14 @@ TRUNCATING_FIT_FILES = (
     "reports/accumulator-operator/length-qwen25coder-1.5b-8192-L0-2.jsonl",
 )
 TRUNCATING_UNITS_PER_SCORE: dict[str, float] = {"cpu": 1.05e4}
+# The fraction of TRUNCATING_UNITS_PER_SCORE that a truncating recipe's emulation costs per score as a model's
+# attention (zyfa impact: the emulation alone, once per layer); an accuracy row's measured time holds more than its
+# emulation (its FP64 references, its metrics), and which part makes the difference was not measured. Fitted on
+# the CPU (docs/COST_MODEL.md, in-sample: three SmolLM2 runs of `zyfa impact` at 128, 512 and 1024 tokens) by
+# zyfa.accuracy.impact.cli.impact_truncating_scale: the geometric mean over their fa3 rows of (row seconds - the
+# stock pass's) / the attention's estimate at the unscaled unit (0.072 to 0.21 per run). A device type not here (a
+# GPU) keeps the plain unit, as the accuracy command does there.
+IMPACT_TRUNCATING_SCALE: dict[str, float] = {"cpu": 0.134}
 
 
 def scores(row: dict) -> float:

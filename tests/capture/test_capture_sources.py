@@ -101,3 +101,32 @@ def test_every_registry_model_states_its_head_dim_as_its_description_does():
     for spec in MODELS.values():
         assert spec.head_dim in (64, 128, 256), spec.name
         assert f"head dim {spec.head_dim}" in spec.description, spec.name
+
+
+def test_every_registry_model_states_its_query_heads_as_its_description_does():
+    """The query heads the impact cost model counts (ModelSpec.heads_q) are the ones the model card line states
+    (GQA 9:3, MQA 4:1, ...), and every model states its layers."""
+    for spec in MODELS.values():
+        assert f"QA {spec.heads_q}:" in spec.description, spec.name
+        assert spec.layers and spec.layers > 0, spec.name
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_registry_layers_and_heads_are_the_cached_gguf_files(name):
+    """ModelSpec.layers and heads_q are the GGUF header's block_count and attention.head_count (where the model
+    file is in the cache; its header only is read)."""
+    gguf = pytest.importorskip("gguf")
+    from zyfa.capture.fetch import cache_dir
+
+    spec = MODELS[name]
+    path = cache_dir() / "models" / spec.file_name
+    if not path.is_file():
+        pytest.skip(f"{spec.file_name} not in the cache")
+    fields = gguf.GGUFReader(str(path)).fields
+
+    def value(suffix: str) -> int:
+        (key,) = [k for k in fields if k.endswith(suffix) and k.count(".") == suffix.count(".") + 1]
+        f = fields[key]
+        return int(f.parts[f.data[0]][0])
+
+    assert (value("block_count"), value("attention.head_count")) == (spec.layers, spec.heads_q)

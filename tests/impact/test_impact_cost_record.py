@@ -32,13 +32,13 @@ def test_each_run_records_its_passes_in_its_rows(smollm2, tmp_path, monkeypatch)
     assert [r["recipe"] for r in rows] == ["fp32", "bf16"]  # no provenance line: rows only, as before
     first, second = records_in_file(out)
     assert rows[0]["provenance"][PROVENANCE_KEY] == [first] and rows[1]["provenance"][PROVENANCE_KEY] == [second]
-    units = cell_cost(("window", "smollm2", 0, "fp32"), 32, None)
-    for rec in (first, second):
+    for rec, recipe in ((first, "fp32"), (second, "bf16")):
+        units = cell_cost(("window", "smollm2", 0, recipe), 32, None)
         assert rec["command"] == "impact" and rec["device_type"] == "cpu" and rec["cells"] == 1
         assert rec["units"] == units
         assert rec["estimate_s"] == pytest.approx(units / rate("impact", "cpu"), abs=1e-3)
         assert 0 < rec["measured_s"] < 600
-        assert rec["work"] == {"passes": 1, "tokens": 32, "models": ["smollm2"]}
+        assert rec["work"] == {"passes": 1, "tokens": 32, "models": ["smollm2"], "attention": [recipe]}
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "fit_cost_model.py"), str(out)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
