@@ -200,13 +200,32 @@ def run_command(plan: ContrastPlan, cond: Condition, device: str = "cpu") -> str
 def read_condition(cond: Condition, root: str | Path = ".") -> tuple[list[dict], str]:
     """(rows, state) of a condition's results file, relative to ``root``: the finished file (state "complete"), else
     its .partial (state "partial"), else none (state "missing")."""
+    rows, state, _ = read_condition_provenance(cond, root)
+    return rows, state
+
+
+def read_condition_provenance(cond: Condition, root: str | Path = ".") -> tuple[list[dict], str, dict]:
+    """:func:`read_condition` with the file's provenance record ({} where there is none or no file)."""
     path = Path(root) / cond.results
     if path.exists():
-        return read_rows(path)[0], "complete"
+        rows, prov = read_rows(path)
+        return rows, "complete", prov or {}
     part = path.with_name(path.name + ".partial")
     if part.exists():
-        return read_rows(part)[0], "partial"
-    return [], "missing"
+        rows, prov = read_rows(part)
+        return rows, "partial", prov or {}
+    return [], "missing", {}
+
+
+def ran_on(provenance: Mapping) -> str:
+    """Where and when a results file's rows were made, from its provenance: device (its name), commit, date."""
+    if not provenance:
+        return "no provenance record"
+    device = provenance.get("device") or "?"
+    name = provenance.get("device_name") or provenance.get("cuda_device") or provenance.get("cpu")
+    commit = str(provenance.get("git_commit") or "?")[:7]
+    return f"{device} ({name}), commit {commit}, {provenance.get('date_utc') or '?'}" if name else \
+        f"{device}, commit {commit}, {provenance.get('date_utc') or '?'}"
 
 
 def contrast_figures(plan: ContrastPlan, rows_by_results: Mapping[str, Sequence[dict]]) -> list[dict]:
@@ -409,18 +428,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.out:
         print("error: --out is required (the Markdown report to write)", file=sys.stderr)
         return 2
-    rows_by, states = {}, {}
+    rows_by, states, provs = {}, {}, {}
     try:
         for cond in plan.conditions:
-            rows_by[cond.results], states[cond.results] = read_condition(cond)
+            rows_by[cond.results], states[cond.results], provs[cond.results] = read_condition_provenance(cond)
     except (OSError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     figs = contrast_figures(plan, rows_by)
     doc = Doc(title=f"Contrast: {plan.name}")
     doc.p("Made by `python -m zyfa.accuracy.report.contrast " + " ".join(shlex.quote(a) for a in (
-        list(argv) if argv is not None else sys.argv[1:])) + "` from the rows these commands wrote:")
-    doc.code("\n".join(run_command(plan, c) for c in plan.conditions))
+        list(argv) if argv is not None else sys.argv[1:])) + "` from the rows these commands wrote (each on the "
+        "device its file's provenance records):")
+    doc.code("\n".join(run_command(plan, c, device=provs[c.results].get("device") or "cpu")
+                        for c in plan.conditions))
+    doc.p("Where each condition's rows were made: " + "; ".join(
+        f"{c.label}: {ran_on(provs[c.results])}" for c in plan.conditions) + ".")
     contrast_section(plan, figs, states)(doc, False)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
