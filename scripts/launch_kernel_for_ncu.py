@@ -53,7 +53,11 @@ def main() -> int:
     sm_scale = 1 / math.sqrt(q.shape[-1])
     if a.peer:  # prepared once as the bench prepares it (zyfa.peers.registry), then launched
         from zyfa.peers.registry import prepare
-        fn = prepare(a.peer, q, k, v, causal=a.causal, sm_scale=sm_scale).call
+        try:
+            fn = prepare(a.peer, q, k, v, causal=a.causal, sm_scale=sm_scale).call
+        except (RuntimeError, ValueError) as e:  # not installed here, or refuses this input: its reason, one line
+            print(f"launch_kernel_for_ncu: {a.peer}: {e}", file=sys.stderr)
+            return 2
     if a.cute:  # prepared once (checks, compile, Vᵀ, buffers), then launched
         from zyfa.kernels.attention_cute import prepare_cute_call
         from zyfa.kernels.attention_fp8 import quantize_for_kernel
