@@ -49,7 +49,7 @@ from zyfa.accuracy.report.real_kernels import measured_on
 from zyfa.accuracy.scoring.kernel_verdicts import Verdict, implementation_verdicts, short_reason
 from zyfa.capture.models import MODELS
 
-from zyfa.bench.table import checked_rows, headline_tflops, summary_lines
+from zyfa.bench.table import CUTE_IMPL, OURS_IMPL, checked_rows, headline_tflops, summary_lines
 from zyfa.recipe_spec import get_recipe
 
 # ZYFA's ablations: in the details, not on the front page
@@ -59,7 +59,8 @@ FRONT_KEYS = ("t-front-error", "t-front-speed")
 METRIC = "deq_rel_l2"  # the picture's error: what the implementation's arithmetic adds on its own inputs
 # bench peers -> the study's name of the same numerics
 BENCH_PEERS = {"cudnn-fp8": "cudnn-fp8", "sdpa-bf16:cudnn": "bf16", "sdpa-bf16:flash": "bf16"}
-OURS = "triton-fp8"  # the bench's name of our kernel
+# the bench's names of our kernels -> the registry namespace their rows are named under (triton:RECIPE, cute:RECIPE)
+OUR_BENCH_KERNELS = {OURS_IMPL: "triton", CUTE_IMPL: "cute"}
 # real kernels shown on the front page (our kernel's default recipe, the real peers, and any user plug-in); every
 # other real kernel (our kernel under each peer recipe and ablation) is in the "Real kernels" section
 FRONT_REAL = ("triton:zyfa-hopper", "cudnn-fp8", "sdpa-bf16:cudnn", "flash-attn-triton-amd", "flashinfer-fa3")
@@ -201,16 +202,18 @@ def where_we_land(bench: Sequence[tuple[str, dict, list[dict]]]) -> tuple[str, d
 
 
 def emulation_of_timed(name: str) -> str:
-    """The emulated recipe whose numerics a timed kernel computes: ``triton:X`` -> ``X``; a peer -> its recipe."""
-    return name[len("triton:"):] if name.startswith("triton:") else EMULATION_OF_PEER.get(name, name)
+    """The emulated recipe whose numerics a timed kernel computes: ``triton:X`` or ``cute:X`` (ours) -> ``X``; a peer
+    -> its recipe."""
+    namespace, colon, recipe = name.partition(":")
+    return recipe if colon and namespace in OUR_BENCH_KERNELS.values() else EMULATION_OF_PEER.get(name, name)
 
 
 def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
     """(name -> TFLOP/s, shape label) at the longest head-dim-128 non-causal Gaussian sequence of the run (else
     the longest head-dim-128 one, else any), each under the name of the real kernel that was timed (the
-    implementation registry's): our kernel under recipe X as ``triton:X`` (never as ``X``, the emulation whose
-    numerics it borrows), every peer by its own name (``cudnn-fp8``, ``sdpa-bf16:cudnn``, ``flashinfer-fa3``, ...).
-    Our kernel's speeds include V's transpose where it was timed (as in the bench summary).
+    implementation registry's): our kernels under recipe X as ``triton:X`` and ``cute:X`` (never as ``X``, the
+    emulation whose numerics they borrow), every peer by its own name (``cudnn-fp8``, ``sdpa-bf16:cudnn``,
+    ``flashinfer-fa3``, ...). Our kernels' speeds include V's transpose where it was timed (as in the bench summary).
     """
     ok = [r for r in checked_rows(bench_rows) if "error" not in r and isinstance(r.get("tflops"), (int, float))
           and r.get("input", "gaussian") == "gaussian"]
@@ -235,8 +238,8 @@ def speed_points(bench_rows: Sequence[dict]) -> tuple[dict[str, float], str]:
 
     for r in at:  # every speed under the name of the real kernel that was timed, never under an emulation's name
         impl, recipe, v = str(r.get("impl") or ""), str(r.get("recipe") or ""), headline_tflops(r)
-        if impl == OURS:
-            put(f"triton:{recipe}", v)
+        if impl in OUR_BENCH_KERNELS:
+            put(f"{OUR_BENCH_KERNELS[impl]}:{recipe}", v)
         else:
             put(impl, v)
     return out, shape

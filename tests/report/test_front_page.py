@@ -190,6 +190,17 @@ def test_speed_points_name_the_kernel_that_was_timed():
     assert front.speed_points([]) == ({}, "")
 
 
+def test_speed_points_name_our_cute_kernel_as_the_registry_does():
+    """The bench's ``cute-fp8`` rows are our CuTe DSL kernel: ``cute:X`` on the front page (the registry's name),
+    beside ``triton:X``, and both borrow recipe X's emulation."""
+    rows = [_bench_row("triton-fp8", "zyfa-hopper", 813.2), _bench_row("cute-fp8", "zyfa-hopper", 790.5),
+            _bench_row("cudnn-fp8", "cudnn-fp8", 933.3)]
+    speeds, _ = front.speed_points(rows)
+    assert speeds == {"triton:zyfa-hopper": 813.2, "cute:zyfa-hopper": 790.5, "cudnn-fp8": 933.3}
+    assert front.emulation_of_timed("cute:zyfa-hopper") == front.emulation_of_timed("triton:zyfa-hopper") == \
+        "zyfa-hopper"
+
+
 def test_pareto_frontier_against_brute_force():
     rng = np.random.default_rng(0)
     for _ in range(50):
