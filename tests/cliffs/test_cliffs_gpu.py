@@ -27,7 +27,7 @@ def _available(name):
 
 
 def _names():
-    return [n for n in builtin_names() if n.startswith("triton:")] + list(PEERS)
+    return [n for n in builtin_names() if n.startswith(("triton:", "cute:"))] + list(PEERS)  # ours, then the peers
 
 
 @pytest.mark.gpu
