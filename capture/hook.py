@@ -72,20 +72,29 @@ def chunked_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tenso
     key = key.repeat_interleave(rep, dim=1) if rep > 1 else key
     value = value.repeat_interleave(rep, dim=1) if rep > 1 else value
     rows = max(1, int(max_bytes) // (4 * b * h * s_k))
-    j = torch.arange(s_k, device=query.device).view(1, -1)
     out = query.new_empty((b, s_q, h, value.shape[-1]))
     for c0 in range(0, s_q, rows):
         c1 = min(s_q, c0 + rows)
-        i = torch.arange(c0, c1, device=query.device).view(-1, 1) + (s_k - s_q)
-        allowed = torch.ones((c1 - c0, s_k), dtype=torch.bool, device=query.device)
-        if causal:
-            allowed &= j <= i
-        if window:
-            allowed &= j > i - window
+        allowed = attention_pattern(s_q, s_k, causal, window, rows=range(c0, c1), device=query.device)
         o = torch.nn.functional.scaled_dot_product_attention(
             query[:, :, c0:c1], key, value, attn_mask=allowed, scale=scaling)
         out[:, c0:c1] = o.transpose(1, 2)
     return out, None
+
+
+def attention_pattern(s_q: int, s_k: int, causal: bool, window: int | None, *, rows: range | None = None,
+                      device=None) -> torch.Tensor:
+    """The bool (len(rows), s_k) pattern a recorded layer states, for query ``rows`` (default all s_q): query i
+    sees key j when j <= i + s_k - s_q (causal, aligned at the end) and j > that - window (sliding window)."""
+    rows = range(s_q) if rows is None else rows
+    i = torch.arange(rows.start, rows.stop, device=device).view(-1, 1) + (s_k - s_q)
+    j = torch.arange(s_k, device=device).view(1, -1)
+    want = torch.ones((len(rows), s_k), dtype=torch.bool, device=device)
+    if causal:
+        want &= j <= i
+    if window:
+        want &= j > i - window
+    return want
 
 
 def _sdpa():
@@ -188,14 +197,7 @@ def select_heads(num_q_heads: int, num_kv_heads: int, heads: Iterable[int] | Non
 
 
 def _mask_matches(mask: torch.Tensor, s_q: int, s_k: int, causal: bool, window: int | None) -> bool:
-    i = torch.arange(s_q).view(-1, 1) + (s_k - s_q)
-    j = torch.arange(s_k).view(1, -1)
-    want = torch.ones(s_q, s_k, dtype=torch.bool)
-    if causal:
-        want &= j <= i
-    if window:
-        want &= j > i - window
-    return bool((mask.to(torch.bool) == want).all())
+    return bool((mask.to(torch.bool) == attention_pattern(s_q, s_k, causal, window, device=mask.device)).all())
 
 
 class QKVRecorder:

@@ -209,6 +209,12 @@ def attention_seconds(shape: dict, attention: str, device_type: str = "cpu", *, 
     return seconds
 
 
+def model_layers(model: str) -> int:
+    """The decoder layers of ``model`` (the registry's; the guess for a model it lacks)."""
+    spec = MODELS.get(model)
+    return (spec and spec.layers) or LAYERS_GUESS
+
+
 def layer_shape(model: str, n_tokens: int) -> dict:
     """One layer's attention input of ``model`` over ``n_tokens`` (its query heads and head dim; the guesses for a
     model the registry lacks)."""
@@ -224,14 +230,12 @@ def impact_truncating_scale(paths) -> float:
     (one line) without such a row."""
     logs = []
     for path in paths:
-        rows = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-        for row in rows:
+        for row in read_rows(path):
             if row.get("kind") != "impact_window" or row.get("implementation"):
                 continue
             if not any(get_recipe(row["recipe"]).truncated_gemms()):
                 continue
-            spec = MODELS[row["model"]]
-            unscaled = spec.layers * attention_seconds(layer_shape(row["model"], int(row["n_tokens"])),
+            unscaled = model_layers(row["model"]) * attention_seconds(layer_shape(row["model"], int(row["n_tokens"])),
                                                        row["recipe"], "cpu", scale_truncating=False)
             logs.append(math.log((row["seconds"] - row["seconds_stock"]) / unscaled))
     if not logs:
@@ -245,8 +249,7 @@ def cell_cost(cell: tuple, n_tokens: int, layers: list[int] | None, device_type:
     device: :func:`pass_cost` of each of its passes. ``kernels``: the run's real implementations (a name there is
     a kernel's cell; any other is a recipe's, run by the emulator)."""
     kind, model, _w, attention = cell
-    spec = MODELS.get(model)
-    n_layers = (spec and spec.layers) or LAYERS_GUESS
+    n_layers = model_layers(model)
     kernel = attention in kernels
     if kind == "window":
         return pass_cost(model, attention, n_tokens, n_layers, device_type, kernel=kernel)
@@ -257,10 +260,8 @@ def cell_cost(cell: tuple, n_tokens: int, layers: list[int] | None, device_type:
 def row_cost(row: dict, device_type: str = "cpu") -> float:
     """The estimated cost of the pass that made one impact row (a window row: every layer swapped; a per-layer
     row: its one layer), as :func:`cell_cost` counts it: what a run records beside its measured time."""
-    layer_row = row.get("kind") == "impact_layer"
     model = row.get("model")
-    spec = MODELS.get(model)
-    swapped = 1 if layer_row else ((spec and spec.layers) or LAYERS_GUESS)
+    swapped = 1 if row.get("kind") == "impact_layer" else model_layers(model)
     return pass_cost(model, row.get("recipe"), int(row["n_tokens"]), swapped, device_type,
                      kernel=bool(row.get("implementation")))
 

@@ -108,14 +108,8 @@ def _triton_impl(recipe: str) -> Implementation:
 
 # ---------------------------------------------------------------------------------------------- cute:<recipe>
 
-def _cute_limits(x: AttentionInput) -> str | None:
-    if _effective_window(x) is not None:
-        return f"sliding window ({x.window} keys) not supported by the CuTe kernel"
-    dims = (x.q.shape[-1], x.v.shape[-1])
-    if dims not in CUTE_HEAD_DIMS:
-        return (f"head dims {dims[0]}/{dims[1]} not supported by the CuTe kernel (takes "
-                f"{', '.join(f'{a}/{b}' for a, b in CUTE_HEAD_DIMS)})")
-    return None
+# the CuTe kernel: no sliding window, its head dims; causal with s_q != s_k aligns bottom-right as ours
+_CUTE_SHAPES = _no_window_limits(equal_seq_causal=False, dims=CUTE_HEAD_DIMS)
 
 
 def _cute_impl(recipe: str) -> Implementation:
@@ -132,7 +126,7 @@ def _cute_impl(recipe: str) -> Implementation:
         name=f"cute:{recipe}", fn=fn, recipe=recipe, quantizes="recipe", device="CUDA, Hopper (sm_90)",
         package="nvidia-cutlass-dsl",
         check=_all(lambda: _cuda(exact_major=9), lambda: _package("cutlass", "nvidia-cutlass-dsl")),
-        limits=_cute_limits, description=f"our CuTe DSL FP8 kernel (ping-pong) under recipe {recipe}",
+        limits=_CUTE_SHAPES, description=f"our CuTe DSL FP8 kernel (ping-pong) under recipe {recipe}",
         emulation="triton-kernel")
 
 

@@ -40,6 +40,7 @@ from zyfa.accuracy.io.schemas import read_rows
 from zyfa.accuracy.report.blocks import fmt
 from zyfa.accuracy.report.claims import ERRORS, pair_figure
 from zyfa.accuracy.report.document import Doc, render_markdown
+from zyfa.accuracy.report.front import source_label
 from zyfa.accuracy.report.hd128 import PlanFileError, read_plan_file
 from zyfa.accuracy.scoring.plan import plan_hash
 from zyfa.accuracy.scoring.verdict import paired_verdict
@@ -197,35 +198,17 @@ def run_command(plan: ContrastPlan, cond: Condition, device: str = "cpu") -> str
     return " ".join(p if p.startswith("~/") else shlex.quote(p) for p in parts)
 
 
-def read_condition(cond: Condition, root: str | Path = ".") -> tuple[list[dict], str]:
-    """(rows, state) of a condition's results file, relative to ``root``: the finished file (state "complete"), else
-    its .partial (state "partial"), else none (state "missing")."""
-    rows, state, _ = read_condition_provenance(cond, root)
-    return rows, state
-
-
-def read_condition_provenance(cond: Condition, root: str | Path = ".") -> tuple[list[dict], str, dict]:
-    """:func:`read_condition` with the file's provenance record ({} where there is none or no file)."""
+def read_condition(cond: Condition, root: str | Path = ".") -> tuple[list[dict], str, dict]:
+    """(rows, state, provenance) of a condition's results file, relative to ``root``: the finished file (state
+    "complete"), else its .partial (state "partial"), else none (state "missing"); provenance is the file's record
+    ({} where there is none)."""
     path = Path(root) / cond.results
-    if path.exists():
-        rows, prov = read_rows(path)
-        return rows, "complete", prov or {}
     part = path.with_name(path.name + ".partial")
-    if part.exists():
-        rows, prov = read_rows(part)
-        return rows, "partial", prov or {}
+    for f, state in ((path, "complete"), (part, "partial")):
+        if f.exists():
+            rows, prov = read_rows(f)
+            return rows, state, prov or {}
     return [], "missing", {}
-
-
-def ran_on(provenance: Mapping) -> str:
-    """Where and when a results file's rows were made, from its provenance: device (its name), commit, date."""
-    if not provenance:
-        return "no provenance record"
-    device = provenance.get("device") or "?"
-    name = provenance.get("device_name") or provenance.get("cuda_device") or provenance.get("cpu")
-    commit = str(provenance.get("git_commit") or "?")[:7]
-    return f"{device} ({name}), commit {commit}, {provenance.get('date_utc') or '?'}" if name else \
-        f"{device}, commit {commit}, {provenance.get('date_utc') or '?'}"
 
 
 def contrast_figures(plan: ContrastPlan, rows_by_results: Mapping[str, Sequence[dict]]) -> list[dict]:
@@ -431,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows_by, states, provs = {}, {}, {}
     try:
         for cond in plan.conditions:
-            rows_by[cond.results], states[cond.results], provs[cond.results] = read_condition_provenance(cond)
+            rows_by[cond.results], states[cond.results], provs[cond.results] = read_condition(cond)
     except (OSError, ValueError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
@@ -443,7 +426,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc.code("\n".join(run_command(plan, c, device=provs[c.results].get("device") or "cpu")
                         for c in plan.conditions))
     doc.p("Where each condition's rows were made: " + "; ".join(
-        f"{c.label}: {ran_on(provs[c.results])}" for c in plan.conditions) + ".")
+        f"{c.label}: {source_label(c.results, provs[c.results])}" for c in plan.conditions) + ".")
     contrast_section(plan, figs, states)(doc, False)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

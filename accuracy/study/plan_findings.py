@@ -217,7 +217,7 @@ def contrast_findings(root: Path) -> list[Finding]:
             continue
         rows_by, states = {}, {}
         for cond in plan.conditions:
-            rows_by[cond.results], states[cond.results] = read_condition(cond, root)
+            rows_by[cond.results], states[cond.results], _ = read_condition(cond, root)
         figs = contrast_figures(plan, rows_by)
         primary = [c for c in plan.conditions if c.primary] or [plan.conditions[0]]
         found = [Path(root) / c.results for c in plan.conditions if states[c.results] != "missing"]

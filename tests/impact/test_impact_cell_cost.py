@@ -81,7 +81,10 @@ def test_the_impact_truncating_scale_is_fitted_from_the_rows_emulation_time(tmp_
     against attention_seconds' unscaled estimate; other rows are not fitted on."""
     unscaled = MODELS["smollm2"].layers * attention_seconds(layer_shape("smollm2", N), "fa3", "cpu",
                                                               scale_truncating=False)
-    base = {"kind": "impact_window", "model": "smollm2", "n_tokens": N, "window": 0, "seconds_stock": 2.0}
+    base = {"kind": "impact_window", "model": "smollm2", "n_tokens": N, "window": 0, "seconds_stock": 2.0,
+            "layer": None, "text": "lee", "kl_mean": 1e-3, "ppl_ratio": 1.01, "delta_ppl": 0.2, "ppl_stock": 20.0,
+            "kl_p99": 1e-2, "top1_agree": 0.95, "p_flushed_mean": 0.1, "p_flushed_checked": True,
+            "provenance": {"date_utc": "2026-12-06T01:00:00Z", "argv": ["cli.py", "impact"], "num_q_heads": 9}}
     rows = [{**base, "recipe": "fa3", "seconds": 2.0 + 0.25 * unscaled},
             {**base, "recipe": "fa3:accum_flush_tiles=1", "seconds": 2.0 + 0.04 * unscaled},
             {**base, "recipe": "zyfa", "seconds": 99.0},

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from zyfa.accuracy.io.schemas import read_rows
 from zyfa.accuracy.report.claims import CLAIMS, claim_figures, pair_figure
-from zyfa.accuracy.report.contrast import load_contrast_plan, main, ran_on
+from zyfa.accuracy.report.contrast import load_contrast_plan, main
+from zyfa.accuracy.report.front import source_label
 from zyfa.accuracy.report.hd128 import PlanFileError, plan_file_hash
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,7 +67,8 @@ def test_a_contrast_plan_from_rows_to_table(tmp_path):
     assert plan.hash[:12] in md and "zyfa accuracy --inputs" in md
     # the command and the machine each condition's rows came from, as its file's provenance records them
     prov = read_rows(rows_path)[1]
-    assert f"--device cpu --out {rows_path}" in md and ran_on(prov) in md and prov["git_commit"][:7] in ran_on(prov)
+    where = source_label(str(rows_path), prov)
+    assert f"--device cpu --out {rows_path}" in md and where in md and prov["git_commit"][:7] in where
     assert "Per unit of the descriptive conditions" not in md  # a condition with a verdict shows no unit table
     # the same rows under a descriptive condition: each layer's ratio beside the geometric mean
     f_orig = pair_figure(rows, ("fa3:accum_flush_tiles=1",), ("fa3",), "capture", "orig_rel_l2", head_dim=None)
@@ -110,11 +112,3 @@ def test_claim_figures_are_zyfa_over_the_peer():
     assert f["ratio"] == pytest.approx(0.5) and f["n"] == 6 and f["n_clusters"] == 3
     assert f["verdict"] == "contradicted"
 
-
-def test_ran_on_names_the_device_commit_and_date_of_the_rows():
-    """A GPU file's line names its card, a file without provenance says so (the report never guesses the device)."""
-    prov = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "git_commit": "674b9a8805e5",
-            "date_utc": "2026-12-06T03:26:15Z"}
-    assert ran_on(prov) == "cuda (NVIDIA H100 80GB HBM3), commit 674b9a8, 2026-12-06T03:26:15Z"
-    assert ran_on({}) == "no provenance record"
-    assert ran_on({"device": "cpu", "git_commit": None}) == "cpu, commit ?, ?"

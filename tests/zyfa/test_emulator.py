@@ -752,4 +752,3 @@ def test_flushed_fraction_is_exact_over_millions_of_probabilities():
     assert s_q * s_k > 2**24
     assert emu.stats["p_flushed_frac"] == (s_q * (s_k - 1)) / (s_q * s_k)
     assert torch.equal(emu.out, v[:, :, :s_q])  # only key 0 survives: its V row
-
