@@ -26,6 +26,7 @@ from zyfa.accuracy.implementations.base import Implementation, call_implementati
 from zyfa.accuracy.implementations.names import STOCK, attention_kind  # STOCK: the model's own attention
 from zyfa.accuracy.implementations.registry import get_implementation
 from zyfa.accuracy.inputs.attention_input import AttentionInput
+from zyfa.capture.hook import attention_pattern
 
 from zyfa.emulator import emulate
 from zyfa.recipe_spec import get_recipe
@@ -71,11 +72,7 @@ class RecipeAttention:
         key = (s_q, s_k, window, str(device))
         pat = self._patterns.get(key)
         if pat is None:
-            i = torch.arange(s_q, device=device).view(-1, 1) + (s_k - s_q)
-            j = torch.arange(s_k, device=device).view(1, -1)
-            pat = j <= i
-            if window is not None:
-                pat = pat & (j > i - window)
+            pat = attention_pattern(s_q, s_k, True, window, device=device)
             self._patterns[key] = pat
         return pat
 
