@@ -1,5 +1,6 @@
 """cuDNN's FP8 graph is built once per shape and reused (zyfa.peers.cudnn_fp8): a reused graph on new data gives
-bit for bit the output of a graph built fresh for that data, a new shape builds a new graph, and the cache keeps at
+bit for bit the output of a graph built fresh for that data, a new shape builds a new graph, lengths in one bucket of
+SEQ_BUCKET share the padded graph, which gives the exact-length graph's output bit for bit, and the cache keeps at
 most GRAPH_CACHE_SIZE of them. Needs an H100/H200 and the cuDNN frontend."""
 
 from __future__ import annotations
@@ -57,6 +58,22 @@ def test_a_reused_graph_gives_a_fresh_graphs_output_bit_for_bit():
 
 
 def test_the_cache_keeps_at_most_its_size():
-    for s in range(64, 64 + cudnn_fp8.GRAPH_CACHE_SIZE + 3):
-        _run(s, 0)
+    for i in range(1, cudnn_fp8.GRAPH_CACHE_SIZE + 4):
+        _run(i * cudnn_fp8.SEQ_BUCKET, 0)  # multiples: each its own unpadded graph
     assert cudnn_fp8.cached_graphs() == cudnn_fp8.GRAPH_CACHE_SIZE
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_lengths_in_one_bucket_share_a_padded_graph_that_gives_the_exact_graphs_bits(causal, monkeypatch):
+    lengths = (129, 150, 191)  # one bucket: the graph of 192
+    padded = {s: _run(s, s, causal) for s in lengths}
+    assert cudnn_fp8.cached_graphs() == 1
+    cudnn_fp8.clear_graph_cache()
+    monkeypatch.setattr(cudnn_fp8, "SEQ_BUCKET", 1)  # every length its own exact graph
+    for s in lengths:
+        exact = _run(s, s, causal)
+        assert exact[0].shape == (1, 12, s, 128)
+        assert torch.equal(padded[s][0], exact[0]), s
+        assert torch.equal(padded[s][1], exact[1]), s
+        assert padded[s][2] == exact[2], s  # the output scale: amax(O) over the true rows only
+    assert cudnn_fp8.cached_graphs() == len(lengths)
