@@ -30,8 +30,9 @@ if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
   touch /tmp/site/.installed
 fi
 for f in .stage/*.part[0-9]* .stage/manifest.json; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
-# rows of an earlier, cut session (reports/humaneval/he-K.jsonl.partial put into .stage/): the slices resume them
-for p in .stage/he-*.jsonl.partial; do [ -e "$p" ] && [ ! -e "$STATE/$(basename "$p")" ] && cp "$p" "$STATE/"; done
+# rows of earlier sessions (reports/humaneval/he-K.jsonl.partial of a cut slice, he-K.jsonl of a finished one, put
+# into .stage/): the slices resume them (a finished slice finds nothing missing)
+for p in .stage/he-*.jsonl .stage/he-*.jsonl.partial; do [ -e "$p" ] && [ ! -e "$STATE/$(basename "$p")" ] && cp "$p" "$STATE/"; done
 for w in .stage/*.whl; do [ -e "$w" ] && cp "$w" "$ZYFA_CACHE/wheels/"; done
 [ -f /tmp/stage/manifest.json ] && python3 scripts/stage_files.py join --parts /tmp/stage \
   --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"

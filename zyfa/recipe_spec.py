@@ -1,11 +1,12 @@
 """Recipe specs: the one grammar every command takes to name a recipe (docs/CONTRACTS.md "Recipe specs").
 
-``[triton:]NAME[:FIELD=VALUE,...][@PLATFORM]``, parsed by :func:`get_recipe` / :func:`split_spec`. ``triton:`` is the
-one namespace, matched first: the recipe as our Triton kernel computes it (:data:`TRITON_KERNEL_FIELDS`). After it
-``:`` only introduces overrides, each value parsed by its field's type (``head_dim_tiles`` as ``D:MxN|...``); ``@``
-names the platform. The recipe is named by its canonical spec (named recipes keep their names).
-:func:`split_spec_list` splits a list of specs; a bad spec raises :class:`SpecError` in one line. The recipes and
-their fields are :mod:`zyfa.recipes`; this module only reads and writes their names.
+``[NAMESPACE:]NAME[:FIELD=VALUE,...][@PLATFORM]``, parsed by :func:`get_recipe` / :func:`split_spec`. A namespace
+(:data:`NAMESPACES`: ``triton``, ``cute``) is matched first: the recipe as our Triton or CuTe kernel computes it (both
+the same kernel version of a recipe, :data:`TRITON_KERNEL_FIELDS`). After it ``:`` only introduces overrides, each
+value parsed by its field's type (``head_dim_tiles`` as ``D:MxN|...``); ``@`` names the platform. The recipe is
+named by its canonical spec (named recipes keep their names). :func:`split_spec_list` splits a list of specs; a bad
+spec raises :class:`SpecError` in one line. The recipes and their fields are :mod:`zyfa.recipes`; this module only
+reads and writes their names.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ from dataclasses import dataclass
 from zyfa.platforms import PLATFORM_NAMES
 from zyfa.recipes import ACCUMULATOR_ALIASES, DESCRIPTIVE_FIELDS, RECIPES, Recipe
 
-# Namespace prefixes, a fixed set matched before anything else: NAMESPACE ':' RECIPE-SPEC.
-NAMESPACES = ("triton",)
+# Namespace prefixes, a fixed set matched before anything else: NAMESPACE ':' RECIPE-SPEC. Each names one of our
+# kernels (zyfa.kernels.attention_fp8's Triton kernel, zyfa.kernels.attention_cute's CuTe DSL kernel); which recipes
+# each honours is its plan's business (zyfa.kernels.kernel_plan, zyfa.kernels.cute_plan), not the grammar's.
+NAMESPACES = ("triton", "cute")
 # What our Triton kernel (zyfa.kernels.attention_fp8) computes of a recipe, where it differs from the recipe: FA3's
 # head-dim tiles (224 keys at hd128, 160 at hd64 and hd192) are no Triton block size, so the kernel keeps the
-# recipe's block_m x block_n, and it visits KV tiles from key 0 on.
+# recipe's block_m x block_n, and it visits KV tiles from key 0 on. The CuTe kernel computes the same version (its
+# plan takes forward KV order and 128-key tiles only, and it never reads head_dim_tiles).
 TRITON_KERNEL_FIELDS = {"head_dim_tiles": (), "kv_order": "forward"}
 # Fields an override may not set: they describe a recipe (its name is its spec).
 _NOT_OVERRIDABLE = DESCRIPTIVE_FIELDS
@@ -136,7 +140,7 @@ def split_spec(spec: str) -> SpecParts:
     name, rest = text[:stop].strip(), text[stop:]
     if name not in RECIPES:
         raise SpecError(f"unknown recipe {name!r}; known recipes: {', '.join(RECIPES)} (a spec is "
-                        "[triton:]NAME[:field=value,...][@PLATFORM])")
+                        f"[{'|'.join(NAMESPACES)}:]NAME[:field=value,...][@PLATFORM])")
     platform = None
     if rest.count("@") > 1:
         raise SpecError(f"recipe spec {spec!r} names more than one platform (one '@PLATFORM' at most)")
@@ -169,17 +173,17 @@ def split_spec(spec: str) -> SpecParts:
     return SpecParts(namespace, name, tuple(overrides), platform)
 
 
-def triton_kernel_recipe(r: Recipe) -> Recipe:
-    """``r`` as our Triton kernel computes it (:data:`TRITON_KERNEL_FIELDS`): itself where nothing differs, else a
-    copy named ``triton:<name>``."""
+def triton_kernel_recipe(r: Recipe, namespace: str = "triton") -> Recipe:
+    """``r`` as our kernels compute it (:data:`TRITON_KERNEL_FIELDS`): itself where nothing differs, else a copy
+    named ``<namespace>:<name>`` (``triton:fa3``, ``cute:fa3``)."""
     changes = {k: v for k, v in TRITON_KERNEL_FIELDS.items() if getattr(r, k) != v}
-    return r.replace(name=f"triton:{r.name}", **changes) if changes else r
+    return r.replace(name=f"{namespace}:{r.name}", **changes) if changes else r
 
 
 def get_recipe(spec: str | Recipe) -> Recipe:
     """The recipe a spec names (the grammar of the module docstring); a :class:`Recipe` passes through.
 
-    The result is named by its canonical spec: ``[triton:]NAME[:field=value,...][@PLATFORM]``, the namespace only
+    The result is named by its canonical spec: ``[NAMESPACE:]NAME[:field=value,...][@PLATFORM]``, the namespace only
     where the kernel's recipe differs, the platform only where it is not the recipe's own (so ``zyfa@mi355x`` is
     ``zyfa``). :class:`SpecError` (a ValueError), one line, for an unknown name, field, value or platform, or a
     combination the Recipe refuses."""
@@ -192,8 +196,8 @@ def get_recipe(spec: str | Recipe) -> Recipe:
             r = r.replace(name=parts.recipe_spec(), **dict(parts.overrides))
         except ValueError as e:
             raise SpecError(str(e)) from None
-    if parts.namespace == "triton":
-        r = triton_kernel_recipe(r)
+    if parts.namespace is not None:
+        r = triton_kernel_recipe(r, parts.namespace)
     if parts.platform is not None:
         r = r.on(parts.platform)
     return r

@@ -52,6 +52,9 @@ STOCK = "stock"
 # of the recipes it honours (its switches, or ValueError in one line naming the field): the Triton kernel
 # (zyfa.kernels.attention_fp8) and the CuTe DSL kernel (zyfa.kernels.attention_cute)
 KERNEL_PLANS = {"triton": kernel_plan, "cute": cute_plan}
+if tuple(KERNEL_PLANS) != NAMESPACES:  # pragma: no cover - a kernel added to one table and not the other
+    raise ImportError(f"implementations.names: kernels {tuple(KERNEL_PLANS)} are not the recipe-spec grammar's "
+                      f"namespaces {NAMESPACES} (zyfa.recipe_spec.NAMESPACES)")
 # the peers in the order the registry lists them after our kernel's recipes (their names: zyfa.peers.names)
 _PEER_ORDER = ("cudnn-fp8", "cudnn-fp8:oracle-scale", "sdpa-bf16:cudnn", "sdpa-bf16:flash", "sdpa-fp32",
                "flash-attn-triton-amd", "flashinfer-fa3")
@@ -106,13 +109,12 @@ def builtin_key(name: str) -> str:
     namespace = kernel_namespace(name)
     if namespace is None:
         raise unknown_implementation(name)
-    # triton: is a namespace of the recipe-spec grammar itself (its lines then name the whole spec); cute: is not
-    in_grammar = namespace in NAMESPACES
-    parts = split_spec(name if in_grammar else name[len(namespace) + 1:])
-    if not in_grammar and parts.namespace is not None:
+    # both kernels' namespaces are the recipe-spec grammar's (its lines then name the whole spec)
+    inner = name[len(namespace) + 1:].partition(":")[0].strip()
+    if inner in NAMESPACES:
         raise ValueError(f"implementation {name!r}: {namespace}:SPEC takes a recipe spec, not another kernel's name "
-                         f"({parts.namespace}:...)")
-    spec = dataclasses.replace(parts, namespace=None).text()
+                         f"({inner}:...)")
+    spec = dataclasses.replace(split_spec(name), namespace=None).text()
     key = f"{namespace}:{spec}"
     if key in names:
         return key

@@ -43,10 +43,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "module (repeatable)")
     parser.add_argument("--kernel-recipe", action="append", metavar="NAME", help="the recipe a --kernel claims")
     parser.add_argument("--ablate", nargs=2, action="append", metavar=("IMPL", "FIELD=V1,V2"),
-                        help="a one-factor ablation: IMPL (a recipe spec, or triton:SPEC for our kernel) once per "
-                             "value of FIELD, on the same prompts; rows carry ablation_base/_field/_value "
-                             "(accuracy.scoring.ablation pairs them per prompt). Repeatable; without --implementations "
-                             "only the ablation runs")
+                        help="a one-factor ablation: IMPL (a recipe spec, or triton:SPEC / cute:SPEC for our "
+                             "kernels) once per value of FIELD, on the same prompts; rows carry "
+                             "ablation_base/_field/_value (accuracy.scoring.ablation pairs them per prompt). "
+                             "Repeatable; without --implementations only the ablation runs")
     add_wall_arguments(parser)
     parser.add_argument("--tasks", default="needle,passkey",
                         help="needle, passkey (default both); niah (the standard Paul Graham needle test), multikey, "

@@ -62,7 +62,7 @@ def accumulator_group(name: str, accumulation: str | None = None) -> str:
         return GROUPS[1]
     if any(t in n for t in ("fp32", "bf16", "stock")):
         return GROUPS[3]
-    return GROUPS[1] if n.startswith("triton:") else GROUPS[2]
+    return GROUPS[1] if n.startswith(("triton:", "cute:")) else GROUPS[2]
 
 
 def _fmt_pct(x: float) -> str:

@@ -15,6 +15,7 @@ import argparse
 import shlex
 from pathlib import Path
 
+from zyfa.accuracy.implementations.names import kernel_namespace
 from zyfa.accuracy.inputs.gaussian_spec import GaussianSpec
 from zyfa.accuracy.inputs.synthetic_spec import is_synthetic, parse_synthetic, split_inputs
 from zyfa.accuracy.io.command import UsageError
@@ -57,7 +58,7 @@ def implementations_of(args: argparse.Namespace) -> list:
     impls = parse_implementations(args.implementations)
     have = {i.name for i in impls}
     for a in ablations_of(args):
-        if a.base.startswith("triton:"):
+        if kernel_namespace(a.base) is not None:
             impls += [i for i in (get_implementation(s) for s in a.specs) if i.name not in have]
     impls += load_plugins(args.kernel or [], args.kernel_recipe or [], **wall_options(args))
     return impls
@@ -83,7 +84,7 @@ def ablation_tagger(args: argparse.Namespace):
     names = {}
     for a in ablations:
         for s in a.specs:
-            if s.startswith("triton:"):
+            if kernel_namespace(s) is not None:
                 names[s] = get_implementation(s).name
             else:
                 r = get_recipe(s)

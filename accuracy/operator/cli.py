@@ -53,7 +53,7 @@ import os
 import time
 from pathlib import Path
 
-from zyfa.accuracy.implementations.names import check_kernel_flags
+from zyfa.accuracy.implementations.names import check_kernel_flags, kernel_namespace
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.cost_model import TRUNCATING_UNITS_PER_SCORE, scores
 from zyfa.accuracy.io.shard import wants_sharding
@@ -194,7 +194,7 @@ def main(args: argparse.Namespace) -> int:
         if args.recipes is None:
             args.recipes = "none" if args.ablate else DEFAULT_RECIPES
         recipes = parse_recipe_flag(args.recipes)
-        recipes += [get_recipe(s) for a in ablations_of(args) if not a.base.startswith("triton:") for s in a.specs]
+        recipes += [get_recipe(s) for a in ablations_of(args) if kernel_namespace(a.base) is None for s in a.specs]
         if getattr(args, "platform", None) is not None:
             recipes = [r.on(args.platform) for r in recipes]
         columns = parse_columns(args.metrics)

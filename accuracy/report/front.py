@@ -309,9 +309,13 @@ TIMED_NAMES = {"cudnn-fp8": "cuDNN FP8", "sdpa-bf16:cudnn": "cuDNN BF16", "sdpa-
 
 def timed_name(key: str) -> str:
     """What a timed kernel is, by its bench key (:func:`speed_points`): ``triton:X`` is our Triton kernel under
-    recipe X, ``zyfa kernel (X numerics)``; a peer is named by itself (``flashinfer-fa3``: ``fa3 (FlashInfer)``)."""
-    if key.startswith("triton:"):
-        return f"zyfa kernel ({key[len('triton:'):]} numerics)"
+    recipe X, ``zyfa kernel (X numerics)``, ``cute:X`` our CuTe kernel, ``zyfa CuTe kernel (X numerics)``; a peer is
+    named by itself (``flashinfer-fa3``: ``fa3 (FlashInfer)``)."""
+    namespace, _, recipe = key.partition(":")
+    if namespace == "triton":
+        return f"zyfa kernel ({recipe} numerics)"
+    if namespace == "cute":
+        return f"zyfa CuTe kernel ({recipe} numerics)"
     return TIMED_NAMES.get(key, key)
 
 

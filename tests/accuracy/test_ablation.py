@@ -29,6 +29,19 @@ def test_an_ablation_sets_only_its_field_and_keeps_the_base_overrides_and_platfo
     t = parse_ablation("triton:fa3", "accum_flush_tiles=0,1")
     assert t.specs == ("triton:fa3:accum_flush_tiles=0", "triton:fa3:accum_flush_tiles=1")
     assert parse_ablation("zyfa", "k_smoothing=0,1").values == ("false", "true")  # as the grammar writes them
+    c = parse_ablation("cute:zyfa-hopper", "q_scale=tensor,head")  # the CuTe kernel's namespace: the same grammar
+    assert c.specs == ("cute:zyfa-hopper:q_scale=tensor", "cute:zyfa-hopper:q_scale=head")
+
+
+def test_accuracy_ablate_a_field_the_cute_kernel_does_not_take_is_its_plans_one_line(tmp_path, capsys):
+    """``--ablate cute:...`` reads the base by the grammar (it was refused as "unknown recipe 'cute'"); a value the
+    CuTe kernel cannot honour is refused by its plan in one line, before any file."""
+    out = tmp_path / "r.jsonl"
+    assert main(["accuracy", "--inputs", CAPTURE, "--ablate", "cute:zyfa-hopper", "accum_flush_tiles=0,1",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the CuTe FP8 kernel does not support accum_flush_tiles=0" in err[0], err
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("base, assignment, match", [

@@ -1,4 +1,5 @@
-"""The recipe-spec grammar of zyfa.recipes: ``[triton:]NAME[:FIELD=VALUE,...][@PLATFORM]``, canonical names, lists."""
+"""The recipe-spec grammar of zyfa.recipes: ``[triton:|cute:]NAME[:FIELD=VALUE,...][@PLATFORM]``, canonical names,
+lists."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ from zyfa.recipes import RECIPES
     ("triton:zyfa", "zyfa"),  # the kernel computes zyfa as it is: the same name
     ("triton:zyfa@h200", "zyfa@h200"),
     ("triton:fa3:accum_flush_tiles=1", "triton:fa3:accum_flush_tiles=1"),
+    ("cute:zyfa-hopper", "zyfa-hopper"),  # the CuTe kernel computes the same kernel version as the Triton one
+    ("cute:fa3", "cute:fa3"),
+    ("cute:zyfa-hopper:q_scale=head", "zyfa-hopper:q_scale=head"),
     ("triton-amd:p_scale=tile_amax,accumulator=hopper_fp8,accum_flush_tiles=1@h200",  # an old spec a user types,
      "triton-amd:p_scale=tile_amax,accumulator=matrix_unit,accum_flush_tiles=1@h200"),  # read under today's name
 ])
@@ -55,6 +59,7 @@ def test_the_fields_are_set_and_only_they():
     assert get_recipe("fa3:head_dim_tiles=none").head_dim_tiles == ()
     k = get_recipe("triton:fa3")
     assert k.replace(name="fa3") == RECIPES["fa3"].replace(**TRITON_KERNEL_FIELDS)
+    assert get_recipe("cute:fa3").replace(name="triton:fa3") == k  # one kernel version of a recipe for both
     assert get_recipe("zyfa") is RECIPES["zyfa"] and get_recipe(RECIPES["ck"]) is RECIPES["ck"]
 
 
@@ -68,6 +73,8 @@ def test_split_spec_gives_the_parts_and_the_canonical_text():
 @pytest.mark.parametrize("spec, message", [
     ("nosuchrecipe", "unknown recipe 'nosuchrecipe'; known recipes: zyfa, "),
     ("triton:nosuchrecipe", "unknown recipe 'nosuchrecipe'; known recipes: zyfa, "),
+    ("cute:nosuchrecipe", "unknown recipe 'nosuchrecipe'; known recipes: zyfa, "),
+    ("cuda:zyfa", "unknown recipe 'cuda'"),  # not a namespace
     ("sdpa-bf16:cudnn", "unknown recipe 'sdpa-bf16'"),  # an implementation name, not a recipe spec
     ("zyfa:nosuchfield=1", "bad recipe override 'nosuchfield=1' in 'zyfa:nosuchfield=1': no field 'nosuchfield'; "
                            "fields: q_format, k_format, "),
@@ -151,7 +158,7 @@ def test_a_bad_spec_message_in_full(spec, message):
 def test_unknown_recipe_and_bad_tiles_messages_end_with_the_grammar():
     with pytest.raises(SpecError) as e:
         get_recipe("nosuchrecipe")
-    assert str(e.value).endswith(", ".join(RECIPES) + " (a spec is [triton:]NAME[:field=value,...][@PLATFORM])")
+    assert str(e.value).endswith(", ".join(RECIPES) + " (a spec is [triton|cute:]NAME[:field=value,...][@PLATFORM])")
     with pytest.raises(SpecError) as e:
         get_recipe("fa3:head_dim_tiles=64:192")
     assert ("head_dim_tiles entry '64:192' is not D:MxN (max head dim, block_m, block_n; entries joined by '|', "

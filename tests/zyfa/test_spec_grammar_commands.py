@@ -121,8 +121,8 @@ def test_every_command_refuses_a_bad_spec_with_the_same_line(command, spec, zyfa
 def test_a_bad_real_kernel_spec_is_refused_with_the_same_line(command, spec, zyfa):
     rc, out, err = zyfa(IMPL_FLAGS, command, f"triton:{spec}")
     _refused(rc, out, err, _message(f"triton:{spec}"))
-    rc, out, err = zyfa(IMPL_FLAGS, command, f"cute:{spec}")  # the spec after cute: is read by the same grammar
-    _refused(rc, out, err, _message(spec))
+    rc, out, err = zyfa(IMPL_FLAGS, command, f"cute:{spec}")  # cute: is a namespace of the same grammar
+    _refused(rc, out, err, _message(f"cute:{spec}"))
 
 
 @pytest.mark.parametrize("command", list(IMPL_FLAGS))
