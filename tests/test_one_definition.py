@@ -19,6 +19,8 @@ Facts and homes:
     sharded-run scaffold         accuracy/io/shard.py   (wants_sharding, print_dry_run, rank_device, announce, give_up,
                                                          sharding_summary)
     FP64-oracle chunk            accuracy/io/device.py  (ORACLE_CHUNK, query rows per block of the oracle)
+    run segments                 accuracy/io/results_io.py (earlier_runs: run_provenances reads it, set_earlier_runs
+                                                         writes it; a resumed run mints its own run_id)
 """
 
 from __future__ import annotations
@@ -108,6 +110,16 @@ FACTS = (
         r"rank \{\w+\} \{len\(\w+\)\} (rows|cells)",  # the ranks line
         r"[\"']world_size[\"']:\s*[\w.]+,\s*[\"']backend[\"']",  # the sharding provenance
     ), folders=("zyfa", "reference", "capture", "accuracy", "scripts", "examples")),
+    Fact("run segments", "accuracy/io/results_io.py", (
+        r"[\"']earlier_runs[\"']",  # the key spelled out (read: run_provenances; write: set_earlier_runs)
+        r"[\"']resumed[\"']\s*:\s*\[",  # a command's own list of resumed runs
+        r"provenance\.get\(\"run_id\"\)\s+or\b",  # a resumed run taking the earlier run's id
+        r"run_id=first\w*\.get\(\"run_id\"\)",
+        r"\[\"run_id\"\]\s*=\s*\w+\.provenance\b",
+    ), folders=("zyfa", "reference", "capture", "accuracy", "scripts", "examples"),  # tests build such files
+        allowed={
+        "accuracy/io/schemas.py": "types the field in the provenance schema (PROVENANCE); reads no runs from it",
+    }),
     Fact("FP64-oracle chunk", "accuracy/io/device.py", (
         r"^\s*_*ORACLE_CHUNK\w*\s*(:[^=]*)?=(?!=)",  # ORACLE_CHUNK = 1024, _ORACLE_CHUNK: int = 1024
     )),
@@ -213,6 +225,14 @@ OLD_FORMS.update({
     ],
     "UsageError": ["class UsageError(ValueError):"],
     "FP64-oracle chunk": ["ORACLE_CHUNK = 1024", "_ORACLE_CHUNK: int = 1024"],
+    "run segments": [
+        "        prov = {**first_prov, \"resumed\": [*first_prov.get(\"resumed\", []), {",
+        "    prov[\"run_id\"] = results.provenance.get(\"run_id\") or uuid.uuid4().hex[:12]",
+        "        run_id = shared.provenance.get(\"run_id\") or dist.broadcast(uuid.uuid4().hex[:12])",
+        "                            run_id=first_prov.get(\"run_id\"), implementations=impls)",
+        "        prov[\"run_id\"] = results.provenance[\"run_id\"]",
+        "    earlier = prov.get(\"earlier_runs\") or []",
+    ],
     "recipe-spec grammar": [
         "def resolve_recipe(spec: str) -> Recipe:",
         "def recipe_from_spec(spec: str | Recipe) -> Recipe:",
@@ -250,6 +270,10 @@ NEW_FORMS = {
     "FP64-oracle chunk": ["from zyfa.accuracy.io.device import ORACLE_CHUNK, check_memory",
                           "    chunk_size: int = ORACLE_CHUNK,",
                           "    ref_orig = attention_fp64(x.q, x.k, x.v, chunk_size=ORACLE_CHUNK, **kw)"],
+    "run segments": ["    runs = {seg.get(\"run_id\") for _, p in provs for seg in run_provenances(p)} - {None}",
+                     "        set_earlier_runs(provenance, self.earlier)",
+                     "    prov[\"run_id\"] = uuid.uuid4().hex[:12]",
+                     "        provenance[\"run_id\"] = self.run_id"],
     "sharded-run scaffold": ["        if wants_sharding(args, out):", "        device = rank_device(device, dist)",
                              "        give_up(dist, e)", "    announce(\"zyfa impact: \", dist, shares, \"cells\")",
                              "    results.start({\"command\": cmd, \"world_size\": dist.world, \"rank\": dist.rank})"],

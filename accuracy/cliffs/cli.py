@@ -378,16 +378,14 @@ def _run(args, plan: _Plan) -> int:
         rows, prov = run_cliffs(plan.source, plan.subjects, plan.lengths, masks=plan.masks, shapes=plan.shapes,
                                 chunk=plan.chunk, device=plan.device, progress=not args.no_progress, seed=args.seed,
                                 skip=results.done, on_start=results.start, on_row=results.add,
-                                run_id=first.get("run_id"), extra_provenance=plan.extra)
+                                extra_provenance=plan.extra)  # a resume too: a new run_id, its segment's
     except ValueError as e:
         return _fail(e, results)
     except KeyboardInterrupt:
         return _fail("interrupted", results, status=130)
     wall = time.perf_counter() - t0
-    if first:
-        prov = {**first, "input_hashes": {**(first.get("input_hashes") or {}), **prov.get("input_hashes", {})},
-                "resumed": [*first.get("resumed", []), {k: prov.get(k) for k in (
-                    "date_utc", "git_commit", "git_dirty", "zyfa_version", "argv", "device", "device_name")}]}
+    if first:  # prov (this segment's, given to results.start) lists the earlier ones; the hashes of every length
+        prov["input_hashes"] = {**(first.get("input_hashes") or {}), **prov.get("input_hashes", {})}
     rows = results.rows_in_order(plan.keys)
     try:
         results.finish(rows, prov, write_results)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from zyfa.accuracy.io.results_io import run_provenances
 from zyfa.accuracy.io.schemas import read_rows
 
 __all__ = ["FLAG_KINDS", "CliffRule", "find_flags", "finite_or_none", "flagged_rows", "merge_provenance",
@@ -207,7 +208,8 @@ def _read_partial(path: Path) -> tuple[list[dict], dict]:
 def merge_provenance(provs: list[dict], names: list[str]) -> dict:
     """One provenance for rows of several sweeps rendered together (``--render a.jsonl,b.jsonl``: e.g. one file
     per group of kernels run in parallel): the first's, with the subjects and the kernels not run of all, the
-    lengths of each file where they differ, and ``merged_from``."""
+    lengths of each file where they differ, and ``merged_from``: one entry per run segment of each file (a resumed
+    sweep has several)."""
     if len(provs) == 1:
         return provs[0]
     out = dict(provs[0])
@@ -218,7 +220,8 @@ def merge_provenance(provs: list[dict], names: list[str]) -> dict:
     if len(specs) > 1:
         out["lengths"] = "; ".join(
             f"{', '.join(s['name'] for s in p.get('subjects') or []) or '-'}: {p.get('lengths')}" for p in provs)
-    out["merged_from"] = [{"file": n, "run_id": p.get("run_id"), "date_utc": p.get("date_utc"),
-                           "partial": bool(p.get("partial")), "git_commit": p.get("git_commit"),
-                           "git_dirty": p.get("git_dirty")} for n, p in zip(names, provs, strict=True)]
+    out["merged_from"] = [{"file": n, "run_id": seg.get("run_id"), "date_utc": seg.get("date_utc"),
+                           "partial": bool(p.get("partial")), "git_commit": seg.get("git_commit"),
+                           "git_dirty": seg.get("git_dirty")}
+                          for n, p in zip(names, provs, strict=True) for seg in run_provenances(p) or [p]]
     return out

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from zyfa.accuracy.cliffs.flags import CliffRule, find_flags, read_sweeps, reproducers
 from zyfa.accuracy.cliffs.sweep import WINDOW, format_lengths
+from zyfa.accuracy.io.results_io import run_provenances
 from zyfa.accuracy.io.schemas import mixed_code_notice
 from zyfa.accuracy.report.blocks import blocks_markdown, fmt
 from zyfa.accuracy.report.document import Doc
@@ -250,14 +251,16 @@ def _summary(rows: Sequence[dict], provenance: dict, rule: CliffRule) -> str:
                 f"{spec.get('head_dim')}, seed {spec.get('seed')}"
                 + (f", outliers {spec.get('outlier_frac')}x{spec.get('outlier_scale')}"
                    if spec.get("outlier_frac") else ""))
-    commit = (provenance.get("git_commit") or "no git")[:10]
+    # where the rows ran: each segment of a resumed sweep (oldest first)
+    ran = "; then ".join(f"{p.get('device_name')}, zyfa {p.get('zyfa_version')} @ "
+                         f"{(p.get('git_commit') or 'no git')[:10]}, {p.get('date_utc')}"
+                         for p in run_provenances(provenance) or [{}])
     shapes = provenance.get("shapes") or []
     chunk = (f" (chunk: the last {provenance.get('chunk')} query rows against all L keys, at L > "
              f"{provenance.get('chunk')})" if "chunk" in shapes else "")
     return (f"{len(rows)} rows: {what}; lengths {provenance.get('lengths')}; masks "
             f"{', '.join(provenance.get('masks') or [])}; shapes {', '.join(shapes)}{chunk}. Device "
-            f"{provenance.get('device_name')}, zyfa {provenance.get('zyfa_version')} @ {commit}, "
-            f"{provenance.get('date_utc')}. Flag rule: {rule.describe()}; NaN/Inf rows, refused and failed lengths "
+            f"{ran}. Flag rule: {rule.describe()}; NaN/Inf rows, refused and failed lengths "
             "are flagged at every length where they occur."
             + (" Some runs were cut short: only the rows they finished are shown." if _partial(provenance) else ""))
 

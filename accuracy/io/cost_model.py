@@ -37,6 +37,8 @@ import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from zyfa.accuracy.io.results_io import run_provenances
+
 # the provenance key holding a run's list of records (one per run and resumed run)
 PROVENANCE_KEY = "cost_model"
 # fewer runs than this fit no rate (one run's ratio says nothing of the spread)
@@ -156,10 +158,18 @@ def record(units: float, measured_s: float, device_type: str, *, command: str, c
 
 def add_record(provenance: dict, previous: dict | None, units: float, measured_s: float, device_type: str, *,
                command: str, cells: int, work: dict | None = None) -> dict:
-    """Put the records of ``previous`` (the provenance of the file a resumed run continues, else None) and this
-    run's :func:`record` into ``provenance``; returns this run's record."""
+    """Put the records of ``previous`` (the provenance of the file a resumed run continues, else None: those of
+    every run segment it names, each once, as a segment cut before it finished left none of its own in the
+    partial's last provenance line) and this run's :func:`record` into ``provenance``; returns this run's record."""
     rec = record(units, measured_s, device_type, command=command, cells=cells, work=work)
-    provenance[PROVENANCE_KEY] = [*records_of(previous or {}), rec]
+    earlier, seen = [], set()
+    for seg in run_provenances(previous):
+        for r in records_of(seg):
+            key = r.get("record_id") or json.dumps(r, sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                earlier.append(r)
+    provenance[PROVENANCE_KEY] = [*earlier, rec]
     return rec
 
 

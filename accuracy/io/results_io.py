@@ -3,7 +3,11 @@
 The report generator reads results and never runs kernels, so nothing here imports torch.
 
 Exposed:
-    read_jsonl(path) -> (rows, provenance)        rows checked: a foreign file fails with path:line
+    read_jsonl(path) -> (rows, provenance)        rows checked: a foreign file fails with path:line; the
+                                                  provenance is the file's last provenance record (its latest run)
+    run_provenances(prov) -> [dict]               every run segment of a file, oldest first (below)
+    set_earlier_runs(prov, earlier) -> prov       records the earlier segments in ``prov`` (the harness's writer)
+    merge_run_provenances(provs) -> dict          one provenance for several logs of one run (a sharded run's files)
     check_row(row, where)                         the same check for one row (CSV readers use it): types, and
                                                   metrics in range (no negative or infinite error)
     loads_checked(text, where)                    json.loads with a depth limit, every error naming where
@@ -16,6 +20,14 @@ Exposed:
     write_results(rows, path, provenance=None)    .jsonl (provenance header record) or .csv (+ sidecar), atomic
     read_results(path) -> ResultRows              rows checked (a foreign file fails naming path and line)
     ResultRows                                    a list of flat dict rows with ``.provenance`` and ``.run_id``
+
+Run segments. A run cut short and continued with ``--resume`` (maybe days later, on another machine, at another
+commit) is a chain of segments: the first run, then each resume. Every segment has its own ``run_id``, and every row
+carries the ``run_id`` of the segment that made it. A file's provenance record is its latest segment's; it lists the
+earlier segments' records (each with its own run_id, git commit, device, date, command...) under ``earlier_runs``,
+oldest first, without nesting. :func:`run_provenances` is the one reader of that key and :func:`set_earlier_runs`
+its one writer: :meth:`ResultsFile.start` calls it when a run resumes, and appends the new segment's provenance line
+to a continued ``<out>.partial`` before its rows (so the partial's last provenance line is the live segment's).
 """
 
 from __future__ import annotations
@@ -31,13 +43,16 @@ from pathlib import Path
 from zyfa.outputs import AppendLog, OutputError, RunLock, atomic_write_text, check_writable, partial_path
 
 __all__ = ["ACROSS_RUNS_IDENTITY", "IMPACT_IDENTITY", "IMPACT_KINDS", "MAX_JSON_DEPTH", "RUN_IDENTITY", "ResultRows",
-           "ResultsFile", "check_row", "json_depth", "jsonl_text", "loads_checked", "read_jsonl", "read_log",
-           "read_results", "row_key", "write_results"]
+           "ResultsFile", "check_row", "json_depth", "jsonl_text", "loads_checked", "merge_run_provenances",
+           "read_jsonl", "read_log", "read_results", "row_key", "run_provenances", "set_earlier_runs",
+           "write_results"]
 
 # Row keys of numbers (or null) in an operator result row: error metrics are prefixed with these.
 _METRIC_PREFIXES = ("deq_", "orig_")
 # Bytes per result row (about 1.5 KB in practice) used to estimate the free space a run needs.
 ROW_BYTES_ESTIMATE = 4096
+# The provenance key listing a file's earlier run segments (read by run_provenances, written by set_earlier_runs).
+_EARLIER = "earlier_runs"
 # Deepest nesting of [ and { a result line may have (rows are flat: per-head lists are depth 2): deeper lines
 # are refused before parsing, so no line can make the JSON reader recurse without bound.
 MAX_JSON_DEPTH = 32
@@ -130,11 +145,54 @@ def check_row(row, where: str) -> dict:
     return row
 
 
+def run_provenances(prov: dict | None) -> list[dict]:
+    """Every run segment's provenance of a file whose provenance record is ``prov``: the earlier segments it lists
+    (``earlier_runs``, oldest first), then ``prov`` itself; each without that key. [] for no provenance. The one
+    reader of ``earlier_runs``: a reader that attributes rows (run ids, commits, devices) goes through it."""
+    if not isinstance(prov, dict) or not prov:
+        return []
+    earlier = prov.get(_EARLIER)
+    segments = [e for e in (earlier if isinstance(earlier, list) else []) if isinstance(e, dict)]
+    return [{k: v for k, v in p.items() if k != _EARLIER} for p in (*segments, prov)]
+
+
+def set_earlier_runs(provenance: dict, earlier: Sequence[dict]) -> dict:
+    """Record ``earlier`` (the segments a resumed run continues, oldest first: :func:`run_provenances` of the
+    provenance it resumed) in ``provenance``, in place (no key for a fresh run); returns it. Each is stored without
+    its own list, so the chain never nests."""
+    runs = [{k: v for k, v in p.items() if k != _EARLIER} for p in earlier if p]
+    if runs:
+        provenance[_EARLIER] = runs
+    else:
+        provenance.pop(_EARLIER, None)
+    return provenance
+
+
+def merge_run_provenances(provs: Iterable[dict]) -> dict:
+    """One provenance for several logs of one run (the rank files of a sharded run, a single-process partial moved
+    in, a finished file being continued): every segment they name, each once (by ``run_id``; a record without one
+    by its content; the first seen wins, so rank 0's view of a shared segment), ordered by ``date_utc`` (the
+    segment's start; stable); the latest with the others as its earlier runs. {} when none has a provenance."""
+    seen, segments = set(), []
+    for prov in provs:
+        for seg in run_provenances(prov):
+            key = seg.get("run_id") or json.dumps(seg, sort_keys=True, default=str)
+            if key not in seen:
+                seen.add(key)
+                segments.append(seg)
+    if not segments:
+        return {}
+    segments.sort(key=lambda seg: str(seg.get("date_utc") or ""))
+    return set_earlier_runs(dict(segments[-1]), segments[:-1])
+
+
 def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict] | None = None,
                 on_provenance: Callable[[dict, str], object] | None = None) -> tuple[list[dict], dict]:
-    """(rows, provenance) of JSONL lines: the first ``{"record": "provenance"}`` line is the provenance (passed to
-    ``on_provenance(prov, "path:line")`` first, e.g. a schema's check), each other line a row checked by
-    ``check(obj, "path:line")`` (default :func:`check_row`, a ``zyfa accuracy`` row)."""
+    """(rows, provenance) of JSONL lines: each ``{"record": "provenance"}`` line is passed to
+    ``on_provenance(prov, "path:line")`` (e.g. a schema's check) where it stands, and the LAST one is the
+    provenance returned (a resumed run's log holds one per segment, the latest listing the earlier ones:
+    :func:`run_provenances`); each other line is a row checked by ``check(obj, "path:line")`` (default
+    :func:`check_row`, a ``zyfa accuracy`` row)."""
     check = check or check_row
     rows, prov = [], {}
     for n, line in enumerate(lines, 1):
@@ -142,9 +200,9 @@ def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict]
             continue
         obj = loads_checked(line, f"{path}:{n}")
         if isinstance(obj, dict) and obj.get("record") == "provenance":
-            if not prov and on_provenance is not None:
-                on_provenance({k: v for k, v in obj.items() if k != "record"}, f"{path}:{n}")
-            prov = prov or {k: v for k, v in obj.items() if k != "record"}
+            prov = {k: v for k, v in obj.items() if k != "record"}
+            if on_provenance is not None:
+                on_provenance(prov, f"{path}:{n}")
         else:
             rows.append(check(obj, f"{path}:{n}"))
     return rows, prov
@@ -153,7 +211,8 @@ def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict]
 def read_log(path: str | Path, check: Callable[[object, str], dict] | None = None,
              on_provenance: Callable[[dict, str], object] | None = None) -> tuple[list[dict], dict]:
     """(rows, provenance) of a run's line log (``<out>.partial`` or a rank file): complete lines only (a last
-    line cut short by a kill is left out), each checked as :func:`parse_lines` does. A damaged log (bytes that
+    line cut short by a kill is left out), each checked as :func:`parse_lines` does; the provenance is the log's
+    last provenance record (the segment that wrote last, listing the earlier ones). A damaged log (bytes that
     are not UTF-8, a line that is not JSON, nested too deep, or not a row) raises ValueError ``path:line: what``."""
     data = Path(path).read_bytes()
     lines = data[:data.rfind(b"\n") + 1].split(b"\n")[:-1]
@@ -168,7 +227,8 @@ def read_log(path: str | Path, check: Callable[[object, str], dict] | None = Non
 
 def read_jsonl(path: str | Path, check: Callable[[object, str], dict] | None = None,
                on_provenance: Callable[[dict, str], object] | None = None) -> tuple[list[dict], dict]:
-    """(rows, provenance) of a JSONL result file: its first ``{"record": "provenance"}`` line is the provenance.
+    """(rows, provenance) of a JSONL result file: its last ``{"record": "provenance"}`` line is the provenance (a
+    finished file has one, its latest segment's, listing the earlier ones: :func:`run_provenances`).
 
     Raises ValueError ``path:line: ...`` for a line that is not JSON or not a result row (``check`` and
     ``on_provenance`` as for :func:`parse_lines`)."""
@@ -214,6 +274,12 @@ class ResultsFile:
     partial file. So a killed run leaves the rows it finished in ``<out>.partial`` and the previous ``<out>``,
     if any, untouched.
 
+    A resumed run is a new segment of the run (see the module's "Run segments"): its own ``run_id`` (the caller
+    mints one, as for a fresh run), its provenance listing the earlier segments (:meth:`start` records them in
+    place, and :meth:`finish` again, in the provenance it writes), and, continuing a ``<out>.partial``, its own
+    provenance line appended before its rows. :attr:`provenance` is the provenance of what it resumed (the
+    partial's last record, or the finished file's); :attr:`earlier` its segments, oldest first.
+
     One live run per output: :meth:`open` takes a :class:`zyfa.outputs.RunLock` (``fcntl.flock`` on
     ``<out>.partial.lock``) before it looks at the files, and holds it until :meth:`finish` or :meth:`close` (or
     the process's end, however it ends). While another process holds it, the run is refused, ``--force`` or
@@ -237,6 +303,7 @@ class ResultsFile:
         self.kept = kept
         self.provenance = provenance
         self.resumed_from = resumed_from
+        self.earlier = run_provenances(provenance) if resumed_from is not None else []
         self.done = {key(r) for r in kept}
         self._new: list[dict] = []
         self._log: AppendLog | None = None
@@ -311,8 +378,9 @@ class ResultsFile:
 
     @property
     def run_id(self) -> str | None:
-        """The id of the run this file continues (None for a fresh file: the runner makes one)."""
-        return self.provenance.get("run_id") if self.resumed_from is not None else None
+        """None: every segment of a run, a resume too, has its own id, made by its runner (the rows of earlier
+        segments keep theirs, and :attr:`earlier` names them)."""
+        return None
 
     def check_plan(self, keys: Sequence[tuple]) -> None:
         """Refuse to resume a file that holds rows the planned run would not make (another run's rows)."""
@@ -325,14 +393,18 @@ class ResultsFile:
                               "--force or another --out")
 
     def start(self, provenance: dict) -> None:
-        """Open ``<out>.partial`` for appending (with ``provenance`` as its first line when it starts fresh)."""
-        if self.resumed_from == self.partial:
-            self._log = AppendLog(self.partial, fresh=False)
-            return
-        self._log = AppendLog(self.partial, fresh=True)
+        """Open ``<out>.partial`` for appending and write this segment's ``provenance`` line: the first line of a
+        fresh partial (followed by a finished file's rows when that is what is resumed), or appended to a continued
+        one. A resumed run's ``provenance`` gets ``earlier_runs`` in place (:func:`set_earlier_runs`): pass the same
+        dict to :meth:`finish`."""
+        if self.earlier:
+            set_earlier_runs(provenance, self.earlier)
+        continued = self.resumed_from == self.partial
+        self._log = AppendLog(self.partial, fresh=not continued)
         self._log.write_line(self.dumps({"record": "provenance", **provenance}))
-        for row in self.kept:  # resuming a finished file: its rows first
-            self._log.write_line(self.dumps(row))
+        if not continued:
+            for row in self.kept:  # resuming a finished file: its rows first
+                self._log.write_line(self.dumps(row))
 
     def add(self, row: dict) -> None:
         """Append one finished row (fsync'd before returning)."""
@@ -360,8 +432,11 @@ class ResultsFile:
 
     def finish(self, rows: Sequence[dict], provenance: dict,
                write: Callable[[Sequence[dict], Path, dict], object]) -> Path:
-        """Write the finished file atomically (``write(rows, path, provenance)``), then drop the partial."""
+        """Write the finished file atomically (``write(rows, path, provenance)``), then drop the partial. A resumed
+        run's ``provenance`` lists the earlier segments (set in place, as :meth:`start` does)."""
         self._close_log()
+        if self.earlier:
+            set_earlier_runs(provenance, self.earlier)
         write(rows, self.path, provenance)
         with contextlib.suppress(FileNotFoundError):
             self.partial.unlink()

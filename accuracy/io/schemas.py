@@ -6,7 +6,8 @@ the field (``r.jsonl:7: length: must be an integer >= 1, got 'abc'``) before any
 traceback in the middle of a table.
 
 Row kinds and their schemas (a field not listed is not checked; one that is listed and present must fit):
-    provenance       the ``{"record": "provenance"}`` line of every result file (:data:`PROVENANCE`)
+    provenance       the ``{"record": "provenance"}`` line of every result file (:data:`PROVENANCE`; a resumed
+                     run's earlier segments, ``earlier_runs``, each fit :data:`SEGMENT`)
     result           an operator row of ``zyfa accuracy``/``study`` (:func:`zyfa.accuracy.io.results_io.check_row`:
                      types, metrics in range), and the typed fields of :data:`RESULT`
     longctx          a long-context row, ``"kind": "longctx"`` (:data:`LONGCTX`); RULER-style task rows are such
@@ -22,7 +23,7 @@ row in an older form in one line naming the script (:data:`OLD_FORMS` lists the 
 And the provenance of what is combined: :func:`mixed_code_notice` says where rows of several git commits, or of a
 modified (dirty) tree, are rendered together.
 
-Exposed: ``SchemaError``, ``PROVENANCE``, ``RESULT``, ``LONGCTX``, ``CLIFFS``, ``HUMANEVAL``, ``IMPACT``,
+Exposed: ``SchemaError``, ``PROVENANCE``, ``SEGMENT``, ``RESULT``, ``LONGCTX``, ``CLIFFS``, ``HUMANEVAL``, ``IMPACT``,
 ``check_provenance(prov, where)``, ``check_fields(obj, schema, where)``, ``check_any_row(row, where, cliffs=False)``,
 ``read_rows(path, partial=None) -> (rows, provenance)``, ``mixed_code_notice(provs) -> str | None``,
 ``check_migrated(row, where)``, ``unmigrated_form(row) -> str | None``, ``OLD_FORMS``, ``MIGRATE_COMMAND``.
@@ -34,14 +35,14 @@ import math
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from zyfa.accuracy.io.results_io import IMPACT_KINDS, check_row, read_jsonl, read_log
+from zyfa.accuracy.io.results_io import IMPACT_KINDS, check_row, read_jsonl, read_log, run_provenances
 
 from zyfa.recipe_spec import names_old_accumulator
 from zyfa.recipes import ACCUMULATOR_ALIASES
 
 __all__ = ["CLIFFS", "HUMANEVAL", "IMPACT", "LONGCTX", "MIGRATE_COMMAND", "OLD_FORMS", "PROVENANCE", "RESULT",
-           "SchemaError", "check_any_row", "check_fields", "check_migrated", "check_provenance", "mixed_code_notice",
-           "read_rows", "unmigrated_form"]
+           "SEGMENT", "SchemaError", "check_any_row", "check_fields", "check_migrated", "check_provenance",
+           "mixed_code_notice", "read_rows", "unmigrated_form"]
 
 
 class SchemaError(ValueError):
@@ -148,8 +149,23 @@ def numbers_by_key(lo: float | None = None) -> Check:
 # (check, required) per field
 Schema = dict[str, tuple[Check, bool]]
 
-# The provenance record of any result file (accuracy.io.provenance.provenance and what each command adds).
-PROVENANCE: Schema = {
+def run_records() -> Check:
+    """A list of provenance records (a resumed run's earlier segments), each an object fitting :data:`PROVENANCE`
+    without a list of its own."""
+    def check(v):
+        if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+            return "must be a list of provenance records (objects)"
+        for i, x in enumerate(v):
+            try:
+                check_fields(x, SEGMENT, f"[{i}]", "provenance record")
+            except SchemaError as e:
+                return f"earlier run {e}"
+        return None
+    return check
+
+
+# The provenance record of one run segment (accuracy.io.provenance.provenance and what each command adds).
+SEGMENT: Schema = {
     "zyfa_version": (string(), False), "git_commit": (string(), False), "git_dirty": (boolean(), False),
     "python": (string(), False), "torch": (string(), False), "numpy": (string(), False),
     "platform": (string(), False), "cpu": (string(), False), "cpu_count": (integer(1, null=True), False),
@@ -160,6 +176,9 @@ PROVENANCE: Schema = {
     "implementations": (one_of(list, dict), False), "subjects": (one_of(list), False),
     "seeds": (one_of(list), False), "depths": (one_of(list), False), "partial": (boolean(), False),
 }
+# The provenance record of any result file: its latest segment's, listing the earlier ones of a resumed run
+# (accuracy.io.results_io.run_provenances).
+PROVENANCE: Schema = {**SEGMENT, "earlier_runs": (run_records(), False)}
 
 # An operator result row's typed fields besides what check_row checks (recipe, input, metrics, has_nan).
 RESULT: Schema = {
@@ -333,9 +352,10 @@ def read_rows(path: str | Path, partial: bool | None = None) -> tuple[list[dict]
 
 def mixed_code_notice(provs: Iterable[dict]) -> str | None:
     """A sentence when the rows of several runs rendered together come from several git commits, or one of them
-    from a modified tree (a ``git_dirty`` run, or a commit ending ``+dirty``), else None. One run alone needs no
-    notice: its provenance table says what it ran."""
-    provs = [p for p in provs if p]
+    from a modified tree (a ``git_dirty`` run, or a commit ending ``+dirty``), else None. Every segment of a
+    resumed run counts as a run (:func:`zyfa.accuracy.io.results_io.run_provenances`): a file resumed at another
+    commit is mixed code. One run alone needs no notice: its provenance table says what it ran."""
+    provs = [seg for p in provs if p for seg in run_provenances(p)]
     commits = list(dict.fromkeys(str(p["git_commit"]).removesuffix("+dirty") for p in provs
                                  if p.get("git_commit")))
     dirty = sum(1 for p in provs if p.get("git_dirty") is True or str(p.get("git_commit") or "").endswith("+dirty"))

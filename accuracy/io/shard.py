@@ -17,6 +17,13 @@ of every rank file in ``<out>.partial/``, of a single-process ``<out>.partial`` 
 change of N, including N = 1 (a plain run finding ``<out>.partial/`` continues it here). A rank killed by
 SIGKILL loses only its row in flight (a torn last line is cut off when its file is continued).
 
+Run segments (as :class:`zyfa.accuracy.io.results_io.ResultsFile`): a resumed sharded run is a new segment with its
+own ``run_id`` (shared by its ranks). Rank 0 gathers every segment the files name
+(:func:`zyfa.accuracy.io.results_io.merge_run_provenances`) and broadcasts them; each rank's
+:meth:`ShardedResults.start` lists them in its provenance (``earlier_runs``, in place) and writes that provenance line
+to its rank file, first line or appended; the merged ``<out>``'s provenance is the latest segment's, listing the
+earlier ones.
+
 Exposed:
     Dist / launch(backend=None)            the process group of a torchrun launch (a 1-rank stand-in otherwise)
     plan(costs, world) -> [[cell index]]   LPT assignment, cells of a rank in planned order
@@ -47,7 +54,14 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from zyfa.accuracy.io.results_io import read_log, row_key, write_results
+from zyfa.accuracy.io.results_io import (
+    merge_run_provenances,
+    read_log,
+    row_key,
+    run_provenances,
+    set_earlier_runs,
+    write_results,
+)
 
 from zyfa.outputs import AppendLog, OutputError, RunLock, check_writable, partial_path
 
@@ -293,8 +307,9 @@ class ShardedResults:
     """``--out`` of a sharded run: this rank's ``<out>.partial/rank-K.jsonl``, the done set, rank 0's merge.
 
     Every rank calls :meth:`open` (collective). Rank 0 takes the run lock, applies the refuse / force / resume
-    policy and broadcasts (error or done keys and the first run's provenance); a refused run raises the same
-    OutputError on every rank.
+    policy and broadcasts (error, or the done keys and the provenance of what is resumed: its latest segment,
+    listing the earlier ones); a refused run raises the same OutputError on every rank. :attr:`earlier`: the
+    segments a resumed run continues, oldest first ([] for a fresh run).
     """
 
     def __init__(self, path: Path, dist: Dist, *, done: set, provenance: dict, resumed: bool,
@@ -307,6 +322,7 @@ class ShardedResults:
         self.done = done
         self.provenance = provenance
         self.resumed_from = self.folder if resumed else None
+        self.earlier = run_provenances(provenance) if resumed else []
         self._reader = reader
         self.lock = lock
         self.key, self.check, self.dumps = key, check, dumps
@@ -364,17 +380,17 @@ class ShardedResults:
                 raise OutputError(f"{what}: add --resume to continue it, --force to start over, "
                                   f"or choose another {flag}")
             # every check before the first change on disk: a refused run leaves no folder behind
-            kept, prov = [], {}
+            kept, provs = [], []
             if not force:
                 for f in ([folder] if folder.is_file() else _rank_files(folder)):
                     rows, p = _read_rows(f, check)
                     kept += rows
-                    if p and (not prov or f.name == "rank-0.jsonl"):
-                        prov = p
+                    provs.append(p)
             if resume and path.is_file():
                 rows, p = reader(path)
                 kept += rows
-                prov = prov or p
+                provs.append(p)
+            prov = merge_run_provenances(provs)  # rank-0.jsonl before rank-K: a shared segment's record is rank 0's
             if kept and not prov:
                 raise OutputError(f"{folder} has no provenance record, so it is not a run to resume; use --force "
                                   f"or choose another {flag}")
@@ -410,12 +426,13 @@ class ShardedResults:
                       "resumed": bool(kept)}
 
     def start(self, provenance: dict) -> None:
-        """Open this rank's file (continued after its last complete line if it exists)."""
+        """Open this rank's file (continued after its last complete line if it exists) and write this segment's
+        ``provenance`` line to it. A resumed run's ``provenance`` gets ``earlier_runs`` in place (the segments
+        rank 0 found): pass the same dict to :meth:`finish`'s ``provenance``."""
+        if self.earlier:
+            set_earlier_runs(provenance, self.earlier)
         f = self.rank_file
-        if f.is_file():
-            self._log = AppendLog(f, fresh=False)
-            return
-        self._log = AppendLog(f, fresh=True)
+        self._log = AppendLog(f, fresh=not f.is_file())
         self._log.write_line(self.dumps({"record": "provenance", **provenance}))
 
     def add(self, row: dict) -> None:
@@ -450,14 +467,17 @@ class ShardedResults:
                write: Callable[[Sequence[dict], Path, dict], object],
                order: Callable[[dict], tuple] | None = None) -> list[dict] | None:
         """Collective: close this rank's file, barrier; rank 0 merges (:meth:`merge`), writes ``<out>``
-        atomically, removes ``<out>.partial/`` and drops the lock. Returns the merged rows on rank 0, None
-        elsewhere."""
+        atomically (``provenance(rows)``, listing a resumed run's earlier segments), removes ``<out>.partial/``
+        and drops the lock. Returns the merged rows on rank 0, None elsewhere."""
         self._close_log()
         self.dist.barrier()
         if self.dist.rank != 0:
             return None
         rows = self.merge(keys, order)
-        write(rows, self.path, provenance(rows))
+        prov = provenance(rows)
+        if self.earlier:
+            set_earlier_runs(prov, self.earlier)
+        write(rows, self.path, prov)
         shutil.rmtree(self.folder, ignore_errors=True)
         self.release()
         return rows
@@ -485,7 +505,8 @@ class RankRows:
     :meth:`check_plan` plans the rows not done over the ranks (:func:`plan`, ``cost(key)``); ``skip`` is then every
     planned row this rank does not make. :meth:`rows_in_order` is collective: rank 0 gets the merged rows (written to
     the ShardedResults' path), the other ranks None. ``device`` is stamped on rows that lack one; ``on_plan(shares)``
-    hears each rank's row keys once planned.
+    hears each rank's row keys once planned. ``run_id``: this segment's (a new one when resuming, shared by the
+    ranks); :attr:`provenance` is what was resumed (its latest segment, listing the earlier ones).
     """
 
     def __init__(self, results: ShardedResults, cost: Callable[[tuple], float], device: str, run_id: str,
@@ -515,9 +536,12 @@ class RankRows:
             self.on_plan(self.shares)
 
     def start(self, provenance: dict) -> None:
-        self._start = {**provenance, "run_id": self.run_id}
+        """Start this rank's segment: ``provenance`` gets this run's ``run_id`` and, resumed, the earlier segments
+        (in place; :meth:`ShardedResults.start`)."""
+        provenance["run_id"] = self.run_id
+        self._start = provenance
         self._t0 = time.perf_counter()
-        self.results.start(self._start)
+        self.results.start(provenance)
 
     def add(self, row: dict) -> None:
         row.setdefault("device", self.device)
@@ -531,8 +555,7 @@ class RankRows:
         return sharding_summary(self.dist, rows, time.perf_counter() - self._t0 if self._t0 is not None else 0.0)
 
     def rows_in_order(self, keys: Sequence[tuple]) -> list[dict] | None:
-        return self.results.finish(keys, lambda rows: {**(self.provenance or self._start), **self.sharding(rows)},
-                                   write_results)
+        return self.results.finish(keys, lambda rows: {**self._start, **self.sharding(rows)}, write_results)
 
     def close(self) -> None:
         self.results.close()

@@ -253,13 +253,10 @@ def _run(args: argparse.Namespace) -> int:
                        "coverage": args.coverage, "generate": args.generate or 0,
                        "plugins": {p.name: p.description for p in plugins}, "nonconforming": nonconforming,
                        **(getattr(args, "plan_fields", None) or {})})
-    if results.provenance.get("run_id"):
-        prov["run_id"] = results.provenance["run_id"]
-    else:
-        # lazy: kept off the refusal path, which imports only what checking the flags needs
-        import uuid
+    # lazy: kept off the refusal path, which imports only what checking the flags needs
+    import uuid
 
-        prov["run_id"] = uuid.uuid4().hex[:12]
+    prov["run_id"] = uuid.uuid4().hex[:12]  # this segment's, a resume too (the results file lists earlier ones)
     batch_tokens = args.batch_tokens or (131072 if device.type == "cuda" else 1)
     t0 = time.perf_counter()
     try:
@@ -372,7 +369,7 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
     todo = [c for c in cells if left(c) > 0]
     shares = plan([cell_cost(c[2], left(c)) for c in todo], dist.world)
     owned = {todo[i] for i in shares[dist.rank]}
-    run_id = results.provenance.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
+    run_id = dist.broadcast(uuid.uuid4().hex[:12])  # this segment's, shared by the ranks (a resume too)
     prov = provenance({"command": "zyfa longctx " + " ".join(shlex.quote(a) for a in sys.argv[2:]),
                        "device": str(device), "models": spec.models, "implementations": spec.implementations,
                        "tasks": spec.tasks, "lengths": spec.lengths, "depths": spec.depths, "seeds": spec.seeds,
@@ -405,11 +402,8 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
         return 0
     keys = [tuple(k) for _, ks in states for k in ks]
 
-    def merged_provenance(rows: list[dict]) -> dict:
-        first = results.provenance
-        p = {**first, "resumed": [*first.get("resumed", []), {k: prov.get(k) for k in (
-            "date_utc", "git_commit", "git_dirty", "zyfa_version", "argv", "device")}]} if first else prov
-        return {**p, **sharding_summary(dist, rows, time.perf_counter() - t0)}
+    def merged_provenance(rows: list[dict]) -> dict:  # rank 0's segment (listing the earlier ones, resumed)
+        return {**prov, **sharding_summary(dist, rows, time.perf_counter() - t0)}
 
     try:
         rows = results.finish(keys, merged_provenance, lambda rs, path, p: atomic_write_text(path, jsonl_text(rs, p)),

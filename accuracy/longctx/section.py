@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from zyfa.accuracy.io.results_io import run_provenances
 from zyfa.accuracy.io.schemas import mixed_code_notice
 from zyfa.accuracy.longctx.scores import (
     BASELINE_MIN,
@@ -387,10 +388,12 @@ def section_blocks(rows: Sequence[dict], provs: Sequence[dict], cliff_table=None
         header, trs = cliff_table
         blocks.append(("h", level + 1, "Length cliffs"))
         blocks.append(("table", "longctx-cliffs", list(header), [list(r) for r in trs], True))
-    cmds = sorted({p.get("command") for p in provs if p.get("command")})
-    commits = sorted({str(p.get("git_commit")) for p in provs if p.get("git_commit")})
-    devices = sorted({str(p.get("device_name") or p.get("device")) for p in provs if p.get("device_name")
-                      or p.get("device")})
+    runs = [seg for p in provs for seg in run_provenances(p)]  # every segment of a resumed file: where rows ran
+    cmds = sorted({p.get("command") for p in runs if p.get("command")})
+    commits = sorted({str(p.get("git_commit")) for p in runs if p.get("git_commit")})
+    devices = sorted({str(p.get("device_name") or (p.get("cuda_device") if str(p.get("device")).startswith("cuda")
+                                                    else None) or p.get("device"))
+                      for p in runs if p.get("device_name") or p.get("device")})
     shards = [line for p in provs for line in [sharding_line(p)] if line]
     if shards:
         blocks.append(("p", "Sharded (torchrun, docs/SHARDING.md): " + "; ".join(shards) + "."))

@@ -229,7 +229,7 @@ def main(args: argparse.Namespace) -> int:
             results.release()
         return _fail(e)
 
-    first_prov = results.provenance if results is not None and results.resumed_from else {}
+    first_prov = results.provenance if results is not None and results.resumed_from else {}  # what is resumed
     if results is not None and results.resumed_from is not None:
         print(f"resuming {results.resumed_from}: {len(results.done)} of {len(keys)} rows done")
     shapes, by_name = {inp.name: inp.shape for inp in inputs}, {r.name: r for r in recipes}
@@ -240,7 +240,7 @@ def main(args: argparse.Namespace) -> int:
                             skip=results.done if results is not None else (),
                             on_start=results.start if results is not None else None,
                             on_row=tag if results is None else (lambda row: (tag(row), results.add(row))),
-                            run_id=first_prov.get("run_id"), implementations=impls)
+                            implementations=impls)  # a resume too: a new run_id, its segment's
     except ValueError as e:
         return _fail(e, results)
     except KeyboardInterrupt:
@@ -248,17 +248,13 @@ def main(args: argparse.Namespace) -> int:
     wall = time.perf_counter() - t0
 
     # lazy: kept off the refusal path, which imports only what checking the flags needs
-    from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, record
+    from zyfa.accuracy.io.cost_model import add_record
 
-    prov = rows.provenance
-    if first_prov:  # a resumed run: its first provenance, and this run's
-        prov = {**first_prov, "resumed": [*first_prov.get("resumed", []), {
-            k: rows.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
-                                                "device", "device_name")}]}
-    # the --dry-run estimate of the rows this run made, beside their measured time (accuracy/io/cost_model.py)
-    prov[PROVENANCE_KEY] = [*prov.get(PROVENANCE_KEY, []), record(
-        sum(key_cost(shapes[k[0]], k, by_name, device.type) for k in to_run), wall, device.type, command="accuracy",
-        cells=len(to_run))]
+    prov = rows.provenance  # this segment's; resumed, it lists the earlier ones (ResultsFile.start)
+    # the --dry-run estimate of the rows this run made, beside their measured time (accuracy/io/cost_model.py), after
+    # the records of the runs it continues
+    add_record(prov, first_prov, sum(key_cost(shapes[k[0]], k, by_name, device.type) for k in to_run), wall,
+               device.type, command="accuracy", cells=len(to_run))
     if results is not None:
         rows = results.rows_in_order(keys)
     print_report(rows, prov, inputs, columns, args)
@@ -363,11 +359,10 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
             give_up(dist, e)
         return status
 
-    first_prov = results.provenance
     todo = [i for i, k in enumerate(keys) if k not in results.done]
     shares = plan([costs[i] for i in todo], dist.world)
     mine = {keys[todo[j]] for j in shares[dist.rank]}
-    run_id = first_prov.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
+    run_id = dist.broadcast(uuid.uuid4().hex[:12])  # this segment's, shared by the ranks (a resume too)
     if dist.rank == 0 and results.done:
         print(f"resuming {results.folder}: {len(results.done)} of {len(keys)} rows done")
     announce("", dist, shares, "rows")
@@ -389,13 +384,8 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         dist.close()
         return _fail("interrupted", results, status=130)
 
-    def merged_provenance(rows: list[dict]) -> dict:
-        prov = made.provenance
-        if first_prov:
-            prov = {**first_prov, "resumed": [*first_prov.get("resumed", []), {
-                k: made.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
-                                                    "device", "device_name")}]}
-        return {**prov, **sharding_summary(dist, rows, time.perf_counter() - t0)}
+    def merged_provenance(rows: list[dict]) -> dict:  # rank 0's segment (listing the earlier ones, resumed)
+        return {**made.provenance, **sharding_summary(dist, rows, time.perf_counter() - t0)}
 
     try:
         rows = results.finish(keys, merged_provenance, write_results)

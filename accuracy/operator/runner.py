@@ -90,7 +90,8 @@ def run_accuracy(
             again (a resumed run); the rows made are those an uninterrupted run makes for the other pairs.
         on_start: called with the run's provenance before the first input runs.
         on_row: called with each row as soon as it is made (e.g. to append it to a file).
-        run_id: the run's id (a resumed run keeps its first id); default a new random one.
+        run_id: the run's id; default a new random one (a resumed run is a segment with an id of its own: its
+            results file lists the earlier segments, whose rows keep theirs).
         implementations: real kernels run beside the recipes on the same inputs and device
             (:class:`accuracy.implementations.base.Implementation`); rows by
             :func:`accuracy.implementations.real_rows.implementation_row`
@@ -163,9 +164,9 @@ def run_accuracy(
             "implementations_plugins": {i.name: i.origin for i in impls if i.plugin and i.origin}}
            if implementations else {}),
     })
-    rows = ResultRows(provenance=prov)
     if on_start is not None:
-        on_start(prov)
+        on_start(prov)  # a resumed run's results file lists its earlier segments in prov (kept by the rows' copy)
+    rows = ResultRows(provenance=prov)
     todo = [(inp, [r for r in recipes if input_key(inp, r.name) not in skip]
              + [i for i in impls if input_key(inp, i.recipe, i.name) not in skip]) for inp in inputs]
     bar = progress_bar(sum(len(rs) for _, rs in todo), enabled=progress, unit="row", desc=progress_label)

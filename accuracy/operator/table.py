@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from zyfa.accuracy.io.results_io import run_provenances
 from zyfa.accuracy.report.blocks import fmt
 from zyfa.accuracy.scoring.kernel_verdicts import verdict_lines
 
@@ -27,10 +28,17 @@ def row_label(row: dict) -> str:
     return row.get("implementation") or row["recipe"]
 
 
+def _commit(prov: dict) -> str:
+    return (prov.get("git_commit") or "no git")[:10] + ("+dirty" if prov.get("git_dirty") else "")
+
+
 def print_report(rows, prov: dict, inputs, columns, args) -> None:
-    commit = (prov.get("git_commit") or "no git")[:10] + ("+dirty" if prov.get("git_dirty") else "")
-    print(f"zyfa accuracy  run {prov.get('run_id')}  zyfa {prov.get('zyfa_version')} @ {commit}  "
+    print(f"zyfa accuracy  run {prov.get('run_id')}  zyfa {prov.get('zyfa_version')} @ {_commit(prov)}  "
           f"torch {prov.get('torch')}  device {prov.get('device')} ({prov.get('device_name')})")
+    earlier = run_provenances(prov)[:-1]  # a resumed run: the runs that made the rows before it
+    if earlier:
+        print("resumed from: " + "; ".join(f"run {p.get('run_id')} @ {_commit(p)}, device {p.get('device')} "
+                                          f"({p.get('device_name')}), {p.get('date_utc')}" for p in earlier))
     names = [inp.name for inp in inputs]
     print("input: " + (names[0] if len(names) == 1 else f"{len(names)} inputs ({names[0]}, ..., {names[-1]})"))
     print()

@@ -42,6 +42,7 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
+from zyfa.accuracy.io.results_io import run_provenances
 from zyfa.accuracy.report.blocks import fmt_ci, slug
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.plots import png, pyplot
@@ -126,15 +127,23 @@ def _ci(values):
 
 def source_label(label: str, prov: dict | None, this_run: Sequence[str] = ()) -> str:
     """Where a result file's numbers come from: ``this run (<device>)`` for a file this command wrote (its label in
-    ``this_run``), else ``<file> @ <commit>, <device>`` read from its provenance record."""
-    prov = prov or {}
-    device = str(prov.get("device_name") or (prov.get("cuda_device") if prov.get("device") == "cuda" else None)
-                 or prov.get("device") or "device unknown").removeprefix("NVIDIA ")
+    ``this_run``), else ``<file> @ <commit>, <device>`` read from its provenance record. A resumed run's file names
+    every segment's commit and device, oldest first, each pair once (``r.jsonl @ e578be6, H200 and d3c31b1,
+    H100``)."""
+    runs = run_provenances(prov) or [{}]
+
+    def device(p: dict) -> str:
+        return str(p.get("device_name") or (p.get("cuda_device") if p.get("device") == "cuda" else None)
+                   or p.get("device") or "device unknown").removeprefix("NVIDIA ")
+
     if label in this_run:
-        return f"this run ({device})"
-    commit = str(prov.get("git_commit") or "")
-    return f"{label} @ {commit[:7] + ('+dirty' if prov.get('git_dirty') else '') if commit else 'no commit'}, " \
-        f"{device}"
+        return f"this run ({', '.join(dict.fromkeys(device(p) for p in runs))})"
+
+    def commit(p: dict) -> str:
+        c = str(p.get("git_commit") or "")
+        return c[:7] + ("+dirty" if p.get("git_dirty") else "") if c else "no commit"
+
+    return f"{label} @ " + " and ".join(dict.fromkeys(f"{commit(p)}, {device(p)}" for p in runs))
 
 
 def sources_of(rows: Sequence[dict], provenances: Sequence[tuple[str, dict]], this_run: Sequence[str]) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from zyfa.accuracy.io.results_io import read_results, row_key
+from zyfa.accuracy.io.results_io import read_results, row_key, run_provenances
 from zyfa.accuracy.io.schemas import check_provenance, read_rows
 
 __all__ = ["GAUSSIAN", "Results", "group_of", "input_key", "load_results", "select_recipes"]
@@ -25,7 +25,8 @@ class Results:
     provenances: list  # (path, provenance dict)
     recipes: list  # in run order, zyfa first
     replaced: int = 0  # rows measured again in a later file or later in a file: the later one is kept
-    orphans: int = 0  # rows whose run_id no provenance record of the files names (flagged in the report)
+    orphans: int = 0  # rows whose run_id no provenance record of the files names, an earlier segment's included
+    # (flagged in the report)
 
 
 def _read_one(path: Path) -> tuple[list[dict], dict]:
@@ -52,7 +53,8 @@ def load_results(paths: Sequence[str | Path]) -> Results:
         order += [x for x in prov.get("recipes", []) if x not in order]
     if not rows:
         raise ValueError(f"no result rows in {', '.join(map(str, paths))}")
-    runs = {p.get("run_id") for _, p in provs} - {None}
+    # every run segment's id: a resumed file's rows carry the id of the segment that made them
+    runs = {seg.get("run_id") for _, p in provs for seg in run_provenances(p)} - {None}
     orphans = 0
     for row in rows:  # a row whose run has no provenance record: where it comes from is unknown
         if row.get("run_id") not in runs:

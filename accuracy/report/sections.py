@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import numpy as np
+from zyfa.accuracy.io.results_io import run_provenances
 from zyfa.accuracy.report.blocks import fmt, fmt_ci, kind_of, sharding_line, slug
 from zyfa.accuracy.report.document import Doc
 from zyfa.accuracy.report.plots import png, pyplot
@@ -534,21 +535,33 @@ _PROV_KEYS = ("run_id", "date_utc", "zyfa_version", "git_commit", "git_dirty", "
 
 
 def section_provenance(doc: Doc, res: Results) -> None:
+    """One column per run: per file, or per segment of a resumed file (each with its own run_id, commit, device and
+    date: :func:`zyfa.accuracy.io.results_io.run_provenances`)."""
     doc.h(2, "Provenance")
-    keys = [k for k in _PROV_KEYS if any(k in p for _, p in res.provenances)]
-    extra = sorted({k for _, p in res.provenances for k, v in p.items()
+    columns = []
+    for name, p in res.provenances:
+        runs = run_provenances(p) or [{}]
+        columns += [(name if len(runs) == 1 else f"{name} (run {i} of {len(runs)})", r)
+                    for i, r in enumerate(runs, 1)]
+    keys = [k for k in _PROV_KEYS if any(k in p for _, p in columns)]
+    extra = sorted({k for _, p in columns for k, v in p.items()
                     if k not in keys and k not in ("recipes", "inputs", "argv", "study_notes")
                     and isinstance(v, (str, int, float, bool))})
     body = []
     for k in [*keys, *extra, "argv"]:
         vals = []
-        for _, p in res.provenances:
+        for _, p in columns:
             v = p.get(k)
             if isinstance(v, list):
                 v = shlex.join(str(x) for x in v)
             vals.append("-" if v is None else (fmt(v, "num") if isinstance(v, float) else str(v)))
         body.append([k, *vals])
-    doc.table("t-provenance", ["", *(name for name, _ in res.provenances)], body, text=True)
+    doc.table("t-provenance", ["", *(name for name, _ in columns)], body, text=True)
+    for name, p in res.provenances:
+        n = len(run_provenances(p))
+        if n > 1:
+            doc.p(f"`{name}` was resumed: its rows were made by {n} runs, one column each above, oldest first; each "
+                  "row's `run_id` names the run that made it.")
     for name, p in res.provenances:
         line = sharding_line(p)
         if line:

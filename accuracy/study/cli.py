@@ -19,9 +19,9 @@ import torch
 from zyfa.accuracy.implementations.base import unavailable_lines
 from zyfa.accuracy.implementations.plugins import load_plugins
 from zyfa.accuracy.implementations.registry import parse_implementations
-from zyfa.accuracy.io.cost_model import PROVENANCE_KEY, rate, record
+from zyfa.accuracy.io.cost_model import add_record, rate
 from zyfa.accuracy.io.device import resolve_device
-from zyfa.accuracy.io.results_io import row_key, write_results
+from zyfa.accuracy.io.results_io import row_key, run_provenances, write_results
 from zyfa.accuracy.io.shard import (
     Dist,
     RankRows,
@@ -269,7 +269,7 @@ def main(args: argparse.Namespace) -> int:
         shared = ShardedResults.open(stage_dir / ROWS_NAME, dist, resume=True, reader=read_finished, flag="--out",
                                      cells=[*((i.name, list(i.shape)) for i in inputs), *recipes,
                                             *((i.name, i.available()[0]) for i in impls)])
-        run_id = shared.provenance.get("run_id") or dist.broadcast(uuid.uuid4().hex[:12])
+        run_id = dist.broadcast(uuid.uuid4().hex[:12])  # this segment's, shared by the ranks (a resume too)
         rows_file = RankRows(shared, lambda key: key_cost(shapes[key[0]], key, device_type=device.type), str(device),
                              run_id,
                              on_plan=(lambda shares: announce("zyfa study: ", dist, shares, "rows"))
@@ -327,13 +327,16 @@ def main(args: argparse.Namespace) -> int:
     if not dist.grouped:  # one process: the --dry-run estimate of the rows it made beside their time
 
         made = [r for r in rows if row_key(r) not in done_before]
-        rows.provenance[PROVENANCE_KEY] = [*rows.provenance.get(PROVENANCE_KEY, []), record(
-            sum(key_cost(shapes[r["input"]], row_key(r), device_type=device.type) for r in made),
-            rows.provenance["study_accuracy_s"], device.type, command="study", cells=len(made))]
+        add_record(rows.provenance, rows_file.provenance,
+                   sum(key_cost(shapes[r["input"]], row_key(r), device_type=device.type) for r in made),
+                   rows.provenance["study_accuracy_s"], device.type, command="study", cells=len(made))
+    runs = run_provenances(rows.provenance)  # a resumed study: every segment, each where it ran
+    where = " and ".join(dict.fromkeys(f"`{p.get('device')}` ({p.get('device_name')})" for p in runs))
     rows.provenance["study_notes"].append(
-        f"Accuracy ran on `{rows.provenance.get('device')}` ({rows.provenance.get('device_name')}): "
-        f"{len(inputs)} inputs x {len(recipes)} recipes; the runner took {rows.provenance['study_accuracy_s']:.0f} s "
-        f"and the input features and per-head errors {rows.provenance['study_features_s']:.0f} s.")
+        f"Accuracy ran on {where}" + (f" (a resumed run of {len(runs)} segments)" if len(runs) > 1 else "")
+        + f": {len(inputs)} inputs x {len(recipes)} recipes; the runner took "
+        f"{rows.provenance['study_accuracy_s']:.0f} s and the input features and per-head errors "
+        f"{rows.provenance['study_features_s']:.0f} s.")
     # the report and its results are written together into the stage, which then replaces --out as a whole
     staged = stage.stage / "results.jsonl"
     try:

@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from zyfa.accuracy.io.results_io import read_jsonl, read_results, row_key
+from zyfa.accuracy.io.results_io import read_jsonl, read_results, row_key, run_provenances
 from zyfa.accuracy.report.speed import load_bench
 from zyfa.accuracy.scoring.verdict import Verdict, paired_verdict
 
@@ -65,10 +65,12 @@ class Side:
     provenance: dict
 
     def label(self) -> str:
-        p = self.provenance
-        bits = [f"run {p['run_id']}" if p.get("run_id") else "", p.get("date_utc") or "",
-                f"git {str(p['git_commit'])[:12]}" if p.get("git_commit") else "", p.get("device_name") or ""]
-        return ", ".join(b for b in bits if b)
+        """Run id, date, commit and device; of each segment of a resumed file, oldest first, joined by " + "."""
+        def one(p: dict) -> str:
+            bits = [f"run {p['run_id']}" if p.get("run_id") else "", p.get("date_utc") or "",
+                    f"git {str(p['git_commit'])[:12]}" if p.get("git_commit") else "", p.get("device_name") or ""]
+            return ", ".join(b for b in bits if b)
+        return " + ".join(one(p) for p in run_provenances(self.provenance))
 
 
 def load_results(path: str | Path) -> Side:

@@ -198,7 +198,8 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
 
     def on_start(prov: dict) -> None:
         if not started and rows_file is not None:
-            rows_file.start({**prov, **plan})
+            prov.update(plan)
+            rows_file.start(prov)  # resumed: prov lists the earlier segments (in place), so the rows' copy does too
         started.append(prov)
 
     run_id = rows_file.run_id if rows_file is not None else None
@@ -216,12 +217,7 @@ def run_study(inputs: list, recipes: list[str], *, device: str = "auto", progres
         parts.append(part)
     rows = ResultRows([r for part in parts for r in part], provenance={**(started[0] if started else {}), **plan})
     if rows_file is not None:
-        prov = rows.provenance
-        if resumed:
-            first = rows_file.provenance
-            prov = {**first, "resumed": [*first.get("resumed", []), {
-                k: rows.provenance.get(k) for k in ("date_utc", "git_commit", "git_dirty", "zyfa_version", "argv",
-                                                    "device", "device_name")}]}
+        prov = rows.provenance  # this segment's; resumed, it lists the earlier ones
         ordered = rows_file.rows_in_order(keys)
         rows_file.close()
         if ordered is None:  # a sharded run's other rank: its rows are merged on rank 0, which goes on alone

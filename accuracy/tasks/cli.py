@@ -262,8 +262,8 @@ def _run(args: argparse.Namespace, plan=None) -> int:
                        "fallback": args.fallback, "coverage": args.coverage, "sandbox_network": network_isolation()[1],
                        "plugins": {p.name: p.description for p in plugins},
                        **({"plan": plan.source, "plan_hash": plan.hash} if plan is not None else {})})
-    prov["run_id"] = results.provenance.get("run_id") or uuid.uuid4().hex[:12]
-    results.start(prov)
+    prov["run_id"] = uuid.uuid4().hex[:12]  # this segment's, a resume too (its rows carry it)
+    results.start(prov)  # resumed: prov lists the earlier segments, and goes to finish()
     t0 = time.perf_counter()
     try:
         try:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import random
 
+from zyfa.accuracy.io.results_io import run_provenances
+
 from tests.faults import kill_when, result_rows, rows_match, run_zyfa
 
 ARGS = ["accuracy", "--seq", "256", "--heads", "2", "--head-dim", "64", "--causal", "--no-progress",
@@ -44,5 +46,9 @@ def test_sigkill_then_resume_equals_uninterrupted(tmp_path):
     assert rows_match(result_rows(out), expected)
     header = json.loads(out.read_text().splitlines()[0])
     assert header["record"] == "provenance" and header["run_id"]
-    run_ids = {json.loads(line)["run_id"] for line in out.read_text().splitlines()[1:]}
-    assert run_ids == {header["run_id"]}, "a resumed run keeps its first run_id"
+    # each segment (the first run, each resume) has its own run_id; every row carries its maker's, which the
+    # finished file's provenance names (the latest segment's, listing the earlier ones)
+    segments = [p["run_id"] for p in run_provenances(header)]
+    assert len(set(segments)) == len(segments) and segments[-1] == header["run_id"]
+    run_ids = [json.loads(line)["run_id"] for line in out.read_text().splitlines()[1:]]
+    assert set(run_ids) <= set(segments), f"a row names no segment of its file (seed {seed})"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from zyfa.accuracy.io.results_io import run_provenances
 from zyfa.accuracy.io.shard import Dist, ShardedResults, SharedOutputError, cells_digest, format_plan, plan
 from zyfa.accuracy.operator.cli import read_finished
 
@@ -138,7 +139,13 @@ def test_resume_from_two_ranks_to_three(tmp_path, single):
     assert f"4 of {N_ROWS} rows done" in res.stdout
     prov, rows = _lines(tmp_path / "r.jsonl")
     assert _what(rows) == single
-    assert prov["world_size"] == 3 and len({r["run_id"] for r in rows}) == 1
+    # two segments: the 2-rank run's rows keep its run_id, the 3-rank resume's have a new one; the file's provenance
+    # is the resume's, listing the first run
+    first, last = run_provenances(prov)
+    assert prov["world_size"] == 3 and last["run_id"] == prov["run_id"] != first["run_id"]
+    assert first["world_size"] == 2
+    assert [r["run_id"] for r in rows if r["recipe"] in first["recipes"]] == [first["run_id"]] * 4
+    assert {r["run_id"] for r in rows if r["recipe"] not in first["recipes"]} == {prov["run_id"]}
 
 
 def test_sigkilled_rank_loses_only_its_row_in_flight(tmp_path, single):
