@@ -18,8 +18,9 @@ def test_rotating_orders_put_every_name_at_every_position():
 
 
 def test_a_longer_call_times_slower_and_the_ratio_says_so():
-    # sleeps, not arithmetic: their ratio holds on a loaded 2-core machine (about 4 here)
-    fns = {"small": lambda: time.sleep(0.002), "big": lambda: time.sleep(0.008)}
+    # sleeps, not arithmetic, 10x apart: the ratio stays above 2 on a 2-core machine loaded by other test processes
+    # (2 ms against 8 ms did not: scheduler delays of a few ms, 6 December)
+    fns = {"small": lambda: time.sleep(0.005), "big": lambda: time.sleep(0.05)}
     samples = time_interleaved(fns, repeats=3, timer=cpu_timer(3))
     assert [s.name for s in samples[:2]] == ["small", "big"] and [s.name for s in samples[2:4]] == ["big", "small"]
     r = ratio_summary(samples, "small", "big")  # how many times faster small is than big
