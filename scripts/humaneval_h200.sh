@@ -31,7 +31,7 @@ if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
 fi
 for f in .stage/*.part[0-9]* .stage/manifest.json; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
 # rows of earlier sessions (reports/humaneval/he-K.jsonl.partial of a cut slice, he-K.jsonl of a finished one, put
-# into .stage/): the slices resume them (a finished slice finds nothing missing)
+# into .stage/): the cut slices resume them, the finished ones are not started again
 for p in .stage/he-*.jsonl .stage/he-*.jsonl.partial; do [ -e "$p" ] && [ ! -e "$STATE/$(basename "$p")" ] && cp "$p" "$STATE/"; done
 for w in .stage/*.whl; do [ -e "$w" ] && cp "$w" "$ZYFA_CACHE/wheels/"; done
 [ -f /tmp/stage/manifest.json ] && python3 scripts/stage_files.py join --parts /tmp/stage \
@@ -58,6 +58,7 @@ from zyfa.capture.models import load_model; load_model('$MODEL', dtype='bf16'); 
 print(f'weights cached in {time.time()-t:.0f} s')") >"$STATE/prime.log" 2>&1
     fi
     for k in $(seq 0 $((SLICES - 1))); do
+      [ -f "$STATE/he-$k.jsonl" ] && continue  # a finished slice (a resume would only add an empty run segment)
       a=$(( k * 164 / SLICES )); b=$(( (k + 1) * 164 / SLICES - 1 ))
       (cd "$SRC" && PYTHONPATH=.:/tmp/site setsid nohup python3 -m zyfa.cli tasks humaneval --model "$MODEL" \
         "${what[@]}" --problems "$a-$b" --device cuda --resume \
