@@ -21,8 +21,10 @@ from zyfa.accuracy.io.results_io import (
 )
 from zyfa.accuracy.io.schemas import SchemaError, check_provenance, mixed_code_notice, read_rows
 from zyfa.accuracy.io.shard import Dist, RankRows, ShardedResults
+from zyfa.accuracy.report.document import Doc, render_markdown
 from zyfa.accuracy.report.front import source_label
 from zyfa.accuracy.report.results import load_results
+from zyfa.accuracy.report.sections import section_provenance
 
 from zyfa.cli import main as zyfa
 
@@ -170,6 +172,13 @@ def test_readers_attribute_every_segment(tmp_path):
     assert notice is not None and COMMIT_A in notice and COMMIT_B in notice
     assert source_label("he.jsonl", prov) == "he.jsonl @ e578be6, H200 and d3c31b1, H100"
     assert source_label("he.jsonl", prov, ("he.jsonl",)) == "this run (H200, H100)"
+    # the report's provenance table: a column per segment, oldest first
+    doc = Doc(title="t")
+    section_provenance(doc, res)
+    md = render_markdown(doc)
+    assert "he.jsonl (run 1 of 2)" in md and "he.jsonl (run 2 of 2)" in md and "was resumed: 2 runs" in md
+    table = [ln for ln in md.splitlines() if ln.startswith("| cuda_device") or ln.startswith("| run_id")]
+    assert table == ["| run_id | run-a | run-b |", "| cuda_device | NVIDIA H200 | NVIDIA H100 |"], table
     # one segment alone: no notice, the label as before
     assert mixed_code_notice([a]) is None and source_label("x.jsonl", a) == "x.jsonl @ e578be6, H200"
     # a row whose run_id no segment names is an orphan still
