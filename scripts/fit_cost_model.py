@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from zyfa.accuracy.io.cost_model import MIN_RUNS, fit, generation_units, record, records_in_file  # noqa: E402
-from zyfa.accuracy.io.results_io import row_key  # noqa: E402
+from zyfa.accuracy.io.results_io import row_key, run_provenances  # noqa: E402
 from zyfa.accuracy.longctx.cli import cell_cost as prompt_cost  # noqa: E402
 from zyfa.accuracy.operator.cli import cell_cost, key_cost  # noqa: E402
 
@@ -57,7 +57,8 @@ def rebuilt_record(path: Path) -> dict | None:
             lines.append(json.loads(text))
         except json.JSONDecodeError:  # a killed run's last line
             continue
-    prov = lines[0] if lines and lines[0].get("record") == "provenance" else {}
+    # the last provenance record: a resumed run's latest segment, listing the earlier ones (whose devices are named)
+    prov = next((x for x in reversed(lines) if x.get("record") == "provenance"), {})
     rows = [r for r in lines if r.get("record") != "provenance"]
     device = str(prov.get("device") or "").split(":")[0]
     if not device or not rows:
@@ -82,7 +83,9 @@ def rebuilt_record(path: Path) -> dict | None:
     else:
         return None
     rec.update({"date_utc": prov.get("date_utc"), "load_1min": None, "cpu_count": prov.get("cpu_count"),
-                "device_name": prov.get("device_name") or prov.get("cuda_device"), "file": str(path)})
+                "device_name": " + ".join(dict.fromkeys(str(n) for p in run_provenances(prov)
+                                                        if (n := p.get("device_name") or p.get("cuda_device"))))
+                or None, "file": str(path)})
     return rec
 
 

@@ -21,13 +21,11 @@ Exposed:
     read_results(path) -> ResultRows              rows checked (a foreign file fails naming path and line)
     ResultRows                                    a list of flat dict rows with ``.provenance`` and ``.run_id``
 
-Run segments. A run cut short and continued with ``--resume`` (maybe days later, on another machine, at another
-commit) is a chain of segments: the first run, then each resume. Every segment has its own ``run_id``, and every row
-carries the ``run_id`` of the segment that made it. A file's provenance record is its latest segment's; it lists the
-earlier segments' records (each with its own run_id, git commit, device, date, command...) under ``earlier_runs``,
-oldest first, without nesting. :func:`run_provenances` is the one reader of that key and :func:`set_earlier_runs`
-its one writer: :meth:`ResultsFile.start` calls it when a run resumes, and appends the new segment's provenance line
-to a continued ``<out>.partial`` before its rows (so the partial's last provenance line is the live segment's).
+Run segments: a run continued with ``--resume`` (maybe days later, on another machine, at another commit) is a
+chain of segments, each with its own ``run_id``, which the rows it makes carry. A file's provenance record is its
+latest segment's, listing the earlier segments' records (own run_id, commit, device, date...) under
+``earlier_runs``, oldest first, never nested: :func:`run_provenances` reads that key, :func:`set_earlier_runs`
+writes it (:meth:`ResultsFile.start`, which also appends the segment's provenance line to a continued partial).
 """
 
 from __future__ import annotations
@@ -173,17 +171,11 @@ def merge_run_provenances(provs: Iterable[dict]) -> dict:
     in, a finished file being continued): every segment they name, each once (by ``run_id``; a record without one
     by its content; the first seen wins, so rank 0's view of a shared segment), ordered by ``date_utc`` (the
     segment's start; stable); the latest with the others as its earlier runs. {} when none has a provenance."""
-    seen, segments = set(), []
-    for prov in provs:
-        for seg in run_provenances(prov):
-            key = seg.get("run_id") or json.dumps(seg, sort_keys=True, default=str)
-            if key not in seen:
-                seen.add(key)
-                segments.append(seg)
-    if not segments:
-        return {}
-    segments.sort(key=lambda seg: str(seg.get("date_utc") or ""))
-    return set_earlier_runs(dict(segments[-1]), segments[:-1])
+    by_key: dict = {}
+    for seg in (seg for prov in provs for seg in run_provenances(prov)):
+        by_key.setdefault(seg.get("run_id") or json.dumps(seg, sort_keys=True, default=str), seg)
+    segments = sorted(by_key.values(), key=lambda seg: str(seg.get("date_utc") or ""))
+    return set_earlier_runs(dict(segments[-1]), segments[:-1]) if segments else {}
 
 
 def parse_lines(lines: Iterable[str], path, check: Callable[[object, str], dict] | None = None,

@@ -535,14 +535,11 @@ _PROV_KEYS = ("run_id", "date_utc", "zyfa_version", "git_commit", "git_dirty", "
 
 
 def section_provenance(doc: Doc, res: Results) -> None:
-    """One column per run: per file, or per segment of a resumed file (each with its own run_id, commit, device and
-    date: :func:`zyfa.accuracy.io.results_io.run_provenances`)."""
     doc.h(2, "Provenance")
-    columns = []
+    columns = []  # one per run: a file's, or each segment of a resumed file (run_provenances, oldest first)
     for name, p in res.provenances:
         runs = run_provenances(p) or [{}]
-        columns += [(name if len(runs) == 1 else f"{name} (run {i} of {len(runs)})", r)
-                    for i, r in enumerate(runs, 1)]
+        columns += [(f"{name} (run {i} of {len(runs)})" if len(runs) > 1 else name, r) for i, r in enumerate(runs, 1)]
     keys = [k for k in _PROV_KEYS if any(k in p for _, p in columns)]
     extra = sorted({k for _, p in columns for k, v in p.items()
                     if k not in keys and k not in ("recipes", "inputs", "argv", "study_notes")
@@ -558,13 +555,10 @@ def section_provenance(doc: Doc, res: Results) -> None:
         body.append([k, *vals])
     doc.table("t-provenance", ["", *(name for name, _ in columns)], body, text=True)
     for name, p in res.provenances:
-        n = len(run_provenances(p))
-        if n > 1:
-            doc.p(f"`{name}` was resumed: its rows were made by {n} runs, one column each above, oldest first; each "
-                  "row's `run_id` names the run that made it.")
-    for name, p in res.provenances:
-        line = sharding_line(p)
-        if line:
+        if len(run_provenances(p)) > 1:
+            doc.p(f"`{name}` was resumed: {len(run_provenances(p))} runs made its rows, a column each above (oldest "
+                  "first); each row's `run_id` names its run.")
+        if line := sharding_line(p):
             doc.p(f"`{name}` was a sharded run (torchrun, docs/SHARDING.md): {line}.")
 
 

@@ -11,6 +11,7 @@ import json
 import os
 
 import pytest
+from zyfa.accuracy.io.cost_model import add_record
 from zyfa.accuracy.io.results_io import (
     ResultsFile,
     read_jsonl,
@@ -21,8 +22,10 @@ from zyfa.accuracy.io.results_io import (
 )
 from zyfa.accuracy.io.schemas import SchemaError, check_provenance, mixed_code_notice, read_rows
 from zyfa.accuracy.io.shard import Dist, RankRows, ShardedResults
+from zyfa.accuracy.report.document import Doc, render_markdown
 from zyfa.accuracy.report.front import source_label
 from zyfa.accuracy.report.results import load_results
+from zyfa.accuracy.report.sections import section_provenance
 
 from zyfa.cli import main as zyfa
 
@@ -170,6 +173,13 @@ def test_readers_attribute_every_segment(tmp_path):
     assert notice is not None and COMMIT_A in notice and COMMIT_B in notice
     assert source_label("he.jsonl", prov) == "he.jsonl @ e578be6, H200 and d3c31b1, H100"
     assert source_label("he.jsonl", prov, ("he.jsonl",)) == "this run (H200, H100)"
+    # the report's provenance table: a column per segment, oldest first
+    doc = Doc(title="t")
+    section_provenance(doc, res)
+    md = render_markdown(doc)
+    assert "he.jsonl (run 1 of 2)" in md and "he.jsonl (run 2 of 2)" in md and "was resumed: 2 runs" in md
+    table = [ln for ln in md.splitlines() if ln.startswith("| cuda_device") or ln.startswith("| run_id")]
+    assert table == ["| run_id | run-a | run-b |", "| cuda_device | NVIDIA H200 | NVIDIA H100 |"], table
     # one segment alone: no notice, the label as before
     assert mixed_code_notice([a]) is None and source_label("x.jsonl", a) == "x.jsonl @ e578be6, H200"
     # a row whose run_id no segment names is an orphan still
@@ -177,6 +187,30 @@ def test_readers_attribute_every_segment(tmp_path):
     lines[1] = json.dumps({**json.loads(lines[1]), "run_id": "nobody"})
     out.write_text("\n".join(lines) + "\n")
     assert load_results([out]).orphans == 1
+
+
+def test_cost_records_of_every_earlier_segment_are_kept(tmp_path):
+    """A finished file (A, B: its record list [a, b]) resumed by C, which is cut (its partial's provenance, written at
+    start, has no records), then finished by D: D's file keeps a and b once each, then d."""
+    out = tmp_path / "r.jsonl"
+    a, b = _prov("run-a", COMMIT_A, "H200", 1), _prov("run-b", COMMIT_B, "H100", 2)
+    c, d = _prov("run-c", COMMIT_B, "H100", 3), _prov("run-d", COMMIT_B, "H100", 4)
+    _segment(out, a, range(1), resume=False, finish=False)
+    rf = ResultsFile.open(out, resume=True)
+    rf.start(b)
+    rf.add(_row(1, "run-b"))
+    ra = add_record({}, None, 1.0, 1.0, "cuda", command="tasks", cells=1)
+    rb = add_record(b, {"cost_model": [ra]}, 2.0, 1.0, "cuda", command="tasks", cells=1)
+    rf.finish(rf.rows_in_order(KEYS[:2]), b, write_results)
+    _segment(out, c, range(2, 3), resume=True, finish=False)
+    rf = ResultsFile.open(out, resume=True)
+    assert "cost_model" not in rf.provenance, "a cut segment's provenance line holds no record"
+    rf.start(d)
+    rd = add_record(d, rf.provenance, 3.0, 1.0, "cuda", command="tasks", cells=1)
+    rf.finish(rf.rows_in_order(KEYS[:3]), d, write_results)
+    _, prov = read_jsonl(out)
+    assert [r["record_id"] for r in prov["cost_model"]] == [ra["record_id"], rb["record_id"], rd["record_id"]]
+    assert _ids(prov) == ["run-a", "run-b", "run-c", "run-d"]
 
 
 def test_the_schema_checks_the_earlier_runs(tmp_path):
