@@ -26,6 +26,28 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN_FIELDS = ("run_id",)
 
 
+@contextlib.contextmanager
+def disk_full_after_rows(monkeypatch, rows: int):
+    """Inside the block, ``os.write`` raises ENOSPC once ``rows`` result rows (lines starting ``{"run_id":``) have
+    been written: a disk that fills mid-run, on any machine. ``os.write`` is restored on leaving."""
+    import errno
+
+    real_write = os.write
+    seen = {"n": 0}
+
+    def write_until_full(fd, data):
+        seen["n"] += bytes(data[:10]) == b'{"run_id":'
+        if seen["n"] > rows:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", write_until_full)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(os, "write", real_write)
+
+
 def _mount(*args: str) -> bool:
     try:
         return subprocess.run(["mount", *args], capture_output=True, timeout=20).returncode == 0

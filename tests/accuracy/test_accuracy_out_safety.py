@@ -8,13 +8,11 @@ inputs too large for memory, and foreign result files read by ``zyfa report``.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 
 import pytest
 
-from tests.faults import readonly_dir, result_rows, rows_match, tiny_fs
+from tests.faults import disk_full_after_rows, readonly_dir, result_rows, rows_match, tiny_fs
 from zyfa.cli import main as zyfa
 
 SMALL = ["accuracy", "--seq", "128", "--heads", "2", "--head-dim", "64", "--recipes", "zyfa,ck,fp32",
@@ -114,18 +112,8 @@ def test_disk_full_mid_run_keeps_earlier_rows_and_the_old_file(tmp_path, monkeyp
     assert zyfa([*SMALL, "--out", "r.jsonl"]) == 0
     before = (tmp_path / "r.jsonl").read_bytes()
     capsys.readouterr()
-    real_write = os.write
-    calls = {"n": 0}
-
-    def write_until_full(fd, data):  # the disk fills after the first result row
-        calls["n"] += bytes(data[:10]) == b'{"run_id":'
-        if calls["n"] > 1:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", write_until_full)
-    assert zyfa([*SMALL, "--out", "r.jsonl", "--force"]) == 2
-    monkeypatch.setattr(os, "write", real_write)
+    with disk_full_after_rows(monkeypatch, 1):
+        assert zyfa([*SMALL, "--out", "r.jsonl", "--force"]) == 2
     line = _one_line_error(capsys, "no space left on device", "r.jsonl.partial", "--resume")
     assert "lines written before are kept" in line
     assert (tmp_path / "r.jsonl").read_bytes() == before  # the finished file of the earlier run is intact

@@ -6,9 +6,7 @@ then the readers that attribute rows: the report's orphan count, mixed_code_noti
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 
 import pytest
 from zyfa.accuracy.io.cost_model import add_record
@@ -27,6 +25,7 @@ from zyfa.accuracy.report.front import source_label
 from zyfa.accuracy.report.results import load_results
 from zyfa.accuracy.report.sections import section_provenance
 
+from tests.faults import disk_full_after_rows
 from zyfa.cli import main as zyfa
 
 COMMIT_A, COMMIT_B, COMMIT_C = "e578be6" + "0" * 33, "d3c31b1" + "0" * 33, "a7ef594" + "0" * 33
@@ -236,18 +235,8 @@ def test_zyfa_accuracy_resume_is_a_new_segment(tmp_path, monkeypatch, capsys):
     at another commit (d3c31b1) makes the other rows under a new run_id, and the finished file lists A."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ZYFA_GIT_COMMIT", COMMIT_A)
-    real_write = os.write
-    calls = {"n": 0}
-
-    def write_until_full(fd, data):  # the disk fills after the first result row
-        calls["n"] += bytes(data[:10]) == b'{"run_id":'
-        if calls["n"] > 1:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", write_until_full)
-    assert zyfa([*SMALL, "--out", "r.jsonl"]) == 2
-    monkeypatch.setattr(os, "write", real_write)
+    with disk_full_after_rows(monkeypatch, 1):
+        assert zyfa([*SMALL, "--out", "r.jsonl"]) == 2
     kept, first = read_log(tmp_path / "r.jsonl.partial")
     assert len(kept) == 1 and first["git_commit"] == COMMIT_A
 

@@ -4,12 +4,9 @@ runs everything else, and a study cut short resumes to the rows of an uninterrup
 
 from __future__ import annotations
 
-import errno
-import os
-
 from zyfa.accuracy.study.run import refusals
 
-from tests.faults import result_rows, rows_match
+from tests.faults import disk_full_after_rows, result_rows, rows_match
 from zyfa.cli import main as zyfa
 
 ARGS = ["study", "--max-seq", "128", "--captures", "none", "--gaussian-filter", "d64|d192",
@@ -45,18 +42,8 @@ def test_refused_pairs_are_left_out_and_said(tmp_path, monkeypatch):
 def test_a_study_with_refusals_cut_short_resumes_to_the_uninterrupted_rows(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert zyfa([*ARGS, "--out", "whole"]) == 0
-    real_write = os.write
-    rows = {"n": 0}
-
-    def write_until_full(fd, data):  # the disk fills after seven result rows: inside the second runner call
-        rows["n"] += bytes(data[:10]) == b'{"run_id":'
-        if rows["n"] > 7:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", write_until_full)
-    assert zyfa([*ARGS, "--out", "st"]) == 2
-    monkeypatch.setattr(os, "write", real_write)
+    with disk_full_after_rows(monkeypatch, 7):
+        assert zyfa([*ARGS, "--out", "st"]) == 2
     assert len(result_rows(tmp_path / "st.partial" / "accuracy_rows.jsonl.partial" / "rank-0.jsonl")) == 7
     assert zyfa([*ARGS, "--out", "st", "--resume"]) == 0
     assert rows_match(result_rows(tmp_path / "st" / "results.jsonl"), result_rows(tmp_path / "whole" / "results.jsonl"))

@@ -9,7 +9,6 @@ current directory. Studies here are small (``--captures none``, Gaussian inputs 
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import random
@@ -19,7 +18,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults import ROOT, kill_when, path_without_chromium, readonly_dir, result_rows, rows_match
+from tests.faults import (
+    ROOT,
+    disk_full_after_rows,
+    kill_when,
+    path_without_chromium,
+    readonly_dir,
+    result_rows,
+    rows_match,
+)
 from zyfa.cli import main as zyfa
 
 SMALL = ["study", "--quick", "--max-seq", "128", "--captures", "none", "--gaussian-filter", "d64",
@@ -98,19 +105,9 @@ def test_disk_full_mid_study_keeps_the_old_study_and_resumes(tmp_path, monkeypat
     out = tmp_path / "st"
     assert zyfa([*SMALL, "--out", "st"]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    real_write = os.write
-    rows = {"n": 0}
-
-    def write_until_full(fd, data):  # the disk fills after two result rows
-        rows["n"] += bytes(data[:10]) == b'{"run_id":'
-        if rows["n"] > 2:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_write(fd, data)
-
-    monkeypatch.setattr(os, "write", write_until_full)
-    capsys.readouterr()
-    assert zyfa([*SMALL, "--out", "st", "--force"]) == 2
-    monkeypatch.setattr(os, "write", real_write)
+    with disk_full_after_rows(monkeypatch, 2):
+        capsys.readouterr()
+        assert zyfa([*SMALL, "--out", "st", "--force"]) == 2
     _one_line(capsys, "no space left on device", "st.partial", "--resume")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # report and results of the old study
     kept = result_rows(tmp_path / "st.partial" / "accuracy_rows.jsonl.partial" / "rank-0.jsonl")
