@@ -8,11 +8,15 @@
 #
 #   ZYFA_GIT_COMMIT=<sha> [SLICES=16] [IMPLS=...] [MODEL=qwen25coder] [WAIT=N] bash scripts/humaneval_h200.sh
 #   PLAN=studies/humaneval.toml [MODEL=qwen25coder-1.5b] ZYFA_GIT_COMMIT=<sha> bash scripts/humaneval_h200.sh
+#   PLAN=... SLICES=12 PROCESSES=16 ... bash scripts/humaneval_h200.sh   # resume cut slices, spread evenly
 #
 # With PLAN the slices run `--plan $PLAN` (its implementations, dtype, max-new-tokens; rows carry its hash; MODEL
 # defaults to the plan's first model and IMPLS is not used); summarize with --summarize 'he-*.jsonl' --plan $PLAN.
 #
-# Each slice is `zyfa tasks humaneval --problems A-B --resume --max-seconds` into $STATE/he-K.jsonl; the summary
+# Each slice is `zyfa tasks humaneval --problems A-B --resume --max-seconds` into $STATE/he-K.jsonl. With PROCESSES,
+# the problems the files in $STATE still lack are spread over that many processes instead
+# (scripts/humaneval_slices.py: a cut file continues its own problems, the rest go to new files he-K-J.jsonl), so
+# resumed slices cut at different points finish together. The summary
 # is `zyfa tasks humaneval --summarize 'he-*.jsonl'` here. Slices share the GPU: a 0.5B model's decode steps are
 # launch-bound, so several processes use it better than one.
 set -u
@@ -57,17 +61,24 @@ if [ -f "$ZYFA_CACHE/models/$file" ] && [ ! -f "$STATE/started" ]; then
 from zyfa.capture.models import load_model; load_model('$MODEL', dtype='bf16'); \
 print(f'weights cached in {time.time()-t:.0f} s')") >"$STATE/prime.log" 2>&1
     fi
-    for k in $(seq 0 $((SLICES - 1))); do
-      [ -f "$STATE/he-$k.jsonl" ] && continue  # a finished slice (a resume would only add an empty run segment)
-      a=$(( k * 164 / SLICES )); b=$(( (k + 1) * 164 / SLICES - 1 ))
+    if [ -n "${PROCESSES:-}" ]; then  # what is left, spread evenly (scripts/humaneval_slices.py)
+      (cd "$SRC" && PYTHONPATH=. python3 scripts/humaneval_slices.py "$STATE" --slices "$SLICES" \
+        --processes "$PROCESSES") >"$STATE/processes.txt" || { rm -f "$STATE/launching"; return 1; }
+    else
+      for k in $(seq 0 $((SLICES - 1))); do
+        # a finished slice is not started again (a resume would only add an empty run segment)
+        [ -f "$STATE/he-$k.jsonl" ] || echo "he-$k.jsonl $(( k * 164 / SLICES ))-$(( (k + 1) * 164 / SLICES - 1 ))"
+      done >"$STATE/processes.txt"
+    fi
+    while read -r f probs; do
       (cd "$SRC" && PYTHONPATH=.:/tmp/site setsid nohup python3 -m zyfa.cli tasks humaneval --model "$MODEL" \
-        "${what[@]}" --problems "$a-$b" --device cuda --resume \
-        --max-seconds "${MAX_SECONDS:-1500}" --out "$STATE/he-$k.jsonl" >"$STATE/he-$k.log" 2>&1 </dev/null &)
-    done
+        "${what[@]}" --problems "$probs" --device cuda --resume \
+        --max-seconds "${MAX_SECONDS:-1500}" --out "$STATE/$f" >"$STATE/${f%.jsonl}.log" 2>&1 </dev/null &)
+    done <"$STATE/processes.txt"
     rm -f "$STATE/launching"
   }
   touch "$STATE/launching"
-  export -f launch; export prime SRC MODEL STATE SLICES MAX_SECONDS
+  export -f launch; export prime SRC MODEL STATE SLICES MAX_SECONDS PROCESSES
   WHAT="${what[*]}" setsid nohup bash -c 'what=($WHAT); launch' >"$STATE/launch.log" 2>&1 </dev/null &
   date +%s >"$STATE/started"
   echo "started $SLICES slices of $MODEL: ${PLAN:-$IMPLS}$( [ "$prime" = 1 ] && echo ' (after one load that caches the weights)')"

@@ -1,0 +1,141 @@
+"""Which `zyfa tasks humaneval` processes to start so the problems left in a state folder finish together.
+
+scripts/humaneval_h200.sh runs HumanEval in SLICES problem slices at once (slice K: problems K*164/SLICES to
+(K+1)*164/SLICES - 1 into he-K.jsonl). When a run is cut, the slices are cut at different points, and resuming
+them as they are leaves the GPU to the one or two slices with the most left. This prints one line per process
+to start instead, ``FILE PROBLEMS``, with at most about ``left / processes`` problems each:
+
+    python3 scripts/humaneval_slices.py STATE --slices 12 --processes 16
+
+- a problem with a row of every implementation the files' runs name (their provenance's ``implementations``,
+  which must agree) is done and is not run again;
+- a problem with some rows in a cut file (``he-*.jsonl.partial``: a process runs all implementations of one
+  problem before the next, so only its last problem can be incomplete) is continued in that same file, with
+  ``--resume``, so no row is made twice;
+- the other problems left go to files no run has written (``he-K.jsonl`` if slice K has no file yet, else
+  ``he-K-J.jsonl``), each a contiguous run of problems of one slice.
+
+PROBLEMS is a ``--problems`` list of ranges (``40-43,47-47``: a bare number would mean "the first N").
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from zyfa.accuracy.io.schemas import read_rows
+
+N_PROBLEMS = 164
+FILE = re.compile(r"^he-(\d+)(?:-(\d+))?\.jsonl(\.partial)?$")
+
+
+def slice_bounds(k: int, slices: int, n: int = N_PROBLEMS) -> tuple[int, int]:
+    """Problems ``a..b`` (inclusive) of slice ``k`` of ``slices``, as scripts/humaneval_h200.sh cuts them."""
+    return k * n // slices, (k + 1) * n // slices - 1
+
+
+def problem_index(task_id: str) -> int:
+    return int(task_id.rsplit("/", 1)[1])
+
+
+def read_state(state: Path) -> tuple[dict[int, set[str]], dict[int, str], set[str], int]:
+    """(implementations per problem over every file, the cut file holding each incomplete problem's rows, the
+    names of every HumanEval file present, how many implementations a problem has; 0 with no file).
+
+    Raises ValueError for files whose runs name different implementations."""
+    impls: dict[int, set[str]] = {}
+    named: dict[tuple, str] = {}
+    where: dict[int, set[str]] = {}
+    names = set()
+    for path in sorted(state.iterdir()):
+        m = FILE.match(path.name)
+        if not m:
+            continue
+        names.add(path.name.removesuffix(".partial"))
+        rows, prov = read_rows(path)
+        named.setdefault(tuple(sorted(prov.get("implementations") or ())), path.name)
+        for r in rows:
+            if r.get("kind") != "humaneval":
+                continue
+            i = problem_index(r["task_id"])
+            impls.setdefault(i, set()).add(r["implementation"])
+            if m.group(3):
+                where.setdefault(i, set()).add(path.name.removesuffix(".partial"))
+    if len(named) > 1:
+        (a, fa), (b, fb) = list(named.items())[:2]
+        raise ValueError(f"{fa} ran {', '.join(a) or 'nothing'} but {fb} ran {', '.join(b) or 'nothing'}: "
+                         "one run's files only")
+    n_impls = len(next(iter(named), ()))
+    return impls, {i: sorted(f)[0] for i, f in where.items()}, names, n_impls
+
+
+def plan_processes(state: Path, slices: int, processes: int, n: int = N_PROBLEMS) -> list[tuple[str, list[int]]]:
+    """``[(file name, problems)]`` to start; see the module's docstring."""
+    impls, home, names, n_impls = read_state(state)
+    if not n_impls:  # no file yet: every problem is left
+        n_impls = 1
+    home = {i: f for i, f in home.items() if len(impls[i]) < n_impls}
+    left = [i for i in range(n) if len(impls.get(i, ())) < n_impls]
+    # chunks of contiguous problems: each incomplete problem starts one, in the file that holds its rows; then the
+    # largest chunk is halved until there are `processes` chunks (or only single problems are left)
+    chunks: list[tuple[str | None, list[int]]] = []
+    for i in left:
+        if i in home or not chunks or chunks[-1][1][-1] != i - 1:
+            chunks.append((home.get(i), []))
+        chunks[-1][1].append(i)
+    while len(chunks) < processes:
+        j = max(range(len(chunks)), key=lambda c: len(chunks[c][1]), default=None)
+        if j is None or len(chunks[j][1]) < 2:
+            break
+        f, probs = chunks[j]
+        half = (len(probs) + 1) // 2
+        chunks[j:j + 1] = [(f, probs[:half]), (None, probs[half:])]
+    used = set(names)
+    out: list[tuple[str, list[int]]] = []
+    for f, probs in chunks:
+        if f is None:
+            k = next(k for k in range(slices) if slice_bounds(k, slices, n)[1] >= probs[0])
+            f = next(c for c in (f"he-{k}.jsonl", *(f"he-{k}-{j}.jsonl" for j in range(1, 10_000))) if c not in used)
+        used.add(f)
+        out.append((f, probs))
+    return out
+
+
+def ranges(problems: list[int]) -> str:
+    """``--problems`` text for sorted indices, always as ranges (``5-5``, never ``5``: that means "the first 5")."""
+    spans, start, prev = [], problems[0], problems[0]
+    for i in problems[1:]:
+        if i != prev + 1:
+            spans.append((start, prev))
+            start = i
+        prev = i
+    spans.append((start, prev))
+    return ",".join(f"{a}-{b}" for a, b in spans)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("state", type=Path, help="the folder of he-*.jsonl and he-*.jsonl.partial files")
+    ap.add_argument("--slices", type=int, required=True, help="the SLICES the files were started with")
+    ap.add_argument("--processes", type=int, required=True, help="how many processes to spread the rest over")
+    args = ap.parse_args(argv)
+    if args.slices < 1 or args.processes < 1:
+        print("humaneval_slices: --slices and --processes must be at least 1", file=sys.stderr)
+        return 2
+    if not args.state.is_dir():
+        print(f"humaneval_slices: {args.state} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        plan = plan_processes(args.state, args.slices, args.processes)
+    except ValueError as e:
+        print(f"humaneval_slices: {e}", file=sys.stderr)
+        return 2
+    for f, probs in plan:
+        print(f, ranges(probs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
