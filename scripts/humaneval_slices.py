@@ -3,7 +3,9 @@
 scripts/humaneval_h200.sh runs HumanEval in SLICES problem slices at once (slice K: problems K*164/SLICES to
 (K+1)*164/SLICES - 1 into he-K.jsonl). When a run is cut, the slices are cut at different points, and resuming
 them as they are leaves the GPU to the one or two slices with the most left. This prints one line per process
-to start instead, ``FILE PROBLEMS``, with at most about ``left / processes`` problems each:
+to start instead, ``FILE PROBLEMS``, with about ``left / processes`` problems each (the pieces are cut from the runs
+of contiguous problems left, as evenly as that allows; each run gets a process of its own, so with more runs than
+``--processes`` there are more processes than asked):
 
     python3 scripts/humaneval_slices.py STATE --slices 12 --processes 16
 
@@ -13,7 +15,7 @@ to start instead, ``FILE PROBLEMS``, with at most about ``left / processes`` pro
   problem before the next, so only its last problem can be incomplete) is continued in that same file, with
   ``--resume``, so no row is made twice;
 - the other problems left go to files no run has written (``he-K.jsonl`` if slice K has no file yet, else
-  ``he-K-J.jsonl``), each a contiguous run of problems of one slice.
+  ``he-K-J.jsonl``, K the slice of the file's first problem), each a contiguous run of problems.
 
 PROBLEMS is a ``--problems`` list of ranges (``40-43,47-47``: a bare number would mean "the first N").
 """
@@ -78,20 +80,23 @@ def plan_processes(state: Path, slices: int, processes: int, n: int = N_PROBLEMS
         n_impls = 1
     home = {i: f for i, f in home.items() if len(impls[i]) < n_impls}
     left = [i for i in range(n) if len(impls.get(i, ())) < n_impls]
-    # chunks of contiguous problems: each incomplete problem starts one, in the file that holds its rows; then the
-    # largest chunk is halved until there are `processes` chunks (or only single problems are left)
-    chunks: list[tuple[str | None, list[int]]] = []
+    # runs of contiguous problems: each incomplete problem starts one, in the file that holds its rows; then the run
+    # whose pieces are largest gets one more piece until there are `processes` (or only single problems), so the
+    # largest piece is as small as it can be (halving the largest instead leaves pieces up to twice that)
+    runs: list[tuple[str | None, list[int]]] = []
     for i in left:
-        if i in home or not chunks or chunks[-1][1][-1] != i - 1:
-            chunks.append((home.get(i), []))
-        chunks[-1][1].append(i)
-    while len(chunks) < processes:
-        j = max(range(len(chunks)), key=lambda c: len(chunks[c][1]), default=None)
-        if j is None or len(chunks[j][1]) < 2:
+        if i in home or not runs or runs[-1][1][-1] != i - 1:
+            runs.append((home.get(i), []))
+        runs[-1][1].append(i)
+    pieces = [1] * len(runs)
+    while sum(pieces) < processes:
+        j = max(range(len(runs)), key=lambda r: -(-len(runs[r][1]) // pieces[r]), default=None)
+        if j is None or pieces[j] == len(runs[j][1]):
             break
-        f, probs = chunks[j]
-        half = (len(probs) + 1) // 2
-        chunks[j:j + 1] = [(f, probs[:half]), (None, probs[half:])]
+        pieces[j] += 1
+    # a run's pieces differ by one problem at most; the first stays in the run's file (its incomplete problem first)
+    chunks = [(f if q == 0 else None, probs[q * len(probs) // m:(q + 1) * len(probs) // m])
+              for (f, probs), m in zip(runs, pieces, strict=True) for q in range(m)]
     used = set(names)
     out: list[tuple[str, list[int]]] = []
     for f, probs in chunks:
