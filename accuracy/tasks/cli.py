@@ -35,6 +35,7 @@ from pathlib import Path
 from zyfa.accuracy.implementations.names import check_attention_names, check_decoding, check_kernels
 from zyfa.accuracy.io.command import UsageError
 from zyfa.accuracy.io.cost_model import add_record, generation_units
+from zyfa.accuracy.io.results_io import row_key
 from zyfa.accuracy.io.shard import say
 from zyfa.accuracy.tasks.sandbox import Limits, network_isolation
 
@@ -160,13 +161,22 @@ def _summarize(paths: str, plan=None) -> int:
     from zyfa.accuracy.tasks.stats import summary_markdown
 
     rows = []
-    for p in (x.strip() for x in paths.split(",") if x.strip()):
+    where: dict[tuple, tuple[int, str]] = {}  # a HumanEval row's key -> the file it came from (its place in the list)
+    for n, p in enumerate(x.strip() for x in paths.split(",") if x.strip()):
         if not Path(p).is_file():
             raise UsageError(f"--summarize: {p} is not a file")
         try:
-            rows += read_rows(p)[0]  # every line checked by its schema: file:line: field: problem
+            got = read_rows(p)[0]  # every line checked by its schema: file:line: field: problem
         except ValueError as e:
             raise UsageError(str(e)) from None
+        for r in got:  # a row in two files would count twice: refused before anything is printed
+            if r.get("kind") != "humaneval":
+                continue
+            m, q = where.setdefault(row_key(r, across_runs=True), (n, p))
+            if m != n:
+                raise UsageError(f"--summarize: the row of {r['model']} {r.get('task_id')} under {r['implementation']} "
+                                 f"is in both {q} and {p}; give each row once")
+        rows += got
     if not any(r.get("kind") == "humaneval" for r in rows):
         raise UsageError(f"--summarize: {paths} holds no HumanEval rows")
     print(summary_markdown(rows), end="")

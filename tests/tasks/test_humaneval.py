@@ -1,9 +1,11 @@
 """HumanEval from the pinned wheel: the published solutions pass in the sandbox, wrong ones fail; problem
-selection; the paired statistics on planted data; the command end to end on SmolLM2 (one problem, 8 tokens)."""
+selection; the paired statistics on planted data; the command end to end on SmolLM2 (one problem, 8 tokens);
+--summarize over several files of real rows refuses a row that two of them hold."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from zyfa.accuracy.tasks.humaneval import DATASET, load_problems, program, select_problems, truncate
@@ -11,6 +13,8 @@ from zyfa.accuracy.tasks.sandbox import Limits, run_sandboxed
 from zyfa.accuracy.tasks.stats import drift_by_position, mcnemar_exact, paired_summary, summary_markdown
 
 from zyfa.cli import main
+
+REAL_ROWS = Path(__file__).resolve().parents[2] / "reports" / "humaneval-plan"
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +130,28 @@ def test_the_command_end_to_end_and_resume(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 0
     assert [json.loads(x) for x in out.read_text().splitlines()][1:] == rows
+
+
+def _real_file(path, problems):
+    """A small file of real rows: the provenance record and the rows of ``problems`` of a cut run of the plan."""
+    lines = (REAL_ROWS / "he-0.jsonl.partial").read_text().splitlines(keepends=True)
+    keep = [x for x in lines[1:] if json.loads(x).get("task_id") in {f"HumanEval/{i}" for i in problems}]
+    assert len(keep) == 5 * len(problems)
+    path.write_text(lines[0] + "".join(keep))
+    return path
+
+
+def test_summarize_refuses_a_row_in_two_files(tmp_path, capsys):
+    a, b = _real_file(tmp_path / "a.jsonl", [0, 1]), _real_file(tmp_path / "b.jsonl.partial", [1, 2])
+    for paths, row, second in ((f"{a},{b}", "HumanEval/1", b), (f"{a},{a}", "HumanEval/0", a)):  # a file twice too
+        assert main(["tasks", "humaneval", "--summarize", paths]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert f"the row of qwen25coder-1.5b {row} under stock is in both {a} and {second}" in err
+
+
+def test_summarize_takes_disjoint_files(tmp_path, capsys):
+    a, b = _real_file(tmp_path / "a.jsonl", [0, 1]), _real_file(tmp_path / "b.jsonl.partial", [2, 3])
+    assert main(["tasks", "humaneval", "--summarize", f"{a},{b}"]) == 0
+    out, err = capsys.readouterr()
+    assert "| qwen25coder-1.5b | stock | 4 |" in out and "| qwen25coder-1.5b | cudnn-fp8 | 4 |" in out and err == ""
