@@ -24,10 +24,11 @@ slices = load_script("humaneval_slices")
 
 
 def _real():
-    """The first provenance record of a real cut file and its rows of HumanEval/0, one per implementation."""
-    lines = [json.loads(x) for x in (REAL / "he-0.jsonl.partial").read_text().splitlines()]
-    prov = lines[0]
-    assert prov["record"] == "provenance" and "earlier_runs" not in prov
+    """The provenance record of a real file of the plan (as one run's: its earlier segments left out) and its rows of
+    HumanEval/0, one per implementation."""
+    lines = [json.loads(x) for x in (REAL / "he-0.jsonl").read_text().splitlines()]
+    prov = {k: v for k, v in lines[0].items() if k != "earlier_runs"}
+    assert prov["record"] == "provenance"
     rows = {r["implementation"]: r for r in lines[1:] if r.get("task_id") == "HumanEval/0"}
     assert list(rows) == prov["implementations"]
     return prov, rows
@@ -191,10 +192,11 @@ def test_the_state_spread_over_processes(tmp_path, capsys, problems, processes):
 
 
 @pytest.mark.parametrize("processes", [1, 3, 10, 16, 64, 500])
-def test_the_real_cut_state(tmp_path, capsys, problems, processes):
-    """reports/humaneval-plan as committed (two slices finished, ten cut inside a problem when this was written)."""
+def test_the_committed_state(tmp_path, capsys, problems, processes):
+    """reports/humaneval-plan as committed: every problem done (16 finished files, slices and pieces), so nothing is
+    planned."""
     code, out, err = _main(capsys, REAL, processes)
-    assert code == 0 and err == ""
+    assert code == 0 and err == "" and out == ""
     _check(_parsed(out, problems), REAL, processes)
 
 

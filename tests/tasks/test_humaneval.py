@@ -133,8 +133,8 @@ def test_the_command_end_to_end_and_resume(tmp_path, capsys):
 
 
 def _real_file(path, problems):
-    """A small file of real rows: the provenance record and the rows of ``problems`` of a cut run of the plan."""
-    lines = (REAL_ROWS / "he-0.jsonl.partial").read_text().splitlines(keepends=True)
+    """A small file of real rows: the provenance record and the rows of ``problems`` of a file of the plan."""
+    lines = (REAL_ROWS / "he-0.jsonl").read_text().splitlines(keepends=True)
     keep = [x for x in lines[1:] if json.loads(x).get("task_id") in {f"HumanEval/{i}" for i in problems}]
     assert len(keep) == 5 * len(problems)
     path.write_text(lines[0] + "".join(keep))
