@@ -11,13 +11,13 @@
 #   PLAN=... SLICES=12 PROCESSES=16 ... bash scripts/humaneval_h200.sh   # resume cut slices, spread evenly
 #
 # With PLAN the slices run `--plan $PLAN` (its implementations, dtype, max-new-tokens; rows carry its hash; MODEL
-# defaults to the plan's first model and IMPLS is not used); summarize with --summarize 'he-*.jsonl' --plan $PLAN.
+# defaults to the plan's first model and IMPLS is not used); summarize with --summarize "$(ls he-*.jsonl | paste -sd,)" --plan $PLAN.
 #
 # Each slice is `zyfa tasks humaneval --problems A-B --resume --max-seconds` into $STATE/he-K.jsonl. With PROCESSES,
 # the problems the files in $STATE still lack are spread over that many processes instead
 # (scripts/humaneval_slices.py: a cut file continues its own problems, the rest go to new files he-K-J.jsonl), so
 # resumed slices cut at different points finish together. The summary
-# is `zyfa tasks humaneval --summarize 'he-*.jsonl'` here. Slices share the GPU: a 0.5B model's decode steps are
+# is `zyfa tasks humaneval --summarize "$(ls he-*.jsonl | paste -sd,)"` here (a comma-separated list of files). Slices share the GPU: a 0.5B model's decode steps are
 # launch-bound, so several processes use it better than one.
 set -u
 cd "$(dirname "$0")/.."
@@ -66,7 +66,7 @@ print(f'weights cached in {time.time()-t:.0f} s')") >"$STATE/prime.log" 2>&1
         --processes "$PROCESSES") >"$STATE/processes.txt" || { rm -f "$STATE/launching"; return 1; }
     else
       for k in $(seq 0 $((SLICES - 1))); do
-        # a finished slice is not started again (a resume would only add an empty run segment)
+        # a finished slice is not started again (a resume with nothing left would load the model for nothing)
         [ -f "$STATE/he-$k.jsonl" ] || echo "he-$k.jsonl $(( k * 164 / SLICES ))-$(( (k + 1) * 164 / SLICES - 1 ))"
       done >"$STATE/processes.txt"
     fi

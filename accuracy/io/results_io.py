@@ -299,6 +299,7 @@ class ResultsFile:
         self.done = {key(r) for r in kept}
         self._new: list[dict] = []
         self._log: AppendLog | None = None
+        self._segment: dict | None = None  # this segment's provenance, from start()
         self._reader = reader
 
     @classmethod
@@ -385,24 +386,30 @@ class ResultsFile:
                               "--force or another --out")
 
     def start(self, provenance: dict) -> None:
-        """Open ``<out>.partial`` for appending and write this segment's ``provenance`` line: the first line of a
-        fresh partial (followed by a finished file's rows when that is what is resumed), or appended to a continued
-        one. A resumed run's ``provenance`` gets ``earlier_runs`` in place (:func:`set_earlier_runs`): pass the same
-        dict to :meth:`finish`."""
+        """Begin this segment with its ``provenance``. A resumed run's ``provenance`` gets ``earlier_runs`` in place
+        (:func:`set_earlier_runs`): pass the same dict to :meth:`finish`. Nothing is written until the first row
+        (:meth:`add`): then ``<out>.partial`` opens for appending with this segment's provenance line, the first
+        line of a fresh partial (followed by a finished file's rows when that is what is resumed) or appended to a
+        continued one. So a segment that makes no row (a resume with nothing left) leaves no trace."""
         if self.earlier:
             set_earlier_runs(provenance, self.earlier)
-        continued = self.resumed_from == self.partial
-        self._log = AppendLog(self.partial, fresh=not continued)
-        self._log.write_line(self.dumps({"record": "provenance", **provenance}))
-        if not continued:
-            for row in self.kept:  # resuming a finished file: its rows first
-                self._log.write_line(self.dumps(row))
+        self._segment = provenance
+
+    def _open_log(self) -> AppendLog:
+        if self._log is None:
+            if self._segment is None:
+                raise RuntimeError("ResultsFile.start() first")
+            continued = self.resumed_from == self.partial
+            self._log = AppendLog(self.partial, fresh=not continued)
+            self._log.write_line(self.dumps({"record": "provenance", **self._segment}))
+            if not continued:
+                for row in self.kept:  # resuming a finished file: its rows first
+                    self._log.write_line(self.dumps(row))
+        return self._log
 
     def add(self, row: dict) -> None:
         """Append one finished row (fsync'd before returning)."""
-        if self._log is None:
-            raise RuntimeError("ResultsFile.start() first")
-        self._log.write_line(self.dumps(row))
+        self._open_log().write_line(self.dumps(row))
         self._new.append(row)
 
     def unplanned(self, keys: Sequence[tuple]) -> list[dict]:
@@ -425,8 +432,13 @@ class ResultsFile:
     def finish(self, rows: Sequence[dict], provenance: dict,
                write: Callable[[Sequence[dict], Path, dict], object]) -> Path:
         """Write the finished file atomically (``write(rows, path, provenance)``), then drop the partial. A resumed
-        run's ``provenance`` lists the earlier segments (set in place, as :meth:`start` does)."""
+        run's ``provenance`` lists the earlier segments (set in place, as :meth:`start` does). A finished file
+        resumed with nothing left to make is left as it is (no row, no segment added); a cut run's partial that
+        holds every row is finished by this segment, which is recorded as the one that finished it."""
         self._close_log()
+        if self.resumed_from == self.path and not self._new and list(rows) == self.kept:
+            self.release()
+            return self.path
         if self.earlier:
             set_earlier_runs(provenance, self.earlier)
         write(rows, self.path, provenance)

@@ -73,15 +73,18 @@ def test_a_resumed_run_is_a_segment_with_its_own_run_id(tmp_path):
     assert rf.earlier == [a]
     rf.start(b)
     assert _ids(b) == ["run-a", "run-b"], "start lists the earlier segment in the caller's provenance, in place"
-    # the partial between B's start and finish: B's provenance, A listed; each row made by its segment
+    # B's start writes nothing: a segment that makes no row leaves no trace in the partial
+    assert [json.loads(x).get("record") for x in rf.partial.read_text().splitlines()] == \
+        ["provenance", None, None], "nothing of B before its first row"
+    rf.add(_row(2, "run-b"))
+    # the partial between B's first row and its finish: B's provenance, A listed; each row made by its segment
     rows, prov = read_log(rf.partial)
     assert prov["run_id"] == "run-b" and run_provenances(prov) == [a, {k: v for k, v in b.items()
                                                                        if k in a}]
-    assert [r["run_id"] for r in rows] == ["run-a", "run-a"]
+    assert [r["run_id"] for r in rows] == ["run-a", "run-a", "run-b"]
     assert [json.loads(x).get("record") for x in rf.partial.read_text().splitlines()] == \
-        ["provenance", None, None, "provenance"], "B's provenance line is appended before its rows"
-    for i in (2, 3):
-        rf.add(_row(i, "run-b"))
+        ["provenance", None, None, "provenance", None], "B's provenance line is appended before its rows"
+    rf.add(_row(3, "run-b"))
     rf.finish(rf.rows_in_order(KEYS[:4]), b, write_results)
 
     rows, prov = read_jsonl(out)
@@ -92,6 +95,33 @@ def test_a_resumed_run_is_a_segment_with_its_own_run_id(tmp_path):
     check_provenance(prov, str(out))
     # read through the renderers' schema reader too: the last record of the partial, every record checked
     assert read_rows(out)[1] == prov
+
+
+def test_a_resume_with_nothing_left_adds_no_segment(tmp_path):
+    """A finished file resumed by a run that makes no row is left byte for byte (no segment, no partial); a run
+    that makes no row on a cut partial writes nothing to it, and a later segment that adds rows lists only the
+    segments that made some."""
+    out = tmp_path / "r.jsonl"
+    a, b, c = (_prov("run-a", COMMIT_A, "H200", 1), _prov("run-b", COMMIT_B, "H100", 2),
+               _prov("run-c", COMMIT_C, "H100", 3))
+    _segment(out, a, range(2), resume=False, finish=True)
+    before = out.read_bytes()
+    rf = ResultsFile.open(out, resume=True)
+    rf.start(b)
+    assert rf.finish(rf.rows_in_order(KEYS[:2]), b, write_results) == out
+    assert out.read_bytes() == before and not rf.partial.exists()
+    # a cut partial: B starts and is cut before a row; C then adds rows and finishes
+    out2 = tmp_path / "s.jsonl"
+    _segment(out2, a, range(2), resume=False, finish=False)
+    part = tmp_path / "s.jsonl.partial"
+    cut = part.read_bytes()
+    rf = ResultsFile.open(out2, resume=True)
+    rf.start(b)
+    rf.close()
+    assert part.read_bytes() == cut
+    _segment(out2, c, range(2, 4), resume=True, finish=True)
+    rows, prov = read_jsonl(out2)
+    assert _ids(prov) == ["run-a", "run-c"] and [r["run_id"] for r in rows] == ["run-a"] * 2 + ["run-c"] * 2
 
 
 def test_three_segments_chain_without_nesting(tmp_path):
