@@ -11,13 +11,13 @@
 #   PLAN=... SLICES=12 PROCESSES=16 ... bash scripts/humaneval_h200.sh   # resume cut slices, spread evenly
 #
 # With PLAN the slices run `--plan $PLAN` (its implementations, dtype, max-new-tokens; rows carry its hash; MODEL
-# defaults to the plan's first model and IMPLS is not used); summarize with --summarize "$(ls he-*.jsonl | paste -sd,)" --plan $PLAN.
+# defaults to the plan's first model and IMPLS is not used); summarize with
+# --summarize "$(ls he-*.jsonl | paste -sd,)" --plan $PLAN (a comma-separated list of files).
 #
 # Each slice is `zyfa tasks humaneval --problems A-B --resume --max-seconds` into $STATE/he-K.jsonl. With PROCESSES,
 # the problems the files in $STATE still lack are spread over that many processes instead
 # (scripts/humaneval_slices.py: a cut file continues its own problems, the rest go to new files he-K-J.jsonl), so
-# resumed slices cut at different points finish together. The summary
-# is `zyfa tasks humaneval --summarize "$(ls he-*.jsonl | paste -sd,)"` here (a comma-separated list of files). Slices share the GPU: a 0.5B model's decode steps are
+# resumed slices cut at different points finish together. Slices share the GPU: a 0.5B model's decode steps are
 # launch-bound, so several processes use it better than one.
 set -u
 cd "$(dirname "$0")/.."
