@@ -31,6 +31,11 @@ mkdir -p /tmp/stage "$STATE" "$ZYFA_CACHE/wheels" /tmp/site
 if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .wheels/*.whl 2>&1 | tail -2
+  # packed packages (scripts/build_flashinfer_fa3.py: FlashInfer's FA3 FP8 prefill for flashinfer-fa3), as
+  # scripts/gpu_check.sh unpacks them
+  for pack in .wheels/*.tar.xz; do
+    [ -e "$pack" ] && { tar -xJf "$pack" -C /tmp/site || echo "unpacking $pack failed"; }
+  done
   touch /tmp/site/.installed
 fi
 for f in .stage/*.part[0-9]* .stage/manifest.json; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
