@@ -1,0 +1,41 @@
+"""scripts/profile_decode.py: the per-token cost of a decode step under an implementation, on the CPU with the real
+SmolLM2 and the real greedy decoder (the sync count is CUDA's and reads None here); bad input refused in one line
+before the model loads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.load_file import load_script
+
+profile_decode = load_script("profile_decode")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--model", "nope"], "unknown model 'nope'"),
+    (["--tokens", "1"], "--tokens must be at least 2"),
+    (["--implementations", "no-such-kernel"], "no-such-kernel"),
+    (["--problem", "164"], "--problem 164: give 0..163"),
+])
+def test_bad_input_is_one_line(capsys, argv, says):
+    assert profile_decode.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
+
+
+def test_stock_and_an_emulated_recipe_on_the_cpu(tmp_path, capsys):
+    out = tmp_path / "p.jsonl"
+    assert profile_decode.main(["--model", "smollm2", "--implementations", "stock,bf16", "--tokens", "2",
+                                "--dtype", "fp32", "--out", str(out)]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [r["implementation"] for r in rows] == ["stock", "bf16"]
+    for r in rows:
+        assert r["tokens"] == 2 and r["syncs_per_token"] is None and r["device"] == "cpu"
+        assert r["operators_per_token"] > 100  # a 30-layer model's step is thousands of operators
+        assert r["prompt_tokens"] > 10 and r["seconds_per_token"] > 0
+    # the emulated recipe replaces each layer's attention by many more operators than the model's own
+    assert rows[1]["operators_per_token"] > rows[0]["operators_per_token"]
+    table = capsys.readouterr().out
+    assert "| stock | 2 |" in table and "| bf16 | 2 |" in table
