@@ -165,8 +165,16 @@ def _quantize_int8(x: torch.Tensor, granularity: str, block: int) -> tuple[torch
     return torch.round(x / descale).clamp(-127, 127), descale
 
 
-def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, heads_kv: int):
-    """One operand -> (values, descale broadcastable to x)."""
+def _scaled_by_quantize(fmt: str, granularity: str) -> bool:
+    """Whether :func:`_quantize_operand` sends an operand of this format and granularity through
+    :func:`zyfa.quant.quantize` (which refuses NaN/Inf)."""
+    return fmt not in ("fp32", "bf16", "int8") and granularity not in ("none", "channel")
+
+
+def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, heads_kv: int,
+                      checked: bool = False):
+    """One operand -> (values, descale broadcastable to x). ``checked``: x is known finite (the NaN/Inf count
+    of :func:`zyfa.quant.quantize`, a host sync, is skipped)."""
     x = x.float()
     if fmt == "fp32":
         return x, torch.ones((1, 1, 1, 1), dtype=x.dtype, device=x.device)
@@ -176,7 +184,7 @@ def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, h
     if granularity == "head_kv":
         # Q grouped by its kv head (FA3's q_descale is (batch, num_heads_k)); heads are group-contiguous.
         grouped = x.reshape(b, heads_kv, (h // heads_kv) * s, d)
-        values, descale = _quantize_operand(grouped, fmt, "head", block, heads_kv)
+        values, descale = _quantize_operand(grouped, fmt, "head", block, heads_kv, checked)
         return values.reshape(b, h, s, d), descale.repeat_interleave(h // heads_kv, dim=1)
     if fmt == "int8":
         return _quantize_int8(x, granularity, block)
@@ -186,7 +194,7 @@ def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, h
         amax = x.abs().amax(dim=2, keepdim=True)
         descale = _descale(amax, get_format(fmt).max_normal)
         return round_to_fp8(x / descale, fmt), descale
-    values, descale = quantize(x, fmt, granularity, block_size=block)
+    values, descale = quantize(x, fmt, granularity, block_size=block, check_finite=not checked)
     if granularity == "block":
         descale = descale.repeat_interleave(block, dim=2)[:, :, :s]
     return values, descale
@@ -217,9 +225,17 @@ def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
     if recipe.k_smoothing:
         k_mean = k.mean(dim=2, keepdim=True)
         k = k - k_mean
-    qv, qd = _quantize_operand(q, recipe.q_format, recipe.q_scale, recipe.scale_block_q, heads_kv)
-    kv_, kd = _quantize_operand(k, recipe.k_format, recipe.k_scale, recipe.scale_block_kv, heads_kv)
-    vv, vd = _quantize_operand(v, recipe.v_format, recipe.v_scale, recipe.scale_block_kv, heads_kv)
+    ops = ((q, recipe.q_format, recipe.q_scale, recipe.scale_block_q), (k, recipe.k_format, recipe.k_scale,
+           recipe.scale_block_kv), (v, recipe.v_format, recipe.v_scale, recipe.scale_block_kv))
+    # One host sync for the operands quantize would each check for NaN/Inf (three syncs per call otherwise, in
+    # every layer of every decode step). Found finite: quantize skips its count. Not: each operand goes through
+    # quantize's own check, which raises as it always has. (Checked as _quantize_operand passes them: a float64
+    # beyond float32's range is Inf there.)
+    scaled = [x for x, fmt, gran, _ in ops if _scaled_by_quantize(fmt, gran)]
+    checked = bool(scaled) and len({x.device for x in scaled}) == 1 and bool(
+        torch.stack([torch.isfinite(x.float() if x.dtype == torch.float64 else x).all() for x in scaled]).all())
+    (qv, qd), (kv_, kd), (vv, vd) = (_quantize_operand(x, fmt, gran, block, heads_kv, checked)
+                                     for x, fmt, gran, block in ops)
     return QuantizedInputs(qv, kv_, vv, qd, kd, vd, k_mean)
 
 

@@ -83,17 +83,20 @@ class RecipeAttention:
                 f"layer {layer}: attention mask of shape {tuple(mask.shape)} is not (b, 1|h, {s_q}, {s_k})")
         if mask.dtype == torch.bool:
             allowed = mask
+            biased = torch.zeros((), dtype=torch.bool, device=mask.device)
         elif mask.is_floating_point():  # additive mask: 0 = attend, a huge negative value = masked
             allowed = mask == 0
-            masked_vals = mask.masked_select(~allowed)
-            if masked_vals.numel() and bool((masked_vals > torch.finfo(mask.dtype).min / 2).any()):
-                raise UnsupportedMaskError(
-                    f"layer {layer}: the additive attention mask has finite biases (ALiBi or similar); "
-                    "only causal and sliding-window masks can be emulated")
+            biased = ((mask > torch.finfo(mask.dtype).min / 2) & ~allowed).any()  # a masked place with a finite bias
         else:
             raise UnsupportedMaskError(f"layer {layer}: attention mask dtype {mask.dtype} is not bool or float")
         want = self.expected_mask(s_q, s_k, window, mask.device)
-        if not torch.equal(allowed, want.expand_as(allowed)):
+        # both answers in one host sync (this runs in every layer of every decode step)
+        biased, differs = torch.stack([biased, (allowed != want.expand_as(allowed)).any()]).tolist()
+        if biased:
+            raise UnsupportedMaskError(
+                f"layer {layer}: the additive attention mask has finite biases (ALiBi or similar); "
+                "only causal and sliding-window masks can be emulated")
+        if differs:
             what = "causal" + (f" + sliding window {window}" if window else "")
             raise UnsupportedMaskError(
                 f"layer {layer}: the attention mask is not the plain {what} pattern (padding or packed "

@@ -304,6 +304,12 @@ def test_loader_accepts_kwargs_catchall(tmp_path):
     ("return q, q, q", "returned a tuple of 3 items"),
     ("return q.to(torch.int32)", "returned a torch.int32 output"),
     ("return q, q[..., 0, 0]", r"returned lse of shape \(1, 4\)"),
+    # output and lse are checked with one host sync when both are fine; a bad one is named as before, the output
+    # first
+    ("return q, torch.full(q.shape[:3], float('nan'))", "returned NaN in its lse"),
+    ("return torch.full_like(q, float('inf')), torch.full(q.shape[:3], float('nan'))",
+     r"returned 24576 non-finite output value\(s\) \(0 NaN\)"),
+    ("return q * float('nan'), q[..., 0, 0]", r"returned 24576 non-finite output value\(s\) \(24576 NaN\)"),
 ])
 def test_failing_kernels_name_the_kernel(tmp_path, body, why):
     p = _write(tmp_path, f"def attn(q, k, v, *, causal, sm_scale, window):\n    {body}\n")

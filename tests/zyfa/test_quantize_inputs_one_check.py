@@ -1,0 +1,66 @@
+"""zyfa.emulator.quantize_inputs checks Q, K and V for NaN/Inf together (one host sync on a GPU, in every layer of
+every decode step) and lets zyfa.quant.quantize skip its own count; a non-finite operand is refused by quantize's
+own check with its own message, as before."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zyfa import emulator
+from zyfa.quant import quantize
+from zyfa.recipe_spec import get_recipe
+
+
+def _qkv(seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, h, 40, 64, generator=g).to(dtype) for h in (4, 2, 2))
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    seen = []
+
+    def recording(x, fmt, granularity="tensor", **kw):
+        seen.append(kw.get("check_finite", True))
+        return quantize(x, fmt, granularity, **kw)
+
+    monkeypatch.setattr(emulator, "quantize", recording)
+    return seen
+
+
+@pytest.mark.parametrize("recipe", ["zyfa", "fa3", "zyfa:k_scale=block,scale_block_kv=16"])
+def test_finite_inputs_are_checked_once_and_quantize_skips_its_count(calls, recipe):
+    q, k, v = _qkv()
+    qi = emulator.quantize_inputs(q, k, v, recipe)
+    assert calls and not any(calls), "every quantize call told its input is finite"
+    # the values are what quantize makes with its own check on
+    r = get_recipe(recipe)
+    kq, kd = quantize(k.float(), r.k_format, r.k_scale, block_size=r.scale_block_kv)
+    assert torch.equal(qi.k_values, kq)
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_a_non_finite_operand_is_refused_by_quantize_as_before(calls, which):
+    qkv = list(_qkv())
+    qkv[which][0, 1, 3, 5] = float("nan")
+    with pytest.raises(ValueError, match=r"^quantize: x holds 1 NaN/Inf value\(s\); FP8 scaling needs a finite amax$"):
+        emulator.quantize_inputs(*qkv, "zyfa")
+    assert calls and all(calls), "quantize counted for itself"
+
+
+def test_float64_beyond_float32_range_is_refused_as_before(calls):
+    q, k, v = _qkv(dtype=torch.float64)
+    k[0, 0, 0, 0] = 1e39  # finite in float64, Inf once _quantize_operand makes it float32
+    with pytest.raises(ValueError, match=r"quantize: x holds 1 NaN/Inf"):
+        emulator.quantize_inputs(q, k, v, "zyfa")
+
+
+def test_no_check_where_no_operand_is_scaled(monkeypatch):
+    """A BF16 recipe scales nothing: no finiteness check (no sync) at all, as before."""
+    n = []
+    real = torch.isfinite
+    monkeypatch.setattr(torch, "isfinite", lambda x: n.append(1) or real(x))
+    q, k, v = _qkv()
+    emulator.quantize_inputs(q, k, v, "bf16")
+    assert n == []
