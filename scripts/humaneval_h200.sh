@@ -14,10 +14,10 @@
 # defaults to the plan's first model and IMPLS is not used); summarize with
 # --summarize "$(ls he-*.jsonl | paste -sd,)" --plan $PLAN (a comma-separated list of files).
 #
-# Each slice is `zyfa tasks humaneval --problems A-B --resume --max-seconds` into $STATE/he-K.jsonl. With PROCESSES,
-# the problems the files in $STATE still lack are spread over that many processes instead
-# (scripts/humaneval_slices.py: a cut file continues its own problems, the rest go to new files he-K-J.jsonl), so
-# resumed slices cut at different points finish together. Slices share the GPU: a 0.5B model's decode steps are
+# Each slice is `zyfa tasks humaneval --problems A-B --resume --max-seconds` into $STATE/he-K.jsonl. The processes
+# come from scripts/humaneval_slices.py: the problems the files in $STATE still lack, spread over PROCESSES
+# processes (default SLICES; on a fresh state those are the slices), a cut file continuing its own problems and the
+# rest going to new files he-K-J.jsonl, so resumed slices cut at different points finish together. Slices share the GPU: a 0.5B model's decode steps are
 # launch-bound, so several processes use it better than one.
 set -u
 cd "$(dirname "$0")/.."
@@ -66,15 +66,10 @@ if [ -f "$ZYFA_CACHE/models/$file" ] && [ ! -f "$STATE/started" ]; then
 from zyfa.capture.models import load_model; load_model('$MODEL', dtype='bf16'); \
 print(f'weights cached in {time.time()-t:.0f} s')") >"$STATE/prime.log" 2>&1
     fi
-    if [ -n "${PROCESSES:-}" ]; then  # what is left, spread evenly (scripts/humaneval_slices.py)
-      (cd "$SRC" && PYTHONPATH=. python3 scripts/humaneval_slices.py "$STATE" --slices "$SLICES" \
-        --processes "$PROCESSES") >"$STATE/processes.txt" || { rm -f "$STATE/launching"; return 1; }
-    else
-      for k in $(seq 0 $((SLICES - 1))); do
-        # a finished slice is not started again (a resume with nothing left would load the model for nothing)
-        [ -f "$STATE/he-$k.jsonl" ] || echo "he-$k.jsonl $(( k * 164 / SLICES ))-$(( (k + 1) * 164 / SLICES - 1 ))"
-      done >"$STATE/processes.txt"
-    fi
+    # the problems the files lack, spread over PROCESSES processes (default SLICES: on a fresh state, the slices
+    # themselves); a finished file's problems are not started again, a cut file continues its own
+    (cd "$SRC" && PYTHONPATH=. python3 scripts/humaneval_slices.py "$STATE" --slices "$SLICES" \
+      --processes "${PROCESSES:-$SLICES}") >"$STATE/processes.txt" || { rm -f "$STATE/launching"; return 1; }
     while read -r f probs; do
       (cd "$SRC" && PYTHONPATH=.:/tmp/site setsid nohup python3 -m zyfa.cli tasks humaneval --model "$MODEL" \
         "${what[@]}" --problems "$probs" --device cuda --resume \
