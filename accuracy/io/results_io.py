@@ -14,9 +14,8 @@ Exposed:
     row_key(row, across_runs=False) -> tuple      a row's identity (operator and model-impact rows): what a
                                                   resumed run skips and a report counts once
     jsonl_text(rows, provenance) -> str           a JSONL result file's text
-    ResultsFile                                   ``--out`` of a run: refuse / force / resume, rows
-                                                  appended to ``<out>.partial`` as they finish, the
-                                                  finished file written atomically
+    ResultsFile                                   ``--out`` of a run: refuse / force / resume, rows appended to
+                                                  ``<out>.partial`` as they finish, the file written atomically
     write_results(rows, path, provenance=None)    .jsonl (provenance header record) or .csv (+ sidecar), atomic
     read_results(path) -> ResultRows              rows checked (a foreign file fails naming path and line)
     ResultRows                                    a list of flat dict rows with ``.provenance`` and ``.run_id``
@@ -25,7 +24,8 @@ Run segments: a run continued with ``--resume`` (maybe days later, on another ma
 chain of segments, each with its own ``run_id``, which the rows it makes carry. A file's provenance record is its
 latest segment's, listing the earlier segments' records (own run_id, commit, device, date...) under
 ``earlier_runs``, oldest first, never nested: :func:`run_provenances` reads that key, :func:`set_earlier_runs`
-writes it (:meth:`ResultsFile.start`, which also appends the segment's provenance line to a continued partial).
+writes it (:meth:`ResultsFile.start`). A resumed segment's provenance line goes into the partial with its first row:
+a resume that makes no row adds no segment.
 """
 
 from __future__ import annotations
@@ -262,27 +262,23 @@ class ResultsFile:
     """The ``--out`` file of a run: checked before the run, rows kept as they finish, finished atomically.
 
     Rows go, one fsync'd line each, into ``<out>.partial`` (first line: the provenance record); :meth:`finish`
-    writes ``<out>`` (JSONL, or CSV through ``write``) by a temporary file and a rename, then removes the
-    partial file. So a killed run leaves the rows it finished in ``<out>.partial`` and the previous ``<out>``,
-    if any, untouched.
+    writes ``<out>`` (JSONL, or CSV through ``write``) by a temporary file and a rename, then removes the partial.
+    A killed run leaves its rows in ``<out>.partial`` and the previous ``<out>``, if any, untouched.
 
-    A resumed run is a new segment of the run (see the module's "Run segments"): its own ``run_id`` (the caller
-    mints one, as for a fresh run), its provenance listing the earlier segments (:meth:`start` records them in
-    place, and :meth:`finish` again, in the provenance it writes), and, continuing a ``<out>.partial``, its own
-    provenance line appended before its rows. :attr:`provenance` is the provenance of what it resumed (the
-    partial's last record, or the finished file's); :attr:`earlier` its segments, oldest first.
+    A resumed run is a new segment (the module's "Run segments"): its own ``run_id`` (minted by the caller), its
+    provenance listing the earlier segments (set by :meth:`start` and :meth:`finish`), its provenance line written
+    before its first row. :attr:`provenance` is what it resumed (the partial's last record, or the finished
+    file's); :attr:`earlier` its segments, oldest first.
 
     One live run per output: :meth:`open` takes a :class:`zyfa.outputs.RunLock` (``fcntl.flock`` on
-    ``<out>.partial.lock``) before it looks at the files, and holds it until :meth:`finish` or :meth:`close` (or
-    the process's end, however it ends). While another process holds it, the run is refused, ``--force`` or
-    not, naming that process's PID and start time; so a ``<out>.partial`` is called an interrupted run only
-    when no live process is writing it.
+    ``<out>.partial.lock``) before it looks at the files and holds it until :meth:`finish` or :meth:`close` (or
+    the process's end). While another process holds it, the run is refused, ``--force`` or not, naming its PID
+    and start time; so a ``<out>.partial`` is an interrupted run only when no live process is writing it.
 
     Policy, decided by :meth:`open` before any work:
         - ``<out>`` or ``<out>.partial`` exists, neither ``force`` nor ``resume``: refused (OutputError);
         - ``force``: start over (the old ``<out>`` is replaced only when the new run finishes);
-        - ``resume``: rows of ``<out>.partial`` (else of ``<out>``) are kept; :attr:`done` holds their
-          :func:`row_key`, which the run skips.
+        - ``resume``: rows of ``<out>.partial`` (else ``<out>``) are kept; the run skips their keys (:attr:`done`).
     """
 
     def __init__(self, path: Path, *, kept: list[dict], provenance: dict, resumed_from: Path | None,
@@ -308,12 +304,10 @@ class ResultsFile:
              lock: bool = True, key: Callable[[dict], tuple] = row_key,
              check: Callable[[object, str], dict] | None = None,
              dumps: Callable[[dict], str] = json.dumps) -> ResultsFile:
-        """Check ``path`` (writable, free space for ``n_rows``, no live run on it, the refuse/force/resume
-        policy) and load the rows a resumed run keeps. ``reader`` reads a finished ``path`` (default:
-        :func:`read_jsonl`). ``lock=False``: the caller holds a lock covering ``path`` already (a study's
-        folder). A command whose rows are not ``zyfa accuracy`` rows (``zyfa impact``) passes their identity
-        ``key``, the ``check`` of a partial's lines and ``dumps`` (a row as one JSON line), as to
-        :class:`zyfa.accuracy.io.shard.ShardedResults`."""
+        """Check ``path`` (writable, room for ``n_rows``, no live run on it, the refuse/force/resume policy) and
+        load the rows a resumed run keeps. ``reader`` reads a finished ``path`` (default :func:`read_jsonl`);
+        ``lock=False``: the caller holds a lock covering ``path`` (a study's folder). Rows that are not ``zyfa
+        accuracy`` rows (``zyfa impact``) come with their ``key``, ``check`` and ``dumps``, as for ShardedResults."""
         path = Path(path)
         if force and resume:
             raise OutputError("--force and --resume exclude each other")
@@ -365,14 +359,12 @@ class ResultsFile:
 
     @property
     def skip(self) -> set:
-        """The planned rows this run does not make: those done before (a sharded rank's view skips other ranks'
-        too, :class:`zyfa.accuracy.io.shard.RankRows`)."""
+        """The planned rows this run does not make: those done before (a rank's view skips other ranks' too)."""
         return self.done
 
     @property
     def run_id(self) -> str | None:
-        """None: every segment of a run, a resume too, has its own id, made by its runner (the rows of earlier
-        segments keep theirs, and :attr:`earlier` names them)."""
+        """None: each segment has its own id, made by its runner (:attr:`earlier` names the earlier ones)."""
         return None
 
     def check_plan(self, keys: Sequence[tuple]) -> None:
@@ -386,14 +378,15 @@ class ResultsFile:
                               "--force or another --out")
 
     def start(self, provenance: dict) -> None:
-        """Begin this segment with its ``provenance``. A resumed run's ``provenance`` gets ``earlier_runs`` in place
-        (:func:`set_earlier_runs`): pass the same dict to :meth:`finish`. Nothing is written until the first row
-        (:meth:`add`): then ``<out>.partial`` opens for appending with this segment's provenance line, the first
-        line of a fresh partial (followed by a finished file's rows when that is what is resumed) or appended to a
-        continued one. So a segment that makes no row (a resume with nothing left) leaves no trace."""
+        """Begin this segment: its ``provenance`` line opens ``<out>.partial`` (a fresh run's, at once) or is
+        appended with a resumed segment's first row (:meth:`add`; after a finished file's rows when that is what
+        is resumed), so a resume that makes no row leaves no trace. A resumed run's ``provenance`` gets
+        ``earlier_runs`` in place (:func:`set_earlier_runs`): pass the same dict to :meth:`finish`."""
         if self.earlier:
             set_earlier_runs(provenance, self.earlier)
         self._segment = provenance
+        if self.resumed_from is None:
+            self._open_log()
 
     def _open_log(self) -> AppendLog:
         if self._log is None:
@@ -432,9 +425,8 @@ class ResultsFile:
     def finish(self, rows: Sequence[dict], provenance: dict,
                write: Callable[[Sequence[dict], Path, dict], object]) -> Path:
         """Write the finished file atomically (``write(rows, path, provenance)``), then drop the partial. A resumed
-        run's ``provenance`` lists the earlier segments (set in place, as :meth:`start` does). A finished file
-        resumed with nothing left to make is left as it is (no row, no segment added); a cut run's partial that
-        holds every row is finished by this segment, which is recorded as the one that finished it."""
+        run's ``provenance`` lists the earlier segments (set in place, as :meth:`start` does); a finished file
+        resumed with nothing left to make is left as it is."""
         self._close_log()
         if self.resumed_from == self.path and not self._new and list(rows) == self.kept:
             self.release()
