@@ -1,16 +1,24 @@
-"""Fit the ``--dry-run`` cost model's rates (units of work per second, per command and device type) from measured runs.
+"""Fit the ``--dry-run`` cost model's rates (units of work per second, and seconds per cell where the model has them,
+per command and device type) from measured runs.
 
     python scripts/fit_cost_model.py zyfa-study/results.jsonl zyfa-longctx/results.jsonl runs/*.jsonl
 
 Reads the cost records of result files of ``zyfa accuracy``, ``study``, ``longctx``, ``impact`` and ``tasks``: each
 run records the units of work of the rows it made, the estimate ``--dry-run`` gives for them and the wall seconds
 they took (:mod:`zyfa.accuracy.io.cost_model`; in the file's provenance line, or for ``zyfa impact`` in its rows'
-provenance). Prints, per (command, device type), the rate that fits the runs (geometric mean of units per second),
-the current rate of :data:`zyfa.accuracy.io.cost_model.RATES`, and the range of measured / estimated time under each:
-the values to put into ``RATES`` when the runs were made on the machine the README's times are for. A (command,
-device type) with fewer than 2 runs is named in one line and not fitted; a file without records (older runs) is
-named and skipped (``--from-rows`` rebuilds its record instead, below); no rate fitted at all exits with status 2.
-Imports no torch.
+provenance). Prints, per (command, device type), the values that fit the runs (:func:`zyfa.accuracy.io.cost_model.fit`:
+one rate, the geometric mean of units per second; where :data:`~zyfa.accuracy.io.cost_model.SECONDS_PER_CELL` has the
+pair, a rate and seconds per cell, least squares of log(measured / estimate)), the current values of
+:data:`~zyfa.accuracy.io.cost_model.RATES` and ``SECONDS_PER_CELL``, and the range of measured / estimated time under
+each: the values to put into those tables when the runs were made on the machine the README's times are for. A
+(command, device type) with fewer than 2 runs (3 with seconds per cell) is named in one line and not fitted; a file
+without records (older runs) is named and skipped (``--from-rows`` rebuilds its record instead, below); no rate
+fitted at all exits with status 2. Imports no torch.
+
+``--per-run``: also each run fitted on, its estimate under the fitted values beside its measured time.
+
+``--count-as FROM=TO``: fit the records of command FROM as TO's (commands whose rows are the same units, e.g.
+``accuracy=study``), to see how a run of one moves the other's fit.
 
 ``--from-rows``: files written before the records carry enough to rebuild one record each, by the same units: a
 ``zyfa study`` file its runner's wall time (``study_accuracy_s``) and its rows' shapes
@@ -95,7 +103,15 @@ def main(argv: list[str] | None = None) -> int:
                                                  "tasks")
     parser.add_argument("--from-rows", action="store_true",
                         help="rebuild the record of a study or long-context file written before the records")
+    parser.add_argument("--per-run", action="store_true",
+                        help="also list each run fitted on with its estimate under the fitted values")
+    parser.add_argument("--count-as", action="append", default=[], metavar="FROM=TO",
+                        help="fit the records of command FROM as command TO's (same units, e.g. accuracy=study)")
     args = parser.parse_args(argv)
+    count_as = dict(x.split("=", 1) for x in args.count_as if "=" in x)
+    if len(count_as) != len(args.count_as):
+        print("fit_cost_model: --count-as takes FROM=TO, e.g. accuracy=study", file=sys.stderr)
+        return 2
     records = []
     for name in args.files:
         path = Path(name)
@@ -109,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                                  "no cost records, and none can be rebuilt from its rows; skipped"))
         elif not found:
             print(f"{name}: no cost records (written before they were recorded); skipped")
-        records += found
+        records += [{"file": name, **r} for r in found]
+    records = [{**r, "command": count_as[r["command"]]} if r.get("command") in count_as else r for r in records]
     fitted = fit(records)
     for f in fitted.values():
         if "refused" in f:
@@ -119,17 +136,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fit_cost_model: no (command, device) with {MIN_RUNS} or more runs with work and a measured time in "
               "these files", file=sys.stderr)
         return 2
-    print("| command | device | runs | fitted units/s | current units/s | measured/estimate, fitted | "
-          "measured/estimate, current |")
-    print("|---|---|---:|---:|---:|---|---|")
+    print("| command | device | runs | fitted units/s | fitted s/cell | current units/s | current s/cell | "
+          "measured/estimate, fitted | measured/estimate, current |")
+    print("|---|---|---:|---:|---:|---:|---:|---|---|")
     for (command, device), f in fitted.items():
         lo, hi = f["measured_over_estimate"]
         clo, chi = f["current_measured_over_estimate"]
-        print(f"| {command} | {device} | {f['runs']} | {f['units_per_second']:.3g} | "
-              f"{f['current_units_per_second']:.3g} | {lo:.2f}-{hi:.2f} | {clo:.2f}-{chi:.2f} |")
+        per_cell = f"{f['seconds_per_cell']:.3g}" if "seconds_per_cell" in f else "-"
+        print(f"| {command} | {device} | {f['runs']} | {f['units_per_second']:.3g} | {per_cell} | "
+              f"{f['current_units_per_second']:.3g} | {f['current_seconds_per_cell']:.3g} | {lo:.2f}-{hi:.2f} | "
+              f"{clo:.2f}-{chi:.2f} |")
     print()
     for (command, device), f in fitted.items():
         print(f'RATES["{command}"]["{device}"] = {f["units_per_second"]:.2e}')
+        if "seconds_per_cell" in f:
+            print(f'SECONDS_PER_CELL["{command}"]["{device}"] = {f["seconds_per_cell"]:.2e}')
+    if args.per_run:
+        print()
+        print("| file | command | device | rows | units | measured s | estimate s, fitted | measured/estimate |")
+        print("|---|---|---|---:|---:|---:|---:|---:|")
+        for (command, device), f in fitted.items():
+            for r, ratio in zip(f["records"], f["ratios"], strict=True):
+                print(f"| {r.get('file') or '-'} | {command} | {device} | {r.get('cells')} | {r['units']:.3g} | "
+                      f"{r['measured_s']:.1f} | {r['measured_s'] / ratio:.1f} | {ratio:.2f} |")
     return 0
 
 

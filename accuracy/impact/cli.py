@@ -30,7 +30,7 @@ from zyfa.accuracy.impact.rows import drop_rows, impact_key, json_default, parse
 from zyfa.accuracy.impact.run import impact_cells, run_impact
 from zyfa.accuracy.impact.section import command_of, impact_files_beside, results_paths, write_markdown
 from zyfa.accuracy.implementations.plugins import load_plugins
-from zyfa.accuracy.io.cost_model import IMPACT_TRUNCATING_SCALE, PROVENANCE_KEY, record
+from zyfa.accuracy.io.cost_model import IMPACT_TRUNCATING_SCALE, PROVENANCE_KEY, estimate_s, record
 from zyfa.accuracy.io.cost_model import rate as units_per_second
 from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.results_io import ResultsFile
@@ -198,11 +198,12 @@ def pass_cost(model: str, attention: str | None, n_tokens: int, swapped_layers: 
 def attention_seconds(shape: dict, attention: str, device_type: str = "cpu", *, kernel: bool = False,
                       scale_truncating: bool = True) -> float:
     """The estimated seconds of one layer's swapped attention on an input of ``shape``: the accuracy command's cost
-    of it at its rate; a truncating recipe's (:meth:`zyfa.recipes.Recipe.truncated_gemms`) scaled by
+    of it at its rate, without the accuracy row's fixed cost (a layer's attention call computes no references and
+    no metrics); a truncating recipe's (:meth:`zyfa.recipes.Recipe.truncated_gemms`) scaled by
     :data:`~zyfa.accuracy.io.cost_model.IMPACT_TRUNCATING_SCALE` on a device type that has one (unless
     ``scale_truncating`` is off: the unscaled estimate the scale is fitted against)."""
-    seconds = attention_cost(shape, None if kernel else attention, device_type) / units_per_second("accuracy",
-                                                                                                   device_type)
+    units = attention_cost(shape, None if kernel else attention, device_type)
+    seconds = estimate_s("accuracy", device_type, units, 0)  # 0 cells: no accuracy row's fixed cost
     scale = IMPACT_TRUNCATING_SCALE.get(device_type)
     if scale_truncating and scale is not None and not kernel and any(get_recipe(attention).truncated_gemms()):
         return seconds * scale
@@ -317,10 +318,10 @@ def _main_sharded(args, models, recipes, impl_names, plugins, device, layer_reci
     cells = impact_cells(models, recipes, impl_names, windows=args.windows, per_layer=per_layer,
                          layer_recipes=layer_recipes, layer_windows=args.layer_windows)
     costs = [cell_cost(c, args.tokens, layers, device.type, impl_names) for c in cells]
-    rate = units_per_second("impact", device.type)
     if args.dry_run is not None:
-        try:
-            print_dry_run(args.dry_run, [" ".join(map(str, c)) for c in cells], costs, rate)
+        try:  # impact has no seconds per cell; were it given some, a sweep cell's rows (one per layer) need counting
+            print_dry_run(args.dry_run, [" ".join(map(str, c)) for c in cells], costs,
+                          [estimate_s("impact", device.type, c, 1) for c in costs])
         except OutputError as e:
             say(f"zyfa impact: error: {e}")
             return 2

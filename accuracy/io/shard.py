@@ -7,8 +7,9 @@ rank 0 merges every rank file into ``<out>``: the rows a single process writes, 
 
 Plan rule (deterministic): cells sorted by cost, largest first (ties: planned order), each given to the rank
 with the least cost so far (ties: the lowest rank): LPT, within 4/3 of the best makespan. Cost models live with
-the commands (``accuracy``: batch x query heads x s_q x s_k x (d + d_v) per row); the rates of
-:mod:`zyfa.accuracy.io.cost_model` turn cost units into the seconds ``--dry-run`` prints.
+the commands (``accuracy``: batch x query heads x s_q x s_k x (d + d_v) per row); the commands turn each cell's cost
+units into the seconds ``--dry-run`` prints by :func:`zyfa.accuracy.io.cost_model.estimate_s` (a rate, and on a GPU
+a fixed cost per accuracy row), and the plan balances the units.
 
 Files and locks: rank 0 alone holds the output's :class:`zyfa.outputs.RunLock` (``<out>.partial.lock``, the lock
 a single-process run takes), decides refuse / ``--force`` / ``--resume`` and broadcasts the done set (the rows
@@ -27,14 +28,14 @@ earlier ones.
 Exposed:
     Dist / launch(backend=None)            the process group of a torchrun launch (a 1-rank stand-in otherwise)
     plan(costs, world) -> [[cell index]]   LPT assignment, cells of a rank in planned order
-    format_plan(labels, costs, shares, units_per_s) -> str
+    format_plan(labels, shares, seconds) -> str
     ShardedResults                         the rank files, the done set, rank 0's merge
     RankRows                               a rank's share with the ResultsFile interface run_study takes
 
 The scaffold every sharded command (``zyfa accuracy``, ``impact``, ``longctx``, ``study``) builds on, around its
 own cells and cost model:
     wants_sharding(args, out)              torchrun, --dry-run, --backend, or an interrupted sharded run at --out
-    print_dry_run(n, labels, costs, rate)  --dry-run N: the plan, printed by rank 0
+    print_dry_run(n, labels, costs, seconds)  --dry-run N: the plan, printed by rank 0
     rank_device(device, dist)              this rank's GPU under torchrun with CUDA
     announce(prefix, dist, shares, what)   rank 0's line of cells per rank
     give_up(dist, error)                   after an error is reported: meet the other ranks if they share it, close
@@ -202,12 +203,13 @@ def wants_sharding(args, out: Path | None) -> bool:
             or (out is not None and partial_path(out).is_dir()))
 
 
-def print_dry_run(n: int, labels: Sequence[str], costs: Sequence[float], units_per_s: float) -> None:
-    """``--dry-run N``: the plan of the cells (``labels``, ``costs``) over N ranks (:func:`dry_run_world`), printed
-    once, by rank 0 of a torchrun launch (no process group is joined). OutputError for a bad N."""
+def print_dry_run(n: int, labels: Sequence[str], costs: Sequence[float], seconds: Sequence[float]) -> None:
+    """``--dry-run N``: the plan of the cells (``labels``, ``costs``; ``seconds``: each cell's estimate) over N ranks
+    (:func:`dry_run_world`), printed once, by rank 0 of a torchrun launch (no process group is joined). OutputError
+    for a bad N."""
     world = dry_run_world(n)
     if int(os.environ.get("RANK", 0) or 0) == 0:
-        print(format_plan(labels, costs, plan(costs, world), units_per_s))
+        print(format_plan(labels, plan(costs, world), seconds))
 
 
 def rank_device(device, dist: Dist):
@@ -257,17 +259,18 @@ def plan(costs: Sequence[float], world: int) -> list[list[int]]:
     return [sorted(s) for s in shares]
 
 
-def format_plan(labels: Sequence[str], costs: Sequence[float], shares: Sequence[Sequence[int]],
-                units_per_s: float, done: set[int] = frozenset()) -> str:
-    """The plan as text: per rank, its cell count and estimated seconds, then its cells."""
-    total = sum(costs[i] for s in shares for i in s)
+def format_plan(labels: Sequence[str], shares: Sequence[Sequence[int]], seconds: Sequence[float],
+                done: set[int] = frozenset()) -> str:
+    """The plan as text: per rank, its cell count and estimated seconds (``seconds``: each cell's), then its
+    cells."""
+    total = sum(seconds[i] for s in shares for i in s)
     lines = [f"plan: {sum(len(s) for s in shares)} cells to run on {len(shares)} rank(s)"
              + (f" ({len(done)} done already)" if done else "")
-             + f", estimated {total / units_per_s:.1f} s of work"]
+             + f", estimated {total:.1f} s of work"]
     for k, share in enumerate(shares):
-        est = sum(costs[i] for i in share) / units_per_s
+        est = sum(seconds[i] for i in share)
         lines.append(f"rank {k}: {len(share)} cells, estimated {est:.1f} s")
-        lines += [f"  {labels[i]}  ({costs[i] / units_per_s:.2f} s)" for i in share]
+        lines += [f"  {labels[i]}  ({seconds[i]:.2f} s)" for i in share]
     return "\n".join(lines)
 
 

@@ -48,8 +48,7 @@ from pathlib import Path
 
 from zyfa.accuracy.implementations.names import check_decoding
 from zyfa.accuracy.io.command import UsageError
-from zyfa.accuracy.io.cost_model import add_record
-from zyfa.accuracy.io.cost_model import rate as units_per_second
+from zyfa.accuracy.io.cost_model import add_record, estimate_s
 from zyfa.accuracy.io.results_io import ResultsFile, jsonl_text, read_jsonl
 from zyfa.accuracy.io.run_harness import WorkBudget, refuse_unavailable
 from zyfa.accuracy.io.schemas import read_rows
@@ -339,11 +338,11 @@ def _run_sharded(args: argparse.Namespace, spec, device, plugins, nonconforming:
             raise UsageError(str(e)) from None
         cells += [(m, t, n, name) for t in spec.tasks for n in lengths for name in spec.implementations]
     per_cell = len(spec.depths) * len(spec.seeds)
-    rate = units_per_second("longctx", device.type)
     if args.dry_run is not None:
-        try:
-            print_dry_run(args.dry_run, [f"{m} {t} L{n} {name}" for m, t, n, name in cells],
-                          [cell_cost(n, per_cell) for _, _, n, _ in cells], rate)
+        costs = [cell_cost(n, per_cell) for _, _, n, _ in cells]
+        try:  # a cell's rows: its prompts (a record's cells)
+            print_dry_run(args.dry_run, [f"{m} {t} L{n} {name}" for m, t, n, name in cells], costs,
+                          [estimate_s("longctx", device.type, c, per_cell) for c in costs])
         except OutputError as e:
             raise UsageError(str(e)) from None
         return 0

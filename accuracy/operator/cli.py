@@ -55,7 +55,7 @@ from pathlib import Path
 
 from zyfa.accuracy.implementations.names import check_kernel_flags, kernel_namespace
 from zyfa.accuracy.io.command import UsageError
-from zyfa.accuracy.io.cost_model import TRUNCATING_UNITS_PER_SCORE, scores
+from zyfa.accuracy.io.cost_model import TRUNCATING_UNITS_PER_SCORE, estimate_s, scores
 from zyfa.accuracy.io.shard import wants_sharding
 from zyfa.accuracy.operator.args import (
     DEFAULT_COLUMNS,
@@ -300,7 +300,6 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
     # lazy: kept off the refusal path, which imports only what checking the flags needs
     import uuid
 
-    from zyfa.accuracy.io.cost_model import rate
     from zyfa.accuracy.io.results_io import ROW_BYTES_ESTIMATE
     from zyfa.accuracy.io.shard import (
         Dist,
@@ -348,7 +347,7 @@ def _main_sharded(args: argparse.Namespace, recipes, columns, out: Path | None) 
         costs = [key_cost(inp.shape, key, {r.name: r for r in recipes}, device.type) for inp, key, _ in cells]
         if dry:
             print_dry_run(args.dry_run, [f"{inp.name} {name}" for inp, _, name in cells], costs,
-                          rate("accuracy", device.type))
+                          [estimate_s("accuracy", device.type, c, 1) for c in costs])
             return 0
         results = ShardedResults.open(out, dist, force=args.force, resume=args.resume, planned=keys,
                                       reader=read_finished, need_bytes=len(keys) * ROW_BYTES_ESTIMATE,

@@ -19,7 +19,7 @@ import torch
 from zyfa.accuracy.implementations.base import unavailable_lines
 from zyfa.accuracy.implementations.plugins import load_plugins
 from zyfa.accuracy.implementations.registry import parse_implementations
-from zyfa.accuracy.io.cost_model import add_record, rate
+from zyfa.accuracy.io.cost_model import add_record, estimate_s
 from zyfa.accuracy.io.device import resolve_device
 from zyfa.accuracy.io.results_io import row_key, run_provenances, write_results
 from zyfa.accuracy.io.shard import (
@@ -192,7 +192,7 @@ def _dry_run(args: argparse.Namespace, mode: str, captures, max_tokens, recipes,
     device_type = resolve_device(args.device).type
     costs = [key_cost(by_name[k[0]].shape, k, device_type=device_type) for k in keys]
     labels = [f"{k[0]} {k[3] or k[2]}" for k in keys]
-    print_dry_run(args.dry_run, labels, costs, rate("study", device_type))
+    print_dry_run(args.dry_run, labels, costs, [estimate_s("study", device_type, c, 1) for c in costs])
     return 0
 
 

@@ -69,7 +69,7 @@ def test_plan_longest_first_to_least_loaded():
     assert plan(costs, 3) == shares, "the plan is deterministic"
     assert plan([1.0] * 5, 2) == [[0, 2, 4], [1, 3]]
     assert plan(costs, 1) == [list(range(len(costs)))]
-    text = format_plan([f"c{i}" for i in range(len(costs))], costs, shares, 1.0)
+    text = format_plan([f"c{i}" for i in range(len(costs))], shares, costs)  # a cell's seconds: its cost here
     assert "rank 0: 1 cells, estimated 8.0 s" in text and "rank 2: 3 cells, estimated 8.0 s" in text
 
 
