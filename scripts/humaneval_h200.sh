@@ -9,6 +9,8 @@
 #   ZYFA_GIT_COMMIT=<sha> [SLICES=16] [IMPLS=...] [MODEL=qwen25coder] [WAIT=N] bash scripts/humaneval_h200.sh
 #   PLAN=studies/humaneval.toml [MODEL=qwen25coder-1.5b] ZYFA_GIT_COMMIT=<sha> bash scripts/humaneval_h200.sh
 #   PLAN=... SLICES=12 PROCESSES=16 ... bash scripts/humaneval_h200.sh   # resume cut slices, spread evenly
+#   STATE=/tmp/he-b PLAN=studies/other.toml ... bash scripts/humaneval_h200.sh  # a second plan beside the first
+#     (its own files, code copy and $OUT/humaneval-state-he-b.tar.xz)
 #
 # With PLAN the slices run `--plan $PLAN` (its implementations, dtype, max-new-tokens; rows carry its hash; MODEL
 # defaults to the plan's first model and IMPLS is not used); summarize with
@@ -23,7 +25,9 @@ set -u
 cd "$(dirname "$0")/.."
 export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache} PYTHONUNBUFFERED=1
 STATE=${STATE:-/tmp/he}
-SRC=/tmp/zyfa-src-he
+# the code the slices run from, one copy per state folder: two plans may run at once (STATE=/tmp/he-a, /tmp/he-b)
+# without the second start replacing the first one's code under its running processes
+SRC="${STATE%/}-src"
 mkdir -p /tmp/stage "$STATE" "$ZYFA_CACHE/wheels" /tmp/site
 # the commit given to any call of the session is the one the slices record (a later call may start them)
 [ -n "${ZYFA_GIT_COMMIT:-}" ] && echo "$ZYFA_GIT_COMMIT" >"$STATE/commit"
@@ -93,4 +97,6 @@ echo "--- $(date -u +%T); running: $(pgrep -fc '(^|/)python3 -m zyfa[.]cli tasks
 for f in "$STATE"/he-*.log; do [ -e "$f" ] && echo "$(basename "$f"): $(tail -c 300 "$f" | tr '\r' '\n' | tail -1)"; done
 for f in "$STATE"/he-*.jsonl*; do [ -e "$f" ] && echo "$(basename "$f"): $(wc -l <"$f") lines"; done | head -40
 nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
-tar -cJf "${OUT:-/tmp}/humaneval-state.tar.xz" -C "$STATE" --exclude='*.lock' . 2>/dev/null
+# one archive per state folder (the default's keeps its old name)
+pack=humaneval-state$([ "${STATE%/}" = /tmp/he ] || echo "-$(basename "$STATE")")
+tar -cJf "${OUT:-/tmp}/$pack.tar.xz" -C "$STATE" --exclude='*.lock' . 2>/dev/null
