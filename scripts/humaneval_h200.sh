@@ -85,7 +85,7 @@ print(f'weights cached in {time.time()-t:.0f} s')") >"$STATE/prime.log" 2>&1
   export -f launch; export prime SRC MODEL STATE SLICES MAX_SECONDS PROCESSES
   WHAT="${what[*]}" setsid nohup bash -c 'what=($WHAT); launch' >"$STATE/launch.log" 2>&1 </dev/null &
   date +%s >"$STATE/started"
-  echo "started $SLICES slices of $MODEL: ${PLAN:-$IMPLS}$( [ "$prime" = 1 ] && echo ' (after one load that caches the weights)')"
+  echo "started ${PROCESSES:-$SLICES} processes of $MODEL: ${PLAN:-$IMPLS}$( [ "$prime" = 1 ] && echo ' (after one load that caches the weights)')"
 fi
 running() { [ -e "$STATE/launching" ] || pgrep -f "(^|/)python3 -m zyfa[.]cli tasks" >/dev/null; }
 if [ -n "${WAIT:-}" ]; then

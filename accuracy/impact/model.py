@@ -81,18 +81,18 @@ class RecipeAttention:
         if mask.dim() != 4 or tuple(mask.shape[-2:]) != (s_q, s_k):
             raise UnsupportedMaskError(
                 f"layer {layer}: attention mask of shape {tuple(mask.shape)} is not (b, 1|h, {s_q}, {s_k})")
+        flags = []  # answered in one host sync below (this runs in every layer of every decode step)
         if mask.dtype == torch.bool:
             allowed = mask
-            biased = torch.zeros((), dtype=torch.bool, device=mask.device)
         elif mask.is_floating_point():  # additive mask: 0 = attend, a huge negative value = masked
             allowed = mask == 0
-            biased = ((mask > torch.finfo(mask.dtype).min / 2) & ~allowed).any()  # a masked place with a finite bias
+            flags.append(((mask > torch.finfo(mask.dtype).min / 2) & ~allowed).any())  # a finite bias where masked
         else:
             raise UnsupportedMaskError(f"layer {layer}: attention mask dtype {mask.dtype} is not bool or float")
         want = self.expected_mask(s_q, s_k, window, mask.device)
-        # both answers in one host sync (this runs in every layer of every decode step)
-        biased, differs = torch.stack([biased, (allowed != want.expand_as(allowed)).any()]).tolist()
-        if biased:
+        flags.append((allowed != want.expand_as(allowed)).any())
+        *biased, differs = torch.stack(flags).tolist()
+        if any(biased):
             raise UnsupportedMaskError(
                 f"layer {layer}: the additive attention mask has finite biases (ALiBi or similar); "
                 "only causal and sliding-window masks can be emulated")

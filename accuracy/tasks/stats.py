@@ -6,9 +6,8 @@ The scoring (:mod:`zyfa.accuracy.tasks.humaneval`) writes one row per (problem, 
 module only reads rows. The unit of inference is the problem (study_methods.md §1): the arrays are aligned by
 task id, and only problems where both implementations produced a scored row are paired.
 
-``mcnemar_exact`` is ``zyfa.accuracy.scoring.verdict.mcnemar_exact`` where that module exists. STAND-IN (replace when
-accuracy/scoring/verdict.py lands on this branch): until then a private exact two-sided binomial test on the discordant
-pairs with the same signature, ``(a_pass, b_pass) -> (p, n01, n10)``.
+``mcnemar_exact`` is ``zyfa.accuracy.scoring.verdict.mcnemar_exact``, re-exported. The drift's KL mean has a 95%
+interval from resampling whole problems (``verdict.cluster_bootstrap``).
 
 Exposed: ``pass_arrays``, ``paired_summary``, ``drift_by_position``, ``mcnemar_exact``, ``summary_markdown``.
 """
@@ -20,22 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from zyfa.accuracy.scoring.metrics import bootstrap_ci
-
-try:
-    from zyfa.accuracy.scoring.verdict import mcnemar_exact
-except ImportError:  # STAND-IN until accuracy/scoring/verdict.py (another branch) is merged: delete this branch then
-    def mcnemar_exact(a_pass: Sequence[bool], b_pass: Sequence[bool]) -> tuple[float, int, int]:
-        """Exact two-sided McNemar test: (p, n01 = a fails & b passes, n10 = a passes & b fails)."""
-        a, b = np.asarray(a_pass, dtype=bool), np.asarray(b_pass, dtype=bool)
-        if a.shape != b.shape:
-            raise ValueError(f"paired arrays of lengths {a.size} and {b.size}")
-        n01, n10 = int((~a & b).sum()), int((a & ~b).sum())
-        n = n01 + n10
-        if n == 0:
-            return 1.0, 0, 0
-        k = min(n01, n10)
-        tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0 ** n
-        return min(1.0, 2.0 * tail), n01, n10
+from zyfa.accuracy.scoring.verdict import cluster_bootstrap, mcnemar_exact
 
 __all__ = ["drift_by_position", "mcnemar_exact", "paired_summary", "pass_arrays", "summary_markdown"]
 
@@ -57,18 +41,23 @@ def pass_arrays(rows: Sequence[dict]) -> dict[tuple[str, str], dict[str, bool]]:
 
 def drift_by_position(rows: Sequence[dict], bins: Sequence[int] = DRIFT_BINS) -> list[dict]:
     """Mean per-token KL and top-1 agreement of the rows' ``drift_kl``/``drift_top1`` in position bins
-    [bins[i], bins[i+1]), with the number of tokens in each."""
+    [bins[i], bins[i+1]), with the number of tokens and of problems (rows) in each, and the KL mean's 95% interval
+    from resampling whole problems (a problem's tokens are not independent)."""
     out = []
     edges = list(bins) + [math.inf]
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-        kl, top = [], []
-        for r in rows:
+        kl, top, unit = [], [], []
+        for n, r in enumerate(rows):
             k, t = r.get("drift_kl") or [], r.get("drift_top1") or []
-            kl += k[lo:None if hi == math.inf else int(hi)]
+            k = k[lo:None if hi == math.inf else int(hi)]
+            kl += k
             top += t[lo:None if hi == math.inf else int(hi)]
+            unit += [n] * len(k)
         if kl:
+            _, kl_lo, kl_hi = cluster_bootstrap(kl, unit, n_boot=2000)
             out.append({"positions": f"{lo}-{'' if hi == math.inf else int(hi) - 1}", "tokens": len(kl),
-                        "kl_mean": float(np.mean(kl)), "top1_agree": float(np.mean(top))})
+                        "problems": len(set(unit)), "kl_mean": float(np.mean(kl)), "kl_lo": kl_lo, "kl_hi": kl_hi,
+                        "top1_agree": float(np.mean(top))})
     return out
 
 
@@ -119,11 +108,12 @@ def summary_markdown(rows: Sequence[dict]) -> str:
     drift = [e for e in s if e.get("drift")]
     if drift:
         lines += ["", "Drift along the baseline's generated tokens (teacher-forced): mean KL(baseline || "
-                  "implementation) in nats and top-1 agreement, by position.", "",
-                  "| model | implementation | positions | tokens | KL mean | top-1 agree % |",
-                  "|---|---|---|---|---|---|"]
+                  "implementation) in nats with its 95% interval over problems, and top-1 agreement, by position.",
+                  "", "| model | implementation | positions | problems | tokens | KL mean [95% CI] | top-1 agree % |",
+                  "|---|---|---|---|---|---|---|"]
         for e in drift:
             for b in e["drift"]:
-                lines.append(f"| {e['model']} | {e['implementation']} | {b['positions']} | {b['tokens']} | "
-                             f"{b['kl_mean']:.3g} | {_pct(b['top1_agree'])} |")
+                lines.append(f"| {e['model']} | {e['implementation']} | {b['positions']} | {b['problems']} | "
+                             f"{b['tokens']} | {b['kl_mean']:.3g} [{b['kl_lo']:.3g}, {b['kl_hi']:.3g}] | "
+                             f"{_pct(b['top1_agree'])} |")
     return "\n".join(lines) + "\n"

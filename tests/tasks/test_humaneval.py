@@ -5,6 +5,7 @@ selection; the paired statistics on planted data; the command end to end on Smol
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,18 @@ def test_drift_by_position_bins():
     assert [b["tokens"] for b in bins] == [16, 16, 8]
     assert bins[0]["kl_mean"] == pytest.approx(0.085) and bins[2]["kl_mean"] == pytest.approx(0.365)
     assert bins[0]["top1_agree"] == pytest.approx(14 / 16)
+
+
+def test_drift_interval_resamples_problems_not_tokens():
+    """Three problems whose 16 tokens each drift alike (KL 0.1, 0.2, 0.9): the interval over problems is as wide as
+    three values allow, not as narrow as 48 tokens would make it; one problem alone has none."""
+    rows = [{"task_id": f"HumanEval/{i}", "drift_kl": [kl] * 16, "drift_top1": [True] * 16}
+            for i, kl in enumerate((0.1, 0.2, 0.9))]
+    (b,) = drift_by_position(rows, bins=(0,))
+    assert b["problems"] == 3 and b["tokens"] == 48 and b["kl_mean"] == pytest.approx(0.4)
+    assert 0.1 - 1e-9 <= b["kl_lo"] < 0.25 and 0.55 < b["kl_hi"] <= 0.9 + 1e-9
+    (one,) = drift_by_position(rows[:1], bins=(0,))
+    assert one["problems"] == 1 and math.isnan(one["kl_lo"]) and math.isnan(one["kl_hi"])
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys):
