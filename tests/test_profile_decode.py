@@ -5,6 +5,7 @@ before the model loads."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -34,7 +35,8 @@ def test_stock_and_an_emulated_recipe_on_the_cpu(tmp_path, capsys):
     for r in rows:
         assert r["tokens"] == 2 and r["syncs_per_token"] is None and r["device"] == "cpu"
         assert r["operators_per_token"] > 100  # a 30-layer model's step is thousands of operators
-        assert r["prompt_tokens"] > 10 and r["seconds_per_token"] > 0
+        # a difference of two timings (no time budget here: under load one step's estimate may even come out < 0)
+        assert r["prompt_tokens"] > 10 and math.isfinite(r["seconds_per_token"])
     # the emulated recipe replaces each layer's attention by many more operators than the model's own
     assert rows[1]["operators_per_token"] > rows[0]["operators_per_token"]
     table = capsys.readouterr().out

@@ -234,8 +234,10 @@ def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
     scaled = [x for x, fmt, gran, _ in ops if _scaled_by_quantize(fmt, gran)]
     checked = bool(scaled) and len({x.device for x in scaled}) == 1 and bool(
         torch.stack([torch.isfinite(x.float() if x.dtype == torch.float64 else x).all() for x in scaled]).all())
-    (qv, qd), (kv_, kd), (vv, vd) = (_quantize_operand(x, fmt, gran, block, heads_kv, checked)
-                                     for x, fmt, gran, block in ops)
+    # only an operand that was checked here skips quantize's count
+    (qv, qd), (kv_, kd), (vv, vd) = (
+        _quantize_operand(x, fmt, gran, block, heads_kv, checked and _scaled_by_quantize(fmt, gran))
+        for x, fmt, gran, block in ops)
     return QuantizedInputs(qv, kv_, vv, qd, kd, vd, k_mean)
 
 
