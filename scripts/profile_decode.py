@@ -14,27 +14,35 @@ Per implementation: one warm-up generation, then generations of 1 and of ``--tok
 are the difference divided by ``tokens - 1`` (the prefill cancels). Host syncs are counted by
 ``torch.cuda.set_sync_debug_mode("warn")`` (CUDA only; torch warns at each synchronizing call it knows), kernels by
 ``torch.profiler`` (its device events on CUDA, its operator events on the CPU). Output: one markdown table and,
-with ``--out``, one JSON line per implementation with the versions and device.
+with ``--out``, one JSON line per implementation with the versions and device, each written as soon as it is
+measured. Below the table: per implementation, the lines of Python that synchronize most per token and the kernels
+(operators on the CPU) launched most per token, by name.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import sys
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from zyfa.accuracy.impact.model import STOCK, model_attention  # noqa: E402
 from zyfa.accuracy.longctx.generate import greedy_generate  # noqa: E402
 from zyfa.accuracy.tasks.humaneval import load_problems  # noqa: E402
 from zyfa.capture.models import MODELS, load_model  # noqa: E402
+
+TOP = 12  # sync sites and kernel names listed per implementation
+KERNEL_NAME = 90  # characters of a kernel name kept (templated names run to thousands)
 
 
 def _generate(model, ids, fn, n: int, device) -> float:
@@ -45,8 +53,9 @@ def _generate(model, ids, fn, n: int, device) -> float:
     return time.perf_counter() - t0
 
 
-def _syncs(model, ids, fn, n: int, device) -> int | None:
-    """Synchronizing calls torch warns about in a generation of ``n`` tokens (None off CUDA)."""
+def _syncs(model, ids, fn, n: int, device) -> Counter | None:
+    """Synchronizing calls torch warns about in a generation of ``n`` tokens, by the line of Python that made
+    them (``file:line``, relative to the repository where it lies inside; None off CUDA)."""
     if device.type != "cuda":
         return None
     with warnings.catch_warnings(record=True) as caught:
@@ -56,11 +65,24 @@ def _syncs(model, ids, fn, n: int, device) -> int | None:
             greedy_generate(model, ids, fn, max_new_tokens=n, device=device)
         finally:
             torch.cuda.set_sync_debug_mode("default")
-    return sum(1 for w in caught if "synchroniz" in str(w.message).lower())
+    return Counter(_site(w.filename, w.lineno) for w in caught if "synchroniz" in str(w.message).lower())
 
 
-def _events(model, ids, fn, n: int, device) -> int:
-    """Device kernels (CUDA) or operators (CPU) the profiler records in a generation of ``n`` tokens."""
+def _site(filename: str, lineno: int) -> str:
+    path = Path(filename)
+    with contextlib.suppress(ValueError):
+        path = path.resolve().relative_to(ROOT)
+    return f"{path}:{lineno}"
+
+
+def _per_token(many: Counter, one: Counter, steps: int, top: int = TOP) -> dict[str, float]:
+    """The ``top`` keys whose count grows most per decode step, with that growth (the prefill cancels)."""
+    grow = {k: (many[k] - one.get(k, 0)) / steps for k in many}
+    return {k: round(v, 1) for k, v in sorted(grow.items(), key=lambda kv: -kv[1])[:top] if v > 0}
+
+
+def _events(model, ids, fn, n: int, device) -> Counter:
+    """Device kernels (CUDA) or operators (CPU) the profiler records in a generation of ``n`` tokens, by name."""
     acts = [torch.profiler.ProfilerActivity.CPU]
     if device.type == "cuda":
         acts.append(torch.profiler.ProfilerActivity.CUDA)
@@ -70,8 +92,8 @@ def _events(model, ids, fn, n: int, device) -> int:
             torch.cuda.synchronize(device)
     events = prof.events()
     if device.type == "cuda":
-        return sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
-    return sum(1 for e in events if e.name.startswith("aten::"))
+        return Counter(e.name[:KERNEL_NAME] for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    return Counter(e.name for e in events if e.name.startswith("aten::"))
 
 
 def profile(model, ids, name: str, n: int, device) -> dict:
@@ -81,10 +103,13 @@ def profile(model, ids, name: str, n: int, device) -> dict:
     s1, sn = _syncs(model, ids, fn, 1, device), _syncs(model, ids, fn, n, device)
     e1, en = _events(model, ids, fn, 1, device), _events(model, ids, fn, n, device)
     steps = n - 1
+    what = "kernels" if device.type == "cuda" else "operators"
     return {"implementation": name, "tokens": n, "prefill_seconds": round(one, 4),
             "seconds_per_token": round((many - one) / steps, 5),
-            "syncs_per_token": None if s1 is None else round((sn - s1) / steps, 1),
-            ("kernels_per_token" if device.type == "cuda" else "operators_per_token"): round((en - e1) / steps, 1)}
+            "syncs_per_token": None if s1 is None else round((sn.total() - s1.total()) / steps, 1),
+            f"{what}_per_token": round((en.total() - e1.total()) / steps, 1),
+            "sync_sites_per_token": None if s1 is None else _per_token(sn, s1, steps),
+            f"top_{what}_per_token": _per_token(en, e1, steps)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,17 +148,27 @@ def main(argv: list[str] | None = None) -> int:
     env = {"model": args.model, "dtype": args.dtype, "prompt_tokens": len(ids), "device": str(device),
            "cuda_device": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
            "torch": torch.__version__, "python": platform.python_version()}
+    print(f"{args.model} ({args.dtype}, {len(ids)} prompt tokens) on {env['cuda_device'] or args.device}\n")
+    if args.out is not None:
+        args.out.write_text("")
     rows = []
     for n in names:
+        # each implementation's line as soon as it is measured: a run cut by its time limit keeps what it made
         print(f"[profile_decode] {n} ...", file=sys.stderr)
         rows.append({**profile(model, ids, n, args.tokens, device), **env})
-    cols = [k for k in rows[0] if k not in env]
-    print(f"{args.model} ({args.dtype}, {len(ids)} prompt tokens) on {env['cuda_device'] or args.device}\n")
-    print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+        if args.out is not None:
+            with args.out.open("a") as f:
+                f.write(json.dumps(rows[-1]) + "\n")
+        cols = [k for k in rows[0] if k not in env and not k.startswith(("sync_sites", "top_"))]
+        if len(rows) == 1:
+            print("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols))
+        print("| " + " | ".join(str(rows[-1][c]) for c in cols) + " |", flush=True)
     for r in rows:
-        print("| " + " | ".join(str(r[c]) for c in cols) + " |")
-    if args.out is not None:
-        args.out.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        for k in ("sync_sites_per_token", f"top_{'kernels' if device.type == 'cuda' else 'operators'}_per_token"):
+            if r.get(k):
+                print(f"\n{r['implementation']}, {k.replace('_', ' ')}:")
+                for site, per in r[k].items():
+                    print(f"  {per:8.1f}  {site}")
     return 0
 
 

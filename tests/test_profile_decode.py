@@ -39,5 +39,17 @@ def test_stock_and_an_emulated_recipe_on_the_cpu(tmp_path, capsys):
         assert r["prompt_tokens"] > 10 and math.isfinite(r["seconds_per_token"])
     # the emulated recipe replaces each layer's attention by many more operators than the model's own
     assert rows[1]["operators_per_token"] > rows[0]["operators_per_token"]
+    # which operators a step adds, by name: the emulated recipe's attention is made of aten operators
+    assert all(k.startswith("aten::") and v > 0 for k, v in rows[1]["top_operators_per_token"].items())
+    assert rows[1]["sync_sites_per_token"] is None
     table = capsys.readouterr().out
     assert "| stock | 2 |" in table and "| bf16 | 2 |" in table
+    assert "bf16, top operators per token:" in table
+
+
+def test_per_token_growth_keeps_the_largest():
+    one = profile_decode.Counter({"a.py:1": 3, "b.py:2": 1})
+    many = profile_decode.Counter({"a.py:1": 3 + 2 * 9, "b.py:2": 1 + 4 * 9, "c.py:3": 9})
+    assert profile_decode._per_token(many, one, 9) == {"b.py:2": 4.0, "a.py:1": 2.0, "c.py:3": 1.0}
+    assert profile_decode._per_token(many, one, 9, top=1) == {"b.py:2": 4.0}
+    assert profile_decode._per_token(one, one, 9) == {}  # nothing grows: the prefill's own counts cancel

@@ -37,6 +37,8 @@ from zyfa.capture.hook import swap_attention
 
 __all__ = ["Generation", "greedy_generate", "sequence_drift", "sequence_logits"]
 
+_DRIFT_BLOCK = 32  # positions per float64 block of sequence_drift
+
 
 def _cache_of(res):
     """The KV cache of a decoder's output: ``cache`` in recent transformers, ``past_key_values`` before (5.17 on
@@ -164,8 +166,14 @@ def sequence_drift(ref_logits: torch.Tensor, test_logits: torch.Tensor) -> dict[
     """Per position: KL(ref || test) in nats (float64) and whether the argmaxes agree, for logits (n, V)."""
     if ref_logits.shape != test_logits.shape:
         raise ValueError(f"logits of shapes {tuple(ref_logits.shape)} and {tuple(test_logits.shape)} differ")
-    lr = torch.log_softmax(ref_logits.double(), dim=-1)
-    lt = torch.log_softmax(test_logits.to(lr.device).double(), dim=-1)
-    kl = (lr.exp() * (lr - lt)).sum(dim=-1).clamp(min=0)
-    agree = lr.argmax(dim=-1) == lt.argmax(dim=-1)
-    return {"kl": [float(x) for x in kl.cpu()], "top1_agree": [bool(x) for x in agree.cpu()]}
+    kl, agree = [], []
+    # in blocks of positions: float64 copies of a whole (384, 152K) sequence's logits take ~2 GB, which sixteen
+    # HumanEval processes sharing one GPU do not have
+    for i in range(0, ref_logits.shape[0], _DRIFT_BLOCK):
+        lr = torch.log_softmax(ref_logits[i:i + _DRIFT_BLOCK].double(), dim=-1)
+        lt = torch.log_softmax(test_logits[i:i + _DRIFT_BLOCK].to(lr.device).double(), dim=-1)
+        kl.append((lr.exp() * (lr - lt)).sum(dim=-1).clamp(min=0).cpu())
+        agree.append((lr.argmax(dim=-1) == lt.argmax(dim=-1)).cpu())
+    if not kl:
+        return {"kl": [], "top1_agree": []}
+    return {"kl": [float(x) for x in torch.cat(kl)], "top1_agree": [bool(x) for x in torch.cat(agree)]}

@@ -230,10 +230,15 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
                 if name == baseline:
                     base_row = row
                 elif base_row is not None and base_row.get("status") == "ok" and row["status"] == "ok":
-                    if base_logits is None:
-                        base_logits = sequence_logits(model, ids, base_row["tokens"], fns[baseline], device=device,
-                                                      layers=cov.layers) if base_row["tokens"] else None
-                    row.update(_drift(model, ids, base_row["tokens"], fns[name], base_logits, device, cov))
+                    try:
+                        if base_logits is None:
+                            base_logits = sequence_logits(model, ids, base_row["tokens"], fns[baseline],
+                                                          device=device, layers=cov.layers) \
+                                if base_row["tokens"] else None
+                        row.update(_drift(model, ids, base_row["tokens"], fns[name], base_logits, device, cov))
+                    except torch.cuda.OutOfMemoryError as e:  # the answer and its score stand; the drift is lost
+                        row.update({**_NO_DRIFT, "drift_error": f"out of GPU memory: {str(e).splitlines()[0]}"})
+                        log(f"[humaneval] {p.task_id} {name}: drift not measured (out of GPU memory)")
                 row.update(base_fields)
                 row.update({"input": row_input(spec.model, p, spec.max_new_tokens),
                             "input_content_hash": _ids_hash(ids)})
@@ -279,10 +284,13 @@ def _one(model, tok, p: Problem, ids: list[int], name: str, fn, *, spec: HumanEv
             "generate_seconds": round(g.seconds, 3)}
 
 
+_NO_DRIFT = {"drift_kl": [], "drift_top1": [], "drift_kl_mean": None, "drift_top1_mean": None}
+
+
 def _drift(model, ids, base_tokens, fn, base_logits, device, cov: Coverage) -> dict[str, Any]:
     """Teacher-forced on the baseline's tokens: per-position KL(baseline || this) and top-1 agreement."""
     if not base_tokens or base_logits is None:
-        return {"drift_kl": [], "drift_top1": [], "drift_kl_mean": None, "drift_top1_mean": None}
+        return dict(_NO_DRIFT)
     d = sequence_drift(base_logits, sequence_logits(model, ids, base_tokens, fn, device=device, layers=cov.layers))
     n = len(d["kl"])
     return {"drift_kl": [round(x, 8) for x in d["kl"]], "drift_top1": d["top1_agree"],

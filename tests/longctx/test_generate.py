@@ -77,3 +77,15 @@ def test_drift_is_zero_against_itself_and_positive_under_fp8(model):
     assert len(fp8["kl"]) == 6 and min(fp8["kl"]) > 0
     with pytest.raises(ValueError, match="differ"):
         sequence_drift(ref, ref[:3])
+
+
+def test_drift_in_blocks_equals_the_whole_sequence_at_once():
+    # 70 positions cross two block boundaries (blocks of 32); the reference is the unblocked float64 formula
+    g = torch.Generator().manual_seed(3)
+    ref, test = torch.randn(70, 50, generator=g), torch.randn(70, 50, generator=g) * 2
+    d = sequence_drift(ref, test)
+    lr, lt = torch.log_softmax(ref.double(), -1), torch.log_softmax(test.double(), -1)
+    whole = (lr.exp() * (lr - lt)).sum(-1)
+    assert len(d["kl"]) == 70 and torch.allclose(torch.tensor(d["kl"], dtype=torch.float64), whole, rtol=0, atol=0)
+    assert d["top1_agree"] == (lr.argmax(-1) == lt.argmax(-1)).tolist()
+    assert sequence_drift(ref[:0], test[:0]) == {"kl": [], "top1_agree": []}

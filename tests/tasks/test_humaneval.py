@@ -9,6 +9,8 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
+from zyfa.accuracy.tasks import humaneval
 from zyfa.accuracy.tasks.humaneval import DATASET, load_problems, program, select_problems, truncate
 from zyfa.accuracy.tasks.sandbox import Limits, run_sandboxed
 from zyfa.accuracy.tasks.stats import drift_by_position, mcnemar_exact, paired_summary, summary_markdown
@@ -143,6 +145,23 @@ def test_the_command_end_to_end_and_resume(tmp_path, capsys):
     assert "--resume" in capsys.readouterr().err
     assert main([*argv, "--resume"]) == 0
     assert [json.loads(x) for x in out.read_text().splitlines()][1:] == rows
+
+
+def test_out_of_memory_in_the_drift_keeps_the_scored_answer(tmp_path, capsys, monkeypatch):
+    """The teacher-forced drift runs after the answer is scored; out of GPU memory there costs the drift, in one
+    line on the row and one in the log, not the row or the run."""
+    def oom(*_a, **_k):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 98.00 MiB.\nmore detail")
+    monkeypatch.setattr(humaneval, "sequence_drift", oom)
+    out = tmp_path / "he.jsonl"
+    assert main(["tasks", "humaneval", "--model", "smollm2", "--implementations", "stock,sdpa-fp32", "--problems",
+                 "1", "--max-new-tokens", "4", "--device", "cpu", "--out", str(out), "--no-progress"]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()][1:]
+    test = rows[1]
+    assert test["status"] == "ok" and isinstance(test["passed"], bool) and test["tokens"]
+    assert test["drift_kl"] == [] and test["drift_kl_mean"] is None
+    assert test["drift_error"] == "out of GPU memory: CUDA out of memory. Tried to allocate 98.00 MiB."
+    assert "drift not measured (out of GPU memory)" in capsys.readouterr().err
 
 
 def _real_file(path, problems):
