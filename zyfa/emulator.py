@@ -34,7 +34,7 @@ from zyfa.emulator_tile import (
 )
 from zyfa.formats import get_format, round_to_bf16, round_to_fp8
 from zyfa.platforms import Platform, get_platform
-from zyfa.quant import quantize
+from zyfa.quant import finite_screen, quantize
 from zyfa.recipe_spec import get_recipe
 from zyfa.recipes import Recipe
 from zyfa.rotation import rotate_qk
@@ -141,7 +141,7 @@ def _descale(amax: torch.Tensor, top: float) -> torch.Tensor:
     a zero descale would turn its codes into NaN), as zyfa.quant.quantize does."""
     # A tensor divisor, not a Python float: on CUDA, PyTorch divides by a CPU scalar as a multiply by its
     # reciprocal, which is not the IEEE quotient (1 ulp off for some amax), so GPU and CPU descales would differ.
-    d = amax / torch.tensor(top, dtype=amax.dtype, device=amax.device)
+    d = amax / torch.full((), top, dtype=amax.dtype, device=amax.device)  # filled there: no host copy
     return torch.where(d > 0, d, torch.ones_like(d))
 
 
@@ -228,12 +228,11 @@ def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
     ops = ((q, recipe.q_format, recipe.q_scale, recipe.scale_block_q), (k, recipe.k_format, recipe.k_scale,
            recipe.scale_block_kv), (v, recipe.v_format, recipe.v_scale, recipe.scale_block_kv))
     # One host sync for the operands quantize would each check for NaN/Inf (three syncs per call otherwise, in
-    # every layer of every decode step). Found finite: quantize skips its count. Not: each operand goes through
-    # quantize's own check, which raises as it always has. (Checked as _quantize_operand passes them: a float64
-    # beyond float32's range is Inf there.)
+    # every layer of every decode step). Found finite: quantize skips its count. Not (or a float32 sum overflowed,
+    # finite_screen): each operand goes through quantize's own check, which raises as it always has. (Screened in
+    # float32, as _quantize_operand passes them: a float64 beyond float32's range is Inf there.)
     scaled = [x for x, fmt, gran, _ in ops if _scaled_by_quantize(fmt, gran)]
-    checked = bool(scaled) and len({x.device for x in scaled}) == 1 and bool(
-        torch.stack([torch.isfinite(x.float() if x.dtype == torch.float64 else x).all() for x in scaled]).all())
+    checked = bool(scaled) and len({x.device for x in scaled}) == 1 and bool(finite_screen(scaled))
     # only an operand that was checked here skips quantize's count
     (qv, qd), (kv_, kd), (vv, vd) = (
         _quantize_operand(x, fmt, gran, block, heads_kv, checked and _scaled_by_quantize(fmt, gran))
@@ -298,7 +297,7 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
     log2_fmax = math.log2(fmax)
     folded = recipe.log2e_folded
     # c = sm_scale·log2(e) folded on the host (CK MakeKargs); Triton-AMD keeps natural-log units.
-    score_scale = torch.tensor(sm_scale * LOG2E if folded else sm_scale, dtype=torch.float32, device=dev)
+    score_scale = torch.full((), sm_scale * LOG2E if folded else sm_scale, dtype=torch.float32, device=dev)
     to_log2 = (lambda d: d) if folded else (lambda d: d * LOG2E)
 
     block_m, block_n = recipe.tiles(d_qk)

@@ -30,6 +30,7 @@ round_to_bf16, round_mantissa, e4m3fn_bits_from_log2, e4m3fn_mad_closed_form.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import torch
@@ -251,7 +252,9 @@ def round_to_fp8(x: torch.Tensor, fmt: FP8Format | str, *, saturate: bool = True
         int_t, exp_mask, mant_bits = torch.int64, 0x7FF0000000000000, 52
     else:
         int_t, exp_mask, mant_bits = torch.int32, 0x7F800000, 23
-    min_sub = torch.tensor(fmt.min_subnormal, dtype=dtype).view(int_t).item()
+    # the bits of the smallest subnormal as an integer of the work dtype's width (host arithmetic, no tensor)
+    min_sub = struct.unpack("<q" if dtype == torch.float64 else "<i",
+                            struct.pack("<d" if dtype == torch.float64 else "<f", fmt.min_subnormal))[0]
     # exponent bits of x, less M: the bits of 2**(e - M); clamped below at the subnormal grid spacing
     ulp_bits = torch.clamp((x.view(int_t) & exp_mask) - (fmt.mantissa_bits << mant_bits), min=min_sub)
     ulp = ulp_bits.view(dtype)
@@ -332,9 +335,10 @@ def _mad_integer(t: torch.Tensor, offset: float, rounding: str) -> torch.Tensor:
     if not t.dtype.is_floating_point:
         raise ValueError(f"t must be a floating-point tensor of log2 probabilities, got {t.dtype}")
     t = t.to(torch.float32)
-    bias = torch.tensor(56.0 + float(offset), dtype=torch.float32, device=t.device)  # the kernel's fp32 constant
+    # the kernel's fp32 constants, filled on t's device (a copy from the host would be a sync on CUDA)
+    bias = torch.full((), 56.0 + float(offset), dtype=torch.float32, device=t.device)
     # t * 8 is exact (power of two), so this is a single fp32 rounding, the same as one fused FMA.
-    y = torch.addcmul(bias, t, torch.tensor(8.0, dtype=torch.float32, device=t.device))
+    y = torch.addcmul(bias, t, torch.full((), 8.0, dtype=torch.float32, device=t.device))
     # Clamping first (to integer bounds) is the same as converting then clamping, and keeps -inf out of the
     # integer conversion. NaN t (never produced by a max-subtracted score) maps to code 0, as PTX cvt does.
     y = torch.nan_to_num(torch.clamp(y, 0.0, 126.0), nan=0.0)

@@ -16,9 +16,20 @@ import torch
 
 from zyfa.formats import FP8Format, get_format, round_to_fp8
 
-__all__ = ["GRANULARITIES", "dequantize", "expand_block_descale", "quantize"]
+__all__ = ["GRANULARITIES", "dequantize", "expand_block_descale", "finite_screen", "quantize"]
 
 GRANULARITIES = ("tensor", "head", "block")
+
+
+def finite_screen(xs) -> torch.Tensor:
+    """A 0-d bool tensor (no host sync): True guarantees every element of every tensor in ``xs`` (one device) is
+    finite in float32; False means look closer, with a count: a NaN or Inf, or only a float32 sum that overflowed.
+
+    One float32 sum per tensor: a NaN or Inf element makes its sum NaN or Inf. Three kernels and a comparison, where
+    ``torch.isfinite(x).all()`` is five kernels per tensor, in every layer of every decode step.
+    """
+    sums = torch.stack([x.sum(dtype=torch.float32) for x in xs])
+    return (sums.abs() < math.inf).all()  # NaN compares False
 
 
 def _check_4d(x: torch.Tensor, what: str) -> None:
@@ -82,8 +93,9 @@ def quantize(
         # zero padding never raises a block's amax
         padded = torch.nn.functional.pad(x.abs(), (0, 0, 0, pad))
         amax = padded.reshape(b, h, nblocks, block_size * d).amax(dim=-1, keepdim=True)
-    # a tensor divisor: on CUDA a CPU-scalar divisor becomes a multiply by its reciprocal (not the IEEE quotient)
-    top = torch.tensor(fmt.max_normal, dtype=torch.float32, device=amax.device)
+    # a tensor divisor: on CUDA a CPU-scalar divisor becomes a multiply by its reciprocal (not the IEEE quotient);
+    # filled on the device, not copied from the host (a copy from pageable memory is a host sync on CUDA)
+    top = torch.full((), fmt.max_normal, dtype=torch.float32, device=amax.device)
     descale = (amax.to(torch.float32) / top).to(torch.float32)
     # amax == 0 gives 1.0; so does an amax so tiny (< max_normal * 2**-150) that the division underflows.
     descale = torch.where(descale > 0, descale, 1.0)

@@ -41,6 +41,7 @@ import torch
 from zyfa.accuracy.inputs.attention_input import AttentionInput
 
 from zyfa.peers.common import NO_CUDA
+from zyfa.quant import finite_screen
 from zyfa.recipe_spec import get_recipe
 
 __all__ = ["QUANTIZES", "ImplResult", "Implementation", "ImplementationError", "Pairing", "call_implementation",
@@ -242,8 +243,9 @@ def call_implementation(impl: Implementation, x: AttentionInput, context: dict |
     # one host sync for both checks below when all is well (two otherwise, in every layer of every decode step);
     # anything amiss goes through them one by one, as before
     lse_in = isinstance(lse, torch.Tensor) and lse.dtype.is_floating_point and lse.device == out.device
+    # (the screens: a float32 sum per tensor; an lse's -inf, a row that sees no key, leaves its sum non-NaN)
     fine = not allow_nonfinite and bool(torch.stack(
-        [torch.isfinite(out).all(), *([~torch.isnan(lse).any()] if lse_in else [])]).all())
+        [finite_screen([out]), *([~torch.isnan(lse.sum(dtype=torch.float32))] if lse_in else [])]).all())
     n_bad = 0 if allow_nonfinite or fine else int((~torch.isfinite(out.float())).sum())
     if n_bad:
         n_nan = int(torch.isnan(out.float()).sum())

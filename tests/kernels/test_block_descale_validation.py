@@ -204,3 +204,23 @@ def test_bench_markdown_has_a_rotation_column():
     assert lines[0].endswith("| - |") and lines[1].endswith("| 0.125 / 0.062 |")
     assert all(ln.count("|") == 17 for ln in lines)  # 16 columns
     assert "rotation ms (FWHT / matmul)" in md
+
+
+def test_descale_value_checks_are_answered_together():
+    """attention_fp8 gathers the descales' value checks and answers them in one host sync (three otherwise, in every
+    layer of every decode step); the first descale that is not positive and finite is named, as before."""
+    from zyfa.kernels.validation import check_descales, descale_to_bh
+
+    checks = []
+    good = descale_to_bh(torch.ones(B, H), "q_descale", B, H, H_KV, "cpu", checks)
+    bad = descale_to_bh(torch.full((B, H_KV), float("inf")), "k_descale", B, H_KV, H_KV, "cpu", checks)
+    assert good.shape == (B, H) and bad.shape == (B, H_KV) and [n for n, _ in checks] == ["q_descale", "k_descale"]
+    with pytest.raises(ValueError, match="^k_descale must be positive and finite$"):
+        check_descales(checks)
+    check_descales(checks[:1])
+    check_descales([])
+    with pytest.raises(ValueError, match="^k_descale must be positive and finite$"):  # not deferred: at once
+        descale_to_bh(torch.zeros(B, H_KV), "k_descale", B, H_KV, H_KV, "cpu")
+    q, k, v = fp8_inputs()
+    with pytest.raises(ValueError, match="^q_descale must be positive and finite$"):  # both bad: the first named
+        attention_fp8(q, k, v, q_descale=torch.full((B, H), float("nan")), k_descale=-torch.ones(B, H_KV))

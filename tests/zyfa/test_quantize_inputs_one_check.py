@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from zyfa import emulator
-from zyfa.quant import quantize
+from zyfa.quant import finite_screen, quantize
 from zyfa.recipe_spec import get_recipe
 
 
@@ -57,10 +57,35 @@ def test_float64_beyond_float32_range_is_refused_as_before(calls):
 
 
 def test_no_check_where_no_operand_is_scaled(monkeypatch):
-    """A BF16 recipe scales nothing: no finiteness check (no sync) at all, as before."""
+    """A BF16 recipe scales nothing: no finiteness screen (no sync) at all, as before."""
     n = []
-    real = torch.isfinite
-    monkeypatch.setattr(torch, "isfinite", lambda x: n.append(1) or real(x))
+    monkeypatch.setattr(emulator, "finite_screen", lambda xs: n.append(len(xs)) or finite_screen(xs))
     q, k, v = _qkv()
     emulator.quantize_inputs(q, k, v, "bf16")
     assert n == []
+    emulator.quantize_inputs(q, k, v, "zyfa")
+    assert n == [3]  # one screen of the three operands together
+
+
+def test_finite_screen():
+    x = torch.randn(2, 3, 5, 8)
+    assert bool(finite_screen([x, x.bfloat16(), x.double()]))
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        y = x.clone()
+        y[1, 2, 3, 4] = bad
+        assert not bool(finite_screen([x, y])), bad
+    assert not bool(finite_screen([x.double().fill_(1e39)]))  # Inf in float32, as quantize_inputs sees it
+    # a false alarm, never a miss: finite values whose float32 sum overflows
+    assert not bool(finite_screen([torch.full((4,), 3e38)]))
+
+
+def test_a_false_alarm_costs_a_count_not_a_refusal(calls):
+    """Finite operands whose float32 sum overflows fail the screen: quantize then counts for itself, finds nothing
+    and makes the values it makes after a passed screen."""
+    q, k, v = _qkv()
+    big = k * 1e37  # finite (|k| < 6, so < 6e37), but 40 * 64 * 2 of them sum past float32's 3.4e38
+    assert not bool(finite_screen([big]))
+    qi = emulator.quantize_inputs(q, big, v, "zyfa")
+    assert calls and all(calls), "quantize counted for itself"
+    r = get_recipe("zyfa")
+    assert torch.equal(qi.k_values, quantize(big, r.k_format, r.k_scale, block_size=r.scale_block_kv)[0])
