@@ -15,8 +15,8 @@ def test_readme_is_short_and_in_order():
     heads = [line[3:] for line in README.splitlines() if line.startswith("## ")]
     assert heads[:6] == ["Set up and run", "Test", "What we found", "Commands", "Your own kernel through the study",
                          "On several GPUs"]
-    gpus = README.split("## On several GPUs", 1)[1].split("\n## ", 1)[0]  # the two-line invocation and its promise
-    assert "torchrun --nproc-per-node 8 -m zyfa study --out my-study " in gpus and "--resume" in gpus
+    gpus = README.split("## On several GPUs", 1)[1].split("\n## ", 1)[0]  # the invocation and its promise
+    assert "torchrun --nproc-per-node 8 -m zyfa study --out my-study`" in gpus and "--resume" in gpus
     assert "same rows in the same order" in gpus and "any number of ranks" in gpus
     assert 'python3 -m pytest -m "not gpu and not slow" -q' in README  # the command CI runs (.ci/run)
     assert 'python3 -m pytest -m "not gpu and not slow" -q' in (ROOT / ".ci" / "run").read_text()
