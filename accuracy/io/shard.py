@@ -330,6 +330,7 @@ class ShardedResults:
         self.lock = lock
         self.key, self.check, self.dumps = key, check, dumps
         self._log: AppendLog | None = None
+        self._pending: dict | None = None  # this segment's provenance, written with the rank's first row
 
     @property
     def rank_file(self) -> Path:
@@ -429,19 +430,29 @@ class ShardedResults:
                       "resumed": bool(kept)}
 
     def start(self, provenance: dict) -> None:
-        """Open this rank's file (continued after its last complete line if it exists) and write this segment's
-        ``provenance`` line to it. A resumed run's ``provenance`` gets ``earlier_runs`` in place (the segments
-        rank 0 found): pass the same dict to :meth:`finish`'s ``provenance``."""
+        """Start this segment: its ``provenance`` line goes to this rank's file (continued after its last complete
+        line if it exists), at once for a fresh run (an interrupted one is then resumed, never overwritten) and with
+        the rank's first row for a resumed one, so a resume with nothing left for a rank adds no empty segment. A
+        resumed run's ``provenance`` gets ``earlier_runs`` in place (the segments rank 0 found): pass the same dict
+        to :meth:`finish`'s ``provenance``."""
         if self.earlier:
             set_earlier_runs(provenance, self.earlier)
+        self._pending = provenance
+        if self.resumed_from is None:
+            self._open_log()
+
+    def _open_log(self) -> None:
+        if self._pending is None:
+            raise RuntimeError("ShardedResults.start() first")
         f = self.rank_file
         self._log = AppendLog(f, fresh=not f.is_file())
-        self._log.write_line(self.dumps({"record": "provenance", **provenance}))
+        self._log.write_line(self.dumps({"record": "provenance", **self._pending}))
+        self._pending = None
 
     def add(self, row: dict) -> None:
         """Append one finished row, stamped with this rank under torchrun (fsync'd before returning)."""
         if self._log is None:
-            raise RuntimeError("ShardedResults.start() first")
+            self._open_log()
         if self.dist.grouped:
             row["rank"] = self.dist.rank
         self._log.write_line(self.dumps(row))

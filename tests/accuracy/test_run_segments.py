@@ -188,6 +188,36 @@ def test_a_sharded_resume_lists_every_segment_of_every_file(tmp_path):
     assert not (tmp_path / "r.jsonl.partial").exists()
 
 
+def test_a_sharded_resume_with_nothing_left_for_a_rank_adds_no_segment(tmp_path):
+    """A cut sharded run (A) resumed by one (B) that makes no row before it is cut: B's rank file is never
+    written, so the next resume (C) lists A and C only; a fresh sharded run writes its provenance at once (cut
+    before a row, it is still an interrupted run that --resume continues)."""
+    out = tmp_path / "r.jsonl"
+
+    def sharded(run_id, day, rows, finish, resume=True):
+        results = ShardedResults.open(out, Dist(), resume=resume, planned=KEYS, reader=read_jsonl)
+        rr = RankRows(results, lambda key: 1.0, "cuda", run_id)
+        rr.check_plan(KEYS)
+        rr.start({k: v for k, v in _prov("ignored", COMMIT_A, "H100", day).items() if k != "run_id"})
+        for i in rows:
+            rr.add(_row(i, run_id))
+        if finish:
+            return rr.rows_in_order(KEYS)
+        rr.close()
+
+    sharded("run-a", 1, range(0), finish=False, resume=False)
+    part = tmp_path / "r.jsonl.partial"
+    assert [p.name for p in part.iterdir() if p.suffix == ".jsonl"] == ["rank-0.jsonl"], "fresh: written at start"
+    sharded("run-a2", 1, range(2), finish=False)
+    before = {p.name: p.read_bytes() for p in part.iterdir()}
+    sharded("run-b", 2, range(0), finish=False)
+    assert {p.name: p.read_bytes() for p in part.iterdir()} == before, "a resume that made nothing wrote nothing"
+    sharded("run-c", 3, range(2, 6), finish=True)
+    rows, prov = read_jsonl(out)
+    assert "run-b" not in _ids(prov) and _ids(prov)[-1] == "run-c"
+    assert [r["run_id"] for r in rows] == ["run-a2"] * 2 + ["run-c"] * 4
+
+
 def test_readers_attribute_every_segment(tmp_path):
     """The report's orphan check accepts earlier segments' run_ids; mixed_code_notice and source_label name both
     commits and both devices; a row no segment names is still an orphan."""
