@@ -29,10 +29,11 @@ from zyfa.emulator_tile import (
     p_fp8,
     pv_update,
     qk_tile,
+    row_blocks_seeing,
     tile_row_sum,
     zero_if_neginf,
 )
-from zyfa.formats import get_format, round_to_bf16, round_to_fp8
+from zyfa.formats import get_format, round_to_bf16, round_to_fp8, round_to_fp8_fast
 from zyfa.platforms import Platform, get_platform
 from zyfa.quant import finite_screen, quantize
 from zyfa.recipe_spec import get_recipe
@@ -129,9 +130,11 @@ def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: i
             raise ValueError(f"sm_scale must be a number, got {sm_scale!r}")
         if not (math.isfinite(float(sm_scale)) and float(sm_scale) > 0):
             raise ValueError(f"sm_scale must be finite and > 0, got {sm_scale!r}")
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not torch.isfinite(x).all():
-            raise ValueError(f"{name} contains NaN or Inf")
+    # one host sync when all is well (zyfa.quant.finite_screen); otherwise the operand is found and named
+    if not bool(finite_screen([q, k, v])):
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not torch.isfinite(x).all():
+                raise ValueError(f"{name} contains NaN or Inf")
 
 
 # ---------------------------------------------------------------------------------------------- quantization
@@ -189,11 +192,11 @@ def _quantize_operand(x: torch.Tensor, fmt: str, granularity: str, block: int, h
     if fmt == "int8":
         return _quantize_int8(x, granularity, block)
     if granularity == "none":
-        return round_to_fp8(x, fmt), torch.ones((1, 1, 1, 1), dtype=x.dtype, device=x.device)
+        return round_to_fp8_fast(x, fmt), torch.ones((1, 1, 1, 1), dtype=x.dtype, device=x.device)
     if granularity == "channel":
         amax = x.abs().amax(dim=2, keepdim=True)
         descale = _descale(amax, get_format(fmt).max_normal)
-        return round_to_fp8(x / descale, fmt), descale
+        return round_to_fp8_fast(x / descale, fmt), descale
     values, descale = quantize(x, fmt, granularity, block_size=block, check_finite=not checked)
     if granularity == "block":
         descale = descale.repeat_interleave(block, dim=2)[:, :, :s]
@@ -338,9 +341,10 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         q_pos = torch.arange(r0, r1, device=dev) + (s_k - s_q)
         row_valid = (torch.arange(r0, r1, device=dev) < s_q)[:, None]
         # KV tiles any row of this chunk can see (fully masked tiles are exact no-ops: skipped, like hardware).
-        last_pos = int(q_pos[min(r1, s_q) - 1 - r0])  # r0 < s_q always (s_q_pad < s_q + block_m)
+        # positions on the host (q_pos[i] = r0 + i + s_k - s_q), not read back from the device
+        last_pos = min(r1, s_q) - 1 + (s_k - s_q)  # r0 < s_q always (s_q_pad < s_q + block_m)
         hi = min(s_k, last_pos + 1) if causal or window is not None else s_k
-        lo = 0 if window is None else max(0, int(q_pos[0]) - window + 1)
+        lo = 0 if window is None else max(0, r0 + (s_k - s_q) - window + 1)
         t_first, t_last = lo // block_n, (-(-hi // block_n) if hi > lo else lo // block_n)
 
         qc = q8[:, :, r0:r1]
@@ -366,10 +370,10 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
             # the Hopper accumulator model would otherwise truncate their accumulator once more).
             a, z = 0, rows
             if causal or window is not None:
-                seen = allowed.view(rows // block_m, block_m, -1).any(-1).any(-1).nonzero()
-                if seen.numel() == 0:
+                seen = row_blocks_seeing(r0, rows, block_m, s_q, s_k, c0, c1, window)
+                if seen is None:
                     continue
-                a, z = int(seen[0]) * block_m, (int(seen[-1]) + 1) * block_m
+                a, z = seen
             allowed = allowed[a:z]
             st = _RowSlice(a, z, m=m, l=l, e_run=e_run, acc=acc, acc_tc=acc_tc)
             m, l, e_run, acc, acc_tc = st.m, st.l, st.e_run, st.acc, st.acc_tc
@@ -420,7 +424,8 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         # The kernel's scores lack q·mean(k) (softmax-invariant); its LSE is corrected by that term.
         lse = lse + sm_scale * (q_deq @ per_q_head(qi.k_mean).transpose(-1, -2)).squeeze(-1)
     out = _round_out(out, recipe)
-    stats = {"p_flushed_frac": float(flushed / counted) if counted > 0 else 0.0}
+    # one read back (no probabilities counted: none flushed either, so 0 / 1)
+    stats = {"p_flushed_frac": float(flushed / counted.clamp(min=1))}
     return Emulation(out=out, lse=lse, q_deq=q_deq, k_deq=k_deq, v_deq=v_deq, stats=stats, platform=plat.name)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zyfa.formats import e4m3fn_bits_from_log2, get_format, round_to_bf16
+from zyfa.formats import e4m3fn_bits_from_log2, get_format, round_to_bf16, round_to_fp8_fast
 from zyfa.platforms import stepwise_mma, truncating_mma
 from zyfa.recipes import FP8_FORMATS, Recipe
 
@@ -36,7 +36,7 @@ __all__ = [
     "pv_update",
     "qk_tile",
     "round_p",
-    "round_to_fp8_fast",
+    "row_blocks_seeing",
     "tile_row_sum",
     "zero_if_neginf",
 ]
@@ -101,14 +101,27 @@ def decode_e4m3fn_fast(bits: torch.Tensor) -> torch.Tensor:
     return bits.view(torch.float8_e4m3fn).float()
 
 
-def round_to_fp8_fast(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    """Saturating RNE cast of finite values through torch's native FP8 dtypes.
+def row_blocks_seeing(r0: int, rows: int, block_m: int, s_q: int, s_k: int, c0: int, c1: int,
+                      window: int | None) -> tuple[int, int] | None:
+    """Rows ``[a, z)`` of the query chunk ``r0 .. r0 + rows - 1`` (blocks of ``block_m`` rows, one kernel program
+    each) from the first to the last block that sees a key of the tile ``[c0, c1)`` under the causal
+    (bottom-right: row r is at position r + s_k - s_q) mask and the window, or None when no block does. On the host:
+    what reading the mask's nonzero blocks back from the device gave, without the wait.
 
-    Bit-identical to :func:`zyfa.formats.round_to_fp8` (``saturate=True``) on finite inputs, which
-    tests/zyfa/test_emulator.py checks; faster on CPU, so the emulator's hot loop uses it.
-    """
-    f = get_format(fmt)
-    return x.clamp(-f.max_normal, f.max_normal).to(f.torch_dtype).float()
+    Rows at or past ``s_q`` (padding) see nothing. A row at position p sees a key of the tile iff c0 <= p (causal)
+    and p <= c1 + window - 2 (some key j < c1 with j > p - window)."""
+    off = s_k - s_q
+    first = last = None
+    for j in range(rows // block_m):
+        ra = r0 + j * block_m
+        if ra >= s_q:
+            break
+        pa, pb = ra + off, min(ra + block_m, s_q) - 1 + off
+        top = pb if window is None else min(pb, c1 + window - 2)
+        if max(pa, c0) <= top:
+            first = j if first is None else first
+            last = j
+    return None if first is None else (first * block_m, (last + 1) * block_m)
 
 
 def round_p(p_scaled: torch.Tensor, recipe: Recipe) -> torch.Tensor:

@@ -17,15 +17,16 @@ e4m3fn's 464 (the tie between 448 and 480, even side 448) stays 448, while fnuz'
 The rounding is our own arithmetic, two independent ways that the tests check against each other:
 ``encode_fp8`` (frexp, an exact power-of-two scale, ``torch.round`` (half-to-even), integer packing) and
 ``round_to_fp8`` (the ulp read off x's exponent bits). torch's float8 dtypes (``x.to(torch.float8_e4m3fn)``)
-are only the test oracle; recent torch's e4m3fn cast saturates (pytorch PR #178817), its fnuz and e5m2 casts
-do not. float16/bfloat16 inputs are upcast to float32 (exactly); float64 is rounded directly, once (torch
+are the third, checked against ``round_to_fp8``: ``round_to_fp8_fast`` clamps first (recent torch's e4m3fn cast saturates,
+pytorch PR #178817, its fnuz and e5m2 casts do not) and serves the hot paths, where it is a third of the kernels.
+float16/bfloat16 inputs are upcast to float32 (exactly); float64 is rounded directly, once (torch
 itself goes through float32, which double-rounds a few float64 values).
 
 Also the bf16 and reduced-mantissa roundings of fp32 values, and ZYFA technique 1 (FP8 probabilities from
 one multiply-add and an integer conversion).
 
 Exposed: FP8Format, E4M3FN, E4M3FNUZ, E5M2, FORMATS, get_format, encode_fp8, decode_fp8, round_to_fp8,
-round_to_bf16, round_mantissa, e4m3fn_bits_from_log2, e4m3fn_mad_closed_form.
+round_to_fp8_fast, round_to_bf16, round_mantissa, e4m3fn_bits_from_log2, e4m3fn_mad_closed_form.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "round_mantissa",
     "round_to_bf16",
     "round_to_fp8",
+    "round_to_fp8_fast",
 ]
 
 
@@ -267,6 +269,19 @@ def round_to_fp8(x: torch.Tensor, fmt: FP8Format | str, *, saturate: bool = True
     if not fmt.has_negative_zero:
         r = r + 0.0  # -0 + 0 = +0 under round-to-nearest
     return r.to(torch.float32)
+
+
+def round_to_fp8_fast(x: torch.Tensor, fmt: FP8Format | str) -> torch.Tensor:
+    """:func:`round_to_fp8` with ``saturate=True`` through torch's native FP8 dtype: a clamp and two casts (three
+    kernels on a GPU, where ``round_to_fp8`` takes about ten). The hot paths use it: P in the emulator's tile loop
+    and Q, K, V in :func:`zyfa.quant.quantize`, once per layer in every decode step.
+
+    Bit-identical to ``round_to_fp8(x, fmt, saturate=True)`` on finite float32 inputs (the tests check every format
+    on the CPU and on CUDA); a float64 input would be rounded twice (torch goes through float32), so callers keep
+    :func:`round_to_fp8` for float64.
+    """
+    f = get_format(fmt)
+    return x.clamp(-f.max_normal, f.max_normal).to(f.torch_dtype).float()
 
 
 # ----------------------------------------------------------------------------------------------------------

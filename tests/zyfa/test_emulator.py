@@ -21,8 +21,8 @@ from zyfa.reference.attention import attention_fp64
 
 import zyfa.emulator
 from zyfa.emulator import UnsupportedHeadDimWarning, emulate
-from zyfa.emulator_tile import decode_e4m3fn_fast, mma, round_to_fp8_fast
-from zyfa.formats import decode_fp8, round_to_bf16, round_to_fp8
+from zyfa.emulator_tile import decode_e4m3fn_fast, mma
+from zyfa.formats import decode_fp8, round_to_bf16, round_to_fp8, round_to_fp8_fast
 from zyfa.norms import rel_l2
 from zyfa.platforms import H200
 from zyfa.recipe_spec import get_recipe
