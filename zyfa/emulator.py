@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from zyfa import checks
 from zyfa.emulator_tile import (
     Tiling,
     min_exp,
@@ -35,7 +36,7 @@ from zyfa.emulator_tile import (
 )
 from zyfa.formats import get_format, round_to_bf16, round_to_fp8, round_to_fp8_fast
 from zyfa.platforms import Platform, get_platform
-from zyfa.quant import finite_screen, quantize
+from zyfa.quant import finite_screen, nonfinite_error, quantize
 from zyfa.recipe_spec import get_recipe
 from zyfa.recipes import Recipe
 from zyfa.rotation import rotate_qk
@@ -130,11 +131,10 @@ def validate_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, window: i
             raise ValueError(f"sm_scale must be a number, got {sm_scale!r}")
         if not (math.isfinite(float(sm_scale)) and float(sm_scale) > 0):
             raise ValueError(f"sm_scale must be finite and > 0, got {sm_scale!r}")
-    # one host sync when all is well (zyfa.quant.finite_screen); otherwise the operand is found and named
-    if not bool(finite_screen([q, k, v])):
-        for name, x in (("q", q), ("k", k), ("v", v)):
-            if not torch.isfinite(x).all():
-                raise ValueError(f"{name} contains NaN or Inf")
+    # one screen (zyfa.quant.finite_screen; a host sync unless zyfa.checks defers it); a failed one finds the operand
+    checks.check(finite_screen([q, k, v]), lambda: next(
+        (ValueError(f"{name} contains NaN or Inf") for name, x in (("q", q), ("k", k), ("v", v))
+         if not bool(torch.isfinite(x).all())), None))
 
 
 # ---------------------------------------------------------------------------------------------- quantization
@@ -230,13 +230,16 @@ def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
         k = k - k_mean
     ops = ((q, recipe.q_format, recipe.q_scale, recipe.scale_block_q), (k, recipe.k_format, recipe.k_scale,
            recipe.scale_block_kv), (v, recipe.v_format, recipe.v_scale, recipe.scale_block_kv))
-    # One host sync for the operands quantize would each check for NaN/Inf (three syncs per call otherwise, in
-    # every layer of every decode step). Found finite: quantize skips its count. Not (or a float32 sum overflowed,
-    # finite_screen): each operand goes through quantize's own check, which raises as it always has. (Screened in
-    # float32, as _quantize_operand passes them: a float64 beyond float32's range is Inf there.)
+    # One screen for the operands quantize would each count NaN/Inf in (three host syncs per call otherwise, in
+    # every layer of every decode step; zyfa.checks may defer it further), and quantize skips its count. A failed
+    # screen counts as quantize would have, in the same order, and raises its error (or nothing: a float32 sum that
+    # overflowed). Screened in float32, as _quantize_operand passes them: a float64 beyond float32's range is Inf.
     scaled = [x for x, fmt, gran, _ in ops if _scaled_by_quantize(fmt, gran)]
-    checked = bool(scaled) and len({x.device for x in scaled}) == 1 and bool(finite_screen(scaled))
-    # only an operand that was checked here skips quantize's count
+    checked = bool(scaled) and len({x.device for x in scaled}) == 1
+    if checked:
+        checks.check(finite_screen(scaled), lambda: next(
+            (e for e in (nonfinite_error(x.float()) for x in scaled) if e is not None), None))
+    # only an operand screened here skips quantize's count
     (qv, qd), (kv_, kd), (vv, vd) = (
         _quantize_operand(x, fmt, gran, block, heads_kv, checked and _scaled_by_quantize(fmt, gran))
         for x, fmt, gran, block in ops)

@@ -17,8 +17,8 @@ e4m3fn's 464 (the tie between 448 and 480, even side 448) stays 448, while fnuz'
 The rounding is our own arithmetic, two independent ways that the tests check against each other:
 ``encode_fp8`` (frexp, an exact power-of-two scale, ``torch.round`` (half-to-even), integer packing) and
 ``round_to_fp8`` (the ulp read off x's exponent bits). torch's float8 dtypes (``x.to(torch.float8_e4m3fn)``)
-are the third, checked against ``round_to_fp8``: ``round_to_fp8_fast`` clamps first (recent torch's e4m3fn cast saturates,
-pytorch PR #178817, its fnuz and e5m2 casts do not) and serves the hot paths, where it is a third of the kernels.
+are the third, checked against ``round_to_fp8``: ``round_to_fp8_fast`` clamps first (recent torch's e4m3fn cast
+saturates, pytorch PR #178817, its fnuz and e5m2 casts do not) and serves the hot paths, a third of the kernels.
 float16/bfloat16 inputs are upcast to float32 (exactly); float64 is rounded directly, once (torch
 itself goes through float32, which double-rounds a few float64 values).
 

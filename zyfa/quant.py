@@ -16,9 +16,15 @@ import torch
 
 from zyfa.formats import FP8Format, get_format, round_to_fp8, round_to_fp8_fast
 
-__all__ = ["GRANULARITIES", "dequantize", "expand_block_descale", "finite_screen", "quantize"]
+__all__ = ["GRANULARITIES", "dequantize", "expand_block_descale", "finite_screen", "nonfinite_error", "quantize"]
 
 GRANULARITIES = ("tensor", "head", "block")
+
+
+def nonfinite_error(x: torch.Tensor) -> ValueError | None:
+    """:func:`quantize`'s refusal of an ``x`` holding NaN/Inf (one count: a host sync on a GPU), or None."""
+    bad = int((~torch.isfinite(x)).sum())
+    return ValueError(f"quantize: x holds {bad} NaN/Inf value(s); FP8 scaling needs a finite amax") if bad else None
 
 
 def finite_screen(xs) -> torch.Tensor:
@@ -75,9 +81,9 @@ def quantize(
     if granularity not in GRANULARITIES:
         raise ValueError(f"quantize: unknown granularity {granularity!r}; expected one of {GRANULARITIES}")
     fmt = get_format(fmt)
-    bad = (~torch.isfinite(x)).sum().item() if check_finite else 0
-    if bad:
-        raise ValueError(f"quantize: x holds {bad} NaN/Inf value(s); FP8 scaling needs a finite amax")
+    error = nonfinite_error(x) if check_finite else None
+    if error is not None:
+        raise error
     # Compute in fp32 (exact for 16-bit inputs); float64 inputs stay float64 until the one FP8 rounding.
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     x = x.to(work)

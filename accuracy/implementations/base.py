@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from zyfa.accuracy.inputs.attention_input import AttentionInput
 
+from zyfa import checks as zyfa_checks
 from zyfa.peers.common import NO_CUDA
 from zyfa.quant import finite_screen
 from zyfa.recipe_spec import get_recipe
@@ -221,45 +222,61 @@ def call_implementation(impl: Implementation, x: AttentionInput, context: dict |
     d_v = x.v.shape[3]
     label = f"kernel {impl.origin['spec'] if impl.origin else impl.name.removeprefix('plugin:')!r}" \
         if impl.plugin else f"kernel {impl.name!r}"
-    try:
-        res = impl.fn(x, dict(context or {}))
-    except (ImplementationError, KeyboardInterrupt):
-        raise
-    except BaseException as e:  # noqa: BLE001 - the kernel's own failure (SystemExit too) becomes a failed row
+
+    def raised(e: BaseException) -> ImplementationError:
+        if isinstance(e, ImplementationError):  # already named (a nested call): passed on as it is
+            return e
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ImplementationError(f"{label} raised {type(e).__name__}: {msg}"[:500]) from e
-    out = res.out
-    if not isinstance(out, torch.Tensor):
-        raise ImplementationError(f"{label} returned {type(out).__name__}, expected a torch.Tensor "
-                                  f"of shape {(b, h, s_q, d_v)}")
-    if not out.dtype.is_floating_point:
-        raise ImplementationError(f"{label} returned a {out.dtype} output; expected a float dtype")
-    if out.device != x.q.device:
-        raise ImplementationError(f"{label} returned its output on {out.device}; the inputs are on {x.q.device}")
-    if tuple(out.shape) != (b, h, s_q, d_v):
-        raise ImplementationError(f"{label} returned shape {tuple(out.shape)}, expected (b, h, s_q, d_v) = "
-                                  f"{(b, h, s_q, d_v)}")
-    lse = res.lse
-    # one host sync for both checks below when all is well (two otherwise, in every layer of every decode step);
-    # anything amiss goes through them one by one, as before
-    lse_in = isinstance(lse, torch.Tensor) and lse.dtype.is_floating_point and lse.device == out.device
-    # (the screens: a float32 sum per tensor; an lse's -inf, a row that sees no key, leaves its sum non-NaN)
-    fine = not allow_nonfinite and bool(torch.stack(
-        [finite_screen([out]), *([~torch.isnan(lse.sum(dtype=torch.float32))] if lse_in else [])]).all())
-    n_bad = 0 if allow_nonfinite or fine else int((~torch.isfinite(out.float())).sum())
-    if n_bad:
-        n_nan = int(torch.isnan(out.float()).sum())
-        raise ImplementationError(f"{label} returned {n_bad} non-finite output value(s) ({n_nan} NaN) "
-                                  f"of {out.numel()}")
-    if lse is not None:
-        if not isinstance(lse, torch.Tensor) or not lse.dtype.is_floating_point:
-            raise ImplementationError(f"{label} returned an lse that is not a float tensor")
-        if lse.dim() == 4 and lse.shape[-1] == 1:
-            lse = lse.squeeze(-1)
-        if tuple(lse.shape) != (b, h, s_q):
-            raise ImplementationError(f"{label} returned lse of shape {tuple(lse.shape)}, expected {(b, h, s_q)}")
-        if not allow_nonfinite and not (fine and lse_in) and bool(torch.isnan(lse.float()).any()):
-            raise ImplementationError(f"{label} returned NaN in its lse")
+        wrapped_error = ImplementationError(f"{label} raised {type(e).__name__}: {msg}"[:500])
+        wrapped_error.__cause__ = e
+        return wrapped_error
+
+    # The checks that ask the device (NaN/Inf screens, descales: zyfa.checks) are answered together when this call
+    # ends, in one host sync, or with the caller's (a decode step's) when it defers them itself; the first failed one
+    # raises what it would have raised at once, a failure inside the kernel as "kernel ... raised".
+    with zyfa_checks.deferred():
+        try:
+            with zyfa_checks.wrapped(raised):
+                res = impl.fn(x, dict(context or {}))
+        except (ImplementationError, KeyboardInterrupt):
+            raise
+        except BaseException as e:  # noqa: BLE001 - the kernel's own failure (SystemExit too) becomes a failed row
+            raise raised(e) from e
+        out = res.out
+        if not isinstance(out, torch.Tensor):
+            raise ImplementationError(f"{label} returned {type(out).__name__}, expected a torch.Tensor "
+                                      f"of shape {(b, h, s_q, d_v)}")
+        if not out.dtype.is_floating_point:
+            raise ImplementationError(f"{label} returned a {out.dtype} output; expected a float dtype")
+        if out.device != x.q.device:
+            raise ImplementationError(f"{label} returned its output on {out.device}; the inputs are on {x.q.device}")
+        if tuple(out.shape) != (b, h, s_q, d_v):
+            raise ImplementationError(f"{label} returned shape {tuple(out.shape)}, expected (b, h, s_q, d_v) = "
+                                      f"{(b, h, s_q, d_v)}")
+
+        def nonfinite_output() -> ImplementationError | None:
+            n_bad = int((~torch.isfinite(out.float())).sum())
+            if not n_bad:
+                return None  # the screen's false alarm: a float32 sum that overflowed
+            n_nan = int(torch.isnan(out.float()).sum())
+            return ImplementationError(f"{label} returned {n_bad} non-finite output value(s) ({n_nan} NaN) "
+                                       f"of {out.numel()}")
+
+        if not allow_nonfinite:
+            zyfa_checks.check(finite_screen([out]), nonfinite_output)
+        lse = res.lse
+        if lse is not None:
+            if not isinstance(lse, torch.Tensor) or not lse.dtype.is_floating_point:
+                raise ImplementationError(f"{label} returned an lse that is not a float tensor")
+            if lse.dim() == 4 and lse.shape[-1] == 1:
+                lse = lse.squeeze(-1)
+            if tuple(lse.shape) != (b, h, s_q):
+                raise ImplementationError(f"{label} returned lse of shape {tuple(lse.shape)}, expected {(b, h, s_q)}")
+            if not allow_nonfinite:
+                # an lse's -inf (a row that sees no key) leaves its sum non-NaN; a NaN anywhere makes it NaN
+                lse_checked = lse
+                zyfa_checks.check(~torch.isnan(lse.sum(dtype=torch.float32)), lambda: ImplementationError(
+                    f"{label} returned NaN in its lse") if bool(torch.isnan(lse_checked.float()).any()) else None)
     res.out, res.lse = out, lse
     return res
 

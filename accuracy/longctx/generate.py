@@ -35,6 +35,8 @@ from zyfa.accuracy.impact.model import (
 )
 from zyfa.capture.hook import swap_attention
 
+from zyfa import checks
+
 __all__ = ["Generation", "greedy_generate", "sequence_drift", "sequence_logits"]
 
 _DRIFT_BLOCK = 32  # positions per float64 block of sequence_drift
@@ -130,7 +132,10 @@ def greedy_generate(model, prompt: Sequence[int], fn: ModelAttention | None, *, 
                 if fn is not None:
                     fn.ran = {}
                 try:
-                    res = decoder(input_ids=step, use_cache=True, **{cache_kw: cache})
+                    # one s_q = 1 step: the checks that ask the device (zyfa.checks) are answered once, at its end,
+                    # not in every layer; a failed one raises what it would have raised in its layer
+                    with checks.deferred():
+                        res = decoder(input_ids=step, use_cache=True, **{cache_kw: cache})
                     cache = _cache_of(res)
                     if fn is not None and _fallback_layers(fn.ran_summary()) - _fallback_layers(ran_prefill):
                         raise UnsupportedLayerError("decode shape sent layers to the fallback")

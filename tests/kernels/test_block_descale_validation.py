@@ -206,21 +206,22 @@ def test_bench_markdown_has_a_rotation_column():
     assert "rotation ms (FWHT / matmul)" in md
 
 
-def test_descale_value_checks_are_answered_together():
-    """attention_fp8 gathers the descales' value checks and answers them in one host sync (three otherwise, in every
-    layer of every decode step); the first descale that is not positive and finite is named, as before."""
-    from zyfa.kernels.validation import check_descales, descale_to_bh
+def test_descale_value_checks_are_answered_together(monkeypatch):
+    """attention_fp8 answers the descales' value checks together (zyfa.checks: one host sync, three otherwise, in
+    every layer of every decode step); the first descale that is not positive and finite is named, as before."""
+    from zyfa import checks
+    from zyfa.kernels.validation import descale_to_bh
 
-    checks = []
-    good = descale_to_bh(torch.ones(B, H), "q_descale", B, H, H_KV, "cpu", checks)
-    bad = descale_to_bh(torch.full((B, H_KV), float("inf")), "k_descale", B, H_KV, H_KV, "cpu", checks)
-    assert good.shape == (B, H) and bad.shape == (B, H_KV) and [n for n, _ in checks] == ["q_descale", "k_descale"]
-    with pytest.raises(ValueError, match="^k_descale must be positive and finite$"):
-        check_descales(checks)
-    check_descales(checks[:1])
-    check_descales([])
-    with pytest.raises(ValueError, match="^k_descale must be positive and finite$"):  # not deferred: at once
+    with pytest.raises(ValueError, match="^k_descale must be positive and finite$"):  # outside a scope: at once
         descale_to_bh(torch.zeros(B, H_KV), "k_descale", B, H_KV, H_KV, "cpu")
+    asked = []
+    real = torch.Tensor.__bool__
+    with pytest.raises(ValueError, match="^k_descale must be positive and finite$"), checks.deferred():
+        monkeypatch.setattr(torch.Tensor, "__bool__", lambda t: asked.append(1) or real(t))
+        good = descale_to_bh(torch.ones(B, H), "q_descale", B, H, H_KV, "cpu")
+        bad = descale_to_bh(torch.full((B, H_KV), float("inf")), "k_descale", B, H_KV, H_KV, "cpu")
+        assert good.shape == (B, H) and bad.shape == (B, H_KV) and asked == [], "nothing read back inside"
+        monkeypatch.undo()  # the answer comes when the scope ends
     q, k, v = fp8_inputs()
     with pytest.raises(ValueError, match="^q_descale must be positive and finite$"):  # both bad: the first named
         attention_fp8(q, k, v, q_descale=torch.full((B, H), float("nan")), k_descale=-torch.ones(B, H_KV))

@@ -89,3 +89,43 @@ def test_drift_in_blocks_equals_the_whole_sequence_at_once():
     assert len(d["kl"]) == 70 and torch.allclose(torch.tensor(d["kl"], dtype=torch.float64), whole, rtol=0, atol=0)
     assert d["top1_agree"] == (lr.argmax(-1) == lt.argmax(-1)).tolist()
     assert sequence_drift(ref[:0], test[:0]) == {"kl": [], "top1_agree": []}
+
+
+def _reads(monkeypatch):
+    reads = []
+    for name in ("__bool__", "__int__", "__float__", "tolist", "item"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _r=real: reads.append(1) or _r(t, *a))
+    return reads
+
+
+def test_a_decode_step_answers_its_checks_once(monkeypatch):
+    """Through a real implementation (sdpa-fp32, its output screened in every layer) a decode step reads the device
+    back twice whatever the layer count: its checks, answered together (zyfa.checks), and the next token."""
+    model = tiny_llama(layers=4)
+    fn = model_attention("sdpa-fp32")
+    greedy_generate(model, PROMPT, fn, max_new_tokens=2, device=CPU)
+    reads = _reads(monkeypatch)
+    greedy_generate(model, PROMPT, fn, max_new_tokens=1, device=CPU)
+    one = len(reads)
+    greedy_generate(model, PROMPT, fn, max_new_tokens=4, device=CPU)
+    monkeypatch.undo()
+    assert (len(reads) - 2 * one) / 3 == 2  # the second run's reads beyond its prefill's, per step
+
+
+def test_a_kernel_failing_in_a_decode_step_is_named_as_in_its_layer():
+    """A kernel whose output turns NaN in decode steps only: the error, raised when the step's checks are answered,
+    is the one its layer's call would have raised at once."""
+    from zyfa.accuracy.implementations.base import Implementation, ImplementationError, ImplResult
+
+    def fn(x, _ctx):
+        out = torch.nn.functional.scaled_dot_product_attention(
+            x.q, x.k.repeat_interleave(x.q.shape[1] // x.k.shape[1], 1),
+            x.v.repeat_interleave(x.q.shape[1] // x.v.shape[1], 1), is_causal=x.q.shape[2] > 1)
+        return ImplResult(out * float("nan") if x.q.shape[2] == 1 else out)
+
+    impl = Implementation(name="nan-at-decode", fn=fn, quantizes="none", description="test")
+    model = tiny_llama(heads=4, kv_heads=2, head_dim=64, layers=3)
+    with pytest.raises(ImplementationError) as caught:
+        greedy_generate(model, PROMPT, ModelAttention(impl), max_new_tokens=3, device=CPU)
+    assert str(caught.value) == "kernel 'nan-at-decode' returned 256 non-finite output value(s) (256 NaN) of 256"

@@ -41,12 +41,12 @@ def test_finite_inputs_are_checked_once_and_quantize_skips_its_count(calls, reci
 
 
 @pytest.mark.parametrize("which", [0, 1, 2])
-def test_a_non_finite_operand_is_refused_by_quantize_as_before(calls, which):
+def test_a_non_finite_operand_is_refused_with_quantizes_message(calls, which):
     qkv = list(_qkv())
     qkv[which][0, 1, 3, 5] = float("nan")
     with pytest.raises(ValueError, match=r"^quantize: x holds 1 NaN/Inf value\(s\); FP8 scaling needs a finite amax$"):
         emulator.quantize_inputs(*qkv, "zyfa")
-    assert calls and all(calls), "quantize counted for itself"
+    assert calls == [], "refused by the screen's closer look, before quantize runs"
 
 
 def test_float64_beyond_float32_range_is_refused_as_before(calls):
@@ -80,12 +80,12 @@ def test_finite_screen():
 
 
 def test_a_false_alarm_costs_a_count_not_a_refusal(calls):
-    """Finite operands whose float32 sum overflows fail the screen: quantize then counts for itself, finds nothing
-    and makes the values it makes after a passed screen."""
+    """Finite operands whose float32 sum overflows fail the screen: the closer look counts, finds nothing, and
+    quantize makes the values it makes after a passed screen."""
     q, k, v = _qkv()
     big = k * 1e37  # finite (|k| < 6, so < 6e37), but 40 * 64 * 2 of them sum past float32's 3.4e38
     assert not bool(finite_screen([big]))
     qi = emulator.quantize_inputs(q, big, v, "zyfa")
-    assert calls and all(calls), "quantize counted for itself"
+    assert calls and not any(calls), "quantize was told its input is finite"
     r = get_recipe("zyfa")
     assert torch.equal(qi.k_values, quantize(big, r.k_format, r.k_scale, block_size=r.scale_block_kv)[0])

@@ -27,6 +27,7 @@ import os
 
 import torch
 
+from zyfa import checks
 from zyfa.kernels.kernel_plan import (
     LOG2_448,
     LOG2E,
@@ -56,7 +57,6 @@ from zyfa.kernels.validation import (
     SUPPORTED_HEAD_DIMS,
     SUPPORTED_QK_DIMS,
     SUPPORTED_V_DIMS,
-    check_descales,
     check_device,
     check_fp8,
     descale_to_bh,
@@ -294,17 +294,16 @@ def attention_fp8(q, k, v, *, recipe: Recipe | str = "zyfa", causal: bool = Fals
     b, h, h_kv, s_q, s_k, d_qk, d_v = validate_inputs(q, k, v, causal, sm_scale, window)
     check_fp8(q, k, v, (q_descale, k_descale, v_descale))
     dev = q.device
-    checks: list = []  # the descales' value checks, answered together below (one host sync)
-    qd = per_row_descale(q_descale, "q_descale", b, h, s_q, dev, checks)
-    if qd is None:
-        qd = descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev, checks)
-    kd = per_row_descale(k_descale, "k_descale", b, h_kv, s_k, dev, checks)
-    if kd is None:
-        kd = descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev, checks)
-    plan = kernel_plan(recipe)
-    block_n = (config or {}).get("BLOCK_N", plan.block_n)
-    vd = v_descale_for(v_descale, plan, b, h_kv, s_k, d_v, block_n, dev, checks)
-    check_descales(checks)
+    with checks.deferred():  # the descales' value checks answered together (one host sync, or the caller's)
+        qd = per_row_descale(q_descale, "q_descale", b, h, s_q, dev)
+        if qd is None:
+            qd = descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
+        kd = per_row_descale(k_descale, "k_descale", b, h_kv, s_k, dev)
+        if kd is None:
+            kd = descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
+        plan = kernel_plan(recipe)
+        block_n = (config or {}).get("BLOCK_N", plan.block_n)
+        vd = v_descale_for(v_descale, plan, b, h_kv, s_k, d_v, block_n, dev)
     if kd.dim() == 3:
         kd = k_descale_per_tile(kd, block_n)
     if qd.dim() == 3:  # one scalar per program where the Q blocks allow it (no per-row vector in the loop)

@@ -11,13 +11,13 @@ import math
 
 import torch
 
+from zyfa import checks
 from zyfa.kernels.kernel_plan import KernelPlan
 
 __all__ = [
     "SUPPORTED_HEAD_DIMS",
     "SUPPORTED_QK_DIMS",
     "SUPPORTED_V_DIMS",
-    "check_descales",
     "check_device",
     "check_fp8",
     "descale_to_bh",
@@ -33,9 +33,8 @@ SUPPORTED_V_DIMS = (64, 128, 256)
 SUPPORTED_HEAD_DIMS = ((64, 64), (128, 128), (256, 256), (192, 128))
 _FP8 = torch.float8_e4m3fn
 
-def descale_to_bh(d, name: str, b: int, h: int, h_kv: int, device, checks: list | None = None) -> torch.Tensor:
-    """A descale (float, one-element tensor, (b, h) / (b, h, 1, 1), or for q (b, h_kv)) -> (b, h) fp32.
-    ``checks``: see :func:`check_descales`."""
+def descale_to_bh(d, name: str, b: int, h: int, h_kv: int, device) -> torch.Tensor:
+    """A descale (float, one-element tensor, (b, h) / (b, h, 1, 1), or for q (b, h_kv)) -> (b, h) fp32."""
     if isinstance(d, bool):
         raise TypeError(f"{name} must be a float or a tensor, got bool")
     if isinstance(d, (int, float)):
@@ -61,31 +60,18 @@ def descale_to_bh(d, name: str, b: int, h: int, h_kv: int, device, checks: list 
         if x.shape[1] != h:  # q descale per (batch, kv head): its GQA group shares one (FA3's shape)
             x = x.repeat_interleave(h // h_kv, dim=1)
     x = x.contiguous()
-    _positive_finite(x, name, checks)
+    _positive_finite(x, name)
     return x
 
 
-def _positive_finite(x: torch.Tensor, name: str, checks: list | None) -> None:
-    """Raise unless every value of ``x`` is positive and finite (a host sync); with ``checks``, append the
-    (name, flag) pair for :func:`check_descales` instead."""
-    flag = torch.all((x > 0) & (x < math.inf))  # NaN fails both comparisons
-    if checks is not None:
-        checks.append((name, flag))
-    elif not bool(flag):
-        raise ValueError(f"{name} must be positive and finite")
+def _positive_finite(x: torch.Tensor, name: str) -> None:
+    """ValueError unless every value of ``x`` is positive and finite: a host sync, unless :mod:`zyfa.checks`
+    defers it (attention_fp8 answers its three descales' checks together)."""
+    checks.check(torch.all((x > 0) & (x < math.inf)),  # NaN fails both comparisons
+                 lambda: ValueError(f"{name} must be positive and finite"))
 
 
-def check_descales(checks: list) -> None:
-    """The deferred descale checks of one call, answered in one host sync (three syncs otherwise, in every layer of
-    every decode step); ValueError naming the first descale that is not positive and finite."""
-    if not checks:
-        return
-    for (name, _), good in zip(checks, torch.stack([f for _, f in checks]).tolist(), strict=True):
-        if not good:
-            raise ValueError(f"{name} must be positive and finite")
-
-
-def per_row_descale(d, name: str, b: int, heads: int, seq: int, device, checks: list | None = None):
+def per_row_descale(d, name: str, b: int, heads: int, seq: int, device):
     """A per-row (Q) or per-key (K) descale (b, heads, seq) or (b, heads, seq, 1) -> (b, heads, seq) fp32, or None
     when ``d`` has another form (handled by :func:`descale_to_bh`)."""
     if not isinstance(d, torch.Tensor) or isinstance(d, bool) or not d.dtype.is_floating_point:
@@ -96,17 +82,16 @@ def per_row_descale(d, name: str, b: int, heads: int, seq: int, device, checks: 
     if shape[:3] != (b, heads, seq):
         raise ValueError(f"{name} per {'query row' if name == 'q_descale' else 'key'} must be of shape "
                          f"({b}, {heads}, {seq}) or ({b}, {heads}, {seq}, 1), got {shape}")
-    return _checked_descale(d, name, device, (b, heads, seq), checks)
+    return _checked_descale(d, name, device, (b, heads, seq))
 
 
-def _checked_descale(d: torch.Tensor, name: str, device, shape: tuple[int, ...],
-                     checks: list | None = None) -> torch.Tensor:
+def _checked_descale(d: torch.Tensor, name: str, device, shape: tuple[int, ...]) -> torch.Tensor:
     """``d`` as a contiguous fp32 tensor of ``shape`` on ``device``; ValueError (one line) for another device
-    or a value that is not positive and finite (deferred to ``checks`` where given)."""
+    or a value that is not positive and finite."""
     if d.device != torch.device(device) and not (d.device.type == torch.device(device).type == "cuda"):
         raise ValueError(f"{name} is on {d.device}, the inputs on {device}")
     x = d.detach().to(device=device, dtype=torch.float32).reshape(shape).contiguous()
-    _positive_finite(x, name, checks)
+    _positive_finite(x, name)
     return x
 
 
@@ -131,15 +116,13 @@ def q_descale_per_program(qd: torch.Tensor, block_m: int) -> torch.Tensor | None
     return progs if torch.equal(progs.repeat_interleave(block_m, dim=2)[:, :, :s_q], qd) else None
 
 
-def v_descale_for(d, plan: KernelPlan, b: int, h_kv: int, s_k: int, d_v: int, block_n: int, device,
-                  checks: list | None = None) -> torch.Tensor:
+def v_descale_for(d, plan: KernelPlan, b: int, h_kv: int, s_k: int, d_v: int, block_n: int, device) -> torch.Tensor:
     """V's descale in the form the recipe's ``v_scale`` needs: (b, h_kv); per channel (b, h_kv, d_v) from
     (b, h_kv, d_v) or (b, h_kv, 1, d_v); per KV tile (b, h_kv, ceil(s_k / block_n)) from per-key (b, h_kv, s_k) or
-    (b, h_kv, s_k, 1). A float or one-element tensor is one value everywhere. ``checks``: see
-    :func:`check_descales` (a per-key V descale is checked at once: its tiles are read next)."""
+    (b, h_kv, s_k, 1). A float or one-element tensor is one value everywhere."""
     one = d is None or isinstance(d, (int, float)) or (isinstance(d, torch.Tensor) and d.numel() == 1)
     if plan.vd_mode == 0 or one:
-        vd = descale_to_bh(1.0 if d is None else d, "v_descale", b, h_kv, h_kv, device, checks)
+        vd = descale_to_bh(1.0 if d is None else d, "v_descale", b, h_kv, h_kv, device)
         if plan.vd_mode == 1:
             return vd[:, :, None].expand(b, h_kv, d_v).contiguous()
         if plan.vd_mode == 2:
@@ -156,7 +139,7 @@ def v_descale_for(d, plan: KernelPlan, b: int, h_kv: int, s_k: int, d_v: int, bl
             (b, h_kv, d_v), (b, h_kv, 1, d_v)):
         raise ValueError(f"v_descale for v_scale='channel' must be one value or per channel: ({b}, {h_kv}, {d_v}) or "
                          f"({b}, {h_kv}, 1, {d_v}), got {shape if shape else type(d).__name__}")
-    return _checked_descale(d, "v_descale", device, (b, h_kv, d_v), checks)
+    return _checked_descale(d, "v_descale", device, (b, h_kv, d_v))
 
 
 def validate_inputs(q, k, v, causal, sm_scale, window):

@@ -1,0 +1,71 @@
+"""zyfa.checks: a check is answered at once outside a deferred scope and at the end of the outermost scope inside
+one, with one read back for all of them; the first failed check raises what it would have raised at once (through
+the wraps open where it was asked), a false alarm raises nothing, and an exception raised after a failed check is
+replaced by that check's error."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zyfa import checks
+
+FINE, BAD = torch.tensor(True), torch.tensor(False)
+
+
+def _count_reads(monkeypatch):
+    reads = []
+    for name in ("__bool__", "tolist", "item"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _r=real, _n=name: reads.append(_n) or _r(t, *a))
+    return reads
+
+
+def test_outside_a_scope_a_check_is_answered_at_once():
+    checks.check(FINE, lambda: ValueError("never"))
+    with pytest.raises(ValueError, match="^bad q$"):
+        checks.check(BAD, lambda: ValueError("bad q"))
+    checks.check(BAD, lambda: None)  # a closer look found nothing: no error
+    assert not checks.active()
+
+
+def test_inside_a_scope_the_checks_wait_for_one_read_back(monkeypatch):
+    with pytest.raises(ValueError, match="^second$"), checks.deferred():
+        reads = _count_reads(monkeypatch)
+        assert checks.active()
+        checks.check(FINE, lambda: ValueError("first"))
+        checks.check(BAD, lambda: None)  # a false alarm
+        checks.check(BAD, lambda: ValueError("second"))
+        checks.check(BAD, lambda: ValueError("third"))
+        with checks.deferred():  # an inner scope leaves its checks to the outer one
+            checks.check(BAD, lambda: ValueError("inner"))
+        assert reads == [], "nothing read back before the scope ends"
+    assert reads == ["tolist"], "one read back for every check of the scope (one device)"
+    monkeypatch.undo()
+    assert not checks.active()
+    with checks.deferred():
+        checks.check(FINE, lambda: ValueError("never"))
+
+
+def test_wraps_apply_to_checks_asked_inside_them():
+    def named(e):
+        return RuntimeError(f"kernel 'x' raised {type(e).__name__}: {e}")
+
+    with pytest.raises(RuntimeError, match=r"^kernel 'x' raised ValueError: bad descale$"), checks.deferred():
+        with checks.wrapped(named):
+            checks.check(BAD, lambda: ValueError("bad descale"))
+        checks.check(BAD, lambda: ValueError("outside the wrap"))
+    with pytest.raises(ValueError, match="^outside the wrap$"), checks.deferred():
+        with checks.wrapped(named):
+            checks.check(FINE, lambda: ValueError("never"))
+        checks.check(BAD, lambda: ValueError("outside the wrap"))
+
+
+def test_an_exception_after_a_failed_check_gives_way_to_it():
+    with pytest.raises(ValueError, match="^q contains NaN") as caught, checks.deferred():
+        checks.check(BAD, lambda: ValueError("q contains NaN or Inf"))
+        raise IndexError("what the NaN did later")
+    assert isinstance(caught.value.__cause__, IndexError)
+    with pytest.raises(IndexError), checks.deferred():  # nothing failed before it: the exception itself
+        checks.check(FINE, lambda: ValueError("never"))
+        raise IndexError("its own")
