@@ -7,6 +7,7 @@ one line with exit status 2."""
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -23,9 +24,10 @@ SLICES = 12
 slices = load_script("humaneval_slices")
 
 
+@functools.cache
 def _real():
     """The provenance record of a real file of the plan (as one run's: its earlier segments left out) and its rows of
-    HumanEval/0, one per implementation."""
+    HumanEval/0, one per implementation; read when a test first needs it, not when the module is collected."""
     lines = [json.loads(x) for x in (REAL / "he-0.jsonl").read_text().splitlines()]
     prov = {k: v for k, v in lines[0].items() if k != "earlier_runs"}
     assert prov["record"] == "provenance"
@@ -34,13 +36,13 @@ def _real():
     return prov, rows
 
 
-PROV, TEMPLATE = _real()
-IMPLS = PROV["implementations"]
+def _impls() -> list[str]:
+    return _real()[0]["implementations"]
 
 
 def _row(i: int, impl: str) -> dict:
     """The real row of HumanEval/0 under ``impl``, re-labelled as problem ``i``'s."""
-    r = copy.deepcopy(TEMPLATE[impl])
+    r = copy.deepcopy(_real()[1][impl])
     r["task_id"] = f"HumanEval/{i}"
     r["input"] = f"{r['model']}/HumanEval/{i}/new{r['max_new_tokens']}"
     r["input_content_hash"] = hashlib.sha256(r["input"].encode()).hexdigest()
@@ -50,8 +52,8 @@ def _row(i: int, impl: str) -> dict:
 def _write(path: Path, problems=(), cut: int | None = None, impls=None) -> Path:
     """A result file with every implementation's row of ``problems``, then (``cut``) the first ``cut`` rows of one
     more problem: a run killed inside it. ``impls``: what its provenance says it runs (the rows follow it)."""
-    impls = list(impls or IMPLS)
-    prov = {**PROV, "implementations": impls}
+    impls = list(impls or _impls())
+    prov = {**_real()[0], "implementations": impls}
     rows = [_row(i, n) for i in problems for n in impls]
     if cut is not None:
         nxt = max(problems) + 1 if problems else 0
@@ -121,7 +123,7 @@ def _facts(state: Path):
             have.setdefault(i, set()).add(r["implementation"])
             if path.name.endswith(".partial"):
                 cut_in[i] = path.name.removesuffix(".partial")
-    left = [i for i in range(164) if have.get(i, set()) != set(IMPLS)]
+    left = [i for i in range(164) if have.get(i, set()) != set(_impls())]
     home = {i: f for i, f in cut_in.items() if i in left}
     return left, home, names
 
