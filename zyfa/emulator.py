@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import numbers
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -82,7 +82,10 @@ class Emulation:
         out: (b, h, s_q, d_v) float32 holding the recipe's output values (bf16/fp8 values where it rounds).
         lse: (b, h, s_q) float32 natural-log log-sum-exp (-inf for fully masked rows).
         q_deq, k_deq, v_deq: float32 dequantized inputs, for the FP64 reference of what the kernel saw.
-        stats: counters, e.g. ``p_flushed_frac``: fraction of unmasked probabilities rounded to 0.
+        p_flushed: 0-d float64 tensor on the emulation's device: the fraction of unmasked probabilities rounded to
+            0 (None: not counted). Left there until read, so an emulation in every layer of a decode step does not
+            wait on the GPU for it.
+        stats: counters as numbers, e.g. ``p_flushed_frac`` (reading it is a host sync on a GPU).
         platform: name of the platform whose arithmetic was emulated (:mod:`zyfa.platforms`).
     """
 
@@ -91,8 +94,12 @@ class Emulation:
     q_deq: torch.Tensor
     k_deq: torch.Tensor
     v_deq: torch.Tensor
-    stats: dict = field(default_factory=dict)
+    p_flushed: torch.Tensor | None = None
     platform: str = ""
+
+    @property
+    def stats(self) -> dict:
+        return {"p_flushed_frac": 0.0 if self.p_flushed is None else float(self.p_flushed)}
 
 
 # ---------------------------------------------------------------------------------------------- validation
@@ -427,9 +434,9 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
         # The kernel's scores lack q·mean(k) (softmax-invariant); its LSE is corrected by that term.
         lse = lse + sm_scale * (q_deq @ per_q_head(qi.k_mean).transpose(-1, -2)).squeeze(-1)
     out = _round_out(out, recipe)
-    # one read back (no probabilities counted: none flushed either, so 0 / 1)
-    stats = {"p_flushed_frac": float(flushed / counted.clamp(min=1))}
-    return Emulation(out=out, lse=lse, q_deq=q_deq, k_deq=k_deq, v_deq=v_deq, stats=stats, platform=plat.name)
+    # left on the device until read (no probabilities counted: none flushed either, so 0 / 1)
+    return Emulation(out=out, lse=lse, q_deq=q_deq, k_deq=k_deq, v_deq=v_deq, p_flushed=flushed / counted.clamp(min=1),
+                     platform=plat.name)
 
 
 

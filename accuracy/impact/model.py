@@ -64,8 +64,18 @@ class RecipeAttention:
         self.recipe = get_recipe(recipe)
         self.on_emulation = on_emulation
         self.on_layer = on_layer
-        self.p_flushed: dict[int, float] = {}
+        self._p_flushed: dict[int, torch.Tensor] = {}  # on the device until read: no host sync per layer
         self._patterns: dict[tuple, torch.Tensor] = {}
+
+    @property
+    def p_flushed(self) -> dict[int, float]:
+        """Layer -> the fraction of unmasked probabilities the recipe rounded to 0 in its last call (read back
+        now)."""
+        return {layer: float(t) for layer, t in self._p_flushed.items()}
+
+    def _keep_p_flushed(self, layer: int, emu) -> None:
+        if emu.p_flushed is not None:
+            self._p_flushed[layer] = emu.p_flushed
 
     def expected_mask(self, s_q: int, s_k: int, window: int | None, device) -> torch.Tensor:
         """The bool (s_q, s_k) pattern of causal (bottom-right) + optional window attention; cached per shape."""
@@ -125,7 +135,7 @@ class RecipeAttention:
                                                   is_causal=is_causal)
         with torch.no_grad():
             emu = emulate(query, key, value, self.recipe, causal=True, sm_scale=sm_scale, window=window)
-        self.p_flushed[layer] = float(emu.stats.get("p_flushed_frac", 0.0))
+        self._keep_p_flushed(layer, emu)
         if self.on_emulation is not None:
             self.on_emulation(layer, query, key, value, emu, sm_scale, window)
         if self.on_layer is not None:
@@ -174,7 +184,7 @@ class ModelAttention(RecipeAttention):
         with torch.no_grad():
             if self.impl is None:
                 emu = emulate(query, key, value, self.recipe, causal=True, sm_scale=sm_scale, window=window)
-                self.p_flushed[layer] = float(emu.stats.get("p_flushed_frac", 0.0))
+                self._keep_p_flushed(layer, emu)
                 out, what = emu.out, self.name
             else:
                 # contiguous (b, h, s, d) copies: the model's are transposed views, which kernels may refuse

@@ -99,11 +99,13 @@ def _reads(monkeypatch):
     return reads
 
 
-def test_a_decode_step_answers_its_checks_once(monkeypatch):
-    """Through a real implementation (sdpa-fp32, its output screened in every layer) a decode step reads the device
-    back twice whatever the layer count: its checks, answered together (zyfa.checks), and the next token."""
+@pytest.mark.parametrize("name", ["sdpa-fp32", "bf16", "zyfa"])
+def test_a_decode_step_answers_its_checks_once(monkeypatch, name):
+    """Through a real implementation (sdpa-fp32, its output screened in every layer) or the emulator (its inputs
+    screened, its flushed-P fraction kept on the device), a decode step reads the device back twice whatever the
+    layer count: its checks, answered together (zyfa.checks), and the next token."""
     model = tiny_llama(layers=4)
-    fn = model_attention("sdpa-fp32")
+    fn = model_attention(name)
     greedy_generate(model, PROMPT, fn, max_new_tokens=2, device=CPU)
     reads = _reads(monkeypatch)
     greedy_generate(model, PROMPT, fn, max_new_tokens=1, device=CPU)
