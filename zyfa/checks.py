@@ -76,11 +76,14 @@ def deferred() -> Iterator[None]:
         yield
     except Exception as raised:
         _pending.reset(token)
+        token = None
         first = _first_failure(pending)
         if first is not None:
             raise first from raised
         raise
-    _pending.reset(token)
+    finally:
+        if token is not None:  # a normal end, or a KeyboardInterrupt: the scope closes either way
+            _pending.reset(token)
     first = _first_failure(pending)
     if first is not None:
         raise first

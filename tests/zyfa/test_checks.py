@@ -69,3 +69,12 @@ def test_an_exception_after_a_failed_check_gives_way_to_it():
     with pytest.raises(IndexError), checks.deferred():  # nothing failed before it: the exception itself
         checks.check(FINE, lambda: ValueError("never"))
         raise IndexError("its own")
+
+
+def test_an_interrupt_closes_the_scope():
+    with pytest.raises(KeyboardInterrupt), checks.deferred():
+        checks.check(BAD, lambda: ValueError("left unanswered"))
+        raise KeyboardInterrupt
+    assert not checks.active(), "later checks are answered at once again"
+    with pytest.raises(ValueError, match="^at once$"):
+        checks.check(BAD, lambda: ValueError("at once"))
