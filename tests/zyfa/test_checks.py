@@ -78,3 +78,23 @@ def test_an_interrupt_closes_the_scope():
     assert not checks.active(), "later checks are answered at once again"
     with pytest.raises(ValueError, match="^at once$"):
         checks.check(BAD, lambda: ValueError("at once"))
+
+
+@pytest.mark.gpu
+def test_flags_on_the_gpu_and_the_cpu_are_answered_per_device(monkeypatch):
+    """Flags on CUDA and on the CPU in one scope: one read back per device, the first failure (in the order asked)
+    raised; the NaN screen of a bf16 CUDA tensor among them."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (gpu tests run on the H200)")
+    from zyfa.quant import finite_screen
+
+    x = torch.randn(2, 4, 64, 128, device="cuda", dtype=torch.bfloat16)
+    y = x.clone()
+    y[1, 2, 3, 4] = float("nan")
+    with pytest.raises(ValueError, match="^y holds NaN$"), checks.deferred():
+        reads = _count_reads(monkeypatch)
+        checks.check(finite_screen([x]), lambda: ValueError("never"))
+        checks.check(FINE, lambda: ValueError("never"))
+        checks.check(finite_screen([y]), lambda: ValueError("y holds NaN"))
+        checks.check(BAD, lambda: ValueError("later, on the CPU"))
+    assert sorted(reads) == ["tolist", "tolist"], "one read back per device"
