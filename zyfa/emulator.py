@@ -224,8 +224,11 @@ def quantization_key(recipe: Recipe) -> tuple:
                  for f in QUANT_FIELDS)
 
 
-def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
-    """Quantize Q/K/V as ``recipe`` says (rotation of Q and K, K smoothing, formats, descale granularity)."""
+def quantize_inputs(q, k, v, recipe: Recipe | str, *, screened: bool = False) -> QuantizedInputs:
+    """Quantize Q/K/V as ``recipe`` says (rotation of Q and K, K smoothing, formats, descale granularity).
+
+    ``screened``: the caller has put q, k and v through :func:`validate_qkv`'s NaN/Inf screen already, in float32
+    terms (:func:`emulate`, for 16- and 32-bit inputs), so the operands are not screened a second time."""
     recipe = get_recipe(recipe)
     heads_kv = k.shape[1]
     if recipe.qk_rotation != "none":  # before quantization; Q·Kᵀ is unchanged in exact arithmetic
@@ -243,7 +246,7 @@ def quantize_inputs(q, k, v, recipe: Recipe | str) -> QuantizedInputs:
     # overflowed). Screened in float32, as _quantize_operand passes them: a float64 beyond float32's range is Inf.
     scaled = [x for x, fmt, gran, _ in ops if _scaled_by_quantize(fmt, gran)]
     checked = bool(scaled) and len({x.device for x in scaled}) == 1
-    if checked:
+    if checked and not screened:
         checks.check(finite_screen(scaled), lambda: next(
             (e for e in (nonfinite_error(x.float()) for x in scaled) if e is not None), None))
     # only an operand screened here skips quantize's count
@@ -292,7 +295,9 @@ def emulate(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, recipe: Recipe | 
     sm_scale = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
     dev = q.device
 
-    qi = quantize_inputs(q, k, v, recipe)
+    # validate_qkv screened q, k, v; a float64 input beyond float32's range passes it (finite in float64) and is
+    # left to quantize_inputs' own screen, which refuses it as quantize does
+    qi = quantize_inputs(q, k, v, recipe, screened=torch.float64 not in (q.dtype, k.dtype, v.dtype))
     q_deq, k_deq, v_deq = qi.dequantized()
 
     # Expand K/V (and their descales) to the query heads; heads are group-contiguous (HF repeat_kv).

@@ -89,3 +89,20 @@ def test_a_false_alarm_costs_a_count_not_a_refusal(calls):
     assert calls and not any(calls), "quantize was told its input is finite"
     r = get_recipe("zyfa")
     assert torch.equal(qi.k_values, quantize(big, r.k_format, r.k_scale, block_size=r.scale_block_kv)[0])
+
+
+def test_emulate_screens_its_inputs_once(monkeypatch):
+    """emulate's own input check screens Q, K, V; quantize_inputs does not screen them again, except for float64
+    inputs, whose float32 view only quantize's screen sees (a value beyond float32's range is refused there)."""
+    n = []
+    monkeypatch.setattr(emulator, "finite_screen", lambda xs: n.append(len(xs)) or finite_screen(xs))
+    q, k, v = _qkv()
+    emulator.emulate(q, k, v, "zyfa")
+    assert n == [3]
+    n.clear()
+    q, k, v = _qkv(dtype=torch.float64)
+    emulator.emulate(q, k, v, "zyfa")
+    assert n == [3, 3]
+    k[0, 0, 0, 0] = 1e39
+    with pytest.raises(ValueError, match=r"quantize: x holds 1 NaN/Inf"):
+        emulator.emulate(q, k, v, "zyfa")
