@@ -23,7 +23,8 @@ the union of the percentile interval and the t interval ``estimate ± t[1-alpha/
 bootstrap's standard deviation times sqrt(k / (k - 1)). One cluster gives no interval (NaN) and an inconclusive
 verdict.
 
-Exposed: ``cluster_bootstrap``, ``paired_verdict``, ``Verdict``, ``mcnemar_exact``, ``holm``, ``spearman_with_p``,
+Exposed: ``cluster_bootstrap``, ``paired_verdict``, ``paired_interval`` (its interval alone), ``Verdict``,
+``mcnemar_exact``, ``holm``, ``spearman_with_p``,
 ``mde`` (minimum detectable effect from a standard error).
 """
 
@@ -37,7 +38,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["LABEL_CEILING", "LABEL_EFFECT", "LABEL_FLOOR", "Verdict", "cluster_bootstrap", "holm", "mcnemar_exact",
-           "mde", "paired_verdict", "spearman_with_p"]
+           "mde", "paired_interval", "paired_verdict", "spearman_with_p"]
 
 POWER = 0.8
 LABEL_EFFECT = "effect"
@@ -237,6 +238,35 @@ def _pair(a, b, units, clusters):
     return np.asarray(av, dtype=np.float64), np.asarray(bv, dtype=np.float64), units, clusters
 
 
+def _interval(d, codes, alpha: float, n_boot: int, seed: int, bounds=None) -> tuple[float, float, float, float, int]:
+    """(mean, lo, hi, SE, clusters) of ``d`` by the module's interval rule (its docstring); NaN bounds and SE below
+    two clusters. ``bounds``: the range the mean cannot leave (a difference of 0/1 outcomes lies in [-1, 1])."""
+    est, reps, k = _bootstrap(d, codes, "mean", n_boot, seed)
+    if k < 2:
+        return est, math.nan, math.nan, math.nan, k
+    plo, phi = np.quantile(reps, [alpha / 2, 1 - alpha / 2])
+    se = float(np.std(reps, ddof=1)) * math.sqrt(k / (k - 1)) if reps.size > 1 else 0.0
+    tq = float(stats.t.ppf(1 - alpha / 2, k - 1))
+    lo, hi = min(float(plo), est - tq * se), max(float(phi), est + tq * se)
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    return est, lo, hi, se, k
+
+
+def paired_interval(a, b, *, clusters=None, alpha: float = 0.05, seed: int = 0,
+                    n_boot: int = 10000) -> tuple[float, float, float]:
+    """(mean of b - a, lo, hi): the interval :func:`paired_verdict` judges by, without a verdict, for tables that
+    show a paired difference beside (or without) one. Binary arms keep the bounds inside [-1, 1]. One cluster:
+    NaN bounds."""
+    av, bv, _, clusters = _pair(a, b, None, clusters)
+    if av.size == 0:
+        raise ValueError("no paired units to compare")
+    codes, _ = _cluster_codes(av.size, clusters)
+    binary = bool(np.all(np.isin(av, (0.0, 1.0))) and np.all(np.isin(bv, (0.0, 1.0))))
+    est, lo, hi, _, _ = _interval(bv - av, codes, alpha, n_boot, seed, bounds=(-1.0, 1.0) if binary else None)
+    return float(est), float(lo), float(hi)
+
+
 def paired_verdict(a, b, *, units=None, clusters=None, threshold: float, alpha: float = 0.05,
                    higher_is_better: bool = True, metric: str = "", ratio: bool = False, seed: int = 0,
                    ceiling: float | None = None, n_boot: int = 10000, arms: Sequence[str] = ("a", "b")) -> Verdict:
@@ -278,16 +308,11 @@ def paired_verdict(a, b, *, units=None, clusters=None, threshold: float, alpha: 
         d = np.log(bv) - np.log(av)
     else:
         d = bv - av
-    est, reps, k = _bootstrap(d, codes, "mean", n_boot, seed)
+    bounds = (-1.0, 1.0) if binary and not ratio else None  # a difference of 0/1 outcomes lies in [-1, 1]
+    est, lo, hi, se, k = _interval(d, codes, alpha, n_boot, seed, bounds=bounds)
     if k < 2:
-        lo = hi = se = p = math.nan
+        p = math.nan
     else:
-        plo, phi = np.quantile(reps, [alpha / 2, 1 - alpha / 2])
-        se = float(np.std(reps, ddof=1)) * math.sqrt(k / (k - 1)) if reps.size > 1 else 0.0
-        tq = float(stats.t.ppf(1 - alpha / 2, k - 1))
-        lo, hi = min(float(plo), est - tq * se), max(float(phi), est + tq * se)
-        if binary and not ratio:  # a difference of 0/1 outcomes lies in [-1, 1]; the t widening may not leave it
-            lo, hi = max(lo, -1.0), min(hi, 1.0)
         if se == 0:  # every cluster the same difference: the t test has no scale; the exact sign test over
             # the k clusters (all k of one sign) is the p it can carry, never 0
             p = 1.0 if est == 0 else min(1.0, 2.0 * 0.5**k)

@@ -234,14 +234,20 @@ def _pts(x: float) -> str:
     return f"{100 * x:+.1f}" if math.isfinite(x) else "–"
 
 
+def _correction(plan: HumanEvalPlan, k: int) -> str:
+    said = f"{k} contrast{'' if k == 1 else 's'}"
+    if plan.correction == "none":
+        return f"no correction ({said})"
+    return f"{plan.correction} over the primary models' {said}"
+
+
 def verdict_markdown(plan: HumanEvalPlan, rows: Sequence[dict]) -> str:
     """The verdict table by the plan's rule, with a line on the rule and one on completeness."""
     res = plan_verdicts(plan, rows)
     lines = [f"Plan `{plan.source}` ({plan.name}, hash {plan.short_hash}, recorded in every row): pass@1 of each arm "
              f"against `{plan.baseline}`, paired per problem (n = {N_PROBLEMS}); threshold {100 * plan.threshold:g} "
-             f"points, α = {plan.alpha:g}, exact McNemar with {plan.correction} over the primary models' "
-             f"{sum(r['primary'] for r in res)} contrasts; interval and detectable effect (80% power) from "
-             "paired_verdict. Points are pass@1 × 100.", "",
+             f"points, α = {plan.alpha:g}, exact McNemar, {_correction(plan, sum(r['primary'] for r in res))}; "
+             "interval and detectable effect (80% power) from paired_verdict. Points are pass@1 × 100.", "",
              "| model | arm vs baseline | problems (base/arm/paired of 164) | Δ pass@1 points [95% CI] | "
              "detectable | McNemar p (n01/n10) | Holm p | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in res:

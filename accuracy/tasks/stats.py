@@ -1,5 +1,6 @@
 """Paired statistics of HumanEval rows: pass@1 per implementation, the per-problem comparison against the baseline
-(exact McNemar test on the discordant problems, a bootstrap interval on the pass-rate difference over problems),
+(exact McNemar test on the discordant problems, the pass-rate difference's interval over problems by the verdicts'
+rule, ``verdict.paired_interval``: a plan's verdict table and this table show one interval),
 and the drift of the logits along the generated sequences by position.
 
 The scoring (:mod:`zyfa.accuracy.tasks.humaneval`) writes one row per (problem, implementation) with ``passed``; this
@@ -18,8 +19,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from zyfa.accuracy.scoring.metrics import bootstrap_ci
-from zyfa.accuracy.scoring.verdict import cluster_bootstrap, mcnemar_exact
+from zyfa.accuracy.scoring.verdict import cluster_bootstrap, mcnemar_exact, paired_interval
 
 __all__ = ["drift_by_position", "mcnemar_exact", "paired_summary", "pass_arrays", "summary_markdown"]
 
@@ -63,8 +63,8 @@ def drift_by_position(rows: Sequence[dict], bins: Sequence[int] = DRIFT_BINS) ->
 
 def paired_summary(rows: Sequence[dict], *, alpha: float = 0.05) -> list[dict]:
     """One entry per (model, implementation): pass@1 and its standard error, and against the rows' baseline the
-    paired difference (implementation - baseline) with a bootstrap interval over problems, the exact McNemar
-    p-value with the discordant counts, and the drift by position."""
+    paired difference (implementation - baseline) with its interval over problems (``paired_interval``), the exact
+    McNemar p-value with the discordant counts, and the drift by position."""
     arrays = pass_arrays(rows)
     baselines = {r["model"]: r.get("baseline") for r in rows if r.get("kind") == "humaneval"}
     out = []
@@ -80,10 +80,10 @@ def paired_summary(rows: Sequence[dict], *, alpha: float = 0.05) -> list[dict]:
             a = np.array([base[t] for t in common], dtype=bool)
             b = np.array([passes[t] for t in common], dtype=bool)
             p, n01, n10 = mcnemar_exact(a, b)
-            ci = bootstrap_ci(b.astype(float) - a.astype(float), alpha=alpha) if common else None
+            ci = paired_interval(a.astype(float), b.astype(float), alpha=alpha) if common else None
             entry.update({"paired_problems": len(common), "baseline_pass_at_1": float(a.mean()) if common else None,
-                          "diff": ci.estimate if ci else None, "diff_low": ci.low if ci else None,
-                          "diff_high": ci.high if ci else None, "mcnemar_p": p, "n01": n01, "n10": n10})
+                          "diff": ci[0] if ci else None, "diff_low": ci[1] if ci else None,
+                          "diff_high": ci[2] if ci else None, "mcnemar_p": p, "n01": n01, "n10": n10})
             mine = [r for r in _scored(rows) if r["model"] == model and r["implementation"] == name]
             entry["drift"] = drift_by_position(mine)
         out.append(entry)

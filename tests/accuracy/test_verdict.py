@@ -16,6 +16,7 @@ from zyfa.accuracy.scoring.verdict import (
     holm,
     mcnemar_exact,
     mde,
+    paired_interval,
     paired_verdict,
     spearman_with_p,
 )
@@ -204,3 +205,19 @@ def test_a_binary_difference_keeps_its_interval_inside_minus_one_to_one():
     v = paired_verdict(a, b, clusters=[i // 2 for i in range(100)], threshold=0.05, metric="exact match")
     assert v.kind == "effect" and v.effect == pytest.approx(-0.98)
     assert -1.0 <= v.lo < v.effect < v.hi <= 1.0
+
+
+def test_paired_interval_is_the_verdicts_interval_and_spans_zero_on_one_discordant_unit():
+    # 164 problems, one passes only under b (1/0 discordant): a BCa bootstrap puts the lower bound at exactly 0
+    # (no resample goes below); the verdicts' interval (percentile widened by t) reaches below 0, and the task
+    # table that shows it without a verdict gets the same numbers
+    a = [1.0] * 80 + [0.0] * 84
+    b = [1.0] * 81 + [0.0] * 83
+    est, lo, hi = paired_interval(a, b)
+    v = paired_verdict(a, b, threshold=0.05)
+    assert (est, lo, hi) == pytest.approx((v.effect, v.lo, v.hi))
+    assert est == pytest.approx(1 / 164) and lo < 0 < hi < 0.05
+    with pytest.raises(ValueError, match="no paired units"):
+        paired_interval([], [])
+    e, lo1, hi1 = paired_interval([1.0, 0.0], [1.0, 1.0], clusters=[0, 0])  # one cluster: no interval
+    assert e == 0.5 and math.isnan(lo1) and math.isnan(hi1)
