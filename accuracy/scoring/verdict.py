@@ -23,7 +23,8 @@ the union of the percentile interval and the t interval ``estimate ± t[1-alpha/
 bootstrap's standard deviation times sqrt(k / (k - 1)). One cluster gives no interval (NaN) and an inconclusive
 verdict.
 
-Exposed: ``cluster_bootstrap``, ``paired_verdict``, ``paired_interval`` (its interval alone), ``Verdict``,
+Exposed: ``cluster_bootstrap``, ``paired_verdict``, ``paired_interval`` and ``mean_interval`` (its interval alone,
+for two paired arms or one sample), ``Verdict``,
 ``mcnemar_exact``, ``holm``, ``spearman_with_p``,
 ``mde`` (minimum detectable effect from a standard error).
 """
@@ -38,7 +39,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["LABEL_CEILING", "LABEL_EFFECT", "LABEL_FLOOR", "Verdict", "cluster_bootstrap", "holm", "mcnemar_exact",
-           "mde", "paired_interval", "paired_verdict", "spearman_with_p"]
+           "mde", "mean_interval", "paired_interval", "paired_verdict", "spearman_with_p"]
 
 POWER = 0.8
 LABEL_EFFECT = "effect"
@@ -251,6 +252,25 @@ def _interval(d, codes, alpha: float, n_boot: int, seed: int, bounds=None) -> tu
     if bounds is not None:
         lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
     return est, lo, hi, se, k
+
+
+def mean_interval(values, *, clusters=None, alpha: float = 0.05, seed: int = 0,
+                  n_boot: int = 10000) -> tuple[float, float, float]:
+    """(mean, lo, hi) of one sample of per-unit values (a per-problem slope, a per-fact difference) by the interval
+    rule of :func:`paired_verdict` (the module docstring), over ``clusters`` (None: each value its own unit).
+    Fewer than two clusters: NaN bounds.
+
+    Raises:
+        ValueError: no values, NaN or infinite values.
+    """
+    x = np.asarray(values, dtype=np.float64).ravel()
+    if x.size == 0:
+        raise ValueError("no values to summarise")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("values hold NaN or infinity")
+    codes, _ = _cluster_codes(x.size, clusters)
+    est, lo, hi, _, _ = _interval(x, codes, alpha, n_boot, seed)
+    return float(est), float(lo), float(hi)
 
 
 def paired_interval(a, b, *, clusters=None, alpha: float = 0.05, seed: int = 0,

@@ -10,7 +10,8 @@ task id, and only problems where both implementations produced a scored row are 
 ``mcnemar_exact`` is ``zyfa.accuracy.scoring.verdict.mcnemar_exact``, re-exported. The drift's KL mean has a 95%
 interval from resampling whole problems (``verdict.cluster_bootstrap``).
 
-Exposed: ``pass_arrays``, ``paired_summary``, ``drift_by_position``, ``mcnemar_exact``, ``summary_markdown``.
+Exposed: ``pass_arrays``, ``paired_summary``, ``drift_by_position``, ``drift_trend``, ``mcnemar_exact``,
+``summary_markdown``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from zyfa.accuracy.scoring.verdict import cluster_bootstrap, mcnemar_exact, paired_interval
+from zyfa.accuracy.scoring.verdict import cluster_bootstrap, mcnemar_exact, mean_interval, paired_interval
 
-__all__ = ["drift_by_position", "mcnemar_exact", "paired_summary", "pass_arrays", "summary_markdown"]
+__all__ = ["drift_by_position", "drift_trend", "mcnemar_exact", "paired_summary", "pass_arrays", "summary_markdown"]
 
 DRIFT_BINS = (0, 16, 32, 64, 128, 256, 512, 1024)
 
@@ -61,10 +62,32 @@ def drift_by_position(rows: Sequence[dict], bins: Sequence[int] = DRIFT_BINS) ->
     return out
 
 
+def drift_trend(rows: Sequence[dict], *, min_tokens: int = 32) -> dict | None:
+    """Does the drift grow along the generated sequence? Within each problem with at least ``min_tokens`` drift
+    positions, the least-squares slope of the per-token KL on log2(position + 1), i.e. nats per doubling of the
+    position (a problem's tokens share its prompt, so the slope is taken inside each problem and the problems are
+    the units). Returns the number of problems, the mean slope with its 95% interval over problems
+    (``verdict.mean_interval``), and for scale those problems' mean KL over positions 0-15; None below 2 problems.
+    A positive slope: the KL grows with position."""
+    slopes, early = [], []
+    for r in rows:
+        kl = np.asarray(r.get("drift_kl") or [], dtype=np.float64)
+        if kl.size < min_tokens or not np.all(np.isfinite(kl)):
+            continue
+        x = np.log2(np.arange(kl.size) + 1.0)
+        slopes.append(float(np.polyfit(x, kl, 1)[0]))
+        early.append(float(kl[:16].mean()))
+    if len(slopes) < 2:
+        return None
+    est, lo, hi = mean_interval(slopes)
+    return {"problems": len(slopes), "min_tokens": min_tokens, "slope": est, "slope_lo": lo, "slope_hi": hi,
+            "early_kl": float(np.mean(early))}
+
+
 def paired_summary(rows: Sequence[dict], *, alpha: float = 0.05) -> list[dict]:
     """One entry per (model, implementation): pass@1 and its standard error, and against the rows' baseline the
     paired difference (implementation - baseline) with its interval over problems (``paired_interval``), the exact
-    McNemar p-value with the discordant counts, and the drift by position."""
+    McNemar p-value with the discordant counts, and the drift by position with its trend (``drift_trend``)."""
     arrays = pass_arrays(rows)
     baselines = {r["model"]: r.get("baseline") for r in rows if r.get("kind") == "humaneval"}
     out = []
@@ -86,6 +109,7 @@ def paired_summary(rows: Sequence[dict], *, alpha: float = 0.05) -> list[dict]:
                           "diff_high": ci[2] if ci else None, "mcnemar_p": p, "n01": n01, "n10": n10})
             mine = [r for r in _scored(rows) if r["model"] == model and r["implementation"] == name]
             entry["drift"] = drift_by_position(mine)
+            entry["drift_trend"] = drift_trend(mine)
         out.append(entry)
     return out
 
@@ -116,4 +140,16 @@ def summary_markdown(rows: Sequence[dict]) -> str:
                 lines.append(f"| {e['model']} | {e['implementation']} | {b['positions']} | {b['problems']} | "
                              f"{b['tokens']} | {b['kl_mean']:.3g} [{b['kl_lo']:.3g}, {b['kl_hi']:.3g}] | "
                              f"{_pct(b['top1_agree'])} |")
+    trend = [e for e in drift if e.get("drift_trend")]
+    if trend:
+        lines += ["", "Does the drift grow with position? Within each problem with at least 32 drift positions, "
+                  "the least-squares slope of the per-token KL on log2(position + 1), in nats per doubling of the "
+                  "position; mean over problems with its 95% interval over problems (positive: the KL grows), beside "
+                  "those problems' mean KL over positions 0-15.", "",
+                  "| model | implementation | problems | KL slope per doubling [95% CI] | mean KL, positions 0-15 |",
+                  "|---|---|---|---|---|"]
+        for e in trend:
+            t = e["drift_trend"]
+            lines.append(f"| {e['model']} | {e['implementation']} | {t['problems']} | {t['slope']:+.3g} "
+                         f"[{t['slope_lo']:+.3g}, {t['slope_hi']:+.3g}] | {t['early_kl']:.3g} |")
     return "\n".join(lines) + "\n"

@@ -16,6 +16,7 @@ from zyfa.accuracy.scoring.verdict import (
     holm,
     mcnemar_exact,
     mde,
+    mean_interval,
     paired_interval,
     paired_verdict,
     spearman_with_p,
@@ -221,3 +222,16 @@ def test_paired_interval_is_the_verdicts_interval_and_spans_zero_on_one_discorda
         paired_interval([], [])
     e, lo1, hi1 = paired_interval([1.0, 0.0], [1.0, 1.0], clusters=[0, 0])  # one cluster: no interval
     assert e == 0.5 and math.isnan(lo1) and math.isnan(hi1)
+
+
+def test_mean_interval_is_paired_interval_of_a_sample_against_zero_and_resamples_clusters():
+    x = [0.3, -0.1, 0.2, 0.05, 0.4, -0.2, 0.1]
+    assert mean_interval(x) == pytest.approx(paired_interval([0.0] * len(x), x))
+    # 2 clusters of 30 identical values: as wide as two units allow, far wider than 60 independent values
+    y = [0.0] * 30 + [1.0] * 30
+    _, lo_c, hi_c = mean_interval(y, clusters=[i // 30 for i in range(60)])
+    _, lo_i, hi_i = mean_interval(y)
+    assert hi_c - lo_c > 3 * (hi_i - lo_i)
+    for bad in ([], [1.0, math.nan]):
+        with pytest.raises(ValueError):
+            mean_interval(bad)

@@ -8,12 +8,13 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from zyfa.accuracy.tasks import humaneval
 from zyfa.accuracy.tasks.humaneval import DATASET, load_problems, program, select_problems, truncate
 from zyfa.accuracy.tasks.sandbox import Limits, run_sandboxed
-from zyfa.accuracy.tasks.stats import drift_by_position, mcnemar_exact, paired_summary, summary_markdown
+from zyfa.accuracy.tasks.stats import drift_by_position, drift_trend, mcnemar_exact, paired_summary, summary_markdown
 
 from zyfa.cli import main
 
@@ -99,6 +100,23 @@ def test_drift_by_position_bins():
     assert [b["tokens"] for b in bins] == [16, 16, 8]
     assert bins[0]["kl_mean"] == pytest.approx(0.085) and bins[2]["kl_mean"] == pytest.approx(0.365)
     assert bins[0]["top1_agree"] == pytest.approx(14 / 16)
+
+
+def test_drift_trend_is_a_slope_per_doubling_inside_each_problem():
+    """KL = c + 0.02 log2(pos + 1) in every problem, at levels c that differ by problem: the slope is 0.02 per
+    doubling whatever the levels; a flat drift gives 0 inside its interval; a problem shorter than min_tokens and a
+    lone problem give nothing; the interval is over problems (a noisy slope per problem widens it)."""
+    def rows(slopes, n=64, levels=(0.1, 0.5, 0.9)):
+        return [{"drift_kl": list(c + s * np.log2(np.arange(n) + 1.0))} for s, c in zip(slopes, levels, strict=True)]
+    t = drift_trend(rows([0.02, 0.02, 0.02]))
+    assert t["problems"] == 3 and t["slope"] == pytest.approx(0.02)
+    assert t["early_kl"] == pytest.approx(0.5 + 0.02 * np.mean(np.log2(np.arange(16) + 1.0)))
+    flat = drift_trend(rows([0.01, -0.01, 0.0]))
+    assert flat["slope"] == pytest.approx(0.0, abs=1e-12) and flat["slope_lo"] < 0 < flat["slope_hi"]
+    assert drift_trend(rows([0.02, 0.02, 0.02], n=31)) is None  # below min_tokens
+    assert drift_trend(rows([0.02], levels=(0.1,))) is None  # one problem: no interval over problems
+    md = summary_markdown(_rows([True] * 3, [True] * 3))  # 40 drift positions per problem, KL rising
+    assert "KL slope per doubling" in md and "| m | test | 3 | +" in md
 
 
 def test_drift_interval_resamples_problems_not_tokens():
