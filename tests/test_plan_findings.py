@@ -31,23 +31,23 @@ def test_every_plan_without_rows_is_untested_with_its_planned_n(tmp_path):
                 "per-head-descales.toml"]
     # accumulator-operator-length.toml: every condition descriptive, so it claims nothing and makes no finding
     assert [f.name for f in files["contrast"]] == sorted([*contrast, "accumulator-operator-length.toml"])
-    assert [f.name for f in files["humaneval"]] == ["humaneval-bf16.toml", "humaneval-flashinfer.toml",
-                                                    "humaneval-k-smoothing.toml", "humaneval-paper-recipe.toml",
-                                                    "humaneval.toml"]
+    assert [f.name for f in files["humaneval"]] == ["humaneval-bf16.toml", "humaneval-flashinfer-0.5b.toml",
+                                                    "humaneval-flashinfer.toml", "humaneval-k-smoothing.toml",
+                                                    "humaneval-paper-recipe.toml", "humaneval.toml"]
     assert {"accumulator.toml", "fp8-retrieval-hd128.toml", "fp8-retrieval-generated.toml"} <= {
         f.name for f in files["retrieval"]}
     assert not any(f.name.startswith("hd128-") for kind in files.values() for f in kind)  # findings.py's own
     out = plan_findings(tmp_path)
     n_retrieval = sum(len(load_plan(f).models) for f in files["retrieval"])
-    assert len(out) == n_retrieval + len(contrast) + 5  # a contrast plan: one claim, one primary; HumanEval: one each
+    assert len(out) == n_retrieval + len(contrast) + 6  # a contrast plan: one claim, one primary; HumanEval: one each
     for f in out:
         assert f.verdict.startswith(UNTESTED) and f.figure == "–" and "n = 0 (" in f.unit, f
         assert f.source.startswith("`studies/") and "reports/" not in f.source
     assert sum("(50 facts per cell planned)" in f.unit for f in out) == n_retrieval
     by = {f.source.split("`")[1]: f for f in out if f.unit == f"problem, n = 0 ({N_PROBLEMS} problems per arm planned)"}
-    assert sorted(by) == ["studies/humaneval-bf16.toml", "studies/humaneval-flashinfer.toml",
-                          "studies/humaneval-k-smoothing.toml", "studies/humaneval-paper-recipe.toml",
-                          "studies/humaneval.toml"]
+    assert sorted(by) == ["studies/humaneval-bf16.toml", "studies/humaneval-flashinfer-0.5b.toml",
+                          "studies/humaneval-flashinfer.toml", "studies/humaneval-k-smoothing.toml",
+                          "studies/humaneval-paper-recipe.toml", "studies/humaneval.toml"]
     he, fi = by["studies/humaneval.toml"], by["studies/humaneval-flashinfer.toml"]
     ks = by["studies/humaneval-k-smoothing.toml"]  # a baseline that is not stock: the one factor, K smoothing
     assert "arm − triton:fa3" in ks.condition and "(triton:fa3:k_smoothing=true vs triton:fa3)" in ks.question
