@@ -24,9 +24,8 @@ bootstrap's standard deviation times sqrt(k / (k - 1)). One cluster gives no int
 verdict.
 
 Exposed: ``cluster_bootstrap``, ``paired_verdict``, ``paired_interval`` and ``mean_interval`` (its interval alone,
-for two paired arms or one sample), ``Verdict``,
-``mcnemar_exact``, ``holm``, ``spearman_with_p``,
-``mde`` (minimum detectable effect from a standard error).
+for two paired arms or one sample), ``Verdict``, ``mcnemar_exact``, ``holm``, ``spearman_with_p``, ``mde`` (minimum
+detectable effect from a standard error).
 """
 
 from __future__ import annotations
