@@ -31,7 +31,7 @@ def test_every_plan_without_rows_is_untested_with_its_planned_n(tmp_path):
                 "per-head-descales.toml"]
     # accumulator-operator-length.toml: every condition descriptive, so it claims nothing and makes no finding
     assert [f.name for f in files["contrast"]] == sorted([*contrast, "accumulator-operator-length.toml"])
-    assert [f.name for f in files["humaneval"]] == ["humaneval-bf16.toml", "humaneval-flashinfer-0.5b.toml",
+    assert [f.name for f in files["humaneval"]] == ["humaneval-0.5b.toml", "humaneval-bf16.toml",
                                                     "humaneval-flashinfer.toml", "humaneval-k-smoothing.toml",
                                                     "humaneval-paper-recipe.toml", "humaneval.toml"]
     assert {"accumulator.toml", "fp8-retrieval-hd128.toml", "fp8-retrieval-generated.toml"} <= {
@@ -45,7 +45,7 @@ def test_every_plan_without_rows_is_untested_with_its_planned_n(tmp_path):
         assert f.source.startswith("`studies/") and "reports/" not in f.source
     assert sum("(50 facts per cell planned)" in f.unit for f in out) == n_retrieval
     by = {f.source.split("`")[1]: f for f in out if f.unit == f"problem, n = 0 ({N_PROBLEMS} problems per arm planned)"}
-    assert sorted(by) == ["studies/humaneval-bf16.toml", "studies/humaneval-flashinfer-0.5b.toml",
+    assert sorted(by) == ["studies/humaneval-0.5b.toml", "studies/humaneval-bf16.toml",
                           "studies/humaneval-flashinfer.toml", "studies/humaneval-k-smoothing.toml",
                           "studies/humaneval-paper-recipe.toml", "studies/humaneval.toml"]
     he, fi = by["studies/humaneval.toml"], by["studies/humaneval-flashinfer.toml"]
