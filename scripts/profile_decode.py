@@ -139,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         problems, _ = load_problems()
         if not 0 <= args.problem < len(problems):
             raise ValueError(f"--problem {args.problem}: give 0..{len(problems) - 1}")
+        if args.out is not None and args.out.exists():
+            raise ValueError(f"--out {args.out} exists; nothing is overwritten, name a new file")
     except ValueError as e:
         print(f"profile_decode: {e}", file=sys.stderr)
         return 2

@@ -26,6 +26,14 @@ def test_bad_input_is_one_line(capsys, argv, says):
     assert len(err) == 1 and says in err[0] and "Traceback" not in err[0]
 
 
+def test_an_existing_out_is_refused_and_kept(tmp_path, capsys):
+    out = tmp_path / "p.jsonl"
+    out.write_text("earlier rows\n")
+    assert profile_decode.main(["--model", "smollm2", "--implementations", "stock", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "exists" in err[0] and out.read_text() == "earlier rows\n"
+
+
 def test_stock_and_an_emulated_recipe_on_the_cpu(tmp_path, capsys):
     out = tmp_path / "p.jsonl"
     assert profile_decode.main(["--model", "smollm2", "--implementations", "stock,bf16", "--tokens", "2",
