@@ -45,7 +45,10 @@ fi
 for f in .stage/*.part[0-9]* .stage/manifest.json; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
 # rows of earlier sessions (reports/humaneval/he-K.jsonl.partial of a cut slice, he-K.jsonl of a finished one, put
 # into .stage/): the cut slices resume them, the finished ones are not started again
-for p in .stage/he-*.jsonl .stage/he-*.jsonl.partial; do [ -e "$p" ] && [ ! -e "$STATE/$(basename "$p")" ] && cp "$p" "$STATE/"; done
+# only the files of this run's plan (its hash in their provenance): a second plan started beside a resumed one in the
+# same call leaves the first one's files alone (a line each)
+ls .stage/he-*.jsonl* >/dev/null 2>&1 && PYTHONPATH=. python3 scripts/humaneval_slices.py "$STATE" --seed .stage \
+  ${PLAN:+--plan "$PLAN"}
 for w in .stage/*.whl; do [ -e "$w" ] && cp "$w" "$ZYFA_CACHE/wheels/"; done
 [ -f /tmp/stage/manifest.json ] && python3 scripts/stage_files.py join --parts /tmp/stage \
   --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"
@@ -81,7 +84,7 @@ print(f'weights cached in {time.time()-t:.0f} s')") >"$STATE/prime.log" 2>&1
     # the problems the files lack, spread over PROCESSES processes (default SLICES: on a fresh state, the slices
     # themselves); a finished file's problems are not started again, a cut file continues its own
     (cd "$SRC" && PYTHONPATH=. python3 scripts/humaneval_slices.py "$STATE" --slices "$SLICES" \
-      --processes "${PROCESSES:-$SLICES}") >"$STATE/processes.txt" || { rm -f "$STATE/launching"; return 1; }
+      --processes "${PROCESSES:-$SLICES}" ${PLAN:+--plan "$PLAN"}) >"$STATE/processes.txt" || { rm -f "$STATE/launching"; return 1; }
     while read -r f probs; do
       (cd "$SRC" && PYTHONPATH=.:/tmp/site setsid nohup python3 -m zyfa.cli tasks humaneval --model "$MODEL" \
         "${what[@]}" --problems "$probs" --device cuda --resume \

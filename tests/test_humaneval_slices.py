@@ -49,15 +49,19 @@ def _row(i: int, impl: str) -> dict:
     return r
 
 
-def _write(path: Path, problems=(), cut: int | None = None, impls=None) -> Path:
+def _write(path: Path, problems=(), cut: int | None = None, impls=None, plan_hash: str | None = None) -> Path:
     """A result file with every implementation's row of ``problems``, then (``cut``) the first ``cut`` rows of one
-    more problem: a run killed inside it. ``impls``: what its provenance says it runs (the rows follow it)."""
+    more problem: a run killed inside it. ``impls``: what its provenance says it runs (the rows follow it);
+    ``plan_hash``: another plan's hash in the provenance and the rows (default: studies/humaneval.toml's)."""
     impls = list(impls or _impls())
     prov = {**_real()[0], "implementations": impls}
     rows = [_row(i, n) for i in problems for n in impls]
     if cut is not None:
         nxt = max(problems) + 1 if problems else 0
         rows += [_row(nxt, n) for n in impls[:cut]]
+    if plan_hash is not None:
+        prov["plan_hash"] = plan_hash
+        rows = [{**r, "plan_hash": plan_hash} for r in rows]
     path.write_text("".join(json.dumps(x) + "\n" for x in [prov, *rows]))
     read_rows(path)  # the rows are valid result rows
     return path
@@ -261,3 +265,75 @@ def test_a_state_that_is_not_a_folder_is_refused(tmp_path, capsys):
     _one_line_exit_2(capsys, [str(f), "--slices", "12", "--processes", "4"], "is not a folder")
     _one_line_exit_2(capsys, [str(tmp_path / "missing"), "--slices", "12", "--processes", "4"], "is not a folder")
     _one_line_exit_2(capsys, [str(tmp_path), "--slices", "12", "--processes", "0"], "at least 1")
+
+
+PLAN = ROOT / "studies" / "humaneval.toml"  # the plan the real rows ran under
+OTHER = "7c3ba2bf6d1b" + "0" * 52  # another plan's hash
+
+
+def test_the_real_rows_carry_the_plans_hash():
+    assert _real()[0]["plan_hash"] == slices.load_humaneval_plan(PLAN).hash
+
+
+def test_with_plan_the_files_of_that_plan_are_planned(tmp_path, capsys):
+    state = tmp_path / "state"
+    state.mkdir()
+    _write(state / "he-0.jsonl", range(0, 100))
+    code = slices.main([str(state), "--slices", "12", "--processes", "2", "--plan", str(PLAN)])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "") and out == "he-7.jsonl 100-131\nhe-9.jsonl 132-163\n"
+
+
+def test_with_plan_a_file_of_another_plan_is_refused(tmp_path, capsys):
+    state = tmp_path / "state"
+    state.mkdir()
+    _write(state / "he-9.jsonl.partial", range(130, 140), cut=1, plan_hash=OTHER)
+    _one_line_exit_2(capsys, [str(state), "--slices", "12", "--processes", "4", "--plan", str(PLAN)],
+                     "he-9.jsonl.partial holds qwen25coder-1.5b under plan 7c3ba2bf6d1b")
+
+
+def test_files_of_two_plans_are_refused_without_plan(tmp_path, capsys):
+    state = tmp_path / "state"
+    state.mkdir()
+    _write(state / "he-0.jsonl", range(0, 13))
+    _write(state / "he-1.jsonl.partial", range(13, 15), cut=1, plan_hash=OTHER)
+    _one_line_exit_2(capsys, [str(state), "--slices", "12", "--processes", "4"], "one run's files only")
+
+
+def test_seed_copies_only_the_plans_files(tmp_path, capsys):
+    """The failure this guards: a second plan started beside a resumed one took the first plan's cut files as its
+    own and planned only the problems they lacked."""
+    stage, state = tmp_path / "stage", tmp_path / "state"
+    stage.mkdir()
+    state.mkdir()
+    mine = _write(stage / "he-0.jsonl.partial", range(0, 5), cut=2)
+    _write(stage / "he-9.jsonl.partial", range(130, 140), cut=1, plan_hash=OTHER)
+    (stage / "he-1.jsonl").write_text("{not json\n")
+    (stage / "notes.txt").write_text("not a result file\n")
+    _write(state / "he-2.jsonl", range(27, 30))
+    already = (state / "he-2.jsonl").read_text()
+    _write(stage / "he-2.jsonl", range(27, 28))  # a name the state has: left as it is there
+    code = slices.main([str(state), "--seed", str(stage), "--plan", str(PLAN)])
+    out, err = capsys.readouterr()
+    assert code == 0 and out.strip() == f"seeded 1 file(s) into {state}: he-0.jsonl.partial"
+    assert sorted(p.name for p in state.iterdir()) == ["he-0.jsonl.partial", "he-2.jsonl"]
+    assert (state / "he-0.jsonl.partial").read_text() == mine.read_text()
+    assert (state / "he-2.jsonl").read_text() == already
+    lines = err.strip().splitlines()
+    assert len(lines) == 2 and all(x.startswith("humaneval_slices: not seeded: ") for x in lines)
+    assert "he-1.jsonl: unreadable" in lines[0]
+    assert "he-9.jsonl.partial: holds qwen25coder-1.5b under plan 7c3b" in lines[1]
+    # without --plan the run is one of no plan: the plan's files are not its own either
+    state2 = tmp_path / "state2"
+    state2.mkdir()
+    assert slices.main([str(state2), "--seed", str(stage)]) == 0
+    assert list(state2.iterdir()) == []
+    capsys.readouterr()
+
+
+def test_a_plan_that_cannot_be_read_is_refused(tmp_path, capsys):
+    state = tmp_path / "state"
+    state.mkdir()
+    _one_line_exit_2(capsys, [str(state), "--slices", "12", "--processes", "4", "--plan", str(tmp_path / "no.toml")],
+                     "--plan")
+    _one_line_exit_2(capsys, [str(state)], "--slices and --processes are needed")
