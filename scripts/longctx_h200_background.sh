@@ -29,7 +29,9 @@ fi
 MODELS=${MODELS:-smollm2 gemma3 qwen25coder}
 IMPLS=${IMPLS:-sdpa-fp32,stock,triton:zyfa-hopper,triton:zyfa,triton:fa3,triton:ck,triton:aiter,cudnn-fp8,flashinfer-fa3}
 export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache} PYTHONUNBUFFERED=1
-export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+# /tmp/site: the carried wheels (longctx_h200_call.sh); nvidia-cutlass-dsl (cute:zyfa-hopper) installed there with
+# --target, whose .pth (adding dsl_packages to the path) is not read, so its folder is named here, present or not yet
+export PYTHONPATH=.:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$STATE"
 log() { echo "$(date -u +%T) $*"; }
 left() { echo $((DEADLINE - $(date +%s))); }
@@ -38,7 +40,7 @@ log "start: $(left) s to the deadline; commit ${ZYFA_GIT_COMMIT:-unknown}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 t0=$SECONDS
 timeout $(( $(left) > 400 ? 400 : $(left) )) python3 scripts/warm_longctx_kernels.py --workers 12 \
-  --recipes "${WARM_RECIPES:-zyfa-hopper,zyfa,fa3,ck,aiter}" >"$STATE/warm.log" 2>&1
+  --recipes "${WARM_RECIPES:-zyfa-hopper,zyfa,fa3,ck,aiter}" --models "$MODELS" >"$STATE/warm.log" 2>&1
 log "kernels warmed in $((SECONDS - t0)) s: $(grep -c '^ok' "$STATE/warm.log") ok, $(grep -c '^FAIL' "$STATE/warm.log") failed"
 
 [ "${SIDE:-1}" = 0 ] || (

@@ -33,8 +33,8 @@ Sharded (docs/SHARDING.md): ``torchrun --nproc-per-node N -m zyfa longctx ...`` 
 implementation) cells over the ranks; each rank loads only its models and rank 0 merges the rows in the grid's order;
 ``--dry-run [N]`` prints the plan.
 
-Exposed: ``main(args) -> int``, ``cell_cost``, ``grid_order``; the flags and their torch-free checks are in
-:mod:`zyfa.accuracy.longctx.args`.
+Exposed: ``main(args) -> int``, ``cell_cost``, ``grid_order``, ``implementation_kind(name)``; the flags and their
+torch-free checks are in :mod:`zyfa.accuracy.longctx.args`.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
 
-def _implementation_kind(name: str) -> str:
+def implementation_kind(name: str) -> str:
     """What runs ``name`` as the model's attention: "stock", "kernel" or "emulator" (ValueError: unknown)."""
     # lazy: imports torch, numpy; the command's flags are checked before it
     from zyfa.accuracy.impact.model import STOCK, model_attention
@@ -121,7 +121,7 @@ def _apply_plan(args: argparse.Namespace) -> None:
 
     try:
         plan = load_plan(args.plan)
-        check_plan(plan, tasks=TASKS, implementation_kind=_implementation_kind)
+        check_plan(plan, tasks=TASKS, implementation_kind=implementation_kind)
     except PlanError as e:
         raise UsageError(str(e)) from None
     if args.models is not None:

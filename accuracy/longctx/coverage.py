@@ -7,6 +7,11 @@ length: a sliding window binds only beyond its width), with the stock fallback o
 every member runs. The run then swaps only those layers for every member; the others run the model's own
 attention for all members alike. Recipes run by the emulator and ``stock`` take every layer and are not probed.
 
+A probe that fails (the kernel raises, :class:`~zyfa.accuracy.implementations.base.ImplementationError`, where it
+refuses nothing: a kernel that runs the conformance probes' small inputs and breaks at the run's longest sequence)
+does not stop the run: that implementation is named in :attr:`Coverage.failed` (and in every row's note), the layers
+it refused before it failed count as refusals, and its rows are scored, or fail, batch by batch like any other's.
+
 :meth:`Coverage.layers_by_impl` is what a row records: for one implementation, what ran -> layers.
 
 Exposed: ``Coverage``, ``equal_coverage``.
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 from zyfa.accuracy.impact.model import STOCK, ModelAttention
+from zyfa.accuracy.implementations.base import ImplementationError
 from zyfa.capture.hook import attention_modules, swap_attention
 
 __all__ = ["Coverage", "equal_coverage"]
@@ -27,11 +33,13 @@ __all__ = ["Coverage", "equal_coverage"]
 @dataclass
 class Coverage:
     """The layers every compared implementation runs (``layers``) and those fixed to the model's own attention
-    for all of them, with who refused each (``fixed``: layer -> reason)."""
+    for all of them, with who refused each (``fixed``: layer -> reason); ``failed``: implementation -> the error
+    that stopped its probe (its refusals after that point unknown)."""
 
     layers: list[int]
     fixed: dict[int, str] = field(default_factory=dict)
     probe_len: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
 
     def layers_by_impl(self, name: str, dtype: str = "") -> dict[str, list[int]]:
         """What computed which layers for implementation ``name`` under this coverage."""
@@ -44,13 +52,20 @@ class Coverage:
         return out
 
     def note(self) -> str:
-        """One line for a row: which layers were fixed, and why."""
+        """One line for a row: which layers were fixed, and why (and whose probe failed)."""
         if not self.fixed:
-            return f"equal: every implementation runs all {len(self.layers)} swapped layers"
-        why = "; ".join(f"layer {k}: {v}" for k, v in sorted(self.fixed.items())[:3])
-        more = f" (and {len(self.fixed) - 3} more)" if len(self.fixed) > 3 else ""
-        return (f"equal: layers {_ranges(self.layers)} run each implementation; layers {_ranges(sorted(self.fixed))} "
-                f"run the model's own attention for every implementation ({why}{more})")
+            line = f"equal: every implementation runs all {len(self.layers)} swapped layers"
+        else:
+            why = "; ".join(f"layer {k}: {v}" for k, v in sorted(self.fixed.items())[:3])
+            more = f" (and {len(self.fixed) - 3} more)" if len(self.fixed) > 3 else ""
+            line = (f"equal: layers {_ranges(self.layers)} run each implementation; layers "
+                    f"{_ranges(sorted(self.fixed))} run the model's own attention for every implementation "
+                    f"({why}{more})")
+        if self.failed:
+            line += ("; " + "; ".join(f"{name} failed its probe at {self.probe_len} tokens ({why[:200]})"
+                                      for name, why in sorted(self.failed.items()))
+                     + ": only the layers it refused before failing count")
+        return line
 
 
 def _ranges(xs: Sequence[int]) -> str:
@@ -71,6 +86,7 @@ def equal_coverage(model, fns: dict[str, ModelAttention | None], *, probe_len: i
     None for stock) runs on a ``probe_len``-token sequence; one probing pass per real implementation."""
     chosen = sorted(attention_modules(model)) if layers is None else sorted(int(x) for x in layers)
     refused: dict[int, list[str]] = {}
+    failed: dict[str, str] = {}
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = (torch.arange(max(1, int(probe_len)), device=device) * 7919 % max(1, vocab - 1) + 1).view(1, -1)
     for name, fn in fns.items():
@@ -80,6 +96,8 @@ def equal_coverage(model, fns: dict[str, ModelAttention | None], *, probe_len: i
         try:
             with torch.no_grad(), swap_attention(model, fn, layers=chosen):
                 model.get_decoder()(input_ids=ids, use_cache=False)
+        except ImplementationError as e:  # a kernel that breaks here must not stop the others' run
+            failed[name] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         finally:
             fn.fallback = saved
         for layer, what in fn.ran.items():
@@ -87,4 +105,5 @@ def equal_coverage(model, fns: dict[str, ModelAttention | None], *, probe_len: i
                 refused.setdefault(layer, []).append(f"{name} refuses ({what[len('stock sdpa (fallback: '):-1]})")
         fn.ran = {}
     return Coverage(layers=[x for x in chosen if x not in refused],
-                    fixed={k: ", ".join(v) for k, v in sorted(refused.items())}, probe_len=int(probe_len))
+                    fixed={k: ", ".join(v) for k, v in sorted(refused.items())}, probe_len=int(probe_len),
+                    failed=failed)

@@ -202,7 +202,7 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                      if n != STOCK and n not in (nonconforming or {})}
             cov = equal_coverage(model, probe, probe_len=max(lengths), device=device, layers=spec.layers)
             swap_layers = cov.layers
-            if cov.fixed:
+            if cov.fixed or cov.failed:
                 log(f"[longctx] {model_name}: {cov.note()}")
         log(f"[longctx] {model_name}: loaded in {time.perf_counter() - t0:.1f} s, {n_layers} layers, lengths "
             f"{', '.join(map(str, lengths))}, {dtype} on {device}")

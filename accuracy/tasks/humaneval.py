@@ -189,7 +189,7 @@ def run_humaneval(spec: HumanEvalSpec, *, results, device: torch.device, dtype: 
         cov = equal_coverage(model, fns, probe_len=longest, device=device)
     else:
         cov = Coverage(layers=sorted(attention_modules(model)), probe_len=0)
-    if cov.fixed:
+    if cov.fixed or cov.failed:
         log(f"[humaneval] {cov.note()}")
     baseline = spec.implementations[0]
     base_fields = {"kind": "humaneval", "model": spec.model, "model_sha256": loaded.provenance.get("model_sha256"),

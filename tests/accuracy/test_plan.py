@@ -4,9 +4,16 @@ plan changed after them."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+import torch
+from zyfa.accuracy.implementations.base import unsupported_reason
+from zyfa.accuracy.implementations.registry import get_implementation
+from zyfa.accuracy.inputs.attention_input import AttentionInput
+from zyfa.accuracy.longctx.cli import implementation_kind
+from zyfa.accuracy.longctx.tasks import TASKS
 from zyfa.accuracy.scoring.plan import (
     GENERATED,
     METRICS,
@@ -17,6 +24,9 @@ from zyfa.accuracy.scoring.plan import (
     load_plan,
     parse_plan,
 )
+from zyfa.capture.models import MODELS
+
+from zyfa.recipe_spec import get_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -153,7 +163,7 @@ def test_the_shipped_accumulator_plan():
 
 
 @pytest.mark.parametrize("name", ["accumulator.toml", "accumulator-hd128.toml", "accumulator-smollm2.toml",
-                                  "fp8-retrieval-hd128.toml", "fp8-retrieval-generated.toml"])
+                                  "fp8-retrieval-hd128.toml", "fp8-retrieval-generated.toml", "longctx-1.5b.toml"])
 def test_every_shipped_longctx_plan_checks(name):
     """Every committed long-context plan parses and passes the registry checks (models, lengths within context)."""
     plan = load_plan(ROOT / "studies" / name)
@@ -227,4 +237,31 @@ def test_the_generated_answers_plan_takes_fresh_facts_on_the_same_contrast():
     for name in ("fp8-retrieval-hd128.toml", "accumulator-hd128.toml"):
         other = load_plan(ROOT / "studies" / name)
         assert gen.models[0] in other.models
+        assert facts.isdisjoint(range(other.first_fact, other.first_fact + other.facts)), name
+
+
+def test_the_1_5b_grid_plan_takes_its_shape_fresh_facts_and_one_factor():
+    """studies/longctx-1.5b.toml (issue 41, item 8): the 1.5B to its 32K context; the registry's checks (the CLI's
+    own, torch imported) pass; every implementation takes head dim 128 with GQA 12:2 and a plain causal mask at 32K;
+    the primary changes K smoothing only; its facts are none of the earlier plans' of this model."""
+    plan = load_plan(ROOT / "studies" / "longctx-1.5b.toml")
+    check_plan(plan, tasks=TASKS, implementation_kind=implementation_kind)
+    model = MODELS["qwen25coder-1.5b"]
+    assert plan.models == ("qwen25coder-1.5b",) and max(plan.lengths) == model.max_context == 32768
+    assert plan.facts >= MIN_FACTS and not plan.pilot and plan.correction == "holm" and plan.generate == 0
+    assert len(plan.implementations) == 12 and plan.implementations[0] == "stock"
+    n = max(plan.lengths)
+    q = torch.empty(1, model.heads_q, n, model.head_dim, dtype=torch.bfloat16, device="meta")
+    kv = torch.empty(1, 2, n, model.head_dim, dtype=torch.bfloat16, device="meta")
+    x = AttentionInput("layer0", q, kv, kv, causal=True, window=None, sm_scale=model.head_dim ** -0.5)
+    for name in plan.implementations:
+        if implementation_kind(name) == "kernel":
+            assert unsupported_reason(get_implementation(name), x) is None, name
+    # one factor: the two arms' recipes differ in k_smoothing alone
+    a, b = (get_recipe(c.split(":", 1)[1]) for c in (plan.primary.a, plan.primary.b))
+    diff = {f.name for f in dataclasses.fields(a) if getattr(a, f.name) != getattr(b, f.name)} - {"name", "source"}
+    assert diff == {"k_smoothing"} and b.k_smoothing and not a.k_smoothing
+    facts = set(range(plan.first_fact, plan.first_fact + plan.facts))
+    for name in ("accumulator-hd128.toml", "fp8-retrieval-hd128.toml", "fp8-retrieval-generated.toml"):
+        other = load_plan(ROOT / "studies" / name)
         assert facts.isdisjoint(range(other.first_fact, other.first_fact + other.facts)), name

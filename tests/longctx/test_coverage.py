@@ -40,3 +40,33 @@ def test_nothing_refused_keeps_every_layer():
     model = tiny_llama(layers=2)
     cov = equal_coverage(model, {"a": model_attention("sdpa-fp32"), "b": None}, probe_len=8, device=CPU)
     assert cov.layers == [0, 1] and cov.fixed == {} and cov.note().startswith("equal: every implementation")
+
+
+def _breaks_past(n_keys: int, name: str = "breaks") -> ModelAttention:
+    """sdpa-fp32 that raises (a kernel fault, not a refusal) on more than ``n_keys`` keys."""
+    base = get_implementation("sdpa-fp32")
+
+    def fn(x, context):
+        if x.k.shape[2] > n_keys:
+            raise RuntimeError(f"no launch past {n_keys} keys")
+        return base.fn(x, context)
+
+    return ModelAttention(dataclasses.replace(base, name=name, fn=fn))
+
+
+def test_a_probe_that_fails_is_named_and_the_others_keep_their_coverage():
+    """A kernel that runs short inputs and raises at the probe's length (the run's longest) does not stop the run:
+    it is named in ``failed`` and in the rows' note, and every layer stays swapped for the others; a layer another
+    member refuses is still fixed for all."""
+    model = tiny_llama(layers=3)
+    fns = {"zyfa": model_attention("zyfa"), "breaks": _breaks_past(16), "no-layer-2": _refusing(2)}
+    cov = equal_coverage(model, fns, probe_len=24, device=CPU)
+    assert cov.layers == [0, 1] and list(cov.fixed) == [2]
+    assert list(cov.failed) == ["breaks"] and "no launch past 16 keys" in cov.failed["breaks"]
+    assert "breaks failed its probe at 24 tokens (" in cov.note() and "no launch past 16 keys" in cov.note()
+    assert fns["breaks"].fallback is None and fns["breaks"].ran == {}  # nothing of the probe left behind
+    # below its limit the same implementation runs the covered layers
+    g = greedy_generate(model, [3, 4, 5, 6], fns["breaks"], max_new_tokens=2, device=CPU, layers=cov.layers)
+    assert g.ran_prefill == {"breaks": [0, 1]}
+    # nothing failed, nothing refused: the note is the plain one
+    assert equal_coverage(model, {"zyfa": model_attention("zyfa")}, probe_len=24, device=CPU).failed == {}

@@ -144,6 +144,36 @@ def test_failed_rows_exit_3_after_writing_them(tmp_path, capsys):
     assert main(args + ["--force", "--allow-failed"]) == 0
 
 
+def test_a_kernel_that_breaks_at_the_longest_length_fails_its_rows_and_the_run_goes_on(tmp_path, capsys):
+    """With --fallback stock the run first probes each kernel at its longest length (equal coverage). A kernel that
+    passes the conformance probes (128 tokens) and raises past 150 keys used to end the run there, with no row
+    written; now its rows at 128 tokens are scored, those at 192 fail with its error, the other implementation's
+    rows are untouched, and every row's coverage note names the failed probe."""
+    plug = tmp_path / "short.py"
+    plug.write_text("import torch.nn.functional as F\n"
+                    "def attention(q, k, v, *, causal, sm_scale, window):\n"
+                    "    if window is not None or q.shape[2] != k.shape[2]:\n"
+                    "        raise ValueError('plain causal attention only')\n"
+                    "    if k.shape[2] > 150:\n"
+                    "        raise RuntimeError('no launch past 150 keys')\n"
+                    "    g = q.shape[1] // k.shape[1]\n"
+                    "    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)\n"
+                    "    return F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal,\n"
+                    "                                          scale=sm_scale)\n")
+    out = tmp_path / "r.jsonl"
+    args = ["longctx", "--models", "smollm2", "--lengths", "128,192", "--depths", "0", "--seeds", "1",
+            "--no-progress", "--device", "cpu", "--tasks", "passkey", "--implementations", "sdpa-fp32",
+            "--kernel", f"{plug}:attention", "--fallback", "stock", "--out", str(out)]
+    assert main(args) == 3  # failed rows, written
+    rows = _rows(out)
+    ours = {r["length"]: r for r in rows if r["implementation"].startswith("plugin:")}
+    assert ours[128]["status"] == "ok" and ours[128]["exact"] is not None
+    assert ours[192]["status"] == "failed" and "no launch past 150 keys" in ours[192]["error"]
+    assert all(r["status"] == "ok" for r in rows if r["implementation"] == "sdpa-fp32") and len(rows) == 4
+    assert all("failed its probe at 192 tokens" in r["coverage"] for r in rows)
+    assert "failed its probe at 192 tokens" in capsys.readouterr().err
+
+
 def test_render_section(full, tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["longctx", "--render", str(full), "--out", str(out)]) == 0
