@@ -22,8 +22,7 @@ iteration beside K's (VT_EARLY 1: one mbarrier per stage for both) instead of af
 ``vt-early-next``, with V beside K: two stages and one P·V dot at hd256, 128-row programs and three
 stages at hd128 and MLA; ``hd256-unserialized``, the per-tile flush at hd256 as an explicit fresh product and add
 (PV_MODE 4), which ptxas compiles without serializing the wgmma, against PV_MODE 2, which it serializes;
-``mla-occupancy``, three programs per SM at MLA through 64-key tiles (their own numerics); ``warp-specialize``,
-Triton's warp specialization under its conditions (WS 1) against the default and against its launch without it.
+``mla-occupancy``, three programs per SM at MLA through 64-key tiles (their own numerics).
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -37,7 +36,7 @@ import time
 
 sys.path.insert(0, os.getcwd())
 SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
-        "hd256-unserialized", "mla-occupancy", "warp-specialize")
+        "hd256-unserialized", "mla-occupancy")
 
 V = []
 
@@ -166,18 +165,6 @@ def variant_set(name):
             add("rounded sum on the tensor core", "mla", c, "zyfa-hopper:rowsum=rounded_mma", None)
             add("default", "mla", c, "fa3", None)
             add("64-key tiles, 2 stages", "mla", c, "fa3:block_n=64", None)
-    elif name == "warp-specialize":
-        # Triton 3.6's Hopper warp specialization under its conditions (WS 1: a TMA producer warpgroup and two
-        # consumer warpgroups of 64 rows, one KV loop, P in key order), against the default and against the same
-        # 128-row launch without it (the GPU test checks WS gives that launch's bits)
-        plain = {"BLOCK_M": 128, "num_warps": 4, "P_PERM": 0, "maxnreg": 0, "MAD_CVT": 3}
-        for c in (False, True):
-            for shape in ("hd128", "hd64", "mla", "hd256"):
-                for r in ("zyfa-hopper", "fa3:accum_flush_tiles=1"):
-                    add("default", shape, c, r, None)
-                    add("warp-specialized (WS 1)", shape, c, r, {"WS": 1})
-                    if shape == "hd128":
-                        add("128 rows of 4 warps, P in key order (WS 1's launch without it)", shape, c, r, plain)
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 

@@ -163,17 +163,6 @@ def main():
     print("  ".join(f"{k}={ops.get(k, 0)}" for k in keys))
     why = wgmma_serialized(ck)
     print(f"wgmma serialized by ptxas: {'yes (' + why + ')' if why else 'no'}")
-    print(f"warp-specialized: {warp_specialization(ck)}")
-
-
-def warp_specialization(ck) -> str:
-    """Whether Triton warp-specialized the compile ('no', or its partitions, warps and the registers each sets):
-    the pass can do nothing without an error (docs/KERNEL.md, "Warp specialization")."""
-    if "ttg.warp_specialize" not in ck.asm["ttgir"]:
-        return "no"
-    parts = len(re.findall(r"partition\d+\(", ck.asm["ttgir"]))
-    regs = sorted({int(n) for n in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", ck.asm["ptx"])})
-    return f"yes: {parts} partitions beside the default one, {ck.metadata.num_warps} warps, setmaxnreg {regs}"
 
 
 if __name__ == "__main__":

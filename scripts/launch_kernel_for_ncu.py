@@ -14,7 +14,7 @@ just its kernels. What it showed is in the kernel notebook in git history (repor
 ``--peer cudnn-fp8`` or ``--peer flashinfer-fa3`` launches that peer instead, on the same Gaussian inputs (the
 bench's adapters; the cuDNN frontend wheel, or FlashInfer's pack, installed into /tmp/site). Their kernel names
 are their own: profile them with ``--profile-from-start off`` (``scripts/profile_kernels_ncu.sh`` does).
-``--ws`` launches our Triton kernel warp-specialized (WS 1). ``--cute`` launches our CuTe DSL kernel
+``--cute`` launches our CuTe DSL kernel
 (zyfa/kernels/attention_cute.py) under ``--recipe`` on the same inputs, quantized as for the Triton kernel
 (nvidia-cutlass-dsl importable: docs/KERNEL.md).
 """
@@ -35,13 +35,9 @@ def main() -> int:
     ap.add_argument("--peer", default=None, choices=("cudnn-fp8", "flashinfer-fa3"),
                     help="launch this peer on the same inputs instead of our kernel")
     ap.add_argument("--cute", action="store_true", help="launch our CuTe DSL kernel instead of the Triton one")
-    ap.add_argument("--ws", action="store_true",
-                    help="our Triton kernel warp-specialized (config WS 1: docs/KERNEL.md, 'Warp specialization')")
     a = ap.parse_args()
     if a.cute and a.peer:
         ap.error("--cute and --peer each replace our Triton kernel: give one")
-    if a.ws and (a.cute or a.peer):
-        ap.error("--ws is a launch of our Triton kernel: not with --cute or --peer")
     if a.launches < 1:
         ap.error("--launches must be at least 1 (the last one is the one profiled)")
     import math
@@ -49,7 +45,7 @@ def main() -> int:
     import torch
 
     from zyfa.bench.cases import gaussian_kernel_call
-    fn, (q, k, v) = gaussian_kernel_call(a.shape, a.seq, a.causal, a.recipe, {"WS": 1} if a.ws else None)
+    fn, (q, k, v) = gaussian_kernel_call(a.shape, a.seq, a.causal, a.recipe, None)
     sm_scale = 1 / math.sqrt(q.shape[-1])
     if a.peer:  # prepared once as the bench prepares it (zyfa.peers.registry), then launched
         from zyfa.peers.registry import prepare

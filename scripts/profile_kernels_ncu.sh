@@ -4,9 +4,8 @@
 #
 #   bash scripts/profile_kernels_ncu.sh [--wheels DIR] [--out DIR] [--shape hd128] [--seq 16384] [--causal]
 #
-# Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper (our Triton kernel), the same
-# warp-specialized (ws-zyfa-hopper: config WS 1), our CuTe DSL kernel (cute-zyfa-hopper; skipped with a line when
-# nvidia-cutlass-dsl is not importable), cuDNN FP8 and FA3's FP8 kernel (FlashInfer): grid, block, registers, shared
+# Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper (our Triton kernel), our CuTe
+# DSL kernel (cute-zyfa-hopper; skipped with a line when nvidia-cutlass-dsl is not importable), cuDNN FP8 and FA3's FP8 kernel (FlashInfer): grid, block, registers, shared
 # memory, cluster, occupancy, speed of light, the pipes' utilisation (ComputeWorkloadAnalysis: tensor, XU, ALU, FMA; and each pipe's share of issued instructions), the
 # instruction counts (InstructionStats), warp states and scheduler statistics of each kernel of the last of three
 # calls (the first two warm up; a peer may launch more
@@ -51,11 +50,10 @@ SECTIONS=(--section LaunchStats --section Occupancy --section SpeedOfLight --sec
 # instructions, the tensor pipe's (gmma) active cycles and the instructions issued
 METRICS='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio|sm__inst_executed_pipe_(alu|fma|fmaheavy|xu|uniform)\.avg\.pct_of_peak_sustained_active|sm__pipe_tensor_op_gmma_cycles_active\.avg\.pct_of_peak_sustained_active|smsp__inst_executed\.sum'
 
-for target in zyfa-hopper ws-zyfa-hopper cute-zyfa-hopper cudnn-fp8 flashinfer-fa3; do
+for target in zyfa-hopper cute-zyfa-hopper cudnn-fp8 flashinfer-fa3; do
   peer=()
   case "$target" in
     zyfa-hopper) ;;
-    ws-zyfa-hopper) peer=(--ws) ;;
     cute-zyfa-hopper)
       python3 -c 'import cutlass.cute' 2>/dev/null || { echo "== $target: skipped (nvidia-cutlass-dsl not importable)"
                                                        continue; }

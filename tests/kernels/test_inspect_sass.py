@@ -65,20 +65,3 @@ def test_serialized_wgmma_is_reported(inspect_sass):
     ck, cfg, _ = inspect_sass.compile_variant("zyfa-hopper", 256, 256, False, config={"PV_MODE": 4})
     assert inspect_sass.wgmma_serialized(ck) is None
 
-
-def test_ws_launch_is_warp_specialized_and_the_default_is_not(inspect_sass):
-    """WS 1 compiles to Triton's warp-specialized kernel (a producer and two consumer partitions, 12 warps, the
-    registers moved to the consumers by setmaxnreg) at hd128 causal and not, for a MAD and an exp2 recipe: the pass
-    does nothing without an error outside its conditions (a pointer load of Q, a second KV loop, P's key
-    permutation and the MAD guard's if/else each turn it off or fail it), so this is what keeps the conditions met.
-    The default launch is not specialized."""
-    for recipe in ("zyfa-hopper", "fa3:accum_flush_tiles=1"):
-        for causal in (False, True):
-            ck, cfg, _ = inspect_sass.compile_variant(recipe, 128, 128, causal, config={"WS": 1})
-            ws = inspect_sass.warp_specialization(ck)
-            assert ws.startswith("yes: 2 partitions") and ck.metadata.num_warps == 12, (recipe, causal, ws)
-            assert "232" in ws and ck.metadata.shared <= 227 * 1024, ws
-            _, ops = inspect_sass.sass_histogram(ck.asm["cubin"])
-            assert ops.get("LDL", 0) == 0 and ops.get("STL", 0) == 0, (recipe, causal)
-    ck, _, _ = inspect_sass.compile_variant("zyfa-hopper", 128, 128, True)
-    assert inspect_sass.warp_specialization(ck) == "no"

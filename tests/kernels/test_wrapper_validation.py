@@ -30,7 +30,7 @@ from zyfa.kernels.attention_fp8 import (
     recipe_from_spec,
     resolve_config,
 )
-from zyfa.kernels.tuning import REMOVED_SWITCHES, WS_LAUNCH, launch_constexprs, vt_key_order_for
+from zyfa.kernels.tuning import REMOVED_SWITCHES, vt_key_order_for
 from zyfa.recipes import RECIPES
 
 FP8 = torch.float8_e4m3fn
@@ -266,7 +266,7 @@ def test_default_config_mad_form_and_register_caps():
     with pytest.raises(ValueError, match="VT_EARLY=2"):
         resolve_config(128, 128, False, hop, {"VT_EARLY": 2})
     # switches removed after they lost their A/B: an override naming one is refused, not silently ignored
-    for key, value in (("PIPELINE_QK", 1), ("EXP2_SUM", 0), ("PIPELINE_QK", 0)):
+    for key, value in (("PIPELINE_QK", 1), ("EXP2_SUM", 0), ("PIPELINE_QK", 0), ("WS", 1), ("WS", 0)):
         with pytest.raises(ValueError, match=rf"^{key} was removed from the kernel: .*; docs/KERNEL.md$"):
             resolve_config(128, 128, False, kernel_plan("zyfa-exp2"), {key: value})
     for r, cfg in (("zyfa-exp2", {"VT_EARLY": 1}), ("zyfa", {"VT_EARLY": 1}),
@@ -412,45 +412,11 @@ def test_dv_split_is_the_default_at_head_dim_256_only_and_is_checked():
     assert resolve_config(128, 128, False, hop, {"DV_SPLIT": 2})[0]["DV_SPLIT"] == 2
 
 
-def test_warp_specialization_sets_its_launch_and_refuses_what_breaks_it():
-    """WS 1 resolves to the launch Triton 3.6 warp-specializes on sm_90 (128-row programs of 4 warps, P in key
-    order, TMA, no register cap, MAD_CVT 3 for 6: the same bits), two K/V stages at d 256 (three do not fit beside
-    the producer's buffers), and passes EVEN_K to the kernel only with WS (other launches keep their binaries). An
-    override against one of these values, a tile-granular P exponent and values other than 0/1 are refused."""
-    hop = kernel_plan("zyfa-hopper")
-    for d_qk, d_v in ((64, 64), (128, 128), (192, 128), (256, 256)):
-        for causal in (False, True):
-            cfg, mad_cvt, _ = resolve_config(d_qk, d_v, causal, hop, {"WS": 1})
-            assert {k: cfg[k] for k in WS_LAUNCH} == WS_LAUNCH and cfg["WS"] == 1, (d_qk, causal)
-            assert "maxnreg" not in cfg and mad_cvt == 3, (d_qk, causal, cfg)
-            assert cfg["num_stages"] == (2 if d_qk in (128, 192, 256) else 3), (d_qk, cfg)
-    assert resolve_config(256, 256, False, hop, {"WS": 1, "num_stages": 3})[0]["num_stages"] == 3
-    assert resolve_config(128, 128, False, kernel_plan("fa3"), {"WS": 1})[1] == 0  # exp2: no MAD conversion
-    cfg, mad_cvt, _ = resolve_config(128, 128, True, hop, {"WS": 1})
-    consts = launch_constexprs(hop, cfg, mad_cvt, 128, 128, True, even_k=True)
-    assert consts["WS"] == 1 and consts["EVEN_K"] == 1 and consts["P_PERM"] == 0 and consts["BLOCK_M"] == 128
-    plain, mad_plain, _ = resolve_config(128, 128, True, hop)
-    assert launch_constexprs(hop, plain, mad_plain, 128, 128, True, even_k=True)["EVEN_K"] == 0
-    for bad, msg in (({"BLOCK_M": 64}, "WS=1 needs BLOCK_M=128"), ({"num_warps": 8}, "WS=1 needs num_warps=4"),
-                     ({"P_PERM": 1}, "WS=1 needs P_PERM=0"), ({"TMA": False}, "WS=1 needs TMA=True"),
-                     ({"maxnreg": 168}, "WS=1 takes no maxnreg"), ({"MAD_CVT": 6}, "WS=1 cannot take MAD_CVT=6"),
-                     ({"WS": 2}, "WS=2: expected 0")):
-        with pytest.raises(ValueError, match=msg):
-            resolve_config(128, 128, False, hop, {"WS": 1, **bad})
-    with pytest.raises(ValueError, match="WS=1 cannot run recipe 'zyfa-tilescale': its P exponent is shared"):
-        resolve_config(128, 128, False, kernel_plan("zyfa-tilescale"), {"WS": 1})
-    with pytest.raises(ValueError, match="with PV_MODE 3 .*turns the warp specialization off"):
-        resolve_config(128, 128, False, kernel_plan("zyfa-hopper:accum_flush_tiles=2"), {"WS": 1})
-    assert "WS" not in REMOVED_SWITCHES and resolve_config(128, 128, False, hop, {"WS": 0})[0]["P_PERM"] == 1
-
-
 def test_the_key_order_of_vt_is_the_one_the_launch_resolves_to():
     """attention_fp8 prepares Vt in the key order ``vt_key_order_for(config)`` names before the launch resolves
-    its config, and the launch refuses a Vt of another order: the two must agree for every override, WS 1
-    included (it sets P_PERM 0 without the caller naming it)."""
+    its config, and the launch refuses a Vt of another order: the two must agree for every override."""
     hop = kernel_plan("zyfa-hopper")
-    for config in (None, {}, {"P_PERM": 0}, {"P_PERM": 1}, {"WS": 1}, {"WS": 0}, {"WS": 0, "P_PERM": 0},
-                   {"BLOCK_M": 64}):
+    for config in (None, {}, {"P_PERM": 0}, {"P_PERM": 1}, {"BLOCK_M": 64}):
         for d_qk, causal in ((64, True), (128, False), (256, True)):
             cfg = resolve_config(d_qk, d_qk, causal, hop, config)[0]
             assert vt_key_order_for(config) == bool(cfg["P_PERM"]), (config, d_qk, causal)

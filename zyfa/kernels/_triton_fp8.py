@@ -334,11 +334,10 @@ def _attn_tiles(acc, acc_tc, a_prod, l_i, m_i, e_i,
                 QK_K32: tl.constexpr, PV_MODE: tl.constexpr, FLUSH: tl.constexpr,
                 TMA: tl.constexpr, DEBUG: tl.constexpr, MAD_T: tl.constexpr, P_PERM: tl.constexpr = 0,
                 kd_src=None, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0,
-                WS: tl.constexpr = 0):
+                vd_src=None, VD_TILE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0):
     """KV tiles [lo, hi) of one row block (lo a multiple of BLOCK_N)."""
     DVH: tl.constexpr = DV // DV_SPLIT
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WS):
+    for start_n in tl.range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         vt_in = None
         vt_hi_in = None
@@ -422,8 +421,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
                  RCP: tl.constexpr, OUT_MODE: tl.constexpr, TMA: tl.constexpr,
                  DEBUG: tl.constexpr = 0, MAD_T: tl.constexpr = 1,
                  P_PERM: tl.constexpr = 0, QD_ROW: tl.constexpr = 0, KD_TILE: tl.constexpr = 0,
-                 VD_MODE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0,
-                 WS: tl.constexpr = 0, EVEN_K: tl.constexpr = 0):
+                 VD_MODE: tl.constexpr = 0, DV_SPLIT: tl.constexpr = 1, VT_EARLY: tl.constexpr = 0):
     DQK: tl.constexpr = D1 + D2
     DVH: tl.constexpr = DV // DV_SPLIT  # DV_SPLIT 2: O in two column halves (acc, acc_tc), see _softmax_pv_tile
     num_m = tl.cdiv(seq_q, BLOCK_M)
@@ -484,22 +482,14 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
     pos_m = offs_m + off
     row_ok = offs_m < seq_q
 
-    # ---- Q tile(s): loaded once (by TMA under WS: Triton's warp specialization fails on a pointer load of Q)
-    if WS:
-        q1 = tl.make_tensor_descriptor(q_base, shape=[seq_q, DQK], strides=[DQK, 1],
-                                       block_shape=[BLOCK_M, D1]).load([start_m * BLOCK_M, 0])
-    else:
-        offs_d1 = tl.arange(0, D1)
-        q1 = tl.load(q_base + offs_m[:, None].to(tl.int64) * DQK + offs_d1[None, :],
-                     mask=offs_m[:, None] < seq_q, other=0.0)
+    # ---- Q tile(s): loaded once
+    offs_d1 = tl.arange(0, D1)
+    q1 = tl.load(q_base + offs_m[:, None].to(tl.int64) * DQK + offs_d1[None, :],
+                 mask=offs_m[:, None] < seq_q, other=0.0)
     if D2 > 0:
-        if WS:
-            q2 = tl.make_tensor_descriptor(q_base + D1, shape=[seq_q, D2], strides=[DQK, 1],
-                                           block_shape=[BLOCK_M, D2]).load([start_m * BLOCK_M, 0])
-        else:
-            offs_d2 = D1 + tl.arange(0, D2)
-            q2 = tl.load(q_base + offs_m[:, None].to(tl.int64) * DQK + offs_d2[None, :],
-                         mask=offs_m[:, None] < seq_q, other=0.0)
+        offs_d2 = D1 + tl.arange(0, D2)
+        q2 = tl.load(q_base + offs_m[:, None].to(tl.int64) * DQK + offs_d2[None, :],
+                     mask=offs_m[:, None] < seq_q, other=0.0)
     else:
         q2 = q1
 
@@ -565,19 +555,7 @@ def attn_fwd_fp8(Q, K, VT, O, LSE, QD, KD, VD, ONES,
     # The three segments in order: the window's masked left edge (sliding window only), the full tiles (unmasked),
     # the masked diagonal/tail. tl.static_range unrolls the loop when the kernel is compiled, so each segment keeps
     # its own constexpr MASKED: the same code as three written-out calls (SASS identical, docs/KERNEL.md "Checks").
-    if WS:
-        # Triton's warp specialization (a TMA producer warpgroup, two consumer warpgroups of 64 rows) fails to compile
-        # a kernel with a second KV loop after the specialized one: one loop over all tiles, masked unless every
-        # tile is whole and unmasked (non-causal, seq_k a multiple of BLOCK_N; CAUSAL is set under a window too)
-        acc, acc_tc, a_prod, l_i, m_i, e_i = _attn_tiles(
-            acc, acc_tc, a_prod, l_i, m_i, e_i, q1, q2, k1_src, k2_src, vt_src, ones_src,
-            lo, hi, pos_m, row_ok, seq_k, seq_k_pad, window, c, c8, mad_bias, guarded,
-            not (EVEN_K and not CAUSAL), CAUSAL, WINDOW, BLOCK_M, BLOCK_N, D1, D2, DQK, DV,
-            EXP_MAD, MAD_CVT, P_SCALE, E_FIXED, TILE_GRAN, E_CAP, ROWSUM_ROUNDED,
-            QK_K32, PV_MODE, FLUSH, TMA, DEBUG, MAD_T, P_PERM=P_PERM,
-            kd_src=kd_src, QD_ROW=QD_ROW, KD_TILE=KD_TILE, vd_src=vd_src, VD_TILE=VD_TILE,
-            DV_SPLIT=DV_SPLIT, VT_EARLY=VT_EARLY, WS=True)
-    for seg in tl.static_range(3 * (1 - WS)):
+    for seg in tl.static_range(3):
         if seg == 0:
             seg_lo = lo
             seg_hi = full_lo

@@ -248,8 +248,7 @@ def launch(q8, k8, vt, qd, kd, vd, *, plan: KernelPlan, seq_k: int, causal: bool
         q8, k8, vt, out, lse, qd, kd, vd, _ones_tile(q8.device, block_n),
         s_q, seq_k, s_k_pad, h, h_kv, int(window or 0), float(sm_scale) * LOG2E, float(mad_bias),
         float(mad_m_safe(plan)),
-        **launch_constexprs(plan, cfg, mad_cvt, d_qk, d_v, causal, window is not None, qd_row, kd_tile,
-                             even_k=seq_k % block_n == 0),
+        **launch_constexprs(plan, cfg, mad_cvt, d_qk, d_v, causal, window is not None, qd_row, kd_tile),
         **launch_options(cfg))
     return out, lse
 

@@ -21,7 +21,6 @@ __all__ = [
     "P_PERM_DEFAULT",
     "REMOVED_MAD_CVT",
     "REMOVED_SWITCHES",
-    "WS_LAUNCH",
     "default_config",
     "launch_constexprs",
     "launch_options",
@@ -36,11 +35,9 @@ P_PERM_DEFAULT = 1  # P's columns and V's keys in k32_key_order (see prepare_vt)
 REMOVED_SWITCHES = {
     "PIPELINE_QK": "the hand-pipelined S of the next tile (Triton 3.6 serialised it on sm_90: slower)",
     "EXP2_SUM": "the exp2 row sum's forms (P's codes from a conversion of their own is the one kept)",
+    "WS": "Triton 3.6's Hopper warp specialization (slower, 2.75 against 2.36 ms on one profiled launch, and its "
+          "output differed from the plain launch's)",
 }
-# Triton 3.6's Hopper warp specialization (WS 1) runs only under these launch values; with any other the pass does
-# nothing (num_warps != 4) or fails to compile (docs/KERNEL.md, "Warp specialization"): WS sets them, and an
-# override asking for another value is refused.
-WS_LAUNCH = {"BLOCK_M": 128, "num_warps": 4, "P_PERM": 0, "TMA": True}
 REMOVED_MAD_CVT = {1: "cvt.rni (F2I, quarter rate: slower than the magic add)", 2: "cvt.rzi (F2I, as 1)",
                    5: "the packed u16x2 clamp (no faster than 3)"}
 
@@ -103,12 +100,8 @@ def default_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan) -> dict:
 
 
 def vt_key_order_for(config: dict | None) -> bool:
-    """Whether a launch with these overrides expects Vt in :func:`k32_key_order` (its P_PERM; WS 1 sets it, as
-    :data:`WS_LAUNCH` says)."""
-    config = config or {}
-    if config.get("WS", 0):
-        return bool(WS_LAUNCH["P_PERM"])
-    return bool(config.get("P_PERM", P_PERM_DEFAULT))
+    """Whether a launch with these overrides expects Vt in :func:`k32_key_order` (its P_PERM)."""
+    return bool((config or {}).get("P_PERM", P_PERM_DEFAULT))
 
 
 
@@ -126,8 +119,6 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
         if "MAD_T" in config and "MAD_CVT" not in config:
             cfg["MAD_CVT"] = default_mad_cvt(plan, config["MAD_T"])
         cfg.update(config)
-    if cfg.get("WS", 0):
-        _apply_warp_specialization(cfg, config or {}, plan)
     if plan.block_m is not None and cfg["BLOCK_M"] != plan.block_m:
         raise ValueError(f"recipe {plan.recipe!r} fixes BLOCK_M={plan.block_m} (per-tile P exponent)")
     if cfg.get("PV_MODE", plan.pv_mode) == 3 and "DV_SPLIT" not in (config or {}):
@@ -165,44 +156,11 @@ def resolve_config(d_qk: int, d_v: int, causal: bool, plan: KernelPlan, config: 
 
 
 
-def _apply_warp_specialization(cfg: dict, overrides: dict, plan: KernelPlan) -> None:
-    """WS 1: the launch values Triton's Hopper warp specialization needs (:data:`WS_LAUNCH`), no register cap (the
-    specialized kernel sets its partitions' registers itself) and the MAD codes' clamp kept (MAD_CVT 6 -> 3, the same
-    bits: its per-program branch is an if/else, which turns the pass off). An override against one is refused, and
-    so is a recipe whose P exponent is shared by a tile's rows (the two consumer warpgroups split the rows)."""
-    if cfg["WS"] not in (1, True):
-        raise ValueError(f"WS={cfg['WS']!r}: expected 0 (no warp specialization) or 1 (Triton's, on sm_90)")
-    if plan.tile_gran:
-        raise ValueError(f"WS=1 cannot run recipe {plan.recipe!r}: its P exponent is shared by all rows of a tile, "
-                         "and the warp specialization splits the rows between two consumer warpgroups")
-    if cfg.get("PV_MODE", plan.pv_mode) == 3:
-        raise ValueError(f"WS=1 cannot run recipe {plan.recipe!r} with PV_MODE 3 (the accumulator flushed every N "
-                         "tiles): its branch per tile turns the warp specialization off")
-    for key, want in WS_LAUNCH.items():
-        if key in overrides and overrides[key] != want:
-            raise ValueError(f"WS=1 needs {key}={want} (Triton 3.6's warp specialization on sm_90), got "
-                             f"{key}={overrides[key]!r}")
-        cfg[key] = want
-    if overrides.get("maxnreg"):
-        raise ValueError("WS=1 takes no maxnreg: the specialized kernel sets its partitions' registers itself")
-    if overrides.get("MAD_CVT") == 6:
-        raise ValueError("WS=1 cannot take MAD_CVT=6 (its per-program branch turns the warp specialization off): "
-                         "use MAD_CVT=3, the same bits")
-    cfg.pop("maxnreg", None)
-    if cfg.get("DV_SPLIT", 1) == 2 and "num_stages" not in overrides:
-        cfg["num_stages"] = 2  # d 256: three K/V stages beside the producer's buffers need 240 KB > 227 KB
-    if cfg["MAD_CVT"] == 6:
-        cfg["MAD_CVT"] = 3
-    cfg["WS"] = 1
-
-
 def launch_constexprs(plan: KernelPlan, cfg: dict, mad_cvt: int, d_qk: int, d_v: int, causal: bool,
-                      window: bool = False, qd_row: int = 0, kd_tile: bool = False, even_k: bool = False) -> dict:
+                      window: bool = False, qd_row: int = 0, kd_tile: bool = False) -> dict:
     """The kernel's constexpr arguments for a resolved config (:func:`resolve_config`) and MAD_CVT after
     :func:`mad_cvt_for_descales`: what :func:`launch` passes, so an offline compile (``scripts/inspect_sass.py``)
-    builds the same binary. even_k (seq_k a multiple of BLOCK_N) matters only with WS 1, whose single KV loop is
-    then left unmasked when nothing else masks it."""
-    ws = int(bool(cfg.get("WS", 0)))
+    builds the same binary."""
     d1, d2 = (128, 64) if d_qk == 192 else (d_qk, 0)
     return dict(
         CAUSAL=bool(causal or window), WINDOW=bool(window),
@@ -213,8 +171,7 @@ def launch_constexprs(plan: KernelPlan, cfg: dict, mad_cvt: int, d_qk: int, d_v:
         FLUSH=max(plan.flush, 1), RCP=plan.rcp, OUT_MODE=plan.out_mode, TMA=cfg["TMA"],
         DEBUG=cfg.get("DEBUG", 0), MAD_T=cfg["MAD_T"],
         P_PERM=int(bool(cfg["P_PERM"])), QD_ROW=qd_row, KD_TILE=int(kd_tile),
-        VD_MODE=plan.vd_mode, DV_SPLIT=cfg.get("DV_SPLIT", 1), VT_EARLY=cfg.get("VT_EARLY", 0),
-        WS=ws, EVEN_K=int(bool(ws and even_k)))
+        VD_MODE=plan.vd_mode, DV_SPLIT=cfg.get("DV_SPLIT", 1), VT_EARLY=cfg.get("VT_EARLY", 0))
 
 
 def launch_options(cfg: dict) -> dict:
