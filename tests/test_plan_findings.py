@@ -44,6 +44,13 @@ def test_every_plan_without_rows_is_untested_with_its_planned_n(tmp_path):
         assert f.verdict.startswith(UNTESTED) and f.figure == "–" and "n = 0 (" in f.unit, f
         assert f.source.startswith("`studies/") and "reports/" not in f.source
     assert sum("(50 facts per cell planned)" in f.unit for f in out) == n_retrieval
+    # a retrieval design's detectable difference, in units of the per-fact spread SD_f that only rows show: the t
+    # test over 50 facts at α = 0.05 and 80% power, (t[0.975, 49] + t[0.8, 49]) / √50 = 0.404, and at Holm's first
+    # step over the plan's cell-metrics (the 1.5B grid: 1 model × 2 tasks × 4 lengths × 2 metrics = 16, α/16)
+    grid = next(f for f in out if "studies/longctx-1.5b.toml" in f.source)
+    assert ("the design finds a cell's difference of 0.40 × SD_f with 80% power at α = 0.05 (0.56 × SD_f at "
+            "Holm's first step over 16 cell-metrics)") in grid.verdict
+    assert all("× SD_f with 80% power" in f.verdict for f in out if "facts per cell planned" in f.unit)
     by = {f.source.split("`")[1]: f for f in out if f.unit == f"problem, n = 0 ({N_PROBLEMS} problems per arm planned)"}
     assert sorted(by) == ["studies/humaneval-0.5b.toml", "studies/humaneval-bf16.toml",
                           "studies/humaneval-flashinfer.toml", "studies/humaneval-k-smoothing.toml",

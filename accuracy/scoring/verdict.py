@@ -37,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-__all__ = ["LABEL_CEILING", "LABEL_EFFECT", "LABEL_FLOOR", "Verdict", "cluster_bootstrap", "holm", "mcnemar_exact",
-           "mde", "mean_interval", "paired_interval", "paired_verdict", "spearman_with_p"]
+__all__ = ["LABEL_CEILING", "LABEL_EFFECT", "LABEL_FLOOR", "POWER", "Verdict", "cluster_bootstrap", "holm",
+           "mcnemar_exact", "mde", "mean_interval", "paired_interval", "paired_verdict", "spearman_with_p"]
 
 POWER = 0.8
 LABEL_EFFECT = "effect"

@@ -4,7 +4,8 @@ code (never a statistic computed here):
 - a retrieval plan (``[primary]``, :func:`zyfa.accuracy.scoring.plan.load_plan`; e.g. ``studies/accumulator.toml``,
   ``studies/fp8-retrieval-hd128.toml``): one row per model, the primary contrast's cells by
   :func:`zyfa.accuracy.longctx.verdicts.plan_verdicts` after the plan's correction, the exploratory contrasts named
-  in the figure with their count of effects (outside the rule, never in the verdict);
+  in the figure with their count of effects (outside the rule, never in the verdict); before any paired row, the
+  design's detectable difference as a multiple of the per-fact spread (:func:`design_detectable`);
 - a contrast plan (``[[conditions]]``, :mod:`zyfa.accuracy.report.contrast`; ``studies/accumulator-operator.toml``):
   one row per claim and primary condition, every other condition's own verdict beside it;
 - a HumanEval plan (``arms``, :mod:`zyfa.accuracy.tasks.plan`; ``studies/humaneval.toml``): one row, each arm's
@@ -16,7 +17,7 @@ without any, the row says "untested at the condition" with the planned n. A cont
 conditions' results files.
 
 Exposed: ``plan_files(root)``, ``retrieval_findings(root)``, ``contrast_findings(root)``, ``humaneval_findings(root)``,
-``plan_findings(root)`` (all three), ``plan_rows(root, plan_hash)``.
+``plan_findings(root)`` (all three), ``plan_rows(root, plan_hash)``, ``design_detectable(plan)``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from zyfa.accuracy.report.contrast import (
 )
 from zyfa.accuracy.report.hd128 import read_plan_file
 from zyfa.accuracy.scoring.plan import GENERATED, METRICS, load_plan
+from zyfa.accuracy.scoring.verdict import POWER, mde
 from zyfa.accuracy.study.finding import UNTESTED, UNTESTED_PREFIX, Finding, untested_unpaired
 from zyfa.accuracy.tasks import plan as he
 from zyfa.capture.models import MODELS
@@ -166,6 +168,20 @@ def _exploratory(plan, verdicts: list[dict], model: str) -> str:
     return "; exploratory, outside the rule: " + "; ".join(parts) if parts else ""
 
 
+def design_detectable(plan) -> str:
+    """What a retrieval plan's design can detect before its rows, as a clause: a cell's detectable difference (80%
+    power, the t test over facts that :func:`~zyfa.accuracy.scoring.verdict.paired_verdict` makes) is a multiple of
+    SD_f, the spread over the facts of the per-fact mean difference b − a, which only the rows will show."""
+    per_unit = 1 / math.sqrt(plan.facts)  # the standard error of a mean over the facts, per unit of SD_f
+    family = len(plan.models) * len(plan.tasks) * len(plan.lengths) * len(plan.metrics)
+    text = (f"; the design finds a cell's difference of {mde(per_unit, plan.facts, plan.alpha):.2f} × SD_f with "
+            f"{100 * POWER:g}% power at α = {plan.alpha:g}")
+    if plan.correction == "holm" and family > 1:
+        text += (f" ({mde(per_unit, plan.facts, plan.alpha / family):.2f} × SD_f at Holm's first step over "
+                 f"{family} cell-metrics)")
+    return text + " (SD_f: the spread over the facts of the per-fact mean difference, known only from the rows)"
+
+
 def _retrieval_rows(plan, verdicts: list[dict], src: str, n_rows: dict[str, int] | None = None) -> list[Finding]:
     """One finding per model of a retrieval plan (``n_rows``: the plan's rows per model, for the untested ones)."""
     out = []
@@ -180,7 +196,8 @@ def _retrieval_rows(plan, verdicts: list[dict], src: str, n_rows: dict[str, int]
         if not mine:
             have = (n_rows or {}).get(model, 0)
             out.append(Finding(q, cond, f"fact (cluster of prompts), n = 0 ({plan.facts} facts per cell planned)",
-                               "–", untested_unpaired(have) if have else UNTESTED, src))
+                               "–", (untested_unpaired(have) if have else UNTESTED) + design_detectable(plan),
+                               src))
             continue
         informative = [v for v in mine if v["verdict"].informative]
         kinds = {k: [v for v in informative if v["kind"] == k] for k in ("effect", "equivalent", "inconclusive")}
