@@ -46,9 +46,9 @@ for f in .stage/*.part[0-9]* .stage/manifest.json; do [ -e "$f" ] && cp "$f" /tm
 # rows of earlier sessions (reports/humaneval/he-K.jsonl.partial of a cut slice, he-K.jsonl of a finished one, put
 # into .stage/): the cut slices resume them, the finished ones are not started again
 # only the files of this run's plan (its hash in their provenance): a second plan started beside a resumed one in the
-# same call leaves the first one's files alone (a line each)
-ls .stage/he-*.jsonl* >/dev/null 2>&1 && PYTHONPATH=. python3 scripts/humaneval_slices.py "$STATE" --seed .stage \
-  ${PLAN:+--plan "$PLAN"}
+# same call leaves the first one's files alone (a line each; scripts/seed_state.py)
+ls .stage/he-*.jsonl* >/dev/null 2>&1 && PYTHONPATH=. python3 scripts/seed_state.py "$STATE" --from .stage \
+  --glob 'he-*.jsonl*' ${PLAN:+--plan "$PLAN"}
 for w in .stage/*.whl; do [ -e "$w" ] && cp "$w" "$ZYFA_CACHE/wheels/"; done
 [ -f /tmp/stage/manifest.json ] && python3 scripts/stage_files.py join --parts /tmp/stage \
   --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"

@@ -21,21 +21,22 @@ PROBLEMS is a ``--problems`` list of ranges (``40-43,47-47``: a bare number woul
 
 With ``--plan PLAN`` every file must belong to that plan (its provenance's ``plan_hash``, the hash of PLAN as it is
 now); without it, to no plan. Files of two runs that differ in plan, model or implementations are refused too.
-``--seed DIR`` copies the result files of earlier sessions (``DIR/he-*.jsonl*``, put into ``.stage/``) that belong
-to the run into the state folder, leaves the others with a line each on stderr, and plans nothing: a second plan
-started beside a resumed one never takes the first plan's files as its own.
+scripts/seed_state.py puts an earlier session's files of the run's plan into the state folder before this runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import sys
 from pathlib import Path
 
 from zyfa.accuracy.io.schemas import read_rows
 from zyfa.accuracy.tasks.plan import load_humaneval_plan
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from seed_state import belongs, describe, run_of  # noqa: E402  (scripts/seed_state.py, beside this file)
 
 N_PROBLEMS = 164
 FILE = re.compile(r"^he-(\d+)(?:-(\d+))?\.jsonl(\.partial)?$")
@@ -48,20 +49,6 @@ def slice_bounds(k: int, slices: int, n: int = N_PROBLEMS) -> tuple[int, int]:
 
 def problem_index(task_id: str) -> int:
     return int(task_id.rsplit("/", 1)[1])
-
-
-def run_of(prov: dict) -> tuple:
-    """What makes two files one run's: (plan hash or None, model, implementations)."""
-    return prov.get("plan_hash"), prov.get("model"), tuple(sorted(prov.get("implementations") or ()))
-
-
-def describe(run: tuple) -> str:
-    plan, model, impls = run
-    return f"{model} under {'plan ' + plan[:12] if plan else 'no plan'} running {', '.join(impls) or 'nothing'}"
-
-
-def belongs(prov: dict, plan_hash: str | None) -> bool:
-    return prov.get("plan_hash") == plan_hash
 
 
 def read_state(state: Path, plan_hash: str | None = None, check_plan: bool = False
@@ -98,26 +85,6 @@ def read_state(state: Path, plan_hash: str | None = None, check_plan: bool = Fal
         raise ValueError(f"{fa} holds {describe(a)} but {fb} {describe(b)}: one run's files only")
     n_impls = len(next(iter(named), (None, None, ()))[2])
     return impls, {i: sorted(f)[0] for i, f in where.items()}, names, n_impls
-
-
-def seed(state: Path, source: Path, plan_hash: str | None) -> tuple[list[str], list[str]]:
-    """Copy ``source``'s result files that belong to the plan of hash ``plan_hash`` (None: no plan) and are not in
-    ``state`` yet; (copied names, "name: why" of those left)."""
-    copied, left = [], []
-    for path in sorted(source.iterdir()):
-        if not FILE.match(path.name) or (state / path.name).exists():
-            continue
-        try:
-            _, prov = read_rows(path)
-        except ValueError as e:  # SchemaError is a ValueError
-            left.append(f"{path.name}: unreadable ({e})")
-            continue
-        if not belongs(prov, plan_hash):
-            left.append(f"{path.name}: holds {describe(run_of(prov))}")
-            continue
-        shutil.copy2(path, state / path.name)
-        copied.append(path.name)
-    return copied, left
 
 
 def plan_processes(state: Path, slices: int, processes: int, n: int = N_PROBLEMS, plan_hash: str | None = None,
@@ -171,11 +138,9 @@ def ranges(problems: list[int]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("state", type=Path, help="the folder of he-*.jsonl and he-*.jsonl.partial files")
-    ap.add_argument("--slices", type=int, help="the SLICES the files were started with")
-    ap.add_argument("--processes", type=int, help="how many processes to spread the rest over")
+    ap.add_argument("--slices", type=int, required=True, help="the SLICES the files were started with")
+    ap.add_argument("--processes", type=int, required=True, help="how many processes to spread the rest over")
     ap.add_argument("--plan", type=Path, help="the run's plan file: every file must carry its hash")
-    ap.add_argument("--seed", type=Path, metavar="DIR", help="copy DIR's files of this run into the state folder "
-                    "and plan nothing")
     args = ap.parse_args(argv)
     plan_hash = None
     if args.plan is not None:
@@ -184,19 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as e:  # a PlanError is a ValueError
             print(f"humaneval_slices: --plan {args.plan}: {e}", file=sys.stderr)
             return 2
-    if args.seed is not None:
-        if not args.state.is_dir() or not args.seed.is_dir():
-            print(f"humaneval_slices: {args.state if not args.state.is_dir() else args.seed} is not a folder",
-                  file=sys.stderr)
-            return 2
-        copied, left = seed(args.state, args.seed, plan_hash)
-        for why in left:
-            print(f"humaneval_slices: not seeded: {why}", file=sys.stderr)
-        print(f"seeded {len(copied)} file(s) into {args.state}" + (f": {', '.join(copied)}" if copied else ""))
-        return 0
-    if args.slices is None or args.processes is None:
-        print("humaneval_slices: --slices and --processes are needed (or --seed DIR)", file=sys.stderr)
-        return 2
     if args.slices < 1 or args.processes < 1:
         print("humaneval_slices: --slices and --processes must be at least 1", file=sys.stderr)
         return 2

@@ -25,8 +25,10 @@ if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
 fi
 for t in .stage/*.txt; do [ -e "$t" ] && cp "$t" "$ZYFA_CACHE/texts/"; done
 # rows of a run an earlier session cut (a committed <out>.partial put into .stage/ as results-MODEL.jsonl.partial):
-# the background session resumes them
-for p in .stage/results-*.jsonl.partial; do [ -e "$p" ] && [ ! -e "$STATE/$(basename "$p")" ] && cp "$p" "$STATE/"; done
+# the background session resumes them; only those of this run's plan (PLAN's hash; none without PLAN), since two
+# plans of one model write files of one name (scripts/seed_state.py: another plan's file is left, with a line)
+ls .stage/results-*.jsonl.partial >/dev/null 2>&1 && PYTHONPATH=. python3 scripts/seed_state.py "$STATE" \
+  --from .stage --glob 'results-*.jsonl.partial' ${PLAN:+--plan "$PLAN"}
 for f in .stage/*.part[0-9]*; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
 [ -f .stage/manifest.json ] && cp .stage/manifest.json /tmp/stage/
 if [ -f /tmp/stage/manifest.json ]; then

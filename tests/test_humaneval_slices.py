@@ -300,40 +300,8 @@ def test_files_of_two_plans_are_refused_without_plan(tmp_path, capsys):
     _one_line_exit_2(capsys, [str(state), "--slices", "12", "--processes", "4"], "one run's files only")
 
 
-def test_seed_copies_only_the_plans_files(tmp_path, capsys):
-    """The failure this guards: a second plan started beside a resumed one took the first plan's cut files as its
-    own and planned only the problems they lacked."""
-    stage, state = tmp_path / "stage", tmp_path / "state"
-    stage.mkdir()
-    state.mkdir()
-    mine = _write(stage / "he-0.jsonl.partial", range(0, 5), cut=2)
-    _write(stage / "he-9.jsonl.partial", range(130, 140), cut=1, plan_hash=OTHER)
-    (stage / "he-1.jsonl").write_text("{not json\n")
-    (stage / "notes.txt").write_text("not a result file\n")
-    _write(state / "he-2.jsonl", range(27, 30))
-    already = (state / "he-2.jsonl").read_text()
-    _write(stage / "he-2.jsonl", range(27, 28))  # a name the state has: left as it is there
-    code = slices.main([str(state), "--seed", str(stage), "--plan", str(PLAN)])
-    out, err = capsys.readouterr()
-    assert code == 0 and out.strip() == f"seeded 1 file(s) into {state}: he-0.jsonl.partial"
-    assert sorted(p.name for p in state.iterdir()) == ["he-0.jsonl.partial", "he-2.jsonl"]
-    assert (state / "he-0.jsonl.partial").read_text() == mine.read_text()
-    assert (state / "he-2.jsonl").read_text() == already
-    lines = err.strip().splitlines()
-    assert len(lines) == 2 and all(x.startswith("humaneval_slices: not seeded: ") for x in lines)
-    assert "he-1.jsonl: unreadable" in lines[0]
-    assert "he-9.jsonl.partial: holds qwen25coder-1.5b under plan 7c3b" in lines[1]
-    # without --plan the run is one of no plan: the plan's files are not its own either
-    state2 = tmp_path / "state2"
-    state2.mkdir()
-    assert slices.main([str(state2), "--seed", str(stage)]) == 0
-    assert list(state2.iterdir()) == []
-    capsys.readouterr()
-
-
 def test_a_plan_that_cannot_be_read_is_refused(tmp_path, capsys):
     state = tmp_path / "state"
     state.mkdir()
     _one_line_exit_2(capsys, [str(state), "--slices", "12", "--processes", "4", "--plan", str(tmp_path / "no.toml")],
                      "--plan")
-    _one_line_exit_2(capsys, [str(state)], "--slices and --processes are needed")
