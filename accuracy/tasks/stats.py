@@ -142,7 +142,8 @@ def summary_markdown(rows: Sequence[dict]) -> str:
                              f"{_pct(b['top1_agree'])} |")
     trend = [e for e in drift if e.get("drift_trend")]
     if trend:
-        lines += ["", "Does the drift grow with position? Within each problem with at least 32 drift positions, "
+        lines += ["", "Does the drift grow with position? Within each problem with at least "
+                  f"{trend[0]['drift_trend']['min_tokens']} drift positions, "
                   "the least-squares slope of the per-token KL on log2(position + 1), in nats per doubling of the "
                   "position; mean over problems with its 95% interval over problems (positive: the KL grows), beside "
                   "those problems' mean KL over positions 0-15.", "",
