@@ -8,36 +8,56 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from zyfa.kernels.attention_cute import compile_for
+from zyfa.kernels.cute_plan import CUTE_FIRST_FORM
 
 # the DSL reads its target when it is imported; a CPU machine has no GPU to ask
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable: set PYTHONPATH to its "
                                            "install (docs/KERNEL.md, 'The CuTe DSL kernel')")
 
-# b, h, h_kv, s_q, s_k: GQA, lengths not a multiple of the 128-row / 128-key tiles
-SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 333}
+# b, h, h_kv, s_q, s_k: GQA, lengths not a multiple of the 128-row / 128-key tiles, enough KV tiles that the loops
+# over them stay loops
+SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 1333}
 
 
 DIMS = {"hd128": (128, 128), "mla": (192, 128)}
+FORMS = {"default": None, "first": CUTE_FIRST_FORM}
+# (form, causal): the places the softmax and each matmul are emitted (tile 0's S and the last tile's P·V count one
+# each), then per KV-tile loop of the PTX its clamps at code 126 and whether it masks. The default form: tile 0; the
+# tiles every row sees whole without the clamp (the CTA's guard holds) and with it (it does not); the masked tiles
+# (non-causal at SHAPE: only the last, which the compiler knows, so no loop); the last P·V. The first form: tile 0,
+# one loop testing the mask on each tile (non-causal: a test the check below does not recognise), the last P·V.
+EXPECTED = {("default", False): (4, [0, 64], [False, False]),
+            ("default", True): (4, [0, 64, 64], [False, False, True]),
+            ("first", False): (2, [64], None),
+            ("first", True): (2, [64], [True])}
 
 
-@pytest.fixture(scope="module", params=[("hd128", False), ("hd128", True), ("mla", True)],
-                ids=["hd128-non-causal", "hd128-causal", "mla-causal"])
+@pytest.fixture(scope="module", params=[("hd128", False, "default"), ("hd128", True, "default"),
+                                        ("mla", True, "default"), ("hd128", False, "first"),
+                                        ("hd128", True, "first")],
+                ids=["hd128-non-causal", "hd128-causal", "mla-causal", "hd128-non-causal-first-form",
+                     "hd128-causal-first-form"])
 def compiled(request, tmp_path_factory):
-    """(head dims, the PTX) of the kernel (compiled with --keep-ptx, written into a temporary directory)."""
+    """(head dims, the PTX, (the form's name, causal)) of the kernel (compiled with --keep-ptx, written into a
+    temporary directory)."""
     out = tmp_path_factory.mktemp("cute_ptx")
     d_qk, d_v = DIMS[request.param[0]]
-    compile_for(**SHAPE, d_qk=d_qk, d_v=d_v, causal=request.param[1],
+    form = request.param[2]
+    compile_for(**SHAPE, d_qk=d_qk, d_v=d_v, causal=request.param[1], config=FORMS[form],
                 options=f"--keep-ptx --keep-cubin --dump-dir={out}")
     files = sorted(Path(out).glob("*.ptx"))
     assert len(files) == 1, files
-    assert sorted(Path(out).glob("*.sm_90a.cubin")), "no sm_90a cubin written"
-    return (d_qk, d_v), files[0].read_text()
+    cubins = sorted(Path(out).glob("*.sm_90a.cubin"))
+    assert cubins, "no sm_90a cubin written"
+    return (d_qk, d_v), files[0].read_text(), (form, request.param[1]), cubins[0]
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +65,35 @@ def ptx(compiled):
     return compiled[1]
 
 
+def kv_loops(ptx: str) -> list[str]:
+    """The bodies of the PTX loops that issue wgmma (from a label to the branch back to it): the KV-tile loops."""
+    lines = ptx.splitlines()
+    labels: dict[str, int] = {}
+    loops = []
+    for i, line in enumerate(lines):
+        m = re.match(r"^(\$L__BB\d+_\d+):", line)
+        if m:
+            labels[m.group(1)] = i
+        m = re.search(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
+        if m and labels.get(m.group(1), i) < i:
+            body = "\n".join(lines[labels[m.group(1)]:i + 1])
+            if "wgmma.mma_async" in body:
+                loops.append(body)
+    return loops
+
+
+@pytest.fixture(scope="module")
+def places(compiled):
+    """How many times the softmax and each matmul are emitted (:data:`EXPECTED`)."""
+    return EXPECTED[compiled[2]][0]
+
+
 def test_targets_sm90a(ptx):
     assert re.search(r"^\.target\s+sm_90a", ptx, re.M)
 
 
-def test_fp8_wgmma_for_both_matmuls(compiled):
-    (d_qk, d_v), ptx = compiled
+def test_fp8_wgmma_for_both_matmuls(compiled, places):
+    (d_qk, d_v), ptx, _form = compiled
     wgmma = [ln for ln in ptx.splitlines() if "wgmma.mma_async" in ln]
     assert wgmma and all(".e4m3.e4m3" in ln and ".f32." in ln for ln in wgmma)
     # S = Q·Kᵀ: both operands from shared memory (two descriptors); P·V: P from four registers
@@ -59,8 +102,9 @@ def test_fp8_wgmma_for_both_matmuls(compiled):
     assert qk and pv and len(qk) + len(pv) == len(wgmma)
     # 64 rows per warpgroup; S: 128 keys, O: d_v columns
     assert all("m64n128k32" in ln for ln in qk) and all(f"m64n{d_v}k32" in ln for ln in pv)
-    # each matmul issued in two places (the first tile, the loop); a k-step per 32 of the contraction (d_qk, 128 keys)
-    assert len(qk) == 2 * d_qk // 32 and len(pv) == 2 * 128 // 32
+    # each matmul issued in `places` places (the first tile or the last, each loop); a k-step per 32 of the
+    # contraction (d_qk, 128 keys)
+    assert len(qk) == places * d_qk // 32 and len(pv) == places * 128 // 32
 
 
 def test_producer_consumer_register_split(ptx):
@@ -75,13 +119,39 @@ def test_pingpong_named_barriers(ptx):
     assert re.search(r"mbarrier\.arrive\.expect_tx", ptx)
 
 
-def test_p_off_the_mufu(ptx):
+def test_p_off_the_mufu(ptx, places):
     """Technique 1: P's codes by the MAD (fma.rn.sat, the magic add), no exp2 per score. The only ex2 is alpha's,
-    one per row (2 per thread) in each of the two places the softmax is emitted."""
-    assert len(re.findall(r"ex2\.approx", ptx)) <= 4
-    assert len(re.findall(r"fma\.rn\.sat\.f32", ptx)) == 2 * 64  # 64 scores per thread, two places
+    one per row (2 per thread) in each of the places the softmax is emitted."""
+    assert len(re.findall(r"ex2\.approx", ptx)) <= 2 * places
+    # 64 scores per thread in each place (fewer where the compiler knows keys past the end are masked)
+    assert 64 * (places - 1) < len(re.findall(r"fma\.rn\.sat\.f32", ptx)) <= places * 64
     assert "0f47C00000" in ptx  # 1.5·2^16, the magic-number add
-    assert len(re.findall(r"prmt\.b32", ptx)) == 2 * 16 * 3  # 16 P registers, 3 byte permutes each
+    # 16 P registers, 3 byte permutes each
+    assert 48 * (places - 1) < len(re.findall(r"prmt\.b32", ptx)) <= places * 16 * 3
+
+
+def test_kv_loops_of_each_form(compiled):
+    """Each KV-tile loop (:data:`EXPECTED`): its 64 codes, its clamps at code 126 (an fp32 min by 126/128 =
+    0f3F7C0000 per code) and whether it masks (64 or more selects of -inf, 0fFF800000); in the default form the
+    loop of the tiles every row sees whole runs with neither where the CTA's guard holds."""
+    _places, clamps, masked = EXPECTED[compiled[2]]
+    loops = sorted(kv_loops(compiled[1]), key=lambda body: (body.count("0f3F7C0000"), len(body)))
+    assert [body.count("fma.rn.sat.f32") for body in loops] == [64] * len(clamps)
+    assert [body.count("0f3F7C0000") for body in loops] == clamps
+    if masked is not None:
+        assert [len(re.findall(r"selp\.f32\s.*0fFF800000", body)) >= 64 for body in loops] == masked
+
+
+def test_no_local_memory(compiled):
+    """No spills or stack at any form (cuobjdump's resource usage of the cubin the DSL wrote; it is not part of the
+    DSL: skipped where no cuobjdump is on PATH, e.g. ``pip install nvidia-cuda-cuobjdump`` and its bin/)."""
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        pytest.skip("cuobjdump is not on PATH")
+    res = subprocess.run([tool, "--dump-resource-usage", str(compiled[3])], capture_output=True, text=True).stdout
+    usage = re.search(r"REG:(\d+) STACK:(\d+) .*LOCAL:(\d+)", res)
+    assert usage, res
+    assert int(usage.group(2)) == 0 and int(usage.group(3)) == 0, usage.group(0)
 
 
 def test_output_and_lse(ptx):

@@ -48,7 +48,7 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import Float32, Int32, T, Uint32, dsl_user_op
 
-from zyfa.kernels.kernel_plan import LOG2_448
+from zyfa.kernels.kernel_plan import FP8_MAX_SQ, LOG2_448
 
 LN2 = 0.6931471805599453
 TWO_POW_120 = 1.329227995784916e36
@@ -60,6 +60,10 @@ REGS_PRODUCER = 24
 REGS_CONSUMER = 240
 # named barriers (0 is __syncthreads): consumer warpgroup w waits on ORDER_BAR0 + w for its turn
 ORDER_BAR0 = 1
+# MAD_CVT values as the Triton kernel names them (zyfa.kernels.tuning): 3 keeps the fp32 min at code 126 on every
+# code; 6 leaves it out where the CTA's bound on the row maxima shows it cannot bind (the same codes either way)
+MAD_CVT_CLAMPED = 3
+MAD_CVT_GUARDED = 6
 
 
 def _asm(ret_type, args, ptx: str, constraints: str, loc=None, ip=None):
@@ -75,6 +79,15 @@ def mad_code(s, c8n, rbn, *, loc=None, ip=None) -> Int32:
     return Int32(_asm(T.i32(), [Float32(s), Float32(c8n), Float32(rbn)],
                       "{ .reg .f32 y; fma.rn.sat.f32 y, $1, $2, $3; min.f32 y, y, 0f3F7C0000; "
                       "add.rn.f32 y, y, 0f47C00000; mov.b32 $0, y; }", "=r,f,f,f", loc, ip))
+
+
+@dsl_user_op
+def mad_code_unclamped(s, c8n, rbn, *, loc=None, ip=None) -> Int32:
+    """:func:`mad_code` without the min at 126/128: the same code wherever 128·y < 126.5, which the caller must
+    guarantee (MAD_CVT 6: y <= 126/128 + 0.375/128 by kernel_plan.mad_m_safe's bound). One asm block, as there."""
+    return Int32(_asm(T.i32(), [Float32(s), Float32(c8n), Float32(rbn)],
+                      "{ .reg .f32 y; fma.rn.sat.f32 y, $1, $2, $3; add.rn.f32 y, y, 0f47C00000; mov.b32 $0, y; }",
+                      "=r,f,f,f", loc, ip))
 
 
 @dsl_user_op
@@ -130,12 +143,17 @@ class CuteFp8Attention:
     """
 
     def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
-                 causal: bool, mad_bias: float, e_cap: float, kv_stages: int = 2):
+                 causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
+                 m_safe: float, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
         self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
         self.causal = causal
         self.mad_bias = float(mad_bias)
         self.e_cap = float(e_cap)
+        self.mad_cvt = mad_cvt
+        self.mask_split = bool(mask_split)
+        self.bookkeeping = bool(bookkeeping)
+        self.m_safe = float(m_safe)
         self.kv_stages = kv_stages
         self.group = h // h_kv
         self.block_m = BLOCK_M_WG * NUM_CONSUMERS
@@ -317,23 +335,15 @@ class CuteFp8Attention:
                 k_pipe.consumer_release(k_state)
                 self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, Int32(0),
                                   Int32(0) >= n_full)
-                for j in cutlass.range(1, n_tiles, unroll=1):
-                    # S_j and P_{j-1}·V_{j-1} in one turn
-                    k_state = self.stage(j, False)
-                    v_state = self.stage(j - 1, False)
-                    k_pipe.consumer_wait(k_state)
-                    v_pipe.consumer_wait(v_state)
-                    cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
-                    cute.nvgpu.warpgroup.fence()
-                    self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
-                    self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index)
-                    cute.nvgpu.warpgroup.commit_group()
-                    cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
-                    cute.nvgpu.warpgroup.wait_group(0)
-                    k_pipe.consumer_release(k_state)
-                    v_pipe.consumer_release(v_state)
-                    self.flush_pv(acc_o, acc_pv, alpha)
-                    self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, j >= n_full)
+                ops = (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
+                       m_i, l_i, e_i, alpha, c, c8n, row0, w)
+                if cutlass.const_expr(self.mask_split):
+                    # the tiles that every row of the CTA sees whole run without the mask's code; the others with it
+                    n_open = cutlass.max(cutlass.min(n_full, n_tiles), Int32(1))
+                    self.guarded_kv_loop(ops, Int32(1), n_open, n_full, False)
+                    self.kv_loop(ops, n_open, n_tiles, n_full, True, True)
+                else:
+                    self.guarded_kv_loop(ops, Int32(1), n_tiles, n_full, None)
                 # the last tile's P·V
                 v_state = self.stage(n_tiles - 1, False)
                 v_pipe.consumer_wait(v_state)
@@ -351,14 +361,64 @@ class CuteFp8Attention:
             self.epilogue(acc_o, tOcO, m_i, l_i, e_i, mO, mLSE, mVD[bhk], bh, row0, thr)
 
     # ------------------------------------------------------------------------------------------ pieces
+    @cute.jit
+    def guarded_kv_loop(self, ops, lo: Int32, hi: Int32, n_full: Int32, masked):
+        """:meth:`kv_loop` over tiles [lo, hi), without the clamp at code 126 where ``MAD_CVT`` is 6 and this CTA's
+        bound on every row max, d_qk·448²·c, is at most mad_m_safe (the Triton kernel's guard, the same test), with
+        it otherwise: the same codes either way (:func:`zyfa.kernels.kernel_plan.mad_m_safe`)."""
+        if cutlass.const_expr(self.mad_cvt == MAD_CVT_GUARDED):
+            c = ops[17]
+            if Float32(self.d_qk * FP8_MAX_SQ) * c <= Float32(self.m_safe):
+                self.kv_loop(ops, lo, hi, n_full, masked, False)
+            else:
+                self.kv_loop(ops, lo, hi, n_full, masked, True)
+        else:
+            self.kv_loop(ops, lo, hi, n_full, masked, True)
+
+    @cute.jit
+    def kv_loop(self, ops, lo: Int32, hi: Int32, n_full: Int32, masked, clamp):
+        """KV tiles [lo, hi) of a consumer warpgroup, tile j's turn issuing S_j and P_{j-1}·V_{j-1}, then flushing
+        P_{j-1}·V_{j-1} and tile j's softmax. ``masked``: True (every tile through the mask), False (none: tiles
+        every row sees whole), None (tile j when j >= n_full); ``clamp``: the fp32 min at code 126 (both
+        compile-time)."""
+        (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
+         m_i, l_i, e_i, alpha, c, c8n, row0, w) = ops
+        for j in cutlass.range(lo, hi, unroll=1):
+            # S_j and P_{j-1}·V_{j-1} in one turn
+            k_state = self.stage(j, False)
+            v_state = self.stage(j - 1, False)
+            k_pipe.consumer_wait(k_state)
+            v_pipe.consumer_wait(v_state)
+            cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
+            cute.nvgpu.warpgroup.fence()
+            self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+            self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index)
+            cute.nvgpu.warpgroup.commit_group()
+            cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+            cute.nvgpu.warpgroup.wait_group(0)
+            k_pipe.consumer_release(k_state)
+            v_pipe.consumer_release(v_state)
+            self.flush_pv(acc_o, acc_pv, alpha)
+            if cutlass.const_expr(masked is None):
+                self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, j >= n_full, clamp)
+            else:
+                self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, masked, clamp)
+
     def stage(self, j: Int32, producer: bool) -> pipeline.PipelineState:
         """The K/Vᵀ pipelines' state for KV tile j, derived from j (no state object carried through staged control
-        flow): stage j mod kv_stages, phase the parity of j div kv_stages (the producer's starts flipped)."""
+        flow): stage j mod kv_stages, phase the parity of j div kv_stages (the producer's starts flipped). With
+        ``bookkeeping`` and a power-of-two kv_stages, a mask and a shift: the same values for j >= 0 as the floor
+        division and modulo of a signed int, without their sign corrections."""
         n = self.kv_stages
-        phase = (j // n) % 2
+        if cutlass.const_expr(self.bookkeeping and n & (n - 1) == 0):
+            phase = (j >> (n.bit_length() - 1)) & 1
+            index = j & (n - 1)
+        else:
+            phase = (j // n) % 2
+            index = j % n
         if cutlass.const_expr(producer):
             phase = phase ^ 1
-        return pipeline.PipelineState(n, j, j % n, phase)
+        return pipeline.PipelineState(n, j, index, phase)
 
     def make_qk_mma(self) -> cute.TiledMma:
         """S = Q·Kᵀ: one warpgroup, m64n128, e4m3 x e4m3 -> f32, both K-major from shared memory."""
@@ -401,18 +461,18 @@ class CuteFp8Attention:
     @cute.jit
     def softmax_tile(self, acc_s: cute.Tensor, tScS: cute.Tensor, p_u32: cute.Tensor, m_i: cute.Tensor,
                      l_i: cute.Tensor, e_i: cute.Tensor, alpha: cute.Tensor, c: Float32, c8n: Float32, row0: Int32,
-                     j: Int32, masked):
+                     j: Int32, masked, clamp=True):
         """One KV tile's softmax in the Triton kernel's order (module docstring, steps 2-5): updates m, l, e, sets
-        alpha (applied to acc by flush_pv when this tile's P·V is added) and writes P's codes into p_u32."""
+        alpha (applied to acc by flush_pv when this tile's P·V is added) and writes P's codes into p_u32.
+        ``masked``: a runtime flag, or True / False known at compile time (False: no mask code at all);
+        ``clamp``: the fp32 min at code 126 in each code (compile-time; left out only where it cannot bind)."""
         n = cute.size(acc_s)
-        if masked:
-            for i in cutlass.range_constexpr(n):
-                key = j * BLOCK_N + tScS[i][1]
-                ok = key < self.s_k
-                if cutlass.const_expr(self.causal):
-                    ok = ok & (key <= row0 + tScS[i][0] + (self.s_k - self.s_q))
-                if not ok:
-                    acc_s[i] = -Float32.inf
+        if cutlass.const_expr(isinstance(masked, bool)):
+            if cutlass.const_expr(masked):
+                self.mask_tile(acc_s, tScS, row0, j)
+        else:
+            if masked:
+                self.mask_tile(acc_s, tScS, row0, j)
         row_bias_n = cute.make_rmem_tensor((2,), Float32)
         for r in cutlass.range_constexpr(2):
             mx = acc_s[2 * r]
@@ -438,24 +498,43 @@ class CuteFp8Attention:
             e_i[r] = e_new
         # codes, packed as the P operand: k-block s, register q = row half + 2·(16-key half) holds the codes of
         # S registers base, base+1, base+4, base+5 with base = 16s + 8·(q // 2) + 2·(q % 2) (Vᵀ in k32 key order)
+        code = mad_code if cutlass.const_expr(clamp) else mad_code_unclamped
+        # with ``bookkeeping`` sums[r] starts at the row's first group of four, not at 0 + it: the same value, as
+        # 0 + x = x for every x >= +0 (a sum of code values)
         sums = cute.make_rmem_tensor((2,), Float32)
-        sums[0] = Float32(0.0)
-        sums[1] = Float32(0.0)
+        if cutlass.const_expr(not self.bookkeeping):
+            sums[0] = Float32(0.0)
+            sums[1] = Float32(0.0)
         for s in cutlass.range_constexpr(n // 16):
             for q in cutlass.range_constexpr(4):
                 r = q % 2
                 base = 16 * s + 8 * (q // 2) + 2 * r
-                b0 = mad_code(acc_s[base], c8n, row_bias_n[r])
-                b1 = mad_code(acc_s[base + 1], c8n, row_bias_n[r])
-                b2 = mad_code(acc_s[base + 4], c8n, row_bias_n[r])
-                b3 = mad_code(acc_s[base + 5], c8n, row_bias_n[r])
-                sums[r] = sums[r] + ((code_value(b0) + code_value(b1)) + (code_value(b2) + code_value(b3)))
+                b0 = code(acc_s[base], c8n, row_bias_n[r])
+                b1 = code(acc_s[base + 1], c8n, row_bias_n[r])
+                b2 = code(acc_s[base + 4], c8n, row_bias_n[r])
+                b3 = code(acc_s[base + 5], c8n, row_bias_n[r])
+                group = (code_value(b0) + code_value(b1)) + (code_value(b2) + code_value(b3))
+                if cutlass.const_expr(s == 0 and q < 2 and self.bookkeeping):
+                    sums[r] = group
+                else:
+                    sums[r] = sums[r] + group
                 p_u32[4 * s + q] = Uint32(pack4(b0, b1, b2, b3))
         for r in cutlass.range_constexpr(2):
             t = sums[r]
             t = t + cute.arch.shuffle_sync_bfly(t, offset=1)
             t = t + cute.arch.shuffle_sync_bfly(t, offset=2)
             l_i[r] = l_i[r] * alpha[r] + t * Float32(TWO_POW_120)
+
+    @cute.jit
+    def mask_tile(self, acc_s: cute.Tensor, tScS: cute.Tensor, row0: Int32, j: Int32):
+        """-inf where key j·128 + column is past the keys or, causal, past the row's bottom-right diagonal."""
+        for i in cutlass.range_constexpr(cute.size(acc_s)):
+            key = j * BLOCK_N + tScS[i][1]
+            ok = key < self.s_k
+            if cutlass.const_expr(self.causal):
+                ok = ok & (key <= row0 + tScS[i][0] + (self.s_k - self.s_q))
+            if not ok:
+                acc_s[i] = -Float32.inf
 
     @cute.jit
     def epilogue(self, acc_o: cute.Tensor, tOcO: cute.Tensor, m_i: cute.Tensor, l_i: cute.Tensor,
@@ -491,12 +570,16 @@ class CuteFp8Attention:
 
 
 def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
-                   causal: bool, mad_bias: float, e_cap: float, options: str = ""):
+                   causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
+                   m_safe: float, options: str = ""):
     """Compile :class:`CuteFp8Attention` for these shapes with fake pointers (no GPU needed); returns the compiled
-    callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them)."""
+    callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them).
+    ``mad_cvt``, ``mask_split``, ``bookkeeping``: the kernel's form (:func:`zyfa.kernels.cute_plan.cute_config`);
+    ``m_safe``: the recipe's :func:`~zyfa.kernels.kernel_plan.mad_m_safe`."""
 
     kern = CuteFp8Attention(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=s_k_pad, d_qk=d_qk, d_v=d_v,
-                            causal=causal, mad_bias=mad_bias, e_cap=e_cap)
+                            causal=causal, mad_bias=mad_bias, e_cap=e_cap, mad_cvt=mad_cvt, mask_split=mask_split,
+                            bookkeeping=bookkeeping, m_safe=m_safe)
     gmem = cute.AddressSpace.gmem
     fp8 = cutlass.Float8E4M3FN
     ptrs = [make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(fp8, 16, gmem, assumed_align=16),

@@ -25,8 +25,8 @@ import math
 import torch
 
 from zyfa.kernels.attention_fp8 import prepare_vt, quantize_for_kernel
-from zyfa.kernels.cute_plan import CUTE_HEAD_DIMS, CUTE_RECIPE, check_head_dims, cute_plan
-from zyfa.kernels.kernel_plan import LOG2E, KernelPlan
+from zyfa.kernels.cute_plan import CUTE_HEAD_DIMS, CUTE_RECIPE, check_head_dims, cute_config, cute_plan
+from zyfa.kernels.kernel_plan import LOG2E, KernelPlan, mad_m_safe
 from zyfa.kernels.validation import check_device, check_fp8, descale_to_bh, validate_inputs
 from zyfa.recipes import Recipe
 
@@ -37,17 +37,20 @@ KEY_PAD = 32  # Vᵀ's keys are padded to a multiple of 32 (prepare_vt with perm
 _COMPILED: dict = {}
 
 
-def _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan: KernelPlan):
-    return (b, h, h_kv, s_q, s_k, d_qk, d_v, bool(causal), plan.mad_bias, plan.e_cap)
+def _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan: KernelPlan, cfg: dict):
+    return (b, h, h_kv, s_q, s_k, d_qk, d_v, bool(causal), plan.mad_bias, plan.e_cap, tuple(sorted(cfg.items())))
 
 
 def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v: int, causal: bool,
-                recipe: Recipe | str = CUTE_RECIPE, options: str = ""):
-    """Compile (or fetch from the cache) the kernel for these shapes and recipe; needs no GPU. ``options`` go to
-    ``cute.compile`` (e.g. ``"--keep-ptx --keep-cubin --dump-dir=DIR"`` writes both into DIR; a call with options
-    is not cached). ValueError for a recipe, head dims or shapes the kernel does not take; ImportError (one line)
-    when the CuTe DSL is not importable."""
+                recipe: Recipe | str = CUTE_RECIPE, config: dict | None = None, options: str = ""):
+    """Compile (or fetch from the cache) the kernel for these shapes and recipe; needs no GPU. ``config`` overrides
+    the kernel's form (:func:`~zyfa.kernels.cute_plan.cute_config`: ``MAD_CVT``, ``MASK_SPLIT``, ``BOOKKEEPING``;
+    every form gives the same bits; :data:`~zyfa.kernels.cute_plan.CUTE_FIRST_FORM` is the one that first ran).
+    ``options`` go to ``cute.compile`` (e.g. ``"--keep-ptx --keep-cubin --dump-dir=DIR"`` writes both into DIR; a
+    call with options is not cached). ValueError for a recipe, form, head dims or shapes the kernel does not take;
+    ImportError (one line) when the CuTe DSL is not importable."""
     plan = cute_plan(recipe)
+    cfg = cute_config(plan, config)
     check_head_dims(d_qk, d_v)
     for name, x in (("b", b), ("h", h), ("h_kv", h_kv), ("s_q", s_q), ("s_k", s_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
@@ -56,7 +59,7 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
         raise ValueError(f"q heads ({h}) must be a multiple of kv heads ({h_kv})")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    key = _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan)
+    key = _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan, cfg)
     if key in _COMPILED and not options:
         return _COMPILED[key]
     try:
@@ -65,6 +68,8 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
         raise ImportError(f"the CuTe FP8 kernel needs nvidia-cutlass-dsl==4.8.1 ({e})") from None
     compiled = _cute_fp8.compile_kernel(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=-(-s_k // KEY_PAD) * KEY_PAD,
                                         d_qk=d_qk, d_v=d_v, causal=causal, mad_bias=plan.mad_bias, e_cap=plan.e_cap,
+                                        mad_cvt=cfg["MAD_CVT"], mask_split=bool(cfg["MASK_SPLIT"]),
+                                        bookkeeping=bool(cfg["BOOKKEEPING"]), m_safe=mad_m_safe(plan),
                                         options=options)
     if not options:
         _COMPILED[key] = compiled
@@ -72,7 +77,8 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
 
 
 def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool = False,
-                      sm_scale: float | None = None, q_descale=None, k_descale=None, v_descale=None):
+                      sm_scale: float | None = None, q_descale=None, k_descale=None, v_descale=None,
+                      config: dict | None = None):
     """Everything :func:`attention_cute` does before the launch, once: the checks, the compile (cached), Vᵀ, the
     descales and the output buffers. Returns (launch, prepare_vt_again, out, lse): ``launch()`` runs the kernel
     into ``out`` and ``lse`` (what a bench times), ``prepare_vt_again()`` redoes V's transpose (its cost, timed
@@ -80,14 +86,15 @@ def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bo
     b, h, h_kv, s_q, s_k, d_qk, d_v = validate_inputs(q, k, v, causal, sm_scale, None)
     check_fp8(q, k, v, (q_descale, k_descale, v_descale))
     check_head_dims(d_qk, d_v)
-    cute_plan(recipe)
+    cute_config(cute_plan(recipe), config)
     dev = q.device
     qd = descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
     kd = descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
     vd = descale_to_bh(1.0 if v_descale is None else v_descale, "v_descale", b, h_kv, h_kv, dev)
     check_device(q)
     sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
-    compiled = compile_for(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, d_qk=d_qk, d_v=d_v, causal=causal, recipe=recipe)
+    compiled = compile_for(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, d_qk=d_qk, d_v=d_v, causal=causal, recipe=recipe,
+                           config=config)
 
     from zyfa.kernels import _cute_fp8
 
@@ -105,7 +112,8 @@ def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bo
 
 
 def attention_cute(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool = False,
-                   sm_scale: float | None = None, q_descale=None, k_descale=None, v_descale=None):
+                   sm_scale: float | None = None, q_descale=None, k_descale=None, v_descale=None,
+                   config: dict | None = None):
     """FP8 attention forward on the H200 by the CuTe DSL kernel (its status: module docstring).
 
     Args:
@@ -115,12 +123,14 @@ def attention_cute(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bool 
         causal: bottom-right aligned when s_q != s_k. sm_scale: default 1/sqrt(d_qk).
         q_descale, k_descale, v_descale: float, one-element tensor or per (batch, head) ((b, h) for q, also (b, h_kv);
             (b, h_kv) for k and v), as attention_fp8 takes them; default 1.0.
+        config: the kernel's form (:func:`compile_for`); every form gives the same bits.
     Returns:
         (out, lse): out (b, h, s_q, d_v) bf16, lse (b, h, s_q) fp32 natural log; a row that sees no key gets out 0
         and lse -inf.
     """
     launch, _vt, _out, _lse = prepare_cute_call(q, k, v, recipe=recipe, causal=causal, sm_scale=sm_scale,
-                                                q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+                                                q_descale=q_descale, k_descale=k_descale, v_descale=v_descale,
+                                                config=config)
     return launch()
 
 

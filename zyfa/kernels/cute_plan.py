@@ -9,11 +9,12 @@ why the commands that decode greedily (``zyfa tasks``, ``zyfa longctx --generate
 
 from __future__ import annotations
 
-from zyfa.kernels.kernel_plan import KernelPlan, fused_mad_is_exact, kernel_plan
+from zyfa.kernels.kernel_plan import KernelPlan, default_mad_cvt, fused_mad_is_exact, kernel_plan, mad_m_safe
 from zyfa.recipe_spec import get_recipe
 from zyfa.recipes import Recipe
 
-__all__ = ["CUTE_HEAD_DIMS", "CUTE_RECIPE", "NOT_FOR_DECODING", "check_head_dims", "cute_plan"]
+__all__ = ["CUTE_FIRST_FORM", "CUTE_HEAD_DIMS", "CUTE_RECIPE", "NOT_FOR_DECODING", "check_head_dims", "cute_config",
+           "cute_plan"]
 
 CUTE_RECIPE = "zyfa-hopper"  # the numerics the kernel implements
 # (d_qk, d_v). Not d 256: O's accumulator and the tile's fresh P·V product alone need 256 registers a thread
@@ -22,6 +23,38 @@ CUTE_HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
 # shape; docs/KERNEL.md measures 1.5-3.5 s a compile), and each greedy decode step attends to one more key
 NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a compile) and every decode step has "
                     "one more key, so greedy decoding would compile a kernel per generated token")
+
+
+# The kernel's forms (compile-time switches; every form gives the same output bits, tests/kernels/
+# test_cute_kernel_gpu.py checks it): MAD_CVT 3 keeps the fp32 min at code 126 on every code, 6 leaves it out in a CTA
+# whose bound on the row maxima (d_qk·448²·c <= mad_m_safe) shows it cannot bind (the Triton kernel's MAD_CVT values,
+# zyfa.kernels.tuning); MASK_SPLIT 1 runs the KV tiles every row of the CTA sees whole in a loop without the mask's
+# code, 0 tests each tile inside one loop; BOOKKEEPING 1 takes a KV tile's pipeline stage and phase from a mask and
+# a shift (0: a signed division and modulo) and starts each row sum at its first group of codes (0: at 0 + it).
+# The form that first ran on a GPU (cc8e3cc; the same cubin), kept for A/B runs:
+CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0}
+
+
+def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
+    """The kernel's form for a plan (:func:`cute_plan`): the defaults (MAD_CVT 6 where the recipe's
+    :func:`~zyfa.kernels.kernel_plan.mad_m_safe` leaves a margin, as :func:`~zyfa.kernels.kernel_plan.default_mad_cvt`
+    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1) with ``config``'s overrides; ValueError in one line
+    for an unknown key or value."""
+    cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1}
+    for key, value in (config or {}).items():
+        if key not in cfg:
+            raise ValueError(f"the CuTe FP8 kernel has no switch {key!r} (switches: {', '.join(cfg)})")
+        cfg[key] = value
+    if cfg["MAD_CVT"] not in (3, 6) or isinstance(cfg["MAD_CVT"], bool):
+        raise ValueError(f"MAD_CVT={cfg['MAD_CVT']!r}: the CuTe FP8 kernel takes 3 (the clamp at 126 on every code) "
+                         "or 6 (left out where the CTA's bound allows)")
+    if cfg["MAD_CVT"] == 6 and mad_m_safe(plan) <= 0:
+        raise ValueError(f"MAD_CVT=6 needs a recipe whose codes stay below 126.5 with a margin (recipe "
+                         f"{plan.recipe!r} has none): use MAD_CVT=3")
+    for key in ("MASK_SPLIT", "BOOKKEEPING"):
+        if cfg[key] not in (0, 1) or isinstance(cfg[key], bool):
+            raise ValueError(f"{key}={cfg[key]!r}: expected 0 or 1")
+    return cfg
 
 
 def _refuse(r: Recipe, fld: str, value, allowed: str) -> ValueError:

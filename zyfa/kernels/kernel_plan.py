@@ -27,6 +27,7 @@ from zyfa.recipe_spec import get_recipe, triton_kernel_recipe
 from zyfa.recipes import Recipe
 
 __all__ = [
+    "FP8_MAX_SQ",
     "LOG2E",
     "LOG2_448",
     "MAD_FUSED_DRIFT",
@@ -45,6 +46,9 @@ __all__ = [
 
 LOG2E = 1.4426950408889634
 LOG2_448 = math.log2(448.0)
+# 448²: |q·k| <= d·448² for e4m3fn operands, so every row max of s·c is at most d·448²·c in magnitude (the bound a
+# program checks against mad_m_safe before it leaves out the clamp at code 126)
+FP8_MAX_SQ = 448.0 * 448.0
 
 
 @dataclass(frozen=True)
