@@ -22,7 +22,9 @@ iteration beside K's (VT_EARLY 1: one mbarrier per stage for both) instead of af
 ``vt-early-next``, with V beside K: two stages and one P·V dot at hd256, 128-row programs and three
 stages at hd128 and MLA; ``hd256-unserialized``, the per-tile flush at hd256 as an explicit fresh product and add
 (PV_MODE 4), which ptxas compiles without serializing the wgmma, against PV_MODE 2, which it serializes;
-``mla-occupancy``, three programs per SM at MLA through 64-key tiles (their own numerics).
+``mla-occupancy``, three programs per SM at MLA through 64-key tiles (their own numerics); ``cute-forms``, the
+CuTe DSL kernel's forms (recipe ``cute:zyfa-hopper``, config its form: :func:`zyfa.kernels.cute_plan.cute_config`):
+the default against the form that first ran (``CUTE_FIRST_FORM``) and each switch alone, beside the Triton kernel.
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -35,8 +37,13 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
+
+from zyfa.kernels.cute_plan import CUTE_FIRST_FORM  # noqa: E402  (torch-free; after the path insert)
+from zyfa.recipe_spec import split_spec  # noqa: E402
+
 SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
-        "hd256-unserialized", "mla-occupancy")
+        "hd256-unserialized", "mla-occupancy", "cute-forms")
+CUTE = "cute:zyfa-hopper"  # the CuTe DSL kernel (zyfa.bench.cases.gaussian_kernel_call runs the cute namespace)
 
 V = []
 
@@ -165,6 +172,20 @@ def variant_set(name):
             add("rounded sum on the tensor core", "mla", c, "zyfa-hopper:rowsum=rounded_mma", None)
             add("default", "mla", c, "fa3", None)
             add("64-key tiles, 2 stages", "mla", c, "fa3:block_n=64", None)
+    elif name == "cute-forms":
+        # every form gives the same bits (identity checked first, at unit scale, where the CTA's guard holds, and
+        # at scale 300, where it fails and the clamped loop runs)
+        for c in (False, True):
+            add("default", "hd128", c, CUTE, None)
+            add("first form (cc8e3cc)", "hd128", c, CUTE, CUTE_FIRST_FORM, same_bits=True)
+            add("clamp on every code (MAD_CVT 3)", "hd128", c, CUTE, {"MAD_CVT": 3}, same_bits=True)
+            add("mask tested on every tile (MASK_SPLIT 0)", "hd128", c, CUTE, {"MASK_SPLIT": 0}, same_bits=True)
+            add("signed stage index, sum from 0 (BOOKKEEPING 0)", "hd128", c, CUTE, {"BOOKKEEPING": 0},
+                same_bits=True)
+            add("triton default", "hd128", c, "zyfa-hopper", None)
+            for shape in ("hd64", "mla"):
+                add("default", shape, c, CUTE, None)
+                add("first form (cc8e3cc)", shape, c, CUTE, CUTE_FIRST_FORM, same_bits=True)
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 
@@ -201,8 +222,11 @@ def _identity(p):
             v = torch.randn(2, 2, 1000, d_v, device="cuda", generator=g).to(torch.float8_e4m3fn)
             # scale 300: logits up to ~1e4, so DQK·448²·c passes mad_m_safe and the guard keeps the clamp
             kw = {"q_descale": scale, "k_descale": scale}
-            o1, l1 = A.attention_fp8(q, k, v, recipe=recipe, causal=causal, **kw)
-            o2, l2 = A.attention_fp8(q, k, v, recipe=recipe, causal=causal, config=cfg, **kw)
+            run = A.attention_fp8
+            if split_spec(recipe).namespace == "cute":
+                from zyfa.kernels.attention_cute import attention_cute as run
+            o1, l1 = run(q, k, v, recipe=recipe, causal=causal, **kw)
+            o2, l2 = run(q, k, v, recipe=recipe, causal=causal, config=cfg, **kw)
             finite = bool(torch.isfinite(o1.float()).all() and torch.isfinite(l1).all())
             p(f"identity {shape} causal={causal} {name} scale={scale:g}: out {torch.equal(o1, o2)} "
               f"lse {torch.equal(l1, l2)} finite {finite}")

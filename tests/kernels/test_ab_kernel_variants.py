@@ -8,6 +8,8 @@ import pytest
 from tests.load_file import load_script
 from zyfa.bench.cases import SHAPES
 from zyfa.kernels.attention_fp8 import kernel_plan, kernel_recipe, resolve_config
+from zyfa.kernels.cute_plan import check_head_dims, cute_config, cute_plan
+from zyfa.recipe_spec import split_spec
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +23,11 @@ def test_every_variant_resolves(ab):
         assert ab.V, name
         for _label, shape, causal, recipe, cfg, _same in ab.V:
             d_qk, d_v = SHAPES[shape]
-            resolve_config(d_qk, d_v, causal, kernel_plan(kernel_recipe(recipe)), cfg)  # raises on a refused one
+            if split_spec(recipe).namespace == "cute":  # the CuTe kernel: its form, at a head dim it takes
+                check_head_dims(d_qk, d_v)
+                cute_config(cute_plan(recipe), cfg)
+            else:
+                resolve_config(d_qk, d_v, causal, kernel_plan(kernel_recipe(recipe)), cfg)  # raises on a refused one
 
 
 def test_an_unknown_set_is_refused(ab):

@@ -15,6 +15,7 @@ from zyfa.kernels.attention_cute import (
     compile_for,
     cute_plan,
 )
+from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, cute_config
 
 
 def test_import_does_not_import_cutlass():
@@ -106,3 +107,27 @@ def test_compile_for_refuses_bad_shapes(kwargs, match):
     args = {"b": 1, "h": 2, "h_kv": 2, "s_q": 128, "s_k": 128, "d_qk": 128, "d_v": 128, "causal": False, **kwargs}
     with pytest.raises((ValueError, TypeError), match=match):
         compile_for(**args)
+
+
+def test_forms_default_and_first():
+    """The default form leaves the clamp out where the guard allows and splits the mask off (zyfa-hopper has the
+    margin: mad_m_safe 177K); the first form is all switches off; a form without a margin is refused."""
+    plan = cute_plan(CUTE_RECIPE)
+    assert cute_config(plan) == {"MAD_CVT": 6, "MASK_SPLIT": 1, "BOOKKEEPING": 1}
+    assert cute_config(plan, CUTE_FIRST_FORM) == {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0}
+    assert cute_config(plan, {"MAD_CVT": 3})["MASK_SPLIT"] == 1
+
+
+@pytest.mark.parametrize("config,match", [
+    ({"MAD_CVT": 4}, "MAD_CVT=4"),
+    ({"MAD_CVT": True}, "MAD_CVT=True"),
+    ({"MASK_SPLIT": 2}, "MASK_SPLIT=2: expected 0 or 1"),
+    ({"BOOKKEEPING": None}, "BOOKKEEPING=None: expected 0 or 1"),
+    ({"BLOCK_M": 64}, "no switch 'BLOCK_M'"),
+])
+def test_bad_forms_refused(config, match):
+    with pytest.raises(ValueError, match=match):
+        cute_config(cute_plan(CUTE_RECIPE), config)
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match=match):  # before anything is compiled or launched
+        attention_cute(q.to(FP8), k.to(FP8), v.to(FP8), config=config)

@@ -33,15 +33,24 @@ def bench_heads(shape: str, hidden: int = 2048) -> int:
 def gaussian_kernel_call(shape: str, s: int, causal: bool, spec: str, config: dict | None = None, seed: int = 0):
     """Our kernel on Gaussian inputs of one bench shape (batch 1, :func:`bench_heads` heads, s tokens) with the
     recipe's per-head descales: (fn, (q, k, v)), fn launching it once. For the scripts that time, warm or profile
-    launch variants; :func:`run_case` also handles per-block descales and checks the output."""
+    launch variants; :func:`run_case` also handles per-block descales and checks the output. A spec in the ``cute``
+    namespace (``cute:zyfa-hopper``) runs the CuTe DSL kernel (V's transpose done once, outside fn), ``config``
+    then being its form (:func:`zyfa.kernels.cute_plan.cute_config`); any other the Triton kernel, ``config`` its
+    launch overrides."""
     from zyfa.kernels import attention_fp8 as A
-    from zyfa.recipe_spec import get_recipe
+    from zyfa.recipe_spec import get_recipe, split_spec
 
     d_qk, d_v = SHAPES[shape]
     h = bench_heads(shape)
     q, k, v = gaussian_qkv(1, h, h, s, d_qk, d_v, seed=seed)
     r = get_recipe(spec)
     q8, k8, v8, qd, kd, vd = A.quantize_for_kernel(q, k, v, r)
+    if isinstance(spec, str) and split_spec(spec).namespace == "cute":
+        from zyfa.kernels.attention_cute import prepare_cute_call
+
+        launch, _vt, _out, _lse = prepare_cute_call(q8, k8, v8, recipe=r, causal=causal, sm_scale=1 / math.sqrt(d_qk),
+                                                    q_descale=qd, k_descale=kd, v_descale=vd, config=config)
+        return launch, (q, k, v)
     vt = A.prepare_vt(v8, permute_k32=A.vt_key_order_for(config))
     plan = A.kernel_plan(r)
 
