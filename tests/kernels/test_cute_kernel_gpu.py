@@ -160,3 +160,36 @@ def test_cute_kernel_matches_the_triton_kernel(cute_runs):
     fin = torch.isfinite(l_t)
     assert torch.equal(fin, torch.isfinite(l_c))
     assert (l_c[fin] - l_t[fin]).abs().max().item() < 1e-3
+
+
+# Every form of the kernel (zyfa.kernels.cute_plan.cute_config) gives the same output and LSE bit for bit. Scale 40 on
+# q and k pushes the CTA's bound d_qk·448²·c past mad_m_safe, so the default form runs its clamped loop there; at
+# scale 1 it runs the loop without the clamp. The forms: the default, the first (cc8e3cc), and each switch alone.
+FORM_CASES = ["hd128-1k", "hd128-1k-causal", "hd128-gqa-odd", "hd128-causal-gqa-odd", "hd128-causal-sq<sk",
+              "hd128-causal-sq>sk", "hd64-causal", "mla-causal", "mla-gqa-odd"]
+
+
+@pytest.mark.parametrize("scale", [1.0, 40.0])
+@pytest.mark.parametrize("name", FORM_CASES)
+def test_cute_forms_give_the_same_bits(name, scale, cute_runs):
+    pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
+    from zyfa.kernels.attention_cute import attention_cute
+    from zyfa.kernels.attention_fp8 import quantize_for_kernel
+    from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, cute_config, cute_plan
+    from zyfa.kernels.kernel_plan import FP8_MAX_SQ, LOG2E, mad_m_safe
+
+    q, k, v, causal = _case_inputs(name)
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q * scale, k * scale, v, H1)
+    # every CTA's bound (per head descales) on the side of mad_m_safe the scale is meant for
+    bound = q.shape[3] * FP8_MAX_SQ * (1 / q.shape[3] ** 0.5) * LOG2E * qd.float().reshape(-1) * kd.float().reshape(
+        kd.shape[0], -1).repeat_interleave(q.shape[1] // k.shape[1], dim=1).reshape(-1)
+    m_safe = mad_m_safe(cute_plan(H1))
+    assert bool((bound <= m_safe).all()) if scale == 1.0 else bool((bound > m_safe).all()), bound
+    kw = {"recipe": H1, "causal": causal, "q_descale": qd, "k_descale": kd, "v_descale": vd}
+    o_ref, l_ref = attention_cute(q8, k8, v8, config=CUTE_FIRST_FORM, **kw)
+    assert cute_config(cute_plan(H1)) != CUTE_FIRST_FORM
+    for form in (None, {"MAD_CVT": 3}, {"MASK_SPLIT": 0}, {"BOOKKEEPING": 0}):
+        o, lse = attention_cute(q8, k8, v8, config=form, **kw)
+        torch.cuda.synchronize()
+        assert torch.equal(o.view(torch.int16), o_ref.view(torch.int16)), (name, scale, form)
+        assert torch.equal(lse.view(torch.int32), l_ref.view(torch.int32)), (name, scale, form)
