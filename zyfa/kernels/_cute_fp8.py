@@ -14,8 +14,9 @@ that any of its rows can see, per KV tile in the order of the Triton kernel's ``
    c = (sm_scale·log2e·q_descale)·k_descale; m_new = max(m, m_tile); alpha = 2^(m - m_new).
 3. P exponent per row and tile (pow2_block, technique 3): e = min(floor(log2 448 - t_max), p_block_max_log2),
    kept where the row has nothing unmasked; alpha times 2^(e_new - e).
-4. P codes by technique 1 (the MAD): y = fma.rn.sat(s, 8c/128, (bias + 8(e - m))/128), clamped at 126/128, the code
-   the low byte of y + 1.5·2^16 (the magic-number add). No exp2 per score: the only ex2 is alpha's, one per row.
+4. P codes by technique 1 (the MAD): y = fma.rn.sat(s, 8c/128, (bias + 8(e - m))/128), clamped at 126/128 (left out
+   where the CTA's bound shows it cannot bind: ``MAD_CVT`` 6), the code the low byte of y + 1.5·2^16 (the
+   magic-number add). No exp2 per score: the only ex2 is alpha's, one per row.
 5. Row sum of the rounded P, decoded from the codes ((code << 20) as fp32 times 2^120).
 6. P·V on the FP8 wgmma with P from registers (the codes packed four to a register) and Vᵀ from shared memory, a
    fresh product each tile added into the fp32 accumulator (acc·alpha + P·V: ``accum_flush_tiles=1``). Vᵀ's keys
@@ -33,6 +34,11 @@ Each consumer step issues S_j = Q·K_j and P_{j-1}·V_{j-1} together, inside a t
 softmax. Both consumers walk the same KV tiles (the CTA's range); a tile that is fully masked for some row leaves
 that row's state unchanged bit for bit (alpha 1, no code, e kept), as in the Triton kernel's shorter range. Causal
 grids run the row blocks from the last (the most KV tiles) to the first, as the Triton kernel does.
+
+Forms (compile-time, :func:`zyfa.kernels.cute_plan.cute_config`; every form gives the same bits): ``mad_cvt`` 6 or
+3 (above), ``mask_split`` (the tiles every row of the CTA sees whole in a loop of their own, without the mask's
+code; the masked tiles after them), ``bookkeeping`` (the stage of tile j by mask and shift; each row sum started
+at its first group of codes).
 """
 
 from __future__ import annotations
