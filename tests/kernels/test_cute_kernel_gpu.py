@@ -164,7 +164,8 @@ def test_cute_kernel_matches_the_triton_kernel(cute_runs):
 
 # Every form of the kernel (zyfa.kernels.cute_plan.cute_config) gives the same output and LSE bit for bit. Scale 40 on
 # q and k pushes the CTA's bound d_qk·448²·c past mad_m_safe, so the default form runs its clamped loop there; at
-# scale 1 it runs the loop without the clamp. The forms: the default, the first (cc8e3cc), and each switch alone.
+# scale 1 it runs the loop without the clamp. Here the default against the first form (cc8e3cc); each switch alone
+# is checked at hd128 by scripts/ab_kernel_variants.py --set cute-forms before it times them.
 FORM_CASES = ["hd128-1k", "hd128-1k-causal", "hd128-gqa-odd", "hd128-causal-gqa-odd", "hd128-causal-sq<sk",
               "hd128-causal-sq>sk", "hd64-causal", "mla-causal", "mla-gqa-odd"]
 
@@ -188,8 +189,7 @@ def test_cute_forms_give_the_same_bits(name, scale, cute_runs):
     kw = {"recipe": H1, "causal": causal, "q_descale": qd, "k_descale": kd, "v_descale": vd}
     o_ref, l_ref = attention_cute(q8, k8, v8, config=CUTE_FIRST_FORM, **kw)
     assert cute_config(cute_plan(H1)) != CUTE_FIRST_FORM
-    for form in (None, {"MAD_CVT": 3}, {"MASK_SPLIT": 0}, {"BOOKKEEPING": 0}):
-        o, lse = attention_cute(q8, k8, v8, config=form, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(o.view(torch.int16), o_ref.view(torch.int16)), (name, scale, form)
-        assert torch.equal(lse.view(torch.int32), l_ref.view(torch.int32)), (name, scale, form)
+    o, lse = attention_cute(q8, k8, v8, **kw)  # the default form
+    torch.cuda.synchronize()
+    assert torch.equal(o.view(torch.int16), o_ref.view(torch.int16))
+    assert torch.equal(lse.view(torch.int32), l_ref.view(torch.int32))
