@@ -93,7 +93,7 @@ def test_targets_sm90a(ptx):
 
 
 def test_fp8_wgmma_for_both_matmuls(compiled, places):
-    (d_qk, d_v), ptx, _form = compiled
+    (d_qk, d_v), ptx = compiled[:2]
     wgmma = [ln for ln in ptx.splitlines() if "wgmma.mma_async" in ln]
     assert wgmma and all(".e4m3.e4m3" in ln and ".f32." in ln for ln in wgmma)
     # S = Q·Kᵀ: both operands from shared memory (two descriptors); P·V: P from four registers
