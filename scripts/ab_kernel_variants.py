@@ -24,7 +24,9 @@ stages at hd128 and MLA; ``hd256-unserialized``, the per-tile flush at hd256 as 
 (PV_MODE 4), which ptxas compiles without serializing the wgmma, against PV_MODE 2, which it serializes;
 ``mla-occupancy``, three programs per SM at MLA through 64-key tiles (their own numerics); ``cute-forms``, the
 CuTe DSL kernel's forms (recipe ``cute:zyfa-hopper``, config its form: :func:`zyfa.kernels.cute_plan.cute_config`):
-the default against the form that first ran (``CUTE_FIRST_FORM``) and each switch alone, beside the Triton kernel.
+the default against the form that first ran (``CUTE_FIRST_FORM``) and each switch alone, beside the Triton kernel
+(the CuTe DSL installed with ``--target /tmp/site`` as scripts/stage_cute_wheels.py says, and
+``/tmp/site/nvidia_cutlass_dsl/dsl_packages`` on PYTHONPATH too).
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
