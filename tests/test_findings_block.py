@@ -68,9 +68,11 @@ def test_every_row_states_condition_unit_n_interval_and_verdict(block):
     assert verdict.startswith("12 effects, 0 no effect above the threshold, 0 inconclusive of 12 cells")
     assert "exploratory" not in verdict and "exploratory, outside the rule: triton:fa3 vs sdpa-bf16:cudnn" in figure
     assert "exact -1 to -0.8 over 6 cells" in figure
-    # the plan with no rows yet says so, with its planned n
+    # the plan with no rows yet says so, with its planned n; a cut run names the cells it has not reached
+    grid, = [r for r in rows if "`studies/longctx-1.5b.toml`" in r]
+    assert "| fact (cluster of prompts), n = 0 (50 facts per cell planned) | – | untested at the condition" in grid
     gen, = [r for r in rows if "`studies/fp8-retrieval-generated.toml`" in r]
-    assert "| fact (cluster of prompts), n = 0 (50 facts per cell planned) | – | untested at the condition" in gen
+    assert "cell-metrics have no paired rows yet (" in gen and "untested; the plan's command resumes the run)" in gen
     # the operator contrast plan: its primary condition's verdicts, the other conditions each beside it
     op, = [r for r in rows if "`studies/accumulator-operator.toml`" in r]
     assert "qwen25coder-1.5b, head dim 128, 2048 tokens (primary)" in op and "n = 28 layers" in op
@@ -155,4 +157,4 @@ def test_a_generated_metric_reads_with_its_label_unit_and_lost_prompts(tmp_path)
     assert METRICS["gen_exact"].phrase in row.condition and METRICS["answer_logprob"].phrase in row.condition
     assert "generated exact match (fraction of prompts whose greedily decoded answer" in row.condition
     assert f"{plan.tasks[0]} {plan.lengths[0]} gen_exact -0.495 [" in row.figure  # 49 of 99 paired prompts lost
-    assert row.verdict.endswith("; 1 prompts lost to generation errors (left out of both arms)")
+    assert "; 1 prompts lost to generation errors (left out of both arms)" in row.verdict

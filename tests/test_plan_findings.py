@@ -143,10 +143,20 @@ def test_a_cut_runs_partial_rows_count_and_the_verdict_waits(tmp_path):
     assert f"waits: {n} of {N_PROBLEMS} problems paired" in row.verdict
     cut = ROOT / "reports" / "fp8-retrieval-generated" / "results-qwen25coder-1.5b.jsonl.partial"
     if not cut.is_file():
-        return  # the committed cut run (one arm's rows) is not in this checkout
-    (tmp_path / "reports" / "fp8-retrieval-generated").mkdir(parents=True)
-    shutil.copy(cut, tmp_path / "reports" / "fp8-retrieval-generated" / cut.name)
-    n_lc = sum(1 for line in cut.read_text().splitlines() if '"plan_hash"' in line and '"record"' not in line)
+        return  # the committed cut run is not in this checkout
+    lines = cut.read_text().splitlines()
+    # its first segment (up to the second provenance line): one arm's rows only
+    second = next(i for i, line in enumerate(lines) if i and '"record": "provenance"' in line)
+    dest = tmp_path / "reports" / "fp8-retrieval-generated" / cut.name
+    dest.parent.mkdir(parents=True)
+    dest.write_text("\n".join(lines[:second]) + "\n")
+    n_lc = sum(1 for line in lines[:second] if '"plan_hash"' in line and '"record"' not in line)
     found, = retrieval_findings(tmp_path)
     assert found.verdict.startswith(UNTESTED_PREFIX)
     assert f"{n_lc} rows under this plan, none paired yet" in found.verdict
+    # the whole cut run: the cells it reached have verdicts, the cells it did not are named as untested
+    shutil.copy(cut, dest)
+    found, = retrieval_findings(tmp_path)
+    assert not found.verdict.startswith(UNTESTED_PREFIX)
+    assert "interim: 4 of 8 cell-metrics have no paired rows yet (multikey 4096, multikey 8192: untested" \
+        in found.verdict

@@ -427,7 +427,11 @@ def render_folder(results, out_dir: str | Path, cliffs: str | None = None, force
     if (out / "report.md").exists() and not force:
         raise RenderError(f"{out / 'report.md'} exists: add --force to replace it, or choose another --out")
     table = cliff_table(cliffs) if cliffs is not None else None
-    blocks, images, _ = section_blocks(rows, provs, table, level=2, under_plan=plan is not None)
+    if plan is not None and baseline_of(rows) is None:  # a plan whose arms are all kernels (no stock): its verdicts
+        blocks, images = [("p", "The rows have no baseline of the descriptive tables (sdpa-fp32, fp32 or stock): "
+                                "the plan's verdicts above are the whole report.")], {}
+    else:
+        blocks, images, _ = section_blocks(rows, provs, table, level=2, under_plan=plan is not None)
     doc = Doc(title="ZYFA long-context retrieval")
     mixed = mixed_code_notice(provs)
     doc.blocks = ([("p", f"**{mixed}**")] if mixed else []) + lead + blocks

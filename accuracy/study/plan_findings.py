@@ -217,6 +217,12 @@ def _retrieval_rows(plan, verdicts: list[dict], src: str, n_rows: dict[str, int]
                    and v["metric"] == first_gen)
         if lost:
             verdict += f"; {lost} prompts lost to generation errors (left out of both arms)"
+        waiting = [v for v in verdicts if v["model"] == model and not v["contrast"].exploratory
+                   and v["verdict"] is None]
+        if waiting:  # a cut run: the cells it has not reached are named, never counted as tested
+            cells = ", ".join(dict.fromkeys(f"{v['task']} {v['length']}" for v in waiting))
+            verdict += (f"; interim: {len(waiting)} of {len(waiting) + len(mine)} cell-metrics have no paired rows "
+                        f"yet ({cells}: untested; the plan's command resumes the run)")
         span = f"{n_units[0]}" if n_units and n_units[0] == n_units[-1] else \
             (f"{n_units[0]}–{n_units[-1]}" if n_units else "0")
         out.append(Finding(q, cond, f"fact, n = {span} per cell", figure, verdict, src))

@@ -144,6 +144,20 @@ def test_render_states_the_verdict_and_refuses_a_changed_plan(plan_file, tmp_pat
     assert not (tmp_path / "out2").exists()
 
 
+def test_render_of_a_plan_without_a_stock_baseline_is_its_verdicts(plan_file, tmp_path):
+    """A plan whose every arm is a kernel (no sdpa-fp32, fp32 or stock rows, as fp8-retrieval-generated) renders its
+    verdicts with a line saying the descriptive tables need such a baseline, instead of refusing the whole report."""
+    plan = load_plan(plan_file)
+    results = tmp_path / "r.jsonl"
+    results.write_text(jsonl_text([r for r in _planted(plan.hash) if r["implementation"] != "sdpa-fp32"],
+                                  {"command": "planted"}))
+    md = render_folder(str(results), tmp_path / "out", plan=str(plan_file)).read_text()
+    assert "Study plan planted: verdicts by its rule" in md
+    assert "the plan's verdicts above are the whole report" in md and "Long-context retrieval" not in md
+    with pytest.raises(RenderError, match="no long-context rows with a baseline"):  # without a plan: still refused
+        render_folder(str(results), tmp_path / "out2")
+
+
 GEN_PLAN = PLAN.replace("exact = 0.05", "gen_exact = 0.05").replace("pilot = true", "pilot = true\ngenerate = 2")
 
 
