@@ -156,6 +156,12 @@ class Plan:
     def short_hash(self) -> str:
         return self.hash[:12]
 
+    @property
+    def primary_family(self) -> int:
+        """The primary contrast's cell-metrics (models × tasks × lengths × metrics): the family its correction runs
+        over once every cell has rows (``accuracy.longctx.verdicts.plan_verdicts``)."""
+        return len(self.models) * len(self.tasks) * len(self.lengths) * len(self.metrics)
+
 
 def plan_hash(data: dict) -> str:
     """SHA-256 of the parsed plan as canonical JSON (sorted keys, no whitespace)."""

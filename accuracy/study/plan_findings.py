@@ -173,7 +173,7 @@ def design_detectable(plan) -> str:
     power, the t test over facts that :func:`~zyfa.accuracy.scoring.verdict.paired_verdict` makes) is a multiple of
     SD_f, the spread over the facts of the per-fact mean difference b − a, which only the rows will show."""
     per_unit = 1 / math.sqrt(plan.facts)  # the standard error of a mean over the facts, per unit of SD_f
-    family = len(plan.models) * len(plan.tasks) * len(plan.lengths) * len(plan.metrics)
+    family = plan.primary_family
     text = (f"; the design finds a cell's difference of {mde(per_unit, plan.facts, plan.alpha):.2f} × SD_f with "
             f"{100 * POWER:g}% power at α = {plan.alpha:g}")
     if plan.correction == "holm" and family > 1:

@@ -14,6 +14,7 @@ from zyfa.accuracy.implementations.registry import get_implementation
 from zyfa.accuracy.inputs.attention_input import AttentionInput
 from zyfa.accuracy.longctx.cli import implementation_kind
 from zyfa.accuracy.longctx.tasks import TASKS
+from zyfa.accuracy.longctx.verdicts import plan_verdicts
 from zyfa.accuracy.scoring.plan import (
     GENERATED,
     METRICS,
@@ -169,6 +170,10 @@ def test_every_shipped_longctx_plan_checks(name):
     plan = load_plan(ROOT / "studies" / name)
     assert plan.facts >= MIN_FACTS and not plan.pilot
     check_plan(plan, tasks=("niah", "multikey"), implementation_kind=lambda n: "kernel")
+    # the family the report's correction runs over (one entry per primary cell-metric, rows or not) is the one the
+    # findings' design clause names (plan.primary_family)
+    primary = [v for v in plan_verdicts(plan, []) if not v["contrast"].exploratory]
+    assert len(primary) == plan.primary_family
 
 
 def test_a_later_plan_takes_fresh_facts(tmp_path):
