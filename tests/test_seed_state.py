@@ -33,7 +33,7 @@ def test_humaneval_state_takes_only_its_plans_files(tmp_path, capsys):
     stage.mkdir()
     state.mkdir()
     mine = shutil.copy(ROOT / "reports" / "humaneval-k-smoothing" / "he-0.jsonl", stage)
-    shutil.copy(ROOT / "reports" / "humaneval-0.5b" / "he-9.jsonl.partial", stage)  # the 0.5B plan's cut slice
+    shutil.copy(ROOT / "reports" / "humaneval-0.5b" / "he-9.jsonl", stage)  # a slice of the 0.5B plan
     (stage / "he-1.jsonl").write_text("{not json\n")
     (stage / "he-0.jsonl.partial.lock").write_text("12345\n")
     (stage / "notes.txt").write_text("not a result file\n")
@@ -46,12 +46,12 @@ def test_humaneval_state_takes_only_its_plans_files(tmp_path, capsys):
     assert (state / "he-3.jsonl").read_text() == "already here\n"
     assert len(err) == 2 and all(x.startswith("seed_state: not seeded: ") for x in err)
     assert "he-1.jsonl: unreadable" in err[0]
-    assert "he-9.jsonl.partial: holds qwen25coder under plan 8e64cfcb8565 running bf16, cudnn-fp8" in err[1]
+    assert "he-9.jsonl: holds qwen25coder under plan 8e64cfcb8565 running bf16, cudnn-fp8" in err[1]
     # the 0.5B plan's own state folder takes its file and leaves the k-smoothing one
     other = tmp_path / "other"
     other.mkdir()
     code, out, err = _seed(capsys, other, stage, "he-*.jsonl*", HE_05B)
-    assert code == 0 and sorted(p.name for p in other.iterdir()) == ["he-9.jsonl.partial"]
+    assert code == 0 and sorted(p.name for p in other.iterdir()) == ["he-9.jsonl"]
     assert any("he-0.jsonl: holds qwen25coder-1.5b under plan 7c3ba2bf6d1b" in x for x in err)
     # a run of no plan takes no plan's file
     bare = tmp_path / "bare"
