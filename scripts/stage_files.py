@@ -5,7 +5,9 @@ The GPU machine gets at most 64 MiB per call, the working tree included, and the
 writes ``manifest.json`` with each file's size, sha256 and parts; each call carries one chunk, and the command on
 the other side copies it to a folder that lives as long as the machine. ``join`` puts the parts together there,
 checks each file's size and sha256 against the manifest before anything reads it, and moves it into place
-atomically (a partial or corrupt file is never left under its final name).
+atomically (a partial or corrupt file is never left under its final name). A file it verified is noted in
+``<into>/.joined.json`` with its size and mtime; a later join (every call runs one) takes it without hashing it again
+while both match.
 
     python3 scripts/stage_files.py split --out .stage --chunk-mb 56 FILE...
     python3 scripts/stage_files.py join --parts /tmp/stage --into "$ZYFA_CACHE/models" [--manifest M]
@@ -65,16 +67,45 @@ def _pinned() -> dict[str, str]:
     return {m.file_name: m.file_sha256 for m in MODELS.values()}
 
 
+JOINED = ".joined.json"  # in --into: each file this join verified, with its size and mtime then
+
+
+def _joined(into: Path) -> dict:
+    try:
+        return json.loads((into / JOINED).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _record(into: Path, name: str, sha256: str) -> None:
+    """Note that ``into/name`` was verified (sha256) as it is now: a later join of the same file, with the same size
+    and mtime, takes it without hashing it again (the 1.1 GB model took ~3 s of device time a call)."""
+    seen = _joined(into)
+    st = (into / name).stat()
+    seen[name] = {"sha256": sha256, "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}
+    tmp = into / (JOINED + ".tmp")
+    tmp.write_text(json.dumps(seen, indent=1) + "\n")
+    os.replace(tmp, into / JOINED)
+
+
 def join(parts: Path, into: Path, manifest: Path | None) -> int:
     man = json.loads((manifest or parts / "manifest.json").read_text())
     into.mkdir(parents=True, exist_ok=True)
     pinned = _pinned()
+    seen = _joined(into)
     bad = 0
     for f in man["files"]:
         dest = into / f["name"]
-        if dest.is_file() and dest.stat().st_size == f["bytes"] and sha256_file(dest) == f["sha256"]:
-            print(f"{f['name']}: already in place", file=sys.stderr)
-            continue
+        if dest.is_file() and dest.stat().st_size == f["bytes"]:
+            st, rec = dest.stat(), seen.get(f["name"], {})
+            if rec.get("sha256") == f["sha256"] and rec.get("mtime_ns") == st.st_mtime_ns \
+                    and rec.get("bytes") == st.st_size:
+                print(f"{f['name']}: already in place (verified when joined)", file=sys.stderr)
+                continue
+            if sha256_file(dest) == f["sha256"]:
+                _record(into, f["name"], f["sha256"])
+                print(f"{f['name']}: already in place", file=sys.stderr)
+                continue
         missing = [p["name"] for p in f["parts"] if not (parts / p["name"]).is_file()]
         if missing:
             print(f"{f['name']}: {len(missing)} of {len(f['parts'])} parts missing (first {missing[0]})",
@@ -95,6 +126,7 @@ def join(parts: Path, into: Path, manifest: Path | None) -> int:
             tmp.unlink()
             raise SystemExit(f"{f['name']}: sha256 {h.hexdigest()} is not the pinned {want}")
         os.replace(tmp, dest)
+        _record(into, f["name"], want)
         print(f"{f['name']}: joined and verified ({f['bytes']} bytes, sha256 {want[:12]}...)", file=sys.stderr)
     return 1 if bad else 0
 
