@@ -96,10 +96,9 @@ def join(parts: Path, into: Path, manifest: Path | None) -> int:
     bad = 0
     for f in man["files"]:
         dest = into / f["name"]
-        if dest.is_file() and dest.stat().st_size == f["bytes"]:
-            st, rec = dest.stat(), seen.get(f["name"], {})
-            if rec.get("sha256") == f["sha256"] and rec.get("mtime_ns") == st.st_mtime_ns \
-                    and rec.get("bytes") == st.st_size:
+        st = dest.stat() if dest.is_file() else None
+        if st is not None and st.st_size == f["bytes"]:
+            if seen.get(f["name"]) == {"sha256": f["sha256"], "bytes": st.st_size, "mtime_ns": st.st_mtime_ns}:
                 print(f"{f['name']}: already in place (verified when joined)", file=sys.stderr)
                 continue
             if sha256_file(dest) == f["sha256"]:

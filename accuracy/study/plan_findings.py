@@ -191,8 +191,8 @@ def _retrieval_rows(plan, verdicts: list[dict], src: str, n_rows: dict[str, int]
                 f"{', '.join(str(n) for n in plan.lengths)} tokens; "
                 f"{_metric_phrases(plan.metrics)}, b − a paired per prompt; "
                 f"thresholds " + ", ".join(f"{m} {t:g}" for m, t in plan.metrics.items()))
-        mine = [v for v in verdicts if v["model"] == model and not v["contrast"].exploratory
-                and v["verdict"] is not None]
+        primary = [v for v in verdicts if v["model"] == model and not v["contrast"].exploratory]
+        mine = [v for v in primary if v["verdict"] is not None]
         if not mine:
             have = (n_rows or {}).get(model, 0)
             out.append(Finding(q, cond, f"fact (cluster of prompts), n = 0 ({plan.facts} facts per cell planned)",
@@ -213,15 +213,13 @@ def _retrieval_rows(plan, verdicts: list[dict], src: str, n_rows: dict[str, int]
                                                                    if det else "")
                    + f" of {len(informative)} cells; {len(mine) - len(informative)} ceiling/floor cells left out")
         first_gen = next((m for m in plan.metrics if m in GENERATED), None)  # a failed generation takes them all
-        lost = sum(v["gen_lost"] for v in verdicts if v["model"] == model and not v["contrast"].exploratory
-                   and v["metric"] == first_gen)
+        lost = sum(v["gen_lost"] for v in primary if v["metric"] == first_gen)
         if lost:
             verdict += f"; {lost} prompts lost to generation errors (left out of both arms)"
-        waiting = [v for v in verdicts if v["model"] == model and not v["contrast"].exploratory
-                   and v["verdict"] is None]
+        waiting = [v for v in primary if v["verdict"] is None]
         if waiting:  # a cut run: the cells it has not reached are named, never counted as tested
             cells = ", ".join(dict.fromkeys(f"{v['task']} {v['length']}" for v in waiting))
-            verdict += (f"; interim: {len(waiting)} of {len(waiting) + len(mine)} cell-metrics have no paired rows "
+            verdict += (f"; interim: {len(waiting)} of {len(primary)} cell-metrics have no paired rows "
                         f"yet ({cells}: untested; the plan's command resumes the run)")
         span = f"{n_units[0]}" if n_units and n_units[0] == n_units[-1] else \
             (f"{n_units[0]}–{n_units[-1]}" if n_units else "0")

@@ -278,10 +278,10 @@ class CuteFp8Attention:
                 if cutlass.const_expr(self.mask_split):
                     # the tiles that every row of the CTA sees whole run without the mask's code; the others with it
                     n_open = cutlass.max(cutlass.min(n_full, n_tiles), Int32(1))
-                    self.guarded_kv_loop(ops, Int32(1), n_open, n_full, False)
+                    self.guarded_kv_loop(ops, c, Int32(1), n_open, n_full, False)
                     self.kv_loop(ops, n_open, n_tiles, n_full, True, True)
                 else:
-                    self.guarded_kv_loop(ops, Int32(1), n_tiles, n_full, None)
+                    self.guarded_kv_loop(ops, c, Int32(1), n_tiles, n_full, None)
                 # the last tile's P·V
                 v_state = self.stage(n_tiles - 1, False)
                 v_pipe.consumer_wait(v_state)
@@ -300,12 +300,12 @@ class CuteFp8Attention:
 
     # ------------------------------------------------------------------------------------------ pieces
     @cute.jit
-    def guarded_kv_loop(self, ops, lo: Int32, hi: Int32, n_full: Int32, masked):
+    def guarded_kv_loop(self, ops, c: Float32, lo: Int32, hi: Int32, n_full: Int32, masked):
         """:meth:`kv_loop` over tiles [lo, hi), without the clamp at code 126 where ``MAD_CVT`` is 6 and this CTA's
         bound on every row max, d_qk·448²·c, is at most mad_m_safe (the Triton kernel's guard, the same test), with
-        it otherwise: the same codes either way (:func:`zyfa.kernels.kernel_plan.mad_m_safe`)."""
+        it otherwise: the same codes either way (:func:`zyfa.kernels.kernel_plan.mad_m_safe`). ``c``: the CTA's score
+        scale (the one in ``ops``)."""
         if cutlass.const_expr(self.mad_cvt == MAD_CVT_GUARDED):
-            c = ops[17]
             if Float32(self.d_qk * FP8_MAX_SQ) * c <= Float32(self.m_safe):
                 self.kv_loop(ops, lo, hi, n_full, masked, False)
             else:
