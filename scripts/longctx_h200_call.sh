@@ -8,6 +8,7 @@
 #
 #   ZYFA_GIT_COMMIT=<sha> bash scripts/longctx_h200_call.sh [SECONDS]
 #
+# STATE=DIR (default /tmp/lc): the session's folder; two sessions with different STATEs run side by side on one GPU.
 # SECONDS (first call only, default 1500): the session's deadline from now. WAIT=N: stay up to N seconds, until the
 # background session has finished (the last calls). START="CMD": run CMD in the background from the private copy
 # (e.g. a further zyfa longctx slice once the grid is done), logged to $STATE/extra-<n>.log.
@@ -15,7 +16,9 @@ set -u
 cd "$(dirname "$0")/.."
 export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache}
 STATE=${STATE:-/tmp/lc}
-SRC=/tmp/zyfa-src
+# the background session's private copy of the tree: one per STATE, so that a second session beside the first
+# (another plan, its own STATE) never replaces the code the first one runs from
+SRC=$STATE-src
 mkdir -p /tmp/stage "$STATE" "$ZYFA_CACHE/texts" /tmp/site
 if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \

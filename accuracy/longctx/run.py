@@ -18,6 +18,7 @@ Exposed: ``DEFAULT_LENGTHS``, ``DEFAULT_DEPTHS``, ``GridSpec``, ``plan_lengths``
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 import time
@@ -48,8 +49,8 @@ from zyfa.reference.attention import attention_fp64
 from zyfa.norms import rel_l2
 from zyfa.platforms import get_platform
 
-__all__ = ["DECODE_NOTE", "DEFAULT_DEPTHS", "DEFAULT_LENGTHS", "GridSpec", "accumulation", "plan_lengths", "row_input",
-           "run_longctx"]
+__all__ = ["DECODE_NOTE", "DEFAULT_DEPTHS", "DEFAULT_LENGTHS", "OUT_OF_MEMORY", "GridSpec", "accumulation",
+           "plan_lengths", "row_input", "run_longctx", "score_in_halves"]
 
 DEFAULT_LENGTHS = (1024, 2048, 4096, 8192, 16384, 32768)
 DEFAULT_DEPTHS = tuple(i / 10 for i in range(11))
@@ -258,13 +259,13 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
                                         "failed": failed}
                             bar.set_postfix_str(f"{task} {n} tokens, {name}: {len(batch)} prompt(s) in this "
                                                 "forward pass", refresh=True)
+                            score = functools.partial(_score_batch, model, name, task=task, length=n,
+                                                      device=device, plugins=plugins, spec=spec, refused=refused,
+                                                      platform=plat, platform_note=plat_note,
+                                                      model_name=model_name, dtype=dtype, tokenizer=tok,
+                                                      layers=swap_layers, coverage=cov)
                             with budget.working():
-                                rows = _score_batch(model, name, batch, task=task, length=n, device=device,
-                                                    plugins=plugins, spec=spec,
-                                                    op_layers=op_layers if i == 0 else [], refused=refused,
-                                                    platform=plat, platform_note=plat_note,
-                                                    model_name=model_name, dtype=dtype, tokenizer=tok,
-                                                    layers=swap_layers, coverage=cov)
+                                rows = score_in_halves(score, batch, op_layers if i == 0 else [])
                             rows = [r for r, m in zip(rows, missing, strict=True) if m]
                             cell_rows += rows
                             for row in rows:
@@ -282,6 +283,25 @@ def run_longctx(spec: GridSpec, *, results, device: torch.device, dtype: str = "
             torch.cuda.empty_cache()
     begin()
     return {"keys": keys, "order": order, "complete": complete, "made": made, "failed": failed}
+
+
+OUT_OF_MEMORY = "out of GPU memory: "  # the error of a batch's rows when its forward pass ran out of GPU memory
+
+
+def score_in_halves(score: Callable[..., list[dict]], batch: list, op_layers: list[int]) -> list[dict]:
+    """``score(batch, op_layers=op_layers)``'s rows; where the batch ran out of GPU memory, its halves' rows instead,
+    split again as often as needed down to one prompt (a prompt that fails alone keeps its failed row). A failed row
+    counts as done for ``--resume``, so a batch too large for this GPU (an H100's 80 GB where the grid's batch was
+    sized on an H200's 141 GB) must not leave failed rows behind. ``op_layers`` (where the operator error is measured,
+    on the batch's first prompt) go with the first half only."""
+    rows = score(batch, op_layers=op_layers)
+    if len(batch) > 1 and rows and all(r["status"] == "failed" and str(r.get("error", "")).startswith(OUT_OF_MEMORY)
+                                       for r in rows):
+        if torch.cuda.is_available():  # pragma: no cover - GPU only
+            torch.cuda.empty_cache()
+        half = len(batch) // 2
+        return score_in_halves(score, batch[:half], op_layers) + score_in_halves(score, batch[half:], [])
+    return rows
 
 
 def _paired_recipe(name: str, plugins) -> str | None:
@@ -353,7 +373,7 @@ def _score_batch(model, name, batch, *, task, length, device, plugins, spec, op_
         except ImplementationError as e:
             status, error = "failed", str(e)
         except torch.cuda.OutOfMemoryError as e:  # pragma: no cover - GPU only
-            status, error = "failed", f"out of GPU memory: {str(e).splitlines()[0]}"
+            status, error = "failed", OUT_OF_MEMORY + str(e).splitlines()[0]
     seconds = time.perf_counter() - t0
     for i, (d, s, p) in enumerate(batch):
         row = {**common, "input": row_input(model_name, task, length, d, s), "input_content_hash": p.sha256,
