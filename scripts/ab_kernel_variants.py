@@ -184,10 +184,14 @@ def variant_set(name):
             add("mask tested on every tile (MASK_SPLIT 0)", "hd128", c, CUTE, {"MASK_SPLIT": 0}, same_bits=True)
             add("signed stage index, sum from 0 (BOOKKEEPING 0)", "hd128", c, CUTE, {"BOOKKEEPING": 0},
                 same_bits=True)
+            add("softmax beside the previous P·V (PV_OVERLAP 1)", "hd128", c, CUTE, {"PV_OVERLAP": 1},
+                same_bits=True)
             add("triton default", "hd128", c, "zyfa-hopper", None)
             for shape in ("hd64", "mla"):
                 add("default", shape, c, CUTE, None)
                 add("first form (cc8e3cc)", shape, c, CUTE, CUTE_FIRST_FORM, same_bits=True)
+                add("softmax beside the previous P·V (PV_OVERLAP 1)", shape, c, CUTE, {"PV_OVERLAP": 1},
+                    same_bits=True)
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 

@@ -28,7 +28,7 @@ SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 1333}
 
 
 DIMS = {"hd128": (128, 128), "mla": (192, 128)}
-FORMS = {"default": None, "first": CUTE_FIRST_FORM}
+FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1}}
 # (form, causal): the places the softmax and each matmul are emitted (tile 0's S and the last tile's P·V count one
 # each), then per KV-tile loop of the PTX its clamps at code 126 and whether it masks. The default form: tile 0; the
 # tiles every row sees whole without the clamp (the CTA's guard holds) and with it (it does not); the masked tiles
@@ -36,15 +36,16 @@ FORMS = {"default": None, "first": CUTE_FIRST_FORM}
 # one loop testing the mask on each tile (non-causal: a test the check below does not recognise), the last P·V.
 EXPECTED = {("default", False): (4, [0, 64], [False, False]),
             ("default", True): (4, [0, 64, 64], [False, False, True]),
+            ("pv-overlap", True): (4, [0, 64, 64], [False, False, True]),
             ("first", False): (2, [64], None),
             ("first", True): (2, [64], [True])}
 
 
 @pytest.fixture(scope="module", params=[("hd128", False, "default"), ("hd128", True, "default"),
                                         ("mla", True, "default"), ("hd128", False, "first"),
-                                        ("hd128", True, "first")],
+                                        ("hd128", True, "first"), ("hd128", True, "pv-overlap")],
                 ids=["hd128-non-causal", "hd128-causal", "mla-causal", "hd128-non-causal-first-form",
-                     "hd128-causal-first-form"])
+                     "hd128-causal-first-form", "hd128-causal-pv-overlap"])
 def compiled(request, tmp_path_factory):
     """(head dims, the PTX, (the form's name, causal)) of the kernel (compiled with --keep-ptx, written into a
     temporary directory)."""
@@ -140,6 +141,26 @@ def test_kv_loops_of_each_form(compiled):
     assert [body.count("0f3F7C0000") for body in loops] == clamps
     if masked is not None:
         assert [len(re.findall(r"selp\.f32\s.*0fFF800000", body)) >= 64 for body in loops] == masked
+
+
+def test_overlapped_loops_wait_for_s_first(compiled):
+    """PV_OVERLAP: each KV loop commits S and P·V as two groups and waits for the first (wait_group 1) before the
+    softmax, then for both; the other forms wait once for both."""
+    waits = [re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+);", body) for body in kv_loops(compiled[1])]
+    overlapped = compiled[2][0] == "pv-overlap"
+    assert waits and all(w == (["1", "0"] if overlapped else ["0"]) for w in waits), waits
+
+
+def test_wgmma_not_serialized(compiled):
+    """ptxas makes every wgmma wait for itself (C7513, "wgmma.mma_async instructions are serialized") when a non-wgmma
+    instruction writes a register operand of a wgmma in flight: then each QGMMA of the SASS has its own
+    WARPGROUP.DEPBAR. Here a wait only ends a group of them (4 to 8 k-steps). Skipped without cuobjdump on PATH."""
+    tool = shutil.which("cuobjdump")
+    if tool is None:
+        pytest.skip("cuobjdump is not on PATH")
+    sass = subprocess.run([tool, "-sass", str(compiled[3])], capture_output=True, text=True).stdout
+    qgmma, depbar = sass.count("QGMMA."), sass.count("WARPGROUP.DEPBAR")
+    assert qgmma and depbar * 4 <= qgmma, (qgmma, depbar)
 
 
 def test_no_local_memory(compiled):

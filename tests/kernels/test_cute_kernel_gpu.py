@@ -164,15 +164,17 @@ def test_cute_kernel_matches_the_triton_kernel(cute_runs):
 
 # Every form of the kernel (zyfa.kernels.cute_plan.cute_config) gives the same output and LSE bit for bit. Scale 40 on
 # q and k pushes the CTA's bound d_qk·448²·c past mad_m_safe, so the default form runs its clamped loop there; at
-# scale 1 it runs the loop without the clamp. Here the default against the first form (cc8e3cc); each switch alone
-# is checked at hd128 by scripts/ab_kernel_variants.py --set cute-forms before it times them.
+# scale 1 it runs the loop without the clamp. Here the default against the first form (cc8e3cc) and against the
+# overlapped loop (PV_OVERLAP 1, whose order of the same operations differs most); each switch alone is checked at
+# hd128 by scripts/ab_kernel_variants.py --set cute-forms before it times them.
 FORM_CASES = ["hd128-1k", "hd128-1k-causal", "hd128-gqa-odd", "hd128-causal-gqa-odd", "hd128-causal-sq<sk",
               "hd128-causal-sq>sk", "hd64-causal", "mla-causal", "mla-gqa-odd"]
 
 
+@pytest.mark.parametrize("other", ["first", "pv-overlap"])
 @pytest.mark.parametrize("scale", [1.0, 40.0])
 @pytest.mark.parametrize("name", FORM_CASES)
-def test_cute_forms_give_the_same_bits(name, scale, cute_runs):
+def test_cute_forms_give_the_same_bits(name, scale, other, cute_runs):
     pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
     from zyfa.kernels.attention_cute import attention_cute
     from zyfa.kernels.attention_fp8 import quantize_for_kernel
@@ -187,8 +189,9 @@ def test_cute_forms_give_the_same_bits(name, scale, cute_runs):
     m_safe = mad_m_safe(cute_plan(H1))
     assert bool((bound <= m_safe).all()) if scale == 1.0 else bool((bound > m_safe).all()), bound
     kw = {"recipe": H1, "causal": causal, "q_descale": qd, "k_descale": kd, "v_descale": vd}
-    o_ref, l_ref = attention_cute(q8, k8, v8, config=CUTE_FIRST_FORM, **kw)
-    assert cute_config(cute_plan(H1)) != CUTE_FIRST_FORM
+    form = CUTE_FIRST_FORM if other == "first" else {"PV_OVERLAP": 1}
+    o_ref, l_ref = attention_cute(q8, k8, v8, config=form, **kw)
+    assert cute_config(cute_plan(H1)) != cute_config(cute_plan(H1), form)
     o, lse = attention_cute(q8, k8, v8, **kw)  # the default form
     torch.cuda.synchronize()
     assert torch.equal(o.view(torch.int16), o_ref.view(torch.int16))

@@ -113,8 +113,9 @@ def test_forms_default_and_first():
     """The default form leaves the clamp out where the guard allows and splits the mask off (zyfa-hopper has the
     margin: mad_m_safe 177K); the first form is all switches off; a form without a margin is refused."""
     plan = cute_plan(CUTE_RECIPE)
-    assert cute_config(plan) == {"MAD_CVT": 6, "MASK_SPLIT": 1, "BOOKKEEPING": 1}
-    assert cute_config(plan, CUTE_FIRST_FORM) == {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0}
+    assert cute_config(plan) == {"MAD_CVT": 6, "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0}
+    assert cute_config(plan, CUTE_FIRST_FORM) == {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0}
+    assert cute_config(plan, {"PV_OVERLAP": 1})["PV_OVERLAP"] == 1
     assert cute_config(plan, {"MAD_CVT": 3})["MASK_SPLIT"] == 1
 
 
@@ -123,6 +124,7 @@ def test_forms_default_and_first():
     ({"MAD_CVT": True}, "MAD_CVT=True"),
     ({"MASK_SPLIT": 2}, "MASK_SPLIT=2: expected 0 or 1"),
     ({"BOOKKEEPING": None}, "BOOKKEEPING=None: expected 0 or 1"),
+    ({"PV_OVERLAP": True}, "PV_OVERLAP=True: expected 0 or 1"),
     ({"BLOCK_M": 64}, "no switch 'BLOCK_M'"),
 ])
 def test_bad_forms_refused(config, match):

@@ -53,7 +53,18 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import Float32, Int32, Uint32
 
-from zyfa.kernels._cute_ptx import code_value, div_rn, ex2, floor_f32, lg2, mad_code, mad_code_unclamped, pack4, pow2i
+from zyfa.kernels._cute_ptx import (
+    code_value,
+    div_rn,
+    ex2,
+    floor_f32,
+    keep_live,
+    lg2,
+    mad_code,
+    mad_code_unclamped,
+    pack4,
+    pow2i,
+)
 from zyfa.kernels.kernel_plan import FP8_MAX_SQ, LOG2_448
 
 LN2 = 0.6931471805599453
@@ -82,7 +93,7 @@ class CuteFp8Attention:
 
     def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                  causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                 m_safe: float, kv_stages: int = 2):
+                 pv_overlap: bool, m_safe: float, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
         self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
         self.causal = causal
@@ -91,6 +102,7 @@ class CuteFp8Attention:
         self.mad_cvt = mad_cvt
         self.mask_split = bool(mask_split)
         self.bookkeeping = bool(bookkeeping)
+        self.pv_overlap = bool(pv_overlap)
         self.m_safe = float(m_safe)
         self.kv_stages = kv_stages
         self.group = h // h_kv
@@ -236,6 +248,10 @@ class CuteFp8Attention:
             acc_o = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d_v)))
             tOrP = pv_thr.make_fragment_A(pv_thr.partition_shape_A((BLOCK_M_WG, BLOCK_N)))
             p_u32 = cute.recast_tensor(tOrP, Uint32)
+            # with pv_overlap, tile j's codes and alpha go here while P_{j-1}·V_{j-1} still reads p_u32
+            p_next = p_u32
+            if cutlass.const_expr(self.pv_overlap):
+                p_next = cute.make_rmem_tensor(cute.size(p_u32), Uint32)
             # (row, key) of each S register within its tile; (row, column) of each O register
             tScS = qk_thr.partition_C(cute.make_identity_tensor((BLOCK_M_WG, BLOCK_N)))
             tOcO = pv_thr.partition_C(cute.make_identity_tensor((BLOCK_M_WG, self.d_v)))
@@ -244,6 +260,9 @@ class CuteFp8Attention:
             l_i = cute.make_rmem_tensor((2,), Float32)
             e_i = cute.make_rmem_tensor((2,), Float32)
             alpha = cute.make_rmem_tensor((2,), Float32)
+            alpha_next = alpha
+            if cutlass.const_expr(self.pv_overlap):
+                alpha_next = cute.make_rmem_tensor((2,), Float32)
             for r in cutlass.range_constexpr(2):
                 m_i[r] = -Float32.inf
                 l_i[r] = Float32(0.0)
@@ -274,7 +293,7 @@ class CuteFp8Attention:
                 self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, Int32(0),
                                   Int32(0) >= n_full)
                 ops = (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
-                       m_i, l_i, e_i, alpha, c, c8n, row0, w)
+                       m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next)
                 if cutlass.const_expr(self.mask_split):
                     # the tiles that every row of the CTA sees whole run without the mask's code; the others with it
                     n_open = cutlass.max(cutlass.min(n_full, n_tiles), Int32(1))
@@ -320,7 +339,10 @@ class CuteFp8Attention:
         every row sees whole), None (tile j when j >= n_full); ``clamp``: the fp32 min at code 126 (both
         compile-time)."""
         (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
-         m_i, l_i, e_i, alpha, c, c8n, row0, w) = ops
+         m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next) = ops
+        if cutlass.const_expr(self.pv_overlap):
+            self.kv_loop_overlapped(ops, lo, hi, n_full, masked, clamp)
+            return
         for j in cutlass.range(lo, hi, unroll=1):
             # S_j and P_{j-1}·V_{j-1} in one turn
             k_state = self.stage(j, False)
@@ -341,6 +363,40 @@ class CuteFp8Attention:
                 self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, j >= n_full, clamp)
             else:
                 self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, masked, clamp)
+
+    @cute.jit
+    def kv_loop_overlapped(self, ops, lo: Int32, hi: Int32, n_full: Int32, masked, clamp):
+        """:meth:`kv_loop` with ``pv_overlap``: S_j and P_{j-1}·V_{j-1} committed as two wgmma groups; tile j's
+        softmax runs once S_j is done (groups complete in order: ``wait_group(1)``), writing its codes into
+        ``p_next`` and its alpha into ``alpha_next`` while P_{j-1}·V_{j-1} still reads ``p_u32``; then that product
+        is flushed with tile j-1's alpha and tile j's codes and alpha move into place. The same operations on the
+        same values as :meth:`kv_loop`, in another order."""
+        (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
+         m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next) = ops
+        for j in cutlass.range(lo, hi, unroll=1):
+            k_state = self.stage(j, False)
+            v_state = self.stage(j - 1, False)
+            k_pipe.consumer_wait(k_state)
+            v_pipe.consumer_wait(v_state)
+            cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
+            cute.nvgpu.warpgroup.fence()
+            self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+            cute.nvgpu.warpgroup.commit_group()
+            self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index)
+            cute.nvgpu.warpgroup.commit_group()
+            cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+            cute.nvgpu.warpgroup.wait_group(1)
+            k_pipe.consumer_release(k_state)
+            mask_j = j >= n_full if cutlass.const_expr(masked is None) else masked
+            self.softmax_tile(acc_s, tScS, p_next, m_i, l_i, e_i, alpha_next, c, c8n, row0, j, mask_j, clamp)
+            cute.nvgpu.warpgroup.wait_group(0)
+            v_pipe.consumer_release(v_state)
+            self.flush_pv(acc_o, acc_pv, alpha)
+            for i in cutlass.range_constexpr(cute.size(p_u32)):
+                keep_live(p_u32[i])  # P_{j-1}'s codes live to here, so tile j's never share their registers
+                p_u32[i] = p_next[i]
+            for r in cutlass.range_constexpr(2):
+                alpha[r] = alpha_next[r]
 
     def stage(self, j: Int32, producer: bool) -> pipeline.PipelineState:
         """The K/Vᵀ pipelines' state for KV tile j, derived from j (no state object carried through staged control
@@ -509,15 +565,16 @@ class CuteFp8Attention:
 
 def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                    causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                   m_safe: float, options: str = ""):
+                   pv_overlap: bool, m_safe: float, options: str = ""):
     """Compile :class:`CuteFp8Attention` for these shapes with fake pointers (no GPU needed); returns the compiled
     callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them).
-    ``mad_cvt``, ``mask_split``, ``bookkeeping``: the kernel's form (:func:`zyfa.kernels.cute_plan.cute_config`);
-    ``m_safe``: the recipe's :func:`~zyfa.kernels.kernel_plan.mad_m_safe`."""
+    ``mad_cvt``, ``mask_split``, ``bookkeeping``, ``pv_overlap``: the kernel's form
+    (:func:`zyfa.kernels.cute_plan.cute_config`); ``m_safe``: the recipe's
+    :func:`~zyfa.kernels.kernel_plan.mad_m_safe`."""
 
     kern = CuteFp8Attention(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=s_k_pad, d_qk=d_qk, d_v=d_v,
                             causal=causal, mad_bias=mad_bias, e_cap=e_cap, mad_cvt=mad_cvt, mask_split=mask_split,
-                            bookkeeping=bookkeeping, m_safe=m_safe)
+                            bookkeeping=bookkeeping, pv_overlap=pv_overlap, m_safe=m_safe)
     gmem = cute.AddressSpace.gmem
     fp8 = cutlass.Float8E4M3FN
     ptrs = [make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(fp8, 16, gmem, assumed_align=16),

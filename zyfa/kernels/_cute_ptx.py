@@ -75,3 +75,13 @@ def pow2i(k, *, loc=None, ip=None) -> Float32:
     return Float32(_asm(T.f32(), [Float32(k)],
                         "{ .reg .s32 i; cvt.rzi.s32.f32 i, $1; add.s32 i, i, 127; shl.b32 i, i, 23; "
                         "mov.b32 $0, i; }", "=f,f", loc, ip))
+
+
+@dsl_user_op
+def keep_live(x, *, loc=None, ip=None) -> Int32:
+    """x, through an empty asm block with side effects that reads it: the value stays in its registers up to this
+    point. After a ``wgmma.wait_group`` it keeps a register operand of the retired wgmma from sharing registers with
+    values computed while that wgmma ran (without it, LLVM ends the operand's life at the wgmma's issue and may put the
+    next tile's P codes in the same registers, and ptxas then serializes every wgmma of the kernel)."""
+    return Int32(llvm.inline_asm(T.i32(), [Int32(x).ir_value(loc=loc, ip=ip)], "", "=r,0", has_side_effects=True,
+                                 is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT))

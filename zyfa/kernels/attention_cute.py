@@ -44,8 +44,9 @@ def _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan: KernelPlan, cfg: dict):
 def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v: int, causal: bool,
                 recipe: Recipe | str = CUTE_RECIPE, config: dict | None = None, options: str = ""):
     """Compile (or fetch from the cache) the kernel for these shapes and recipe; needs no GPU. ``config`` overrides
-    the kernel's form (:func:`~zyfa.kernels.cute_plan.cute_config`: ``MAD_CVT``, ``MASK_SPLIT``, ``BOOKKEEPING``;
-    every form gives the same bits; :data:`~zyfa.kernels.cute_plan.CUTE_FIRST_FORM` is the one that first ran).
+    the kernel's form (:func:`~zyfa.kernels.cute_plan.cute_config`: ``MAD_CVT``, ``MASK_SPLIT``, ``BOOKKEEPING``,
+    ``PV_OVERLAP``; every form gives the same bits; :data:`~zyfa.kernels.cute_plan.CUTE_FIRST_FORM` is the one
+    that first ran).
     ``options`` go to ``cute.compile`` (e.g. ``"--keep-ptx --keep-cubin --dump-dir=DIR"`` writes both into DIR; a
     call with options is not cached). ValueError for a recipe, form, head dims or shapes the kernel does not take;
     ImportError (one line) when the CuTe DSL is not importable."""
@@ -69,7 +70,8 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
     compiled = _cute_fp8.compile_kernel(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=-(-s_k // KEY_PAD) * KEY_PAD,
                                         d_qk=d_qk, d_v=d_v, causal=causal, mad_bias=plan.mad_bias, e_cap=plan.e_cap,
                                         mad_cvt=cfg["MAD_CVT"], mask_split=bool(cfg["MASK_SPLIT"]),
-                                        bookkeeping=bool(cfg["BOOKKEEPING"]), m_safe=mad_m_safe(plan),
+                                        bookkeeping=bool(cfg["BOOKKEEPING"]),
+                                        pv_overlap=bool(cfg["PV_OVERLAP"]), m_safe=mad_m_safe(plan),
                                         options=options)
     if not options:
         _COMPILED[key] = compiled

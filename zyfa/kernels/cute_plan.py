@@ -30,17 +30,20 @@ NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a
 # whose bound on the row maxima (d_qk·448²·c <= mad_m_safe) shows it cannot bind (the Triton kernel's MAD_CVT values,
 # zyfa.kernels.tuning); MASK_SPLIT 1 runs the KV tiles every row of the CTA sees whole in a loop without the mask's
 # code, 0 tests each tile inside one loop; BOOKKEEPING 1 takes a KV tile's pipeline stage and phase from a mask and
-# a shift (0: a signed division and modulo) and starts each row sum at its first group of codes (0: at 0 + it).
+# a shift (0: a signed division and modulo) and starts each row sum at its first group of codes (0: at 0 + it);
+# PV_OVERLAP 1 commits a KV tile's S and the previous tile's P·V as two wgmma groups, runs the tile's softmax as soon
+# as S is done (its codes and alpha into a second set of registers) while P·V still runs, then flushes P·V with the
+# previous alpha (0: both groups waited for, then the flush, then the softmax). Same arithmetic, reordered.
 # The form that first ran on a GPU (cc8e3cc; the same cubin), kept for A/B runs:
-CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0}
+CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0}
 
 
 def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     """The kernel's form for a plan (:func:`cute_plan`): the defaults (MAD_CVT 6 where the recipe's
     :func:`~zyfa.kernels.kernel_plan.mad_m_safe` leaves a margin, as :func:`~zyfa.kernels.kernel_plan.default_mad_cvt`
-    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1) with ``config``'s overrides; ValueError in one line
-    for an unknown key or value."""
-    cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1}
+    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0) with ``config``'s overrides;
+    ValueError in one line for an unknown key or value."""
+    cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0}
     for key, value in (config or {}).items():
         if key not in cfg:
             raise ValueError(f"the CuTe FP8 kernel has no switch {key!r} (switches: {', '.join(cfg)})")
@@ -51,7 +54,7 @@ def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     if cfg["MAD_CVT"] == 6 and mad_m_safe(plan) <= 0:
         raise ValueError(f"MAD_CVT=6 needs a recipe whose codes stay below 126.5 with a margin (recipe "
                          f"{plan.recipe!r} has none): use MAD_CVT=3")
-    for key in ("MASK_SPLIT", "BOOKKEEPING"):
+    for key in ("MASK_SPLIT", "BOOKKEEPING", "PV_OVERLAP"):
         if cfg[key] not in (0, 1) or isinstance(cfg[key], bool):
             raise ValueError(f"{key}={cfg[key]!r}: expected 0 or 1")
     return cfg
