@@ -35,11 +35,21 @@ def main() -> int:
     ap.add_argument("--peer", default=None, choices=("cudnn-fp8", "flashinfer-fa3"),
                     help="launch this peer on the same inputs instead of our kernel")
     ap.add_argument("--cute", action="store_true", help="launch our CuTe DSL kernel instead of the Triton one")
+    ap.add_argument("--cute-form", default="", metavar="KEY=N,...",
+                    help="the CuTe kernel's form (zyfa.kernels.cute_plan.cute_config), e.g. PV_OVERLAP=1")
     a = ap.parse_args()
     if a.cute and a.peer:
         ap.error("--cute and --peer each replace our Triton kernel: give one")
     if a.launches < 1:
         ap.error("--launches must be at least 1 (the last one is the one profiled)")
+    form = {}
+    for item in filter(None, a.cute_form.split(",")):
+        key, _, value = item.partition("=")
+        if not value.strip().isdigit():
+            ap.error(f"--cute-form: {item!r} is not KEY=N")
+        form[key.strip()] = int(value)
+    if form and not a.cute:
+        ap.error("--cute-form needs --cute")
     import math
 
     import torch
@@ -58,8 +68,12 @@ def main() -> int:
         from zyfa.kernels.attention_cute import prepare_cute_call
         from zyfa.kernels.attention_fp8 import quantize_for_kernel
         q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, a.recipe)
-        fn = prepare_cute_call(q8, k8, v8, recipe=a.recipe, causal=a.causal, sm_scale=sm_scale, q_descale=qd,
-                               k_descale=kd, v_descale=vd)[0]
+        try:
+            fn = prepare_cute_call(q8, k8, v8, recipe=a.recipe, causal=a.causal, sm_scale=sm_scale, q_descale=qd,
+                                   k_descale=kd, v_descale=vd, config=form or None)[0]
+        except ValueError as e:  # a form the kernel does not have: its reason, one line
+            print(f"launch_kernel_for_ncu: --cute-form: {e}", file=sys.stderr)
+            return 2
     for _ in range(a.launches - 1):
         fn()
     torch.cuda.synchronize()

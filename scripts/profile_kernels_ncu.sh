@@ -3,6 +3,12 @@
 # With the peers' wheels and packs in DIR (as for scripts/gpu_check.sh --wheels; default: the repository's .wheels):
 #
 #   bash scripts/profile_kernels_ncu.sh [--wheels DIR] [--out DIR] [--shape hd128] [--seq 16384] [--causal]
+#                                       [--targets zyfa-hopper,cute-zyfa-hopper,cudnn-fp8,flashinfer-fa3]
+#                                       [--cute-form PV_OVERLAP=1]
+#
+# --wheels DIR with no wheel in it (e.g. a missing folder) installs nothing: the run uses what /tmp/site holds, and
+# nothing is reinstalled under a job that runs from there. --targets: which of the four; --cute-form: the CuTe
+# kernel's form (scripts/launch_kernel_for_ncu.py --cute-form).
 #
 # Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper (our Triton kernel), our CuTe
 # DSL kernel (cute-zyfa-hopper; skipped with a line when nvidia-cutlass-dsl is not importable), cuDNN FP8 and FA3's FP8 kernel (FlashInfer): grid, block, registers, shared
@@ -17,6 +23,8 @@ WHEELS=''
 SHAPE=hd128
 SEQ=16384
 CAUSAL=''
+TARGETS=zyfa-hopper,cute-zyfa-hopper,cudnn-fp8,flashinfer-fa3
+CUTE_FORM=''
 while [ $# -gt 0 ]; do
   case "$1" in
     --wheels) WHEELS=$2; shift 2 ;;
@@ -24,6 +32,8 @@ while [ $# -gt 0 ]; do
     --shape) SHAPE=$2; shift 2 ;;
     --seq) SEQ=$2; shift 2 ;;
     --causal) CAUSAL=--causal; shift ;;
+    --targets) TARGETS=$2; shift 2 ;;
+    --cute-form) CUTE_FORM=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
     *) echo "profile_kernels_ncu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -50,14 +60,14 @@ SECTIONS=(--section LaunchStats --section Occupancy --section SpeedOfLight --sec
 # instructions, the tensor pipe's (gmma) active cycles and the instructions issued
 METRICS='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio|sm__inst_executed_pipe_(alu|fma|fmaheavy|xu|uniform)\.avg\.pct_of_peak_sustained_active|sm__pipe_tensor_op_gmma_cycles_active\.avg\.pct_of_peak_sustained_active|smsp__inst_executed\.sum'
 
-for target in zyfa-hopper cute-zyfa-hopper cudnn-fp8 flashinfer-fa3; do
+for target in ${TARGETS//,/ }; do
   peer=()
   case "$target" in
     zyfa-hopper) ;;
     cute-zyfa-hopper)
       python3 -c 'import cutlass.cute' 2>/dev/null || { echo "== $target: skipped (nvidia-cutlass-dsl not importable)"
                                                        continue; }
-      peer=(--cute) ;;
+      peer=(--cute ${CUTE_FORM:+--cute-form "$CUTE_FORM"}) ;;
     *) peer=(--peer "$target") ;;
   esac
   echo "== $target ($SHAPE, $SEQ tokens, ${CAUSAL:-non-causal})"
