@@ -248,6 +248,7 @@ def main():
     variant_set(a.set)
     import torch
     import triton
+    os.makedirs(a.out, exist_ok=True)  # a folder not made yet (its first run failed on that)
     log = open(os.path.join(a.out, "ab_kernel_variants.txt"), "w")  # noqa: SIM115 - open for the whole run
 
     def p(*args):

@@ -38,7 +38,7 @@ grids run the row blocks from the last (the most KV tiles) to the first, as the 
 Forms (compile-time, :func:`zyfa.kernels.cute_plan.cute_config`; every form gives the same bits): ``mad_cvt`` 6 or
 3 (above), ``mask_split`` (the tiles every row of the CTA sees whole in a loop of their own, without the mask's
 code; the masked tiles after them), ``bookkeeping`` (the stage of tile j by mask and shift; each row sum started
-at its first group of codes).
+at its first group of codes), ``pv_overlap`` (tile j's softmax while P_{j-1}·V_{j-1} runs: :meth:`kv_loop_overlapped`).
 """
 
 from __future__ import annotations
