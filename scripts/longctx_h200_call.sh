@@ -9,6 +9,8 @@
 #   ZYFA_GIT_COMMIT=<sha> bash scripts/longctx_h200_call.sh [SECONDS]
 #
 # STATE=DIR (default /tmp/lc): the session's folder; two sessions with different STATEs run side by side on one GPU.
+# STAGE=DIR (default .stage): the folder this call's files came in (scripts/stage_files.py calls makes .stage-NN/ for
+# call N before the first, so the calls need nothing done between them).
 # SECONDS (first call only, default 1500): the session's deadline from now. WAIT=N: stay up to N seconds, until the
 # background session has finished (the last calls). START="CMD": run CMD in the background from the private copy
 # (e.g. a further zyfa longctx slice once the grid is done), logged to $STATE/extra-<n>.log.
@@ -16,6 +18,7 @@ set -u
 cd "$(dirname "$0")/.."
 export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache}
 STATE=${STATE:-/tmp/lc}
+STAGE=${STAGE:-.stage}
 # the background session's private copy of the tree: one per STATE, so that a second session beside the first
 # (another plan, its own STATE) never replaces the code the first one runs from
 SRC=$STATE-src
@@ -26,14 +29,14 @@ if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
   for pack in .wheels/*.tar.xz; do [ -e "$pack" ] && tar -xJf "$pack" -C /tmp/site; done
   touch /tmp/site/.installed
 fi
-for t in .stage/*.txt; do [ -e "$t" ] && cp "$t" "$ZYFA_CACHE/texts/"; done
+for t in "$STAGE"/*.txt; do [ -e "$t" ] && cp "$t" "$ZYFA_CACHE/texts/"; done
 # rows of a run an earlier session cut (a committed <out>.partial put into .stage/ as results-MODEL.jsonl.partial):
 # the background session resumes them; only those of this run's plan (PLAN's hash; none without PLAN), since two
 # plans of one model write files of one name (scripts/seed_state.py: another plan's file is left, with a line)
-ls .stage/results-*.jsonl.partial >/dev/null 2>&1 && PYTHONPATH=. python3 scripts/seed_state.py "$STATE" \
-  --from .stage --glob 'results-*.jsonl.partial' ${PLAN:+--plan "$PLAN"}
-for f in .stage/*.part[0-9]*; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
-[ -f .stage/manifest.json ] && cp .stage/manifest.json /tmp/stage/
+ls "$STAGE"/results-*.jsonl.partial >/dev/null 2>&1 && PYTHONPATH=. python3 scripts/seed_state.py "$STATE" \
+  --from "$STAGE" --glob 'results-*.jsonl.partial' ${PLAN:+--plan "$PLAN"}
+for f in "$STAGE"/*.part[0-9]*; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
+[ -f "$STAGE"/manifest.json ] && cp "$STAGE"/manifest.json /tmp/stage/
 if [ -f /tmp/stage/manifest.json ]; then
   python3 scripts/stage_files.py join --parts /tmp/stage --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"
 fi
@@ -45,7 +48,7 @@ bash scripts/install_staged_wheels.sh "$ZYFA_CACHE/models" /tmp/site
 if [ ! -f "$STATE/deadline" ]; then
   echo $(( $(date +%s) + ${1:-1500} )) >"$STATE/deadline"
   rm -rf "$SRC" && mkdir -p "$SRC"
-  tar --exclude=./.stage --exclude=./.wheels --exclude=./.git -cf - . | tar -xf - -C "$SRC"
+  tar --exclude='./.stage*' --exclude=./.wheels --exclude=./.git -cf - . | tar -xf - -C "$SRC"
   (cd "$SRC" && setsid nohup bash scripts/longctx_h200_background.sh "$STATE" "$(cat "$STATE/deadline")" \
     >"$STATE/background.log" 2>&1 </dev/null &)
   echo "background session started; deadline in ${1:-1500} s"

@@ -12,6 +12,13 @@ while both match.
     python3 scripts/stage_files.py split --out .stage --chunk-mb 56 FILE...
     python3 scripts/stage_files.py join --parts /tmp/stage --into "$ZYFA_CACHE/models" [--manifest M]
     python3 scripts/stage_files.py plan --out .stage           # which chunk each call carries, in order
+    python3 scripts/stage_files.py calls --out .stage-all --into . [--first FILE...]   # .stage-01/, .stage-02/, ...
+
+``calls`` makes every call's folder before the first call (``<into>/.stage-NN/``: the manifest and that call's
+parts, hard links where the file system allows; the small parts share a call up to one chunk's size; ``--first``
+files, e.g. a text or a cut run's ``.partial``, ride with the first call), so the calls follow one another with
+nothing to do here between them: call N carries ``.stage-NN`` (``carry``) and runs with ``STAGE=.stage-NN``
+(scripts/longctx_h200_call.sh). A machine given back after 30 idle seconds loses what the earlier calls brought.
 
 For the registry models, the pinned sha256 of ``zyfa.capture.models.MODELS`` is checked too (``join`` refuses a file
 whose name is a registry model's and whose hash is not the pinned one).
@@ -23,6 +30,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -137,6 +145,39 @@ def plan(out: Path) -> None:
             print(out / p["name"])
 
 
+CALL_PREFIX = ".stage-"
+
+
+def calls(out: Path, into: Path, first: list[Path]) -> list[Path]:
+    """One folder per device call (module docstring); returns them in call order. Folders of an earlier ``calls``
+    under ``into`` are replaced."""
+    man = json.loads((out / "manifest.json").read_text())
+    limit = int(man["chunk_bytes"])
+    groups: list[list[str]] = []
+    size = limit + 1
+    for f in man["files"]:
+        for p in f["parts"]:
+            if size + p["bytes"] > limit:
+                groups.append([])
+                size = 0
+            groups[-1].append(p["name"])
+            size += p["bytes"]
+    for old in sorted(into.glob(CALL_PREFIX + "[0-9][0-9]")):
+        shutil.rmtree(old)
+    made = []
+    for k, names in enumerate(groups or [[]], start=1):
+        d = into / f"{CALL_PREFIX}{k:02d}"
+        d.mkdir(parents=True)
+        for src in [out / "manifest.json", *(out / n for n in names), *(first if k == 1 else [])]:
+            try:
+                os.link(src, d / src.name)
+            except OSError:  # another file system, or links not allowed: a copy
+                shutil.copy2(src, d / src.name)
+        made.append(d)
+        print(f"{d}: {', '.join(names) or 'no parts'}", file=sys.stderr)
+    return made
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -150,8 +191,12 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--manifest", type=Path, default=None)
     p = sub.add_parser("plan")
     p.add_argument("--out", type=Path, required=True)
+    c = sub.add_parser("calls")
+    c.add_argument("--out", type=Path, required=True)
+    c.add_argument("--into", type=Path, default=Path("."))
+    c.add_argument("--first", type=Path, nargs="*", default=[])
     a = ap.parse_args(argv)
-    for f in getattr(a, "files", []):
+    for f in [*getattr(a, "files", []), *getattr(a, "first", [])]:
         if not f.is_file():
             print(f"stage_files: {f}: no such file", file=sys.stderr)
             return 2
@@ -160,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if a.cmd == "join":
         return join(a.parts, a.into, a.manifest)
+    if a.cmd == "calls":
+        if not (a.out / "manifest.json").is_file():
+            print(f"stage_files: {a.out}: no manifest.json (run split first)", file=sys.stderr)
+            return 2
+        calls(a.out, a.into, a.first)
+        return 0
     plan(a.out)
     return 0
 
