@@ -31,7 +31,8 @@ IMPLS=${IMPLS:-sdpa-fp32,stock,triton:zyfa-hopper,triton:zyfa,triton:fa3,triton:
 export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache} PYTHONUNBUFFERED=1
 # /tmp/site: the carried wheels (longctx_h200_call.sh); nvidia-cutlass-dsl (cute:zyfa-hopper) installed there with
 # --target, whose .pth (adding dsl_packages to the path) is not read, so its folder is named here, present or not yet
-export PYTHONPATH=.:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
+SITE=${SITE:-/tmp/site}
+export PYTHONPATH=.:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p "$STATE"
 log() { echo "$(date -u +%T) $*"; }
 left() { echo $((DEADLINE - $(date +%s))); }

@@ -19,15 +19,18 @@ cd "$(dirname "$0")/.."
 export ZYFA_CACHE=${ZYFA_CACHE:-/tmp/zyfa-cache}
 STATE=${STATE:-/tmp/lc}
 STAGE=${STAGE:-.stage}
+# where the parts gather over the calls and where the wheels go (both live as long as the machine)
+PARTS=${PARTS:-/tmp/stage}
+export SITE=${SITE:-/tmp/site}
 # the background session's private copy of the tree: one per STATE, so that a second session beside the first
 # (another plan, its own STATE) never replaces the code the first one runs from
 SRC=$STATE-src
-mkdir -p /tmp/stage "$STATE" "$ZYFA_CACHE/texts" /tmp/site
-if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f /tmp/site/.installed ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+mkdir -p "$PARTS" "$STATE" "$ZYFA_CACHE/texts" "$SITE"
+if ls .wheels/*.whl >/dev/null 2>&1 && [ ! -f "$SITE/.installed" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
     .wheels/*.whl 2>&1 | tail -2
-  for pack in .wheels/*.tar.xz; do [ -e "$pack" ] && tar -xJf "$pack" -C /tmp/site; done
-  touch /tmp/site/.installed
+  for pack in .wheels/*.tar.xz; do [ -e "$pack" ] && tar -xJf "$pack" -C "$SITE"; done
+  touch "$SITE/.installed"
 fi
 for t in "$STAGE"/*.txt; do [ -e "$t" ] && cp "$t" "$ZYFA_CACHE/texts/"; done
 # rows of a run an earlier session cut (a committed <out>.partial put into .stage/ as results-MODEL.jsonl.partial):
@@ -35,16 +38,16 @@ for t in "$STAGE"/*.txt; do [ -e "$t" ] && cp "$t" "$ZYFA_CACHE/texts/"; done
 # plans of one model write files of one name (scripts/seed_state.py: another plan's file is left, with a line)
 ls "$STAGE"/results-*.jsonl.partial >/dev/null 2>&1 && PYTHONPATH=. python3 scripts/seed_state.py "$STATE" \
   --from "$STAGE" --glob 'results-*.jsonl.partial' ${PLAN:+--plan "$PLAN"}
-for f in "$STAGE"/*.part[0-9]*; do [ -e "$f" ] && cp "$f" /tmp/stage/; done
-[ -f "$STAGE"/manifest.json ] && cp "$STAGE"/manifest.json /tmp/stage/
-if [ -f /tmp/stage/manifest.json ]; then
-  python3 scripts/stage_files.py join --parts /tmp/stage --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"
+for f in "$STAGE"/*.part[0-9]*; do [ -e "$f" ] && cp "$f" "$PARTS"/; done
+[ -f "$STAGE"/manifest.json ] && cp "$STAGE"/manifest.json "$PARTS"/
+if [ -f "$PARTS"/manifest.json ]; then
+  python3 scripts/stage_files.py join --parts "$PARTS" --into "$ZYFA_CACHE/models" 2>&1 | grep -v "parts missing"
 fi
 # a wheel too large for one call (the CuTe kernel's nvidia-cutlass-dsl-libs-cu13, 92 MB: scripts/stage_cute_wheels.py)
 # comes in chunks under the same manifest as the model and is joined beside it; all such wheels are installed into
 # /tmp/site together (scripts/install_staged_wheels.sh says why). Stage such chunks before the model's: a plan's grid
 # starts as soon as its model is in place.
-bash scripts/install_staged_wheels.sh "$ZYFA_CACHE/models" /tmp/site
+bash scripts/install_staged_wheels.sh "$ZYFA_CACHE/models" "$SITE"
 if [ ! -f "$STATE/deadline" ]; then
   echo $(( $(date +%s) + ${1:-1500} )) >"$STATE/deadline"
   rm -rf "$SRC" && mkdir -p "$SRC"
@@ -55,7 +58,7 @@ if [ ! -f "$STATE/deadline" ]; then
 fi
 if [ -n "${START:-}" ]; then
   n=$(ls "$STATE"/extra-*.log 2>/dev/null | wc -l)
-  (cd "$SRC" && PYTHONPATH=.:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages PYTHONUNBUFFERED=1 \
+  (cd "$SRC" && PYTHONPATH=.:$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages PYTHONUNBUFFERED=1 \
     setsid nohup bash -c "$START" \
     >"$STATE/extra-$n.log" 2>&1 </dev/null &)
   echo "started extra-$n: $START"
