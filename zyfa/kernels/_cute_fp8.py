@@ -38,7 +38,7 @@ grids run the row blocks from the last (the most KV tiles) to the first, as the 
 Forms (compile-time, :func:`zyfa.kernels.cute_plan.cute_config`; every form gives the same bits): ``mad_cvt`` 6 or
 3 (above), ``mask_split`` (the tiles every row of the CTA sees whole in a loop of their own, without the mask's
 code; the masked tiles after them), ``bookkeeping`` (the stage of tile j by mask and shift; each row sum started
-at its first group of codes), ``pv_overlap`` (tile j's softmax while P_{j-1}·V_{j-1} runs: :meth:`kv_loop_overlapped`).
+at its first group of codes), ``pv_overlap`` (tile j's softmax while P_{j-1}·V_{j-1} runs: :meth:`kv_loop`).
 """
 
 from __future__ import annotations
@@ -337,12 +337,13 @@ class CuteFp8Attention:
         """KV tiles [lo, hi) of a consumer warpgroup, tile j's turn issuing S_j and P_{j-1}·V_{j-1}, then flushing
         P_{j-1}·V_{j-1} and tile j's softmax. ``masked``: True (every tile through the mask), False (none: tiles
         every row sees whole), None (tile j when j >= n_full); ``clamp``: the fp32 min at code 126 (both
-        compile-time)."""
+        compile-time). With ``pv_overlap`` the two matmuls are two wgmma groups and tile j's softmax runs once S_j
+        is done (groups complete in order: ``wait_group(1)``), writing its codes into ``p_next`` and its alpha into
+        ``alpha_next`` while P_{j-1}·V_{j-1} still reads ``p_u32``; that product is then flushed with tile j-1's
+        alpha, and tile j's codes and alpha move into place: the same operations on the same values, in another
+        order."""
         (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
          m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next) = ops
-        if cutlass.const_expr(self.pv_overlap):
-            self.kv_loop_overlapped(ops, lo, hi, n_full, masked, clamp)
-            return
         for j in cutlass.range(lo, hi, unroll=1):
             # S_j and P_{j-1}·V_{j-1} in one turn
             k_state = self.stage(j, False)
@@ -352,51 +353,30 @@ class CuteFp8Attention:
             cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
             cute.nvgpu.warpgroup.fence()
             self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+            if cutlass.const_expr(self.pv_overlap):
+                cute.nvgpu.warpgroup.commit_group()
             self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index)
             cute.nvgpu.warpgroup.commit_group()
             cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
-            cute.nvgpu.warpgroup.wait_group(0)
-            k_pipe.consumer_release(k_state)
-            v_pipe.consumer_release(v_state)
-            self.flush_pv(acc_o, acc_pv, alpha)
-            if cutlass.const_expr(masked is None):
-                self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, j >= n_full, clamp)
-            else:
-                self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, masked, clamp)
-
-    @cute.jit
-    def kv_loop_overlapped(self, ops, lo: Int32, hi: Int32, n_full: Int32, masked, clamp):
-        """:meth:`kv_loop` with ``pv_overlap``: S_j and P_{j-1}·V_{j-1} committed as two wgmma groups; tile j's
-        softmax runs once S_j is done (groups complete in order: ``wait_group(1)``), writing its codes into
-        ``p_next`` and its alpha into ``alpha_next`` while P_{j-1}·V_{j-1} still reads ``p_u32``; then that product
-        is flushed with tile j-1's alpha and tile j's codes and alpha move into place. The same operations on the
-        same values as :meth:`kv_loop`, in another order."""
-        (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
-         m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next) = ops
-        for j in cutlass.range(lo, hi, unroll=1):
-            k_state = self.stage(j, False)
-            v_state = self.stage(j - 1, False)
-            k_pipe.consumer_wait(k_state)
-            v_pipe.consumer_wait(v_state)
-            cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
-            cute.nvgpu.warpgroup.fence()
-            self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
-            cute.nvgpu.warpgroup.commit_group()
-            self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index)
-            cute.nvgpu.warpgroup.commit_group()
-            cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
-            cute.nvgpu.warpgroup.wait_group(1)
-            k_pipe.consumer_release(k_state)
             mask_j = j >= n_full if cutlass.const_expr(masked is None) else masked
-            self.softmax_tile(acc_s, tScS, p_next, m_i, l_i, e_i, alpha_next, c, c8n, row0, j, mask_j, clamp)
-            cute.nvgpu.warpgroup.wait_group(0)
-            v_pipe.consumer_release(v_state)
-            self.flush_pv(acc_o, acc_pv, alpha)
-            for i in cutlass.range_constexpr(cute.size(p_u32)):
-                keep_live(p_u32[i])  # P_{j-1}'s codes live to here, so tile j's never share their registers
-                p_u32[i] = p_next[i]
-            for r in cutlass.range_constexpr(2):
-                alpha[r] = alpha_next[r]
+            if cutlass.const_expr(self.pv_overlap):
+                cute.nvgpu.warpgroup.wait_group(1)
+                k_pipe.consumer_release(k_state)
+                self.softmax_tile(acc_s, tScS, p_next, m_i, l_i, e_i, alpha_next, c, c8n, row0, j, mask_j, clamp)
+                cute.nvgpu.warpgroup.wait_group(0)
+                v_pipe.consumer_release(v_state)
+                self.flush_pv(acc_o, acc_pv, alpha)
+                for i in cutlass.range_constexpr(cute.size(p_u32)):
+                    keep_live(p_u32[i])  # P_{j-1}'s codes live to here, so tile j's never share their registers
+                    p_u32[i] = p_next[i]
+                for r in cutlass.range_constexpr(2):
+                    alpha[r] = alpha_next[r]
+            else:
+                cute.nvgpu.warpgroup.wait_group(0)
+                k_pipe.consumer_release(k_state)
+                v_pipe.consumer_release(v_state)
+                self.flush_pv(acc_o, acc_pv, alpha)
+                self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, mask_j, clamp)
 
     def stage(self, j: Int32, producer: bool) -> pipeline.PipelineState:
         """The K/Vᵀ pipelines' state for KV tile j, derived from j (no state object carried through staged control
