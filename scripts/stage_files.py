@@ -154,10 +154,10 @@ def calls(out: Path, into: Path, first: list[Path]) -> list[Path]:
     man = json.loads((out / "manifest.json").read_text())
     limit = int(man["chunk_bytes"])
     groups: list[list[str]] = []
-    size = limit + 1
+    size = 0
     for f in man["files"]:
         for p in f["parts"]:
-            if size + p["bytes"] > limit:
+            if not groups or size + p["bytes"] > limit:  # a new call
                 groups.append([])
                 size = 0
             groups[-1].append(p["name"])

@@ -295,7 +295,7 @@ def score_in_halves(score: Callable[..., list[dict]], batch: list, op_layers: li
     sized on an H200's 141 GB) must not leave failed rows behind. ``op_layers`` (where the operator error is measured,
     on the batch's first prompt) go with the first half only."""
     rows = score(batch, op_layers=op_layers)
-    if len(batch) > 1 and rows and all(r["status"] == "failed" and str(r.get("error", "")).startswith(OUT_OF_MEMORY)
+    if len(batch) > 1 and rows and all(r["status"] == "failed" and (r.get("error") or "").startswith(OUT_OF_MEMORY)
                                        for r in rows):
         if torch.cuda.is_available():  # pragma: no cover - GPU only
             torch.cuda.empty_cache()

@@ -151,25 +151,28 @@ def test_overlapped_loops_wait_for_s_first(compiled):
     assert waits and all(w == (["1", "0"] if overlapped else ["0"]) for w in waits), waits
 
 
-def test_wgmma_not_serialized(compiled):
-    """ptxas makes every wgmma wait for itself (C7513, "wgmma.mma_async instructions are serialized") when a non-wgmma
-    instruction writes a register operand of a wgmma in flight: then each QGMMA of the SASS has its own
-    WARPGROUP.DEPBAR. Here a wait only ends a group of them (4 to 8 k-steps). Skipped without cuobjdump on PATH."""
+def _cuobjdump(option: str, cubin: Path) -> str:
+    """cuobjdump's output for the cubin the DSL wrote; it is not part of the DSL: skipped where no cuobjdump is on
+    PATH (e.g. ``pip install nvidia-cuda-cuobjdump`` and its bin/)."""
     tool = shutil.which("cuobjdump")
     if tool is None:
         pytest.skip("cuobjdump is not on PATH")
-    sass = subprocess.run([tool, "-sass", str(compiled[3])], capture_output=True, text=True).stdout
+    return subprocess.run([tool, option, str(cubin)], capture_output=True, text=True).stdout
+
+
+def test_wgmma_not_serialized(compiled):
+    """ptxas makes every wgmma wait for itself (C7513, "wgmma.mma_async instructions are serialized") when a non-wgmma
+    instruction writes a register operand of a wgmma in flight: then each QGMMA of the SASS has its own
+    WARPGROUP.DEPBAR. Here a wait only ends a group of them (4 to 8 k-steps). Read from the SASS, not from ptxas's
+    advisory as scripts/inspect_sass.py does for Triton: the DSL's PTX (9.4) is newer than the ptxas at hand."""
+    sass = _cuobjdump("-sass", compiled[3])
     qgmma, depbar = sass.count("QGMMA."), sass.count("WARPGROUP.DEPBAR")
     assert qgmma and depbar * 4 <= qgmma, (qgmma, depbar)
 
 
 def test_no_local_memory(compiled):
-    """No spills or stack at any form (cuobjdump's resource usage of the cubin the DSL wrote; it is not part of the
-    DSL: skipped where no cuobjdump is on PATH, e.g. ``pip install nvidia-cuda-cuobjdump`` and its bin/)."""
-    tool = shutil.which("cuobjdump")
-    if tool is None:
-        pytest.skip("cuobjdump is not on PATH")
-    res = subprocess.run([tool, "--dump-resource-usage", str(compiled[3])], capture_output=True, text=True).stdout
+    """No spills or stack at any form (cuobjdump's resource usage)."""
+    res = _cuobjdump("--dump-resource-usage", compiled[3])
     usage = re.search(r"REG:(\d+) STACK:(\d+) .*LOCAL:(\d+)", res)
     assert usage, res
     assert int(usage.group(2)) == 0 and int(usage.group(3)) == 0, usage.group(0)
