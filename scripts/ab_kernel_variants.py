@@ -26,7 +26,8 @@ stages at hd128 and MLA; ``hd256-unserialized``, the per-tile flush at hd256 as 
 CuTe DSL kernel's forms (recipe ``cute:zyfa-hopper``, config its form: :func:`zyfa.kernels.cute_plan.cute_config`):
 the default against the form that first ran (``CUTE_FIRST_FORM``) and each switch alone, beside the Triton kernel
 (the CuTe DSL installed with ``--target /tmp/site`` as scripts/stage_cute_wheels.py says, and
-``/tmp/site/nvidia_cutlass_dsl/dsl_packages`` on PYTHONPATH too).
+``/tmp/site/nvidia_cutlass_dsl/dsl_packages`` on PYTHONPATH too); ``cute-rowsum``, the CuTe kernel with technique 3's
+row sum on the tensor core (``rowsum=rounded_mma``) against its default, alone and with ``PV_OVERLAP``.
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -44,7 +45,7 @@ from zyfa.kernels.cute_plan import CUTE_FIRST_FORM  # noqa: E402  (torch-free; a
 from zyfa.recipe_spec import split_spec  # noqa: E402
 
 SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
-        "hd256-unserialized", "mla-occupancy", "cute-forms")
+        "hd256-unserialized", "mla-occupancy", "cute-forms", "cute-rowsum")
 CUTE = "cute:zyfa-hopper"  # the CuTe DSL kernel (zyfa.bench.cases.gaussian_kernel_call runs the cute namespace)
 
 V = []
@@ -192,6 +193,17 @@ def variant_set(name):
                 add("first form (cc8e3cc)", shape, c, CUTE, CUTE_FIRST_FORM, same_bits=True)
                 add("softmax beside the previous P·V (PV_OVERLAP 1)", shape, c, CUTE, {"PV_OVERLAP": 1},
                     same_bits=True)
+    elif name == "cute-rowsum":
+        # technique 3's rounded row sum on the tensor core (P8·ones, m64n8, in P·V's wgmma group) instead of decoded
+        # from the codes (a shift and an add per score): other numerics (the sum goes through the unit's truncating
+        # accumulator), so no identity check; each row's rel-L2 shows the error beside the speed
+        for c in (False, True):
+            for shape in ("hd128", "hd64", "mla"):
+                add("default", shape, c, CUTE, None)
+                add("row sum on the tensor core", shape, c, CUTE + ":rowsum=rounded_mma", None)
+                add("row sum on the tensor core, PV_OVERLAP 1", shape, c, CUTE + ":rowsum=rounded_mma",
+                    {"PV_OVERLAP": 1})
+            add("triton default", "hd128", c, "zyfa-hopper", None)
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 

@@ -28,7 +28,9 @@ SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 1333}
 
 
 DIMS = {"hd128": (128, 128), "mla": (192, 128)}
-FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1}}
+FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1}, "rowsum-mma": None}
+# the recipe of each form: the default's, or technique 3's row sum on the tensor core (P8·ones on the wgmma)
+RECIPES = {"rowsum-mma": "zyfa-hopper:rowsum=rounded_mma"}
 # (form, causal): the places the softmax and each matmul are emitted (tile 0's S and the last tile's P·V count one
 # each), then per KV-tile loop of the PTX its clamps at code 126 and whether it masks. The default form: tile 0; the
 # tiles every row sees whole without the clamp (the CTA's guard holds) and with it (it does not); the masked tiles
@@ -37,15 +39,17 @@ FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP":
 EXPECTED = {("default", False): (4, [0, 64], [False, False]),
             ("default", True): (4, [0, 64, 64], [False, False, True]),
             ("pv-overlap", True): (4, [0, 64, 64], [False, False, True]),
+            ("rowsum-mma", True): (4, [0, 64, 64], [False, False, True]),
             ("first", False): (2, [64], None),
             ("first", True): (2, [64], [True])}
 
 
 @pytest.fixture(scope="module", params=[("hd128", False, "default"), ("hd128", True, "default"),
                                         ("mla", True, "default"), ("hd128", False, "first"),
-                                        ("hd128", True, "first"), ("hd128", True, "pv-overlap")],
+                                        ("hd128", True, "first"), ("hd128", True, "pv-overlap"),
+                                        ("hd128", True, "rowsum-mma")],
                 ids=["hd128-non-causal", "hd128-causal", "mla-causal", "hd128-non-causal-first-form",
-                     "hd128-causal-first-form", "hd128-causal-pv-overlap"])
+                     "hd128-causal-first-form", "hd128-causal-pv-overlap", "hd128-causal-rowsum-mma"])
 def compiled(request, tmp_path_factory):
     """(head dims, the PTX, (the form's name, causal)) of the kernel (compiled with --keep-ptx, written into a
     temporary directory)."""
@@ -53,7 +57,7 @@ def compiled(request, tmp_path_factory):
     d_qk, d_v = DIMS[request.param[0]]
     form = request.param[2]
     compile_for(**SHAPE, d_qk=d_qk, d_v=d_v, causal=request.param[1], config=FORMS[form],
-                options=f"--keep-ptx --keep-cubin --dump-dir={out}")
+                recipe=RECIPES.get(form, "zyfa-hopper"), options=f"--keep-ptx --keep-cubin --dump-dir={out}")
     files = sorted(Path(out).glob("*.ptx"))
     assert len(files) == 1, files
     cubins = sorted(Path(out).glob("*.sm_90a.cubin"))
@@ -99,13 +103,16 @@ def test_fp8_wgmma_for_both_matmuls(compiled, places):
     assert wgmma and all(".e4m3.e4m3" in ln and ".f32." in ln for ln in wgmma)
     # S = Q·Kᵀ: both operands from shared memory (two descriptors); P·V: P from four registers
     qk = [ln for ln in wgmma if re.search(r"\}, %rd\d+, %rd\d+,", ln)]
-    pv = [ln for ln in wgmma if re.search(r"\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+,", ln)]
-    assert qk and pv and len(qk) + len(pv) == len(wgmma)
-    # 64 rows per warpgroup; S: 128 keys, O: d_v columns
-    assert all("m64n128k32" in ln for ln in qk) and all(f"m64n{d_v}k32" in ln for ln in pv)
+    from_regs = [ln for ln in wgmma if re.search(r"\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+,", ln)]
+    assert qk and from_regs and len(qk) + len(from_regs) == len(wgmma)
+    # 64 rows per warpgroup; S: 128 keys, O: d_v columns; with the row sum on the tensor core, P·ones: 8 columns
+    pv = [ln for ln in from_regs if f"m64n{d_v}k32" in ln]
+    ones = [ln for ln in from_regs if "m64n8k32" in ln]
+    assert all("m64n128k32" in ln for ln in qk) and len(pv) + len(ones) == len(from_regs)
     # each matmul issued in `places` places (the first tile or the last, each loop); a k-step per 32 of the
-    # contraction (d_qk, 128 keys)
+    # contraction (d_qk, 128 keys); P·ones beside every P·V
     assert len(qk) == places * d_qk // 32 and len(pv) == places * 128 // 32
+    assert len(ones) == (len(pv) if compiled[2][0] == "rowsum-mma" else 0)
 
 
 def test_producer_consumer_register_split(ptx):
@@ -149,6 +156,18 @@ def test_overlapped_loops_wait_for_s_first(compiled):
     waits = [re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+);", body) for body in kv_loops(compiled[1])]
     overlapped = compiled[2][0] == "pv-overlap"
     assert waits and all(w == (["1", "0"] if overlapped else ["0"]) for w in waits), waits
+
+
+def test_row_sum_decoded_or_on_the_tensor_core(compiled):
+    """Technique 3's row sum of the rounded P: decoded from the codes (a shift by 20 per score, 64 in each KV loop),
+    or, with rowsum 'rounded_mma', on the tensor core: no shift in the loops, the ones tile written once (0x38 per
+    byte) and fenced for the async proxy before wgmma reads it."""
+    ptx = compiled[1]
+    shifts = [len(re.findall(r"shl\.b32\s+t, %r\d+, 20;", body)) for body in kv_loops(ptx)]  # code_value
+    mma = compiled[2][0] == "rowsum-mma"
+    assert shifts and all(n == (0 if mma else 64) for n in shifts), shifts
+    assert ("fence.proxy.async.shared::cta" in ptx) == mma
+    assert (str(0x38383838) in ptx or "0x38383838" in ptx.lower()) == mma
 
 
 def _cuobjdump(option: str, cubin: Path) -> str:

@@ -20,7 +20,7 @@ import pytest
 import torch
 from zyfa.accuracy.scoring.tolerances import KERNEL_VS_H200_EMULATION
 
-from tests.kernels.test_attention_fp8_gpu import AGREE_BOUNDS, H1
+from tests.kernels.test_attention_fp8_gpu import AGREE_BOUNDS, H1, H1_MMA
 from zyfa.norms import rel_l2
 
 pytestmark = pytest.mark.gpu
@@ -51,13 +51,14 @@ CASES = {
 SMOKE_SECONDS = 300
 _SMOKE = """
 import sys, torch
-from tests.kernels.test_cute_kernel_gpu import CASES, H1, _case_inputs
+from tests.kernels.test_cute_kernel_gpu import CASES, H1, H1_MMA, _case_inputs
 from zyfa.kernels.attention_cute import attention_cute_quantized
-for name in CASES:
-    q, k, v, causal = _case_inputs(name)
-    attention_cute_quantized(q, k, v, recipe=H1, causal=causal)
-    torch.cuda.synchronize()
-    print("ran", name, flush=True)
+for recipe in (H1, H1_MMA):
+    for name in CASES:
+        q, k, v, causal = _case_inputs(name)
+        attention_cute_quantized(q, k, v, recipe=recipe, causal=causal)
+        torch.cuda.synchronize()
+        print("ran", recipe, name, flush=True)
 """
 
 
@@ -73,7 +74,7 @@ def cute_runs():
     except subprocess.TimeoutExpired as e:
         done = (e.stdout or b"").decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         pytest.fail(f"the CuTe kernel did not finish its cases in {SMOKE_SECONDS} s (a hang?); ran: "
-                    f"{done.split()[1::2] if done else 'none'}")
+                    f"{done.split()[1::3] if done else 'none'}")
     if r.returncode != 0:
         pytest.fail(f"the CuTe kernel's child process exited {r.returncode}: {r.stderr.strip()[-800:]}")
 
@@ -87,8 +88,11 @@ def _case_inputs(name):
     return q, k, v, causal
 
 
+@pytest.mark.parametrize("recipe", [H1, H1_MMA], ids=["rowsum-decoded", "rowsum-mma"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_cute_kernel_agrees_with_its_h200_emulation(name, cute_runs):
+def test_cute_kernel_agrees_with_its_h200_emulation(name, recipe, cute_runs):
+    """The kernel against its h200 emulation, with technique 3's row sum decoded from the codes (H1) and taken on
+    the tensor core as P8·ones (H1_MMA, the unit's truncating accumulator modelled by the emulator)."""
     pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
     from zyfa.reference.attention import attention_fp64
 
@@ -96,14 +100,14 @@ def test_cute_kernel_agrees_with_its_h200_emulation(name, cute_runs):
     from zyfa.kernels.attention_cute import attention_cute_quantized
 
     q, k, v, causal = _case_inputs(name)
-    out, lse = attention_cute_quantized(q, k, v, recipe=H1, causal=causal)
+    out, lse = attention_cute_quantized(q, k, v, recipe=recipe, causal=causal)
     torch.cuda.synchronize()
-    em = emulate(q, k, v, H1, causal=causal, platform="h200")
+    em = emulate(q, k, v, recipe, causal=causal, platform="h200")
     ref, ref_lse = attention_fp64(em.q_deq, em.k_deq, em.v_deq, causal=causal)
     assert torch.isfinite(out.float()).all()
     e_k, e_e = rel_l2(out, ref), rel_l2(em.out, ref)
     apart = rel_l2(out, em.out)
-    print(f"cute {H1} {name}: kernel {e_k:.5f} emulation {e_e:.5f} ratio {e_k / e_e:.4f}; outputs {apart:.2e} "
+    print(f"cute {recipe} {name}: kernel {e_k:.5f} emulation {e_e:.5f} ratio {e_k / e_e:.4f}; outputs {apart:.2e} "
           f"apart = {apart / e_e:.3f} x error")
     assert KERNEL_VS_H200_EMULATION.contains(e_k / e_e), f"kernel error {e_k:.5f} vs h200 emulation {e_e:.5f}"
     assert apart <= AGREE_BOUNDS["matrix_unit"][0] * e_e
@@ -142,20 +146,21 @@ def test_cute_kernel_agrees_with_its_h200_emulation_on_every_capture_layer(captu
     assert not misses, f"{len(misses)} layers outside {KERNEL_VS_H200_EMULATION}: " + "; ".join(misses)
 
 
-def test_cute_kernel_matches_the_triton_kernel(cute_runs):
-    """The same numerics as attention_fp8(recipe='zyfa-hopper'): outputs a few bf16 ulps apart at most."""
+@pytest.mark.parametrize("recipe", [H1, H1_MMA], ids=["rowsum-decoded", "rowsum-mma"])
+def test_cute_kernel_matches_the_triton_kernel(recipe, cute_runs):
+    """The same numerics as attention_fp8(recipe=recipe): outputs a few bf16 ulps apart at most."""
     pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not importable")
     from zyfa.kernels.attention_cute import attention_cute
     from zyfa.kernels.attention_fp8 import attention_fp8, quantize_for_kernel
 
     q, k, v, causal = _case_inputs("hd128-causal-gqa-odd")
-    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, H1)
-    o_t, l_t = attention_fp8(q8, k8, v8, recipe=H1, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
-    o_c, l_c = attention_cute(q8, k8, v8, recipe=H1, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, recipe)
+    o_t, l_t = attention_fp8(q8, k8, v8, recipe=recipe, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
+    o_c, l_c = attention_cute(q8, k8, v8, recipe=recipe, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd)
     torch.cuda.synchronize()
     scale = o_t.float().abs().max().item()
     d = (o_c.float() - o_t.float()).abs().max().item()
-    print(f"max |cute - triton| {d:.3g} (max |o| {scale:.3g}), bit-identical {torch.equal(o_c, o_t)}")
+    print(f"{recipe}: max |cute - triton| {d:.3g} (max |o| {scale:.3g}), bit-identical {torch.equal(o_c, o_t)}")
     assert d <= 4 * 2**-7 * scale
     fin = torch.isfinite(l_t)
     assert torch.equal(fin, torch.isfinite(l_c))

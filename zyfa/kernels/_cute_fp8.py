@@ -81,6 +81,9 @@ ORDER_BAR0 = 1
 # code; 6 leaves it out where the CTA's bound on the row maxima shows it cannot bind (the same codes either way)
 MAD_CVT_CLAMPED = 3
 MAD_CVT_GUARDED = 6
+# rowsum 'rounded_mma': P8·ones on the wgmma, m64n8 (the smallest N), every byte of the ones tile e4m3 1.0 (0x38)
+ONES_N = 8
+ONES_WORD = 0x38383838
 
 
 class CuteFp8Attention:
@@ -93,7 +96,7 @@ class CuteFp8Attention:
 
     def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                  causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                 pv_overlap: bool, m_safe: float, kv_stages: int = 2):
+                 pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
         self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
         self.causal = causal
@@ -103,6 +106,7 @@ class CuteFp8Attention:
         self.mask_split = bool(mask_split)
         self.bookkeeping = bool(bookkeeping)
         self.pv_overlap = bool(pv_overlap)
+        self.rowsum_mma = bool(rowsum_mma)
         self.m_safe = float(m_safe)
         self.kv_stages = kv_stages
         self.group = h // h_kv
@@ -133,6 +137,9 @@ class CuteFp8Attention:
         sQ_layout = sm90_utils.make_smem_layout_a(row, (BLOCK_M_WG, BLOCK_N, dq), self.dtype, NUM_CONSUMERS)
         sK_layout = sm90_utils.make_smem_layout_b(row, (BLOCK_M_WG, BLOCK_N, dq), self.dtype, self.kv_stages)
         sV_layout = sm90_utils.make_smem_layout_b(row, (BLOCK_M_WG, dv, BLOCK_N), self.dtype, self.kv_stages)
+        # rowsum_mma: the B operand of P8·ones, ONES_N columns of e4m3 ones (every byte 0x38, so the swizzle
+        # does not matter when it is filled), written once before the pipelines start
+        sOnes_layout = sm90_utils.make_smem_layout_b(row, (BLOCK_M_WG, ONES_N, BLOCK_N), self.dtype, 1)
 
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_q, tQ = cute.nvgpu.cpasync.make_tiled_tma_atom(g2s, mQ, cute.slice_(sQ_layout, (None, None, 0)),
@@ -153,10 +160,11 @@ class CuteFp8Attention:
             sQ: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sQ_layout)], 1024]
             sK: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sK_layout)], 1024]
             sV: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sV_layout)], 1024]
+            sOnes: cute.struct.Align[cute.struct.MemRange[self.dtype, cute.cosize(sOnes_layout)], 1024]
 
         self.shared_storage = SharedStorage
         self.kernel(qk_mma, pv_mma, tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLSE, mQD, mKD, mVD, sm_scale_log2e,
-                    sQ_layout, sK_layout, sV_layout).launch(
+                    sQ_layout, sK_layout, sV_layout, sOnes_layout).launch(
             grid=(self.n_blocks_m, bh, 1), block=[THREADS_PER_WG * (1 + NUM_CONSUMERS), 1, 1], min_blocks_per_mp=1)
 
     # ------------------------------------------------------------------------------------------ the kernel
@@ -164,7 +172,8 @@ class CuteFp8Attention:
     def kernel(self, qk_mma: cute.TiledMma, pv_mma: cute.TiledMma, tma_q: cute.CopyAtom, tQ: cute.Tensor,
                tma_k: cute.CopyAtom, tK: cute.Tensor, tma_v: cute.CopyAtom, tV: cute.Tensor, mO: cute.Tensor,
                mLSE: cute.Tensor, mQD: cute.Tensor, mKD: cute.Tensor, mVD: cute.Tensor, sm_scale_log2e: Float32,
-               sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout, sV_layout: cute.ComposedLayout):
+               sQ_layout: cute.ComposedLayout, sK_layout: cute.ComposedLayout, sV_layout: cute.ComposedLayout,
+               sOnes_layout: cute.ComposedLayout):
         tidx, _, _ = cute.arch.thread_idx()
         bx, bh, _ = cute.arch.block_idx()
         mb = bx
@@ -201,6 +210,15 @@ class CuteFp8Attention:
             hi = cutlass.max(hi, Int32(0))
             n_tiles = (hi + BLOCK_N - 1) // BLOCK_N
             n_full = cutlass.min(n_full, cutlass.max(p0 + 1, Int32(0)) // BLOCK_N)
+
+        sOnes = storage.sOnes.get_tensor(sOnes_layout.outer, swizzle=sOnes_layout.inner)
+        if cutlass.const_expr(self.rowsum_mma):
+            words = cute.recast_tensor(storage.sOnes.get_tensor(cute.make_layout(cute.cosize(sOnes_layout))), Uint32)
+            for i in cutlass.range_constexpr(-(-cute.size(words) // (THREADS_PER_WG * (1 + NUM_CONSUMERS)))):
+                idx = tidx + i * THREADS_PER_WG * (1 + NUM_CONSUMERS)
+                if idx < cute.size(words):
+                    words[idx] = Uint32(ONES_WORD)
+            cute.arch.fence_view_async_shared()  # generic-proxy stores, read by wgmma (the async proxy)
 
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
@@ -246,6 +264,14 @@ class CuteFp8Attention:
             acc_s = qk_thr.make_fragment_C(qk_thr.partition_shape_C((BLOCK_M_WG, BLOCK_N)))
             acc_pv = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d_v)))
             acc_o = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d_v)))
+            # rowsum_mma: the tile's row sums as P8·ones (every column the same sum), fresh each tile like acc_pv
+            tOrOnes = None
+            acc_l = None
+            if cutlass.const_expr(self.rowsum_mma):
+                ones_mma = self.make_ones_mma()
+                ones_thr = ones_mma.get_slice(thr)
+                tOrOnes = ones_mma.make_fragment_B(ones_thr.partition_B(sOnes))
+                acc_l = ones_thr.make_fragment_C(ones_thr.partition_shape_C((BLOCK_M_WG, ONES_N)))
             tOrP = pv_thr.make_fragment_A(pv_thr.partition_shape_A((BLOCK_M_WG, BLOCK_N)))
             p_u32 = cute.recast_tensor(tOrP, Uint32)
             # with pv_overlap, tile j's codes and alpha go here while P_{j-1}·V_{j-1} still reads p_u32
@@ -293,7 +319,7 @@ class CuteFp8Attention:
                 self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, Int32(0),
                                   Int32(0) >= n_full)
                 ops = (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
-                       m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next)
+                       m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next, tOrOnes, acc_l)
                 if cutlass.const_expr(self.mask_split):
                     # the tiles that every row of the CTA sees whole run without the mask's code; the others with it
                     n_open = cutlass.max(cutlass.min(n_full, n_tiles), Int32(1))
@@ -306,12 +332,12 @@ class CuteFp8Attention:
                 v_pipe.consumer_wait(v_state)
                 cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
                 cute.nvgpu.warpgroup.fence()
-                self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index)
+                self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index, tOrOnes, acc_l)
                 cute.nvgpu.warpgroup.commit_group()
                 cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
                 cute.nvgpu.warpgroup.wait_group(0)
                 v_pipe.consumer_release(v_state)
-                self.flush_pv(acc_o, acc_pv, alpha)
+                self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
             if w == 0:
                 # consume the other warpgroup's last arrive (its turns and ours then balance)
                 cute.arch.barrier(barrier_id=ORDER_BAR0, number_of_threads=2 * THREADS_PER_WG)
@@ -343,7 +369,7 @@ class CuteFp8Attention:
         alpha, and tile j's codes and alpha move into place: the same operations on the same values, in another
         order."""
         (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
-         m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next) = ops
+         m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next, tOrOnes, acc_l) = ops
         for j in cutlass.range(lo, hi, unroll=1):
             # S_j and P_{j-1}·V_{j-1} in one turn
             k_state = self.stage(j, False)
@@ -355,7 +381,7 @@ class CuteFp8Attention:
             self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
             if cutlass.const_expr(self.pv_overlap):
                 cute.nvgpu.warpgroup.commit_group()
-            self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index)
+            self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index, tOrOnes, acc_l)
             cute.nvgpu.warpgroup.commit_group()
             cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
             mask_j = j >= n_full if cutlass.const_expr(masked is None) else masked
@@ -365,7 +391,7 @@ class CuteFp8Attention:
                 self.softmax_tile(acc_s, tScS, p_next, m_i, l_i, e_i, alpha_next, c, c8n, row0, j, mask_j, clamp)
                 cute.nvgpu.warpgroup.wait_group(0)
                 v_pipe.consumer_release(v_state)
-                self.flush_pv(acc_o, acc_pv, alpha)
+                self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
                 for i in cutlass.range_constexpr(cute.size(p_u32)):
                     keep_live(p_u32[i])  # P_{j-1}'s codes live to here, so tile j's never share their registers
                     p_u32[i] = p_next[i]
@@ -375,7 +401,7 @@ class CuteFp8Attention:
                 cute.nvgpu.warpgroup.wait_group(0)
                 k_pipe.consumer_release(k_state)
                 v_pipe.consumer_release(v_state)
-                self.flush_pv(acc_o, acc_pv, alpha)
+                self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
                 self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, mask_j, clamp)
 
     def stage(self, j: Int32, producer: bool) -> pipeline.PipelineState:
@@ -417,20 +443,38 @@ class CuteFp8Attention:
             qk_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
             cute.gemm(qk_mma, acc_s, tSrQ[(None, None, kb, w)], tSrK[(None, None, kb, stage)], acc_s)
 
+    def make_ones_mma(self) -> cute.TiledMma:
+        """The row sum P8·ones (``rowsum_mma``): one warpgroup, m64n{ONES_N}, P from registers, the ones K-major
+        from shared memory; P's register fragment is the one P·V reads (an A operand's layout does not depend on N)."""
+        kmaj = cute.nvgpu.warpgroup.OperandMajorMode.K
+        return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, kmaj, kmaj, Float32, (1, 1, 1),
+                                                 (BLOCK_M_WG, ONES_N), cute.nvgpu.warpgroup.OperandSource.RMEM)
+
     @cute.jit
-    def gemm_pv(self, tOrP: cute.Tensor, tOrV: cute.Tensor, acc_pv: cute.Tensor,
-                stage: Int32):
-        """acc_pv = P · V_stage (a fresh accumulator: the tile's product, flushed into fp32 by flush_pv)."""
+    def gemm_pv(self, tOrP: cute.Tensor, tOrV: cute.Tensor, acc_pv: cute.Tensor, stage: Int32, tOrOnes,
+                acc_l):
+        """acc_pv = P · V_stage (a fresh accumulator: the tile's product, flushed into fp32 by flush_pv); with
+        ``rowsum_mma`` also acc_l = P · ones (fresh, in the same wgmma group), the tile's row sums on the unit."""
         pv_mma = self.make_pv_mma()
         for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
             pv_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
             cute.gemm(pv_mma, acc_pv, tOrP[(None, None, kb)], tOrV[(None, None, kb, stage)], acc_pv)
+        if cutlass.const_expr(self.rowsum_mma):
+            ones_mma = self.make_ones_mma()
+            for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
+                ones_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
+                cute.gemm(ones_mma, acc_l, tOrP[(None, None, kb)], tOrOnes[(None, None, kb, 0)], acc_l)
 
     @cute.jit
-    def flush_pv(self, acc_o: cute.Tensor, acc_pv: cute.Tensor, alpha: cute.Tensor):
-        """acc = acc·alpha + P·V (per row alpha; register i of the m64 accumulator is row half (i // 2) % 2)."""
+    def flush_pv(self, acc_o: cute.Tensor, acc_pv: cute.Tensor, alpha: cute.Tensor, l_i: cute.Tensor, acc_l):
+        """acc = acc·alpha + P·V (per row alpha; register i of the m64 accumulator is row half (i // 2) % 2); with
+        ``rowsum_mma`` also l = l·alpha + P·ones (registers 0 and 2 of acc_l: the thread's two rows, column 0), the
+        Triton kernel's order for rowsum 'rounded_mma'."""
         for i in cutlass.range_constexpr(cute.size(acc_o)):
             acc_o[i] = acc_o[i] * alpha[(i // 2) % 2] + acc_pv[i]
+        if cutlass.const_expr(self.rowsum_mma):
+            for r in cutlass.range_constexpr(2):
+                l_i[r] = l_i[r] * alpha[r] + acc_l[2 * r]
 
     @cute.jit
     def softmax_tile(self, acc_s: cute.Tensor, tScS: cute.Tensor, p_u32: cute.Tensor, m_i: cute.Tensor,
@@ -487,17 +531,19 @@ class CuteFp8Attention:
                 b1 = code(acc_s[base + 1], c8n, row_bias_n[r])
                 b2 = code(acc_s[base + 4], c8n, row_bias_n[r])
                 b3 = code(acc_s[base + 5], c8n, row_bias_n[r])
-                group = (code_value(b0) + code_value(b1)) + (code_value(b2) + code_value(b3))
-                if cutlass.const_expr(s == 0 and q < 2 and self.bookkeeping):
-                    sums[r] = group
-                else:
-                    sums[r] = sums[r] + group
+                if cutlass.const_expr(not self.rowsum_mma):  # else P·ones on the unit (gemm_pv, flush_pv)
+                    group = (code_value(b0) + code_value(b1)) + (code_value(b2) + code_value(b3))
+                    if cutlass.const_expr(s == 0 and q < 2 and self.bookkeeping):
+                        sums[r] = group
+                    else:
+                        sums[r] = sums[r] + group
                 p_u32[4 * s + q] = Uint32(pack4(b0, b1, b2, b3))
-        for r in cutlass.range_constexpr(2):
-            t = sums[r]
-            t = t + cute.arch.shuffle_sync_bfly(t, offset=1)
-            t = t + cute.arch.shuffle_sync_bfly(t, offset=2)
-            l_i[r] = l_i[r] * alpha[r] + t * Float32(TWO_POW_120)
+        if cutlass.const_expr(not self.rowsum_mma):
+            for r in cutlass.range_constexpr(2):
+                t = sums[r]
+                t = t + cute.arch.shuffle_sync_bfly(t, offset=1)
+                t = t + cute.arch.shuffle_sync_bfly(t, offset=2)
+                l_i[r] = l_i[r] * alpha[r] + t * Float32(TWO_POW_120)
 
     @cute.jit
     def mask_tile(self, acc_s: cute.Tensor, tScS: cute.Tensor, row0: Int32, j: Int32):
@@ -545,7 +591,7 @@ class CuteFp8Attention:
 
 def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                    causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                   pv_overlap: bool, m_safe: float, options: str = ""):
+                   pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, options: str = ""):
     """Compile :class:`CuteFp8Attention` for these shapes with fake pointers (no GPU needed); returns the compiled
     callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them).
     ``mad_cvt``, ``mask_split``, ``bookkeeping``, ``pv_overlap``: the kernel's form
@@ -554,7 +600,7 @@ def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: in
 
     kern = CuteFp8Attention(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=s_k_pad, d_qk=d_qk, d_v=d_v,
                             causal=causal, mad_bias=mad_bias, e_cap=e_cap, mad_cvt=mad_cvt, mask_split=mask_split,
-                            bookkeeping=bookkeeping, pv_overlap=pv_overlap, m_safe=m_safe)
+                            bookkeeping=bookkeeping, pv_overlap=pv_overlap, m_safe=m_safe, rowsum_mma=rowsum_mma)
     gmem = cute.AddressSpace.gmem
     fp8 = cutlass.Float8E4M3FN
     ptrs = [make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(fp8, 16, gmem, assumed_align=16),

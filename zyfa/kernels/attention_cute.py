@@ -38,7 +38,8 @@ _COMPILED: dict = {}
 
 
 def _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan: KernelPlan, cfg: dict):
-    return (b, h, h_kv, s_q, s_k, d_qk, d_v, bool(causal), plan.mad_bias, plan.e_cap, tuple(sorted(cfg.items())))
+    return (b, h, h_kv, s_q, s_k, d_qk, d_v, bool(causal), plan.mad_bias, plan.e_cap, plan.rowsum_rounded,
+            tuple(sorted(cfg.items())))
 
 
 def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v: int, causal: bool,
@@ -72,7 +73,7 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
                                         mad_cvt=cfg["MAD_CVT"], mask_split=bool(cfg["MASK_SPLIT"]),
                                         bookkeeping=bool(cfg["BOOKKEEPING"]),
                                         pv_overlap=bool(cfg["PV_OVERLAP"]), m_safe=mad_m_safe(plan),
-                                        options=options)
+                                        rowsum_mma=plan.rowsum_rounded == 2, options=options)
     if not options:
         _COMPILED[key] = compiled
     return compiled

@@ -74,7 +74,7 @@ def cute_plan(recipe: Recipe | str) -> KernelPlan:
         ("exp_method", r.exp_method, "mad_fp8", "'mad_fp8'"),
         ("p_scale", r.p_scale, "pow2_block", "'pow2_block'"),
         ("p_scale_granularity", r.p_scale_granularity, "row", "'row'"),
-        ("rowsum", r.rowsum, "rounded", "'rounded'"),
+        ("rowsum", r.rowsum, ("rounded", "rounded_mma"), "'rounded', 'rounded_mma'"),
         ("accumulator", r.accumulator, "matrix_unit", "'matrix_unit'"),
         ("accum_flush_tiles", int(r.accum_flush_tiles), 1, "1"),
         ("reciprocal", r.reciprocal, "div", "'div'"),
@@ -84,7 +84,7 @@ def cute_plan(recipe: Recipe | str) -> KernelPlan:
         ("kv_order", r.kv_order, "forward", "'forward'"),
     ]
     for fld, value, ok, allowed in checks:
-        if value != ok:
+        if value not in (ok if isinstance(ok, tuple) else (ok,)):
             raise _refuse(r, fld, value, allowed)
     for fld in ("q_scale", "k_scale", "v_scale"):
         if getattr(r, fld) not in ("tensor", "head", "head_kv"):
