@@ -28,7 +28,7 @@ def test_every_plan_without_rows_is_untested_with_its_planned_n(tmp_path):
     shutil.copytree(ROOT / "studies", tmp_path / "studies")
     files = plan_files(tmp_path)
     contrast = ["accumulator-operator.toml", "per-head-descales-models.toml", "per-head-descales-qwen05.toml",
-                "per-head-descales.toml"]
+                "per-head-descales.toml", "rowsum-mma-operator.toml"]
     # accumulator-operator-length.toml: every condition descriptive, so it claims nothing and makes no finding
     assert [f.name for f in files["contrast"]] == sorted([*contrast, "accumulator-operator-length.toml"])
     assert [f.name for f in files["humaneval"]] == ["humaneval-0.5b.toml", "humaneval-bf16.toml",

@@ -17,7 +17,9 @@ that any of its rows can see, per KV tile in the order of the Triton kernel's ``
 4. P codes by technique 1 (the MAD): y = fma.rn.sat(s, 8c/128, (bias + 8(e - m))/128), clamped at 126/128 (left out
    where the CTA's bound shows it cannot bind: ``MAD_CVT`` 6), the code the low byte of y + 1.5·2^16 (the
    magic-number add). No exp2 per score: the only ex2 is alpha's, one per row.
-5. Row sum of the rounded P, decoded from the codes ((code << 20) as fp32 times 2^120).
+5. Row sum of the rounded P, decoded from the codes ((code << 20) as fp32 times 2^120); or, with ``rowsum_mma``
+   (recipe field ``rowsum='rounded_mma'``), P8·ones on an m64n8 wgmma in P·V's group (the ones tile in shared
+   memory, written once), added into l at the flush: l = l·alpha + P·ones, the Triton kernel's order.
 6. P·V on the FP8 wgmma with P from registers (the codes packed four to a register) and Vᵀ from shared memory, a
    fresh product each tile added into the fp32 accumulator (acc·alpha + P·V: ``accum_flush_tiles=1``). Vᵀ's keys
    come in :func:`zyfa.kernels.attention_fp8.k32_key_order` within each 32-key step (``prepare_vt(v,
@@ -43,14 +45,11 @@ at its first group of codes), ``pv_overlap`` (tile j's softmax while P_{j-1}·V_
 
 from __future__ import annotations
 
-import math
-
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass.cute.runtime import make_ptr
 from cutlass.cutlass_dsl import Float32, Int32, Uint32
 
 from zyfa.kernels._cute_ptx import (
@@ -587,38 +586,3 @@ class CuteFp8Attention:
                     lse = -Float32.inf
                 if row < self.s_q:
                     mLSE[row, bh] = lse
-
-
-def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
-                   causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                   pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, options: str = ""):
-    """Compile :class:`CuteFp8Attention` for these shapes with fake pointers (no GPU needed); returns the compiled
-    callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them).
-    ``mad_cvt``, ``mask_split``, ``bookkeeping``, ``pv_overlap``: the kernel's form
-    (:func:`zyfa.kernels.cute_plan.cute_config`); ``m_safe``: the recipe's
-    :func:`~zyfa.kernels.kernel_plan.mad_m_safe`."""
-
-    kern = CuteFp8Attention(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=s_k_pad, d_qk=d_qk, d_v=d_v,
-                            causal=causal, mad_bias=mad_bias, e_cap=e_cap, mad_cvt=mad_cvt, mask_split=mask_split,
-                            bookkeeping=bookkeeping, pv_overlap=pv_overlap, m_safe=m_safe, rowsum_mma=rowsum_mma)
-    gmem = cute.AddressSpace.gmem
-    fp8 = cutlass.Float8E4M3FN
-    ptrs = [make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(fp8, 16, gmem, assumed_align=16),
-            make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(cutlass.BFloat16, 16, gmem, assumed_align=16),
-            make_ptr(Float32, 16, gmem, assumed_align=16), make_ptr(Float32, 16, gmem, assumed_align=4),
-            make_ptr(Float32, 16, gmem, assumed_align=4), make_ptr(Float32, 16, gmem, assumed_align=4)]
-    return cute.compile(kern, *ptrs, Float32(1.0 / math.sqrt(d_qk)), options=options)
-
-
-def launch(compiled, q, k, vt, out, lse, qd, kd, vd, sm_scale_log2e: float) -> None:
-    """Run a kernel from :func:`compile_kernel` on torch CUDA tensors (contiguous; vt from ``prepare_vt(v,
-    permute_k32=True)``, out bf16 and lse fp32 preallocated, descales fp32 per (batch, head) / (batch, kv head)),
-    on the default stream."""
-    gmem = cute.AddressSpace.gmem
-
-    def ptr(t, dtype, align=16):
-        return make_ptr(dtype, t.data_ptr(), gmem, assumed_align=align)
-
-    fp8 = cutlass.Float8E4M3FN
-    compiled(ptr(q, fp8), ptr(k, fp8), ptr(vt, fp8), ptr(out, cutlass.BFloat16), ptr(lse, Float32),
-             ptr(qd, Float32, 4), ptr(kd, Float32, 4), ptr(vd, Float32, 4), Float32(sm_scale_log2e))

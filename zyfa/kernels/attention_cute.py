@@ -11,7 +11,8 @@ compiled for each shape (``compile_for``, no GPU needed), so the commands that d
 :func:`attention_cute` takes FP8 Q/K/V with descales as :func:`zyfa.kernels.attention_fp8.attention_fp8` does and
 returns (out bf16, lse fp32 natural log); :func:`attention_cute_quantized` quantizes float inputs first with
 :func:`~zyfa.kernels.attention_fp8.quantize_for_kernel` (the emulator's quantizer). Scope: the ``zyfa-hopper``
-numerics (fused MAD codes, per-row power-of-two P exponent, rounded row sum, accumulator flushed every KV tile,
+numerics (fused MAD codes, per-row power-of-two P exponent, rounded row sum decoded from the codes or, with
+``rowsum=rounded_mma``, taken on the tensor core as P8·ones, accumulator flushed every KV tile,
 division, bf16 RNE; per-tensor or per-head descales), head dims 64, 128 and MLA's 192/128 (:data:`CUTE_HEAD_DIMS`),
 causal (bottom-right) or not, GQA, any lengths. Everything else is refused in one line naming the field, and every
 check runs before cutlass is imported, so a CPU machine gets the same errors. Compiled kernels are cached per
@@ -65,10 +66,10 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
     if key in _COMPILED and not options:
         return _COMPILED[key]
     try:
-        from zyfa.kernels import _cute_fp8
+        from zyfa.kernels import _cute_host
     except ImportError as e:  # the DSL is an optional dependency (docs/KERNEL.md: scripts/stage_cute_wheels.py)
         raise ImportError(f"the CuTe FP8 kernel needs nvidia-cutlass-dsl==4.8.1 ({e})") from None
-    compiled = _cute_fp8.compile_kernel(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=-(-s_k // KEY_PAD) * KEY_PAD,
+    compiled = _cute_host.compile_kernel(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=-(-s_k // KEY_PAD) * KEY_PAD,
                                         d_qk=d_qk, d_v=d_v, causal=causal, mad_bias=plan.mad_bias, e_cap=plan.e_cap,
                                         mad_cvt=cfg["MAD_CVT"], mask_split=bool(cfg["MASK_SPLIT"]),
                                         bookkeeping=bool(cfg["BOOKKEEPING"]),
@@ -99,7 +100,7 @@ def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bo
     compiled = compile_for(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, d_qk=d_qk, d_v=d_v, causal=causal, recipe=recipe,
                            config=config)
 
-    from zyfa.kernels import _cute_fp8
+    from zyfa.kernels import _cute_host
 
     q = q.contiguous()
     k = k.contiguous()
@@ -108,7 +109,7 @@ def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bo
     lse = torch.empty((b, h, s_q), dtype=torch.float32, device=dev)
 
     def launch():
-        _cute_fp8.launch(compiled, q, k, vt, out, lse, qd, kd, vd, sm * LOG2E)
+        _cute_host.launch(compiled, q, k, vt, out, lse, qd, kd, vd, sm * LOG2E)
         return out, lse
 
     return launch, (lambda: prepare_vt(v, permute_k32=True)), out, lse
