@@ -46,8 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="';'-separated recipe specs for the shapes other than hd128 ('same' = --recipes)")
     p.add_argument("--cute-recipes", default="",
                    help="recipe specs our CuTe DSL kernel runs beside the Triton kernel, ';'-separated (default none; "
-                        "zyfa-hopper's numerics only, head dims " + ", ".join(f"{a}" for a, _ in CUTE_HEAD_DIMS)
-                        + "; needs nvidia-cutlass-dsl: docs/KERNEL.md)")
+                        "zyfa-hopper's numerics, its row sum decoded or rowsum=rounded_mma, head dims "
+                        + ", ".join(f"{a}" for a, _ in CUTE_HEAD_DIMS) + "; needs nvidia-cutlass-dsl: docs/KERNEL.md)")
     p.add_argument("--peers", default=",".join(BENCH_PEERS), help=f"subset of {','.join(PEER_NAMES)} (or 'none')")
     p.add_argument("--kernel", action="append", default=[], metavar="[NAME=]FILE.py:FN",
                    help="a user's kernel (the plug-in contract, docs/CONTRACTS.md) timed beside the peers in the same "
