@@ -68,9 +68,10 @@ def test_every_row_states_condition_unit_n_interval_and_verdict(block):
     assert verdict.startswith("12 effects, 0 no effect above the threshold, 0 inconclusive of 12 cells")
     assert "exploratory" not in verdict and "exploratory, outside the rule: triton:fa3 vs sdpa-bf16:cudnn" in figure
     assert "exact -1 to -0.8 over 6 cells" in figure
-    # the plan with no rows yet says so, with its planned n; a cut run names the cells it has not reached
+    # a cut run (the 1.5B grid, the generated plan) has verdicts where it reached and names the cells it has not;
+    # a plan with no rows at all: tests/test_plan_findings.py
     grid, = [r for r in rows if "`studies/longctx-1.5b.toml`" in r]
-    assert "| fact (cluster of prompts), n = 0 (50 facts per cell planned) | – | untested at the condition" in grid
+    assert "| fact, n = 50 per cell |" in grid and "cell-metrics have no paired rows yet (" in grid
     gen, = [r for r in rows if "`studies/fp8-retrieval-generated.toml`" in r]
     assert "cell-metrics have no paired rows yet (" in gen and "untested; the plan's command resumes the run)" in gen
     # the operator contrast plan: its primary condition's verdicts, the other conditions each beside it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from zyfa.bench.cli import parse_kernel_arg
+from zyfa.bench.cli import command_line, parse_kernel_arg
 from zyfa.bench.table import cute_lines, plugin_lines, ratio_cell, to_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +34,14 @@ def test_kernel_argument_names_and_checks_the_kernel(tmp_path):
         parse_kernel_arg(f"{EXAMPLE}:nothing")
     with pytest.raises(ValueError, match="expected"):
         parse_kernel_arg("no-colon-here")
+
+
+def test_the_recorded_command_runs_again_in_a_shell():
+    argv = ["zyfa", "bench", "--cute-recipes", "zyfa-hopper;zyfa-hopper:rowsum=rounded_mma", "--out", "my dir/b.json"]
+    line = command_line(argv)
+    assert line == "zyfa bench --cute-recipes 'zyfa-hopper;zyfa-hopper:rowsum=rounded_mma' --out 'my dir/b.json'"
+    assert shlex.split(line)[2:] == argv[2:]
+    assert command_line(["/x/zyfa/bench/__main__.py", "--repeats", "5"]) == "zyfa bench --repeats 5"
 
 
 @pytest.mark.parametrize("argv, line", [

@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import shlex
 import sys
 
 from zyfa.bench.args import REFUSAL, SHAPES, add_arguments, check_args, output_stem, parse_kernel_arg
@@ -20,6 +21,12 @@ from zyfa.outputs import atomic_write_text
 from zyfa.peers.names import canonical_name
 from zyfa.peers.registry import PEERS
 from zyfa.timing import NvmlClock, cuda_timer
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as a shell takes it back (each argument quoted where it needs to be, e.g. the ';' of a recipe
+    list), from ``sys.argv`` of ``zyfa bench ...`` or of ``python -m zyfa.bench ...``."""
+    return "zyfa bench " + shlex.join(argv[2:] if argv[1:2] == ["bench"] else argv[1:])
 
 
 def _versions():
@@ -131,7 +138,7 @@ def main(args) -> int:
 
     date = _dt.datetime.now(_dt.timezone.utc)
     os.makedirs(os.path.dirname(stem) or ".", exist_ok=True)
-    meta = {"command": "zyfa bench " + " ".join(sys.argv[2:] if sys.argv[1:2] == ["bench"] else sys.argv[1:]),
+    meta = {"command": command_line(sys.argv),
             "date": date.isoformat(timespec="seconds"), "git_commit": git_label(), "versions": _versions(),
             "device": torch.cuda.get_device_name(), "inputs_note": "Gaussian N(0,1) bf16 q, k, v (batch 1)",
             "nvml": clock is not None, "repeats": args.repeats, "warmup_ms": args.warmup, "rep_ms": args.rep,
