@@ -57,6 +57,20 @@ def test_a_reused_graph_gives_a_fresh_graphs_output_bit_for_bit():
     assert cudnn_fp8.cached_graphs() == 3
 
 
+def test_output_is_valid_right_after_prepare():
+    """prepare() leaves the output of a launch at the chosen FP8 scale: output() before any call() is the one after."""
+    q, k, v = _qkv(300, 3)
+    p = cudnn_fp8.prepare(q, k, v, causal=True, sm_scale=1 / math.sqrt(128))
+    torch.cuda.synchronize()
+    first = p.output().clone()
+    p.call()
+    torch.cuda.synchronize()
+    assert torch.equal(first, p.output())
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k.repeat_interleave(6, 1), v.repeat_interleave(6, 1),
+                                                           is_causal=True)
+    assert ((first - ref).norm() / ref.norm()).item() < 0.2
+
+
 def test_the_cache_keeps_at_most_its_size():
     for i in range(1, cudnn_fp8.GRAPH_CACHE_SIZE + 4):
         _run(i * cudnn_fp8.SEQ_BUCKET, 0)  # multiples: each its own unpadded graph

@@ -182,6 +182,10 @@ class PreparedCudnnFp8:
         if not (math.isfinite(amax) and amax > 0):
             amax = 448.0  # all-zero output: keep scale_o = 1
         self._scale_o.fill_(448.0 / amax)
+        # one launch at the chosen scale, so output() and lse() are this data's before any call(): the first pass
+        # left O at scale 1 in the buffer, which output() would divide by the new scale (a rel-L2 of ~1 against any
+        # reference: scripts/ab_kernel_variants.py read it so until 7 December)
+        self.call()
         self.details = {"scale_o_choice": choice, "scale_o": 448.0 / amax,
                         "graph_lengths": [pq, pk] if padded else None,
                         "cudnn_frontend": dist_version("nvidia-cudnn-frontend"),
