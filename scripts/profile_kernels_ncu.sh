@@ -4,11 +4,12 @@
 #
 #   bash scripts/profile_kernels_ncu.sh [--wheels DIR] [--out DIR] [--shape hd128] [--seq 16384] [--causal]
 #                                       [--targets zyfa-hopper,cute-zyfa-hopper,cudnn-fp8,flashinfer-fa3]
-#                                       [--cute-form PV_OVERLAP=1]
+#                                       [--cute-form PV_OVERLAP=1] [--recipe zyfa-hopper:rowsum=rounded_mma]
 #
 # --wheels DIR with no wheel in it (e.g. a missing folder) installs nothing: the run uses what /tmp/site holds, and
 # nothing is reinstalled under a job that runs from there. --targets: which of the four; --cute-form: the CuTe
-# kernel's form (scripts/launch_kernel_for_ncu.py --cute-form).
+# kernel's form (scripts/launch_kernel_for_ncu.py --cute-form); --recipe: the recipe spec our two kernels run
+# (default zyfa-hopper; the peers run their own numerics).
 #
 # Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper (our Triton kernel), our CuTe
 # DSL kernel (cute-zyfa-hopper; skipped with a line when nvidia-cutlass-dsl is not importable), cuDNN FP8 and FA3's FP8 kernel (FlashInfer): grid, block, registers, shared
@@ -25,6 +26,7 @@ SEQ=16384
 CAUSAL=''
 TARGETS=zyfa-hopper,cute-zyfa-hopper,cudnn-fp8,flashinfer-fa3
 CUTE_FORM=''
+RECIPE=zyfa-hopper
 while [ $# -gt 0 ]; do
   case "$1" in
     --wheels) WHEELS=$2; shift 2 ;;
@@ -34,6 +36,7 @@ while [ $# -gt 0 ]; do
     --causal) CAUSAL=--causal; shift ;;
     --targets) TARGETS=$2; shift 2 ;;
     --cute-form) CUTE_FORM=$2; shift 2 ;;
+    --recipe) RECIPE=$2; shift 2 ;;
     -h|--help) sed -n '2,/^set -u$/{/^set -u$/!p}' "$0"; exit 0 ;;
     *) echo "profile_kernels_ncu.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -63,14 +66,14 @@ METRICS='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio|sm__
 for target in ${TARGETS//,/ }; do
   peer=()
   case "$target" in
-    zyfa-hopper) ;;
+    zyfa-hopper) peer=(--recipe "$RECIPE") ;;
     cute-zyfa-hopper)
       python3 -c 'import cutlass.cute' 2>/dev/null || { echo "== $target: skipped (nvidia-cutlass-dsl not importable)"
                                                        continue; }
-      peer=(--cute ${CUTE_FORM:+--cute-form "$CUTE_FORM"}) ;;
+      peer=(--cute --recipe "$RECIPE" ${CUTE_FORM:+--cute-form "$CUTE_FORM"}) ;;
     *) peer=(--peer "$target") ;;
   esac
-  echo "== $target ($SHAPE, $SEQ tokens, ${CAUSAL:-non-causal})"
+  echo "== $target ($SHAPE, $SEQ tokens, ${CAUSAL:-non-causal}${peer[*]:+; ${peer[*]}})"
   # the kernels of the last call only (launch_kernel_for_ncu.py brackets it with cudaProfilerStart / Stop)
   timeout 120 "$NCU" --clock-control none --profile-from-start off "${SECTIONS[@]}" \
     --metrics "$METRICS" \
