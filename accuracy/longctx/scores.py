@@ -50,7 +50,10 @@ def load_rows(spec: str | Sequence[str]) -> tuple[list[dict], list[dict]]:
     provs = []
     for p in paths:
         if not Path(p).is_file():
-            raise FileNotFoundError(f"{p}: no such file")
+            cut = f"{p}.partial"
+            raise FileNotFoundError(f"{p}: no such file" + (
+                f"; {cut} holds the rows of a run that was cut: name it to render them (an interim report), or "
+                "finish the run with --resume" if Path(cut).is_file() else ""))
         rows, prov = read_rows(p)  # every line checked by its schema: file:line: field: problem
         provs.append(prov)
         for r in rows:

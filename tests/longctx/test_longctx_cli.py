@@ -184,6 +184,13 @@ def test_render_section(full, tmp_path, capsys):
     assert main(["longctx", "--render", str(full), "--out", str(out)]) == 2  # report.md exists: not replaced
     assert "--force" in capsys.readouterr().err
     assert main(["longctx", "--render", str(tmp_path / "missing.jsonl"), "--out", str(out)]) == 2
+    # a run that was cut left only its .partial: the line names it and what to do
+    (tmp_path / "cut.jsonl.partial").write_text(full.read_text())
+    capsys.readouterr()
+    assert main(["longctx", "--render", str(tmp_path / "cut.jsonl"), "--out", str(tmp_path / "rep2")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "cut.jsonl.partial holds the rows of a run that was cut" in err, err
+    assert main(["longctx", "--render", str(tmp_path / "cut.jsonl.partial"), "--out", str(tmp_path / "rep2")]) == 0
 
 
 def test_a_kernel_that_ignores_the_mask_is_not_scored(tmp_path, capsys):
