@@ -210,7 +210,6 @@ class CuteFp8Attention:
             n_tiles = (hi + BLOCK_N - 1) // BLOCK_N
             n_full = cutlass.min(n_full, cutlass.max(p0 + 1, Int32(0)) // BLOCK_N)
 
-        sOnes = storage.sOnes.get_tensor(sOnes_layout.outer, swizzle=sOnes_layout.inner)
         if cutlass.const_expr(self.rowsum_mma):
             words = cute.recast_tensor(storage.sOnes.get_tensor(cute.make_layout(cute.cosize(sOnes_layout))), Uint32)
             for i in cutlass.range_constexpr(-(-cute.size(words) // (THREADS_PER_WG * (1 + NUM_CONSUMERS)))):
@@ -267,8 +266,9 @@ class CuteFp8Attention:
             tOrOnes = None
             acc_l = None
             if cutlass.const_expr(self.rowsum_mma):
-                ones_mma = self.make_ones_mma()
+                ones_mma = self.make_pv_mma(ONES_N)
                 ones_thr = ones_mma.get_slice(thr)
+                sOnes = storage.sOnes.get_tensor(sOnes_layout.outer, swizzle=sOnes_layout.inner)
                 tOrOnes = ones_mma.make_fragment_B(ones_thr.partition_B(sOnes))
                 acc_l = ones_thr.make_fragment_C(ones_thr.partition_shape_C((BLOCK_M_WG, ONES_N)))
             tOrP = pv_thr.make_fragment_A(pv_thr.partition_shape_A((BLOCK_M_WG, BLOCK_N)))
@@ -425,11 +425,13 @@ class CuteFp8Attention:
         return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, kmaj, kmaj, Float32, (1, 1, 1),
                                                  (BLOCK_M_WG, BLOCK_N))
 
-    def make_pv_mma(self) -> cute.TiledMma:
-        """O = P·V: one warpgroup, m64n{d_v}, P (A) from registers, Vᵀ (B) K-major from shared memory."""
+    def make_pv_mma(self, n: int = 0) -> cute.TiledMma:
+        """O = P·V: one warpgroup, m64n{d_v}, P (A) from registers, Vᵀ (B) K-major from shared memory. ``n``: another
+        N for the same P (``ONES_N``: the row sum P8·ones of ``rowsum_mma``; an A operand's layout does not depend
+        on N, so P's register fragment serves both)."""
         kmaj = cute.nvgpu.warpgroup.OperandMajorMode.K
         return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, kmaj, kmaj, Float32, (1, 1, 1),
-                                                 (BLOCK_M_WG, self.d_v), cute.nvgpu.warpgroup.OperandSource.RMEM)
+                                                 (BLOCK_M_WG, n or self.d_v), cute.nvgpu.warpgroup.OperandSource.RMEM)
 
     # The gemm helpers build their own TiledMma: its ACCUMULATE field is runtime state, and a value set inside one
     # staged loop body must not be read outside it.
@@ -442,13 +444,6 @@ class CuteFp8Attention:
             qk_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
             cute.gemm(qk_mma, acc_s, tSrQ[(None, None, kb, w)], tSrK[(None, None, kb, stage)], acc_s)
 
-    def make_ones_mma(self) -> cute.TiledMma:
-        """The row sum P8·ones (``rowsum_mma``): one warpgroup, m64n{ONES_N}, P from registers, the ones K-major
-        from shared memory; P's register fragment is the one P·V reads (an A operand's layout does not depend on N)."""
-        kmaj = cute.nvgpu.warpgroup.OperandMajorMode.K
-        return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, kmaj, kmaj, Float32, (1, 1, 1),
-                                                 (BLOCK_M_WG, ONES_N), cute.nvgpu.warpgroup.OperandSource.RMEM)
-
     @cute.jit
     def gemm_pv(self, tOrP: cute.Tensor, tOrV: cute.Tensor, acc_pv: cute.Tensor, stage: Int32, tOrOnes,
                 acc_l):
@@ -459,7 +454,7 @@ class CuteFp8Attention:
             pv_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
             cute.gemm(pv_mma, acc_pv, tOrP[(None, None, kb)], tOrV[(None, None, kb, stage)], acc_pv)
         if cutlass.const_expr(self.rowsum_mma):
-            ones_mma = self.make_ones_mma()
+            ones_mma = self.make_pv_mma(ONES_N)
             for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
                 ones_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
                 cute.gemm(ones_mma, acc_l, tOrP[(None, None, kb)], tOrOnes[(None, None, kb, 0)], acc_l)

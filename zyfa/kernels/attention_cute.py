@@ -70,11 +70,11 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
     except ImportError as e:  # the DSL is an optional dependency (docs/KERNEL.md: scripts/stage_cute_wheels.py)
         raise ImportError(f"the CuTe FP8 kernel needs nvidia-cutlass-dsl==4.8.1 ({e})") from None
     compiled = _cute_host.compile_kernel(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=-(-s_k // KEY_PAD) * KEY_PAD,
-                                        d_qk=d_qk, d_v=d_v, causal=causal, mad_bias=plan.mad_bias, e_cap=plan.e_cap,
-                                        mad_cvt=cfg["MAD_CVT"], mask_split=bool(cfg["MASK_SPLIT"]),
-                                        bookkeeping=bool(cfg["BOOKKEEPING"]),
-                                        pv_overlap=bool(cfg["PV_OVERLAP"]), m_safe=mad_m_safe(plan),
-                                        rowsum_mma=plan.rowsum_rounded == 2, options=options)
+                                         d_qk=d_qk, d_v=d_v, causal=causal, mad_bias=plan.mad_bias, e_cap=plan.e_cap,
+                                         mad_cvt=cfg["MAD_CVT"], mask_split=bool(cfg["MASK_SPLIT"]),
+                                         bookkeeping=bool(cfg["BOOKKEEPING"]),
+                                         pv_overlap=bool(cfg["PV_OVERLAP"]), m_safe=mad_m_safe(plan),
+                                         rowsum_mma=plan.rowsum_rounded == 2, options=options)
     if not options:
         _COMPILED[key] = compiled
     return compiled
