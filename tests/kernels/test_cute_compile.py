@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from zyfa.kernels.attention_cute import compile_for
-from zyfa.kernels.cute_plan import CUTE_FIRST_FORM
+from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, PV_WHOLE_MAX
 
 # the DSL reads its target when it is imported; a CPU machine has no GPU to ask
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
@@ -27,8 +27,9 @@ pytest.importorskip("cutlass.cute", reason="nvidia-cutlass-dsl (CuTe DSL) is not
 SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 1333}
 
 
-DIMS = {"hd128": (128, 128), "mla": (192, 128)}
-FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1}, "rowsum-mma": None}
+DIMS = {"hd128": (128, 128), "mla": (192, 128), "hd256": (256, 256)}
+FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1}, "rowsum-mma": None,
+         "pv-block-64": {"PV_BLOCK": 64}}
 # the recipe of each form: the default's, or technique 3's row sum on the tensor core (P8·ones on the wgmma)
 RECIPES = {"rowsum-mma": "zyfa-hopper:rowsum=rounded_mma"}
 # (form, causal): the places the softmax and each matmul are emitted (tile 0's S and the last tile's P·V count one
@@ -40,6 +41,7 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
             ("default", True): (4, [0, 64, 64], [False, False, True]),
             ("pv-overlap", True): (4, [0, 64, 64], [False, False, True]),
             ("rowsum-mma", True): (4, [0, 64, 64], [False, False, True]),
+            ("pv-block-64", True): (4, [0, 64, 64], [False, False, True]),
             ("first", False): (2, [64], None),
             ("first", True): (2, [64], [True])}
 
@@ -47,9 +49,11 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
 @pytest.fixture(scope="module", params=[("hd128", False, "default"), ("hd128", True, "default"),
                                         ("mla", True, "default"), ("hd128", False, "first"),
                                         ("hd128", True, "first"), ("hd128", True, "pv-overlap"),
-                                        ("hd128", True, "rowsum-mma")],
+                                        ("hd128", True, "rowsum-mma"), ("hd256", True, "default"),
+                                        ("hd256", True, "pv-block-64")],
                 ids=["hd128-non-causal", "hd128-causal", "mla-causal", "hd128-non-causal-first-form",
-                     "hd128-causal-first-form", "hd128-causal-pv-overlap", "hd128-causal-rowsum-mma"])
+                     "hd128-causal-first-form", "hd128-causal-pv-overlap", "hd128-causal-rowsum-mma", "hd256-causal",
+                     "hd256-causal-pv-block-64"])
 def compiled(request, tmp_path_factory):
     """(head dims, the PTX, (the form's name, causal)) of the kernel (compiled with --keep-ptx, written into a
     temporary directory)."""
@@ -63,6 +67,12 @@ def compiled(request, tmp_path_factory):
     cubins = sorted(Path(out).glob("*.sm_90a.cubin"))
     assert cubins, "no sm_90a cubin written"
     return (d_qk, d_v), files[0].read_text(), (form, request.param[1]), cubins[0]
+
+
+def pv_block(compiled) -> int:
+    """P·V's columns per wgmma: d_v, or above PV_WHOLE_MAX the form's PV_BLOCK (default 32)."""
+    d_v = compiled[0][1]
+    return d_v if d_v <= PV_WHOLE_MAX else (FORMS[compiled[2][0]] or {}).get("PV_BLOCK", 32)
 
 
 @pytest.fixture(scope="module")
@@ -105,13 +115,15 @@ def test_fp8_wgmma_for_both_matmuls(compiled, places):
     qk = [ln for ln in wgmma if re.search(r"\}, %rd\d+, %rd\d+,", ln)]
     from_regs = [ln for ln in wgmma if re.search(r"\}, \{%r\d+, %r\d+, %r\d+, %r\d+\}, %rd\d+,", ln)]
     assert qk and from_regs and len(qk) + len(from_regs) == len(wgmma)
-    # 64 rows per warpgroup; S: 128 keys, O: d_v columns; with the row sum on the tensor core, P·ones: 8 columns
-    pv = [ln for ln in from_regs if f"m64n{d_v}k32" in ln]
+    # 64 rows per warpgroup; S: 128 keys, O: d_v columns (above PV_WHOLE_MAX, d_v / n blocks of n columns); with the
+    # row sum on the tensor core, P·ones: 8 columns
+    n = pv_block(compiled)
+    pv = [ln for ln in from_regs if f"m64n{n}k32" in ln]
     ones = [ln for ln in from_regs if "m64n8k32" in ln]
     assert all("m64n128k32" in ln for ln in qk) and len(pv) + len(ones) == len(from_regs)
     # each matmul issued in `places` places (the first tile or the last, each loop); a k-step per 32 of the
-    # contraction (d_qk, 128 keys); P·ones beside every P·V
-    assert len(qk) == places * d_qk // 32 and len(pv) == places * 128 // 32
+    # contraction (d_qk, 128 keys), for each column block; P·ones beside every P·V (its first block)
+    assert len(qk) == places * d_qk // 32 and len(pv) == places * 128 // 32 * (d_v // n)
     assert len(ones) == (len(pv) if compiled[2][0] == "rowsum-mma" else 0)
 
 
@@ -152,10 +164,17 @@ def test_kv_loops_of_each_form(compiled):
 
 def test_overlapped_loops_wait_for_s_first(compiled):
     """PV_OVERLAP: each KV loop commits S and P·V as two groups and waits for the first (wait_group 1) before the
-    softmax, then for both; the other forms wait once for both."""
+    softmax, then for both; the other forms wait once for both. Above d_v PV_WHOLE_MAX, P·V's column blocks come
+    first, then S: with two accumulators (blocks of 32) each wait leaves the next block running (wait_group 1) but
+    the last; with one (64) each block is waited for alone; then S's wait."""
     waits = [re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+);", body) for body in kv_loops(compiled[1])]
-    overlapped = compiled[2][0] == "pv-overlap"
-    assert waits and all(w == (["1", "0"] if overlapped else ["0"]) for w in waits), waits
+    d_v, n = compiled[0][1], pv_block(compiled)
+    if d_v > PV_WHOLE_MAX:
+        blocks = d_v // n
+        expected = (["1"] * (blocks - 1) + ["0"] if n < 64 else ["0"] * blocks) + ["0"]
+    else:
+        expected = ["1", "0"] if compiled[2][0] == "pv-overlap" else ["0"]
+    assert waits and all(w == expected for w in waits), waits
 
 
 def test_row_sum_decoded_or_on_the_tensor_core(compiled):
@@ -189,12 +208,37 @@ def test_wgmma_not_serialized(compiled):
     assert qgmma and depbar * 4 <= qgmma, (qgmma, depbar)
 
 
+def sass_kv_loops(sass: str) -> list[list[str]]:
+    """The SASS loops that issue wgmma (a backward branch to an address before it), leaving out the mbarrier retry
+    paths after the kernel's exits, whose branches jump back over whole regions (their bodies hold an EXIT)."""
+    ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    at = {a: i for i, (a, _) in enumerate(ins)}
+    loops = []
+    for i, (a, text) in enumerate(ins):
+        m = re.search(r"\bBRA\s+(?:`\(.*?\)\s*)?0x([0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
+            body = [t for _, t in ins[at[int(m.group(1), 16)]:i + 1]]
+            if any("GMMA" in t for t in body) and not any(t.split()[-1:] == ["EXIT"] or "EXIT" in t.split()
+                                                          for t in body):
+                loops.append(body)
+    return loops
+
+
 def test_no_local_memory(compiled):
-    """No spills or stack at any form (cuobjdump's resource usage)."""
+    """No spills or stack at any form up to d_v PV_WHOLE_MAX (cuobjdump's resource usage). At d_v 256 (O's
+    accumulator alone is 128 of a consumer thread's 240 registers) ptxas keeps at most two words on the stack: in each
+    KV loop at most one store (a row's P exponent, read after the loop) and no load."""
     res = _cuobjdump("--dump-resource-usage", compiled[3])
     usage = re.search(r"REG:(\d+) STACK:(\d+) .*LOCAL:(\d+)", res)
     assert usage, res
-    assert int(usage.group(2)) == 0 and int(usage.group(3)) == 0, usage.group(0)
+    if compiled[0][1] <= PV_WHOLE_MAX:
+        assert int(usage.group(2)) == 0 and int(usage.group(3)) == 0, usage.group(0)
+        return
+    assert int(usage.group(2)) <= 8 and int(usage.group(3)) == 0, usage.group(0)
+    loops = sass_kv_loops(_cuobjdump("-sass", compiled[3]))
+    assert len(loops) == len(EXPECTED[compiled[2]][1]), len(loops)
+    for body in loops:
+        assert sum(t.startswith("STL") for t in body) <= 1 and not any(t.startswith("LDL") for t in body)
 
 
 def test_output_and_lse(ptx):

@@ -58,7 +58,7 @@ def test_recipe_the_triton_kernel_refuses_gets_its_line():
         cute_plan("zyfa-hopper:q_format=e5m2")
 
 
-@pytest.mark.parametrize("d_qk,d_v", [(256, 256), (128, 64), (64, 128)])
+@pytest.mark.parametrize("d_qk,d_v", [(256, 128), (128, 64), (64, 128)])
 def test_head_dims_not_supported(d_qk, d_v):
     q, k, v = qkv(d_qk=d_qk, d_v=d_v)
     with pytest.raises(ValueError, match="CuTe FP8 kernel supports head dims"):
@@ -114,8 +114,9 @@ def test_forms_default_and_first():
     """The default form leaves the clamp out where the guard allows and splits the mask off (zyfa-hopper has the
     margin: mad_m_safe 177K); the first form is all switches off; a form without a margin is refused."""
     plan = cute_plan(CUTE_RECIPE)
-    assert cute_config(plan) == {"MAD_CVT": 6, "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0}
-    assert cute_config(plan, CUTE_FIRST_FORM) == {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0}
+    assert cute_config(plan) == {"MAD_CVT": 6, "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 32}
+    assert cute_config(plan, CUTE_FIRST_FORM) == {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0,
+                                                  "PV_BLOCK": 32}
     assert cute_config(plan, {"PV_OVERLAP": 1})["PV_OVERLAP"] == 1
     assert cute_config(plan, {"MAD_CVT": 3})["MASK_SPLIT"] == 1
 
@@ -134,3 +135,17 @@ def test_bad_forms_refused(config, match):
     q, k, v = qkv()
     with pytest.raises(ValueError, match=match):  # before anything is compiled or launched
         attention_cute(q.to(FP8), k.to(FP8), v.to(FP8), config=config)
+
+
+@pytest.mark.parametrize("config,match", [({"PV_OVERLAP": 1}, "PV_OVERLAP=1 needs d_v <= 128"),
+                                          ({"PV_BLOCK": 48}, r"PV_BLOCK=48: expected one of \(32, 64\)"),
+                                          ({"PV_BLOCK": True}, "PV_BLOCK=True")])
+def test_forms_refused_at_hd256(config, match):
+    """P·V runs in column blocks above d_v 128: the overlapped loop is refused there, and a block the kernel has no
+    form for anywhere; one line, before cutlass is imported, from the compile entry and from the call."""
+    with pytest.raises(ValueError, match=match) as e:
+        compile_for(b=1, h=2, h_kv=2, s_q=16, s_k=16, d_qk=256, d_v=256, causal=False, config=config)
+    assert "\n" not in str(e.value)
+    q, k, v = qkv(d_qk=256, d_v=256)
+    with pytest.raises(ValueError, match=match):
+        attention_cute(q, k, v, config=config)

@@ -64,6 +64,7 @@ from zyfa.kernels._cute_ptx import (
     pack4,
     pow2i,
 )
+from zyfa.kernels.cute_plan import PV_BLOCKS, PV_WHOLE_MAX
 from zyfa.kernels.kernel_plan import FP8_MAX_SQ, LOG2_448
 
 LN2 = 0.6931471805599453
@@ -95,7 +96,7 @@ class CuteFp8Attention:
 
     def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                  causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                 pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, kv_stages: int = 2):
+                 pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, pv_block: int = 32, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
         self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
         self.causal = causal
@@ -108,6 +109,12 @@ class CuteFp8Attention:
         self.rowsum_mma = bool(rowsum_mma)
         self.m_safe = float(m_safe)
         self.kv_stages = kv_stages
+        self.pv_n = d_v if d_v <= PV_WHOLE_MAX else pv_block  # P·V's columns per wgmma and fresh accumulator
+        self.pv_chunks = d_v // self.pv_n
+        self.pv_buffers = 2 if self.pv_n < 64 else 1  # fresh accumulators of the blocks (pv_chunked)
+        if self.pv_chunks > 1 and (pv_block not in PV_BLOCKS or d_v % pv_block or pv_overlap):
+            raise ValueError(f"d_v {d_v} > {PV_WHOLE_MAX} needs PV_BLOCK in {PV_BLOCKS} dividing it and PV_OVERLAP 0 "
+                             "(P·V in column blocks, issued after S's registers are free)")
         self.group = h // h_kv
         self.block_m = BLOCK_M_WG * NUM_CONSUMERS
         self.n_blocks_m = -(-s_q // self.block_m)
@@ -259,8 +266,14 @@ class CuteFp8Attention:
             tSrQ = qk_mma.make_fragment_A(qk_thr.partition_A(sQ))
             tSrK = qk_mma.make_fragment_B(qk_thr.partition_B(sK))
             tOrV = pv_mma.make_fragment_B(pv_thr.partition_B(sV))
+            if cutlass.const_expr(self.pv_chunks > 1):  # one B fragment per column block of Vᵀ (its rows)
+                tOrV = tuple(pv_mma.make_fragment_B(pv_thr.partition_B(
+                    cute.local_tile(sV, (self.pv_n, BLOCK_N), (b, 0, None)))) for b in range(self.pv_chunks))
             acc_s = qk_thr.make_fragment_C(qk_thr.partition_shape_C((BLOCK_M_WG, BLOCK_N)))
-            acc_pv = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d_v)))
+            acc_pv = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.pv_n)))
+            if cutlass.const_expr(self.pv_chunks > 1):  # the column blocks' fresh products (pv_chunked)
+                acc_pv = (acc_pv,) + tuple(pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.pv_n)))
+                                           for _ in range(self.pv_buffers - 1))
             acc_o = pv_thr.make_fragment_C(pv_thr.partition_shape_C((BLOCK_M_WG, self.d_v)))
             # rowsum_mma: the tile's row sums as P8·ones (every column the same sum), fresh each tile like acc_pv
             tOrOnes = None
@@ -330,13 +343,18 @@ class CuteFp8Attention:
                 v_state = self.stage(n_tiles - 1, False)
                 v_pipe.consumer_wait(v_state)
                 cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
-                cute.nvgpu.warpgroup.fence()
-                self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index, tOrOnes, acc_l)
-                cute.nvgpu.warpgroup.commit_group()
-                cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
-                cute.nvgpu.warpgroup.wait_group(0)
-                v_pipe.consumer_release(v_state)
-                self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
+                if cutlass.const_expr(self.pv_chunks > 1):
+                    self.pv_chunked(tOrP, tOrV, acc_pv, acc_o, alpha, l_i, v_state.index, tOrOnes, acc_l)
+                    cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+                    v_pipe.consumer_release(v_state)
+                else:
+                    cute.nvgpu.warpgroup.fence()
+                    self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index, tOrOnes, acc_l)
+                    cute.nvgpu.warpgroup.commit_group()
+                    cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    v_pipe.consumer_release(v_state)
+                    self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
             if w == 0:
                 # consume the other warpgroup's last arrive (its turns and ours then balance)
                 cute.arch.barrier(barrier_id=ORDER_BAR0, number_of_threads=2 * THREADS_PER_WG)
@@ -376,32 +394,45 @@ class CuteFp8Attention:
             k_pipe.consumer_wait(k_state)
             v_pipe.consumer_wait(v_state)
             cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
-            cute.nvgpu.warpgroup.fence()
-            self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
-            if cutlass.const_expr(self.pv_overlap):
-                cute.nvgpu.warpgroup.commit_group()
-            self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index, tOrOnes, acc_l)
-            cute.nvgpu.warpgroup.commit_group()
-            cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
             mask_j = j >= n_full if cutlass.const_expr(masked is None) else masked
-            if cutlass.const_expr(self.pv_overlap):
-                cute.nvgpu.warpgroup.wait_group(1)
-                k_pipe.consumer_release(k_state)
-                self.softmax_tile(acc_s, tScS, p_next, m_i, l_i, e_i, alpha_next, c, c8n, row0, j, mask_j, clamp)
-                cute.nvgpu.warpgroup.wait_group(0)
+            if cutlass.const_expr(self.pv_chunks > 1):
+                # P_{j-1}·V_{j-1} in column blocks, each flushed as the next runs; then S_j into the registers the
+                # products left (both at once would need 2 x 64 more than a consumer thread has)
+                self.pv_chunked(tOrP, tOrV, acc_pv, acc_o, alpha, l_i, v_state.index, tOrOnes, acc_l)
                 v_pipe.consumer_release(v_state)
-                self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
-                for i in cutlass.range_constexpr(cute.size(p_u32)):
-                    keep_live(p_u32[i])  # P_{j-1}'s codes live to here, so tile j's never share their registers
-                    p_u32[i] = p_next[i]
-                for r in cutlass.range_constexpr(2):
-                    alpha[r] = alpha_next[r]
-            else:
+                cute.nvgpu.warpgroup.fence()
+                self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+                cute.nvgpu.warpgroup.commit_group()
+                cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
                 cute.nvgpu.warpgroup.wait_group(0)
                 k_pipe.consumer_release(k_state)
-                v_pipe.consumer_release(v_state)
-                self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
                 self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, mask_j, clamp)
+            else:
+                cute.nvgpu.warpgroup.fence()
+                self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+                if cutlass.const_expr(self.pv_overlap):
+                    cute.nvgpu.warpgroup.commit_group()
+                self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index, tOrOnes, acc_l)
+                cute.nvgpu.warpgroup.commit_group()
+                cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+                if cutlass.const_expr(self.pv_overlap):
+                    cute.nvgpu.warpgroup.wait_group(1)
+                    k_pipe.consumer_release(k_state)
+                    self.softmax_tile(acc_s, tScS, p_next, m_i, l_i, e_i, alpha_next, c, c8n, row0, j, mask_j, clamp)
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    v_pipe.consumer_release(v_state)
+                    self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
+                    for i in cutlass.range_constexpr(cute.size(p_u32)):
+                        keep_live(p_u32[i])  # P_{j-1}'s codes live to here, so tile j's never share their registers
+                        p_u32[i] = p_next[i]
+                    for r in cutlass.range_constexpr(2):
+                        alpha[r] = alpha_next[r]
+                else:
+                    cute.nvgpu.warpgroup.wait_group(0)
+                    k_pipe.consumer_release(k_state)
+                    v_pipe.consumer_release(v_state)
+                    self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
+                    self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, mask_j, clamp)
 
     def stage(self, j: Int32, producer: bool) -> pipeline.PipelineState:
         """The K/Vᵀ pipelines' state for KV tile j, derived from j (no state object carried through staged control
@@ -426,12 +457,12 @@ class CuteFp8Attention:
                                                  (BLOCK_M_WG, BLOCK_N))
 
     def make_pv_mma(self, n: int = 0) -> cute.TiledMma:
-        """O = P·V: one warpgroup, m64n{d_v}, P (A) from registers, Vᵀ (B) K-major from shared memory. ``n``: another
-        N for the same P (``ONES_N``: the row sum P8·ones of ``rowsum_mma``; an A operand's layout does not depend
-        on N, so P's register fragment serves both)."""
+        """O = P·V: one warpgroup, m64n{pv_n} (d_v, or a column block of it), P (A) from registers, Vᵀ (B) K-major
+        from shared memory. ``n``: another N for the same P (``ONES_N``: the row sum P8·ones of ``rowsum_mma``; an A
+        operand's layout does not depend on N, so P's register fragment serves both)."""
         kmaj = cute.nvgpu.warpgroup.OperandMajorMode.K
         return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, kmaj, kmaj, Float32, (1, 1, 1),
-                                                 (BLOCK_M_WG, n or self.d_v), cute.nvgpu.warpgroup.OperandSource.RMEM)
+                                                 (BLOCK_M_WG, n or self.pv_n), cute.nvgpu.warpgroup.OperandSource.RMEM)
 
     # The gemm helpers build their own TiledMma: its ACCUMULATE field is runtime state, and a value set inside one
     # staged loop body must not be read outside it.
@@ -446,29 +477,55 @@ class CuteFp8Attention:
 
     @cute.jit
     def gemm_pv(self, tOrP: cute.Tensor, tOrV: cute.Tensor, acc_pv: cute.Tensor, stage: Int32, tOrOnes,
-                acc_l):
-        """acc_pv = P · V_stage (a fresh accumulator: the tile's product, flushed into fp32 by flush_pv); with
-        ``rowsum_mma`` also acc_l = P · ones (fresh, in the same wgmma group), the tile's row sums on the unit."""
+                acc_l, block: int = 0):
+        """acc_pv = P · V_stage (a fresh accumulator: the tile's product, flushed into fp32 by flush_pv), or its
+        column block ``block`` where d_v comes in blocks (:meth:`pv_chunked`); with ``rowsum_mma`` and ``tOrOnes``
+        also acc_l = P · ones (fresh, in the same wgmma group), the tile's row sums on the unit."""
         pv_mma = self.make_pv_mma()
         for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
             pv_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
-            cute.gemm(pv_mma, acc_pv, tOrP[(None, None, kb)], tOrV[(None, None, kb, stage)], acc_pv)
-        if cutlass.const_expr(self.rowsum_mma):
+            v_frag = tOrV if cutlass.const_expr(self.pv_chunks == 1) else tOrV[block]
+            cute.gemm(pv_mma, acc_pv, tOrP[(None, None, kb)], v_frag[(None, None, kb, stage)], acc_pv)
+        if cutlass.const_expr(self.rowsum_mma and tOrOnes is not None):
             ones_mma = self.make_pv_mma(ONES_N)
             for kb in cutlass.range_constexpr(cute.size(tOrP, mode=[2])):
                 ones_mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, kb != 0)
                 cute.gemm(ones_mma, acc_l, tOrP[(None, None, kb)], tOrOnes[(None, None, kb, 0)], acc_l)
 
     @cute.jit
-    def flush_pv(self, acc_o: cute.Tensor, acc_pv: cute.Tensor, alpha: cute.Tensor, l_i: cute.Tensor, acc_l):
-        """acc = acc·alpha + P·V (per row alpha; register i of the m64 accumulator is row half (i // 2) % 2); with
-        ``rowsum_mma`` also l = l·alpha + P·ones (registers 0 and 2 of acc_l: the thread's two rows, column 0), the
-        Triton kernel's order for rowsum 'rounded_mma'."""
-        for i in cutlass.range_constexpr(cute.size(acc_o)):
-            acc_o[i] = acc_o[i] * alpha[(i // 2) % 2] + acc_pv[i]
-        if cutlass.const_expr(self.rowsum_mma):
+    def flush_pv(self, acc_o: cute.Tensor, acc_pv: cute.Tensor, alpha: cute.Tensor, l_i: cute.Tensor, acc_l,
+                 block: int = 0):
+        """acc = acc·alpha + P·V (per row alpha; register i of the m64 accumulator is row half (i // 2) % 2), over
+        column block ``block`` of acc where d_v comes in blocks (acc's registers block by block, each in acc_pv's
+        order); with ``rowsum_mma`` and ``acc_l`` also l = l·alpha + P·ones (registers 0 and 2 of acc_l: the
+        thread's two rows, column 0), the Triton kernel's order for rowsum 'rounded_mma'."""
+        n = cute.size(acc_pv)
+        for i in cutlass.range_constexpr(n):
+            acc_o[n * block + i] = acc_o[n * block + i] * alpha[(i // 2) % 2] + acc_pv[i]
+        if cutlass.const_expr(self.rowsum_mma and acc_l is not None):
             for r in cutlass.range_constexpr(2):
                 l_i[r] = l_i[r] * alpha[r] + acc_l[2 * r]
+
+    @cute.jit
+    def pv_chunked(self, tOrP: cute.Tensor, tOrV: cute.Tensor, acc_pv: tuple, acc_o: cute.Tensor,
+                   alpha: cute.Tensor, l_i: cute.Tensor, stage: Int32, tOrOnes, acc_l):
+        """P·V_stage for d_v > PV_WHOLE_MAX, flushed into acc (:meth:`flush_pv`, with alpha): the column blocks of
+        pv_n one wgmma group each, through the fresh accumulators of ``acc_pv`` (two: block b flushed while block
+        b + 1 runs; one: each block issued, waited for and flushed in turn); P·ones (``rowsum_mma``) in block 0's
+        group, l updated at its flush. The same operations on every value as one whole product: a column's sum never
+        meets another column's."""
+        nbuf = len(acc_pv)
+        for b in cutlass.range_constexpr(self.pv_chunks + 1):
+            if cutlass.const_expr(b > 0 and nbuf == 1):
+                cute.nvgpu.warpgroup.wait_group(0)
+                self.flush_pv(acc_o, acc_pv[0], alpha, l_i, acc_l if b == 1 else None, b - 1)
+            if cutlass.const_expr(b < self.pv_chunks):
+                cute.nvgpu.warpgroup.fence()  # the flush of block b - nbuf read this accumulator's registers
+                self.gemm_pv(tOrP, tOrV, acc_pv[b % nbuf], stage, tOrOnes if b == 0 else None, acc_l, b)
+                cute.nvgpu.warpgroup.commit_group()
+            if cutlass.const_expr(b > 0 and nbuf == 2):
+                cute.nvgpu.warpgroup.wait_group(1 if b < self.pv_chunks else 0)
+                self.flush_pv(acc_o, acc_pv[(b - 1) % 2], alpha, l_i, acc_l if b == 1 else None, b - 1)
 
     @cute.jit
     def softmax_tile(self, acc_s: cute.Tensor, tScS: cute.Tensor, p_u32: cute.Tensor, m_i: cute.Tensor,

@@ -13,7 +13,7 @@ returns (out bf16, lse fp32 natural log); :func:`attention_cute_quantized` quant
 :func:`~zyfa.kernels.attention_fp8.quantize_for_kernel` (the emulator's quantizer). Scope: the ``zyfa-hopper``
 numerics (fused MAD codes, per-row power-of-two P exponent, rounded row sum decoded from the codes or, with
 ``rowsum=rounded_mma``, taken on the tensor core as P8·ones, accumulator flushed every KV tile,
-division, bf16 RNE; per-tensor or per-head descales), head dims 64, 128 and MLA's 192/128 (:data:`CUTE_HEAD_DIMS`),
+division, bf16 RNE; per-tensor or per-head descales), head dims 64, 128, 256 and MLA's 192/128 (:data:`CUTE_HEAD_DIMS`),
 causal (bottom-right) or not, GQA, any lengths. Everything else is refused in one line naming the field, and every
 check runs before cutlass is imported, so a CPU machine gets the same errors. Compiled kernels are cached per
 (shapes, recipe, causal).
@@ -26,7 +26,7 @@ import math
 import torch
 
 from zyfa.kernels.attention_fp8 import prepare_vt, quantize_for_kernel
-from zyfa.kernels.cute_plan import CUTE_HEAD_DIMS, CUTE_RECIPE, check_head_dims, cute_config, cute_plan
+from zyfa.kernels.cute_plan import CUTE_HEAD_DIMS, CUTE_RECIPE, check_form, check_head_dims, cute_config, cute_plan
 from zyfa.kernels.kernel_plan import LOG2E, KernelPlan, mad_m_safe
 from zyfa.kernels.validation import check_device, check_fp8, descale_to_bh, validate_inputs
 from zyfa.recipes import Recipe
@@ -47,14 +47,15 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
                 recipe: Recipe | str = CUTE_RECIPE, config: dict | None = None, options: str = ""):
     """Compile (or fetch from the cache) the kernel for these shapes and recipe; needs no GPU. ``config`` overrides
     the kernel's form (:func:`~zyfa.kernels.cute_plan.cute_config`: ``MAD_CVT``, ``MASK_SPLIT``, ``BOOKKEEPING``,
-    ``PV_OVERLAP``; every form gives the same bits; :data:`~zyfa.kernels.cute_plan.CUTE_FIRST_FORM` is the one
-    that first ran).
+    ``PV_OVERLAP``, ``PV_BLOCK``; every form gives the same bits; :data:`~zyfa.kernels.cute_plan.CUTE_FIRST_FORM`
+    is the one that first ran).
     ``options`` go to ``cute.compile`` (e.g. ``"--keep-ptx --keep-cubin --dump-dir=DIR"`` writes both into DIR; a
     call with options is not cached). ValueError for a recipe, form, head dims or shapes the kernel does not take;
     ImportError (one line) when the CuTe DSL is not importable."""
     plan = cute_plan(recipe)
     cfg = cute_config(plan, config)
     check_head_dims(d_qk, d_v)
+    check_form(cfg, d_v)
     for name, x in (("b", b), ("h", h), ("h_kv", h_kv), ("s_q", s_q), ("s_k", s_k)):
         if isinstance(x, bool) or not isinstance(x, int) or x < 1:
             raise ValueError(f"{name} must be a positive int, got {x!r}")
@@ -74,7 +75,8 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
                                          mad_cvt=cfg["MAD_CVT"], mask_split=bool(cfg["MASK_SPLIT"]),
                                          bookkeeping=bool(cfg["BOOKKEEPING"]),
                                          pv_overlap=bool(cfg["PV_OVERLAP"]), m_safe=mad_m_safe(plan),
-                                         rowsum_mma=plan.rowsum_rounded == 2, options=options)
+                                         rowsum_mma=plan.rowsum_rounded == 2, pv_block=cfg["PV_BLOCK"],
+                                         options=options)
     if not options:
         _COMPILED[key] = compiled
     return compiled
@@ -90,7 +92,7 @@ def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bo
     b, h, h_kv, s_q, s_k, d_qk, d_v = validate_inputs(q, k, v, causal, sm_scale, None)
     check_fp8(q, k, v, (q_descale, k_descale, v_descale))
     check_head_dims(d_qk, d_v)
-    cute_config(cute_plan(recipe), config)
+    check_form(cute_config(cute_plan(recipe), config), d_v)
     dev = q.device
     qd = descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
     kd = descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)

@@ -13,12 +13,15 @@ from zyfa.kernels.kernel_plan import KernelPlan, default_mad_cvt, fused_mad_is_e
 from zyfa.recipe_spec import get_recipe
 from zyfa.recipes import Recipe
 
-__all__ = ["CUTE_FIRST_FORM", "CUTE_HEAD_DIMS", "CUTE_RECIPE", "NOT_FOR_DECODING", "check_head_dims", "cute_config",
-           "cute_plan"]
+__all__ = ["CUTE_FIRST_FORM", "CUTE_HEAD_DIMS", "CUTE_RECIPE", "NOT_FOR_DECODING", "PV_BLOCKS", "PV_WHOLE_MAX",
+           "check_form", "check_head_dims", "cute_config", "cute_plan"]
 
 CUTE_RECIPE = "zyfa-hopper"  # the numerics the kernel implements
-# (d_qk, d_v). Not d 256: O's accumulator and the tile's fresh P·V product alone need 256 registers a thread
-CUTE_HEAD_DIMS = ((64, 64), (128, 128), (192, 128))
+# (d_qk, d_v). Above d_v PV_WHOLE_MAX, P·V runs in column blocks of PV_BLOCK columns (O's accumulator and a whole
+# fresh product would need 2 x 128 registers a thread at d_v 256), and PV_OVERLAP is refused
+CUTE_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
+PV_WHOLE_MAX = 128
+PV_BLOCKS = (32, 64)
 # The kernel is compiled for one shape (b, h, h_kv, s_q, s_k, head dims: attention_cute.compile_for caches one per
 # shape; docs/KERNEL.md measures 1.5-3.5 s a compile), and each greedy decode step attends to one more key
 NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a compile) and every decode step has "
@@ -33,7 +36,10 @@ NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a
 # a shift (0: a signed division and modulo) and starts each row sum at its first group of codes (0: at 0 + it);
 # PV_OVERLAP 1 commits a KV tile's S and the previous tile's P·V as two wgmma groups, runs the tile's softmax as soon
 # as S is done (its codes and alpha into a second set of registers) while P·V still runs, then flushes P·V with the
-# previous alpha (0: both groups waited for, then the flush, then the softmax). Same arithmetic, reordered.
+# previous alpha (0: both groups waited for, then the flush, then the softmax); PV_BLOCK, where d_v > PV_WHOLE_MAX
+# (ignored below): P·V's column block, 32 (two fresh accumulators, block b flushed while block b + 1 runs) or 64 (one,
+# each block waited for and flushed in turn: fewer instructions, the unit idle during each flush). Same arithmetic,
+# reordered.
 # The form that first ran on a GPU (cc8e3cc; the same cubin), kept for A/B runs:
 CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0}
 
@@ -41,9 +47,9 @@ CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP"
 def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     """The kernel's form for a plan (:func:`cute_plan`): the defaults (MAD_CVT 6 where the recipe's
     :func:`~zyfa.kernels.kernel_plan.mad_m_safe` leaves a margin, as :func:`~zyfa.kernels.kernel_plan.default_mad_cvt`
-    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0) with ``config``'s overrides;
-    ValueError in one line for an unknown key or value."""
-    cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0}
+    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0; PV_BLOCK 32) with ``config``'s
+    overrides; ValueError in one line for an unknown key or value."""
+    cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 32}
     for key, value in (config or {}).items():
         if key not in cfg:
             raise ValueError(f"the CuTe FP8 kernel has no switch {key!r} (switches: {', '.join(cfg)})")
@@ -57,6 +63,8 @@ def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     for key in ("MASK_SPLIT", "BOOKKEEPING", "PV_OVERLAP"):
         if cfg[key] not in (0, 1) or isinstance(cfg[key], bool):
             raise ValueError(f"{key}={cfg[key]!r}: expected 0 or 1")
+    if cfg["PV_BLOCK"] not in PV_BLOCKS or isinstance(cfg["PV_BLOCK"], bool):
+        raise ValueError(f"PV_BLOCK={cfg['PV_BLOCK']!r}: expected one of {PV_BLOCKS}")
     return cfg
 
 
@@ -93,6 +101,14 @@ def cute_plan(recipe: Recipe | str) -> KernelPlan:
         raise _refuse(r, "mad_offset", r.mad_offset,
                       "an offset that keeps the row max off the rounding boundary (the kernel runs the fused MAD)")
     return plan
+
+
+def check_form(cfg: dict, d_v: int) -> None:
+    """ValueError in one line for a form (:func:`cute_config`) the head dims rule out: PV_OVERLAP above d_v
+    PV_WHOLE_MAX (P·V then runs in column blocks after S, not beside it)."""
+    if d_v > PV_WHOLE_MAX and cfg["PV_OVERLAP"]:
+        raise ValueError(f"PV_OVERLAP=1 needs d_v <= {PV_WHOLE_MAX} (got {d_v}: P·V runs in column blocks after S, "
+                         "in the registers S leaves free)")
 
 
 def check_head_dims(d_qk: int, d_v: int) -> None:
