@@ -174,13 +174,13 @@ def test_limits_of_builtins():
     assert tri.limits(mla) is None
     absorbed = make_gaussian(GaussianSpec(seq=32, head_dim=576, head_dim_v=512, heads_q=1, heads_kv=1))
     assert "576/512 not supported" in tri.limits(absorbed)
-    # the CuTe kernel: hd 64, 128 and MLA 192/128, no sliding window (a window equal to the causal mask is fine)
+    # the CuTe kernel: hd 64, 128, 256 and MLA 192/128, no sliding window (a window equal to the causal mask is fine)
     cute = get_implementation("cute:zyfa-hopper")
     assert cute.limits(mla) is None and cute.limits(_input(seq=64, d=128)) is None
     assert cute.limits(windowed) == "sliding window (16 keys) not supported"
     assert cute.limits(_input(seq=64, window=64)) is None
-    hd256 = make_gaussian(GaussianSpec(seq=32, head_dim=256, heads_q=1, heads_kv=1))
-    assert cute.limits(hd256) == "head dims 256/256 not supported (takes 64/64, 128/128, 192/128)"
+    assert cute.limits(make_gaussian(GaussianSpec(seq=32, head_dim=256, heads_q=1, heads_kv=1))) is None
+    assert cute.limits(absorbed) == "head dims 576/512 not supported (takes 64/64, 128/128, 192/128, 256/256)"
     fi = get_implementation("flashinfer-fa3")
     assert "sliding window" in fi.limits(windowed)
     assert "192/128 not supported" in fi.limits(mla)

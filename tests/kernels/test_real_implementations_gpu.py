@@ -1,8 +1,8 @@
 """GPU tests: every built-in real implementation against its recipe's emulation (H200).
 
 Every built-in of the registry, our CuTe kernel (``cute:zyfa-hopper``) with our Triton kernel's recipes and the
-peers; an input an implementation does not take (its ``limits``: the CuTe kernel's head dim 256 and sliding windows)
-is skipped with the reason.
+peers; an input an implementation does not take (its ``limits``: e.g. the CuTe kernel's sliding windows) is skipped
+with the reason.
 
 Inputs: the shipped captures (datasets/*.h5; two layers each, first 1024 tokens, two or three query heads)
 and Gaussian inputs. For each (implementation, input) the real kernel's rel-L2 error against the FP64 oracle
