@@ -27,7 +27,9 @@ CuTe DSL kernel's forms (recipe ``cute:zyfa-hopper``, config its form: :func:`zy
 the default against the form that first ran (``CUTE_FIRST_FORM``) and each switch alone, beside the Triton kernel
 (the CuTe DSL installed with ``--target /tmp/site`` as scripts/stage_cute_wheels.py says, and
 ``/tmp/site/nvidia_cutlass_dsl/dsl_packages`` on PYTHONPATH too); ``cute-rowsum``, the CuTe kernel with technique 3's
-row sum on the tensor core (``rowsum=rounded_mma``) against its default, alone and with ``PV_OVERLAP``.
+row sum on the tensor core (``rowsum=rounded_mma``) against its default, alone and with ``PV_OVERLAP``;
+``cute-hd256``, the CuTe kernel at d 256 with P·V in blocks of 32 columns through two accumulators (the default)
+against blocks of 64 through one (``PV_BLOCK`` 64, the same bits), both row sums, beside the Triton kernel.
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -45,7 +47,7 @@ from zyfa.kernels.cute_plan import CUTE_FIRST_FORM  # noqa: E402  (torch-free; a
 from zyfa.recipe_spec import split_spec  # noqa: E402
 
 SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
-        "hd256-unserialized", "mla-occupancy", "cute-forms", "cute-rowsum")
+        "hd256-unserialized", "mla-occupancy", "cute-forms", "cute-rowsum", "cute-hd256")
 CUTE = "cute:zyfa-hopper"  # the CuTe DSL kernel (zyfa.bench.cases.gaussian_kernel_call runs the cute namespace)
 
 V = []
@@ -204,6 +206,15 @@ def variant_set(name):
                 add("row sum on the tensor core, PV_OVERLAP 1", shape, c, CUTE + ":rowsum=rounded_mma",
                     {"PV_OVERLAP": 1})
             add("triton default", "hd128", c, "zyfa-hopper", None)
+    elif name == "cute-hd256":
+        for c in (False, True):
+            add("default (P·V in blocks of 32, two accumulators)", "hd256", c, CUTE, None)
+            add("P·V in blocks of 64, one accumulator (PV_BLOCK 64)", "hd256", c, CUTE, {"PV_BLOCK": 64},
+                same_bits=True)
+            add("row sum on the tensor core", "hd256", c, CUTE + ":rowsum=rounded_mma", None)
+            add("row sum on the tensor core, PV_BLOCK 64", "hd256", c, CUTE + ":rowsum=rounded_mma",
+                {"PV_BLOCK": 64}, same_bits=True)
+            add("triton default", "hd256", c, "zyfa-hopper", None)
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 
