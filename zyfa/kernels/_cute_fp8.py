@@ -54,6 +54,7 @@ from cutlass.cutlass_dsl import Float32, Int32, Uint32
 
 from zyfa.kernels._cute_ptx import (
     code_value,
+    div_by_rcp,
     div_rn,
     ex2,
     floor_f32,
@@ -62,7 +63,9 @@ from zyfa.kernels._cute_ptx import (
     mad_code,
     mad_code_unclamped,
     pack4,
+    pack_bf16x2,
     pow2i,
+    rcp_rn,
 )
 from zyfa.kernels.cute_plan import PV_BLOCKS, PV_WHOLE_MAX
 from zyfa.kernels.kernel_plan import FP8_MAX_SQ, LOG2_448
@@ -96,7 +99,8 @@ class CuteFp8Attention:
 
     def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                  causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                 pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, pv_block: int = 32, kv_stages: int = 2):
+                 pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, pv_block: int = 32,
+                 epilogue_rcp: bool = False, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
         self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
         self.causal = causal
@@ -107,6 +111,7 @@ class CuteFp8Attention:
         self.bookkeeping = bool(bookkeeping)
         self.pv_overlap = bool(pv_overlap)
         self.rowsum_mma = bool(rowsum_mma)
+        self.epilogue_rcp = bool(epilogue_rcp)
         self.m_safe = float(m_safe)
         self.kv_stages = kv_stages
         self.pv_n = d_v if d_v <= PV_WHOLE_MAX else pv_block  # P·V's columns per wgmma and fresh accumulator
@@ -619,14 +624,32 @@ class CuteFp8Attention:
             l_safe[r] = Float32(1.0)
             if has[r]:
                 l_safe[r] = l_i[r]
-        for i in cutlass.range_constexpr(cute.size(acc_o)):
-            r = (i // 2) % 2
-            row = row0 + tOcO[i][0]
-            o = div_rn(acc_o[i], l_safe[r]) * vd
-            if not has[r]:
-                o = Float32(0.0)
-            if row < self.s_q:
-                mO[row, tOcO[i][1], bh] = o.to(cutlass.BFloat16)
+        if cutlass.const_expr(self.epilogue_rcp):
+            # one correctly rounded reciprocal per row, each quotient from it by Markstein's correction (div_rn's
+            # bits: div_by_rcp), and two adjacent columns (registers 2g, 2g + 1) in one 32-bit store
+            rl = cute.make_rmem_tensor((2,), Float32)
+            for r in cutlass.range_constexpr(2):
+                rl[r] = rcp_rn(l_safe[r])
+            mO2 = cute.recast_tensor(mO, Uint32)
+            for g in cutlass.range_constexpr(cute.size(acc_o) // 2):
+                r = g % 2
+                row = row0 + tOcO[2 * g][0]
+                o0 = div_by_rcp(acc_o[2 * g], l_safe[r], rl[r]) * vd
+                o1 = div_by_rcp(acc_o[2 * g + 1], l_safe[r], rl[r]) * vd
+                if not has[r]:
+                    o0 = Float32(0.0)
+                    o1 = Float32(0.0)
+                if row < self.s_q:
+                    mO2[row, tOcO[2 * g][1] // 2, bh] = Uint32(pack_bf16x2(o0, o1))
+        else:
+            for i in cutlass.range_constexpr(cute.size(acc_o)):
+                r = (i // 2) % 2
+                row = row0 + tOcO[i][0]
+                o = div_rn(acc_o[i], l_safe[r]) * vd
+                if not has[r]:
+                    o = Float32(0.0)
+                if row < self.s_q:
+                    mO[row, tOcO[i][1], bh] = o.to(cutlass.BFloat16)
         if thr % 4 == 0:
             for r in cutlass.range_constexpr(2):
                 row = row0 + tOcO[2 * r][0]

@@ -65,6 +65,31 @@ def div_rn(a, b, *, loc=None, ip=None) -> Float32:
 
 
 @dsl_user_op
+def rcp_rn(x, *, loc=None, ip=None) -> Float32:
+    """1/x rounded to nearest even (rcp.rn.f32, IEEE): the per-row factor of :func:`div_by_rcp`."""
+    return Float32(_asm(T.f32(), [Float32(x)], "rcp.rn.f32 $0, $1;", "=f,f", loc, ip))
+
+
+@dsl_user_op
+def div_by_rcp(a, b, rb, *, loc=None, ip=None) -> Float32:
+    """a / b rounded to nearest even from rb = rcp_rn(b), in three instructions: q = a·rb, then Markstein's
+    correction q + (a - q·b)·rb (the remainder exact in one fma). With rb correctly rounded and q within an ulp of a/b,
+    the correction rounds to the correctly rounded quotient (Markstein 1990), so this equals div.rn.f32 wherever no
+    step overflows or goes subnormal and a is not -0 (-0 / b gives +0 here): the kernel's acc / l, whose acc is never
+    -0 and whose quotient lies far inside the normal range."""
+    return Float32(_asm(T.f32(), [Float32(a), Float32(b), Float32(rb)],
+                        "{ .reg .f32 q, e; mul.rn.f32 q, $1, $3; neg.f32 e, q; fma.rn.f32 e, e, $2, $1; "
+                        "fma.rn.f32 $0, e, $3, q; }", "=f,f,f,f", loc, ip))
+
+
+@dsl_user_op
+def pack_bf16x2(lo, hi, *, loc=None, ip=None) -> Int32:
+    """Two fp32 rounded to bf16 (nearest even, each as cvt.rn.bf16.f32 would) in one register, lo in the low half:
+    one 32-bit store for two adjacent columns."""
+    return Int32(_asm(T.i32(), [Float32(lo), Float32(hi)], "cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,f,f", loc, ip))
+
+
+@dsl_user_op
 def floor_f32(x, *, loc=None, ip=None) -> Float32:
     return Float32(_asm(T.f32(), [Float32(x)], "cvt.rmi.f32.f32 $0, $1;", "=f,f", loc, ip))
 

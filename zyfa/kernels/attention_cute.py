@@ -47,8 +47,8 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
                 recipe: Recipe | str = CUTE_RECIPE, config: dict | None = None, options: str = ""):
     """Compile (or fetch from the cache) the kernel for these shapes and recipe; needs no GPU. ``config`` overrides
     the kernel's form (:func:`~zyfa.kernels.cute_plan.cute_config`: ``MAD_CVT``, ``MASK_SPLIT``, ``BOOKKEEPING``,
-    ``PV_OVERLAP``, ``PV_BLOCK``; every form gives the same bits; :data:`~zyfa.kernels.cute_plan.CUTE_FIRST_FORM`
-    is the one that first ran).
+    ``PV_OVERLAP``, ``PV_BLOCK``, ``EPILOGUE``; every form gives the same bits;
+    :data:`~zyfa.kernels.cute_plan.CUTE_FIRST_FORM` is the one that first ran).
     ``options`` go to ``cute.compile`` (e.g. ``"--keep-ptx --keep-cubin --dump-dir=DIR"`` writes both into DIR; a
     call with options is not cached). ValueError for a recipe, form, head dims or shapes the kernel does not take;
     ImportError (one line) when the CuTe DSL is not importable."""
@@ -76,7 +76,7 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
                                          bookkeeping=bool(cfg["BOOKKEEPING"]),
                                          pv_overlap=bool(cfg["PV_OVERLAP"]), m_safe=mad_m_safe(plan),
                                          rowsum_mma=plan.rowsum_rounded == 2, pv_block=cfg["PV_BLOCK"],
-                                         options=options)
+                                         epilogue_rcp=bool(cfg["EPILOGUE"]), options=options)
     if not options:
         _COMPILED[key] = compiled
     return compiled

@@ -38,8 +38,9 @@ NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a
 # as S is done (its codes and alpha into a second set of registers) while P·V still runs, then flushes P·V with the
 # previous alpha (0: both groups waited for, then the flush, then the softmax); PV_BLOCK, where d_v > PV_WHOLE_MAX
 # (ignored below): P·V's column block, 32 (two fresh accumulators, block b flushed while block b + 1 runs) or 64 (one,
-# each block waited for and flushed in turn: fewer instructions, the unit idle during each flush). Same arithmetic,
-# reordered.
+# each block waited for and flushed in turn: fewer instructions, the unit idle during each flush); EPILOGUE 1: O =
+# acc / l from one rcp.rn per row and Markstein's correction per element (div.rn's bits, _cute_ptx.div_by_rcp), two
+# columns per 32-bit store (0: div.rn and a 16-bit store per element). Same arithmetic, reordered.
 # The form that first ran on a GPU (cc8e3cc; the same cubin), kept for A/B runs:
 CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0}
 
@@ -47,9 +48,10 @@ CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP"
 def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     """The kernel's form for a plan (:func:`cute_plan`): the defaults (MAD_CVT 6 where the recipe's
     :func:`~zyfa.kernels.kernel_plan.mad_m_safe` leaves a margin, as :func:`~zyfa.kernels.kernel_plan.default_mad_cvt`
-    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0; PV_BLOCK 32) with ``config``'s
-    overrides; ValueError in one line for an unknown key or value."""
-    cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 32}
+    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0; PV_BLOCK 32; EPILOGUE 0) with
+    ``config``'s overrides; ValueError in one line for an unknown key or value."""
+    cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 32,
+           "EPILOGUE": 0}
     for key, value in (config or {}).items():
         if key not in cfg:
             raise ValueError(f"the CuTe FP8 kernel has no switch {key!r} (switches: {', '.join(cfg)})")
@@ -60,7 +62,7 @@ def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     if cfg["MAD_CVT"] == 6 and mad_m_safe(plan) <= 0:
         raise ValueError(f"MAD_CVT=6 needs a recipe whose codes stay below 126.5 with a margin (recipe "
                          f"{plan.recipe!r} has none): use MAD_CVT=3")
-    for key in ("MASK_SPLIT", "BOOKKEEPING", "PV_OVERLAP"):
+    for key in ("MASK_SPLIT", "BOOKKEEPING", "PV_OVERLAP", "EPILOGUE"):
         if cfg[key] not in (0, 1) or isinstance(cfg[key], bool):
             raise ValueError(f"{key}={cfg[key]!r}: expected 0 or 1")
     if cfg["PV_BLOCK"] not in PV_BLOCKS or isinstance(cfg["PV_BLOCK"], bool):
