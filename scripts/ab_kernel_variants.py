@@ -189,7 +189,7 @@ def variant_set(name):
                 same_bits=True)
             add("softmax beside the previous P·V (PV_OVERLAP 1)", "hd128", c, CUTE, {"PV_OVERLAP": 1},
                 same_bits=True)
-            add("per-row reciprocal, bf16x2 stores (EPILOGUE 1)", "hd128", c, CUTE, {"EPILOGUE": 1}, same_bits=True)
+            add("div.rn per element, bf16 stores (EPILOGUE 0)", "hd128", c, CUTE, {"EPILOGUE": 0}, same_bits=True)
             add("triton default", "hd128", c, "zyfa-hopper", None)
             for shape in ("hd64", "mla"):
                 add("default", shape, c, CUTE, None)
@@ -206,8 +206,8 @@ def variant_set(name):
                 add("row sum on the tensor core", shape, c, CUTE + ":rowsum=rounded_mma", None)
                 add("row sum on the tensor core, PV_OVERLAP 1", shape, c, CUTE + ":rowsum=rounded_mma",
                     {"PV_OVERLAP": 1})
-                add("row sum on the tensor core, EPILOGUE 1", shape, c, CUTE + ":rowsum=rounded_mma",
-                    {"EPILOGUE": 1}, same_bits=True)
+                add("row sum on the tensor core, EPILOGUE 0", shape, c, CUTE + ":rowsum=rounded_mma",
+                    {"EPILOGUE": 0}, same_bits=True)
             add("triton default", "hd128", c, "zyfa-hopper", None)
     elif name == "cute-hd256":
         for c in (False, True):

@@ -29,7 +29,7 @@ SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 1333}
 
 DIMS = {"hd128": (128, 128), "mla": (192, 128), "hd256": (256, 256)}
 FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1}, "rowsum-mma": None,
-         "pv-block-64": {"PV_BLOCK": 64}, "epilogue-rcp": {"EPILOGUE": 1}}
+         "pv-block-64": {"PV_BLOCK": 64}, "epilogue-div": {"EPILOGUE": 0}}
 # the recipe of each form: the default's, or technique 3's row sum on the tensor core (P8·ones on the wgmma)
 RECIPES = {"rowsum-mma": "zyfa-hopper:rowsum=rounded_mma"}
 # (form, causal): the places the softmax and each matmul are emitted (tile 0's S and the last tile's P·V count one
@@ -42,7 +42,7 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
             ("pv-overlap", True): (4, [0, 64, 64], [False, False, True]),
             ("rowsum-mma", True): (4, [0, 64, 64], [False, False, True]),
             ("pv-block-64", True): (4, [0, 64, 64], [False, False, True]),
-            ("epilogue-rcp", True): (4, [0, 64, 64], [False, False, True]),
+            ("epilogue-div", True): (4, [0, 64, 64], [False, False, True]),
             ("first", False): (2, [64], None),
             ("first", True): (2, [64], [True])}
 
@@ -51,10 +51,10 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
                                         ("mla", True, "default"), ("hd128", False, "first"),
                                         ("hd128", True, "first"), ("hd128", True, "pv-overlap"),
                                         ("hd128", True, "rowsum-mma"), ("hd256", True, "default"),
-                                        ("hd256", True, "pv-block-64"), ("hd128", True, "epilogue-rcp")],
+                                        ("hd256", True, "pv-block-64"), ("hd128", True, "epilogue-div")],
                 ids=["hd128-non-causal", "hd128-causal", "mla-causal", "hd128-non-causal-first-form",
                      "hd128-causal-first-form", "hd128-causal-pv-overlap", "hd128-causal-rowsum-mma", "hd256-causal",
-                     "hd256-causal-pv-block-64", "hd128-causal-epilogue-rcp"])
+                     "hd256-causal-pv-block-64", "hd128-causal-epilogue-div"])
 def compiled(request, tmp_path_factory):
     """(head dims, the PTX, (the form's name, causal)) of the kernel (compiled with --keep-ptx, written into a
     temporary directory)."""
@@ -243,11 +243,12 @@ def test_no_local_memory(compiled):
 
 
 def test_output_and_lse(compiled):
-    """O = acc / l by div.rn and a bf16 store per element, or (EPILOGUE 1) by one rcp.rn per row and two fma per
-    element (tests/kernels/test_cute_division.py: div.rn's bits), two columns per bf16x2 store; LSE by lg2."""
+    """O = acc / l by one rcp.rn per row and two fma per element (EPILOGUE 1, the default;
+    tests/kernels/test_cute_division.py: div.rn's bits), two columns per bf16x2 store; or (EPILOGUE 0: the first form
+    too) by div.rn and a bf16 store per element. LSE by lg2."""
     ptx = compiled[1]
     assert "lg2.approx.f32" in ptx
-    if compiled[2][0] == "epilogue-rcp":
+    if compiled[2][0] not in ("epilogue-div", "first"):
         assert "div.rn.f32" not in ptx and "cvt.rn.bf16.f32" not in ptx
         assert len(re.findall(r"rcp\.rn\.f32", ptx)) == 2  # the thread's two rows
         assert len(re.findall(r"cvt\.rn\.bf16x2\.f32", ptx)) == compiled[0][1] // 4  # d_v·64 / 128 / 2 a thread

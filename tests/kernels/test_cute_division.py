@@ -1,8 +1,8 @@
-"""The CuTe kernel's EPILOGUE 1 division (``zyfa/kernels/_cute_ptx.py``: ``rcp_rn`` once per row, then
+"""The CuTe kernel's EPILOGUE 1 division (its default) (``zyfa/kernels/_cute_ptx.py``: ``rcp_rn`` once per row, then
 ``div_by_rcp`` per element: q = a·rb, e = fma(-q, b, a), q + e·rb) gives div.rn.f32's bits, in exact arithmetic
 (CPU, no DSL): each step rounded to binary32 from the exact rational, against the correctly rounded quotient. On the
 ranges of the kernel's acc / l and on quotients next to a rounding midpoint, the hard cases. The GPU form test
-(tests/kernels/test_cute_kernel_gpu.py, EPILOGUE 1 against 0) checks the same on the hardware's bits."""
+(tests/kernels/test_cute_kernel_gpu.py, the default against EPILOGUE 0) checks the same on the hardware's bits."""
 
 from __future__ import annotations
 

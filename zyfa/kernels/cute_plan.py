@@ -42,16 +42,16 @@ NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a
 # acc / l from one rcp.rn per row and Markstein's correction per element (div.rn's bits, _cute_ptx.div_by_rcp), two
 # columns per 32-bit store (0: div.rn and a 16-bit store per element). Same arithmetic, reordered.
 # The form that first ran on a GPU (cc8e3cc; the same cubin), kept for A/B runs:
-CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0}
+CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0, "EPILOGUE": 0}
 
 
 def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     """The kernel's form for a plan (:func:`cute_plan`): the defaults (MAD_CVT 6 where the recipe's
     :func:`~zyfa.kernels.kernel_plan.mad_m_safe` leaves a margin, as :func:`~zyfa.kernels.kernel_plan.default_mad_cvt`
-    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0; PV_BLOCK 32; EPILOGUE 0) with
+    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0; PV_BLOCK 32; EPILOGUE 1) with
     ``config``'s overrides; ValueError in one line for an unknown key or value."""
     cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 32,
-           "EPILOGUE": 0}
+           "EPILOGUE": 1}
     for key, value in (config or {}).items():
         if key not in cfg:
             raise ValueError(f"the CuTe FP8 kernel has no switch {key!r} (switches: {', '.join(cfg)})")
