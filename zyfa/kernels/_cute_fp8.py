@@ -1,9 +1,7 @@
 """CuTe DSL FP8 (e4m3fn) attention forward for the H200 (sm_90a) with the ``zyfa-hopper`` numerics: the kernel
 itself. Imported lazily (needs nvidia-cutlass-dsl); :mod:`zyfa.kernels.attention_cute` is the wrapper.
 
-STATUS: compiled for sm_90a on a CPU-only machine (PTX and cubin inspected by tests/kernels/test_cute_compile.py)
-and run on a GPU (tests/kernels/test_cute_kernel_gpu.py; where and with what result: the wrapper's docstring,
-:mod:`zyfa.kernels.attention_cute`).
+STATUS: the wrapper's docstring (:mod:`zyfa.kernels.attention_cute`): where it ran and with what result.
 
 What one CTA computes: 128 query rows of one (batch, head), as two 64-row tiles, against every KV tile of 128 keys
 that any of its rows can see, per KV tile in the order of the Triton kernel's ``_softmax_pv_tile``
@@ -26,7 +24,8 @@ that any of its rows can see, per KV tile in the order of the Triton kernel's ``
    permute_k32=True)``), so each thread's S accumulator registers are already its P operand's keys: only a byte
    permutation inside the thread, no shuffle.
 
-After the last tile: O = acc / l (div.rn) times V's descale, bf16 RNE; LSE = (m + log2 l - e)·ln 2.
+After the last tile (:func:`zyfa.kernels._cute_epilogue.store_output`): O = acc / l (div.rn's bits) times V's
+descale, bf16 RNE; LSE = (m + log2 l - e)·ln 2.
 
 Schedule (technique 2, ping-pong): 3 warpgroups. Warpgroup 0 is the producer (setmaxnreg down to 24; one warp issues
 TMA loads: both Q tiles once, then K and Vᵀ tiles into two ``kv_stages``-deep shared-memory pipelines, mbarriers
@@ -37,10 +36,8 @@ softmax. Both consumers walk the same KV tiles (the CTA's range); a tile that is
 that row's state unchanged bit for bit (alpha 1, no code, e kept), as in the Triton kernel's shorter range. Causal
 grids run the row blocks from the last (the most KV tiles) to the first, as the Triton kernel does.
 
-Forms (compile-time, :func:`zyfa.kernels.cute_plan.cute_config`; every form gives the same bits): ``mad_cvt`` 6 or
-3 (above), ``mask_split`` (the tiles every row of the CTA sees whole in a loop of their own, without the mask's
-code; the masked tiles after them), ``bookkeeping`` (the stage of tile j by mask and shift; each row sum started
-at its first group of codes), ``pv_overlap`` (tile j's softmax while P_{j-1}·V_{j-1} runs: :meth:`kv_loop`).
+Forms (compile-time, every one the same bits): :func:`zyfa.kernels.cute_plan.cute_config` says what each does.
+At d_v 256, P_{j-1}·V_{j-1} runs first in the turn, in column blocks (:meth:`pv_chunked`), then S_j.
 """
 
 from __future__ import annotations
@@ -52,25 +49,20 @@ import cutlass.utils as utils
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cutlass_dsl import Float32, Int32, Uint32
 
+from zyfa.kernels._cute_epilogue import store_output
 from zyfa.kernels._cute_ptx import (
     code_value,
-    div_by_rcp,
-    div_rn,
     ex2,
     floor_f32,
     keep_live,
-    lg2,
     mad_code,
     mad_code_unclamped,
     pack4,
-    pack_bf16x2,
     pow2i,
-    rcp_rn,
 )
 from zyfa.kernels.cute_plan import PV_BLOCKS, PV_WHOLE_MAX
 from zyfa.kernels.kernel_plan import FP8_MAX_SQ, LOG2_448
 
-LN2 = 0.6931471805599453
 TWO_POW_120 = 1.329227995784916e36
 BLOCK_M_WG = 64  # query rows per consumer warpgroup
 BLOCK_N = 128  # keys per KV tile
@@ -80,8 +72,7 @@ REGS_PRODUCER = 24
 REGS_CONSUMER = 240
 # named barriers (0 is __syncthreads): consumer warpgroup w waits on ORDER_BAR0 + w for its turn
 ORDER_BAR0 = 1
-# MAD_CVT values as the Triton kernel names them (zyfa.kernels.tuning): 3 keeps the fp32 min at code 126 on every
-# code; 6 leaves it out where the CTA's bound on the row maxima shows it cannot bind (the same codes either way)
+# MAD_CVT values as the Triton kernel names them (zyfa.kernels.tuning; cute_plan.cute_config says what each does)
 MAD_CVT_CLAMPED = 3
 MAD_CVT_GUARDED = 6
 # rowsum 'rounded_mma': P8·ones on the wgmma, m64n8 (the smallest N), every byte of the ones tile e4m3 1.0 (0x38)
@@ -363,15 +354,13 @@ class CuteFp8Attention:
             if w == 0:
                 # consume the other warpgroup's last arrive (its turns and ours then balance)
                 cute.arch.barrier(barrier_id=ORDER_BAR0, number_of_threads=2 * THREADS_PER_WG)
-            self.epilogue(acc_o, tOcO, m_i, l_i, e_i, mO, mLSE, mVD[bhk], bh, row0, thr)
+            store_output(acc_o, tOcO, m_i, l_i, e_i, mO, mLSE, mVD[bhk], bh, row0, thr, self.s_q, self.epilogue_rcp)
 
     # ------------------------------------------------------------------------------------------ pieces
     @cute.jit
     def guarded_kv_loop(self, ops, c: Float32, lo: Int32, hi: Int32, n_full: Int32, masked):
-        """:meth:`kv_loop` over tiles [lo, hi), without the clamp at code 126 where ``MAD_CVT`` is 6 and this CTA's
-        bound on every row max, d_qk·448²·c, is at most mad_m_safe (the Triton kernel's guard, the same test), with
-        it otherwise: the same codes either way (:func:`zyfa.kernels.kernel_plan.mad_m_safe`). ``c``: the CTA's score
-        scale (the one in ``ops``)."""
+        """:meth:`kv_loop` over tiles [lo, hi), without the clamp at code 126 where ``MAD_CVT`` is 6 and the CTA's
+        bound d_qk·448²·c (``c``: its score scale) is within mad_m_safe (the Triton kernel's guard): the same codes."""
         if cutlass.const_expr(self.mad_cvt == MAD_CVT_GUARDED):
             if Float32(self.d_qk * FP8_MAX_SQ) * c <= Float32(self.m_safe):
                 self.kv_loop(ops, lo, hi, n_full, masked, False)
@@ -385,11 +374,9 @@ class CuteFp8Attention:
         """KV tiles [lo, hi) of a consumer warpgroup, tile j's turn issuing S_j and P_{j-1}·V_{j-1}, then flushing
         P_{j-1}·V_{j-1} and tile j's softmax. ``masked``: True (every tile through the mask), False (none: tiles
         every row sees whole), None (tile j when j >= n_full); ``clamp``: the fp32 min at code 126 (both
-        compile-time). With ``pv_overlap`` the two matmuls are two wgmma groups and tile j's softmax runs once S_j
-        is done (groups complete in order: ``wait_group(1)``), writing its codes into ``p_next`` and its alpha into
-        ``alpha_next`` while P_{j-1}·V_{j-1} still reads ``p_u32``; that product is then flushed with tile j-1's
-        alpha, and tile j's codes and alpha move into place: the same operations on the same values, in another
-        order."""
+        compile-time). With ``pv_overlap`` the matmuls are two wgmma groups; tile j's softmax runs once S_j is done
+        (``wait_group(1)``), its codes and alpha into ``p_next`` and ``alpha_next`` while P_{j-1}·V_{j-1} reads
+        ``p_u32``; that product is flushed with tile j-1's alpha, then tile j's move into place (same operations)."""
         (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
          m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next, tOrOnes, acc_l) = ops
         for j in cutlass.range(lo, hi, unroll=1):
@@ -611,53 +598,3 @@ class CuteFp8Attention:
                 ok = ok & (key <= row0 + tScS[i][0] + (self.s_k - self.s_q))
             if not ok:
                 acc_s[i] = -Float32.inf
-
-    @cute.jit
-    def epilogue(self, acc_o: cute.Tensor, tOcO: cute.Tensor, m_i: cute.Tensor, l_i: cute.Tensor,
-                 e_i: cute.Tensor, mO: cute.Tensor, mLSE: cute.Tensor, vd: Float32, bh: Int32, row0: Int32,
-                 thr: Int32):
-        """O = acc / l · vd in bf16 (0 where the row saw no key), LSE = (m + log2 l - e)·ln 2 (-inf there)."""
-        l_safe = cute.make_rmem_tensor((2,), Float32)
-        has = cute.make_rmem_tensor((2,), cutlass.Boolean)
-        for r in cutlass.range_constexpr(2):
-            has[r] = l_i[r] > Float32(0.0)
-            l_safe[r] = Float32(1.0)
-            if has[r]:
-                l_safe[r] = l_i[r]
-        if cutlass.const_expr(self.epilogue_rcp):
-            # one correctly rounded reciprocal per row, each quotient from it by Markstein's correction (div_rn's
-            # bits: div_by_rcp), and two adjacent columns (registers 2g, 2g + 1) in one 32-bit store
-            rl = cute.make_rmem_tensor((2,), Float32)
-            for r in cutlass.range_constexpr(2):
-                rl[r] = rcp_rn(l_safe[r])
-            mO2 = cute.recast_tensor(mO, Uint32)
-            for g in cutlass.range_constexpr(cute.size(acc_o) // 2):
-                r = g % 2
-                row = row0 + tOcO[2 * g][0]
-                o0 = div_by_rcp(acc_o[2 * g], l_safe[r], rl[r]) * vd
-                o1 = div_by_rcp(acc_o[2 * g + 1], l_safe[r], rl[r]) * vd
-                if not has[r]:
-                    o0 = Float32(0.0)
-                    o1 = Float32(0.0)
-                if row < self.s_q:
-                    mO2[row, tOcO[2 * g][1] // 2, bh] = Uint32(pack_bf16x2(o0, o1))
-        else:
-            for i in cutlass.range_constexpr(cute.size(acc_o)):
-                r = (i // 2) % 2
-                row = row0 + tOcO[i][0]
-                o = div_rn(acc_o[i], l_safe[r]) * vd
-                if not has[r]:
-                    o = Float32(0.0)
-                if row < self.s_q:
-                    mO[row, tOcO[i][1], bh] = o.to(cutlass.BFloat16)
-        if thr % 4 == 0:
-            for r in cutlass.range_constexpr(2):
-                row = row0 + tOcO[2 * r][0]
-                m_fin = m_i[r]
-                if m_fin == -Float32.inf:
-                    m_fin = Float32(0.0)
-                lse = (m_fin + lg2(l_safe[r]) - e_i[r]) * Float32(LN2)
-                if not has[r]:
-                    lse = -Float32.inf
-                if row < self.s_q:
-                    mLSE[row, bh] = lse

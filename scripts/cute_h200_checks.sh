@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The CuTe DSL kernel's GPU checks and timings on the H200 (issue 43) as one background job, so that a session's
+# device time goes to them while its calls stage other files (the long-context grid's model):
+#
+#   setsid nohup bash scripts/cute_h200_checks.sh DIR >DIR.log 2>&1 </dev/null &
+#
+# Needs nvidia-cutlass-dsl in /tmp/site (scripts/stage_cute_wheels.py; scripts/longctx_h200_call.sh installs it from
+# staged chunks) beside the peers' wheels (cuDNN's frontend, FlashInfer's FA3 pack), and datasets/ in the tree (the
+# capture tests). Runs from a private copy of the tree (DIR/src: a later call's copy cannot change it under the job),
+# the timed steps first, while the GPU has nothing else to do; DIR/timed marks their end (start other GPU work only
+# then), DIR/done the job's:
+#   bench     zyfa bench: our kernels and the peers at every shape, 32K, both masks, 5 interleaved repeats (the
+#             command of reports/bench/cute.md, with hd256 and FlashInfer's FA3); DIR/cute.json and DIR/cute.md
+#   ab-*      scripts/ab_kernel_variants.py --set cute-hd256 / cute-rowsum: each same-bits form checked bit for bit
+#             against the default, then 5 rounds against cuDNN FP8 (DIR/ab-*/ab_kernel_variants.txt)
+#   ncu       scripts/profile_kernels_ncu.sh: the CuTe kernel (rowsum=rounded_mma) and cuDNN FP8, hd128, causal
+#   gpu-tests the CuTe kernel's GPU tests and the cuDNN FP8 peer's
+# Each step's output goes to DIR/<step>.txt as it runs, one line per step into the log. ZYFA_GIT_COMMIT names the
+# tree's commit in the bench's provenance. DRY_RUN=1 prints each step's command instead of running it (the CPU test,
+# tests/test_cute_h200_checks.py, parses them). STEP_SECONDS (default 900): each step's limit.
+set -u
+DIR=${1:?usage: cute_h200_checks.sh DIR}
+mkdir -p "$DIR"
+step() {
+  local name=$1; shift
+  if [ -n "${DRY_RUN:-}" ]; then echo "$name: $*"; return 0; fi
+  echo "[$(date -u +%T)] $name: $*"
+  timeout "${STEP_SECONDS:-900}" "$@" >"$DIR/$name.txt" 2>&1
+  echo "[$(date -u +%T)] $name: exit $?"
+}
+if [ -z "${DRY_RUN:-}" ]; then
+  rm -rf "$DIR/src" && mkdir -p "$DIR/src"
+  tar --exclude='./.stage*' --exclude=./.wheels --exclude=./.git -cf - . | tar -xf - -C "$DIR/src"
+  cd "$DIR/src" || exit 1
+  mkdir -p reports/bench
+fi
+export PYTHONPATH=.:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages PYTHONUNBUFFERED=1
+step bench python3 -m zyfa bench --shapes hd64,hd128,hd256,mla --seqlens 32768 --causal both --recipes zyfa-hopper \
+  --recipes-other same --cute-recipes 'zyfa-hopper;zyfa-hopper:rowsum=rounded_mma' \
+  --peers cudnn-fp8,flashinfer-fa3,sdpa-bf16:cudnn --captured none --repeats 5 --out reports/bench/cute.json
+[ -z "${DRY_RUN:-}" ] && cp reports/bench/cute.json reports/bench/cute.md "$DIR/" 2>/dev/null
+step ab-hd256 python3 scripts/ab_kernel_variants.py --set cute-hd256 --rounds 5 --out "$DIR/ab-hd256"
+step ab-rowsum python3 scripts/ab_kernel_variants.py --set cute-rowsum --rounds 5 --out "$DIR/ab-rowsum"
+step ncu bash scripts/profile_kernels_ncu.sh --wheels /tmp/none --targets cute-zyfa-hopper,cudnn-fp8 \
+  --recipe zyfa-hopper:rowsum=rounded_mma --causal --out "$DIR/profile"
+[ -z "${DRY_RUN:-}" ] && touch "$DIR/timed"
+step gpu-tests python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests/kernels/test_cute_kernel_gpu.py \
+  tests/zyfa/test_cudnn_fp8_graph_cache_gpu.py
+[ -z "${DRY_RUN:-}" ] && touch "$DIR/done"
+exit 0
