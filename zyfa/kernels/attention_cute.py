@@ -3,8 +3,9 @@
 STATUS: ran on a GPU: tests/kernels/test_cute_kernel_gpu.py: 16 passed on one H100 (6 December, commit cc8e3cc; the
 H100 is sm_90 as the H200), its output within the h200 emulation's bounds on every case and on every layer it takes
 of the three shipped captures (with ``rowsum=rounded_mma`` too, at 0608175). Compiled on a CPU and not yet run on
-a GPU (7 December, no device came): head dim 256 (P·V in column blocks) and the default epilogue (EPILOGUE 1, div.rn's
-bits in exact arithmetic: tests/kernels/test_cute_division.py); scripts/cute_h200_checks.sh runs them. It is registered as ``cute:<spec>`` beside ``triton:<spec>``
+a GPU (7 December, no device came): head dim 256 (P·V in column blocks) and the default epilogue (EPILOGUE 1,
+div.rn's bits in exact arithmetic: tests/kernels/test_cute_division.py); scripts/cute_h200_checks.sh runs them. It
+is registered as ``cute:<spec>`` beside ``triton:<spec>``
 (:mod:`zyfa.accuracy.implementations.builtins`; the specs :func:`cute_plan` takes, paired with the h200 emulation),
 and the bench runs it when asked (``zyfa bench --cute-recipes``; docs/KERNEL.md, "The CuTe DSL kernel"). It is
 compiled for each shape (``compile_for``, no GPU needed), so the commands that decode greedily refuse it
