@@ -110,7 +110,7 @@ class CuteFp8Attention:
         self.pv_buffers = 2 if self.pv_n < 64 else 1  # fresh accumulators of the blocks (pv_chunked)
         if self.pv_chunks > 1 and (pv_block not in PV_BLOCKS or d_v % pv_block or pv_overlap):
             raise ValueError(f"d_v {d_v} > {PV_WHOLE_MAX} needs PV_BLOCK in {PV_BLOCKS} dividing it and PV_OVERLAP 0 "
-                             "(P·V in column blocks, issued after S's registers are free)")
+                             "(P·V in column blocks before S, while S's registers are free)")
         self.group = h // h_kv
         self.block_m = BLOCK_M_WG * NUM_CONSUMERS
         self.n_blocks_m = -(-s_q // self.block_m)

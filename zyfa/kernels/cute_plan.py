@@ -107,10 +107,10 @@ def cute_plan(recipe: Recipe | str) -> KernelPlan:
 
 def check_form(cfg: dict, d_v: int) -> None:
     """ValueError in one line for a form (:func:`cute_config`) the head dims rule out: PV_OVERLAP above d_v
-    PV_WHOLE_MAX (P·V then runs in column blocks after S, not beside it)."""
+    PV_WHOLE_MAX (P·V then runs in column blocks before S, while S's registers are free, not beside it)."""
     if d_v > PV_WHOLE_MAX and cfg["PV_OVERLAP"]:
-        raise ValueError(f"PV_OVERLAP=1 needs d_v <= {PV_WHOLE_MAX} (got {d_v}: P·V runs in column blocks after S, "
-                         "in the registers S leaves free)")
+        raise ValueError(f"PV_OVERLAP=1 needs d_v <= {PV_WHOLE_MAX} (got {d_v}: P·V runs in column blocks before S, "
+                         "while S's registers are free)")
 
 
 def check_head_dims(d_qk: int, d_v: int) -> None:
