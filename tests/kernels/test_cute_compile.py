@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.load_file import load_script
 from zyfa.kernels.attention_cute import compile_for
 from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, PV_WHOLE_MAX
 
@@ -209,22 +210,6 @@ def test_wgmma_not_serialized(compiled):
     assert qgmma and depbar * 4 <= qgmma, (qgmma, depbar)
 
 
-def sass_kv_loops(sass: str) -> list[list[str]]:
-    """The SASS loops that issue wgmma (a backward branch to an address before it), leaving out the mbarrier retry
-    paths after the kernel's exits, whose branches jump back over whole regions (their bodies hold an EXIT)."""
-    ins = [(int(m.group(1), 16), m.group(2)) for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    at = {a: i for i, (a, _) in enumerate(ins)}
-    loops = []
-    for i, (a, text) in enumerate(ins):
-        m = re.search(r"\bBRA\s+(?:`\(.*?\)\s*)?0x([0-9a-f]+)", text)
-        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in at:
-            body = [t for _, t in ins[at[int(m.group(1), 16)]:i + 1]]
-            if any("GMMA" in t for t in body) and not any(t.split()[-1:] == ["EXIT"] or "EXIT" in t.split()
-                                                          for t in body):
-                loops.append(body)
-    return loops
-
-
 def test_no_local_memory(compiled):
     """No spills or stack at any form up to d_v PV_WHOLE_MAX (cuobjdump's resource usage). At d_v 256 (O's
     accumulator alone is 128 of a consumer thread's 240 registers) ptxas keeps at most two words on the stack: in each
@@ -236,7 +221,7 @@ def test_no_local_memory(compiled):
         assert int(usage.group(2)) == 0 and int(usage.group(3)) == 0, usage.group(0)
         return
     assert int(usage.group(2)) <= 8 and int(usage.group(3)) == 0, usage.group(0)
-    loops = sass_kv_loops(_cuobjdump("-sass", compiled[3]))
+    loops = load_script("cute_sass").sass_kv_loops(_cuobjdump("-sass", compiled[3]))
     assert len(loops) == len(EXPECTED[compiled[2]][1]), len(loops)
     for body in loops:
         assert sum(t.startswith("STL") for t in body) <= 1 and not any(t.startswith("LDL") for t in body)

@@ -60,7 +60,7 @@ from zyfa.kernels._cute_ptx import (
     pack4,
     pow2i,
 )
-from zyfa.kernels.cute_plan import PV_BLOCKS, PV_WHOLE_MAX
+from zyfa.kernels.cute_plan import PV_WHOLE_MAX
 from zyfa.kernels.kernel_plan import FP8_MAX_SQ, LOG2_448
 
 TWO_POW_120 = 1.329227995784916e36
@@ -108,9 +108,7 @@ class CuteFp8Attention:
         self.pv_n = d_v if d_v <= PV_WHOLE_MAX else pv_block  # P·V's columns per wgmma and fresh accumulator
         self.pv_chunks = d_v // self.pv_n
         self.pv_buffers = 2 if self.pv_n < 64 else 1  # fresh accumulators of the blocks (pv_chunked)
-        if self.pv_chunks > 1 and (pv_block not in PV_BLOCKS or d_v % pv_block or pv_overlap):
-            raise ValueError(f"d_v {d_v} > {PV_WHOLE_MAX} needs PV_BLOCK in {PV_BLOCKS} dividing it and PV_OVERLAP 0 "
-                             "(P·V in column blocks before S, while S's registers are free)")
+        # PV_BLOCK's values and PV_OVERLAP's refusal above PV_WHOLE_MAX: cute_plan.cute_config and check_form
         self.group = h // h_kv
         self.block_m = BLOCK_M_WG * NUM_CONSUMERS
         self.n_blocks_m = -(-s_q // self.block_m)
