@@ -18,8 +18,16 @@
 # Each step's output goes to DIR/<step>.txt as it runs, one line per step into the log. ZYFA_GIT_COMMIT names the
 # tree's commit in the bench's provenance. DRY_RUN=1 prints each step's command instead of running it (the CPU test,
 # tests/test_cute_h200_checks.py, parses them). STEP_SECONDS (default 900): each step's limit.
+# STEPS="bench gpu-tests ...": which steps run, in that order (default all, in the order above; a short session
+# puts gpu-tests second, so that the checks come back before the A/B sets and the profile).
 set -u
 DIR=${1:?usage: cute_h200_checks.sh DIR}
+ALL_STEPS="bench ab-hd256 ab-rowsum ncu gpu-tests"
+# STEPS: which steps, in which order (default ALL_STEPS); checked before anything is written
+STEPS=${STEPS:-$ALL_STEPS}
+for s in $STEPS; do
+  case " $ALL_STEPS " in *" $s "*) ;; *) echo "cute_h200_checks.sh: unknown step '$s' (steps: $ALL_STEPS)" >&2; exit 2 ;; esac
+done
 mkdir -p "$DIR"
 step() {
   local name=$1; shift
@@ -35,16 +43,31 @@ if [ -z "${DRY_RUN:-}" ]; then
   mkdir -p reports/bench
 fi
 export PYTHONPATH=.:/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages PYTHONUNBUFFERED=1
-step bench python3 -m zyfa bench --shapes hd64,hd128,hd256,mla --seqlens 32768 --causal both --recipes zyfa-hopper \
-  --recipes-other same --cute-recipes 'zyfa-hopper;zyfa-hopper:rowsum=rounded_mma' \
-  --peers cudnn-fp8,flashinfer-fa3,sdpa-bf16:cudnn --captured none --repeats 5 --out reports/bench/cute.json
-[ -z "${DRY_RUN:-}" ] && cp reports/bench/cute.json reports/bench/cute.md "$DIR/" 2>/dev/null
-step ab-hd256 python3 scripts/ab_kernel_variants.py --set cute-hd256 --rounds 5 --out "$DIR/ab-hd256"
-step ab-rowsum python3 scripts/ab_kernel_variants.py --set cute-rowsum --rounds 5 --out "$DIR/ab-rowsum"
-step ncu bash scripts/profile_kernels_ncu.sh --wheels /tmp/none --targets cute-zyfa-hopper,cudnn-fp8 \
-  --recipe zyfa-hopper:rowsum=rounded_mma --causal --out "$DIR/profile"
-[ -z "${DRY_RUN:-}" ] && touch "$DIR/timed"
-step gpu-tests python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests/kernels/test_cute_kernel_gpu.py \
-  tests/zyfa/test_cudnn_fp8_graph_cache_gpu.py
+run_step() {
+  case $1 in
+    bench)
+      step bench python3 -m zyfa bench --shapes hd64,hd128,hd256,mla --seqlens 32768 --causal both \
+        --recipes zyfa-hopper --recipes-other same --cute-recipes 'zyfa-hopper;zyfa-hopper:rowsum=rounded_mma' \
+        --peers cudnn-fp8,flashinfer-fa3,sdpa-bf16:cudnn --captured none --repeats 5 --out reports/bench/cute.json
+      [ -z "${DRY_RUN:-}" ] && cp reports/bench/cute.json reports/bench/cute.md "$DIR/" 2>/dev/null ;;
+    ab-hd256) step ab-hd256 python3 scripts/ab_kernel_variants.py --set cute-hd256 --rounds 5 --out "$DIR/ab-hd256" ;;
+    ab-rowsum) step ab-rowsum python3 scripts/ab_kernel_variants.py --set cute-rowsum --rounds 5 --out "$DIR/ab-rowsum" ;;
+    ncu)
+      step ncu bash scripts/profile_kernels_ncu.sh --wheels /tmp/none --targets cute-zyfa-hopper,cudnn-fp8 \
+        --recipe zyfa-hopper:rowsum=rounded_mma --causal --out "$DIR/profile" ;;
+    gpu-tests)
+      step gpu-tests python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests/kernels/test_cute_kernel_gpu.py \
+        tests/zyfa/test_cudnn_fp8_graph_cache_gpu.py ;;
+  esac
+}
+left=$STEPS
+for s in $STEPS; do
+  run_step "$s"
+  left=${left#"$s"}; left=${left# }
+  # DIR/timed once no timing step is left to run (gpu-tests times nothing)
+  if [ -z "${DRY_RUN:-}" ] && [ ! -e "$DIR/timed" ] && [ -z "$(echo " $left " | grep -E ' (bench|ab-[a-z0-9]+|ncu) ')" ]; then
+    touch "$DIR/timed"
+  fi
+done
 [ -z "${DRY_RUN:-}" ] && touch "$DIR/done"
 exit 0

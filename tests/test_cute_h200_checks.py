@@ -16,9 +16,14 @@ from zyfa.bench.args import add_arguments, check_args
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _steps(tmp_path) -> dict[str, list[str]]:
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "cute_h200_checks.sh"), str(tmp_path / "job")],
-                         env={**os.environ, "DRY_RUN": "1"}, capture_output=True, text=True, timeout=60, cwd=ROOT)
+def _run(tmp_path, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "scripts" / "cute_h200_checks.sh"), str(tmp_path / "job")],
+                          env={**os.environ, "DRY_RUN": "1", **env}, capture_output=True, text=True, timeout=60,
+                          cwd=ROOT)
+
+
+def _steps(tmp_path, **env) -> dict[str, list[str]]:
+    out = _run(tmp_path, **env)
     assert out.returncode == 0, out.stderr
     steps = {}
     for line in out.stdout.splitlines():
@@ -48,3 +53,15 @@ def test_every_step_is_a_command_the_tools_take(tmp_path):
         assert f"{flag})" in usage, flag  # an option the profile script's argument loop takes
     tests = [a for a in steps["gpu-tests"] if a.startswith("tests/")]
     assert tests and all((ROOT / t).is_file() for t in tests)
+
+
+def test_steps_run_in_the_order_asked(tmp_path):
+    assert list(_steps(tmp_path, STEPS="bench gpu-tests ab-rowsum")) == ["bench", "gpu-tests", "ab-rowsum"]
+
+
+def test_an_unknown_step_is_refused_before_anything_is_written(tmp_path):
+    out = _run(tmp_path, STEPS="bench gpu-test")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        "cute_h200_checks.sh: unknown step 'gpu-test' (steps: bench ab-hd256 ab-rowsum ncu gpu-tests)"]
+    assert not (tmp_path / "job").exists()
