@@ -1,5 +1,5 @@
-"""CPU check of the CuTe kernel's softmax formula (zyfa/kernels/_cute_fp8.py, ``softmax_tile``, ``flush_pv``,
-``epilogue``) against the h200 emulation of ``zyfa-hopper``: no DSL, no GPU.
+"""CPU check of the CuTe kernel's softmax formula (``softmax_tile`` in zyfa/kernels/_cute_softmax.py, ``flush_pv``
+in _cute_fp8.py, ``epilogue``) against the h200 emulation of ``zyfa-hopper``: no DSL, no GPU.
 
 The kernel's per-tile arithmetic is transcribed in plain torch exactly as the kernel (and its PTX) writes it: the
 CTA's KV range (n_tiles, n_full), the mask, m_tile = fl(max(S)·c), e = min(floor(log2 448 - t_max), e_cap), the row

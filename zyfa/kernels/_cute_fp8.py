@@ -50,20 +50,11 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cutlass_dsl import Float32, Int32, Uint32
 
 from zyfa.kernels._cute_epilogue import store_output
-from zyfa.kernels._cute_ptx import (
-    code_value,
-    ex2,
-    floor_f32,
-    keep_live,
-    mad_code,
-    mad_code_unclamped,
-    pack4,
-    pow2i,
-)
+from zyfa.kernels._cute_ptx import keep_live
+from zyfa.kernels._cute_softmax import CuteSoftmax
 from zyfa.kernels.cute_plan import PV_WHOLE_MAX
-from zyfa.kernels.kernel_plan import FP8_MAX_SQ, LOG2_448
+from zyfa.kernels.kernel_plan import FP8_MAX_SQ
 
-TWO_POW_120 = 1.329227995784916e36
 BLOCK_M_WG = 64  # query rows per consumer warpgroup
 BLOCK_N = 128  # keys per KV tile
 NUM_CONSUMERS = 2
@@ -80,7 +71,7 @@ ONES_N = 8
 ONES_WORD = 0x38383838
 
 
-class CuteFp8Attention:
+class CuteFp8Attention(CuteSoftmax):
     """One compiled forward for fixed shapes (all static) and the ``zyfa-hopper`` numerics.
 
     Operands (global memory, contiguous): Q (b·h, s_q, d_qk), K (b·h_kv, s_k, d_qk), Vᵀ (b·h_kv, d_v, s_k_pad) from
@@ -111,6 +102,7 @@ class CuteFp8Attention:
         # PV_BLOCK's values and PV_OVERLAP's refusal above PV_WHOLE_MAX: cute_plan.cute_config and check_form
         self.group = h // h_kv
         self.block_m = BLOCK_M_WG * NUM_CONSUMERS
+        self.block_n = BLOCK_N
         self.n_blocks_m = -(-s_q // self.block_m)
         self.dtype = cutlass.Float8E4M3FN
 
@@ -516,83 +508,3 @@ class CuteFp8Attention:
             if cutlass.const_expr(b > 0 and nbuf == 2):
                 cute.nvgpu.warpgroup.wait_group(1 if b < self.pv_chunks else 0)
                 self.flush_pv(acc_o, acc_pv[(b - 1) % 2], alpha, l_i, acc_l if b == 1 else None, b - 1)
-
-    @cute.jit
-    def softmax_tile(self, acc_s: cute.Tensor, tScS: cute.Tensor, p_u32: cute.Tensor, m_i: cute.Tensor,
-                     l_i: cute.Tensor, e_i: cute.Tensor, alpha: cute.Tensor, c: Float32, c8n: Float32, row0: Int32,
-                     j: Int32, masked, clamp=True):
-        """One KV tile's softmax in the Triton kernel's order (module docstring, steps 2-5): updates m, l, e, sets
-        alpha (applied to acc by flush_pv when this tile's P·V is added) and writes P's codes into p_u32.
-        ``masked``: a runtime flag, or True / False known at compile time (False: no mask code at all);
-        ``clamp``: the fp32 min at code 126 in each code (compile-time; left out only where it cannot bind)."""
-        n = cute.size(acc_s)
-        if cutlass.const_expr(isinstance(masked, bool)):
-            if cutlass.const_expr(masked):
-                self.mask_tile(acc_s, tScS, row0, j)
-        else:
-            if masked:
-                self.mask_tile(acc_s, tScS, row0, j)
-        row_bias_n = cute.make_rmem_tensor((2,), Float32)
-        for r in cutlass.range_constexpr(2):
-            mx = acc_s[2 * r]
-            for i in cutlass.range_constexpr(n):
-                if cutlass.const_expr((i // 2) % 2 == r and i != 2 * r):
-                    mx = cute.arch.fmax(mx, acc_s[i])
-            mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, offset=1))
-            mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, offset=2))
-            m_tile = mx * c
-            m_new = cute.arch.fmax(m_i[r], m_tile)
-            m_use = m_new
-            if m_new == -Float32.inf:
-                m_use = Float32(0.0)
-            a = ex2(m_i[r] - m_use)
-            t_max = m_tile - m_use
-            e_row = cute.arch.fmin(floor_f32(Float32(LOG2_448) - t_max), Float32(self.e_cap))
-            e_new = e_row
-            if t_max == -Float32.inf:
-                e_new = e_i[r]
-            alpha[r] = a * pow2i(e_new - e_i[r])
-            row_bias_n[r] = (Float32(self.mad_bias) + Float32(8.0) * (e_new - m_use)) * Float32(0.0078125)
-            m_i[r] = m_new
-            e_i[r] = e_new
-        # codes, packed as the P operand: k-block s, register q = row half + 2·(16-key half) holds the codes of
-        # S registers base, base+1, base+4, base+5 with base = 16s + 8·(q // 2) + 2·(q % 2) (Vᵀ in k32 key order)
-        code = mad_code if cutlass.const_expr(clamp) else mad_code_unclamped
-        # with ``bookkeeping`` sums[r] starts at the row's first group of four, not at 0 + it: the same value, as
-        # 0 + x = x for every x >= +0 (a sum of code values)
-        sums = cute.make_rmem_tensor((2,), Float32)
-        if cutlass.const_expr(not self.bookkeeping):
-            sums[0] = Float32(0.0)
-            sums[1] = Float32(0.0)
-        for s in cutlass.range_constexpr(n // 16):
-            for q in cutlass.range_constexpr(4):
-                r = q % 2
-                base = 16 * s + 8 * (q // 2) + 2 * r
-                b0 = code(acc_s[base], c8n, row_bias_n[r])
-                b1 = code(acc_s[base + 1], c8n, row_bias_n[r])
-                b2 = code(acc_s[base + 4], c8n, row_bias_n[r])
-                b3 = code(acc_s[base + 5], c8n, row_bias_n[r])
-                if cutlass.const_expr(not self.rowsum_mma):  # else P·ones on the unit (gemm_pv, flush_pv)
-                    group = (code_value(b0) + code_value(b1)) + (code_value(b2) + code_value(b3))
-                    if cutlass.const_expr(s == 0 and q < 2 and self.bookkeeping):
-                        sums[r] = group
-                    else:
-                        sums[r] = sums[r] + group
-                p_u32[4 * s + q] = Uint32(pack4(b0, b1, b2, b3))
-        if cutlass.const_expr(not self.rowsum_mma):
-            for r in cutlass.range_constexpr(2):
-                t = sums[r]
-                t = t + cute.arch.shuffle_sync_bfly(t, offset=1)
-                t = t + cute.arch.shuffle_sync_bfly(t, offset=2)
-                l_i[r] = l_i[r] * alpha[r] + t * Float32(TWO_POW_120)
-
-    @cute.jit
-    def mask_tile(self, acc_s: cute.Tensor, tScS: cute.Tensor, row0: Int32, j: Int32):
-        """-inf where key j·128 + column is past the keys or, causal, past the row's bottom-right diagonal."""
-        for i in cutlass.range_constexpr(cute.size(acc_s)):
-            key = j * BLOCK_N + tScS[i][1]
-            ok = key < self.s_k
-            if cutlass.const_expr(self.causal):
-                ok = ok & (key <= row0 + tScS[i][0] + (self.s_k - self.s_q))
-            if not ok:
-                acc_s[i] = -Float32.inf
