@@ -29,7 +29,9 @@ the default against the form that first ran (``CUTE_FIRST_FORM``) and each switc
 ``/tmp/site/nvidia_cutlass_dsl/dsl_packages`` on PYTHONPATH too); ``cute-rowsum``, the CuTe kernel with technique 3's
 row sum on the tensor core (``rowsum=rounded_mma``) against its default, alone and with ``PV_OVERLAP``;
 ``cute-hd256``, the CuTe kernel at d 256 with P·V in blocks of 32 columns through two accumulators (the default)
-against blocks of 64 through one (``PV_BLOCK`` 64, the same bits), both row sums, beside the Triton kernel.
+against blocks of 64 through one (``PV_BLOCK`` 64, the same bits), both row sums, beside the Triton kernel;
+``cute-persistent``, the CuTe kernel with one CTA per SM taking work items pass by pass (``PERSISTENT`` 1, the same
+bits) against one CTA per item, at every head dim and both row sums.
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -47,7 +49,7 @@ from zyfa.kernels.cute_plan import CUTE_FIRST_FORM  # noqa: E402  (torch-free; a
 from zyfa.recipe_spec import split_spec  # noqa: E402
 
 SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
-        "hd256-unserialized", "mla-occupancy", "cute-forms", "cute-rowsum", "cute-hd256")
+        "hd256-unserialized", "mla-occupancy", "cute-forms", "cute-rowsum", "cute-hd256", "cute-persistent")
 CUTE = "cute:zyfa-hopper"  # the CuTe DSL kernel (zyfa.bench.cases.gaussian_kernel_call runs the cute namespace)
 
 V = []
@@ -218,6 +220,13 @@ def variant_set(name):
             add("row sum on the tensor core, PV_BLOCK 64", "hd256", c, CUTE + ":rowsum=rounded_mma",
                 {"PV_BLOCK": 64}, same_bits=True)
             add("triton default", "hd256", c, "zyfa-hopper", None)
+    elif name == "cute-persistent":
+        for c in (False, True):
+            for shape in ("hd128", "hd64", "mla", "hd256"):
+                for recipe in (CUTE, CUTE + ":rowsum=rounded_mma"):
+                    add("default" if recipe == CUTE else "row sum on the tensor core", shape, c, recipe, None)
+                    add("persistent (PERSISTENT 1)" + ("" if recipe == CUTE else ", row sum on the tensor core"),
+                        shape, c, recipe, {"PERSISTENT": 1}, same_bits=True)
     else:
         raise SystemExit(f"ab_kernel_variants: unknown --set {name!r} ({', '.join(SETS)})")
 

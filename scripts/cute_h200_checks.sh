@@ -11,8 +11,8 @@
 # then), DIR/done the job's:
 #   bench     zyfa bench: our kernels and the peers at every shape, 32K, both masks, 5 interleaved repeats (the
 #             command of reports/bench/cute.md, with hd256 and FlashInfer's FA3); DIR/cute.json and DIR/cute.md
-#   ab-*      scripts/ab_kernel_variants.py --set cute-hd256 / cute-rowsum: each same-bits form checked bit for bit
-#             against the default, then 5 rounds against cuDNN FP8 (DIR/ab-*/ab_kernel_variants.txt)
+#   ab-*      scripts/ab_kernel_variants.py --set cute-hd256 / cute-rowsum / cute-persistent: each same-bits form
+#             checked bit for bit against the default, then 5 rounds against cuDNN FP8 (DIR/ab-*/ab_kernel_variants.txt)
 #   ncu       scripts/profile_kernels_ncu.sh: the CuTe kernel (rowsum=rounded_mma) and cuDNN FP8, hd128, causal
 #   gpu-tests the CuTe kernel's GPU tests and the cuDNN FP8 peer's
 # Each step's output goes to DIR/<step>.txt as it runs, one line per step into the log. ZYFA_GIT_COMMIT names the
@@ -22,7 +22,7 @@
 # puts gpu-tests second, so that the checks come back before the A/B sets and the profile).
 set -u
 DIR=${1:?usage: cute_h200_checks.sh DIR}
-ALL_STEPS="bench ab-hd256 ab-rowsum ncu gpu-tests"
+ALL_STEPS="bench ab-hd256 ab-rowsum ab-persistent ncu gpu-tests"
 # STEPS: which steps, in which order (default ALL_STEPS); checked before anything is written
 STEPS=${STEPS:-$ALL_STEPS}
 for s in $STEPS; do
@@ -52,6 +52,8 @@ run_step() {
       [ -z "${DRY_RUN:-}" ] && cp reports/bench/cute.json reports/bench/cute.md "$DIR/" 2>/dev/null ;;
     ab-hd256) step ab-hd256 python3 scripts/ab_kernel_variants.py --set cute-hd256 --rounds 5 --out "$DIR/ab-hd256" ;;
     ab-rowsum) step ab-rowsum python3 scripts/ab_kernel_variants.py --set cute-rowsum --rounds 5 --out "$DIR/ab-rowsum" ;;
+    ab-persistent)
+      step ab-persistent python3 scripts/ab_kernel_variants.py --set cute-persistent --rounds 5 --out "$DIR/ab-persistent" ;;
     ncu)
       step ncu bash scripts/profile_kernels_ncu.sh --wheels /tmp/none --targets cute-zyfa-hopper,cudnn-fp8 \
         --recipe zyfa-hopper:rowsum=rounded_mma --causal --out "$DIR/profile" ;;

@@ -43,12 +43,14 @@ def _loop_spans(ins: list[tuple[int, str]]) -> list[tuple[int, int]]:
             body = [t for _, t in ins[at[int(m.group(1), 16)]:i + 1]]
             if any("GMMA" in t for t in body) and not any("EXIT" in t.split() for t in body):
                 spans.append((at[int(m.group(1), 16)], i))
-    return spans
+    # the innermost only: a loop around KV loops (the PERSISTENT form's loop over work items) is not one of them
+    return [s for s in spans if not any(o != s and s[0] <= o[0] and o[1] <= s[1] for o in spans)]
 
 
 def sass_kv_loops(sass: str) -> list[list[str]]:
     """The SASS loops that issue wgmma (a backward branch to an address before it), leaving out the mbarrier retry
-    paths after the kernel's exits, whose branches jump back over whole regions (their bodies hold an EXIT)."""
+    paths after the kernel's exits, whose branches jump back over whole regions (their bodies hold an EXIT), and any
+    loop around such loops (``PERSISTENT``'s loop over work items)."""
     ins = instructions(sass)
     return [[t for _, t in ins[lo:hi + 1]] for lo, hi in _loop_spans(ins)]
 

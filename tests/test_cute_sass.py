@@ -29,3 +29,10 @@ def test_kv_loops_and_the_code_after_them():
     assert [len(body) for body in loops] == [4, 3]
     assert sum(t.startswith("STL") for t in loops[0]) == 1 and any(t.startswith("LDL") for t in loops[1])
     assert sass.after_last_loop(LISTING) == 3  # the two stores and the EXIT
+
+
+def test_a_loop_around_kv_loops_is_not_one():
+    """The PERSISTENT form's loop over work items encloses the KV loops: only the innermost count."""
+    sass = load_script("cute_sass")
+    outer = LISTING.replace("/*00a0*/                   STG.E [R2.64], R4", "/*00a0*/                   @P3 BRA 0x10")
+    assert [len(body) for body in sass.sass_kv_loops(outer)] == [4, 3]

@@ -16,7 +16,7 @@ import pytest
 
 from tests.load_file import load_script
 from zyfa.kernels.attention_cute import compile_for
-from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, PV_WHOLE_MAX
+from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, H200_SMS, PV_WHOLE_MAX
 
 # the DSL reads its target when it is imported; a CPU machine has no GPU to ask
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
@@ -30,7 +30,7 @@ SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 1333}
 
 DIMS = {"hd128": (128, 128), "mla": (192, 128), "hd256": (256, 256)}
 FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1}, "rowsum-mma": None,
-         "pv-block-64": {"PV_BLOCK": 64}, "epilogue-div": {"EPILOGUE": 0}}
+         "pv-block-64": {"PV_BLOCK": 64}, "epilogue-div": {"EPILOGUE": 0}, "persistent": {"PERSISTENT": 1}}
 # the recipe of each form: the default's, or technique 3's row sum on the tensor core (P8·ones on the wgmma)
 RECIPES = {"rowsum-mma": "zyfa-hopper:rowsum=rounded_mma"}
 # (form, causal): the places the softmax and each matmul are emitted (tile 0's S and the last tile's P·V count one
@@ -44,6 +44,8 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
             ("rowsum-mma", True): (4, [0, 64, 64], [False, False, True]),
             ("pv-block-64", True): (4, [0, 64, 64], [False, False, True]),
             ("epilogue-div", True): (4, [0, 64, 64], [False, False, True]),
+            ("persistent", True): (4, [0, 64, 64], [False, False, True]),
+            ("persistent", False): (4, [0, 64], [False, False]),
             ("first", False): (2, [64], None),
             ("first", True): (2, [64], [True])}
 
@@ -52,18 +54,22 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
                                         ("mla", True, "default"), ("hd128", False, "first"),
                                         ("hd128", True, "first"), ("hd128", True, "pv-overlap"),
                                         ("hd128", True, "rowsum-mma"), ("hd256", True, "default"),
-                                        ("hd256", True, "pv-block-64"), ("hd128", True, "epilogue-div")],
+                                        ("hd256", True, "pv-block-64"), ("hd128", True, "epilogue-div"),
+                                        ("hd128", True, "persistent"), ("mla", False, "persistent")],
                 ids=["hd128-non-causal", "hd128-causal", "mla-causal", "hd128-non-causal-first-form",
                      "hd128-causal-first-form", "hd128-causal-pv-overlap", "hd128-causal-rowsum-mma", "hd256-causal",
-                     "hd256-causal-pv-block-64", "hd128-causal-epilogue-div"])
+                     "hd256-causal-pv-block-64", "hd128-causal-epilogue-div", "hd128-causal-persistent",
+                     "mla-non-causal-persistent"])
 def compiled(request, tmp_path_factory):
     """(head dims, the PTX, (the form's name, causal)) of the kernel (compiled with --keep-ptx, written into a
     temporary directory)."""
     out = tmp_path_factory.mktemp("cute_ptx")
     d_qk, d_v = DIMS[request.param[0]]
     form = request.param[2]
+    # PERSISTENT on 5 SMs: SHAPE's 12 work items take three passes (on 132, one: no loop left to see)
     compile_for(**SHAPE, d_qk=d_qk, d_v=d_v, causal=request.param[1], config=FORMS[form],
-                recipe=RECIPES.get(form, "zyfa-hopper"), options=f"--keep-ptx --keep-cubin --dump-dir={out}")
+                recipe=RECIPES.get(form, "zyfa-hopper"), options=f"--keep-ptx --keep-cubin --dump-dir={out}",
+                sms=5 if form == "persistent" else H200_SMS)
     files = sorted(Path(out).glob("*.ptx"))
     assert len(files) == 1, files
     cubins = sorted(Path(out).glob("*.sm_90a.cubin"))
@@ -82,21 +88,28 @@ def ptx(compiled):
     return compiled[1]
 
 
-def kv_loops(ptx: str) -> list[str]:
-    """The bodies of the PTX loops that issue wgmma (from a label to the branch back to it): the KV-tile loops."""
+def loop_spans(ptx: str) -> list[tuple[int, int]]:
+    """(first, last) line of each PTX loop that issues wgmma (from a label to the branch back to it)."""
     lines = ptx.splitlines()
     labels: dict[str, int] = {}
-    loops = []
+    spans = []
     for i, line in enumerate(lines):
         m = re.match(r"^(\$L__BB\d+_\d+):", line)
         if m:
             labels[m.group(1)] = i
         m = re.search(r"bra(?:\.uni)?\s+(\$L__BB\d+_\d+);", line)
-        if m and labels.get(m.group(1), i) < i:
-            body = "\n".join(lines[labels[m.group(1)]:i + 1])
-            if "wgmma.mma_async" in body:
-                loops.append(body)
-    return loops
+        if m and labels.get(m.group(1), i) < i and "wgmma.mma_async" in "\n".join(lines[labels[m.group(1)]:i + 1]):
+            spans.append((labels[m.group(1)], i))
+    return spans
+
+
+def kv_loops(ptx: str) -> list[str]:
+    """The bodies of the KV-tile loops: the innermost loops that issue wgmma (not the PERSISTENT form's loop over work
+    items around them)."""
+    lines = ptx.splitlines()
+    spans = loop_spans(ptx)
+    return ["\n".join(lines[a:b + 1]) for a, b in spans
+            if not any(o != (a, b) and a <= o[0] and o[1] <= b for o in spans)]
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +221,22 @@ def test_wgmma_not_serialized(compiled):
     sass = _cuobjdump("-sass", compiled[3])
     qgmma, depbar = sass.count("QGMMA."), sass.count("WARPGROUP.DEPBAR")
     assert qgmma and depbar * 4 <= qgmma, (qgmma, depbar)
+
+
+def test_persistent_loops_over_work_items(compiled):
+    """PERSISTENT: one loop (over the CTA's work items) around every KV loop and tile 0's and the last tile's
+    matmuls; the other forms have no loop around their KV loops (one item per CTA)."""
+    spans = loop_spans(compiled[1])
+    inner = [sp for sp in spans if not any(o != sp and sp[0] <= o[0] and o[1] <= sp[1] for o in spans)]
+    outer = [sp for sp in spans if sp not in inner]
+    if compiled[2][0] != "persistent":
+        assert not outer, outer
+        return
+    assert len(outer) == 1 and all(outer[0][0] <= a and b <= outer[0][1] for a, b in inner), (outer, inner)
+    lines = compiled[1].splitlines()
+    first, last = (next(i for i, t in enumerate(lines) if "wgmma.mma_async" in t),
+                   max(i for i, t in enumerate(lines) if "wgmma.mma_async" in t))
+    assert outer[0][0] < first and last < outer[0][1]
 
 
 def test_no_local_memory(compiled):

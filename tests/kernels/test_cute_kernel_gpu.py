@@ -45,6 +45,13 @@ CASES = {
     "hd256-causal": (1, 2, 2, 300, 300, 256, 256, True),
     "hd256-gqa-odd": (1, 4, 2, 333, 333, 256, 256, False),
 }
+# More work items (128 query rows of one head) than an H100 or H200 has SMs (132), the last pass part-full: the
+# PERSISTENT form's CTAs take several items each (272 items: passes of 132, 132 and 8; 144: 132 and 12). Compared
+# with the default form only (its bits), not with the emulation.
+MULTIPASS = {
+    "hd128-causal-multipass": (2, 8, 4, 2100, 2100, 128, 128, True),
+    "hd64-multipass": (1, 16, 8, 1100, 1100, 64, 64, False),
+}
 
 
 # Every case once in a child process first, under a time limit: a kernel that hangs (a barrier or mbarrier that
@@ -53,7 +60,7 @@ CASES = {
 SMOKE_SECONDS = 300
 _SMOKE = """
 import sys, torch
-from tests.kernels.test_cute_kernel_gpu import CASES, H1, H1_MMA, _case_inputs
+from tests.kernels.test_cute_kernel_gpu import CASES, H1, H1_MMA, MULTIPASS, _case_inputs
 from zyfa.kernels.attention_cute import attention_cute_quantized
 for recipe in (H1, H1_MMA):
     for name in CASES:
@@ -61,6 +68,11 @@ for recipe in (H1, H1_MMA):
         attention_cute_quantized(q, k, v, recipe=recipe, causal=causal)
         torch.cuda.synchronize()
         print("ran", recipe, name, flush=True)
+for name in [*CASES, *MULTIPASS]:
+    q, k, v, causal = _case_inputs(name)
+    attention_cute_quantized(q, k, v, recipe=H1, causal=causal, config={"PERSISTENT": 1})
+    torch.cuda.synchronize()
+    print("ran persistent", name, flush=True)
 """
 
 
@@ -82,7 +94,7 @@ def cute_runs():
 
 
 def _case_inputs(name):
-    b, h, h_kv, s_q, s_k, d_qk, d_v, causal = CASES[name]
+    b, h, h_kv, s_q, s_k, d_qk, d_v, causal = CASES[name] if name in CASES else MULTIPASS[name]
     g = torch.Generator(device="cuda").manual_seed(zlib.crc32(name.encode()) % 1000)
     q = torch.randn((b, h, s_q, d_qk), generator=g, device="cuda")
     k = torch.randn((b, h_kv, s_k, d_qk), generator=g, device="cuda") * 1.5
@@ -177,14 +189,15 @@ def test_cute_kernel_matches_the_triton_kernel(recipe, cute_runs):
 # scale 1 it runs the loop without the clamp. Here the default against the first form (cc8e3cc) and against the
 # overlapped loop (PV_OVERLAP 1, whose order of the same operations differs most; at d 256, where it is refused, P·V
 # in blocks of 64 through one accumulator instead of 32 through two), and against the epilogue's div.rn per element
-# (EPILOGUE 0; the default divides by one reciprocal per row with Markstein's correction); each switch alone is
-# checked at hd128 by
-# scripts/ab_kernel_variants.py --set cute-forms before it times them.
+# (EPILOGUE 0; the default divides by one reciprocal per row with Markstein's correction), and against one CTA per
+# SM taking work items pass by pass (PERSISTENT 1; the MULTIPASS cases give each CTA several); each switch alone is
+# checked at hd128 by scripts/ab_kernel_variants.py --set cute-forms before it times them.
 FORM_CASES = ["hd128-1k", "hd128-1k-causal", "hd128-gqa-odd", "hd128-causal-gqa-odd", "hd128-causal-sq<sk",
-              "hd128-causal-sq>sk", "hd64-causal", "mla-causal", "mla-gqa-odd", "hd256-causal", "hd256-gqa-odd"]
+              "hd128-causal-sq>sk", "hd64-causal", "mla-causal", "mla-gqa-odd", "hd256-causal", "hd256-gqa-odd",
+              *MULTIPASS]
 
 
-@pytest.mark.parametrize("other", ["first", "pv-overlap", "epilogue-div"])
+@pytest.mark.parametrize("other", ["first", "pv-overlap", "epilogue-div", "persistent"])
 @pytest.mark.parametrize("scale", [1.0, 40.0])
 @pytest.mark.parametrize("name", FORM_CASES)
 def test_cute_forms_give_the_same_bits(name, scale, other, cute_runs):
@@ -203,6 +216,7 @@ def test_cute_forms_give_the_same_bits(name, scale, other, cute_runs):
     assert bool((bound <= m_safe).all()) if scale == 1.0 else bool((bound > m_safe).all()), bound
     kw = {"recipe": H1, "causal": causal, "q_descale": qd, "k_descale": kd, "v_descale": vd}
     form = (CUTE_FIRST_FORM if other == "first" else {"EPILOGUE": 0} if other == "epilogue-div"
+            else {"PERSISTENT": 1} if other == "persistent"
             else {"PV_OVERLAP": 1} if v.shape[3] <= 128 else {"PV_BLOCK": 64})
     o_ref, l_ref = attention_cute(q8, k8, v8, config=form, **kw)
     assert cute_config(cute_plan(H1)) != cute_config(cute_plan(H1), form)

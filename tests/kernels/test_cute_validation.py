@@ -15,7 +15,7 @@ from zyfa.kernels.attention_cute import (
     compile_for,
     cute_plan,
 )
-from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, cute_config
+from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, cute_config, persistent_item, persistent_pass_item
 
 
 def test_import_does_not_import_cutlass():
@@ -103,6 +103,8 @@ def test_bad_inputs_and_descales():
     ({"s_q": 0}, "s_q must be a positive int"),
     ({"h": 3, "h_kv": 2}, "multiple of kv heads"),
     ({"causal": 1}, "causal must be a bool"),
+    ({"sms": 0}, "sms must be a positive int"),
+    ({"sms": True}, "sms must be a positive int"),
 ])
 def test_compile_for_refuses_bad_shapes(kwargs, match):
     args = {"b": 1, "h": 2, "h_kv": 2, "s_q": 128, "s_k": 128, "d_qk": 128, "d_v": 128, "causal": False, **kwargs}
@@ -115,9 +117,10 @@ def test_forms_default_and_first():
     margin: mad_m_safe 177K); the first form is all switches off; a form without a margin is refused."""
     plan = cute_plan(CUTE_RECIPE)
     assert cute_config(plan) == {"MAD_CVT": 6, "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 32,
-                                 "EPILOGUE": 1}
+                                 "EPILOGUE": 1, "PERSISTENT": 0}
     assert cute_config(plan, CUTE_FIRST_FORM) == {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0,
-                                                  "PV_BLOCK": 32, "EPILOGUE": 0}
+                                                  "PV_BLOCK": 32, "EPILOGUE": 0, "PERSISTENT": 0}
+    assert cute_config(plan, {"PERSISTENT": 1})["PERSISTENT"] == 1
     assert cute_config(plan, {"PV_OVERLAP": 1})["PV_OVERLAP"] == 1
     assert cute_config(plan, {"MAD_CVT": 3})["MASK_SPLIT"] == 1
 
@@ -128,6 +131,7 @@ def test_forms_default_and_first():
     ({"MASK_SPLIT": 2}, "MASK_SPLIT=2: expected 0 or 1"),
     ({"BOOKKEEPING": None}, "BOOKKEEPING=None: expected 0 or 1"),
     ({"PV_OVERLAP": True}, "PV_OVERLAP=True: expected 0 or 1"),
+    ({"PERSISTENT": 2}, "PERSISTENT=2: expected 0 or 1"),
     ({"BLOCK_M": 64}, "no switch 'BLOCK_M'"),
 ])
 def test_bad_forms_refused(config, match):
@@ -150,3 +154,39 @@ def test_forms_refused_at_hd256(config, match):
     q, k, v = qkv(d_qk=256, d_v=256)
     with pytest.raises(ValueError, match=match):
         attention_cute(q, k, v, config=config)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("n_blocks_m,n_heads,sms", [(256, 16, 132), (17, 16, 132), (9, 16, 132), (3, 4, 5),
+                                                    (1, 1, 132), (64, 32, 114)])
+def test_persistent_order_takes_every_item_once(n_blocks_m, n_heads, sms, causal):
+    """PERSISTENT: the passes of min(sms, items) CTAs take each (row block, head) exactly once, the causal order
+    the heaviest row blocks first."""
+    n_items = n_blocks_m * n_heads
+    n_ctas = min(sms, n_items)
+    taken = [persistent_item(g, causal=causal, n_blocks_m=n_blocks_m, n_heads=n_heads)
+             for it in range(-(-n_items // n_ctas)) for cta in range(n_ctas)
+             if (g := persistent_pass_item(cta, it, n_ctas)) < n_items]
+    assert sorted(taken) == [(mb, bh) for mb in range(n_blocks_m) for bh in range(n_heads)]
+    if causal:  # the g-th item has the most KV tiles of those after it
+        order = [persistent_item(g, causal=True, n_blocks_m=n_blocks_m, n_heads=n_heads)[0] for g in range(n_items)]
+        assert order == sorted(order, reverse=True)
+
+
+def test_persistent_causal_work_evens_out():
+    """The serpentine over the longest-first order at the bench's causal shape (32K keys: 256 row blocks, 16 heads,
+    132 SMs; row block mb visits mb + 1 KV tiles): the busiest CTA has within 0.2% of the mean work, where handing
+    the same order out round robin (every pass from CTA 0) leaves it 3% above."""
+    n_blocks_m, n_heads, n_ctas = 256, 16, 132
+    n_items = n_blocks_m * n_heads
+
+    def busiest(index) -> float:
+        work = [0] * n_ctas
+        for it in range(-(-n_items // n_ctas)):
+            for cta in range(n_ctas):
+                if (g := index(cta, it)) < n_items:
+                    work[cta] += persistent_item(g, causal=True, n_blocks_m=n_blocks_m, n_heads=n_heads)[0] + 1
+        return max(work) / (sum(work) / n_ctas)
+
+    assert busiest(lambda cta, it: persistent_pass_item(cta, it, n_ctas)) < 1.002
+    assert busiest(lambda cta, it: it * n_ctas + cta) > 1.03

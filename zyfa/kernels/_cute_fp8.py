@@ -51,12 +51,12 @@ from cutlass.cutlass_dsl import Float32, Int32, Uint32
 
 from zyfa.kernels._cute_epilogue import store_output
 from zyfa.kernels._cute_ptx import keep_live
+from zyfa.kernels._cute_schedule import BLOCK_N, CuteSchedule
 from zyfa.kernels._cute_softmax import CuteSoftmax
 from zyfa.kernels.cute_plan import PV_WHOLE_MAX
 from zyfa.kernels.kernel_plan import FP8_MAX_SQ
 
 BLOCK_M_WG = 64  # query rows per consumer warpgroup
-BLOCK_N = 128  # keys per KV tile
 NUM_CONSUMERS = 2
 THREADS_PER_WG = 128
 REGS_PRODUCER = 24
@@ -71,7 +71,7 @@ ONES_N = 8
 ONES_WORD = 0x38383838
 
 
-class CuteFp8Attention(CuteSoftmax):
+class CuteFp8Attention(CuteSchedule, CuteSoftmax):
     """One compiled forward for fixed shapes (all static) and the ``zyfa-hopper`` numerics.
 
     Operands (global memory, contiguous): Q (b·h, s_q, d_qk), K (b·h_kv, s_k, d_qk), Vᵀ (b·h_kv, d_v, s_k_pad) from
@@ -82,7 +82,7 @@ class CuteFp8Attention(CuteSoftmax):
     def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                  causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
                  pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, pv_block: int = 32,
-                 epilogue_rcp: bool = False, kv_stages: int = 2):
+                 epilogue_rcp: bool = False, persistent: bool = False, sms: int = 0, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
         self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
         self.causal = causal
@@ -104,6 +104,13 @@ class CuteFp8Attention(CuteSoftmax):
         self.block_m = BLOCK_M_WG * NUM_CONSUMERS
         self.block_n = BLOCK_N
         self.n_blocks_m = -(-s_q // self.block_m)
+        # PERSISTENT: one CTA per SM (sms: the device's), each taking work items (row block, head) pass by pass
+        self.persistent = bool(persistent)
+        self.n_items = self.n_blocks_m * b * h
+        if self.persistent and sms < 1:
+            raise ValueError(f"the PERSISTENT form needs the device's SM count (sms), got {sms!r}")
+        self.n_ctas = min(sms, self.n_items) if self.persistent else 1
+        self.n_passes = -(-self.n_items // self.n_ctas)
         self.dtype = cutlass.Float8E4M3FN
 
     # ------------------------------------------------------------------------------------------ host side
@@ -157,7 +164,8 @@ class CuteFp8Attention(CuteSoftmax):
         self.shared_storage = SharedStorage
         self.kernel(qk_mma, pv_mma, tma_q, tQ, tma_k, tK, tma_v, tV, mO, mLSE, mQD, mKD, mVD, sm_scale_log2e,
                     sQ_layout, sK_layout, sV_layout, sOnes_layout).launch(
-            grid=(self.n_blocks_m, bh, 1), block=[THREADS_PER_WG * (1 + NUM_CONSUMERS), 1, 1], min_blocks_per_mp=1)
+            grid=(self.n_ctas, 1, 1) if self.persistent else (self.n_blocks_m, bh, 1),
+            block=[THREADS_PER_WG * (1 + NUM_CONSUMERS), 1, 1], min_blocks_per_mp=1)
 
     # ------------------------------------------------------------------------------------------ the kernel
     @cute.kernel
@@ -173,7 +181,7 @@ class CuteFp8Attention(CuteSoftmax):
             mb = self.n_blocks_m - 1 - bx  # the heavy (late) row blocks first, as the Triton kernel orders them
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg = cute.arch.make_warp_uniform(tidx // THREADS_PER_WG)
-        bhk = (bh // self.h) * self.h_kv + (bh % self.h) // self.group
+        bhk = self.kv_head(bh)
 
         smem = utils.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
@@ -191,17 +199,7 @@ class CuteFp8Attention(CuteSoftmax):
         sQ = storage.sQ.get_tensor(sQ_layout.outer, swizzle=sQ_layout.inner)
         sK = storage.sK.get_tensor(sK_layout.outer, swizzle=sK_layout.inner)
         sV = storage.sV.get_tensor(sV_layout.outer, swizzle=sV_layout.inner)
-
-        # the KV tiles this CTA visits: [0, n_tiles), the first n_full unmasked for all of its rows
-        off = self.s_k - self.s_q  # bottom-right alignment: query i sits at key position i + off
-        p0 = mb * self.block_m + off
-        n_tiles = Int32(-(-self.s_k // BLOCK_N))
-        n_full = Int32(self.s_k // BLOCK_N)
-        if cutlass.const_expr(self.causal):
-            hi = cutlass.min(Int32(self.s_k), p0 + self.block_m)
-            hi = cutlass.max(hi, Int32(0))
-            n_tiles = (hi + BLOCK_N - 1) // BLOCK_N
-            n_full = cutlass.min(n_full, cutlass.max(p0 + 1, Int32(0)) // BLOCK_N)
+        n_tiles, n_full = self.kv_range(mb)
 
         if cutlass.const_expr(self.rowsum_mma):
             words = cute.recast_tensor(storage.sOnes.get_tensor(cute.make_layout(cute.cosize(sOnes_layout))), Uint32)
@@ -227,26 +225,23 @@ class CuteFp8Attention(CuteSoftmax):
                 gV = cute.local_tile(tV, (self.d_v, BLOCK_N), (0, None, None))
                 tVs, tVg = cute.nvgpu.cpasync.tma_partition(tma_v, 0, cute.make_layout(1),
                                                             cute.group_modes(sV, 0, 2), cute.group_modes(gV, 0, 2))
-                q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-                q_pipe.producer_acquire(q_state)
-                for w in cutlass.range_constexpr(NUM_CONSUMERS):
-                    cute.copy(tma_q, tQg[(None, mb * NUM_CONSUMERS + w, bh)], tQs[(None, w)],
-                              tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
-                for j in cutlass.range(n_tiles, unroll=1):
-                    st = self.stage(j, True)
-                    k_pipe.producer_acquire(st)
-                    cute.copy(tma_k, tKg[(None, j, bhk)], tKs[(None, st.index)],
-                              tma_bar_ptr=k_pipe.producer_get_barrier(st))
-                    v_pipe.producer_acquire(st)
-                    cute.copy(tma_v, tVg[(None, j, bhk)], tVs[(None, st.index)],
-                              tma_bar_ptr=v_pipe.producer_get_barrier(st))
+                loads = (q_pipe, k_pipe, v_pipe, tma_q, tQs, tQg, tma_k, tKs, tKg, tma_v, tVs, tVg)
+                if cutlass.const_expr(self.persistent):
+                    t0 = Int32(0)  # KV tiles of the CTA's earlier items: the pipelines' stages go on from there
+                    for it in cutlass.range(self.n_passes, unroll=1):
+                        g = self.item_index(bx, it)
+                        if g < self.n_items:
+                            mb_g, bh_g = self.item(g)
+                            n_g, _ = self.kv_range(mb_g)
+                            self.produce_item(loads, mb_g, bh_g, self.kv_head(bh_g), n_g, it, t0)
+                            t0 = t0 + n_g
+                else:
+                    self.produce_item(loads, mb, bh, bhk, n_tiles, None, None)
         else:
             # ---------------------------------------------------------------- consumer warpgroups
             cute.arch.setmaxregister_increase(REGS_CONSUMER)
             w = wg - 1
             thr = tidx % THREADS_PER_WG
-            my_bar = ORDER_BAR0 + w
-            other_bar = ORDER_BAR0 + 1 - w
             qk_thr = qk_mma.get_slice(thr)
             pv_thr = pv_mma.get_slice(thr)
             tSrQ = qk_mma.make_fragment_A(qk_thr.partition_A(sQ))
@@ -287,64 +282,128 @@ class CuteFp8Attention(CuteSoftmax):
             alpha_next = alpha
             if cutlass.const_expr(self.pv_overlap):
                 alpha_next = cute.make_rmem_tensor((2,), Float32)
-            for r in cutlass.range_constexpr(2):
-                m_i[r] = -Float32.inf
-                l_i[r] = Float32(0.0)
-                e_i[r] = Float32(0.0)
-                alpha[r] = Float32(1.0)
-            acc_o.fill(0.0)
+            frags = (q_pipe, k_pipe, v_pipe, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, tOcO, p_u32,
+                     p_next, m_i, l_i, e_i, alpha, alpha_next, tOrOnes, acc_l, w, thr)
+            outs = (mO, mLSE, mQD, mKD, mVD, sm_scale_log2e)
+            if cutlass.const_expr(self.persistent):
+                # the turns go on from item to item: the first is warpgroup 0's, and warpgroup 0 takes the last
+                # arrive of warpgroup 1 after the CTA's last item
+                if w == 1:
+                    cute.arch.barrier_arrive(barrier_id=ORDER_BAR0, number_of_threads=2 * THREADS_PER_WG)
+                t0 = Int32(0)
+                for it in cutlass.range(self.n_passes, unroll=1):
+                    g = self.item_index(bx, it)
+                    if g < self.n_items:
+                        mb_g, bh_g = self.item(g)
+                        n_g, full_g = self.kv_range(mb_g)
+                        self.consume_item(frags, outs, mb_g, bh_g, self.kv_head(bh_g), n_g, full_g, it, t0)
+                        t0 = t0 + n_g
+                if w == 0:
+                    cute.arch.barrier(barrier_id=ORDER_BAR0, number_of_threads=2 * THREADS_PER_WG)
+            else:
+                self.consume_item(frags, outs, mb, bh, bhk, n_tiles, n_full, None, None)
 
-            c = sm_scale_log2e * mQD[bh] * mKD[bhk]
-            c8n = (c * Float32(8.0)) * Float32(0.0078125)
-            row0 = mb * self.block_m + w * BLOCK_M_WG  # first query row of this warpgroup
+    @cute.jit
+    def produce_item(self, loads, mb: Int32, bh: Int32, bhk: Int32, n_tiles: Int32, it, t0):
+        """The TMA loads of one work item: its two Q tiles, then its K and Vᵀ tiles into the stage pipelines.
+        ``it``/``t0`` (``PERSISTENT``): the CTA's items and KV tiles before this one (None: the CTA's only item)."""
+        q_pipe, k_pipe, v_pipe, tma_q, tQs, tQg, tma_k, tKs, tKg, tma_v, tVs, tVg = loads
+        if cutlass.const_expr(it is None):
+            q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+        else:
+            q_state = self.stage(it, True, 1)
+        q_pipe.producer_acquire(q_state)
+        for w in cutlass.range_constexpr(NUM_CONSUMERS):
+            cute.copy(tma_q, tQg[(None, mb * NUM_CONSUMERS + w, bh)], tQs[(None, w)],
+                      tma_bar_ptr=q_pipe.producer_get_barrier(q_state))
+        for j in cutlass.range(n_tiles, unroll=1):
+            st = self.kv_stage(t0, j, True)
+            k_pipe.producer_acquire(st)
+            cute.copy(tma_k, tKg[(None, j, bhk)], tKs[(None, st.index)],
+                      tma_bar_ptr=k_pipe.producer_get_barrier(st))
+            v_pipe.producer_acquire(st)
+            cute.copy(tma_v, tVg[(None, j, bhk)], tVs[(None, st.index)],
+                      tma_bar_ptr=v_pipe.producer_get_barrier(st))
 
+    @cute.jit
+    def consume_item(self, frags, outs, mb: Int32, bh: Int32, bhk: Int32, n_tiles: Int32, n_full: Int32, it, t0):
+        """One consumer warpgroup's work item: its 64 rows against the item's KV tiles, then O and LSE stored.
+        ``it``/``t0`` as in :meth:`produce_item`; with them (``PERSISTENT``) Q's stage is released once the item's
+        last S is done, so that the next item's Q loads under this one's last P·V and store, and the turns' first
+        arrive and last wait are the caller's."""
+        (q_pipe, k_pipe, v_pipe, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, tOcO, p_u32, p_next, m_i, l_i,
+         e_i, alpha, alpha_next, tOrOnes, acc_l, w, thr) = frags
+        mO, mLSE, mQD, mKD, mVD, sm_scale_log2e = outs
+        my_bar = ORDER_BAR0 + w
+        other_bar = ORDER_BAR0 + 1 - w
+        for r in cutlass.range_constexpr(2):
+            m_i[r] = -Float32.inf
+            l_i[r] = Float32(0.0)
+            e_i[r] = Float32(0.0)
+            alpha[r] = Float32(1.0)
+        acc_o.fill(0.0)
+
+        c = sm_scale_log2e * mQD[bh] * mKD[bhk]
+        c8n = (c * Float32(8.0)) * Float32(0.0078125)
+        row0 = mb * self.block_m + w * BLOCK_M_WG  # first query row of this warpgroup
+
+        if cutlass.const_expr(it is None):
             q_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-            q_pipe.consumer_wait(q_state)
+        else:
+            q_state = self.stage(it, False, 1)
+        q_pipe.consumer_wait(q_state)
 
+        if cutlass.const_expr(it is None):  # noqa: SIM102 - a compile-time test around a runtime one
             if w == 1:
                 cute.arch.barrier_arrive(barrier_id=ORDER_BAR0, number_of_threads=2 * THREADS_PER_WG)
-            if n_tiles > 0:
-                # tile 0: S only
-                k_state = self.stage(Int32(0), False)
-                k_pipe.consumer_wait(k_state)
-                cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
+        if n_tiles > 0:
+            # tile 0: S only
+            k_state = self.kv_stage(t0, Int32(0), False)
+            k_pipe.consumer_wait(k_state)
+            cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
+            cute.nvgpu.warpgroup.fence()
+            self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+            cute.nvgpu.warpgroup.commit_group()
+            cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+            cute.nvgpu.warpgroup.wait_group(0)
+            k_pipe.consumer_release(k_state)
+            self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, Int32(0),
+                              Int32(0) >= n_full)
+            ops = (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
+                   m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next, tOrOnes, acc_l, t0)
+            if cutlass.const_expr(self.mask_split):
+                # the tiles that every row of the CTA sees whole run without the mask's code; the others with it
+                n_open = cutlass.max(cutlass.min(n_full, n_tiles), Int32(1))
+                self.guarded_kv_loop(ops, c, Int32(1), n_open, n_full, False)
+                self.kv_loop(ops, n_open, n_tiles, n_full, True, True)
+            else:
+                self.guarded_kv_loop(ops, c, Int32(1), n_tiles, n_full, None)
+            if cutlass.const_expr(it is not None):
+                q_pipe.consumer_release(q_state)  # every S of the item is done
+            # the last tile's P·V
+            v_state = self.kv_stage(t0, n_tiles - 1, False)
+            v_pipe.consumer_wait(v_state)
+            cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
+            if cutlass.const_expr(self.pv_chunks > 1):
+                self.pv_chunked(tOrP, tOrV, acc_pv, acc_o, alpha, l_i, v_state.index, tOrOnes, acc_l)
+                cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+                v_pipe.consumer_release(v_state)
+            else:
                 cute.nvgpu.warpgroup.fence()
-                self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+                self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index, tOrOnes, acc_l)
                 cute.nvgpu.warpgroup.commit_group()
                 cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
                 cute.nvgpu.warpgroup.wait_group(0)
-                k_pipe.consumer_release(k_state)
-                self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, Int32(0),
-                                  Int32(0) >= n_full)
-                ops = (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
-                       m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next, tOrOnes, acc_l)
-                if cutlass.const_expr(self.mask_split):
-                    # the tiles that every row of the CTA sees whole run without the mask's code; the others with it
-                    n_open = cutlass.max(cutlass.min(n_full, n_tiles), Int32(1))
-                    self.guarded_kv_loop(ops, c, Int32(1), n_open, n_full, False)
-                    self.kv_loop(ops, n_open, n_tiles, n_full, True, True)
-                else:
-                    self.guarded_kv_loop(ops, c, Int32(1), n_tiles, n_full, None)
-                # the last tile's P·V
-                v_state = self.stage(n_tiles - 1, False)
-                v_pipe.consumer_wait(v_state)
-                cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
-                if cutlass.const_expr(self.pv_chunks > 1):
-                    self.pv_chunked(tOrP, tOrV, acc_pv, acc_o, alpha, l_i, v_state.index, tOrOnes, acc_l)
-                    cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
-                    v_pipe.consumer_release(v_state)
-                else:
-                    cute.nvgpu.warpgroup.fence()
-                    self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index, tOrOnes, acc_l)
-                    cute.nvgpu.warpgroup.commit_group()
-                    cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
-                    cute.nvgpu.warpgroup.wait_group(0)
-                    v_pipe.consumer_release(v_state)
-                    self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
+                v_pipe.consumer_release(v_state)
+                self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
+        if cutlass.const_expr(it is not None):  # noqa: SIM102 - as above
+            if n_tiles == 0:
+                q_pipe.consumer_release(q_state)
+        if cutlass.const_expr(it is None):  # noqa: SIM102 - as above
             if w == 0:
                 # consume the other warpgroup's last arrive (its turns and ours then balance)
                 cute.arch.barrier(barrier_id=ORDER_BAR0, number_of_threads=2 * THREADS_PER_WG)
-            store_output(acc_o, tOcO, m_i, l_i, e_i, mO, mLSE, mVD[bhk], bh, row0, thr, self.s_q, self.epilogue_rcp)
+        store_output(acc_o, tOcO, m_i, l_i, e_i, mO, mLSE, mVD[bhk], bh, row0, thr, self.s_q, self.epilogue_rcp)
 
     # ------------------------------------------------------------------------------------------ pieces
     @cute.jit
@@ -368,11 +427,11 @@ class CuteFp8Attention(CuteSoftmax):
         (``wait_group(1)``), its codes and alpha into ``p_next`` and ``alpha_next`` while P_{j-1}·V_{j-1} reads
         ``p_u32``; that product is flushed with tile j-1's alpha, then tile j's move into place (same operations)."""
         (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
-         m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next, tOrOnes, acc_l) = ops
+         m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next, tOrOnes, acc_l, t0) = ops
         for j in cutlass.range(lo, hi, unroll=1):
             # S_j and P_{j-1}·V_{j-1} in one turn
-            k_state = self.stage(j, False)
-            v_state = self.stage(j - 1, False)
+            k_state = self.kv_stage(t0, j, False)
+            v_state = self.kv_stage(t0, j - 1, False)
             k_pipe.consumer_wait(k_state)
             v_pipe.consumer_wait(v_state)
             cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
@@ -416,12 +475,18 @@ class CuteFp8Attention(CuteSoftmax):
                     self.flush_pv(acc_o, acc_pv, alpha, l_i, acc_l)
                     self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, mask_j, clamp)
 
-    def stage(self, j: Int32, producer: bool) -> pipeline.PipelineState:
+    def kv_stage(self, t0, j: Int32, producer: bool) -> pipeline.PipelineState:
+        """The K/Vᵀ pipelines' state for the item's KV tile j: :meth:`stage` of j, or of t0 + j after the CTA's
+        t0 earlier tiles (``PERSISTENT``; ``t0`` None otherwise)."""
+        return self.stage(j if cutlass.const_expr(t0 is None) else t0 + j, producer)
+
+    def stage(self, j: Int32, producer: bool, stages: int = 0) -> pipeline.PipelineState:
         """The K/Vᵀ pipelines' state for KV tile j, derived from j (no state object carried through staged control
         flow): stage j mod kv_stages, phase the parity of j div kv_stages (the producer's starts flipped). With
         ``bookkeeping`` and a power-of-two kv_stages, a mask and a shift: the same values for j >= 0 as the floor
-        division and modulo of a signed int, without their sign corrections."""
-        n = self.kv_stages
+        division and modulo of a signed int, without their sign corrections. ``stages``: another pipeline's depth
+        (Q's, 1, in ``PERSISTENT``)."""
+        n = stages or self.kv_stages
         if cutlass.const_expr(self.bookkeeping and n & (n - 1) == 0):
             phase = (j >> (n.bit_length() - 1)) & 1
             index = j & (n - 1)

@@ -17,17 +17,17 @@ from zyfa.kernels._cute_fp8 import CuteFp8Attention
 def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                    causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
                    pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, pv_block: int = 32,
-                   epilogue_rcp: bool = False, options: str = ""):
+                   epilogue_rcp: bool = False, persistent: bool = False, sms: int = 0, options: str = ""):
     """Compile :class:`CuteFp8Attention` for these shapes with fake pointers (no GPU needed); returns the compiled
     callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them).
-    ``mad_cvt``, ``mask_split``, ``bookkeeping``, ``pv_overlap``, ``pv_block``, ``epilogue_rcp``: the kernel's form
-    (:func:`zyfa.kernels.cute_plan.cute_config`); ``m_safe``: the recipe's
+    ``mad_cvt``, ``mask_split``, ``bookkeeping``, ``pv_overlap``, ``pv_block``, ``epilogue_rcp``, ``persistent``: the
+    kernel's form (:func:`zyfa.kernels.cute_plan.cute_config`; ``sms``: the persistent grid); ``m_safe``: the recipe's
     :func:`~zyfa.kernels.kernel_plan.mad_m_safe`."""
 
     kern = CuteFp8Attention(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, s_k_pad=s_k_pad, d_qk=d_qk, d_v=d_v,
                             causal=causal, mad_bias=mad_bias, e_cap=e_cap, mad_cvt=mad_cvt, mask_split=mask_split,
                             bookkeeping=bookkeeping, pv_overlap=pv_overlap, m_safe=m_safe, rowsum_mma=rowsum_mma,
-                            pv_block=pv_block, epilogue_rcp=epilogue_rcp)
+                            pv_block=pv_block, epilogue_rcp=epilogue_rcp, persistent=persistent, sms=sms)
     gmem = cute.AddressSpace.gmem
     fp8 = cutlass.Float8E4M3FN
     ptrs = [make_ptr(fp8, 16, gmem, assumed_align=16), make_ptr(fp8, 16, gmem, assumed_align=16),

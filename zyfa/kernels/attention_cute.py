@@ -29,7 +29,15 @@ import math
 import torch
 
 from zyfa.kernels.attention_fp8 import prepare_vt, quantize_for_kernel
-from zyfa.kernels.cute_plan import CUTE_HEAD_DIMS, CUTE_RECIPE, check_form, check_head_dims, cute_config, cute_plan
+from zyfa.kernels.cute_plan import (
+    CUTE_HEAD_DIMS,
+    CUTE_RECIPE,
+    H200_SMS,
+    check_form,
+    check_head_dims,
+    cute_config,
+    cute_plan,
+)
 from zyfa.kernels.kernel_plan import LOG2E, KernelPlan, mad_m_safe
 from zyfa.kernels.validation import check_device, check_fp8, descale_to_bh, validate_inputs
 from zyfa.recipes import Recipe
@@ -41,17 +49,19 @@ KEY_PAD = 32  # Vᵀ's keys are padded to a multiple of 32 (prepare_vt with perm
 _COMPILED: dict = {}
 
 
-def _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan: KernelPlan, cfg: dict):
+def _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan: KernelPlan, cfg: dict, sms: int):
     return (b, h, h_kv, s_q, s_k, d_qk, d_v, bool(causal), plan.mad_bias, plan.e_cap, plan.rowsum_rounded,
-            tuple(sorted(cfg.items())))
+            tuple(sorted(cfg.items())), sms if cfg["PERSISTENT"] else None)
 
 
 def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v: int, causal: bool,
-                recipe: Recipe | str = CUTE_RECIPE, config: dict | None = None, options: str = ""):
+                recipe: Recipe | str = CUTE_RECIPE, config: dict | None = None, options: str = "",
+                sms: int = H200_SMS):
     """Compile (or fetch from the cache) the kernel for these shapes and recipe; needs no GPU. ``config`` overrides
     the kernel's form (:func:`~zyfa.kernels.cute_plan.cute_config`: ``MAD_CVT``, ``MASK_SPLIT``, ``BOOKKEEPING``,
-    ``PV_OVERLAP``, ``PV_BLOCK``, ``EPILOGUE``; every form gives the same bits;
-    :data:`~zyfa.kernels.cute_plan.CUTE_FIRST_FORM` is the one that first ran).
+    ``PV_OVERLAP``, ``PV_BLOCK``, ``EPILOGUE``, ``PERSISTENT``; every form gives the same bits;
+    :data:`~zyfa.kernels.cute_plan.CUTE_FIRST_FORM` is the one that first ran). ``sms``: the device's SM count,
+    the grid of the ``PERSISTENT`` form (:func:`prepare_cute_call` passes the device's).
     ``options`` go to ``cute.compile`` (e.g. ``"--keep-ptx --keep-cubin --dump-dir=DIR"`` writes both into DIR; a
     call with options is not cached). ValueError for a recipe, form, head dims or shapes the kernel does not take;
     ImportError (one line) when the CuTe DSL is not importable."""
@@ -66,7 +76,9 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
         raise ValueError(f"q heads ({h}) must be a multiple of kv heads ({h_kv})")
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    key = _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan, cfg)
+    if isinstance(sms, bool) or not isinstance(sms, int) or sms < 1:
+        raise ValueError(f"sms must be a positive int, got {sms!r}")
+    key = _key(b, h, h_kv, s_q, s_k, d_qk, d_v, causal, plan, cfg, sms)
     if key in _COMPILED and not options:
         return _COMPILED[key]
     try:
@@ -79,7 +91,8 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
                                          bookkeeping=bool(cfg["BOOKKEEPING"]),
                                          pv_overlap=bool(cfg["PV_OVERLAP"]), m_safe=mad_m_safe(plan),
                                          rowsum_mma=plan.rowsum_rounded == 2, pv_block=cfg["PV_BLOCK"],
-                                         epilogue_rcp=bool(cfg["EPILOGUE"]), options=options)
+                                         epilogue_rcp=bool(cfg["EPILOGUE"]), persistent=bool(cfg["PERSISTENT"]),
+                                         sms=sms, options=options)
     if not options:
         _COMPILED[key] = compiled
     return compiled
@@ -103,7 +116,7 @@ def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bo
     check_device(q)
     sm = 1.0 / math.sqrt(d_qk) if sm_scale is None else float(sm_scale)
     compiled = compile_for(b=b, h=h, h_kv=h_kv, s_q=s_q, s_k=s_k, d_qk=d_qk, d_v=d_v, causal=causal, recipe=recipe,
-                           config=config)
+                           config=config, sms=torch.cuda.get_device_properties(q.device).multi_processor_count)
 
     from zyfa.kernels import _cute_host
 

@@ -13,8 +13,9 @@ from zyfa.kernels.kernel_plan import KernelPlan, default_mad_cvt, fused_mad_is_e
 from zyfa.recipe_spec import get_recipe
 from zyfa.recipes import Recipe
 
-__all__ = ["CUTE_FIRST_FORM", "CUTE_HEAD_DIMS", "CUTE_RECIPE", "NOT_FOR_DECODING", "PV_BLOCKS", "PV_WHOLE_MAX",
-           "check_form", "check_head_dims", "cute_config", "cute_plan"]
+__all__ = ["CUTE_FIRST_FORM", "CUTE_HEAD_DIMS", "CUTE_RECIPE", "H200_SMS", "NOT_FOR_DECODING", "PV_BLOCKS",
+           "PV_WHOLE_MAX", "check_form", "check_head_dims", "cute_config", "cute_plan", "persistent_item",
+           "persistent_pass_item"]
 
 CUTE_RECIPE = "zyfa-hopper"  # the numerics the kernel implements
 # (d_qk, d_v). Above d_v PV_WHOLE_MAX, P·V runs in column blocks of PV_BLOCK columns (O's accumulator and a whole
@@ -22,6 +23,8 @@ CUTE_RECIPE = "zyfa-hopper"  # the numerics the kernel implements
 CUTE_HEAD_DIMS = ((64, 64), (128, 128), (192, 128), (256, 256))
 PV_WHOLE_MAX = 128
 PV_BLOCKS = (32, 64)
+# the SMs of an H200 (and an H100 SXM): the PERSISTENT form's grid where no device says otherwise (a CPU compile)
+H200_SMS = 132
 # The kernel is compiled for one shape (b, h, h_kv, s_q, s_k, head dims: attention_cute.compile_for caches one per
 # shape; docs/KERNEL.md measures 1.5-3.5 s a compile), and each greedy decode step attends to one more key
 NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a compile) and every decode step has "
@@ -40,18 +43,22 @@ NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a
 # (ignored below): P·V's column block, 32 (two fresh accumulators, block b flushed while block b + 1 runs) or 64 (one,
 # each block waited for and flushed in turn: fewer instructions, the unit idle during each flush); EPILOGUE 1: O =
 # acc / l from one rcp.rn per row and Markstein's correction per element (div.rn's bits, _cute_ptx.div_by_rcp), two
-# columns per 32-bit store (0: div.rn and a 16-bit store per element). Same arithmetic, reordered.
+# columns per 32-bit store (0: div.rn and a 16-bit store per element); PERSISTENT 1: one CTA per SM, each taking
+# work items (128 query rows of one head) pass by pass, causal the heaviest first in a serpentine, its pipelines and
+# turns going on from item to item, so that an item's Q loads under the last one's P·V and store (0: one CTA per
+# item). Same arithmetic, reordered.
 # The form that first ran on a GPU (cc8e3cc; the same cubin), kept for A/B runs:
-CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0, "EPILOGUE": 0}
+CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0, "EPILOGUE": 0, "PERSISTENT": 0}
 
 
 def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     """The kernel's form for a plan (:func:`cute_plan`): the defaults (MAD_CVT 6 where the recipe's
     :func:`~zyfa.kernels.kernel_plan.mad_m_safe` leaves a margin, as :func:`~zyfa.kernels.kernel_plan.default_mad_cvt`
-    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0; PV_BLOCK 32; EPILOGUE 1) with
+    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0; PV_BLOCK 32; EPILOGUE 1; PERSISTENT 0)
+    with
     ``config``'s overrides; ValueError in one line for an unknown key or value."""
     cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 32,
-           "EPILOGUE": 1}
+           "EPILOGUE": 1, "PERSISTENT": 0}
     for key, value in (config or {}).items():
         if key not in cfg:
             raise ValueError(f"the CuTe FP8 kernel has no switch {key!r} (switches: {', '.join(cfg)})")
@@ -62,7 +69,7 @@ def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     if cfg["MAD_CVT"] == 6 and mad_m_safe(plan) <= 0:
         raise ValueError(f"MAD_CVT=6 needs a recipe whose codes stay below 126.5 with a margin (recipe "
                          f"{plan.recipe!r} has none): use MAD_CVT=3")
-    for key in ("MASK_SPLIT", "BOOKKEEPING", "PV_OVERLAP", "EPILOGUE"):
+    for key in ("MASK_SPLIT", "BOOKKEEPING", "PV_OVERLAP", "EPILOGUE", "PERSISTENT"):
         if cfg[key] not in (0, 1) or isinstance(cfg[key], bool):
             raise ValueError(f"{key}={cfg[key]!r}: expected 0 or 1")
     if cfg["PV_BLOCK"] not in PV_BLOCKS or isinstance(cfg["PV_BLOCK"], bool):
@@ -118,3 +125,20 @@ def check_head_dims(d_qk: int, d_v: int) -> None:
     if (d_qk, d_v) not in CUTE_HEAD_DIMS:
         raise ValueError(f"the CuTe FP8 kernel supports head dims {CUTE_HEAD_DIMS} (d_qk, d_v), got ({d_qk}, {d_v}); "
                          "use attention_fp8 for the others")
+
+
+def persistent_pass_item(cta, it, n_ctas: int):
+    """The ``PERSISTENT`` form's order: the work item of CTA ``cta`` in its pass ``it``, one per CTA and pass, the
+    passes alternating in direction (a serpentine: CTA 0 takes a pass's first item, then the next pass's last), so
+    that with the heaviest items first (:func:`persistent_item`) each CTA's sum of work evens out. Plain integer
+    arithmetic: the kernel runs it on its registers (``cta`` and ``it`` runtime ints), the tests on Python ints."""
+    return it * n_ctas + cta + (it & 1) * (n_ctas - 1 - 2 * cta)
+
+
+def persistent_item(g, *, causal: bool, n_blocks_m: int, n_heads: int):
+    """Work item ``g`` of the ``PERSISTENT`` order as (row block, batch·head), ``n_heads`` = batch·heads. Causal: the
+    row blocks with the most KV tiles first, every head's before the next lighter one (longest first); non-causal
+    (all items alike): head by head, so that the CTAs at work at one time share K and V in L2."""
+    if causal:
+        return n_blocks_m - 1 - g // n_heads, g % n_heads
+    return g % n_blocks_m, g // n_blocks_m
