@@ -3,8 +3,9 @@
 STATUS: ran on a GPU: tests/kernels/test_cute_kernel_gpu.py: 16 passed on one H100 (6 December, commit cc8e3cc; the
 H100 is sm_90 as the H200), its output within the h200 emulation's bounds on every case and on every layer it takes
 of the three shipped captures (with ``rowsum=rounded_mma`` too, at 0608175). Compiled on a CPU and not yet run on
-a GPU (7 December, no device came): head dim 256 (P·V in column blocks) and the default epilogue (EPILOGUE 1,
-div.rn's bits in exact arithmetic: tests/kernels/test_cute_division.py); scripts/cute_h200_checks.sh runs them. It
+a GPU (7 December, no device came): head dim 256 (P·V in column blocks), the default epilogue (EPILOGUE 1,
+div.rn's bits in exact arithmetic: tests/kernels/test_cute_division.py) and the persistent form (PERSISTENT 1, off
+by default); scripts/cute_h200_checks.sh runs them. It
 is registered as ``cute:<spec>`` beside ``triton:<spec>``
 (:mod:`zyfa.accuracy.implementations.builtins`; the specs :func:`cute_plan` takes, paired with the h200 emulation),
 and the bench runs it when asked (``zyfa bench --cute-recipes``; docs/KERNEL.md, "The CuTe DSL kernel"). It is
@@ -19,7 +20,7 @@ numerics (fused MAD codes, per-row power-of-two P exponent, rounded row sum deco
 division, bf16 RNE; per-tensor or per-head descales), head dims 64, 128, 256 and MLA's 192/128 (:data:`CUTE_HEAD_DIMS`),
 causal (bottom-right) or not, GQA, any lengths. Everything else is refused in one line naming the field, and every
 check runs before cutlass is imported, so a CPU machine gets the same errors. Compiled kernels are cached per
-(shapes, recipe, causal).
+(shapes, recipe, causal, form; the SM count where the form is persistent).
 """
 
 from __future__ import annotations
