@@ -43,7 +43,12 @@ def _loop_spans(ins: list[tuple[int, str]]) -> list[tuple[int, int]]:
             body = [t for _, t in ins[at[int(m.group(1), 16)]:i + 1]]
             if any("GMMA" in t for t in body) and not any("EXIT" in t.split() for t in body):
                 spans.append((at[int(m.group(1), 16)], i))
-    # the innermost only: a loop around KV loops (the PERSISTENT form's loop over work items) is not one of them
+    return innermost(spans)
+
+
+def innermost(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (first, last) spans that hold no other: a loop around KV loops (the PERSISTENT form's loop over work
+    items) is not one of them."""
     return [s for s in spans if not any(o != s and s[0] <= o[0] and o[1] <= s[1] for o in spans)]
 
 

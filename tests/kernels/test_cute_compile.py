@@ -107,9 +107,7 @@ def kv_loops(ptx: str) -> list[str]:
     """The bodies of the KV-tile loops: the innermost loops that issue wgmma (not the PERSISTENT form's loop over work
     items around them)."""
     lines = ptx.splitlines()
-    spans = loop_spans(ptx)
-    return ["\n".join(lines[a:b + 1]) for a, b in spans
-            if not any(o != (a, b) and a <= o[0] and o[1] <= b for o in spans)]
+    return ["\n".join(lines[a:b + 1]) for a, b in load_script("cute_sass").innermost(loop_spans(ptx))]
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +225,7 @@ def test_persistent_loops_over_work_items(compiled):
     """PERSISTENT: one loop (over the CTA's work items) around every KV loop and tile 0's and the last tile's
     matmuls; the other forms have no loop around their KV loops (one item per CTA)."""
     spans = loop_spans(compiled[1])
-    inner = [sp for sp in spans if not any(o != sp and sp[0] <= o[0] and o[1] <= sp[1] for o in spans)]
+    inner = load_script("cute_sass").innermost(spans)
     outer = [sp for sp in spans if sp not in inner]
     if compiled[2][0] != "persistent":
         assert not outer, outer

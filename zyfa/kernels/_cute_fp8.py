@@ -82,7 +82,7 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
     def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                  causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
                  pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, pv_block: int = 32,
-                 epilogue_rcp: bool = False, persistent: bool = False, sms: int = 0, kv_stages: int = 2):
+                 epilogue_rcp: bool = False, persistent: bool = False, sms: int, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
         self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
         self.causal = causal
@@ -104,11 +104,10 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
         self.block_m = BLOCK_M_WG * NUM_CONSUMERS
         self.block_n = BLOCK_N
         self.n_blocks_m = -(-s_q // self.block_m)
-        # PERSISTENT: one CTA per SM (sms: the device's), each taking work items (row block, head) pass by pass
+        # PERSISTENT: one CTA per SM (sms: the device's, checked by compile_for), each taking work items (row block,
+        # head) pass by pass
         self.persistent = bool(persistent)
         self.n_items = self.n_blocks_m * b * h
-        if self.persistent and sms < 1:
-            raise ValueError(f"the PERSISTENT form needs the device's SM count (sms), got {sms!r}")
         self.n_ctas = min(sms, self.n_items) if self.persistent else 1
         self.n_passes = -(-self.n_items // self.n_ctas)
         self.dtype = cutlass.Float8E4M3FN
