@@ -61,7 +61,8 @@ SMOKE_SECONDS = 300
 _SMOKE = """
 import sys, torch
 from tests.kernels.test_cute_kernel_gpu import CASES, H1, H1_MMA, MULTIPASS, _case_inputs
-from zyfa.kernels.attention_cute import attention_cute_quantized
+from zyfa.kernels.attention_cute import attention_cute, attention_cute_quantized
+from zyfa.kernels.attention_fp8 import quantize_for_kernel
 for recipe in (H1, H1_MMA):
     for name in CASES:
         q, k, v, causal = _case_inputs(name)
@@ -70,7 +71,9 @@ for recipe in (H1, H1_MMA):
         print("ran", recipe, name, flush=True)
 for name in [*CASES, *MULTIPASS]:
     q, k, v, causal = _case_inputs(name)
-    attention_cute_quantized(q, k, v, recipe=H1, causal=causal, config={"PERSISTENT": 1})
+    q8, k8, v8, qd, kd, vd = quantize_for_kernel(q, k, v, H1)
+    attention_cute(q8, k8, v8, recipe=H1, causal=causal, q_descale=qd, k_descale=kd, v_descale=vd,
+                   config={"PERSISTENT": 1})
     torch.cuda.synchronize()
     print("ran persistent", name, flush=True)
 """
