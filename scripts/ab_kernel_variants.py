@@ -28,8 +28,8 @@ the default against the form that first ran (``CUTE_FIRST_FORM``) and each switc
 (the CuTe DSL installed with ``--target /tmp/site`` as scripts/stage_cute_wheels.py says, and
 ``/tmp/site/nvidia_cutlass_dsl/dsl_packages`` on PYTHONPATH too); ``cute-rowsum``, the CuTe kernel with technique 3's
 row sum on the tensor core (``rowsum=rounded_mma``) against its default, alone and with ``PV_OVERLAP``;
-``cute-hd256``, the CuTe kernel at d 256 with P·V in blocks of 32 columns through two accumulators (the default)
-against blocks of 64 through one (``PV_BLOCK`` 64, the same bits), both row sums, beside the Triton kernel;
+``cute-hd256``, the CuTe kernel at d 256 with P·V in blocks of 64 columns through one accumulator (the default)
+against blocks of 32 through two (``PV_BLOCK`` 32, the same bits), both row sums, beside the Triton kernel;
 ``cute-persistent``, the CuTe kernel with one CTA per SM taking work items pass by pass (``PERSISTENT`` 1, the same
 bits) against one CTA per item, at every head dim and both row sums.
 
@@ -213,12 +213,12 @@ def variant_set(name):
             add("triton default", "hd128", c, "zyfa-hopper", None)
     elif name == "cute-hd256":
         for c in (False, True):
-            add("default (P·V in blocks of 32, two accumulators)", "hd256", c, CUTE, None)
-            add("P·V in blocks of 64, one accumulator (PV_BLOCK 64)", "hd256", c, CUTE, {"PV_BLOCK": 64},
+            add("default (P·V in blocks of 64, one accumulator)", "hd256", c, CUTE, None)
+            add("P·V in blocks of 32, two accumulators (PV_BLOCK 32)", "hd256", c, CUTE, {"PV_BLOCK": 32},
                 same_bits=True)
             add("row sum on the tensor core", "hd256", c, CUTE + ":rowsum=rounded_mma", None)
-            add("row sum on the tensor core, PV_BLOCK 64", "hd256", c, CUTE + ":rowsum=rounded_mma",
-                {"PV_BLOCK": 64}, same_bits=True)
+            add("row sum on the tensor core, PV_BLOCK 32", "hd256", c, CUTE + ":rowsum=rounded_mma",
+                {"PV_BLOCK": 32}, same_bits=True)
             add("triton default", "hd256", c, "zyfa-hopper", None)
     elif name == "cute-persistent":
         for c in (False, True):

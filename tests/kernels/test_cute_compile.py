@@ -30,7 +30,7 @@ SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 1333}
 
 DIMS = {"hd128": (128, 128), "mla": (192, 128), "hd256": (256, 256)}
 FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1}, "rowsum-mma": None,
-         "pv-block-64": {"PV_BLOCK": 64}, "epilogue-div": {"EPILOGUE": 0}, "persistent": {"PERSISTENT": 1}}
+         "pv-block-32": {"PV_BLOCK": 32}, "epilogue-div": {"EPILOGUE": 0}, "persistent": {"PERSISTENT": 1}}
 # the recipe of each form: the default's, or technique 3's row sum on the tensor core (P8·ones on the wgmma)
 RECIPES = {"rowsum-mma": "zyfa-hopper:rowsum=rounded_mma"}
 # (form, causal): the places the softmax and each matmul are emitted (tile 0's S and the last tile's P·V count one
@@ -42,7 +42,7 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
             ("default", True): (4, [0, 64, 64], [False, False, True]),
             ("pv-overlap", True): (4, [0, 64, 64], [False, False, True]),
             ("rowsum-mma", True): (4, [0, 64, 64], [False, False, True]),
-            ("pv-block-64", True): (4, [0, 64, 64], [False, False, True]),
+            ("pv-block-32", True): (4, [0, 64, 64], [False, False, True]),
             ("epilogue-div", True): (4, [0, 64, 64], [False, False, True]),
             ("persistent", True): (4, [0, 64, 64], [False, False, True]),
             ("persistent", False): (4, [0, 64], [False, False]),
@@ -54,11 +54,11 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
                                         ("mla", True, "default"), ("hd128", False, "first"),
                                         ("hd128", True, "first"), ("hd128", True, "pv-overlap"),
                                         ("hd128", True, "rowsum-mma"), ("hd256", True, "default"),
-                                        ("hd256", True, "pv-block-64"), ("hd128", True, "epilogue-div"),
+                                        ("hd256", True, "pv-block-32"), ("hd128", True, "epilogue-div"),
                                         ("hd128", True, "persistent"), ("mla", False, "persistent")],
                 ids=["hd128-non-causal", "hd128-causal", "mla-causal", "hd128-non-causal-first-form",
                      "hd128-causal-first-form", "hd128-causal-pv-overlap", "hd128-causal-rowsum-mma", "hd256-causal",
-                     "hd256-causal-pv-block-64", "hd128-causal-epilogue-div", "hd128-causal-persistent",
+                     "hd256-causal-pv-block-32", "hd128-causal-epilogue-div", "hd128-causal-persistent",
                      "mla-non-causal-persistent"])
 def compiled(request, tmp_path_factory):
     """(head dims, the PTX, (the form's name, causal)) of the kernel (compiled with --keep-ptx, written into a
@@ -78,9 +78,9 @@ def compiled(request, tmp_path_factory):
 
 
 def pv_block(compiled) -> int:
-    """P·V's columns per wgmma: d_v, or above PV_WHOLE_MAX the form's PV_BLOCK (default 32)."""
+    """P·V's columns per wgmma: d_v, or above PV_WHOLE_MAX the form's PV_BLOCK (default 64)."""
     d_v = compiled[0][1]
-    return d_v if d_v <= PV_WHOLE_MAX else (FORMS[compiled[2][0]] or {}).get("PV_BLOCK", 32)
+    return d_v if d_v <= PV_WHOLE_MAX else (FORMS[compiled[2][0]] or {}).get("PV_BLOCK", 64)
 
 
 @pytest.fixture(scope="module")

@@ -116,10 +116,10 @@ def test_forms_default_and_first():
     """The default form leaves the clamp out where the guard allows and splits the mask off (zyfa-hopper has the
     margin: mad_m_safe 177K); the first form is all switches off; a form without a margin is refused."""
     plan = cute_plan(CUTE_RECIPE)
-    assert cute_config(plan) == {"MAD_CVT": 6, "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 32,
+    assert cute_config(plan) == {"MAD_CVT": 6, "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 64,
                                  "EPILOGUE": 1, "PERSISTENT": 0}
     assert cute_config(plan, CUTE_FIRST_FORM) == {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0,
-                                                  "PV_BLOCK": 32, "EPILOGUE": 0, "PERSISTENT": 0}
+                                                  "PV_BLOCK": 64, "EPILOGUE": 0, "PERSISTENT": 0}
     assert cute_config(plan, {"PERSISTENT": 1})["PERSISTENT"] == 1
     assert cute_config(plan, {"PV_OVERLAP": 1})["PV_OVERLAP"] == 1
     assert cute_config(plan, {"MAD_CVT": 3})["MASK_SPLIT"] == 1

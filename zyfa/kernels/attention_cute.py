@@ -1,12 +1,10 @@
 """FP8 attention forward on the H200 through our CuTe DSL kernel (:mod:`zyfa.kernels._cute_fp8`): the wrapper.
 
-STATUS: ran on a GPU: tests/kernels/test_cute_kernel_gpu.py: 16 passed on one H100 (6 December, commit cc8e3cc; the
-H100 is sm_90 as the H200), its output within the h200 emulation's bounds on every case and on every layer it takes
-of the three shipped captures (with ``rowsum=rounded_mma`` too, at 0608175). Compiled on a CPU and not yet run on
-a GPU (7 December, no device came): head dim 256 (P·V in column blocks), the default epilogue (EPILOGUE 1,
-div.rn's bits in exact arithmetic: tests/kernels/test_cute_division.py) and the persistent form (PERSISTENT 1, off
-by default); scripts/cute_h200_checks.sh runs them. It
-is registered as ``cute:<spec>`` beside ``triton:<spec>``
+STATUS: ran on a GPU: tests/kernels/test_cute_kernel_gpu.py: 143 passed on one H100 (7 December, commit 7779c45;
+the H100 is sm_90 as the H200; reports/tests/gpu_tests.txt), its output within the h200 emulation's bounds on every
+case and on every layer it takes of the three shipped captures, head dim 256 included, and every form (the default
+epilogue's one reciprocal per row, P·V's column blocks at d 256, the persistent form) the same bits as the others.
+It is registered as ``cute:<spec>`` beside ``triton:<spec>``
 (:mod:`zyfa.accuracy.implementations.builtins`; the specs :func:`cute_plan` takes, paired with the h200 emulation),
 and the bench runs it when asked (``zyfa bench --cute-recipes``; docs/KERNEL.md, "The CuTe DSL kernel"). It is
 compiled for each shape (``compile_for``, no GPU needed), so the commands that decode greedily refuse it

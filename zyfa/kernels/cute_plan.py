@@ -41,7 +41,8 @@ NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a
 # as S is done (its codes and alpha into a second set of registers) while P·V still runs, then flushes P·V with the
 # previous alpha (0: both groups waited for, then the flush, then the softmax); PV_BLOCK, where d_v > PV_WHOLE_MAX
 # (ignored below): P·V's column block, 32 (two fresh accumulators, block b flushed while block b + 1 runs) or 64 (one,
-# each block waited for and flushed in turn: fewer instructions, the unit idle during each flush); EPILOGUE 1: O =
+# each block waited for and flushed in turn: fewer instructions, the unit idle during each flush; the default, from
+# reports/bench/cute_hd256_ab.txt); EPILOGUE 1: O =
 # acc / l from one rcp.rn per row and Markstein's correction per element (div.rn's bits, _cute_ptx.div_by_rcp), two
 # columns per 32-bit store (0: div.rn and a 16-bit store per element); PERSISTENT 1: one CTA per SM, each taking
 # work items (128 query rows of one head) pass by pass, causal the heaviest first in a serpentine, its pipelines and
@@ -54,10 +55,10 @@ CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP"
 def cute_config(plan: KernelPlan, config: dict | None = None) -> dict:
     """The kernel's form for a plan (:func:`cute_plan`): the defaults (MAD_CVT 6 where the recipe's
     :func:`~zyfa.kernels.kernel_plan.mad_m_safe` leaves a margin, as :func:`~zyfa.kernels.kernel_plan.default_mad_cvt`
-    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0; PV_BLOCK 32; EPILOGUE 1; PERSISTENT 0)
+    says for the fused MAD, else 3; MASK_SPLIT 1; BOOKKEEPING 1; PV_OVERLAP 0; PV_BLOCK 64; EPILOGUE 1; PERSISTENT 0)
     with
     ``config``'s overrides; ValueError in one line for an unknown key or value."""
-    cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 32,
+    cfg = {"MAD_CVT": default_mad_cvt(plan, 0), "MASK_SPLIT": 1, "BOOKKEEPING": 1, "PV_OVERLAP": 0, "PV_BLOCK": 64,
            "EPILOGUE": 1, "PERSISTENT": 0}
     for key, value in (config or {}).items():
         if key not in cfg:
