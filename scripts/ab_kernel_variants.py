@@ -47,6 +47,7 @@ sys.path.insert(0, os.getcwd())
 
 from zyfa.kernels.cute_plan import CUTE_FIRST_FORM  # noqa: E402  (torch-free; after the path insert)
 from zyfa.recipe_spec import split_spec  # noqa: E402
+from zyfa.timing import Sample, cuda_timer, ratio_summary  # noqa: E402  (torch-free at import)
 
 SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
         "hd256-unserialized", "mla-occupancy", "cute-forms", "cute-rowsum", "cute-hd256", "cute-persistent")
@@ -302,9 +303,9 @@ def main():
     from zyfa.bench.cases import SHAPES, bench_heads, flops, gaussian_kernel_call
     from zyfa.norms import rel_l2
     from zyfa.peers.registry import prepare as prepare_peer
-    from zyfa.timing import cuda_timer
     timer = cuda_timer(10, 60)
     res, peers, errs, refs = {}, {}, {}, {}
+    samples = []  # every timing as a zyfa.timing.Sample, so that ratios are taken within a round (ratio_summary)
     for rnd in range(a.rounds):
         for (name, shape, causal, recipe, cfg, _same) in V:
             d_qk, d_v = SHAPES[shape]
@@ -318,6 +319,7 @@ def main():
                     errs[(name, shape, causal, recipe)] = rel_l2(fn()[0], refs[(shape, causal)])
                 ms = timer(fn)
                 res.setdefault((name, shape, causal, recipe), []).append(fl / ms / 1e9)
+                samples.append(Sample(_sample_name(name, shape, causal, recipe), rnd, 0, ms, None))
             except Exception as e:  # noqa: BLE001
                 p("FAIL", name, shape, causal, type(e).__name__, str(e)[:200])
                 continue
@@ -329,23 +331,47 @@ def main():
                         errs[("cuDNN FP8", shape, causal, "-")] = rel_l2(deq(), refs[(shape, causal)])
                     ms = timer(f2)
                     peers.setdefault((shape, causal), []).append(fl / ms / 1e9)
+                    samples.append(Sample(_sample_name("cuDNN FP8", shape, causal, "-"), rnd, 0, ms, None))
                 except Exception as e:  # noqa: BLE001
                     peers.setdefault((shape, causal), []).append(float("nan"))
                     p("cudnn FAIL", shape, causal, str(e)[:200])
             del q, k, v
             torch.cuda.empty_cache()
     p(f"\n{a.seq} tokens, batch 1, Gaussian inputs, TFLOP/s of the kernel alone ({a.rounds} rounds, interleaved)")
-    p("| shape | causal | variant | recipe | TFLOP/s | x cuDNN FP8 (best of each) | rel-L2 vs SDPA BF16 |")
-    p("|---|---|---|---|---|---|---|")
+    p("(x per round: the ratio within each round, then its median [min-max]; the base: the same recipe's row with "
+      "no form override)")
+    p("| shape | causal | variant | recipe | TFLOP/s | x cuDNN FP8 (best of each) | x cuDNN FP8 per round "
+      "| x base per round | rel-L2 vs SDPA BF16 |")
+    p("|---|---|---|---|---|---|---|---|---|")
     nan = float("nan")
+    base = {}  # (shape, causal, recipe) -> the first variant without a form override
+    for (name, shape, causal, recipe, cfg, _same) in V:
+        if cfg is None:
+            base.setdefault((shape, causal, recipe), name)
     for key, ts in res.items():
         name, shape, causal, recipe = key
         pf = peers.get((shape, causal), [nan])
+        me = _sample_name(*key)
+        b = base.get((shape, causal, recipe))
+        vs_base = (_per_round(samples, me, _sample_name(b, shape, causal, recipe)) if b not in (None, name)
+                   else "-")
         p(f"| {shape} | {causal} | {name} | {recipe} | {' / '.join(f'{t:.0f}' for t in ts)} | {max(ts)/max(pf):.3f} "
+          f"| {_per_round(samples, me, _sample_name('cuDNN FP8', shape, causal, '-'))} | {vs_base} "
           f"| {errs.get(key, nan):.4f} |")
     for (shape, causal), pf in peers.items():
         err = errs.get(("cuDNN FP8", shape, causal, "-"), nan)
-        p(f"| {shape} | {causal} | cuDNN FP8 | - | {' / '.join(f'{t:.0f}' for t in pf)} | 1 | {err:.4f} |")
+        p(f"| {shape} | {causal} | cuDNN FP8 | - | {' / '.join(f'{t:.0f}' for t in pf)} | 1 | 1 | - | {err:.4f} |")
+
+
+def _sample_name(name, shape, causal, recipe) -> str:
+    return f"{name} | {shape} | {causal} | {recipe}"
+
+
+def _per_round(samples, a: str, b: str) -> str:
+    """How many times faster ``a`` ran than ``b`` within each round, as median [min-max] (zyfa.timing's
+    ratio_summary; '-' where no round has both)."""
+    r = ratio_summary(samples, a, b)
+    return "-" if r is None else f"{r['median']:.2f} [{r['min']:.2f}-{r['max']:.2f}]"
 
 
 if __name__ == "__main__":

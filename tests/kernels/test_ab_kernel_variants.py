@@ -10,6 +10,7 @@ from zyfa.bench.cases import SHAPES
 from zyfa.kernels.attention_fp8 import kernel_plan, kernel_recipe, resolve_config
 from zyfa.kernels.cute_plan import check_head_dims, cute_config, cute_plan
 from zyfa.recipe_spec import split_spec
+from zyfa.timing import Sample
 
 
 @pytest.fixture(scope="module")
@@ -35,3 +36,15 @@ def test_an_unknown_set_is_refused(ab):
     for name in ("no-such-set", "warp-specialize"):
         with pytest.raises(SystemExit, match="unknown --set"):
             ab.variant_set(name)
+
+
+def test_per_round_ratio_is_taken_within_each_round(ab):
+    """The per-round column pairs the two rows' samples by round (zyfa.timing.ratio_summary), so a round where
+    both ran slow cancels out: here a is 10% faster in every round although its times span 0.9-1.1 ms."""
+    a, b = ab._sample_name("a", "hd128", True, "r"), ab._sample_name("b", "hd128", True, "r")
+    times = [1.0, 1.1, 0.9, 1.05, 0.95]
+    samples = [Sample(a, i, 0, ms, None) for i, ms in enumerate(times)]
+    samples += [Sample(b, i, 1, ms * 1.1, None) for i, ms in enumerate(times)]
+    assert ab._per_round(samples, a, b) == "1.10 [1.10-1.10]"
+    assert ab._per_round(samples, b, a) == "0.91 [0.91-0.91]"
+    assert ab._per_round(samples, a, ab._sample_name("c", "hd128", True, "r")) == "-"
