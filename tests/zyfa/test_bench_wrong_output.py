@@ -95,3 +95,19 @@ def test_speed_accuracy_plane_against_fa3_through_flashinfer():
     cud = [c.strip() for c in [ln for ln in plane_lines(rows) if ln.startswith("| hd")][0].strip("|").split("|")]
     assert cud[5] == "none; fastest more accurate: zyfa-hopper (890, 0.0550, 0.89×)"
     assert plane_lines(rows[:2], "flashinfer-fa3") == []  # no FA3 row: no table
+
+
+def test_our_cute_kernel_counts_among_our_configurations():
+    """The CuTe DSL kernel's rows are ours too: the fastest of our recipes may be one (named cute:<recipe>), and it
+    takes its place on the speed–accuracy plane; the Triton recipe's columns and ratios stay the Triton kernel's."""
+    from zyfa.bench.table import plane_lines
+
+    triton = dict(_row("triton-fp8", "zyfa-hopper", 850.0, 0.056, 128, 128), tflops_incl_transpose=840.0)
+    cute = dict(_row("cute-fp8", "zyfa-hopper:rowsum=rounded_mma", 945.0, 0.056, 128, 128),
+                tflops_incl_transpose=940.0)
+    rows = [triton, cute, _row("cudnn-fp8", "cudnn-fp8", 920.0, 0.06, 128, 128)]
+    cells = _line(rows)
+    assert cells[3] == "840" and cells[4] == "940 (cute:zyfa-hopper:rowsum=rounded_mma)"
+    assert cells[12] == "0.91"  # the ratio is the Triton recipe's (840 / 920)
+    plane = [c.strip() for c in [ln for ln in plane_lines(rows) if ln.startswith("| hd")][0].strip("|").split("|")]
+    assert plane[5] == "cute:zyfa-hopper:rowsum=rounded_mma (940, 0.0560, 1.02×)"

@@ -2,7 +2,7 @@
 the user's kernels, every row), and ``--render``, which rewrites it from the JSON. It imports no torch, so the
 report's speed section (:mod:`zyfa.accuracy.report.speed`) renders the same table from here.
 
-Exposed: ``OURS_IMPL``, ``CUTE_IMPL``, ``WRONG_OUTPUT_REL_L2``, ``checked_rows``, ``headline_tflops``,
+Exposed: ``OURS_IMPL``, ``CUTE_IMPL``, ``WRONG_OUTPUT_REL_L2``, ``checked_rows``, ``ours_label``, ``headline_tflops``,
 ``ratio_cell``, ``plugin_lines``, ``cute_lines``, ``plane_lines``, ``summary_lines``, ``ROW_HEADER``, ``row_cells``,
 ``to_markdown``, ``render``.
 """
@@ -40,6 +40,12 @@ def checked_rows(rows):
             raise ValueError(f"bench row {i}: {old}, written before a rename; migrate the file once with "
                              "`python scripts/migrate_rows.py`")
     return rows
+
+
+def ours_label(r: dict) -> str | None:
+    """The name of one of our kernels' rows as the implementations registry spells it (the Triton kernel's recipe,
+    ``cute:<recipe>`` for the CuTe DSL kernel); None for a peer's row."""
+    return r["recipe"] if r["impl"] == OURS_IMPL else f"cute:{r['recipe']}" if r["impl"] == CUTE_IMPL else None
 
 
 def _num(x, fmt):
@@ -214,7 +220,7 @@ def plane_lines(rows, peer="cudnn-fp8"):
     for (d_qk, d_v, causal), (s, at, _rs) in _longest_gaussian(rows).items():
         fp8 = [r for r in at if r["impl"] == peer and _plausible(r)
                and isinstance(r.get("rel_l2_vs_sdpa_bf16"), (int, float))]
-        ours = [r for r in at if r["impl"] == OURS_IMPL and _plausible(r) and isinstance(ours_err(r), (int, float))]
+        ours = [r for r in at if ours_label(r) and _plausible(r) and isinstance(ours_err(r), (int, float))]
         if not fp8 or not ours:
             continue
         ref = max(fp8, key=lambda r: r["tflops"])
@@ -223,7 +229,7 @@ def plane_lines(rows, peer="cudnn-fp8"):
         both = [r for r in better if headline_tflops(r) > t_ref]
 
         def cell(r, t_ref=t_ref):
-            return (f"{r['recipe']} ({headline_tflops(r):.0f}, {ours_err(r):.4f}, "
+            return (f"{ours_label(r)} ({headline_tflops(r):.0f}, {ours_err(r):.4f}, "
                     f"{headline_tflops(r) / t_ref:.2f}×)")
 
         found = "; ".join(cell(r) for r in both) if both else \
@@ -266,7 +272,7 @@ def summary_lines(rows, ours="zyfa-hopper"):
         mine = best(lambda r: r["impl"] == "triton-fp8" and r["recipe"] == ours)
         if mine is None:
             continue
-        top = best(lambda r: r["impl"] == "triton-fp8")
+        top = best(ours_label)  # either of our kernels
         peers = {"cudnn": lambda r: r["impl"] == "sdpa-bf16:cudnn", "bf16": lambda r: r["impl"].startswith("sdpa-"),
                  "fp8": lambda r: r["impl"] == "cudnn-fp8", "fa3": lambda r: r["impl"] == "flashinfer-fa3",
                  "amd": lambda r: r["impl"] == "flash-attn-triton-amd"}
@@ -283,7 +289,7 @@ def summary_lines(rows, ours="zyfa-hopper"):
         ratios.append(f"{cap[0]['tflops'] / like[0]['tflops']:.2f}" if cap and like else "-")
         shape = "MLA 192/128" if d_qk != d_v else f"hd{d_qk}"
         out.append(f"| {shape} | {s} | {'causal' if causal else 'non-causal'} | {t(mine)} | "
-                   f"{t(top)} ({top['recipe']}) | {t(cudnn, 'cudnn')} | {t(bf16, 'bf16')} "
+                   f"{t(top)} ({ours_label(top)}) | {t(cudnn, 'cudnn')} | {t(bf16, 'bf16')} "
                    f"({bf16['impl'].rpartition(':')[2] if bf16 else '-'}) | {t(fp8, 'fp8')} | {t(fa3, 'fa3')} | "
                    f"{t(amd, 'amd')} | "
                    + " | ".join(ratios) + " |")
