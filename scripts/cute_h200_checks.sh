@@ -14,6 +14,8 @@
 #   ab-*      scripts/ab_kernel_variants.py --set cute-hd256 / cute-rowsum / cute-persistent: each same-bits form
 #             checked bit for bit against the default, then 5 rounds against cuDNN FP8 (DIR/ab-*/ab_kernel_variants.txt)
 #   ncu       scripts/profile_kernels_ncu.sh: the CuTe kernel (rowsum=rounded_mma) and cuDNN FP8, hd128, causal
+#   ncu-persistent  the same profile of the CuTe kernel's PERSISTENT form (L2 hit rate and DRAM throughput against
+#             the default's: is its causal loss the order's, whose passes span every head?)
 #   gpu-tests the CuTe kernel's GPU tests and the cuDNN FP8 peer's
 # Each step's output goes to DIR/<step>.txt as it runs, one line per step into the log. ZYFA_GIT_COMMIT names the
 # tree's commit in the bench's provenance. DRY_RUN=1 prints each step's command instead of running it (the CPU test,
@@ -22,7 +24,7 @@
 # puts gpu-tests second, so that the checks come back before the A/B sets and the profile).
 set -u
 DIR=${1:?usage: cute_h200_checks.sh DIR}
-ALL_STEPS="bench ab-hd256 ab-rowsum ab-persistent ncu gpu-tests"
+ALL_STEPS="bench ab-hd256 ab-rowsum ab-persistent ncu ncu-persistent gpu-tests"
 # STEPS: which steps, in which order (default ALL_STEPS); checked before anything is written
 STEPS=${STEPS:-$ALL_STEPS}
 for s in $STEPS; do
@@ -57,6 +59,9 @@ run_step() {
     ncu)
       step ncu bash scripts/profile_kernels_ncu.sh --wheels /tmp/none --targets cute-zyfa-hopper,cudnn-fp8 \
         --recipe zyfa-hopper:rowsum=rounded_mma --causal --out "$DIR/profile" ;;
+    ncu-persistent)
+      step ncu-persistent bash scripts/profile_kernels_ncu.sh --wheels /tmp/none --targets cute-zyfa-hopper \
+        --recipe zyfa-hopper:rowsum=rounded_mma --cute-form PERSISTENT=1 --causal --out "$DIR/profile-persistent" ;;
     gpu-tests)
       step gpu-tests python3 -m pytest -m gpu -q -p no:cacheprovider -rs tests/kernels/test_cute_kernel_gpu.py \
         tests/zyfa/test_cudnn_fp8_graph_cache_gpu.py ;;
@@ -67,7 +72,7 @@ for s in $STEPS; do
   run_step "$s"
   left=${left#"$s"}; left=${left# }
   # DIR/timed once no timing step is left to run (gpu-tests times nothing)
-  if [ -z "${DRY_RUN:-}" ] && [ ! -e "$DIR/timed" ] && [ -z "$(echo " $left " | grep -E ' (bench|ab-[a-z0-9]+|ncu) ')" ]; then
+  if [ -z "${DRY_RUN:-}" ] && [ ! -e "$DIR/timed" ] && [ -z "$(echo " $left " | grep -E ' (bench|ab-[a-z0-9]+|ncu[a-z-]*) ')" ]; then
     touch "$DIR/timed"
   fi
 done

@@ -14,7 +14,8 @@
 # Writes OUT/ncu_<target>.txt (OUT: --out, else the current directory) for zyfa-hopper (our Triton kernel), our CuTe
 # DSL kernel (cute-zyfa-hopper; skipped with a line when nvidia-cutlass-dsl is not importable), cuDNN FP8 and FA3's FP8 kernel (FlashInfer): grid, block, registers, shared
 # memory, cluster, occupancy, speed of light, the pipes' utilisation (ComputeWorkloadAnalysis: tensor, XU, ALU, FMA; and each pipe's share of issued instructions), the
-# instruction counts (InstructionStats), warp states and scheduler statistics of each kernel of the last of three
+# instruction counts (InstructionStats), memory traffic (MemoryWorkloadAnalysis: L2 hit rate, DRAM throughput),
+# warp states and scheduler statistics of each kernel of the last of three
 # calls (the first two warm up; a peer may launch more
 # than one kernel per call: the attention kernel is the long one). The clocks are left as they are
 # (--clock-control none), so durations are the bench's.
@@ -58,7 +59,7 @@ export PYTHONPATH=.:/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 # adds dsl_packages to the path, is not read there
 [ -d /tmp/site/nvidia_cutlass_dsl/dsl_packages ] && export PYTHONPATH=$PYTHONPATH:/tmp/site/nvidia_cutlass_dsl/dsl_packages
 SECTIONS=(--section LaunchStats --section Occupancy --section SpeedOfLight --section ComputeWorkloadAnalysis
-          --section InstructionStats --section WarpStateStats --section SchedulerStats)
+          --section MemoryWorkloadAnalysis --section InstructionStats --section WarpStateStats --section SchedulerStats)
 # one regular expression (a name it matches nothing for is no error): the stall reasons, each pipe's share of issued
 # instructions, the tensor pipe's (gmma) active cycles and the instructions issued
 METRICS='regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio|sm__inst_executed_pipe_(alu|fma|fmaheavy|xu|uniform)\.avg\.pct_of_peak_sustained_active|sm__pipe_tensor_op_gmma_cycles_active\.avg\.pct_of_peak_sustained_active|smsp__inst_executed\.sum'

@@ -34,7 +34,7 @@ def _steps(tmp_path, **env) -> dict[str, list[str]]:
 
 def test_every_step_is_a_command_the_tools_take(tmp_path):
     steps = _steps(tmp_path)
-    assert list(steps) == ["bench", "ab-hd256", "ab-rowsum", "ab-persistent", "ncu", "gpu-tests"]
+    assert list(steps) == ["bench", "ab-hd256", "ab-rowsum", "ab-persistent", "ncu", "ncu-persistent", "gpu-tests"]
     assert not (tmp_path / "job" / "timed").exists()  # a dry run marks nothing
     bench = steps["bench"]
     assert bench[:4] == ["python3", "-m", "zyfa", "bench"]
@@ -47,10 +47,13 @@ def test_every_step_is_a_command_the_tools_take(tmp_path):
     for name in ("ab-hd256", "ab-rowsum", "ab-persistent"):
         cmd = steps[name]
         assert cmd[1] == "scripts/ab_kernel_variants.py" and cmd[cmd.index("--set") + 1] in ab.SETS
-    ncu = steps["ncu"]
-    usage = (ROOT / ncu[1]).read_text()
-    for flag in (a for a in ncu[2:] if a.startswith("--")):
-        assert f"{flag})" in usage, flag  # an option the profile script's argument loop takes
+    for name in ("ncu", "ncu-persistent"):
+        ncu = steps[name]
+        usage = (ROOT / ncu[1]).read_text()
+        for flag in (a for a in ncu[2:] if a.startswith("--")):
+            assert f"{flag})" in usage, flag  # an option the profile script's argument loop takes
+    form = steps["ncu-persistent"][steps["ncu-persistent"].index("--cute-form") + 1]
+    assert form == "PERSISTENT=1"
     tests = [a for a in steps["gpu-tests"] if a.startswith("tests/")]
     assert tests and all((ROOT / t).is_file() for t in tests)
 
@@ -63,5 +66,6 @@ def test_an_unknown_step_is_refused_before_anything_is_written(tmp_path):
     out = _run(tmp_path, STEPS="bench gpu-test")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        "cute_h200_checks.sh: unknown step 'gpu-test' (steps: bench ab-hd256 ab-rowsum ab-persistent ncu gpu-tests)"]
+        "cute_h200_checks.sh: unknown step 'gpu-test' (steps: bench ab-hd256 ab-rowsum ab-persistent ncu "
+        "ncu-persistent gpu-tests)"]
     assert not (tmp_path / "job").exists()
