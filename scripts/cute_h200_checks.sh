@@ -12,7 +12,8 @@
 #   bench     zyfa bench: our kernels and the peers at every shape, 32K, both masks, 5 interleaved repeats (the
 #             command of reports/bench/cute.md, with hd256 and FlashInfer's FA3); DIR/cute.json and DIR/cute.md
 #   ab-*      scripts/ab_kernel_variants.py --set cute-hd256 / cute-rowsum / cute-persistent: each same-bits form
-#             checked bit for bit against the default, then 5 rounds against cuDNN FP8 (DIR/ab-*/ab_kernel_variants.txt)
+#             checked bit for bit against the default, then 5 rounds against cuDNN FP8 (cute-rowsum: 10, the rounds
+#             its PV_OVERLAP rule asks for) (DIR/ab-*/ab_kernel_variants.txt)
 #   ncu       scripts/profile_kernels_ncu.sh: the CuTe kernel (rowsum=rounded_mma) and cuDNN FP8, hd128, causal
 #   ncu-persistent  the same profile of the CuTe kernel's PERSISTENT form (L2 hit rate and DRAM throughput against
 #             the default's: is its causal loss the order's, whose passes span every head?)
@@ -53,7 +54,8 @@ run_step() {
         --peers cudnn-fp8,flashinfer-fa3,sdpa-bf16:cudnn --captured none --repeats 5 --out reports/bench/cute.json
       [ -z "${DRY_RUN:-}" ] && cp reports/bench/cute.json reports/bench/cute.md "$DIR/" 2>/dev/null ;;
     ab-hd256) step ab-hd256 python3 scripts/ab_kernel_variants.py --set cute-hd256 --rounds 5 --out "$DIR/ab-hd256" ;;
-    ab-rowsum) step ab-rowsum python3 scripts/ab_kernel_variants.py --set cute-rowsum --rounds 5 --out "$DIR/ab-rowsum" ;;
+    ab-rowsum)
+      step ab-rowsum python3 scripts/ab_kernel_variants.py --set cute-rowsum --rounds 10 --out "$DIR/ab-rowsum" ;;
     ab-persistent)
       step ab-persistent python3 scripts/ab_kernel_variants.py --set cute-persistent --rounds 5 --out "$DIR/ab-persistent" ;;
     ncu)
