@@ -2,7 +2,7 @@
 
 STATUS: ran on a GPU: tests/kernels/test_cute_kernel_gpu.py: 143 passed on one H100 (7 December, commit 7779c45;
 the H100 is sm_90 as the H200; reports/tests/gpu_tests.txt), its output within the h200 emulation's bounds on every
-case and on every layer it takes of the three shipped captures, head dim 256 included, and every form (the default
+case and on every layer it takes of the four shipped captures, head dim 256 included, and every form (the default
 epilogue's one reciprocal per row, P·V's column blocks at d 256, the persistent form) the same bits as the others.
 It is registered as ``cute:<spec>`` beside ``triton:<spec>``
 (:mod:`zyfa.accuracy.implementations.builtins`; the specs :func:`cute_plan` takes, paired with the h200 emulation),
