@@ -3,9 +3,13 @@ no GPU needed)."""
 
 from __future__ import annotations
 
+import ast
+import inspect
+
 import pytest
 import torch
 
+from tests.kernels import test_cute_kernel_gpu
 from tests.kernels.fresh_import import imports_heavy
 from tests.kernels.test_wrapper_validation import FP8, qkv
 from zyfa.kernels.attention_cute import (
@@ -190,3 +194,15 @@ def test_persistent_causal_work_evens_out():
 
     assert busiest(lambda cta, it: persistent_pass_item(cta, it, n_ctas)) < 1.002
     assert busiest(lambda cta, it: it * n_ctas + cta) > 1.03
+
+
+def test_the_gpu_smoke_child_calls_the_wrapper_as_it_is():
+    """The GPU tests' smoke child (test_cute_kernel_gpu._SMOKE, run only on a GPU) calls the wrappers with keywords
+    they take: a wrong one failed every CuTe GPU test of a device session (attention_cute_quantized has no config)."""
+    wrappers = {"attention_cute": attention_cute, "attention_cute_quantized": attention_cute_quantized}
+    calls = [n for n in ast.walk(ast.parse(test_cute_kernel_gpu._SMOKE)) if isinstance(n, ast.Call)
+             and isinstance(n.func, ast.Name) and n.func.id.startswith("attention_cute")]
+    assert calls
+    for c in calls:
+        params = inspect.signature(wrappers[c.func.id]).parameters
+        assert all(k.arg in params for k in c.keywords), (c.func.id, [k.arg for k in c.keywords])
