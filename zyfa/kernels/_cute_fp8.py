@@ -360,12 +360,7 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
             k_state = self.kv_stage(t0, Int32(0), False)
             k_pipe.consumer_wait(k_state)
             cute.arch.barrier(barrier_id=my_bar, number_of_threads=2 * THREADS_PER_WG)
-            cute.nvgpu.warpgroup.fence()
-            self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
-            cute.nvgpu.warpgroup.commit_group()
-            cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
-            cute.nvgpu.warpgroup.wait_group(0)
-            k_pipe.consumer_release(k_state)
+            self.s_alone(tSrQ, tSrK, acc_s, w, k_pipe, k_state, other_bar)
             self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, Int32(0),
                               Int32(0) >= n_full)
             ops = (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
@@ -440,12 +435,7 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
                 # products left (both at once would need 2 x 64 more than a consumer thread has)
                 self.pv_chunked(tOrP, tOrV, acc_pv, acc_o, alpha, l_i, v_state.index, tOrOnes, acc_l)
                 v_pipe.consumer_release(v_state)
-                cute.nvgpu.warpgroup.fence()
-                self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
-                cute.nvgpu.warpgroup.commit_group()
-                cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
-                cute.nvgpu.warpgroup.wait_group(0)
-                k_pipe.consumer_release(k_state)
+                self.s_alone(tSrQ, tSrK, acc_s, w, k_pipe, k_state, other_bar)
                 self.softmax_tile(acc_s, tScS, p_u32, m_i, l_i, e_i, alpha, c, c8n, row0, j, mask_j, clamp)
             else:
                 cute.nvgpu.warpgroup.fence()
@@ -509,6 +499,16 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
         kmaj = cute.nvgpu.warpgroup.OperandMajorMode.K
         return sm90_utils.make_trivial_tiled_mma(self.dtype, self.dtype, kmaj, kmaj, Float32, (1, 1, 1),
                                                  (BLOCK_M_WG, n or self.pv_n), cute.nvgpu.warpgroup.OperandSource.RMEM)
+
+    def s_alone(self, tSrQ, tSrK, acc_s, w, k_pipe, k_state, other_bar):
+        """The end of a turn that issues S alone (tile 0, and at d 256 after P·V's column blocks): S = Q_w·K_stageᵀ
+        issued and committed, the other warpgroup's turn handed over, S waited for and K's stage released."""
+        cute.nvgpu.warpgroup.fence()
+        self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
+        cute.nvgpu.warpgroup.commit_group()
+        cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
+        cute.nvgpu.warpgroup.wait_group(0)
+        k_pipe.consumer_release(k_state)
 
     # The gemm helpers build their own TiledMma: its ACCUMULATE field is runtime state, and a value set inside one
     # staged loop body must not be read outside it.
