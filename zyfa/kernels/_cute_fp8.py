@@ -81,8 +81,8 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
 
     def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                  causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                 pv_overlap: bool, m_safe: float, rowsum_mma: bool = False, pv_block: int = 32,
-                 epilogue_rcp: bool = False, persistent: bool = False, sms: int, kv_stages: int = 2):
+                 pv_overlap: bool, m_safe: float, rowsum_mma: bool, pv_block: int,
+                 epilogue_rcp: bool, persistent: bool, sms: int, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
         self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
         self.causal = causal
