@@ -65,7 +65,7 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
     call with options is not cached). ValueError for a recipe, form, head dims or shapes the kernel does not take;
     ImportError (one line) when the CuTe DSL is not importable."""
     plan = cute_plan(recipe)
-    cfg = cute_config(plan, config)
+    cfg = cute_config(plan, config, causal=causal, d_v=d_v)
     check_head_dims(d_qk, d_v)
     check_form(cfg, d_v)
     for name, x in (("b", b), ("h", h), ("h_kv", h_kv), ("s_q", s_q), ("s_k", s_k)):
@@ -107,7 +107,7 @@ def prepare_cute_call(q, k, v, *, recipe: Recipe | str = CUTE_RECIPE, causal: bo
     b, h, h_kv, s_q, s_k, d_qk, d_v = validate_inputs(q, k, v, causal, sm_scale, None)
     check_fp8(q, k, v, (q_descale, k_descale, v_descale))
     check_head_dims(d_qk, d_v)
-    check_form(cute_config(cute_plan(recipe), config), d_v)
+    check_form(cute_config(cute_plan(recipe), config, causal=causal, d_v=d_v), d_v)
     dev = q.device
     qd = descale_to_bh(1.0 if q_descale is None else q_descale, "q_descale", b, h, h_kv, dev)
     kd = descale_to_bh(1.0 if k_descale is None else k_descale, "k_descale", b, h_kv, h_kv, dev)
