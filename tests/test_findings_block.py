@@ -68,12 +68,14 @@ def test_every_row_states_condition_unit_n_interval_and_verdict(block):
     assert verdict.startswith("12 effects, 0 no effect above the threshold, 0 inconclusive of 12 cells")
     assert "exploratory" not in verdict and "exploratory, outside the rule: triton:fa3 vs sdpa-bf16:cudnn" in figure
     assert "exact -1 to -0.8 over 6 cells" in figure
-    # a cut run (the 1.5B grid, the generated plan) has verdicts where it reached and names the cells it has not;
-    # a plan with no rows at all: tests/test_plan_findings.py
+    # a cut run (the 1.5B grid) has verdicts where it reached, the range of paired facts, and names the cells it has
+    # not; a complete one (the generated plan) names none; a plan with no rows at all: tests/test_plan_findings.py
     grid, = [r for r in rows if "`studies/longctx-1.5b.toml`" in r]
-    assert "| fact, n = 50 per cell |" in grid and "cell-metrics have no paired rows yet (" in grid
+    assert "| fact, n = 48–50 per cell |" in grid and "cell-metrics have no paired rows yet (" in grid
+    assert "untested; the plan's command resumes the run)" in grid
     gen, = [r for r in rows if "`studies/fp8-retrieval-generated.toml`" in r]
-    assert "cell-metrics have no paired rows yet (" in gen and "untested; the plan's command resumes the run)" in gen
+    assert "no paired rows yet" not in gen and "| 8 effects, 0 no effect above the threshold, 0 inconclusive of 8 " \
+        "cells;" in gen
     # the operator contrast plan: its primary condition's verdicts, the other conditions each beside it
     op, = [r for r in rows if "`studies/accumulator-operator.toml`" in r]
     assert "qwen25coder-1.5b, head dim 128, 2048 tokens (primary)" in op and "n = 28 layers" in op

@@ -16,7 +16,7 @@ import pytest
 
 from tests.load_file import load_script
 from zyfa.kernels.attention_cute import compile_for
-from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, H200_SMS, PV_WHOLE_MAX
+from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, H200_SMS, PV_WHOLE_MAX, cute_config, cute_plan
 
 # the DSL reads its target when it is imported; a CPU machine has no GPU to ask
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
@@ -29,8 +29,9 @@ SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 1333}
 
 
 DIMS = {"hd128": (128, 128), "mla": (192, 128), "hd256": (256, 256)}
-FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1}, "rowsum-mma": None,
-         "pv-block-32": {"PV_BLOCK": 32}, "epilogue-div": {"EPILOGUE": 0}, "persistent": {"PERSISTENT": 1}}
+FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1},
+         "pv-overlap-off": {"PV_OVERLAP": 0}, "rowsum-mma": None, "pv-block-32": {"PV_BLOCK": 32},
+         "epilogue-div": {"EPILOGUE": 0}, "persistent": {"PERSISTENT": 1}}
 # the recipe of each form: the default's, or technique 3's row sum on the tensor core (P8·ones on the wgmma)
 RECIPES = {"rowsum-mma": "zyfa-hopper:rowsum=rounded_mma"}
 # (form, causal): the places the softmax and each matmul are emitted (tile 0's S and the last tile's P·V count one
@@ -40,7 +41,8 @@ RECIPES = {"rowsum-mma": "zyfa-hopper:rowsum=rounded_mma"}
 # one loop testing the mask on each tile (non-causal: a test the check below does not recognise), the last P·V.
 EXPECTED = {("default", False): (4, [0, 64], [False, False]),
             ("default", True): (4, [0, 64, 64], [False, False, True]),
-            ("pv-overlap", True): (4, [0, 64, 64], [False, False, True]),
+            ("pv-overlap", False): (4, [0, 64], [False, False]),
+            ("pv-overlap-off", True): (4, [0, 64, 64], [False, False, True]),
             ("rowsum-mma", True): (4, [0, 64, 64], [False, False, True]),
             ("pv-block-32", True): (4, [0, 64, 64], [False, False, True]),
             ("epilogue-div", True): (4, [0, 64, 64], [False, False, True]),
@@ -52,12 +54,14 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
 
 @pytest.fixture(scope="module", params=[("hd128", False, "default"), ("hd128", True, "default"),
                                         ("mla", True, "default"), ("hd128", False, "first"),
-                                        ("hd128", True, "first"), ("hd128", True, "pv-overlap"),
+                                        ("hd128", True, "first"), ("hd128", False, "pv-overlap"),
+                                        ("hd128", True, "pv-overlap-off"),
                                         ("hd128", True, "rowsum-mma"), ("hd256", True, "default"),
                                         ("hd256", True, "pv-block-32"), ("hd128", True, "epilogue-div"),
                                         ("hd128", True, "persistent"), ("mla", False, "persistent")],
                 ids=["hd128-non-causal", "hd128-causal", "mla-causal", "hd128-non-causal-first-form",
-                     "hd128-causal-first-form", "hd128-causal-pv-overlap", "hd128-causal-rowsum-mma", "hd256-causal",
+                     "hd128-causal-first-form", "hd128-non-causal-pv-overlap",
+                     "hd128-causal-pv-overlap-off", "hd128-causal-rowsum-mma", "hd256-causal",
                      "hd256-causal-pv-block-32", "hd128-causal-epilogue-div", "hd128-causal-persistent",
                      "mla-non-causal-persistent"])
 def compiled(request, tmp_path_factory):
@@ -186,7 +190,9 @@ def test_overlapped_loops_wait_for_s_first(compiled):
         blocks = d_v // n
         expected = (["1"] * (blocks - 1) + ["0"] if n < 64 else ["0"] * blocks) + ["0"]
     else:
-        expected = ["1", "0"] if compiled[2][0] == "pv-overlap" else ["0"]
+        form, causal = compiled[2]
+        overlap = cute_config(cute_plan(RECIPES.get(form, "zyfa-hopper")), FORMS[form], causal=causal, d_v=d_v)
+        expected = ["1", "0"] if overlap["PV_OVERLAP"] else ["0"]
     assert waits and all(w == expected for w in waits), waits
 
 

@@ -190,7 +190,8 @@ def test_cute_kernel_matches_the_triton_kernel(recipe, cute_runs):
 # Every form of the kernel (zyfa.kernels.cute_plan.cute_config) gives the same output and LSE bit for bit. Scale 40 on
 # q and k pushes the CTA's bound d_qk·448²·c past mad_m_safe, so the default form runs its clamped loop there; at
 # scale 1 it runs the loop without the clamp. Here the default against the first form (cc8e3cc) and against the
-# overlapped loop (PV_OVERLAP 1, whose order of the same operations differs most; at d 256, where it is refused, P·V
+# overlapped loop (PV_OVERLAP, whose order of the same operations differs most: 1 where the default is 0, non-causal,
+# 0 where it is 1, causal up to d_v 128; at d 256, where it is refused, P·V
 # in blocks of 32 through two accumulators instead of the default's 64 through one), and against the epilogue's
 # div.rn per element (EPILOGUE 0; the default divides by one reciprocal per row with Markstein's correction), and
 # against one CTA per SM taking work items pass by pass (PERSISTENT 1; the MULTIPASS cases give each CTA several);
@@ -220,9 +221,10 @@ def test_cute_forms_give_the_same_bits(name, scale, other, cute_runs):
     kw = {"recipe": H1, "causal": causal, "q_descale": qd, "k_descale": kd, "v_descale": vd}
     form = (CUTE_FIRST_FORM if other == "first" else {"EPILOGUE": 0} if other == "epilogue-div"
             else {"PERSISTENT": 1} if other == "persistent"
-            else {"PV_OVERLAP": 1} if v.shape[3] <= 128 else {"PV_BLOCK": 32})
+            else {"PV_OVERLAP": 0 if causal else 1} if v.shape[3] <= 128 else {"PV_BLOCK": 32})
     o_ref, l_ref = attention_cute(q8, k8, v8, config=form, **kw)
-    assert cute_config(cute_plan(H1)) != cute_config(cute_plan(H1), form)
+    mask = {"causal": causal, "d_v": v.shape[3]}
+    assert cute_config(cute_plan(H1), **mask) != cute_config(cute_plan(H1), form, **mask)
     o, lse = attention_cute(q8, k8, v8, **kw)  # the default form
     torch.cuda.synchronize()
     assert torch.equal(o.view(torch.int16), o_ref.view(torch.int16))

@@ -19,7 +19,7 @@ from zyfa.kernels.attention_cute import (
     compile_for,
     cute_plan,
 )
-from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, cute_config, persistent_item, persistent_pass_item
+from zyfa.kernels.cute_plan import CUTE_FIRST_FORM, check_form, cute_config, persistent_item, persistent_pass_item
 
 
 def test_import_does_not_import_cutlass():
@@ -127,6 +127,22 @@ def test_forms_default_and_first():
     assert cute_config(plan, {"PERSISTENT": 1})["PERSISTENT"] == 1
     assert cute_config(plan, {"PV_OVERLAP": 1})["PV_OVERLAP"] == 1
     assert cute_config(plan, {"MAD_CVT": 3})["MASK_SPLIT"] == 1
+
+
+@pytest.mark.parametrize("causal,d_v,overlap", [(False, 64, 0), (False, 128, 0), (True, 64, 1), (True, 128, 1),
+                                                (True, 256, 0), (False, 256, 0)])
+def test_pv_overlap_is_the_causal_default_up_to_d_v_128(causal, d_v, overlap):
+    """PV_OVERLAP 1 is the default where it passed its rule (causal, d_v <= PV_WHOLE_MAX, where it is allowed at all);
+    an override still wins; a causal form without d_v is refused (its default depends on it)."""
+    plan = cute_plan(CUTE_RECIPE)
+    cfg = cute_config(plan, causal=causal, d_v=d_v)
+    assert cfg["PV_OVERLAP"] == overlap
+    assert {k: v for k, v in cfg.items() if k != "PV_OVERLAP"} == {k: v for k, v in cute_config(plan).items()
+                                                                    if k != "PV_OVERLAP"}
+    assert cute_config(plan, {"PV_OVERLAP": 0}, causal=causal, d_v=d_v)["PV_OVERLAP"] == 0
+    check_form(cfg, d_v)  # the default is always a form the head dims allow
+    with pytest.raises(ValueError, match="depends on d_v"):
+        cute_config(plan, causal=True)
 
 
 @pytest.mark.parametrize("config,match", [
