@@ -36,7 +36,11 @@ there. 6fe4706's run passed it causal (1.07 [1.05-1.11], hd64 1.00, MLA 1.06) an
 ``cute-hd256``, the CuTe kernel at d 256 with P·V in blocks of 64 columns through one accumulator (the default)
 against blocks of 32 through two (``PV_BLOCK`` 32, the same bits), both row sums, beside the Triton kernel;
 ``cute-persistent``, the CuTe kernel with one CTA per SM taking work items pass by pass (``PERSISTENT`` 1, the same
-bits) against one CTA per item, at every head dim and both row sums.
+bits) against one CTA per item, at every head dim and both row sums; ``cute-masked-overlap``, causal, the CuTe kernel
+with ``PV_OVERLAP`` 2 (the masked KV loop without the overlap) against its default 1, both row sums, hd128, hd64, MLA.
+Rule for ``PV_OVERLAP`` 2 as the causal default, written on 7 December before any timing of it: with ``--rounds 10``,
+its 'x base per round' median at ``--seq 4096`` is >= 1.01 at hd128 with ``rowsum=rounded_mma`` and >= 1.00 in the
+other five rows, and at ``--seq 32768`` >= 0.99 in all six (there only the few masked tiles differ).
 
 Each row carries the variant's rel-L2 against PyTorch SDPA BF16 on the same Gaussian inputs (the bench's sanity
 error), and cuDNN FP8's, so a variant that changes numerics can be read on the speed-accuracy plane.
@@ -55,7 +59,8 @@ from zyfa.recipe_spec import split_spec  # noqa: E402
 from zyfa.timing import Sample, cuda_timer, ratio_summary  # noqa: E402  (torch-free at import)
 
 SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
-        "hd256-unserialized", "mla-occupancy", "cute-forms", "cute-rowsum", "cute-hd256", "cute-persistent")
+        "hd256-unserialized", "mla-occupancy", "cute-forms", "cute-rowsum", "cute-hd256", "cute-persistent",
+        "cute-masked-overlap")
 CUTE = "cute:zyfa-hopper"  # the CuTe DSL kernel (zyfa.bench.cases.gaussian_kernel_call runs the cute namespace)
 
 V = []
@@ -231,6 +236,14 @@ def variant_set(name):
             add("row sum on the tensor core, PV_BLOCK 32", "hd256", c, CUTE + ":rowsum=rounded_mma",
                 {"PV_BLOCK": 32}, same_bits=True)
             add("triton default", "hd256", c, "zyfa-hopper", None)
+    elif name == "cute-masked-overlap":
+        # causal: PV_OVERLAP 2 (the masked loop without the overlap, where with the row sum on the tensor core ptxas
+        # packs the mask's predicates into registers inside the turn) against the default, 1; the same bits
+        for shape in ("hd128", "hd64", "mla"):
+            for recipe, label in ((CUTE + ":rowsum=rounded_mma", "row sum on the tensor core"), (CUTE, "default")):
+                add(label, shape, True, recipe, None)
+                add(label + ", masked loop without the overlap (PV_OVERLAP 2)", shape, True, recipe,
+                    {"PV_OVERLAP": 2}, same_bits=True)
     elif name == "cute-persistent":
         for c in (False, True):
             for shape in ("hd128", "hd64", "mla", "hd256"):

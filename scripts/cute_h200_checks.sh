@@ -11,7 +11,8 @@
 # then), DIR/done the job's:
 #   bench     zyfa bench: our kernels and the peers at every shape, 32K, both masks, 5 interleaved repeats (the
 #             command of reports/bench/cute.md, with hd256 and FlashInfer's FA3); DIR/cute.json and DIR/cute.md
-#   ab-*      scripts/ab_kernel_variants.py --set cute-hd256 / cute-rowsum / cute-persistent: each same-bits form
+#   ab-*      scripts/ab_kernel_variants.py --set cute-hd256 / cute-rowsum / cute-persistent / cute-masked-overlap
+#             (ab-masked at 4096 tokens, ab-masked32k at 32768, 10 rounds each, as its rule asks): each same-bits form
 #             checked bit for bit against the default, then 5 rounds against cuDNN FP8 (cute-rowsum: 10, the rounds
 #             its PV_OVERLAP rule asks for) (DIR/ab-*/ab_kernel_variants.txt)
 #   ncu       scripts/profile_kernels_ncu.sh: the CuTe kernel (rowsum=rounded_mma) and cuDNN FP8, hd128, causal
@@ -25,7 +26,7 @@
 # puts gpu-tests second, so that the checks come back before the A/B sets and the profile).
 set -u
 DIR=${1:?usage: cute_h200_checks.sh DIR}
-ALL_STEPS="bench ab-hd256 ab-rowsum ab-persistent ncu ncu-persistent gpu-tests"
+ALL_STEPS="bench ab-hd256 ab-rowsum ab-persistent ab-masked ab-masked32k ncu ncu-persistent gpu-tests"
 # STEPS: which steps, in which order (default ALL_STEPS); checked before anything is written
 STEPS=${STEPS:-$ALL_STEPS}
 for s in $STEPS; do
@@ -58,6 +59,12 @@ run_step() {
       step ab-rowsum python3 scripts/ab_kernel_variants.py --set cute-rowsum --rounds 10 --out "$DIR/ab-rowsum" ;;
     ab-persistent)
       step ab-persistent python3 scripts/ab_kernel_variants.py --set cute-persistent --rounds 5 --out "$DIR/ab-persistent" ;;
+    ab-masked)
+      step ab-masked python3 scripts/ab_kernel_variants.py --set cute-masked-overlap --rounds 10 --seq 4096 \
+        --out "$DIR/ab-masked" ;;
+    ab-masked32k)
+      step ab-masked32k python3 scripts/ab_kernel_variants.py --set cute-masked-overlap --rounds 10 --seq 32768 \
+        --out "$DIR/ab-masked32k" ;;
     ncu)
       step ncu bash scripts/profile_kernels_ncu.sh --wheels /tmp/none --targets cute-zyfa-hopper,cudnn-fp8 \
         --recipe zyfa-hopper:rowsum=rounded_mma --causal --out "$DIR/profile" ;;

@@ -34,7 +34,8 @@ def _steps(tmp_path, **env) -> dict[str, list[str]]:
 
 def test_every_step_is_a_command_the_tools_take(tmp_path):
     steps = _steps(tmp_path)
-    assert list(steps) == ["bench", "ab-hd256", "ab-rowsum", "ab-persistent", "ncu", "ncu-persistent", "gpu-tests"]
+    assert list(steps) == ["bench", "ab-hd256", "ab-rowsum", "ab-persistent", "ab-masked", "ab-masked32k", "ncu",
+                           "ncu-persistent", "gpu-tests"]
     assert not (tmp_path / "job" / "timed").exists()  # a dry run marks nothing
     bench = steps["bench"]
     assert bench[:4] == ["python3", "-m", "zyfa", "bench"]
@@ -44,7 +45,7 @@ def test_every_step_is_a_command_the_tools_take(tmp_path):
     check_args(args)  # raises on a flag the bench refuses
     assert set(args.shapes.split(",")) == {"hd64", "hd128", "hd256", "mla"} and args.repeats >= 5
     ab = load_script("ab_kernel_variants")
-    for name in ("ab-hd256", "ab-rowsum", "ab-persistent"):
+    for name in ("ab-hd256", "ab-rowsum", "ab-persistent", "ab-masked", "ab-masked32k"):
         cmd = steps[name]
         assert cmd[1] == "scripts/ab_kernel_variants.py" and cmd[cmd.index("--set") + 1] in ab.SETS
     for name in ("ncu", "ncu-persistent"):
@@ -66,6 +67,6 @@ def test_an_unknown_step_is_refused_before_anything_is_written(tmp_path):
     out = _run(tmp_path, STEPS="bench gpu-test")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        "cute_h200_checks.sh: unknown step 'gpu-test' (steps: bench ab-hd256 ab-rowsum ab-persistent ncu "
-        "ncu-persistent gpu-tests)"]
+        "cute_h200_checks.sh: unknown step 'gpu-test' (steps: bench ab-hd256 ab-rowsum ab-persistent ab-masked "
+        "ab-masked32k ncu ncu-persistent gpu-tests)"]
     assert not (tmp_path / "job").exists()

@@ -30,10 +30,11 @@ SHAPE = {"b": 1, "h": 4, "h_kv": 2, "s_q": 300, "s_k": 1333}
 
 DIMS = {"hd128": (128, 128), "mla": (192, 128), "hd256": (256, 256)}
 FORMS = {"default": None, "first": CUTE_FIRST_FORM, "pv-overlap": {"PV_OVERLAP": 1},
-         "pv-overlap-off": {"PV_OVERLAP": 0}, "rowsum-mma": None, "pv-block-32": {"PV_BLOCK": 32},
+         "pv-overlap-off": {"PV_OVERLAP": 0}, "pv-overlap-unmasked": {"PV_OVERLAP": 2}, "rowsum-mma": None,
+         "pv-block-32": {"PV_BLOCK": 32},
          "epilogue-div": {"EPILOGUE": 0}, "persistent": {"PERSISTENT": 1}}
 # the recipe of each form: the default's, or technique 3's row sum on the tensor core (P8·ones on the wgmma)
-RECIPES = {"rowsum-mma": "zyfa-hopper:rowsum=rounded_mma"}
+RECIPES = {"rowsum-mma": "zyfa-hopper:rowsum=rounded_mma", "pv-overlap-unmasked": "zyfa-hopper:rowsum=rounded_mma"}
 # (form, causal): the places the softmax and each matmul are emitted (tile 0's S and the last tile's P·V count one
 # each), then per KV-tile loop of the PTX its clamps at code 126 and whether it masks. The default form: tile 0; the
 # tiles every row sees whole without the clamp (the CTA's guard holds) and with it (it does not); the masked tiles
@@ -43,6 +44,7 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
             ("default", True): (4, [0, 64, 64], [False, False, True]),
             ("pv-overlap", False): (4, [0, 64], [False, False]),
             ("pv-overlap-off", True): (4, [0, 64, 64], [False, False, True]),
+            ("pv-overlap-unmasked", True): (4, [0, 64, 64], [False, False, True]),
             ("rowsum-mma", True): (4, [0, 64, 64], [False, False, True]),
             ("pv-block-32", True): (4, [0, 64, 64], [False, False, True]),
             ("epilogue-div", True): (4, [0, 64, 64], [False, False, True]),
@@ -55,13 +57,14 @@ EXPECTED = {("default", False): (4, [0, 64], [False, False]),
 @pytest.fixture(scope="module", params=[("hd128", False, "default"), ("hd128", True, "default"),
                                         ("mla", True, "default"), ("hd128", False, "first"),
                                         ("hd128", True, "first"), ("hd128", False, "pv-overlap"),
-                                        ("hd128", True, "pv-overlap-off"),
+                                        ("hd128", True, "pv-overlap-off"), ("hd128", True, "pv-overlap-unmasked"),
                                         ("hd128", True, "rowsum-mma"), ("hd256", True, "default"),
                                         ("hd256", True, "pv-block-32"), ("hd128", True, "epilogue-div"),
                                         ("hd128", True, "persistent"), ("mla", False, "persistent")],
                 ids=["hd128-non-causal", "hd128-causal", "mla-causal", "hd128-non-causal-first-form",
                      "hd128-causal-first-form", "hd128-non-causal-pv-overlap",
-                     "hd128-causal-pv-overlap-off", "hd128-causal-rowsum-mma", "hd256-causal",
+                     "hd128-causal-pv-overlap-off", "hd128-causal-pv-overlap-unmasked", "hd128-causal-rowsum-mma",
+                     "hd256-causal",
                      "hd256-causal-pv-block-32", "hd128-causal-epilogue-div", "hd128-causal-persistent",
                      "mla-non-causal-persistent"])
 def compiled(request, tmp_path_factory):
@@ -141,7 +144,7 @@ def test_fp8_wgmma_for_both_matmuls(compiled, places):
     # each matmul issued in `places` places (the first tile or the last, each loop); a k-step per 32 of the
     # contraction (d_qk, 128 keys), for each column block; P·ones beside every P·V (its first block)
     assert len(qk) == places * d_qk // 32 and len(pv) == places * 128 // 32 * (d_v // n)
-    assert len(ones) == (len(pv) if compiled[2][0] == "rowsum-mma" else 0)
+    assert len(ones) == (len(pv) if "rowsum" in RECIPES.get(compiled[2][0], "") else 0)
 
 
 def test_producer_consumer_register_split(ptx):
@@ -180,20 +183,25 @@ def test_kv_loops_of_each_form(compiled):
 
 
 def test_overlapped_loops_wait_for_s_first(compiled):
-    """PV_OVERLAP: each KV loop commits S and P·V as two groups and waits for the first (wait_group 1) before the
-    softmax, then for both; the other forms wait once for both. Above d_v PV_WHOLE_MAX, P·V's column blocks come
-    first, then S: with two accumulators (blocks of 32) each wait leaves the next block running (wait_group 1) but
-    the last; with one (64) each block is waited for alone; then S's wait."""
-    waits = [re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+);", body) for body in kv_loops(compiled[1])]
+    """PV_OVERLAP 1: each KV loop commits S and P·V as two groups and waits for the first (wait_group 1) before the
+    softmax, then for both; PV_OVERLAP 2 so in the loops without the mask's code only; the other forms and loops wait
+    once for both. Above d_v PV_WHOLE_MAX, P·V's column blocks come first, then S: with two accumulators (blocks of
+    32) each wait leaves the next block running (wait_group 1) but the last; with one (64) each block is waited for
+    alone; then S's wait."""
+    loops = kv_loops(compiled[1])
+    waits = [re.findall(r"wgmma\.wait_group\.sync\.aligned\s+(\d+);", body) for body in loops]
     d_v, n = compiled[0][1], pv_block(compiled)
     if d_v > PV_WHOLE_MAX:
         blocks = d_v // n
-        expected = (["1"] * (blocks - 1) + ["0"] if n < 64 else ["0"] * blocks) + ["0"]
+        expected = [(["1"] * (blocks - 1) + ["0"] if n < 64 else ["0"] * blocks) + ["0"]] * len(loops)
     else:
         form, causal = compiled[2]
-        overlap = cute_config(cute_plan(RECIPES.get(form, "zyfa-hopper")), FORMS[form], causal=causal, d_v=d_v)
-        expected = ["1", "0"] if overlap["PV_OVERLAP"] else ["0"]
-    assert waits and all(w == expected for w in waits), waits
+        overlap = cute_config(cute_plan(RECIPES.get(form, "zyfa-hopper")), FORMS[form], causal=causal,
+                              d_v=d_v)["PV_OVERLAP"]
+        masked = [len(re.findall(r"selp\.f32\s.*0fFF800000", body)) >= 64 for body in loops]
+        expected = [["1", "0"] if overlap == 1 or (overlap == 2 and not m) else ["0"] for m in masked]
+        assert (overlap == 2) <= (True in masked and False in masked), masked  # both kinds of loop there
+    assert waits and waits == expected, waits
 
 
 def test_row_sum_decoded_or_on_the_tensor_core(compiled):
@@ -202,7 +210,7 @@ def test_row_sum_decoded_or_on_the_tensor_core(compiled):
     byte) and fenced for the async proxy before wgmma reads it."""
     ptx = compiled[1]
     shifts = [len(re.findall(r"shl\.b32\s+t, %r\d+, 20;", body)) for body in kv_loops(ptx)]  # code_value
-    mma = compiled[2][0] == "rowsum-mma"
+    mma = "rowsum" in RECIPES.get(compiled[2][0], "")
     assert shifts and all(n == (0 if mma else 64) for n in shifts), shifts
     assert ("fence.proxy.async.shared::cta" in ptx) == mma
     assert (str(0x38383838) in ptx or "0x38383838" in ptx.lower()) == mma

@@ -126,6 +126,7 @@ def test_forms_default_and_first():
                                                   "PV_BLOCK": 64, "EPILOGUE": 0, "PERSISTENT": 0}
     assert cute_config(plan, {"PERSISTENT": 1})["PERSISTENT"] == 1
     assert cute_config(plan, {"PV_OVERLAP": 1})["PV_OVERLAP"] == 1
+    assert cute_config(plan, {"PV_OVERLAP": 2}, causal=True, d_v=128)["PV_OVERLAP"] == 2
     assert cute_config(plan, {"MAD_CVT": 3})["MASK_SPLIT"] == 1
 
 
@@ -150,7 +151,8 @@ def test_pv_overlap_is_the_causal_default_up_to_d_v_128(causal, d_v, overlap):
     ({"MAD_CVT": True}, "MAD_CVT=True"),
     ({"MASK_SPLIT": 2}, "MASK_SPLIT=2: expected 0 or 1"),
     ({"BOOKKEEPING": None}, "BOOKKEEPING=None: expected 0 or 1"),
-    ({"PV_OVERLAP": True}, "PV_OVERLAP=True: expected 0 or 1"),
+    ({"PV_OVERLAP": True}, "PV_OVERLAP=True: expected 0, 1 or 2"),
+    ({"PV_OVERLAP": 3}, "PV_OVERLAP=3: expected 0, 1 or 2"),
     ({"PERSISTENT": 2}, "PERSISTENT=2: expected 0 or 1"),
     ({"BLOCK_M": 64}, "no switch 'BLOCK_M'"),
 ])
@@ -163,6 +165,7 @@ def test_bad_forms_refused(config, match):
 
 
 @pytest.mark.parametrize("config,match", [({"PV_OVERLAP": 1}, "PV_OVERLAP=1 needs d_v <= 128"),
+                                          ({"PV_OVERLAP": 2}, "PV_OVERLAP=2 needs d_v <= 128"),
                                           ({"PV_BLOCK": 48}, r"PV_BLOCK=48: expected one of \(32, 64\)"),
                                           ({"PV_BLOCK": True}, "PV_BLOCK=True")])
 def test_forms_refused_at_hd256(config, match):

@@ -81,7 +81,7 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
 
     def __init__(self, *, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                  causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                 pv_overlap: bool, m_safe: float, rowsum_mma: bool, pv_block: int,
+                 pv_overlap: int, m_safe: float, rowsum_mma: bool, pv_block: int,
                  epilogue_rcp: bool, persistent: bool, sms: int, kv_stages: int = 2):
         self.b, self.h, self.h_kv = b, h, h_kv
         self.s_q, self.s_k, self.s_k_pad, self.d_qk, self.d_v = s_q, s_k, s_k_pad, d_qk, d_v
@@ -91,7 +91,7 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
         self.mad_cvt = mad_cvt
         self.mask_split = bool(mask_split)
         self.bookkeeping = bool(bookkeeping)
-        self.pv_overlap = bool(pv_overlap)
+        self.pv_overlap = int(pv_overlap)  # 0, 1 (every KV loop) or 2 (the loops without the mask's code)
         self.rowsum_mma = bool(rowsum_mma)
         self.epilogue_rcp = bool(epilogue_rcp)
         self.m_safe = float(m_safe)
@@ -417,11 +417,16 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
         """KV tiles [lo, hi) of a consumer warpgroup, tile j's turn issuing S_j and P_{j-1}·V_{j-1}, then flushing
         P_{j-1}·V_{j-1} and tile j's softmax. ``masked``: True (every tile through the mask), False (none: tiles
         every row sees whole), None (tile j when j >= n_full); ``clamp``: the fp32 min at code 126 (both
-        compile-time). With ``pv_overlap`` the matmuls are two wgmma groups; tile j's softmax runs once S_j is done
-        (``wait_group(1)``), its codes and alpha into ``p_next`` and ``alpha_next`` while P_{j-1}·V_{j-1} reads
-        ``p_u32``; that product is flushed with tile j-1's alpha, then tile j's move into place (same operations)."""
+        compile-time). With ``pv_overlap`` 1 (2: only where ``masked`` is False) the matmuls are two wgmma groups;
+        tile j's softmax runs once S_j is done (``wait_group(1)``), its codes and alpha into ``p_next`` and
+        ``alpha_next`` while P_{j-1}·V_{j-1} reads ``p_u32``; that product is flushed with tile j-1's alpha, then tile
+        j's move into place (same operations). Either way a loop ends with tile j's codes in ``p_u32`` and its alpha
+        in ``alpha``, P_j·V_j not yet issued, so loops of either kind follow each other."""
         (k_pipe, v_pipe, my_bar, other_bar, tSrQ, tSrK, tOrV, tOrP, acc_s, acc_pv, acc_o, tScS, p_u32,
          m_i, l_i, e_i, alpha, c, c8n, row0, w, p_next, alpha_next, tOrOnes, acc_l, t0) = ops
+        # PV_OVERLAP 2 leaves the masked loop out: there ptxas packs the tile's mask predicates into registers
+        # inside the turn to keep them across the wait (docs/KERNEL.md, "Forms")
+        overlap = self.pv_overlap == 1 or (self.pv_overlap == 2 and masked is False)
         for j in cutlass.range(lo, hi, unroll=1):
             # S_j and P_{j-1}·V_{j-1} in one turn
             k_state = self.kv_stage(t0, j, False)
@@ -440,12 +445,12 @@ class CuteFp8Attention(CuteSchedule, CuteSoftmax):
             else:
                 cute.nvgpu.warpgroup.fence()
                 self.gemm_qk(tSrQ, tSrK, acc_s, w, k_state.index)
-                if cutlass.const_expr(self.pv_overlap):
+                if cutlass.const_expr(overlap):
                     cute.nvgpu.warpgroup.commit_group()
                 self.gemm_pv(tOrP, tOrV, acc_pv, v_state.index, tOrOnes, acc_l)
                 cute.nvgpu.warpgroup.commit_group()
                 cute.arch.barrier_arrive(barrier_id=other_bar, number_of_threads=2 * THREADS_PER_WG)
-                if cutlass.const_expr(self.pv_overlap):
+                if cutlass.const_expr(overlap):
                     cute.nvgpu.warpgroup.wait_group(1)
                     k_pipe.consumer_release(k_state)
                     self.softmax_tile(acc_s, tScS, p_next, m_i, l_i, e_i, alpha_next, c, c8n, row0, j, mask_j, clamp)

@@ -16,7 +16,7 @@ from zyfa.kernels._cute_fp8 import CuteFp8Attention
 
 def compile_kernel(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, s_k_pad: int, d_qk: int, d_v: int,
                    causal: bool, mad_bias: float, e_cap: float, mad_cvt: int, mask_split: bool, bookkeeping: bool,
-                   pv_overlap: bool, m_safe: float, rowsum_mma: bool, pv_block: int,
+                   pv_overlap: int, m_safe: float, rowsum_mma: bool, pv_block: int,
                    epilogue_rcp: bool, persistent: bool, sms: int, options: str = ""):
     """Compile :class:`CuteFp8Attention` for these shapes with fake pointers (no GPU needed); returns the compiled
     callable (arguments: the eight pointers of ``__call__`` and sm_scale·log2 e; :func:`launch` passes them).

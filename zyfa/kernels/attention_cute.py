@@ -88,7 +88,7 @@ def compile_for(*, b: int, h: int, h_kv: int, s_q: int, s_k: int, d_qk: int, d_v
                                          d_qk=d_qk, d_v=d_v, causal=causal, mad_bias=plan.mad_bias, e_cap=plan.e_cap,
                                          mad_cvt=cfg["MAD_CVT"], mask_split=bool(cfg["MASK_SPLIT"]),
                                          bookkeeping=bool(cfg["BOOKKEEPING"]),
-                                         pv_overlap=bool(cfg["PV_OVERLAP"]), m_safe=mad_m_safe(plan),
+                                         pv_overlap=cfg["PV_OVERLAP"], m_safe=mad_m_safe(plan),
                                          rowsum_mma=plan.rowsum_rounded == 2, pv_block=cfg["PV_BLOCK"],
                                          epilogue_rcp=bool(cfg["EPILOGUE"]), persistent=bool(cfg["PERSISTENT"]),
                                          sms=sms, options=options)

@@ -39,9 +39,13 @@ NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a
 # a shift (0: a signed division and modulo) and starts each row sum at its first group of codes (0: at 0 + it);
 # PV_OVERLAP 1 commits a KV tile's S and the previous tile's P·V as two wgmma groups, runs the tile's softmax as soon
 # as S is done (its codes and alpha into a second set of registers) while P·V still runs, then flushes P·V with the
-# previous alpha (0: both groups waited for, then the flush, then the softmax); PV_BLOCK, where d_v > PV_WHOLE_MAX
-# (ignored below): P·V's column block, 32 (two fresh accumulators, block b flushed while block b + 1 runs) or 64 (one,
-# each block waited for and flushed in turn: fewer instructions, the unit idle during each flush; the default, from
+# previous alpha (0: both groups waited for, then the flush, then the softmax; 2: as 1 in the KV loops without the
+# mask's code, as 0 in the masked one, where with rowsum=rounded_mma ptxas packs the tile's mask predicates into
+# registers inside the turn to keep them across the wait: hd128 causal 32K, a masked tile 971 SASS instructions
+# against 699, 328 of them in the turn against 76; the default recipe's masked loop has no such cost); PV_BLOCK, where
+# d_v > PV_WHOLE_MAX (ignored below): P·V's column block, 32 (two fresh accumulators, block b flushed while block
+# b + 1 runs) or 64 (one, each block waited for and flushed in turn: fewer instructions, the unit idle during each
+# flush; the default, from
 # reports/bench/cute_hd256_ab.txt); EPILOGUE 1: O =
 # acc / l from one rcp.rn per row and Markstein's correction per element (div.rn's bits, _cute_ptx.div_by_rcp), two
 # columns per 32-bit store (0: div.rn and a 16-bit store per element); PERSISTENT 1: one CTA per SM, each taking
@@ -75,7 +79,9 @@ def cute_config(plan: KernelPlan, config: dict | None = None, *, causal: bool = 
     if cfg["MAD_CVT"] == 6 and mad_m_safe(plan) <= 0:
         raise ValueError(f"MAD_CVT=6 needs a recipe whose codes stay below 126.5 with a margin (recipe "
                          f"{plan.recipe!r} has none): use MAD_CVT=3")
-    for key in ("MASK_SPLIT", "BOOKKEEPING", "PV_OVERLAP", "EPILOGUE", "PERSISTENT"):
+    if cfg["PV_OVERLAP"] not in (0, 1, 2) or isinstance(cfg["PV_OVERLAP"], bool):
+        raise ValueError(f"PV_OVERLAP={cfg['PV_OVERLAP']!r}: expected 0, 1 or 2")
+    for key in ("MASK_SPLIT", "BOOKKEEPING", "EPILOGUE", "PERSISTENT"):
         if cfg[key] not in (0, 1) or isinstance(cfg[key], bool):
             raise ValueError(f"{key}={cfg[key]!r}: expected 0 or 1")
     if cfg["PV_BLOCK"] not in PV_BLOCKS or isinstance(cfg["PV_BLOCK"], bool):
@@ -122,8 +128,8 @@ def check_form(cfg: dict, d_v: int) -> None:
     """ValueError in one line for a form (:func:`cute_config`) the head dims rule out: PV_OVERLAP above d_v
     PV_WHOLE_MAX (P·V then runs in column blocks before S, while S's registers are free, not beside it)."""
     if d_v > PV_WHOLE_MAX and cfg["PV_OVERLAP"]:
-        raise ValueError(f"PV_OVERLAP=1 needs d_v <= {PV_WHOLE_MAX} (got {d_v}: P·V runs in column blocks before S, "
-                         "while S's registers are free)")
+        raise ValueError(f"PV_OVERLAP={cfg['PV_OVERLAP']} needs d_v <= {PV_WHOLE_MAX} (got {d_v}: P·V runs in column "
+                         "blocks before S, while S's registers are free)")
 
 
 def check_head_dims(d_qk: int, d_v: int) -> None:
