@@ -1,6 +1,7 @@
 """The CuTe DSL kernel's SASS, per form and shape, without a GPU: the cubin's sha256, its registers and stack, and per
-KV-tile loop the instructions, wgmma and local-memory accesses, and the instructions after the last loop (the
-epilogue, with the last tile's P·V and flush). A change that must not move a binary is checked by its sha256.
+KV-tile loop the instructions (and those of its turn, BAR.SYNC to BAR.ARV), wgmma and local-memory accesses, and the
+instructions after the last loop (the epilogue, with the last tile's P·V and flush). A change that must not move a
+binary is checked by its sha256.
 
     python scripts/cute_sass.py SPEC [SPEC ...]          # SPEC: SHAPE/MASK/RECIPE[/FORM-JSON]
     python scripts/cute_sass.py hd128/causal/zyfa-hopper 'hd128/causal/zyfa-hopper/{"EPILOGUE": 0}'
@@ -60,6 +61,14 @@ def sass_kv_loops(sass: str) -> list[list[str]]:
     return [[t for _, t in ins[lo:hi + 1]] for lo, hi in _loop_spans(ins)]
 
 
+def turn_length(body: list[str]) -> int | None:
+    """Instructions of a KV loop's turn: from the ``BAR.SYNC`` that waits for it to the ``BAR.ARV`` that hands it to
+    the other warpgroup, both counted (what the other warpgroup waits behind); None for a loop without a turn."""
+    start = next((i for i, t in enumerate(body) if t.startswith("BAR.SYNC")), None)
+    end = next((i for i, t in enumerate(body) if t.startswith("BAR.ARV") and start is not None and i > start), None)
+    return None if end is None else end - start + 1
+
+
 def after_last_loop(sass: str) -> int:
     """Instructions from the end of the last KV loop to the kernel's last EXIT."""
     ins = instructions(sass)
@@ -85,8 +94,9 @@ def report(spec: str, shape: dict) -> str:
         digest = hashlib.sha256(Path(cubin).read_bytes()).hexdigest()
         usage = re.search(r"REG:(\d+) STACK:(\d+)", _cuobjdump("--dump-resource-usage", cubin))
         sass = _cuobjdump("-sass", cubin)
-    loops = "; ".join(f"{len(b)} instr, {sum('GMMA' in t for t in b)} wgmma, {sum(t.startswith('STL') for t in b)} "
-                      f"STL, {sum(t.startswith('LDL') for t in b)} LDL" for b in sass_kv_loops(sass))
+    loops = "; ".join(f"{len(b)} instr ({turn_length(b)} in the turn), {sum('GMMA' in t for t in b)} wgmma, "
+                      f"{sum(t.startswith('STL') for t in b)} STL, {sum(t.startswith('LDL') for t in b)} LDL"
+                      for b in sass_kv_loops(sass))
     return (f"{spec}: sha256 {digest[:12]}, REG {usage.group(1)}, STACK {usage.group(2)}; KV loops: {loops}; "
             f"after the last loop: {after_last_loop(sass)} instr")
 

@@ -36,3 +36,11 @@ def test_a_loop_around_kv_loops_is_not_one():
     sass = load_script("cute_sass")
     outer = LISTING.replace("/*00a0*/                   STG.E [R2.64], R4", "/*00a0*/                   @P3 BRA 0x10")
     assert [len(body) for body in sass.sass_kv_loops(outer)] == [4, 3]
+
+
+def test_a_turn_is_counted_from_its_wait_to_its_hand_over():
+    sass = load_script("cute_sass")
+    body = ["SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4], R2", "BAR.SYNC R3, 0x100", "UMOV UR7, 0x40000040",
+            "QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR4], RZ, !UPT", "BAR.ARV R4, 0x100", "FFMA R2, R3, R4, R5"]
+    assert sass.turn_length(body) == 4
+    assert sass.turn_length(body[2:]) is None  # no wait for a turn in this loop

@@ -42,16 +42,15 @@ NOT_FOR_DECODING = ("the CuTe FP8 kernel is compiled for each shape (1.5-3.5 s a
 # previous alpha (0: both groups waited for, then the flush, then the softmax; 2: as 1 in the KV loops without the
 # mask's code, as 0 in the masked one, where with rowsum=rounded_mma ptxas packs the tile's mask predicates into
 # registers inside the turn to keep them across the wait: hd128 causal 32K, a masked tile 971 SASS instructions
-# against 699, 328 of them in the turn against 76; the default recipe's masked loop has no such cost); PV_BLOCK, where
-# d_v > PV_WHOLE_MAX (ignored below): P·V's column block, 32 (two fresh accumulators, block b flushed while block
-# b + 1 runs) or 64 (one, each block waited for and flushed in turn: fewer instructions, the unit idle during each
-# flush; the default, from
-# reports/bench/cute_hd256_ab.txt); EPILOGUE 1: O =
+# against 699, 328 of them in the turn against 76, as scripts/cute_sass.py prints them; the default recipe's masked
+# loop has no such cost); PV_BLOCK, where d_v > PV_WHOLE_MAX (ignored below): P·V's column block, 32 (two fresh
+# accumulators, block b flushed while block b + 1 runs) or 64 (one, each block waited for and flushed in turn: fewer
+# instructions, the unit idle during each flush; the default, from reports/bench/cute_hd256_ab.txt); EPILOGUE 1: O =
 # acc / l from one rcp.rn per row and Markstein's correction per element (div.rn's bits, _cute_ptx.div_by_rcp), two
-# columns per 32-bit store (0: div.rn and a 16-bit store per element); PERSISTENT 1: one CTA per SM, each taking
-# work items (128 query rows of one head) pass by pass, causal the heaviest first in a serpentine, its pipelines and
-# turns going on from item to item, so that an item's Q loads under the last one's P·V and store (0: one CTA per
-# item). Same arithmetic, reordered.
+# columns per 32-bit store (0: div.rn and a 16-bit store per element); PERSISTENT 1: one CTA per SM, each taking work
+# items (128 query rows of one head) pass by pass, causal the heaviest first in a serpentine, its pipelines and turns
+# going on from item to item, so that an item's Q loads under the last one's P·V and store (0: one CTA per item). Same
+# arithmetic, reordered.
 # The form that first ran on a GPU (cc8e3cc; the same cubin), kept for A/B runs:
 CUTE_FIRST_FORM = {"MAD_CVT": 3, "MASK_SPLIT": 0, "BOOKKEEPING": 0, "PV_OVERLAP": 0, "EPILOGUE": 0, "PERSISTENT": 0}
 
