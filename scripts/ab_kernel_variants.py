@@ -28,10 +28,10 @@ the default against the form that first ran (``CUTE_FIRST_FORM``) and each switc
 (the CuTe DSL installed with ``--target /tmp/site`` as scripts/stage_cute_wheels.py says, and
 ``/tmp/site/nvidia_cutlass_dsl/dsl_packages`` on PYTHONPATH too); ``cute-rowsum``, the CuTe kernel with technique 3's
 row sum on the tensor core (``rowsum=rounded_mma``) against its default, alone and with ``PV_OVERLAP`` switched from
-its default (1 non-causal, 0 causal). The rule that made ``PV_OVERLAP`` 1 the causal default was written on 7 December
-before its rerun: with ``--rounds 10``, its 'x base per round' against the row sum alone must have a median >= 1.02
-and a minimum >= 1.00 at hd128 causal and medians >= 0.98 at hd64 and MLA causal; non-causal only if the same holds
-there. 6fe4706's run passed it causal (1.07 [1.05-1.11], hd64 1.00, MLA 1.06) and not non-causal (hd128 1.02
+its default (to 1 non-causal, to 0 causal). The rule that made ``PV_OVERLAP`` 1 the causal default was written on 7
+December before its rerun: with ``--rounds 10``, its 'x base per round' against the row sum alone must have a median
+>= 1.02 and a minimum >= 1.00 at hd128 causal and medians >= 0.98 at hd64 and MLA causal; non-causal only if the same
+holds there. 6fe4706's run passed it causal (1.07 [1.05-1.11], hd64 1.00, MLA 1.06) and not non-causal (hd128 1.02
 [0.96-1.07]), reports/bench/cute_rowsum_ab.txt;
 ``cute-hd256``, the CuTe kernel at d 256 with P·V in blocks of 64 columns through one accumulator (the default)
 against blocks of 32 through two (``PV_BLOCK`` 32, the same bits), both row sums, beside the Triton kernel;
