@@ -56,7 +56,7 @@ sys.path.insert(0, os.getcwd())
 
 from zyfa.kernels.cute_plan import CUTE_FIRST_FORM  # noqa: E402  (torch-free; after the path insert)
 from zyfa.recipe_spec import split_spec  # noqa: E402
-from zyfa.timing import Sample, cuda_timer, ratio_summary  # noqa: E402  (torch-free at import)
+from zyfa.timing import Sample, cuda_timer, ratio_summary, rotating_orders  # noqa: E402  (torch-free at import)
 
 SETS = ("mad-guard", "stages", "tiles", "loads", "hd64-occupancy", "block-n", "vt-early", "vt-early-next",
         "hd256-unserialized", "mla-occupancy", "cute-forms", "cute-rowsum", "cute-hd256", "cute-persistent",
@@ -329,8 +329,10 @@ def main():
     timer = cuda_timer(10, 60)
     res, peers, errs, refs = {}, {}, {}, {}
     samples = []  # every timing as a zyfa.timing.Sample, so that ratios are taken within a round (ratio_summary)
-    for rnd in range(a.rounds):
-        for (name, shape, causal, recipe, cfg, _same) in V:
+    # each round starts one variant further on (zyfa.timing.rotating_orders), so that no variant, and no shape's
+    # cuDNN FP8 (timed where its first variant comes in the round), always runs in the same place
+    for rnd, order in enumerate(rotating_orders(list(range(len(V))), a.rounds)):
+        for (name, shape, causal, recipe, cfg, _same) in (V[i] for i in order):
             d_qk, d_v = SHAPES[shape]
             fl = flops(1, bench_heads(shape), a.seq, a.seq, d_qk, d_v, causal)
             try:
@@ -360,7 +362,7 @@ def main():
                     p("cudnn FAIL", shape, causal, str(e)[:200])
             del q, k, v
             torch.cuda.empty_cache()
-    p(f"\n{a.seq} tokens, batch 1, Gaussian inputs, TFLOP/s of the kernel alone ({a.rounds} rounds, interleaved)")
+    p(f"\n{a.seq} tokens, batch 1, Gaussian inputs, TFLOP/s of the kernel alone ({a.rounds} rounds, interleaved in rotating order)")
     p("(x per round: the ratio within each round, then its median [min-max]; the base: the same recipe's row with "
       "no form override)")
     p("| shape | causal | variant | recipe | TFLOP/s | x cuDNN FP8 (best of each) | x cuDNN FP8 per round "
