@@ -362,7 +362,8 @@ def main():
                     p("cudnn FAIL", shape, causal, str(e)[:200])
             del q, k, v
             torch.cuda.empty_cache()
-    p(f"\n{a.seq} tokens, batch 1, Gaussian inputs, TFLOP/s of the kernel alone ({a.rounds} rounds, interleaved in rotating order)")
+    p(f"\n{a.seq} tokens, batch 1, Gaussian inputs, TFLOP/s of the kernel alone ({a.rounds} rounds, interleaved in "
+      "rotating order)")
     p("(x per round: the ratio within each round, then its median [min-max]; the base: the same recipe's row with "
       "no form override)")
     p("| shape | causal | variant | recipe | TFLOP/s | x cuDNN FP8 (best of each) | x cuDNN FP8 per round "
