@@ -65,7 +65,9 @@ def turn_length(body: list[str]) -> int | None:
     """Instructions of a KV loop's turn: from the ``BAR.SYNC`` that waits for it to the ``BAR.ARV`` that hands it to
     the other warpgroup, both counted (what the other warpgroup waits behind); None for a loop without a turn."""
     start = next((i for i, t in enumerate(body) if t.startswith("BAR.SYNC")), None)
-    end = next((i for i, t in enumerate(body) if t.startswith("BAR.ARV") and start is not None and i > start), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start, len(body)) if body[i].startswith("BAR.ARV")), None)
     return None if end is None else end - start + 1
 
 

@@ -170,6 +170,11 @@ def test_p_off_the_mufu(ptx, places):
     assert 48 * (places - 1) < len(re.findall(r"prmt\.b32", ptx)) <= places * 16 * 3
 
 
+def masks(body: str) -> bool:
+    """Whether a KV loop's PTX applies the mask: 64 or more selects of -inf (0fFF800000), one per score or more."""
+    return len(re.findall(r"selp\.f32\s.*0fFF800000", body)) >= 64
+
+
 def test_kv_loops_of_each_form(compiled):
     """Each KV-tile loop (:data:`EXPECTED`): its 64 codes, its clamps at code 126 (an fp32 min by 126/128 =
     0f3F7C0000 per code) and whether it masks (64 or more selects of -inf, 0fFF800000); in the default form the
@@ -179,7 +184,7 @@ def test_kv_loops_of_each_form(compiled):
     assert [body.count("fma.rn.sat.f32") for body in loops] == [64] * len(clamps)
     assert [body.count("0f3F7C0000") for body in loops] == clamps
     if masked is not None:
-        assert [len(re.findall(r"selp\.f32\s.*0fFF800000", body)) >= 64 for body in loops] == masked
+        assert [masks(body) for body in loops] == masked
 
 
 def test_overlapped_loops_wait_for_s_first(compiled):
@@ -198,7 +203,7 @@ def test_overlapped_loops_wait_for_s_first(compiled):
         form, causal = compiled[2]
         overlap = cute_config(cute_plan(RECIPES.get(form, "zyfa-hopper")), FORMS[form], causal=causal,
                               d_v=d_v)["PV_OVERLAP"]
-        masked = [len(re.findall(r"selp\.f32\s.*0fFF800000", body)) >= 64 for body in loops]
+        masked = [masks(body) for body in loops]
         expected = [["1", "0"] if overlap == 1 or (overlap == 2 and not m) else ["0"] for m in masked]
         assert (overlap == 2) <= (True in masked and False in masked), masked  # both kinds of loop there
     assert waits and waits == expected, waits
