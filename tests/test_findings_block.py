@@ -68,11 +68,12 @@ def test_every_row_states_condition_unit_n_interval_and_verdict(block):
     assert verdict.startswith("12 effects, 0 no effect above the threshold, 0 inconclusive of 12 cells")
     assert "exploratory" not in verdict and "exploratory, outside the rule: triton:fa3 vs sdpa-bf16:cudnn" in figure
     assert "exact -1 to -0.8 over 6 cells" in figure
-    # a cut run (the 1.5B grid) has verdicts where it reached, the range of paired facts, and names the cells it has
-    # not; a complete one (the generated plan) names none; a plan with no rows at all: tests/test_plan_findings.py
+    # complete runs (the 1.5B grid to 32K, the generated plan) name no missing cell (a cut run, which does, and a
+    # plan with no rows at all: tests/test_plan_findings.py); the grid's exploratory contrasts in its figure only
     grid, = [r for r in rows if "`studies/longctx-1.5b.toml`" in r]
-    assert "| fact, n = 48–50 per cell |" in grid and "cell-metrics have no paired rows yet (" in grid
-    assert "untested; the plan's command resumes the run)" in grid
+    assert "| fact, n = 50 per cell |" in grid and "no paired rows yet" not in grid
+    assert "| 16 effects, 0 no effect above the threshold, 0 inconclusive of 16 cells;" in grid
+    assert "cute:zyfa-hopper vs triton:zyfa-hopper 0 of 13 cells effects" in grid
     gen, = [r for r in rows if "`studies/fp8-retrieval-generated.toml`" in r]
     assert "no paired rows yet" not in gen and "| 8 effects, 0 no effect above the threshold, 0 inconclusive of 8 " \
         "cells;" in gen

@@ -7,8 +7,6 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import pytest
-
 from tests.load_file import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -17,7 +15,9 @@ K_SMOOTHING = ROOT / "studies" / "humaneval-k-smoothing.toml"
 HE_05B = ROOT / "studies" / "humaneval-0.5b.toml"
 GENERATED = ROOT / "studies" / "fp8-retrieval-generated.toml"
 GRID = ROOT / "studies" / "longctx-1.5b.toml"
-LONGCTX_CUT = ROOT / "reports" / "fp8-retrieval-generated" / "results-qwen25coder-1.5b.jsonl.partial"
+# the generated plan's committed run, put into .stage/ as a cut run would be (the grid writes a file of this name too)
+LONGCTX_RUN = ROOT / "reports" / "fp8-retrieval-generated" / "results-qwen25coder-1.5b.jsonl"
+CUT_NAME = LONGCTX_RUN.name + ".partial"
 
 
 def _seed(capsys, state, stage, glob, plan=None):
@@ -62,11 +62,9 @@ def test_humaneval_state_takes_only_its_plans_files(tmp_path, capsys):
 def test_longctx_state_takes_only_its_plans_cut_run(tmp_path, capsys):
     """Two plans of one model write results files of one name: the 1.5B grid's state folder leaves the generated
     plan's cut run, whose own state folder takes it."""
-    if not LONGCTX_CUT.is_file():
-        pytest.skip(f"{LONGCTX_CUT.relative_to(ROOT)} is not in this checkout")
     stage = tmp_path / "stage"
     stage.mkdir()
-    shutil.copy(LONGCTX_CUT, stage)
+    shutil.copy(LONGCTX_RUN, stage / CUT_NAME)
     grid, gen = tmp_path / "grid", tmp_path / "gen"
     grid.mkdir()
     gen.mkdir()
@@ -75,7 +73,7 @@ def test_longctx_state_takes_only_its_plans_cut_run(tmp_path, capsys):
     assert err == ["seed_state: not seeded: results-qwen25coder-1.5b.jsonl.partial: holds qwen25coder-1.5b under "
                    "plan 250abba19116 running cudnn-fp8, sdpa-bf16:cudnn"]
     code, out, err = _seed(capsys, gen, stage, "results-*.jsonl.partial", GENERATED)
-    assert (code, err) == (0, []) and (gen / LONGCTX_CUT.name).read_bytes() == LONGCTX_CUT.read_bytes()
+    assert (code, err) == (0, []) and (gen / CUT_NAME).read_bytes() == LONGCTX_RUN.read_bytes()
 
 
 def test_bad_arguments_are_one_line(tmp_path, capsys):
